@@ -1,0 +1,39 @@
+# Convenience front end over CMake. The README's two commands:
+#   make demo   installs what is missing, builds, and runs the main job
+#   make test   installs what is missing, builds, and runs every test
+# (also an ASan+UBSan build of the tests).
+PREFIX ?= /usr/local
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build demo test test-asan install clean
+
+all: build
+
+deps:
+	./scripts/deps.sh
+
+build:
+	cmake -S . -B $(BUILD) -DCOHORT_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: deps build
+	./scripts/demo.sh $(BUILD)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j 1
+	$(MAKE) test-asan
+
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -DCOHORT_WERROR=ON -DCOHORT_SANITIZE=address,undefined \
+	  -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -j 1 -L unit
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

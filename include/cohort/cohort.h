@@ -1,0 +1,197 @@
+/*
+ * cohort.h - the public C API of libcohort.
+ *
+ * libcohort gives a data-parallel program collectives (allreduce,
+ * reduce-scatter, allgather, broadcast, reduce, barrier) over TCP between
+ * nodes and shared memory inside a node. A program started by `cohort run`
+ * creates its communicator from the environment the agent sets; any other
+ * launcher can fill a cohort_comm_config by hand.
+ *
+ * Conventions:
+ *  - Functions return 0 on success or a negative error code: either a
+ *    negated errno value (-ETIMEDOUT, -ECONNRESET, ...) or one of the
+ *    COHORT_E* codes below. cohort_strerror() turns either into text.
+ *  - Objects the library allocates are released with the matching
+ *    *_destroy() function; destroy(NULL) is a no-op.
+ *  - Every blocking call is bounded by the communicator's timeout. When a
+ *    collective fails (a dead peer, a lost connection, ranks that called
+ *    different collectives, a timeout) the communicator is aborted: the
+ *    failing call and every later one return an error, and
+ *    cohort_comm_error_message() names the peer and what happened.
+ *  - A communicator is used by one application thread at a time. The
+ *    library may run its own progress thread internally.
+ */
+#ifndef COHORT_COHORT_H
+#define COHORT_COHORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COHORT_VERSION_MAJOR 0
+#define COHORT_VERSION_MINOR 1
+#define COHORT_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define COHORT_API __attribute__((visibility("default")))
+#else
+#define COHORT_API
+#endif
+
+/* Error codes beyond errno. Negative, below any errno value. */
+#define COHORT_EMISMATCH (-4001) /* ranks called different collectives */
+#define COHORT_EABORTED (-4002)  /* the communicator was aborted earlier */
+#define COHORT_EAUTH (-4003)     /* wrong or missing job token */
+#define COHORT_EPEER (-4004)     /* a peer failed or closed its connection */
+#define COHORT_EPROTO (-4005)    /* malformed bytes from a peer */
+#define COHORT_ENOENV (-4006)    /* environment of `cohort run` missing or bad */
+#define COHORT_ELIMIT (-4007)    /* a size or count limit was exceeded */
+
+/* Text for an error code (static storage, never NULL). */
+COHORT_API const char *cohort_strerror(int err);
+
+/* "0.1.0" */
+COHORT_API const char *cohort_version(void);
+
+typedef enum cohort_dtype {
+  COHORT_F32 = 0,
+  COHORT_F64,
+  COHORT_F16, /* IEEE half; reduced with f32 accumulation */
+  COHORT_BF16, /* bfloat16; reduced with f32 accumulation */
+  COHORT_I32,
+  COHORT_I64,
+  COHORT_U8,
+  COHORT_DTYPE_COUNT
+} cohort_dtype;
+
+typedef enum cohort_redop {
+  COHORT_SUM = 0,
+  COHORT_PROD,
+  COHORT_MIN,
+  COHORT_MAX,
+  COHORT_AVG, /* sum divided by the world size */
+  COHORT_REDOP_COUNT
+} cohort_redop;
+
+/* Size in bytes of one element of a type, 0 for an invalid type. */
+COHORT_API size_t cohort_dtype_size(cohort_dtype dtype);
+
+typedef struct cohort_comm cohort_comm;
+typedef struct cohort_request cohort_request;
+
+/* Which transports a communicator may use between ranks on the same host. */
+typedef enum cohort_transport {
+  COHORT_TRANSPORT_AUTO = 0, /* shared memory on one host, TCP between hosts */
+  COHORT_TRANSPORT_TCP,      /* TCP everywhere (for testing and comparison) */
+  COHORT_TRANSPORT_SHM       /* shared memory required; error if not one host */
+} cohort_transport;
+
+typedef struct cohort_comm_config {
+  int rank;               /* 0 .. size-1 */
+  int size;               /* world size, >= 1 */
+  const char *store_addr; /* "host:port" of the rendezvous store */
+  const char *job_id;     /* keeps concurrent jobs on one store apart */
+  const char *token;      /* shared secret of the job, or NULL */
+  int timeout_ms;         /* default deadline of every operation; 0: 60000 */
+  cohort_transport transport;
+} cohort_comm_config;
+
+/*
+ * Fills cfg from the environment `cohort run` sets: RANK, WORLD_SIZE,
+ * COHORT_STORE, COHORT_JOB_ID, COHORT_TOKEN, TORCHELASTIC_RESTART_COUNT and
+ * the optional COHORT_TIMEOUT_MS and COHORT_TRANSPORT (auto|tcp|shm).
+ * String fields point into the environment. Returns COHORT_ENOENV when a
+ * variable is missing or malformed.
+ */
+COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg);
+
+/*
+ * Creates a communicator: every rank of the job must call this. Blocks until
+ * all ranks have connected or the timeout passes. On error *out is NULL.
+ */
+COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **out);
+
+/* cohort_comm_config_from_env() followed by cohort_comm_create(). */
+COHORT_API int cohort_comm_create_from_env(cohort_comm **out);
+
+/* Releases everything the communicator holds. NULL is a no-op. */
+COHORT_API void cohort_comm_destroy(cohort_comm *comm);
+
+/*
+ * Aborts the communicator: pending and later operations fail with
+ * COHORT_EABORTED and peers see the connections close. Safe to call more than
+ * once. Does not free the communicator.
+ */
+COHORT_API void cohort_comm_abort(cohort_comm *comm);
+
+COHORT_API int cohort_comm_rank(const cohort_comm *comm);
+COHORT_API int cohort_comm_size(const cohort_comm *comm);
+
+/* Changes the default deadline of later operations (milliseconds, > 0). */
+COHORT_API int cohort_comm_set_timeout(cohort_comm *comm, int timeout_ms);
+
+/*
+ * A one-line description of the error that aborted the communicator (naming
+ * the peer rank where there is one), or "" when it is healthy. Valid until
+ * the communicator is destroyed.
+ */
+COHORT_API const char *cohort_comm_error_message(const cohort_comm *comm);
+
+/*
+ * Blocking collectives. `send == recv` means in place. Counts are in
+ * elements; count 0 is valid and does nothing but still synchronises
+ * arguments checks.
+ *
+ * allreduce:      recv[i] = op over ranks of send[i], i < count.
+ * reduce_scatter: send holds size*recvcount elements; rank r receives the
+ *                 reduction of block r in recv (recvcount elements).
+ *                 In place: send == recv, the result lands in block r.
+ * allgather:      send holds sendcount elements; recv holds size*sendcount,
+ *                 block r from rank r. In place: send == recv + rank*sendcount.
+ * broadcast:      buf of root is copied to buf of every rank.
+ * reduce:         like allreduce but only root's recv is written; recv may be
+ *                 NULL on other ranks.
+ */
+COHORT_API int cohort_allreduce(cohort_comm *comm, const void *send, void *recv, size_t count,
+                                cohort_dtype dtype, cohort_redop op);
+COHORT_API int cohort_reduce_scatter(cohort_comm *comm, const void *send, void *recv,
+                                     size_t recvcount, cohort_dtype dtype, cohort_redop op);
+COHORT_API int cohort_allgather(cohort_comm *comm, const void *send, void *recv,
+                                size_t sendcount, cohort_dtype dtype);
+COHORT_API int cohort_broadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
+                                int root);
+COHORT_API int cohort_reduce(cohort_comm *comm, const void *send, void *recv, size_t count,
+                             cohort_dtype dtype, cohort_redop op, int root);
+COHORT_API int cohort_barrier(cohort_comm *comm);
+
+/*
+ * Asynchronous variants: start the operation and return at once with a
+ * request; the library makes progress on its own while the caller computes.
+ * Buffers must stay valid and untouched until the request completes.
+ * Requests complete in the order they were started. Each request must be
+ * finished with cohort_request_wait() (which also frees it).
+ */
+COHORT_API int cohort_iallreduce(cohort_comm *comm, const void *send, void *recv, size_t count,
+                                 cohort_dtype dtype, cohort_redop op, cohort_request **req);
+COHORT_API int cohort_ireduce_scatter(cohort_comm *comm, const void *send, void *recv,
+                                      size_t recvcount, cohort_dtype dtype, cohort_redop op,
+                                      cohort_request **req);
+COHORT_API int cohort_iallgather(cohort_comm *comm, const void *send, void *recv,
+                                 size_t sendcount, cohort_dtype dtype, cohort_request **req);
+COHORT_API int cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
+                                 int root, cohort_request **req);
+
+/* Sets *done to 1 when the request has finished (then wait returns at once). */
+COHORT_API int cohort_request_test(cohort_request *req, int *done);
+
+/* Waits for the request, frees it and returns its result. NULL returns 0. */
+COHORT_API int cohort_request_wait(cohort_request *req);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_COHORT_H */

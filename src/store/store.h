@@ -1,0 +1,73 @@
+/*
+ * store.h - the rendezvous key-value store: server and client.
+ *
+ * The agent of node 0 hosts a store_server; agents and workers talk to it
+ * with store_client. Keys are strings (1..STORE_KEY_MAX bytes, no NUL),
+ * values are bytes (0..STORE_VALUE_MAX). The wire protocol is documented in
+ * docs/store-protocol.md.
+ *
+ * Errors: 0 or negative codes (-errno or COHORT_E*), see cohort_strerror().
+ * A client is used by one thread at a time; the server runs its own thread.
+ */
+#ifndef COHORT_STORE_STORE_H
+#define COHORT_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_KEY_MAX 512
+#define STORE_VALUE_MAX (1u << 20)
+#define STORE_TOKEN_MAX 256
+
+typedef struct store_server store_server;
+typedef struct store_client store_client;
+
+typedef struct store_server_opts {
+  const char *bind_host; /* NULL/"" : all IPv4 addresses; "127.0.0.1" for local jobs */
+  int port;              /* 0 picks a free port */
+  const char *token;     /* NULL: no authentication */
+  int max_conns;         /* 0: default (1024) */
+  int idle_timeout_ms;   /* 0: default; a connection silent this long is closed */
+  int io_timeout_ms;     /* 0: default; a frame must arrive whole within this */
+  size_t max_bytes;      /* 0: default; total bytes of keys+values held */
+} store_server_opts;
+
+/* Starts a server on its own thread. */
+int store_server_start(const store_server_opts *opts, store_server **out);
+/* The bound port. */
+int store_server_port(const store_server *srv);
+/* Stops the thread, closes every connection, frees everything. NULL ok. */
+void store_server_stop(store_server *srv);
+
+/*
+ * Connects to host:port, retrying with backoff until deadline_ms (absolute,
+ * base_now_ms()), then authenticates with token (NULL: none). On failure the
+ * error is -ETIMEDOUT/-ECONNREFUSED/... or COHORT_EAUTH, and errbuf (when
+ * non-NULL) receives a one-line description naming the address.
+ */
+int store_client_connect(const char *host, int port, const char *token, int64_t deadline_ms,
+                         store_client **out, char *errbuf, size_t errlen);
+void store_client_close(store_client *c);
+
+/* Per-call deadline (absolute, ms). Operations fail with -ETIMEDOUT after it. */
+int store_set(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms);
+/* *val is malloc'ed (caller frees); -ENOENT when the key is absent. */
+int store_get(store_client *c, const char *key, void **val, size_t *len, int64_t deadline_ms);
+/* Waits until every key exists; -ETIMEDOUT at the deadline. */
+int store_wait(store_client *c, const char *const *keys, size_t nkeys, int64_t deadline_ms);
+/* Adds delta to the integer counter at key (absent = 0); returns the new value. */
+int store_add(store_client *c, const char *key, int64_t delta, int64_t *result,
+              int64_t deadline_ms);
+/*
+ * Compare-and-set: when the current value equals `expected` (absent when
+ * expected == NULL), replace it with `desired`. *current (malloc'ed, may be
+ * NULL when absent) receives the value after the operation either way.
+ */
+int store_cas(store_client *c, const char *key, const void *expected, size_t elen,
+              const void *desired, size_t dlen, void **current, size_t *curlen,
+              int64_t deadline_ms);
+/* Deletes key; -ENOENT when absent. */
+int store_delete(store_client *c, const char *key, int64_t deadline_ms);
+int store_ping(store_client *c, int64_t deadline_ms);
+
+#endif

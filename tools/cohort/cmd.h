@@ -1,0 +1,19 @@
+/*
+ * cmd.h - entry points of the `cohort` subcommands, one file each
+ * (tools/cohort/cmd_<name>.c). Each takes argv with argv[0] = "<name>" and
+ * returns the process exit status: 0 success, 2 usage error, other codes as
+ * the command documents. Declared weak so main.c lists only those built.
+ */
+#ifndef COHORT_TOOLS_CMD_H
+#define COHORT_TOOLS_CMD_H
+
+#define COHORT_WEAK __attribute__((weak))
+
+COHORT_WEAK int cmd_run(int argc, char **argv);
+COHORT_WEAK int cmd_doctor(int argc, char **argv);
+COHORT_WEAK int cmd_bench(int argc, char **argv);
+COHORT_WEAK int cmd_store(int argc, char **argv);
+COHORT_WEAK int cmd_manifest(int argc, char **argv);
+COHORT_WEAK int cmd_plot(int argc, char **argv);
+
+#endif
