@@ -1,0 +1,575 @@
+/* manifest.c - Kubernetes, Slurm and docker templates for cohort jobs. */
+#include "manifest/manifest.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "base/net.h"
+
+/* ---- buffer ---- */
+
+void manifest_buf_init(manifest_buf *b) {
+  memset(b, 0, sizeof *b);
+}
+
+void manifest_buf_free(manifest_buf *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+static int buf_reserve(manifest_buf *b, size_t extra) {
+  if (b->oom) return -ENOMEM;
+  if (b->len + extra + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + extra + 1) {
+    if (cap > SIZE_MAX / 2) {
+      b->oom = 1;
+      return -ENOMEM;
+    }
+    cap *= 2;
+  }
+  char *p = realloc(b->data, cap);
+  if (p == NULL) {
+    b->oom = 1;
+    return -ENOMEM;
+  }
+  b->data = p;
+  b->cap = cap;
+  return 0;
+}
+
+static void buf_putn(manifest_buf *b, const char *s, size_t n) {
+  if (buf_reserve(b, n) != 0) return;
+  memcpy(b->data + b->len, s, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+}
+
+void manifest_buf_puts(manifest_buf *b, const char *s) {
+  buf_putn(b, s, strlen(s));
+}
+
+void manifest_buf_printf(manifest_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || buf_reserve(b, (size_t)n) != 0) return;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+/* ---- quoting ---- */
+
+/*
+ * Decodes one UTF-8 sequence at s (strict: no overlong forms, surrogates or
+ * values above U+10FFFF). Returns its length and the code point, or 0.
+ */
+static size_t utf8_decode(const unsigned char *s, uint32_t *cp) {
+  if (s[0] < 0x80) {
+    *cp = s[0];
+    return 1;
+  }
+  size_t n;
+  uint32_t v, min;
+  if ((s[0] & 0xE0) == 0xC0) {
+    n = 2, v = s[0] & 0x1F, min = 0x80;
+  } else if ((s[0] & 0xF0) == 0xE0) {
+    n = 3, v = s[0] & 0x0F, min = 0x800;
+  } else if ((s[0] & 0xF8) == 0xF0) {
+    n = 4, v = s[0] & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the terminating NUL */
+    v = (v << 6) | (s[i] & 0x3F);
+  }
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = v;
+  return n;
+}
+
+/* Code points a YAML double-quoted scalar may hold literally. Line and
+ * paragraph separators (U+0085, U+2028, U+2029) are printable but would be
+ * folded as line breaks, and U+FEFF is a byte order mark: escape those too. */
+static int yaml_literal_ok(uint32_t c) {
+  if (c >= 0x20 && c <= 0x7E) return 1;
+  if (c == 0x85 || c == 0x2028 || c == 0x2029 || c == 0xFEFF) return 0;
+  return (c >= 0xA0 && c <= 0xD7FF) || (c >= 0xE000 && c <= 0xFFFD) ||
+         (c >= 0x10000 && c <= 0x10FFFF);
+}
+
+int manifest_yaml_quote(manifest_buf *b, const char *s, int dollar_escape) {
+  const unsigned char *p = (const unsigned char *)s;
+  for (const unsigned char *q = p; *q;) {
+    uint32_t cp;
+    size_t n = utf8_decode(q, &cp);
+    if (n == 0) return -EINVAL;
+    q += n;
+  }
+  buf_putn(b, "\"", 1);
+  while (*p) {
+    uint32_t c;
+    size_t n = utf8_decode(p, &c);
+    switch (c) {
+    case '"':
+      manifest_buf_puts(b, "\\\"");
+      break;
+    case '\\':
+      manifest_buf_puts(b, "\\\\");
+      break;
+    case '\n':
+      manifest_buf_puts(b, "\\n");
+      break;
+    case '\t':
+      manifest_buf_puts(b, "\\t");
+      break;
+    case '\r':
+      manifest_buf_puts(b, "\\r");
+      break;
+    case '$':
+      manifest_buf_puts(b, dollar_escape ? "$$" : "$");
+      break;
+    default:
+      if (yaml_literal_ok(c))
+        buf_putn(b, (const char *)p, n);
+      else if (c <= 0xFF)
+        manifest_buf_printf(b, "\\x%02X", (unsigned)c);
+      else if (c <= 0xFFFF)
+        manifest_buf_printf(b, "\\u%04X", (unsigned)c);
+      else
+        manifest_buf_printf(b, "\\U%08X", (unsigned)c);
+    }
+    p += n;
+  }
+  buf_putn(b, "\"", 1);
+  return 0;
+}
+
+static int shell_safe_char(unsigned char c) {
+  return isalnum(c) || strchr("_@%+=:,./-", c) != NULL;
+}
+
+void manifest_shell_quote(manifest_buf *b, const char *s) {
+  int safe = *s != '\0';
+  for (const unsigned char *p = (const unsigned char *)s; *p && safe; p++)
+    safe = shell_safe_char(*p);
+  if (safe) {
+    manifest_buf_puts(b, s);
+    return;
+  }
+  /* Inside single quotes nothing is special; a quote is closed, escaped and
+   * reopened. */
+  buf_putn(b, "'", 1);
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'')
+      manifest_buf_puts(b, "'\\''");
+    else
+      buf_putn(b, p, 1);
+  }
+  buf_putn(b, "'", 1);
+}
+
+/* ---- validation ---- */
+
+int manifest_parse_size(const char *s, uint64_t *bytes) {
+  if (s == NULL || !isdigit((unsigned char)*s)) return -EINVAL;
+  uint64_t v = 0;
+  const char *p = s;
+  for (; isdigit((unsigned char)*p); p++) {
+    unsigned d = (unsigned)(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return -ERANGE;
+    v = v * 10 + d;
+  }
+  unsigned shift = 0;
+  switch (*p) {
+  case '\0':
+    break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    break;
+  default:
+    return -EINVAL;
+  }
+  if (shift) {
+    p++;
+    if (*p == 'i') p++;
+    if (*p == 'B' || *p == 'b') p++;
+  }
+  if (*p != '\0') return -EINVAL;
+  if (v == 0) return -EINVAL;
+  if (shift && v > (UINT64_MAX >> shift)) return -ERANGE;
+  *bytes = v << shift;
+  return 0;
+}
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -EINVAL;
+}
+
+/* RFC 1123 label as Kubernetes checks it for Service names. */
+static int dns_label_ok(const char *s, size_t maxlen) {
+  size_t n = strlen(s);
+  if (n == 0 || n > maxlen) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return 0;
+  }
+  return s[0] != '-' && s[n - 1] != '-';
+}
+
+/* RFC 1123 subdomain, as Kubernetes checks it for Secret names. */
+static int dns_subdomain_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 253) return 0;
+  char label[254];
+  memcpy(label, s, n + 1);
+  for (char *save = NULL, *tok = strtok_r(label, ".", &save); tok != NULL;
+       tok = strtok_r(NULL, ".", &save))
+    if (!dns_label_ok(tok, 63)) return 0;
+  return s[0] != '.' && s[n - 1] != '.' && strstr(s, "..") == NULL;
+}
+
+/* Image references, host names and similar: printable ASCII, no spaces. */
+static int token_ok(const char *s) {
+  if (s == NULL || *s == '\0') return 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p <= 0x20 || *p >= 0x7F) return 0;
+  return 1;
+}
+
+static int common_checks(int nodes, int nproc, char *const *cmd, size_t ncmd, char *err,
+                         size_t errlen) {
+  if (nodes < 1 || nodes > MANIFEST_MAX_NODES)
+    return seterr(err, errlen, "--nodes must be in 1..%d", MANIFEST_MAX_NODES);
+  if (nproc < 1 || nproc > MANIFEST_MAX_NPROC)
+    return seterr(err, errlen, "--nproc-per-node must be in 1..%d", MANIFEST_MAX_NPROC);
+  if (cmd == NULL || ncmd == 0)
+    return seterr(err, errlen, "no command: give the training command after '--'");
+  for (size_t i = 0; i < ncmd; i++) {
+    manifest_buf tmp;
+    manifest_buf_init(&tmp);
+    int rc = manifest_yaml_quote(&tmp, cmd[i], 0);
+    manifest_buf_free(&tmp);
+    if (rc != 0) return seterr(err, errlen, "command argument %zu is not valid UTF-8", i + 1);
+  }
+  return 0;
+}
+
+/* Formats a byte count with the largest binary unit that divides it. */
+static void size_str(uint64_t bytes, const char *const units[4], char *out, size_t outlen) {
+  static const unsigned shifts[4] = {40, 30, 20, 10};
+  for (int i = 0; i < 4; i++) {
+    uint64_t unit = (uint64_t)1 << shifts[i];
+    if (bytes % unit == 0) {
+      snprintf(out, outlen, "%llu%s", (unsigned long long)(bytes / unit), units[i]);
+      return;
+    }
+  }
+  snprintf(out, outlen, "%llu", (unsigned long long)bytes);
+}
+
+static int finish(manifest_buf *out, char *err, size_t errlen) {
+  if (out->oom) {
+    seterr(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+/* ---- Kubernetes ---- */
+
+static void yaml_line(manifest_buf *b, int indent, const char *key, const char *value) {
+  manifest_buf_printf(b, "%*s%s: ", indent, "", key);
+  manifest_yaml_quote(b, value, 0);
+  manifest_buf_puts(b, "\n");
+}
+
+int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+  int rc = common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
+  if (rc != 0) return rc;
+  if (o->name == NULL) return seterr(err, errlen, "--name is required");
+  /* Pods of an Indexed Job are named "<job>-<index>", which must stay a
+   * DNS label (63 characters). */
+  char last[32];
+  int digits = snprintf(last, sizeof last, "%d", o->nodes - 1);
+  if (!dns_label_ok(o->name, (size_t)(62 - digits)))
+    return seterr(err, errlen,
+                  "--name '%s' must be lower-case letters, digits and '-', start and end "
+                  "with a letter or digit, at most %d characters",
+                  o->name, 62 - digits);
+  if (!token_ok(o->image))
+    return seterr(err, errlen, "--image must be a non-empty image reference");
+  if (o->gpus < 0 || o->gpus > MANIFEST_MAX_NPROC)
+    return seterr(err, errlen, "--gpus must be in 0..%d", MANIFEST_MAX_NPROC);
+  if (o->port < 1 || o->port > 65535) return seterr(err, errlen, "--port must be in 1..65535");
+  if (o->token_secret != NULL && !dns_subdomain_ok(o->token_secret))
+    return seterr(err, errlen, "--token-secret '%s' is not a valid Secret name", o->token_secret);
+
+  char master[320];
+  snprintf(master, sizeof master, "%s-0.%s:%d", o->name, o->name, o->port);
+  char num[32];
+  manifest_buf *b = out;
+
+  manifest_buf_puts(b, "# Generated by `cohort manifest k8s`. Apply with: kubectl apply -f FILE\n"
+                       "# The headless Service gives pod 0 the DNS name ");
+  manifest_buf_printf(b, "%s-0.%s, where its agent hosts\n", o->name, o->name);
+  manifest_buf_puts(b, "# the rendezvous; every pod's agent joins it with its completion index "
+                       "as node rank.\n");
+  if (o->token_secret != NULL)
+    manifest_buf_printf(b,
+                        "# The job token is the key \"token\" of Secret %s, e.g.\n"
+                        "#   kubectl create secret generic %s "
+                        "--from-literal=token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' "
+                        "\\n')\n",
+                        o->token_secret, o->token_secret);
+
+  /* The Service. */
+  manifest_buf_puts(b, "---\napiVersion: v1\nkind: Service\nmetadata:\n");
+  yaml_line(b, 2, "name", o->name);
+  manifest_buf_puts(b, "  labels:\n");
+  yaml_line(b, 4, "cohort.job", o->name);
+  manifest_buf_puts(b, "spec:\n  clusterIP: None\n"
+                       "  # Publish pod addresses before readiness so that the agents can find\n"
+                       "  # pod 0 as soon as it runs.\n"
+                       "  publishNotReadyAddresses: true\n"
+                       "  selector:\n");
+  yaml_line(b, 4, "cohort.job", o->name);
+  manifest_buf_printf(b, "  ports:\n  - name: rendezvous\n    port: %d\n    protocol: TCP\n",
+                      o->port);
+
+  /* The Job. */
+  manifest_buf_puts(b, "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n");
+  yaml_line(b, 2, "name", o->name);
+  manifest_buf_puts(b, "  labels:\n");
+  yaml_line(b, 4, "cohort.job", o->name);
+  manifest_buf_printf(b,
+                      "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+                      "  # A failed worker stops the agents on every node, so the Job fails as a "
+                      "whole\n  # instead of restarting one pod into a finished rendezvous.\n"
+                      "  backoffLimit: 0\n"
+                      "  template:\n    metadata:\n      labels:\n",
+                      o->nodes, o->nodes);
+  yaml_line(b, 8, "cohort.job", o->name);
+  if (o->rdma == MANIFEST_RDMA_ROCE)
+    manifest_buf_puts(b, "      annotations:\n"
+                         "        k8s.v1.cni.cncf.io/networks: \"kube-system/roce\"\n");
+  manifest_buf_puts(b, "    spec:\n"
+                       "      # With the Service's name as subdomain, pod i (hostname <job>-i) is\n"
+                       "      # reachable as <job>-i.<service>.\n");
+  yaml_line(b, 6, "subdomain", o->name);
+  manifest_buf_puts(b, "      restartPolicy: Never\n      containers:\n      - name: cohort\n");
+  yaml_line(b, 8, "image", o->image);
+  manifest_buf_puts(b, "        command:\n");
+  const char *fixed[] = {"cohort", "run",      "--nnodes", NULL,          "--nproc-per-node",
+                         NULL,     "--master", master,     "--node-rank", "$(JOB_COMPLETION_INDEX)",
+                         "--"};
+  char nnodes[16], nproc[16];
+  snprintf(nnodes, sizeof nnodes, "%d", o->nodes);
+  snprintf(nproc, sizeof nproc, "%d", o->nproc_per_node);
+  fixed[3] = nnodes;
+  fixed[5] = nproc;
+  for (size_t i = 0; i < BASE_ARRAY_LEN(fixed); i++) {
+    manifest_buf_puts(b, "        - ");
+    manifest_yaml_quote(b, fixed[i], 0); /* the index reference must be expanded */
+    manifest_buf_puts(b, "\n");
+  }
+  for (size_t i = 0; i < o->ncmd; i++) {
+    manifest_buf_puts(b, "        - ");
+    manifest_yaml_quote(b, o->cmd[i], 1);
+    manifest_buf_puts(b, "\n");
+  }
+  if (o->token_secret != NULL) {
+    manifest_buf_puts(b, "        env:\n        - name: COHORT_TOKEN\n          valueFrom:\n"
+                         "            secretKeyRef:\n");
+    yaml_line(b, 14, "name", o->token_secret);
+    manifest_buf_puts(b, "              key: token\n");
+  }
+  manifest_buf_printf(
+      b, "        ports:\n        - name: rendezvous\n          containerPort: %d\n", o->port);
+  if (o->gpus > 0 || o->rdma != MANIFEST_RDMA_NONE) {
+    manifest_buf_puts(b, "        resources:\n          limits:\n");
+    if (o->gpus > 0) manifest_buf_printf(b, "            nvidia.com/gpu: %d\n", o->gpus);
+    if (o->rdma != MANIFEST_RDMA_NONE) manifest_buf_puts(b, "            rdma/rdma: 1\n");
+  }
+  if (o->rdma != MANIFEST_RDMA_NONE)
+    manifest_buf_puts(b, "        securityContext:\n"
+                         "          # RDMA registers (pins) memory, which needs IPC_LOCK.\n"
+                         "          capabilities:\n            add:\n            - IPC_LOCK\n");
+  manifest_buf_puts(b,
+                    "        volumeMounts:\n        - name: dshm\n          mountPath: /dev/shm\n"
+                    "      volumes:\n      - name: dshm\n"
+                    "        # Shared-memory transports need more than the runtime's 64 MiB.\n"
+                    "        emptyDir:\n          medium: Memory\n");
+  if (o->shm_bytes > 0) {
+    static const char *const units[4] = {"Ti", "Gi", "Mi", "Ki"};
+    size_str(o->shm_bytes, units, num, sizeof num);
+    yaml_line(b, 10, "sizeLimit", num);
+  }
+  return finish(out, err, errlen);
+}
+
+/* ---- Slurm ---- */
+
+/* Slurm time limits: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S". */
+static int slurm_time_ok(const char *s) {
+  if (strcmp(s, "UNLIMITED") == 0 || strcmp(s, "infinite") == 0) return 1;
+  const char *p = s;
+  int days = 0, fields = 0;
+  while (*p) {
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) p++;
+    fields++;
+    if (*p == '-') {
+      if (days || fields != 1) return 0;
+      days = 1;
+      fields = 0;
+      p++;
+      if (*p == '\0') return 0;
+    } else if (*p == ':') {
+      p++;
+      if (*p == '\0') return 0;
+    } else if (*p != '\0') {
+      return 0;
+    }
+  }
+  return fields >= 1 && fields <= 3;
+}
+
+/* Names on #SBATCH lines, which sbatch splits at white space. */
+static int slurm_name_ok(const char *s, const char *extra) {
+  if (s == NULL || *s == '\0' || strlen(s) > 200) return 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (!isalnum(*p) && strchr(extra, *p) == NULL) return 0;
+  return 1;
+}
+
+int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, size_t errlen) {
+  int rc = common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
+  if (rc != 0) return rc;
+  if (o->gpus_per_node < 0 || o->gpus_per_node > MANIFEST_MAX_NPROC)
+    return seterr(err, errlen, "--gpus-per-node must be in 0..%d", MANIFEST_MAX_NPROC);
+  if (o->time != NULL && !slurm_time_ok(o->time))
+    return seterr(err, errlen,
+                  "--time '%s' is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)",
+                  o->time);
+  if (o->partition != NULL && !slurm_name_ok(o->partition, "_.-,"))
+    return seterr(err, errlen, "--partition '%s' must be letters, digits and _ . - ,",
+                  o->partition);
+  if (o->job_name != NULL && !slurm_name_ok(o->job_name, "_.-"))
+    return seterr(err, errlen, "--job-name '%s' must be letters, digits and _ . -", o->job_name);
+
+  manifest_buf *b = out;
+  manifest_buf_puts(b, "#!/bin/bash\n");
+  if (o->job_name) manifest_buf_printf(b, "#SBATCH --job-name=%s\n", o->job_name);
+  manifest_buf_printf(b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", o->nodes);
+  if (o->gpus_per_node > 0)
+    manifest_buf_printf(b, "#SBATCH --gpus-per-node=%d\n", o->gpus_per_node);
+  if (o->time) manifest_buf_printf(b, "#SBATCH --time=%s\n", o->time);
+  if (o->partition) manifest_buf_printf(b, "#SBATCH --partition=%s\n", o->partition);
+  manifest_buf_puts(b,
+                    "#\n"
+                    "# Generated by `cohort manifest slurm`. Submit with: sbatch FILE\n"
+                    "# srun starts one `cohort run` agent per node; the agents find each other\n"
+                    "# from Slurm's environment (SLURM_JOB_NODELIST, SLURM_NODEID, SLURM_NNODES).\n"
+                    "# Export COHORT_TOKEN before sbatch to authenticate the job (sbatch passes\n"
+                    "# the environment on). --kill-on-bad-exit ends every node when one fails.\n"
+                    "set -euo pipefail\n");
+  manifest_buf_printf(b,
+                      "srun --nodes=%d --ntasks-per-node=1 --kill-on-bad-exit=1 cohort run "
+                      "--nproc-per-node %d --",
+                      o->nodes, o->nproc_per_node);
+  for (size_t i = 0; i < o->ncmd; i++) {
+    manifest_buf_puts(b, " ");
+    manifest_shell_quote(b, o->cmd[i]);
+  }
+  manifest_buf_puts(b, "\n");
+  return finish(out, err, errlen);
+}
+
+/* ---- docker ---- */
+
+int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err, size_t errlen) {
+  int rc = common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
+  if (rc != 0) return rc;
+  if (!token_ok(o->image))
+    return seterr(err, errlen, "--image must be a non-empty image reference");
+  if (o->master_addr == NULL) return seterr(err, errlen, "--master-addr is required");
+  if (!token_ok(o->master_addr) || strlen(o->master_addr) >= BASE_HOST_MAX ||
+      strspn(o->master_addr,
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:_") !=
+          strlen(o->master_addr))
+    return seterr(err, errlen, "--master-addr '%s' must be a host name or an IP address",
+                  o->master_addr);
+  if (o->port < 1 || o->port > 65535) return seterr(err, errlen, "--port must be in 1..65535");
+  if (o->gpus != NULL && !token_ok(o->gpus))
+    return seterr(err, errlen, "--gpus must be a docker --gpus value such as all or 2");
+
+  char master[BASE_HOST_MAX + 16];
+  base_join_hostport(o->master_addr, o->port, master, sizeof master);
+  char shm[32] = "";
+  if (o->shm_bytes > 0) {
+    static const char *const units[4] = {"t", "g", "m", "k"};
+    size_str(o->shm_bytes, units, shm, sizeof shm);
+    if (shm[strlen(shm) - 1] == 't') /* docker knows no "t" */
+      snprintf(shm, sizeof shm, "%llug", (unsigned long long)(o->shm_bytes >> 30));
+  }
+
+  manifest_buf *b = out;
+  manifest_buf_printf(b,
+                      "# Generated by `cohort manifest docker`: run line i on node i; node 0 is "
+                      "%s, whose\n"
+                      "# agent hosts the rendezvous on port %d. COHORT_TOKEN is passed on from "
+                      "the calling shell.\n",
+                      o->master_addr, o->port);
+  for (int node = 0; node < o->nodes; node++) {
+    manifest_buf_printf(b, "# node %d\n", node);
+    manifest_buf_puts(b, "docker run --rm --network host --ipc host --ulimit memlock=-1:-1");
+    if (shm[0]) manifest_buf_printf(b, " --shm-size %s", shm);
+    if (o->gpus) {
+      manifest_buf_puts(b, " --gpus ");
+      manifest_shell_quote(b, o->gpus);
+    }
+    if (o->rdma) manifest_buf_puts(b, " --device /dev/infiniband --cap-add IPC_LOCK");
+    manifest_buf_puts(b, " --env COHORT_TOKEN ");
+    manifest_shell_quote(b, o->image);
+    manifest_buf_printf(b, " cohort run --nnodes %d --node-rank %d --master ", o->nodes, node);
+    manifest_shell_quote(b, master);
+    manifest_buf_printf(b, " --nproc-per-node %d --", o->nproc_per_node);
+    for (size_t i = 0; i < o->ncmd; i++) {
+      manifest_buf_puts(b, " ");
+      manifest_shell_quote(b, o->cmd[i]);
+    }
+    manifest_buf_puts(b, "\n");
+  }
+  return finish(out, err, errlen);
+}

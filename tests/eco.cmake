@@ -1,0 +1,11 @@
+# Tests of the ecosystem pieces: manifests, TensorBoard writer, plot, install.
+set(COHORT_PYTHON /usr/bin/python3)
+
+add_executable(test_manifest ${CMAKE_SOURCE_DIR}/tests/test_manifest.c)
+target_link_libraries(test_manifest PRIVATE cohort_node)
+add_test(NAME manifest COMMAND test_manifest)
+set_tests_properties(manifest PROPERTIES TIMEOUT 60 LABELS "unit")
+
+add_test(NAME manifest_cli
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest.py $<TARGET_FILE:cohort>)
+set_tests_properties(manifest_cli PROPERTIES TIMEOUT 120 LABELS "unit")

@@ -1,0 +1,239 @@
+/*
+ * test_manifest.c - unit tests of src/manifest: YAML and shell quoting,
+ * size parsing and the validation of each template's options. The rendered
+ * templates are parsed by real YAML and shell parsers in test_manifest.py.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manifest/manifest.h"
+#include "tests/check.h"
+
+static char *yaml(const char *s, int dollar) {
+  static char out[512];
+  manifest_buf b;
+  manifest_buf_init(&b);
+  int rc = manifest_yaml_quote(&b, s, dollar);
+  if (rc != 0)
+    snprintf(out, sizeof out, "<error %d>", rc);
+  else
+    snprintf(out, sizeof out, "%s", b.data);
+  manifest_buf_free(&b);
+  return out;
+}
+
+static char *sh(const char *s) {
+  static char out[512];
+  manifest_buf b;
+  manifest_buf_init(&b);
+  manifest_shell_quote(&b, s);
+  snprintf(out, sizeof out, "%s", b.data);
+  manifest_buf_free(&b);
+  return out;
+}
+
+static void test_yaml_quote(void) {
+  CHECK_STREQ(yaml("plain", 0), "\"plain\"");
+  CHECK_STREQ(yaml("", 0), "\"\"");
+  CHECK_STREQ(yaml("a \"b\": c", 0), "\"a \\\"b\\\": c\"");
+  CHECK_STREQ(yaml("back\\slash", 0), "\"back\\\\slash\"");
+  CHECK_STREQ(yaml("t\tn\nr\r", 0), "\"t\\tn\\nr\\r\"");
+  CHECK_STREQ(yaml("\x01\x7f", 0), "\"\\x01\\x7F\"");
+  CHECK_STREQ(yaml("$(HOME) $$", 0), "\"$(HOME) $$\"");
+  CHECK_STREQ(yaml("$(HOME) $$", 1), "\"$$(HOME) $$$$\"");
+  /* Printable non-ASCII passes through; NEL, LS and BOM are escaped. */
+  CHECK_STREQ(yaml("\xc3\xbc \xe2\x98\x83", 0), "\"\xc3\xbc \xe2\x98\x83\"");
+  CHECK_STREQ(yaml("\xc2\x85", 0), "\"\\x85\"");
+  CHECK_STREQ(yaml("\xe2\x80\xa8", 0), "\"\\u2028\"");
+  CHECK_STREQ(yaml("\xef\xbb\xbf", 0), "\"\\uFEFF\"");
+  CHECK_STREQ(yaml("\xc2\x9b", 0), "\"\\x9B\"");
+  /* Invalid UTF-8: truncated, overlong, surrogate, out of range, stray. */
+  CHECK_STREQ(yaml("\xc3", 0), "<error -22>");
+  CHECK_STREQ(yaml("\xc0\xaf", 0), "<error -22>");
+  CHECK_STREQ(yaml("\xed\xa0\x80", 0), "<error -22>");
+  CHECK_STREQ(yaml("\xf4\x90\x80\x80", 0), "<error -22>");
+  CHECK_STREQ(yaml("a\x80", 0), "<error -22>");
+}
+
+static void test_shell_quote(void) {
+  CHECK_STREQ(sh("python3"), "python3");
+  CHECK_STREQ(sh("--lr=0.1"), "--lr=0.1");
+  CHECK_STREQ(sh(""), "''");
+  CHECK_STREQ(sh("a b"), "'a b'");
+  CHECK_STREQ(sh("it's"), "'it'\\''s'");
+  CHECK_STREQ(sh("$HOME"), "'$HOME'");
+  CHECK_STREQ(sh("~"), "'~'");
+  CHECK_STREQ(sh("*"), "'*'");
+  CHECK_STREQ(sh("a\nb"), "'a\nb'");
+}
+
+static void test_parse_size(void) {
+  uint64_t v = 0;
+  CHECK_EQ_INT(manifest_parse_size("8G", &v), 0);
+  CHECK(v == 8ull << 30);
+  CHECK_EQ_INT(manifest_parse_size("512Mi", &v), 0);
+  CHECK(v == 512ull << 20);
+  CHECK_EQ_INT(manifest_parse_size("1TiB", &v), 0);
+  CHECK(v == 1ull << 40);
+  CHECK_EQ_INT(manifest_parse_size("4096", &v), 0);
+  CHECK(v == 4096);
+  CHECK_EQ_INT(manifest_parse_size("0", &v), -EINVAL);
+  CHECK_EQ_INT(manifest_parse_size("8X", &v), -EINVAL);
+  CHECK_EQ_INT(manifest_parse_size("G", &v), -EINVAL);
+  CHECK_EQ_INT(manifest_parse_size("-1G", &v), -EINVAL);
+  CHECK_EQ_INT(manifest_parse_size("8Gx", &v), -EINVAL);
+  CHECK_EQ_INT(manifest_parse_size("99999999999999999999", &v), -ERANGE);
+  CHECK_EQ_INT(manifest_parse_size("99999999999T", &v), -ERANGE);
+}
+
+static char *cmd_default[] = {"python3", "train.py"};
+
+static int k8s_rc(const char *name, int nodes, const char *image, const char *secret, char *err) {
+  manifest_k8s_opts o = {.name = name,
+                         .image = image,
+                         .nodes = nodes,
+                         .nproc_per_node = 2,
+                         .port = MANIFEST_DEFAULT_PORT,
+                         .token_secret = secret,
+                         .cmd = cmd_default,
+                         .ncmd = 2};
+  manifest_buf b;
+  manifest_buf_init(&b);
+  int rc = manifest_k8s(&o, &b, err, 256);
+  /* A failed render leaves no partial output behind. */
+  if (rc != 0 && b.len != 0) rc = 1;
+  manifest_buf_free(&b);
+  return rc;
+}
+
+static void test_k8s_validation(void) {
+  char err[256];
+  CHECK_EQ_INT(k8s_rc("train", 2, "img", NULL, err), 0);
+  CHECK_EQ_INT(k8s_rc("train", 2, "img", "my.secret-1", err), 0);
+  CHECK_EQ_INT(k8s_rc("Train", 2, "img", NULL, err), -EINVAL);
+  CHECK(strstr(err, "--name") != NULL);
+  CHECK_EQ_INT(k8s_rc("-train", 2, "img", NULL, err), -EINVAL);
+  CHECK_EQ_INT(k8s_rc("train-", 2, "img", NULL, err), -EINVAL);
+  CHECK_EQ_INT(k8s_rc("a_b", 2, "img", NULL, err), -EINVAL);
+  CHECK_EQ_INT(k8s_rc("", 2, "img", NULL, err), -EINVAL);
+  /* 61 characters leave room for "-0" ... "-9" but not for "-10". */
+  char name[80];
+  memset(name, 'a', 61);
+  name[61] = '\0';
+  CHECK_EQ_INT(k8s_rc(name, 10, "img", NULL, err), 0);
+  CHECK_EQ_INT(k8s_rc(name, 11, "img", NULL, err), -EINVAL);
+  CHECK_EQ_INT(k8s_rc("train", 0, "img", NULL, err), -EINVAL);
+  CHECK(strstr(err, "--nodes") != NULL);
+  CHECK_EQ_INT(k8s_rc("train", 2, "my image", NULL, err), -EINVAL);
+  CHECK_EQ_INT(k8s_rc("train", 2, "", NULL, err), -EINVAL);
+  CHECK_EQ_INT(k8s_rc("train", 2, "img", "Bad_Secret", err), -EINVAL);
+  CHECK(strstr(err, "--token-secret") != NULL);
+  CHECK_EQ_INT(k8s_rc("train", 2, "img", "a..b", err), -EINVAL);
+
+  char *bad_utf8[] = {"python3", "\xff"};
+  manifest_k8s_opts o = {.name = "t",
+                         .image = "i",
+                         .nodes = 1,
+                         .nproc_per_node = 1,
+                         .port = 1,
+                         .cmd = bad_utf8,
+                         .ncmd = 2};
+  manifest_buf b;
+  manifest_buf_init(&b);
+  CHECK_EQ_INT(manifest_k8s(&o, &b, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "argument 2") != NULL);
+  o.ncmd = 0;
+  CHECK_EQ_INT(manifest_k8s(&o, &b, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "--") != NULL);
+  manifest_buf_free(&b);
+}
+
+static int slurm_rc(const char *time, const char *partition, const char *job_name) {
+  manifest_slurm_opts o = {.nodes = 2,
+                           .nproc_per_node = 4,
+                           .time = time,
+                           .partition = partition,
+                           .job_name = job_name,
+                           .cmd = cmd_default,
+                           .ncmd = 2};
+  manifest_buf b;
+  manifest_buf_init(&b);
+  char err[256];
+  int rc = manifest_slurm(&o, &b, err, sizeof err);
+  manifest_buf_free(&b);
+  return rc;
+}
+
+static void test_slurm_validation(void) {
+  const char *good_times[] = {"30",      "30:00",      "12:00:00", "2-0",
+                              "2-12:30", "2-12:30:00", "UNLIMITED"};
+  for (size_t i = 0; i < sizeof good_times / sizeof good_times[0]; i++)
+    CHECK_EQ_INT(slurm_rc(good_times[i], NULL, NULL), 0);
+  const char *bad_times[] = {"", "1:2:3:4", "1-2-3", "1:", "-1", "1h", "1 2", "2-"};
+  for (size_t i = 0; i < sizeof bad_times / sizeof bad_times[0]; i++)
+    CHECK_EQ_INT(slurm_rc(bad_times[i], NULL, NULL), -EINVAL);
+  CHECK_EQ_INT(slurm_rc(NULL, "gpu,cpu", "my_job-1.x"), 0);
+  CHECK_EQ_INT(slurm_rc(NULL, "gpu part", NULL), -EINVAL);
+  CHECK_EQ_INT(slurm_rc(NULL, NULL, "a;b"), -EINVAL);
+  CHECK_EQ_INT(slurm_rc(NULL, NULL, "a\nb"), -EINVAL);
+}
+
+static int docker_rc(const char *master, const char *gpus, int port) {
+  manifest_docker_opts o = {.nodes = 2,
+                            .nproc_per_node = 4,
+                            .image = "img",
+                            .master_addr = master,
+                            .port = port,
+                            .gpus = gpus,
+                            .cmd = cmd_default,
+                            .ncmd = 2};
+  manifest_buf b;
+  manifest_buf_init(&b);
+  char err[256];
+  int rc = manifest_docker(&o, &b, err, sizeof err);
+  manifest_buf_free(&b);
+  return rc;
+}
+
+static void test_docker_validation(void) {
+  CHECK_EQ_INT(docker_rc("10.0.0.1", "all", 29400), 0);
+  CHECK_EQ_INT(docker_rc("node-0.cluster", NULL, 1), 0);
+  CHECK_EQ_INT(docker_rc("fd00::1", NULL, 29400), 0);
+  CHECK_EQ_INT(docker_rc("a b", NULL, 29400), -EINVAL);
+  CHECK_EQ_INT(docker_rc("a;b", NULL, 29400), -EINVAL);
+  CHECK_EQ_INT(docker_rc(NULL, NULL, 29400), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", NULL, 0), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", NULL, 65536), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", "", 29400), -EINVAL);
+}
+
+static void test_docker_ipv6_master(void) {
+  manifest_docker_opts o = {.nodes = 1,
+                            .nproc_per_node = 1,
+                            .image = "img",
+                            .master_addr = "fd00::1",
+                            .port = 29400,
+                            .cmd = cmd_default,
+                            .ncmd = 2,
+                            .shm_bytes = 3ull << 40};
+  manifest_buf b;
+  manifest_buf_init(&b);
+  char err[256];
+  CHECK_EQ_INT(manifest_docker(&o, &b, err, sizeof err), 0);
+  CHECK(b.data != NULL && strstr(b.data, "--master '[fd00::1]:29400'") != NULL);
+  /* docker's --shm-size has no "t" unit. */
+  CHECK(b.data != NULL && strstr(b.data, "--shm-size 3072g ") != NULL);
+  manifest_buf_free(&b);
+}
+
+int main(void) {
+  test_yaml_quote();
+  test_shell_quote();
+  test_parse_size();
+  test_k8s_validation();
+  test_slurm_validation();
+  test_docker_validation();
+  test_docker_ipv6_master();
+  return check_report();
+}

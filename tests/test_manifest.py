@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""test_manifest.py COHORT - `cohort manifest` end to end.
+
+Parses what `cohort manifest k8s|slurm|docker` prints with real parsers
+(PyYAML, bash, shlex) and asserts the structure, names, counts and that the
+command each node runs is exactly the argv given after `--`, including
+arguments with quotes, colons, dollars, newlines and non-ASCII text.
+"""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+COHORT = sys.argv[1]
+failures = 0
+passed = 0
+
+
+def check(cond, what):
+    global failures, passed
+    if cond:
+        passed += 1
+    else:
+        failures += 1
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(*args):
+    p = subprocess.run([COHORT, "manifest", *args], capture_output=True, timeout=30)
+    return p.returncode, p.stdout.decode("utf-8"), p.stderr.decode("utf-8", "replace")
+
+
+# Arguments that break naive quoting in YAML or a shell.
+AWKWARD = [
+    "python3", "-c", 'import sys; print("a: b", \'c\', sys.argv[1:])',
+    "$(HOME)", "$$", "${PATH}", "$JOB_COMPLETION_INDEX", "tab\there", "new\nline", "",
+    "ünïcode ☃ 𝄞", "#not a comment", "- dash", "{a: [1, 2]}", "null", "yes", "0x1F",
+    "\\back\\slash", "ctrl\x01\x1b", "nel\u0085 ls\u2028", "'single'", "*star", "&anchor",
+    "!tag", "%", "@x", "`backtick`", "a;b|c&d>e<f", "--", "-h", "--help", " lead", "trail ",
+]
+
+
+def k8s_expand(s, env):
+    """Kubernetes' expansion of $(VAR) in command and args: "$$" becomes "$",
+    $(NAME) becomes env[NAME] when defined, anything else stays."""
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "$" and i + 1 < len(s):
+            if s[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            if s[i + 1] == "(":
+                j = s.find(")", i + 2)
+                if j >= 0 and s[i + 2:j] in env:
+                    out.append(env[s[i + 2:j]])
+                    i = j + 1
+                    continue
+        out.append(s[i])
+        i += 1
+    return "".join(out)
+
+
+def test_k8s():
+    rc, out, err = run("k8s", "--name", "gpt2-train", "--nodes", "3", "--nproc-per-node", "8",
+                       "--image", "registry.example/ml/cohort:1.2", "--gpus", "8", "--rdma",
+                       "roce", "--shm", "16G", "--token-secret", "gpt2-token", "--port", "29500",
+                       "--", *AWKWARD)
+    check(rc == 0 and err == "", "k8s exits 0 silently: %d %s" % (rc, err))
+    docs = [d for d in yaml.safe_load_all(out) if d is not None]
+    check(len(docs) == 2, "k8s: two YAML documents, got %d" % len(docs))
+    check(out.count("\n---\n") + out.startswith("---\n") == 2, "k8s: documents separated by ---")
+    svc = next(d for d in docs if d["kind"] == "Service")
+    job = next(d for d in docs if d["kind"] == "Job")
+    check(svc["apiVersion"] == "v1" and job["apiVersion"] == "batch/v1", "apiVersions")
+    check(svc["metadata"]["name"] == "gpt2-train", "service name")
+    check(svc["spec"]["clusterIP"] == "None", "headless service")
+    check(svc["spec"]["publishNotReadyAddresses"] is True, "publishNotReadyAddresses")
+    check(svc["spec"]["ports"][0]["port"] == 29500, "service port")
+    js = job["spec"]
+    check(job["metadata"]["name"] == "gpt2-train", "job name")
+    check(js["completionMode"] == "Indexed", "Indexed job")
+    check(js["completions"] == 3 and js["parallelism"] == 3, "completions = parallelism = nodes")
+    check(js["backoffLimit"] == 0, "no retries of single pods")
+    tpl = js["template"]
+    labels = tpl["metadata"]["labels"]
+    check(all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()),
+          "service selector matches the pod labels")
+    check(tpl["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "kube-system/roce",
+          "roce network annotation")
+    ps = tpl["spec"]
+    check(ps["subdomain"] == svc["metadata"]["name"], "pod subdomain = service name")
+    check(ps["restartPolicy"] == "Never", "restartPolicy Never")
+    check(len(ps["containers"]) == 1, "one container")
+    c = ps["containers"][0]
+    check(c["image"] == "registry.example/ml/cohort:1.2", "image")
+    check(c["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/rdma": 1}, "gpu and rdma limits")
+    check(c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"], "IPC_LOCK")
+    env = {e["name"]: e for e in c["env"]}
+    check(env["COHORT_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gpt2-token", "key": "token"},
+          "token from the Secret")
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in ps["volumes"]}
+    shm = [n for n, p in mounts.items() if p == "/dev/shm"]
+    check(len(shm) == 1, "/dev/shm mounted")
+    check(vols[shm[0]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"},
+          "memory-backed /dev/shm of 16Gi")
+    # What the kubelet runs in pod 2 after expanding $(VAR) references.
+    argv = [k8s_expand(a, {"JOB_COMPLETION_INDEX": "2"}) for a in c["command"]]
+    want = ["cohort", "run", "--nnodes", "3", "--nproc-per-node", "8",
+            "--master", "gpt2-train-0.gpt2-train:29500", "--node-rank", "2", "--"] + AWKWARD
+    check(argv == want, "k8s command round-trips:\n%r\n%r" % (argv, want))
+    # Pod 0's DNS name is <hostname>.<subdomain>, hostname <job>-<index>.
+    master_host = want[7].rsplit(":", 1)[0]
+    check(master_host == "%s-0.%s" % (job["metadata"]["name"], ps["subdomain"]),
+          "master is pod 0's DNS name")
+
+    # The minimal form: no GPUs, RDMA, shm limit or token.
+    rc, out, err = run("k8s", "--name", "j", "--nodes", "1", "--nproc-per-node", "2", "--image",
+                       "img", "--", "python3", "t.py")
+    check(rc == 0, "minimal k8s: " + err)
+    job = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job"][0]
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    check("resources" not in c and "securityContext" not in c and "env" not in c,
+          "minimal k8s has no resources, capabilities or token")
+    check("annotations" not in job["spec"]["template"]["metadata"], "no network annotation")
+    check(job["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory"},
+          "memory-backed /dev/shm without limit")
+    check(c["command"][-3:] == ["--", "python3", "t.py"], "minimal command")
+    check("--master" in c["command"] and c["command"][c["command"].index("--master") + 1]
+          == "j-0.j:29400", "default port 29400")
+
+    rc, out, err = run("k8s", "--name", "j", "--nodes", "2", "--nproc-per-node", "1", "--image",
+                       "img", "--rdma", "ib", "--", "x")
+    job = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job"][0]
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    check(rc == 0 and c["resources"]["limits"] == {"rdma/rdma": 1}, "ib: rdma resource")
+    check("annotations" not in job["spec"]["template"]["metadata"], "ib: no roce network")
+
+
+def write_exe(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+
+
+RECORDER = """#!/usr/bin/python3
+import json, os, sys
+with open(os.environ["RECORD"], "a") as f:
+    f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
+"""
+
+
+def test_slurm():
+    rc, out, err = run("slurm", "--nodes", "4", "--nproc-per-node", "8", "--time", "1-12:00:00",
+                       "--partition", "gpu", "--job-name", "gpt2", "--gpus-per-node", "8", "--",
+                       *AWKWARD)
+    check(rc == 0 and err == "", "slurm exits 0 silently: " + err)
+    lines = out.splitlines()
+    check(lines[0] == "#!/bin/bash", "shebang")
+    # sbatch reads #SBATCH lines only before the first command.
+    first_cmd = next(i for i, l in enumerate(lines) if l and not l.startswith("#"))
+    sb = [l for l in lines[:first_cmd] if l.startswith("#SBATCH ")]
+    opts = dict(l.split(None, 1)[1].split("=", 1) for l in sb)
+    check(opts == {"--nodes": "4", "--ntasks-per-node": "1", "--time": "1-12:00:00",
+                   "--partition": "gpu", "--job-name": "gpt2", "--gpus-per-node": "8"},
+          "#SBATCH options: %r" % opts)
+    check(not any(l.startswith("#SBATCH") for l in lines[first_cmd:]), "no late #SBATCH")
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "job.sbatch")
+        with open(script, "w") as f:
+            f.write(out)
+        p = subprocess.run(["bash", "-n", script], capture_output=True, timeout=30)
+        check(p.returncode == 0, "bash -n accepts the script: %s" % p.stderr)
+        # Run it with a recording srun: what reaches srun is what each node runs.
+        write_exe(os.path.join(d, "srun"), RECORDER)
+        env = dict(os.environ, PATH=d + ":" + os.environ["PATH"], RECORD=os.path.join(d, "rec"))
+        p = subprocess.run(["bash", script], env=env, capture_output=True, timeout=30)
+        check(p.returncode == 0, "script runs: %s" % p.stderr)
+        with open(os.path.join(d, "rec")) as f:
+            calls = [json.loads(l) for l in f]
+        want = ["srun", "--nodes=4", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "cohort",
+                "run", "--nproc-per-node", "8", "--"] + AWKWARD
+        check(calls == [want], "srun line round-trips:\n%r\n%r" % (calls, [want]))
+    rc, out, err = run("slurm", "--nodes", "1", "--nproc-per-node", "2", "--", "t")
+    check(rc == 0 and "--time" not in out and "--partition" not in out and "--job-name" not in out,
+          "optional #SBATCH lines absent")
+
+
+def shell_commands(text):
+    """Splits a shell text into commands: a newline inside quotes continues
+    the command, comment lines are skipped."""
+    cmds, pending = [], None
+    for line in text.split("\n"):
+        if pending is None and (not line or line.startswith("#")):
+            continue
+        pending = line if pending is None else pending + "\n" + line
+        try:
+            cmds.append((pending, shlex.split(pending)))
+            pending = None
+        except ValueError:
+            pass
+    check(pending is None, "unterminated quote in %r" % text)
+    return cmds
+
+
+def test_docker():
+    rc, out, err = run("docker", "--nodes", "3", "--nproc-per-node", "8", "--image",
+                       "egoldne7/pytorch:latest", "--master-addr", "10.1.2.3", "--gpus", "all",
+                       "--shm", "8G", "--rdma", "--", *AWKWARD)
+    check(rc == 0 and err == "", "docker exits 0 silently: " + err)
+    runs = shell_commands(out)
+    check(len(runs) == 3, "one docker line per node")
+    for rank, (line, a) in enumerate(runs):
+        check(a[:2] == ["docker", "run"], "docker run")
+        i = a.index("egoldne7/pytorch:latest")
+        flags = a[2:i]
+        for f in [["--network", "host"], ["--ipc", "host"], ["--ulimit", "memlock=-1:-1"],
+                  ["--shm-size", "8g"], ["--gpus", "all"], ["--device", "/dev/infiniband"],
+                  ["--cap-add", "IPC_LOCK"], ["--env", "COHORT_TOKEN"]]:
+            check(any(flags[k:k + 2] == f for k in range(len(flags))), "node %d: %r" % (rank, f))
+        want = ["cohort", "run", "--nnodes", "3", "--node-rank", str(rank), "--master",
+                "10.1.2.3:29400", "--nproc-per-node", "8", "--"] + AWKWARD
+        check(a[i + 1:] == want, "node %d command round-trips" % rank)
+    # bash agrees with shlex: run the lines with a recording docker.
+    with tempfile.TemporaryDirectory() as d:
+        write_exe(os.path.join(d, "docker"), RECORDER)
+        env = dict(os.environ, PATH=d + ":" + os.environ["PATH"], RECORD=os.path.join(d, "rec"))
+        p = subprocess.run(["bash", "-c", out], env=env, capture_output=True, timeout=30)
+        check(p.returncode == 0, "docker lines run in bash: %s" % p.stderr)
+        with open(os.path.join(d, "rec")) as f:
+            calls = [json.loads(l) for l in f]
+        check(calls == [a for _, a in runs], "bash and shlex agree")
+    rc, out, err = run("docker", "--nodes", "2", "--nproc-per-node", "1", "--image", "i",
+                       "--master-addr", "head", "--port", "1234", "--", "t")
+    runs = [a for _, a in shell_commands(out)]
+    check(rc == 0 and all("--gpus" not in r and "--device" not in r and "--shm-size" not in r
+                          for r in runs), "docker without gpus, rdma, shm")
+    check(all(r[r.index("--master") + 1] == "head:1234" for r in runs), "docker --port")
+
+
+def test_bad_flags():
+    base_k8s = ["k8s", "--name", "j", "--nodes", "2", "--nproc-per-node", "1", "--image", "i"]
+    base_docker = ["docker", "--nodes", "2", "--nproc-per-node", "1", "--image", "i",
+                   "--master-addr", "h"]
+    bad = [
+        [], ["pbs"], ["k8s"], ["k8s", "--bogus"], ["k8s", "--nodes"],
+        base_k8s + ["--", ], base_k8s + ["python3"], base_k8s[:-2] + ["--", "x"],
+        ["k8s", "--nodes", "2", "--nproc-per-node", "1", "--image", "i", "--", "x"],
+        base_k8s[:4] + ["--image", "i", "--", "x"],
+        ["k8s", "--name", "J", "--nodes", "2", "--nproc-per-node", "1", "--image", "i", "--", "x"],
+        base_k8s + ["--rdma", "iwarp", "--", "x"], base_k8s + ["--shm", "lots", "--", "x"],
+        base_k8s + ["--gpus", "-1", "--", "x"], base_k8s + ["--port", "70000", "--", "x"],
+        base_k8s + ["--token-secret", "A B", "--", "x"], base_k8s + ["-x", "--", "x"],
+        ["k8s", "--name", "j", "--nodes", "two", "--nproc-per-node", "1", "--image", "i", "--",
+         "x"],
+        ["k8s", "--name", "j", "--nodes", "0", "--nproc-per-node", "1", "--image", "i", "--", "x"],
+        ["slurm", "--nodes", "2", "--", "x"],
+        ["slurm", "--nodes", "2", "--nproc-per-node", "1", "--time", "1h", "--", "x"],
+        ["slurm", "--nodes", "2", "--nproc-per-node", "1", "--job-name", "a b", "--", "x"],
+        ["slurm", "--nodes", "2", "--nproc-per-node", "1", "--image", "i", "--", "x"],
+        base_docker[:-2] + ["--", "x"], base_docker + ["--rdma", "roce", "--", "x"],
+        base_docker[:-1] + ["bad host", "--", "x"], base_docker + ["--", "\udcff"],
+    ]
+    for args in bad:
+        try:
+            p = subprocess.run([COHORT, "manifest", *args], capture_output=True, timeout=30)
+        except UnicodeEncodeError:
+            # Invalid UTF-8 in an argument: pass the raw bytes.
+            p = subprocess.run([os.fsencode(COHORT), b"manifest"] +
+                               [a.encode("utf-8", "surrogateescape") for a in args],
+                               capture_output=True, timeout=30)
+        e = p.stderr.decode("utf-8", "replace")
+        check(p.returncode == 2, "exit 2 for %r (got %d)" % (args, p.returncode))
+        check(e.count("\n") == 1 and e.endswith("\n") and e.startswith("cohort manifest"),
+              "one-line error for %r: %r" % (args, e))
+        check(p.stdout == b"", "no output for %r" % (args,))
+    for args in [["--help"], ["k8s", "--help"], ["slurm", "-h"], ["docker", "--help"]]:
+        rc, out, err = run(*args)
+        check(rc == 0 and out.startswith("usage: cohort manifest"), "help for %r" % (args,))
+
+
+test_k8s()
+test_slurm()
+test_docker()
+test_bad_flags()
+print("%d passed, %d failed" % (passed, failures))
+sys.exit(1 if failures else 0)
