@@ -11,6 +11,7 @@ pkgs=(
   python3 python3-torch python3-numpy python3-yaml python3-protobuf
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev
+  groff-base
 )
 
 missing=()

@@ -9,3 +9,7 @@ set_tests_properties(manifest PROPERTIES TIMEOUT 60 LABELS "unit")
 add_test(NAME manifest_cli
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest.py $<TARGET_FILE:cohort>)
 set_tests_properties(manifest_cli PROPERTIES TIMEOUT 120 LABELS "unit")
+
+add_test(NAME install
+  COMMAND ${CMAKE_SOURCE_DIR}/tests/test_install.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+set_tests_properties(install PROPERTIES TIMEOUT 300 LABELS "slow")
