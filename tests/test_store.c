@@ -1,0 +1,1006 @@
+/*
+ * test_store.c - the rendezvous store: SHA-256/HMAC vectors, the protocol
+ * parser, every operation, waits and counters across forked processes,
+ * connection retry, limits and hostile clients, and authentication.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "base/net.h"
+#include "base/sha256.h"
+#include "store/store.h"
+#include "store/store_auth.h"
+#include "store/store_proto.h"
+#include "tests/check.h"
+
+/* ---- helpers ---- */
+
+static int64_t in_ms(int64_t ms) {
+  return base_deadline_in(ms);
+}
+
+static store_server *start(const store_server_opts *o) {
+  store_server_opts def = {.bind_host = "127.0.0.1"};
+  store_server *s = NULL;
+  int rc = store_server_start(o ? o : &def, &s);
+  CHECK_EQ_INT(rc, 0);
+  return s;
+}
+
+static store_client *client(int port, const char *token) {
+  store_client *c = NULL;
+  char err[256];
+  int rc = store_client_connect("127.0.0.1", port, token, in_ms(5000), &c, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "connect: %s\n", err);
+  CHECK_EQ_INT(rc, 0);
+  return c;
+}
+
+static int get_str(store_client *c, const char *key, char *out, size_t outlen) {
+  void *v = NULL;
+  size_t n = 0;
+  int rc = store_get(c, key, &v, &n, in_ms(5000));
+  if (rc == 0) {
+    size_t m = n < outlen - 1 ? n : outlen - 1;
+    memcpy(out, v, m);
+    out[m] = '\0';
+    free(v);
+  }
+  return rc;
+}
+
+static int raw_connect(int port) {
+  int fd = -1;
+  int rc = base_tcp_connect("127.0.0.1", port, in_ms(5000), &fd);
+  CHECK_EQ_INT(rc, 0);
+  return fd;
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+
+/* Sends a HELLO with the given nonce. */
+static void raw_send_hello(int fd, const uint8_t nonce[STORE_NONCE_LEN]) {
+  uint8_t f[4 + 2 + STORE_NONCE_LEN];
+  put_u32(f, 2 + STORE_NONCE_LEN);
+  f[4] = STORE_OP_HELLO;
+  f[5] = STORE_PROTO_VERSION;
+  memcpy(f + 6, nonce, STORE_NONCE_LEN);
+  CHECK_EQ_INT(base_write_full(fd, f, sizeof f, in_ms(5000)), 0);
+}
+
+/*
+ * Reads one response frame (body into buf). Returns the body length, or -1
+ * when the connection closed / failed before a whole frame arrived.
+ */
+static long raw_read_frame(int fd, uint8_t *buf, size_t cap, int64_t deadline) {
+  uint8_t hdr[4];
+  if (base_read_full(fd, hdr, 4, deadline) != 0) return -1;
+  uint32_t n = store_load_u32(hdr);
+  if (n == 0 || n > cap) return -1;
+  if (base_read_full(fd, buf, n, deadline) != 0) return -1;
+  return (long)n;
+}
+
+/* Does a HELLO on a server without token; returns 0 when accepted. */
+static int raw_hello(int fd) {
+  uint8_t nonce[STORE_NONCE_LEN] = {0};
+  raw_send_hello(fd, nonce);
+  uint8_t b[128];
+  long n = raw_read_frame(fd, b, sizeof b, in_ms(5000));
+  return n > 0 && b[0] == STORE_ST_OK ? 0 : -1;
+}
+
+/*
+ * Reads frames until the server closes the connection. Returns the status of
+ * the last frame received (or -1 if none) in *last_status, and 1 when the
+ * connection was closed before the deadline.
+ */
+static int raw_expect_close(int fd, int64_t deadline, int *last_status) {
+  *last_status = -1;
+  uint8_t b[256];
+  for (;;) {
+    uint8_t hdr[4];
+    int rc = base_read_full(fd, hdr, 4, deadline);
+    if (rc == -ETIMEDOUT) return 0;
+    if (rc != 0) return 1;
+    uint32_t n = store_load_u32(hdr);
+    if (n == 0 || n > sizeof b) return 1;
+    rc = base_read_full(fd, b, n, deadline);
+    if (rc == -ETIMEDOUT) return 0;
+    if (rc != 0) return 1;
+    *last_status = b[0];
+  }
+}
+
+/* A normal client is still served. */
+static void check_still_serving(int port, const char *token) {
+  store_client *c = client(port, token);
+  if (c == NULL) return;
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_set(c, "alive", "yes", 3, in_ms(5000)), 0);
+  char v[16];
+  CHECK_EQ_INT(get_str(c, "alive", v, sizeof v), 0);
+  CHECK_STREQ(v, "yes");
+  store_client_close(c);
+}
+
+/* ---- SHA-256 and HMAC ---- */
+
+static void check_hex(const uint8_t d[32], const char *want) {
+  char hex[65];
+  base_hex(d, 32, hex);
+  CHECK_STREQ(hex, want);
+}
+
+static void test_sha256(void) {
+  uint8_t d[32];
+  /* FIPS 180-4 examples (NIST CSRC "SHA256.pdf"). */
+  base_sha256("abc", 3, d);
+  check_hex(d, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  base_sha256("", 0, d);
+  check_hex(d, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  base_sha256(two, strlen(two), d);
+  check_hex(d, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  /* One million 'a', fed in uneven pieces to exercise the block buffer. */
+  base_sha256_ctx ctx;
+  base_sha256_init(&ctx);
+  char chunk[997];
+  memset(chunk, 'a', sizeof chunk);
+  size_t left = 1000000;
+  while (left > 0) {
+    size_t n = left < sizeof chunk ? left : sizeof chunk;
+    base_sha256_update(&ctx, chunk, n);
+    left -= n;
+  }
+  base_sha256_final(&ctx, d);
+  check_hex(d, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+
+  /* RFC 4231 test cases 1, 2, 3, 6 and 7. */
+  uint8_t key[131];
+  memset(key, 0x0b, 20);
+  base_hmac_sha256(key, 20, "Hi There", 8, d);
+  check_hex(d, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  base_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, d);
+  check_hex(d, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  uint8_t data[50];
+  memset(key, 0xaa, 20);
+  memset(data, 0xdd, 50);
+  base_hmac_sha256(key, 20, data, 50, d);
+  check_hex(d, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  memset(key, 0xaa, 131);
+  const char *t6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  base_hmac_sha256(key, 131, t6, strlen(t6), d);
+  check_hex(d, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  const char *t7 = "This is a test using a larger than block-size key and a larger than "
+                   "block-size data. The key needs to be hashed before being used by the HMAC "
+                   "algorithm.";
+  base_hmac_sha256(key, 131, t7, strlen(t7), d);
+  check_hex(d, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+
+  CHECK(base_memeq_ct("abcd", "abcd", 4));
+  CHECK(!base_memeq_ct("abcd", "abce", 4));
+}
+
+/* ---- the parser ---- */
+
+static void test_proto(void) {
+  char why[128];
+  uint32_t blen;
+  uint8_t hdr[4];
+  put_u32(hdr, 0xfffffff0u);
+  CHECK_EQ_INT(store_proto_frame(hdr, 4, STORE_FRAME_MAX, &blen, why, sizeof why), COHORT_EPROTO);
+  CHECK(strstr(why, "exceeds") != NULL);
+  put_u32(hdr, 0);
+  CHECK_EQ_INT(store_proto_frame(hdr, 4, STORE_FRAME_MAX, &blen, why, sizeof why), COHORT_EPROTO);
+  put_u32(hdr, 10);
+  CHECK_EQ_INT(store_proto_frame(hdr, 3, STORE_FRAME_MAX, &blen, why, sizeof why), 0);
+  CHECK_EQ_INT(store_proto_frame(hdr, 4, STORE_FRAME_MAX, &blen, why, sizeof why), 0);
+  CHECK_EQ_INT(blen, 10);
+
+  /* A SET encoded by the buffer helpers parses back. */
+  store_buf b = {0};
+  store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_SET);
+  store_buf_key(&b, "k1", 2);
+  store_buf_value(&b, "hello", 5);
+  store_buf_end_frame(&b, 0);
+  CHECK_EQ_INT(store_proto_frame(b.p, b.len, STORE_FRAME_MAX, &blen, why, sizeof why), 1);
+  CHECK_EQ_INT(blen, b.len - 4);
+  store_request r;
+  CHECK_EQ_INT(store_proto_parse_request(b.p + 4, blen, &r, why, sizeof why), 0);
+  CHECK_EQ_INT(r.op, STORE_OP_SET);
+  CHECK_EQ_INT(r.key.len, 2);
+  CHECK(memcmp(r.key.p, "k1", 2) == 0);
+  CHECK_EQ_INT(r.value.len, 5);
+  /* Every truncation of it is refused. */
+  int all_refused = 1;
+  for (size_t n = 0; n < blen; n++)
+    if (store_proto_parse_request(b.p + 4, n, &r, why, sizeof why) != COHORT_EPROTO)
+      all_refused = 0;
+  CHECK(all_refused);
+  /* Trailing bytes are refused. */
+  store_buf_u8(&b, 0);
+  CHECK_EQ_INT(store_proto_parse_request(b.p + 4, blen + 1, &r, why, sizeof why), COHORT_EPROTO);
+  CHECK(strstr(why, "trailing") != NULL);
+
+  /* Oversized key, value, NUL in key, unknown op, WAIT key iteration. */
+  uint8_t m[16] = {STORE_OP_GET, 0x02, 0x01}; /* key of 513 bytes */
+  CHECK_EQ_INT(store_proto_parse_request(m, 3, &r, why, sizeof why), COHORT_EPROTO);
+  CHECK(strstr(why, "key of 513") != NULL);
+  uint8_t v[] = {STORE_OP_SET, 0, 1, 'k', 0xff, 0xff, 0xff, 0xff};
+  CHECK_EQ_INT(store_proto_parse_request(v, sizeof v, &r, why, sizeof why), COHORT_EPROTO);
+  CHECK(strstr(why, "value of") != NULL);
+  uint8_t nul[] = {STORE_OP_GET, 0, 2, 'k', 0};
+  CHECK_EQ_INT(store_proto_parse_request(nul, sizeof nul, &r, why, sizeof why), COHORT_EPROTO);
+  uint8_t unk[] = {0x7f};
+  CHECK_EQ_INT(store_proto_parse_request(unk, 1, &r, why, sizeof why), COHORT_EPROTO);
+  CHECK(strstr(why, "unknown") != NULL);
+
+  b.len = 0;
+  store_buf_u8(&b, STORE_OP_WAIT);
+  store_buf_u32(&b, 1000);
+  store_buf_u32(&b, 3);
+  store_buf_key(&b, "a", 1);
+  store_buf_key(&b, "bb", 2);
+  store_buf_key(&b, "ccc", 3);
+  CHECK_EQ_INT(store_proto_parse_request(b.p, b.len, &r, why, sizeof why), 0);
+  CHECK_EQ_INT(r.nkeys, 3);
+  CHECK_EQ_INT(r.timeout_ms, 1000);
+  size_t pos = 0, count = 0, total = 0;
+  store_bytes k;
+  while (store_proto_next_key(&r, &pos, &k)) {
+    count++;
+    total += k.len;
+  }
+  CHECK_EQ_INT(count, 3);
+  CHECK_EQ_INT(total, 6);
+  /* Declaring more keys than present is refused. */
+  b.p[8] = 4;
+  CHECK_EQ_INT(store_proto_parse_request(b.p, b.len, &r, why, sizeof why), COHORT_EPROTO);
+  store_buf_free(&b);
+
+  store_response resp;
+  uint8_t bad[] = {99};
+  CHECK_EQ_INT(store_proto_parse_response(STORE_OP_PING, bad, 1, &resp, why, sizeof why),
+               COHORT_EPROTO);
+  uint8_t getok[] = {STORE_ST_OK, 0, 0, 0, 2, 'h', 'i'};
+  CHECK_EQ_INT(
+      store_proto_parse_response(STORE_OP_GET, getok, sizeof getok, &resp, why, sizeof why), 0);
+  CHECK_EQ_INT(resp.value.len, 2);
+  CHECK_EQ_INT(store_proto_parse_response(STORE_OP_GET, getok, 5, &resp, why, sizeof why),
+               COHORT_EPROTO);
+}
+
+/* ---- operations ---- */
+
+static void test_operations(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  CHECK(port > 0);
+  store_client *c = client(port, NULL);
+  if (c == NULL) {
+    store_server_stop(s);
+    return;
+  }
+  int64_t dl = in_ms(5000);
+  CHECK_EQ_INT(store_ping(c, dl), 0);
+
+  /* set / get, binary values, overwrite, empty value. */
+  uint8_t bin[300];
+  for (size_t i = 0; i < sizeof bin; i++) bin[i] = (uint8_t)i;
+  CHECK_EQ_INT(store_set(c, "bin", bin, sizeof bin, dl), 0);
+  void *v = NULL;
+  size_t n = 0;
+  CHECK_EQ_INT(store_get(c, "bin", &v, &n, dl), 0);
+  CHECK_EQ_INT(n, sizeof bin);
+  CHECK(v != NULL && memcmp(v, bin, sizeof bin) == 0);
+  free(v);
+  CHECK_EQ_INT(store_set(c, "bin", "x", 1, dl), 0);
+  char s1[64];
+  CHECK_EQ_INT(get_str(c, "bin", s1, sizeof s1), 0);
+  CHECK_STREQ(s1, "x");
+  CHECK_EQ_INT(store_set(c, "empty", NULL, 0, dl), 0);
+  CHECK_EQ_INT(store_get(c, "empty", &v, &n, dl), 0);
+  CHECK_EQ_INT(n, 0);
+  free(v);
+  CHECK_EQ_INT(store_get(c, "missing", &v, &n, dl), -ENOENT);
+  CHECK(v == NULL);
+
+  /* A large value round-trips. */
+  size_t big = STORE_VALUE_MAX;
+  uint8_t *bv = malloc(big);
+  for (size_t i = 0; i < big; i++) bv[i] = (uint8_t)(i * 7);
+  CHECK_EQ_INT(store_set(c, "big", bv, big, dl), 0);
+  CHECK_EQ_INT(store_get(c, "big", &v, &n, dl), 0);
+  CHECK_EQ_INT(n, big);
+  CHECK(v != NULL && memcmp(v, bv, big) == 0);
+  free(v);
+  free(bv);
+
+  /* add: absent = 0, negative deltas, stored as decimal text. */
+  int64_t r = 0;
+  CHECK_EQ_INT(store_add(c, "ctr", 5, &r, dl), 0);
+  CHECK_EQ_INT(r, 5);
+  CHECK_EQ_INT(store_add(c, "ctr", -7, &r, dl), 0);
+  CHECK_EQ_INT(r, -2);
+  CHECK_EQ_INT(get_str(c, "ctr", s1, sizeof s1), 0);
+  CHECK_STREQ(s1, "-2");
+  CHECK_EQ_INT(store_add(c, "bin", 1, &r, dl), -EINVAL); /* holds "x" */
+  CHECK_EQ_INT(store_set(c, "text", "12a", 3, dl), 0);
+  CHECK_EQ_INT(store_add(c, "text", 1, &r, dl), -EINVAL);
+  CHECK_EQ_INT(store_add(c, "ctr", INT64_MAX, &r, dl), 0);
+  CHECK_EQ_INT(r, INT64_MAX - 2);
+  CHECK_EQ_INT(store_add(c, "ctr", 3, &r, dl), -ERANGE);
+  CHECK_EQ_INT(store_add(c, "ctr", 0, &r, dl), 0);
+  CHECK_EQ_INT(r, INT64_MAX - 2);
+
+  /* delete */
+  CHECK_EQ_INT(store_delete(c, "ctr", dl), 0);
+  CHECK_EQ_INT(store_delete(c, "ctr", dl), -ENOENT);
+  CHECK_EQ_INT(store_get(c, "ctr", &v, &n, dl), -ENOENT);
+
+  /* Client-side argument checks. */
+  char longkey[STORE_KEY_MAX + 2];
+  memset(longkey, 'k', sizeof longkey - 1);
+  longkey[sizeof longkey - 1] = '\0';
+  CHECK_EQ_INT(store_set(c, longkey, "v", 1, dl), COHORT_ELIMIT);
+  longkey[STORE_KEY_MAX] = '\0';
+  CHECK_EQ_INT(store_set(c, longkey, "v", 1, dl), 0);
+  CHECK_EQ_INT(store_set(c, "", "v", 1, dl), -EINVAL);
+  CHECK_EQ_INT(store_set(c, "k", bin, (size_t)STORE_VALUE_MAX + 1, dl), COHORT_ELIMIT);
+  CHECK_EQ_INT(store_ping(c, dl), 0);
+
+  store_client_close(c);
+  store_server_stop(s);
+}
+
+static void test_cas(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  store_client *c = client(store_server_port(s), NULL);
+  int64_t dl = in_ms(5000);
+  void *cur = NULL;
+  size_t n = 0;
+  /* expected NULL: succeeds only while the key is absent. */
+  CHECK_EQ_INT(store_cas(c, "leader", NULL, 0, "A", 1, &cur, &n, dl), 0);
+  CHECK(cur != NULL && n == 1 && memcmp(cur, "A", 1) == 0);
+  free(cur);
+  CHECK_EQ_INT(store_cas(c, "leader", NULL, 0, "B", 1, &cur, &n, dl), 0);
+  CHECK(cur != NULL && n == 1 && memcmp(cur, "A", 1) == 0); /* lost: still A */
+  free(cur);
+  /* Wrong expectation: unchanged, current value returned. */
+  CHECK_EQ_INT(store_cas(c, "leader", "B", 1, "C", 1, &cur, &n, dl), 0);
+  CHECK(cur != NULL && n == 1 && memcmp(cur, "A", 1) == 0);
+  free(cur);
+  /* Right expectation: replaced. */
+  CHECK_EQ_INT(store_cas(c, "leader", "A", 1, "CC", 2, &cur, &n, dl), 0);
+  CHECK(cur != NULL && n == 2 && memcmp(cur, "CC", 2) == 0);
+  free(cur);
+  char v[16];
+  CHECK_EQ_INT(get_str(c, "leader", v, sizeof v), 0);
+  CHECK_STREQ(v, "CC");
+  /* Expecting a value of an absent key fails and reports absence. */
+  cur = (void *)1;
+  CHECK_EQ_INT(store_cas(c, "nokey", "A", 1, "B", 1, &cur, &n, dl), 0);
+  CHECK(cur == NULL);
+  CHECK_EQ_INT(n, 0);
+  CHECK_EQ_INT(store_get(c, "nokey", &cur, &n, dl), -ENOENT);
+  /* An empty expected value differs from "absent". */
+  CHECK_EQ_INT(store_cas(c, "nokey", "", 0, "B", 1, &cur, &n, dl), 0);
+  CHECK(cur == NULL);
+  CHECK_EQ_INT(store_set(c, "e", NULL, 0, dl), 0);
+  CHECK_EQ_INT(store_cas(c, "e", "", 0, "full", 4, NULL, NULL, dl), 0);
+  CHECK_EQ_INT(get_str(c, "e", v, sizeof v), 0);
+  CHECK_STREQ(v, "full");
+  store_client_close(c);
+  store_server_stop(s);
+}
+
+static void test_wait(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c = client(port, NULL);
+
+  /* Timeout: -ETIMEDOUT at (not long after) the deadline; the client stays usable. */
+  const char *missing[] = {"never"};
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(store_wait(c, missing, 1, t0 + 200), -ETIMEDOUT);
+  int64_t took = base_now_ms() - t0;
+  CHECK(took >= 190);
+  CHECK(took < 5000);
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
+  /* A deadline already past answers at once from the current state. */
+  CHECK_EQ_INT(store_wait(c, missing, 1, base_now_ms() - 1), -ETIMEDOUT);
+  CHECK_EQ_INT(store_set(c, "here", "1", 1, in_ms(5000)), 0);
+  const char *here[] = {"here"};
+  CHECK_EQ_INT(store_wait(c, here, 1, base_now_ms() - 1), 0);
+
+  /* Satisfied by another process's sets, one key at a time. */
+  pid_t pid = fork();
+  if (pid == 0) {
+    store_client *w = NULL;
+    int rc = store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &w, NULL, 0);
+    if (rc != 0) _exit(1);
+    base_sleep_ms(150);
+    rc |= store_set(w, "ka", "A", 1, in_ms(5000));
+    base_sleep_ms(150);
+    rc |= store_add(w, "kb", 1, NULL, in_ms(5000));
+    store_client_close(w);
+    _exit(rc == 0 ? 0 : 1);
+  }
+  const char *keys[] = {"ka", "kb", "here"};
+  CHECK_EQ_INT(store_wait(c, keys, 3, in_ms(10000)), 0);
+  char v[8];
+  CHECK_EQ_INT(get_str(c, "ka", v, sizeof v), 0);
+  CHECK_EQ_INT(get_str(c, "kb", v, sizeof v), 0);
+  CHECK_STREQ(v, "1");
+  int st = 0;
+  CHECK_EQ_INT(waitpid(pid, &st, 0), pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+  /* A parked WAIT whose client vanishes does not disturb the server. */
+  pid = fork();
+  if (pid == 0) {
+    store_client *w = NULL;
+    if (store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &w, NULL, 0) != 0) _exit(1);
+    store_wait(w, missing, 1, in_ms(60000));
+    _exit(0);
+  }
+  base_sleep_ms(200);
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  CHECK_EQ_INT(store_set(c, "never", "now", 3, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
+
+  store_client_close(c);
+  store_server_stop(s);
+}
+
+static void test_counters(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  enum { PROCS = 4, ADDS = 250 };
+  pid_t pids[PROCS];
+  for (int p = 0; p < PROCS; p++) {
+    pids[p] = fork();
+    if (pids[p] == 0) {
+      store_client *w = NULL;
+      if (store_client_connect("127.0.0.1", port, NULL, in_ms(10000), &w, NULL, 0) != 0) _exit(1);
+      int64_t prev = INT64_MIN;
+      for (int i = 0; i < ADDS; i++) {
+        int64_t r;
+        if (store_add(w, "counter", 1, &r, in_ms(10000)) != 0) _exit(2);
+        if (r <= prev) _exit(3); /* each process sees its own adds in order */
+        prev = r;
+      }
+      store_client_close(w);
+      _exit(0);
+    }
+  }
+  int ok = 1;
+  for (int p = 0; p < PROCS; p++) {
+    int st = 0;
+    if (waitpid(pids[p], &st, 0) != pids[p] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = 0;
+  }
+  CHECK(ok);
+  store_client *c = client(port, NULL);
+  int64_t r = 0;
+  CHECK_EQ_INT(store_add(c, "counter", 0, &r, in_ms(5000)), 0);
+  CHECK_EQ_INT(r, PROCS * ADDS);
+  store_client_close(c);
+  store_server_stop(s);
+}
+
+/* ---- connecting ---- */
+
+static void test_late_server(void) {
+  int port = 0;
+  CHECK_EQ_INT(base_free_port("127.0.0.1", &port), 0);
+  int gate[2];
+  CHECK_EQ_INT(pipe(gate), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(gate[1]);
+    base_sleep_ms(300);
+    store_server_opts o = {.bind_host = "127.0.0.1", .port = port};
+    store_server *s = NULL;
+    if (store_server_start(&o, &s) != 0) _exit(1);
+    /* Serve until the parent closes the pipe (bounded). */
+    struct pollfd p = {.fd = gate[0], .events = POLLIN};
+    poll(&p, 1, 20000);
+    store_server_stop(s);
+    _exit(0);
+  }
+  close(gate[0]);
+  int64_t t0 = base_now_ms();
+  store_client *c = NULL;
+  char err[256] = "";
+  int rc = store_client_connect("127.0.0.1", port, NULL, in_ms(10000), &c, err, sizeof err);
+  CHECK_EQ_INT(rc, 0);
+  CHECK(base_now_ms() - t0 >= 250); /* it really waited for the server */
+  if (rc == 0) {
+    CHECK_EQ_INT(store_set(c, "late", "ok", 2, in_ms(5000)), 0);
+    char v[8];
+    CHECK_EQ_INT(get_str(c, "late", v, sizeof v), 0);
+    CHECK_STREQ(v, "ok");
+    store_client_close(c);
+  } else {
+    fprintf(stderr, "late server: %s\n", err);
+  }
+  close(gate[1]);
+  int st = 0;
+  CHECK_EQ_INT(waitpid(pid, &st, 0), pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_unreachable(void) {
+  int port = 0;
+  CHECK_EQ_INT(base_free_port("127.0.0.1", &port), 0);
+  store_client *c = NULL;
+  char err[256] = "";
+  int64_t t0 = base_now_ms();
+  int rc = store_client_connect("127.0.0.1", port, NULL, t0 + 600, &c, err, sizeof err);
+  int64_t took = base_now_ms() - t0;
+  CHECK_EQ_INT(rc, -ECONNREFUSED);
+  CHECK(c == NULL);
+  CHECK(took >= 590);
+  CHECK(took < 5000);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  CHECK(strstr(err, addr) != NULL);
+  CHECK(strchr(err, '\n') == NULL);
+  CHECK(strstr(err, "refused") != NULL);
+}
+
+/* ---- hostile clients and limits ---- */
+
+static void test_garbage(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  int64_t dl = in_ms(5000);
+  int st;
+
+  /* An HTTP request: its first bytes read as a huge length. */
+  int fd = raw_connect(port);
+  const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  CHECK_EQ_INT(base_write_full(fd, http, strlen(http), dl), 0);
+  CHECK(raw_expect_close(fd, dl, &st));
+  CHECK_EQ_INT(st, STORE_ST_PROTO);
+  close(fd);
+
+  /* Random bytes after a valid handshake. */
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  uint8_t junk[1000];
+  base_random_bytes(junk, sizeof junk);
+  put_u32(junk, 40); /* a plausible length, junk inside */
+  junk[4] = 0x7e;
+  CHECK_EQ_INT(base_write_full(fd, junk, sizeof junk, dl), 0);
+  CHECK(raw_expect_close(fd, dl, &st));
+  CHECK_EQ_INT(st, STORE_ST_PROTO);
+  close(fd);
+
+  /* Lengths near 2^32. */
+  uint32_t huge[] = {0xffffffffu, 0xfffffff0u, 0x80000000u, STORE_FRAME_MAX + 1};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(huge); i++) {
+    fd = raw_connect(port);
+    CHECK_EQ_INT(raw_hello(fd), 0);
+    uint8_t h[5];
+    put_u32(h, huge[i]);
+    h[4] = STORE_OP_SET;
+    CHECK_EQ_INT(base_write_full(fd, h, sizeof h, dl), 0);
+    CHECK(raw_expect_close(fd, dl, &st));
+    CHECK_EQ_INT(st, STORE_ST_PROTO);
+    close(fd);
+  }
+
+  /* A frame whose fields claim more than the frame holds. */
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  uint8_t trunc[] = {0, 0, 0, 4, STORE_OP_GET, 0x01, 0x00, 'k'};
+  CHECK_EQ_INT(base_write_full(fd, trunc, sizeof trunc, dl), 0);
+  CHECK(raw_expect_close(fd, dl, &st));
+  CHECK_EQ_INT(st, STORE_ST_PROTO);
+  close(fd);
+
+  /* A truncated frame, then the client goes away. */
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  uint8_t half[] = {0, 0, 0, 100, STORE_OP_SET, 0, 1};
+  CHECK_EQ_INT(base_write_full(fd, half, sizeof half, dl), 0);
+  close(fd);
+
+  /* Oversized key and value declared inside a frame. */
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  store_buf b = {0};
+  store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_SET);
+  store_buf_u16(&b, STORE_KEY_MAX + 1);
+  for (int i = 0; i <= STORE_KEY_MAX; i++) store_buf_u8(&b, 'k');
+  store_buf_value(&b, "v", 1);
+  store_buf_end_frame(&b, 0);
+  CHECK_EQ_INT(base_write_full(fd, b.p, b.len, dl), 0);
+  CHECK(raw_expect_close(fd, dl, &st));
+  CHECK_EQ_INT(st, STORE_ST_PROTO);
+  close(fd);
+
+  /* A value one byte over the limit, really sent. */
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  b.len = 0;
+  store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_SET);
+  store_buf_key(&b, "k", 1);
+  store_buf_u32(&b, STORE_VALUE_MAX + 1);
+  uint8_t *zeros = calloc(1, STORE_VALUE_MAX + 1);
+  store_buf_put(&b, zeros, STORE_VALUE_MAX + 1);
+  free(zeros);
+  store_buf_end_frame(&b, 0);
+  /* The server may close before reading everything: the write may fail. */
+  base_write_full(fd, b.p, b.len, dl);
+  CHECK(raw_expect_close(fd, dl, &st));
+  close(fd);
+  store_buf_free(&b);
+
+  /* Requests without a HELLO, and a second HELLO. */
+  fd = raw_connect(port);
+  uint8_t ping[] = {0, 0, 0, 1, STORE_OP_PING};
+  CHECK_EQ_INT(base_write_full(fd, ping, sizeof ping, dl), 0);
+  CHECK(raw_expect_close(fd, dl, &st));
+  CHECK_EQ_INT(st, STORE_ST_PROTO);
+  close(fd);
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  uint8_t nonce[STORE_NONCE_LEN] = {1};
+  raw_send_hello(fd, nonce);
+  CHECK(raw_expect_close(fd, dl, &st));
+  CHECK_EQ_INT(st, STORE_ST_PROTO);
+  close(fd);
+
+  /* Pipelined requests in one write are all answered, in order. */
+  fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  b = (store_buf){0};
+  size_t f = store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_SET);
+  store_buf_key(&b, "pipe", 4);
+  store_buf_value(&b, "7", 1);
+  store_buf_end_frame(&b, f);
+  f = store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_GET);
+  store_buf_key(&b, "pipe", 4);
+  store_buf_end_frame(&b, f);
+  CHECK_EQ_INT(base_write_full(fd, b.p, b.len, dl), 0);
+  store_buf_free(&b);
+  uint8_t rb[64];
+  CHECK_EQ_INT(raw_read_frame(fd, rb, sizeof rb, dl), 1);
+  CHECK_EQ_INT(rb[0], STORE_ST_OK);
+  CHECK_EQ_INT(raw_read_frame(fd, rb, sizeof rb, dl), 6);
+  CHECK(rb[0] == STORE_ST_OK && rb[5] == '7');
+  close(fd);
+
+  check_still_serving(port, NULL);
+  store_server_stop(s);
+}
+
+static void test_slow_client(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .io_timeout_ms = 300};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  int fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  store_buf b = {0};
+  store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_SET);
+  store_buf_key(&b, "slow", 4);
+  store_buf_value(&b, "value-sent-slowly", 17);
+  store_buf_end_frame(&b, 0);
+  /* One byte every 50 ms: the whole frame would take ~1.6 s. */
+  int64_t t0 = base_now_ms();
+  int closed = 0;
+  for (size_t i = 0; i < b.len && !closed; i++) {
+    if (send(fd, b.p + i, 1, MSG_NOSIGNAL) != 1) closed = 1;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 50) > 0) {
+      char tmp[16];
+      if (recv(fd, tmp, sizeof tmp, 0) <= 0) closed = 1;
+    }
+  }
+  store_buf_free(&b);
+  if (!closed) {
+    int st;
+    closed = raw_expect_close(fd, in_ms(3000), &st);
+  }
+  CHECK(closed);
+  CHECK(base_now_ms() - t0 < 1500); /* cut before the frame could complete */
+  close(fd);
+  /* The key was never set, and others are served meanwhile and after. */
+  store_client *c = client(port, NULL);
+  void *v = NULL;
+  size_t n;
+  CHECK_EQ_INT(store_get(c, "slow", &v, &n, in_ms(5000)), -ENOENT);
+  store_client_close(c);
+
+  /* A connection that never says HELLO is cut after io_timeout too. */
+  fd = raw_connect(port);
+  int st;
+  CHECK(raw_expect_close(fd, in_ms(3000), &st));
+  close(fd);
+
+  check_still_serving(port, NULL);
+  store_server_stop(s);
+}
+
+static void test_idle(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .idle_timeout_ms = 200};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  /* The server drops an idle raw connection... */
+  int fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  int st;
+  CHECK(raw_expect_close(fd, in_ms(3000), &st));
+  close(fd);
+  /* ...and a client notices before its next call and reconnects. */
+  store_client *c = client(port, NULL);
+  CHECK_EQ_INT(store_set(c, "k", "1", 1, in_ms(5000)), 0);
+  base_sleep_ms(400);
+  int64_t r = 0;
+  CHECK_EQ_INT(store_add(c, "n", 1, &r, in_ms(5000)), 0);
+  CHECK_EQ_INT(r, 1); /* sent exactly once */
+  /* A parked WAIT is not idle. */
+  const char *keys[] = {"nope"};
+  CHECK_EQ_INT(store_wait(c, keys, 1, in_ms(500)), -ETIMEDOUT);
+  store_client_close(c);
+  store_server_stop(s);
+}
+
+static void test_limits(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .max_conns = 3, .max_bytes = 64 * 1024};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c[3];
+  for (int i = 0; i < 3; i++) c[i] = client(port, NULL);
+  /* A fourth is refused with the reason until its deadline. */
+  store_client *extra = NULL;
+  char err[256] = "";
+  int rc = store_client_connect("127.0.0.1", port, NULL, in_ms(400), &extra, err, sizeof err);
+  CHECK_EQ_INT(rc, COHORT_ELIMIT);
+  CHECK(strstr(err, "connection limit") != NULL);
+  /* Existing clients are unaffected; a freed slot admits a new one. */
+  CHECK_EQ_INT(store_ping(c[0], in_ms(5000)), 0);
+  store_client_close(c[2]);
+  rc = store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &extra, err, sizeof err);
+  CHECK_EQ_INT(rc, 0);
+  store_client_close(extra);
+
+  /* Memory: a set that would pass max_bytes is refused, the rest still works. */
+  static uint8_t val[40 * 1024];
+  CHECK_EQ_INT(store_set(c[0], "a", val, sizeof val, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_set(c[0], "b", val, sizeof val, in_ms(5000)), COHORT_ELIMIT);
+  void *v = NULL;
+  size_t n;
+  CHECK_EQ_INT(store_get(c[0], "b", &v, &n, in_ms(5000)), -ENOENT);
+  /* Replacing frees the old value's bytes first. */
+  CHECK_EQ_INT(store_set(c[0], "a", val, sizeof val - 1, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_delete(c[0], "a", in_ms(5000)), 0);
+  CHECK_EQ_INT(store_set(c[1], "b", val, sizeof val, in_ms(5000)), 0);
+  /* A frame larger than the remaining buffer budget closes only that connection. */
+  int fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  uint8_t h[4];
+  put_u32(h, 200 * 1024);
+  CHECK_EQ_INT(base_write_full(fd, h, 4, in_ms(5000)), 0);
+  int st;
+  CHECK(raw_expect_close(fd, in_ms(5000), &st));
+  close(fd);
+  CHECK_EQ_INT(store_ping(c[1], in_ms(5000)), 0);
+  store_client_close(c[0]);
+  store_client_close(c[1]);
+  store_server_stop(s);
+}
+
+/* ---- authentication ---- */
+
+/* A full authenticated exchange on a raw socket; bytes sent are appended to rec. */
+static void raw_auth_session(int fd, const char *token, store_buf *rec) {
+  uint8_t cn[STORE_NONCE_LEN];
+  memset(cn, 0x42, sizeof cn);
+  store_buf b = {0};
+  size_t f = store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_HELLO);
+  store_buf_u8(&b, STORE_PROTO_VERSION);
+  store_buf_put(&b, cn, sizeof cn);
+  store_buf_end_frame(&b, f);
+  CHECK_EQ_INT(base_write_full(fd, b.p, b.len, in_ms(5000)), 0);
+  store_buf_put(rec, b.p, b.len);
+  uint8_t r[128];
+  long n = raw_read_frame(fd, r, sizeof r, in_ms(5000));
+  CHECK_EQ_INT(n, 3 + STORE_NONCE_LEN);
+  CHECK_EQ_INT(r[0], STORE_ST_OK);
+  CHECK_EQ_INT(r[2], 1); /* auth required */
+  uint8_t mac[STORE_MAC_LEN];
+  store_auth_mac(token, strlen(token), STORE_AUTH_CLIENT_LABEL, cn, r + 3, mac);
+  b.len = 0;
+  f = store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_AUTH);
+  store_buf_u8(&b, STORE_MAC_LEN);
+  store_buf_put(&b, mac, sizeof mac);
+  store_buf_end_frame(&b, f);
+  f = store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_GET);
+  store_buf_key(&b, "secret", 6);
+  store_buf_end_frame(&b, f);
+  CHECK_EQ_INT(base_write_full(fd, b.p, b.len, in_ms(5000)), 0);
+  store_buf_put(rec, b.p, b.len);
+  store_buf_free(&b);
+}
+
+static void test_auth(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .token = "s3cret-token"};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c = client(port, "s3cret-token");
+  CHECK_EQ_INT(store_set(c, "secret", "gold", 4, in_ms(5000)), 0);
+
+  store_client *bad = NULL;
+  char err[256] = "";
+  int rc = store_client_connect("127.0.0.1", port, "wrong", in_ms(3000), &bad, err, sizeof err);
+  CHECK_EQ_INT(rc, COHORT_EAUTH);
+  CHECK(bad == NULL);
+  CHECK(strstr(err, "127.0.0.1") != NULL);
+  CHECK(strstr(err, "refused our token") != NULL);
+  rc = store_client_connect("127.0.0.1", port, NULL, in_ms(3000), &bad, err, sizeof err);
+  CHECK_EQ_INT(rc, COHORT_EAUTH);
+  CHECK(strstr(err, "requires a token") != NULL);
+
+  /* A raw client cannot read keys without authenticating... */
+  int fd = raw_connect(port);
+  uint8_t get[] = {0, 0, 0, 9, STORE_OP_GET, 0, 6, 's', 'e', 'c', 'r', 'e', 't'};
+  CHECK_EQ_INT(base_write_full(fd, get, sizeof get, in_ms(5000)), 0);
+  int st;
+  CHECK(raw_expect_close(fd, in_ms(5000), &st));
+  CHECK_EQ_INT(st, STORE_ST_AUTH);
+  close(fd);
+  /* ...nor by skipping AUTH after HELLO. */
+  fd = raw_connect(port);
+  uint8_t cn[STORE_NONCE_LEN] = {0};
+  raw_send_hello(fd, cn);
+  uint8_t r[128];
+  CHECK(raw_read_frame(fd, r, sizeof r, in_ms(5000)) > 0);
+  CHECK_EQ_INT(base_write_full(fd, get, sizeof get, in_ms(5000)), 0);
+  CHECK(raw_expect_close(fd, in_ms(5000), &st));
+  CHECK_EQ_INT(st, STORE_ST_AUTH);
+  close(fd);
+
+  /* A genuine raw session reads the key; replaying its bytes does not. */
+  store_buf rec = {0};
+  fd = raw_connect(port);
+  raw_auth_session(fd, "s3cret-token", &rec);
+  long n = raw_read_frame(fd, r, sizeof r, in_ms(5000));
+  CHECK_EQ_INT(n, 1 + STORE_MAC_LEN);
+  CHECK_EQ_INT(r[0], STORE_ST_OK);
+  n = raw_read_frame(fd, r, sizeof r, in_ms(5000));
+  CHECK_EQ_INT(n, 9);
+  CHECK(n == 9 && memcmp(r + 5, "gold", 4) == 0);
+  close(fd);
+  fd = raw_connect(port);
+  CHECK_EQ_INT(base_write_full(fd, rec.p, rec.len, in_ms(5000)), 0);
+  n = raw_read_frame(fd, r, sizeof r, in_ms(5000)); /* HELLO answer, fresh nonce */
+  CHECK_EQ_INT(n, 3 + STORE_NONCE_LEN);
+  CHECK(raw_expect_close(fd, in_ms(5000), &st));
+  CHECK_EQ_INT(st, STORE_ST_AUTH); /* the last frame is the refusal, never the value */
+  close(fd);
+  store_buf_free(&rec);
+
+  /* The right client still works. */
+  char v[16];
+  CHECK_EQ_INT(get_str(c, "secret", v, sizeof v), 0);
+  CHECK_STREQ(v, "gold");
+  store_client_close(c);
+  store_server_stop(s);
+
+  /* Mutual: a client with a token refuses a server that has none. */
+  store_server *open_srv = start(NULL);
+  if (open_srv != NULL) {
+    rc = store_client_connect("127.0.0.1", store_server_port(open_srv), "s3cret-token", in_ms(3000),
+                              &bad, err, sizeof err);
+    CHECK_EQ_INT(rc, COHORT_EAUTH);
+    CHECK(strstr(err, "cannot prove") != NULL);
+    store_server_stop(open_srv);
+  }
+}
+
+/* A fake server that accepts any client proof but cannot produce its own. */
+static void test_fake_server(void) {
+  int lfd = -1, port = 0;
+  CHECK_EQ_INT(base_tcp_listen("127.0.0.1", 0, 4, &lfd, &port), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0) _exit(1);
+    uint8_t b[256];
+    if (raw_read_frame(fd, b, sizeof b, in_ms(5000)) < 0) _exit(1);
+    uint8_t hello[4 + 3 + STORE_NONCE_LEN] = {
+        0, 0, 0, 3 + STORE_NONCE_LEN, STORE_ST_OK, STORE_PROTO_VERSION, 1};
+    base_write_full(fd, hello, sizeof hello, in_ms(5000));
+    if (raw_read_frame(fd, b, sizeof b, in_ms(5000)) < 0) _exit(1);
+    uint8_t ok[4 + 1 + STORE_MAC_LEN] = {0, 0, 0, 1 + STORE_MAC_LEN, STORE_ST_OK};
+    base_write_full(fd, ok, sizeof ok, in_ms(5000));
+    base_sleep_ms(200);
+    _exit(0);
+  }
+  close(lfd);
+  store_client *c = NULL;
+  char err[256] = "";
+  int rc = store_client_connect("127.0.0.1", port, "tok", in_ms(3000), &c, err, sizeof err);
+  CHECK_EQ_INT(rc, COHORT_EAUTH);
+  CHECK(strstr(err, "failed to prove") != NULL);
+  int st;
+  waitpid(pid, &st, 0);
+}
+
+static void test_stop_with_clients(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  pid_t pid = fork();
+  if (pid == 0) {
+    store_client *w = NULL;
+    if (store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &w, NULL, 0) != 0) _exit(1);
+    const char *k[] = {"x"};
+    int rc = store_wait(w, k, 1, in_ms(20000));
+    /* The server went away: an error, well before the deadline. */
+    _exit(rc != 0 && rc != -ETIMEDOUT ? 0 : 2);
+  }
+  base_sleep_ms(200);
+  int fd = raw_connect(port); /* a half-done connection too */
+  store_server_stop(s);
+  int st = 0;
+  CHECK_EQ_INT(waitpid(pid, &st, 0), pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  close(fd);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  test_sha256();
+  test_proto();
+  test_operations();
+  test_cas();
+  test_wait();
+  test_counters();
+  test_late_server();
+  test_unreachable();
+  test_garbage();
+  test_slow_client();
+  test_idle();
+  test_limits();
+  test_auth();
+  test_fake_server();
+  test_stop_with_clients();
+  return check_report();
+}
