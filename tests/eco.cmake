@@ -13,3 +13,13 @@ set_tests_properties(manifest_cli PROPERTIES TIMEOUT 120 LABELS "unit")
 add_test(NAME install
   COMMAND ${CMAKE_SOURCE_DIR}/tests/test_install.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 set_tests_properties(install PROPERTIES TIMEOUT 300 LABELS "slow")
+
+# The writer is part of src/gpt2, whose module is built by its own fragment:
+# compile the one file into the test.
+add_executable(test_tb ${CMAKE_SOURCE_DIR}/tests/test_tb.c ${CMAKE_SOURCE_DIR}/src/gpt2/tb_writer.c)
+target_link_libraries(test_tb PRIVATE m)
+add_test(NAME tb COMMAND test_tb)
+set_tests_properties(tb PROPERTIES TIMEOUT 60 LABELS "unit")
+add_test(NAME tb_decode
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_tb.py $<TARGET_FILE:test_tb>)
+set_tests_properties(tb_decode PROPERTIES TIMEOUT 120 LABELS "unit")
