@@ -985,7 +985,149 @@ static void test_stop_with_clients(void) {
   close(fd);
 }
 
-int main(void) {
+/* ---- the `cohort store` command ---- */
+
+/*
+ * Runs the cohort binary with args (NULL-terminated), stdin from `input`
+ * (may be NULL), stdout into out. Returns the exit status, or -1.
+ */
+static int run_cli(const char *bin, const char *const *args, const char *input, char *out,
+                   size_t outlen) {
+  int inp[2], outp[2];
+  if (pipe(inp) != 0) return -1;
+  if (pipe(outp) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(inp[0], 0);
+    dup2(outp[1], 1);
+    close(inp[1]);
+    close(outp[0]);
+    const char *argv[32] = {"cohort", "store"};
+    size_t n = 2;
+    for (size_t i = 0; args[i] != NULL && n < 31; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(inp[0]);
+  close(outp[1]);
+  /* A pipe, not a socket: plain write() (small input fits the pipe buffer). */
+  if (input != NULL && write(inp[1], input, strlen(input)) != (ssize_t)strlen(input)) CHECK(0);
+  close(inp[1]);
+  size_t got = 0;
+  int64_t dl = in_ms(20000);
+  for (;;) {
+    struct pollfd p = {.fd = outp[0], .events = POLLIN};
+    if (poll(&p, 1, base_deadline_left(dl)) <= 0) break;
+    char tmp[256];
+    ssize_t r = read(outp[0], tmp, sizeof tmp);
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r && got + 1 < outlen; i++) out[got++] = tmp[i];
+  }
+  out[got] = '\0';
+  close(outp[0]);
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(const char *bin) {
+  char dir[] = "/tmp/cohort-store-test-XXXXXX";
+  if (mkdtemp(dir) == NULL) {
+    CHECK(0);
+    return;
+  }
+  char tokfile[64];
+  snprintf(tokfile, sizeof tokfile, "%s/token", dir);
+  FILE *f = fopen(tokfile, "w");
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  fputs("cli-token\n", f);
+  fclose(f);
+
+  int outp[2];
+  CHECK_EQ_INT(pipe(outp), 0);
+  pid_t srv = fork();
+  if (srv == 0) {
+    dup2(outp[1], 1);
+    close(outp[0]);
+    execl(bin, "cohort", "store", "serve", "--host", "127.0.0.1", "--port", "0", "--token-file",
+          tokfile, (char *)NULL);
+    _exit(127);
+  }
+  close(outp[1]);
+  char line[256] = "";
+  size_t got = 0;
+  int64_t dl = in_ms(10000);
+  while (got + 1 < sizeof line && strchr(line, '\n') == NULL) {
+    struct pollfd p = {.fd = outp[0], .events = POLLIN};
+    if (poll(&p, 1, base_deadline_left(dl)) <= 0) break;
+    ssize_t r = read(outp[0], line + got, sizeof line - 1 - got);
+    if (r <= 0) break;
+    got += (size_t)r;
+    line[got] = '\0';
+  }
+  const char *colon = strstr(line, "127.0.0.1:");
+  CHECK(colon != NULL);
+  CHECK(strstr(line, "token required") != NULL);
+  char addr[64] = "127.0.0.1:1";
+  if (colon != NULL) snprintf(addr, sizeof addr, "127.0.0.1:%d", atoi(colon + 10));
+  char tokarg[80];
+  snprintf(tokarg, sizeof tokarg, "%s", tokfile);
+
+  char out[512];
+#define CLI(input, ...)                                                                            \
+  run_cli(bin, (const char *const[]){__VA_ARGS__, NULL}, input, out, sizeof out)
+  CHECK_EQ_INT(CLI(NULL, "set", "--addr", addr, "--token-file", tokarg, "greeting", "hello"), 0);
+  CHECK_EQ_INT(CLI(NULL, "get", "--addr", addr, "--token-file", tokarg, "greeting"), 0);
+  CHECK_STREQ(out, "hello\n");
+  CHECK_EQ_INT(CLI("bytes\nfrom stdin", "set", "--addr", addr, "--token-file", tokarg, "s", "-"),
+               0);
+  CHECK_EQ_INT(CLI(NULL, "get", "--raw", "--addr", addr, "--token-file", tokarg, "s"), 0);
+  CHECK_STREQ(out, "bytes\nfrom stdin");
+  CHECK_EQ_INT(CLI(NULL, "add", "--addr", addr, "--token-file", tokarg, "n", "--", "-3"), 0);
+  CHECK_STREQ(out, "-3\n");
+  CHECK_EQ_INT(CLI(NULL, "add", "--addr", addr, "--token-file", tokarg, "n"), 0);
+  CHECK_STREQ(out, "-2\n");
+  CHECK_EQ_INT(CLI(NULL, "cas", "--addr", addr, "--token-file", tokarg, "n", "--", "-2", "9"), 0);
+  CHECK_STREQ(out, "9\n");
+  CHECK_EQ_INT(CLI(NULL, "cas", "--addr", addr, "--token-file", tokarg, "n", "--", "-2", "10"), 1);
+  CHECK_STREQ(out, "9\n");
+  CHECK_EQ_INT(CLI(NULL, "wait", "--addr", addr, "--token-file", tokarg, "n", "greeting"), 0);
+  CHECK_EQ_INT(
+      CLI(NULL, "wait", "--timeout", "0.3", "--addr", addr, "--token-file", tokarg, "n", "absent"),
+      1);
+  CHECK_EQ_INT(CLI(NULL, "delete", "--addr", addr, "--token-file", tokarg, "n"), 0);
+  CHECK_EQ_INT(CLI(NULL, "get", "--addr", addr, "--token-file", tokarg, "n"), 1);
+  CHECK_EQ_INT(CLI(NULL, "ping", "--addr", addr, "--token-file", tokarg), 0);
+  CHECK(strstr(out, "pong") != NULL);
+  /* Wrong and missing tokens fail; usage errors exit 2 before any traffic. */
+  CHECK_EQ_INT(CLI(NULL, "get", "--timeout", "2", "--addr", addr, "--token", "nope", "greeting"),
+               1);
+  CHECK_STREQ(out, "");
+  CHECK_EQ_INT(CLI(NULL, "get", "--timeout", "2", "--addr", addr, "greeting"), 1);
+  CHECK_EQ_INT(CLI(NULL, "get", "--addr", addr), 2);
+  CHECK_EQ_INT(CLI(NULL, "get", "--addr", "nocolon", "k"), 2);
+  CHECK_EQ_INT(CLI(NULL, "add", "--addr", addr, "k", "x1"), 2);
+  CHECK_EQ_INT(CLI(NULL, "frob", "--addr", addr), 2);
+  CHECK_EQ_INT(CLI(NULL, "get", "--bogus", "k"), 2);
+  CHECK_EQ_INT(CLI(NULL, "serve", "--port", "99999"), 2);
+  CHECK_EQ_INT(CLI(NULL, "--help"), 0);
+  CHECK(strstr(out, "usage: cohort store") != NULL);
+  CHECK_EQ_INT(CLI(NULL, "get", "--help"), 0);
+#undef CLI
+
+  /* SIGTERM stops the server cleanly. */
+  kill(srv, SIGTERM);
+  int st = 0;
+  CHECK_EQ_INT(waitpid(srv, &st, 0), srv);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  close(outp[0]);
+  unlink(tokfile);
+  rmdir(dir);
+}
+
+int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_sha256();
   test_proto();
@@ -1002,5 +1144,7 @@ int main(void) {
   test_auth();
   test_fake_server();
   test_stop_with_clients();
+  /* The build passes the path of the `cohort` binary. */
+  if (argc > 1) test_cli(argv[1]);
   return check_report();
 }

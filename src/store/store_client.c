@@ -164,7 +164,7 @@ static int connect_retry(store_client *c, int64_t deadline_ms, char *errbuf, siz
     if (rc == COHORT_EAUTH || rc == COHORT_EPROTO || rc == -ENOMEM || rc == -EINVAL ||
         rc == -EAFNOSUPPORT) {
       if (errbuf != NULL)
-        snprintf(errbuf, errlen, "store %s: %s", c->addr, why[0] ? why : cohort_strerror(rc));
+        snprintf(errbuf, errlen, "store at %s: %s", c->addr, why[0] ? why : cohort_strerror(rc));
       return rc;
     }
     int left = base_deadline_left(deadline_ms);

@@ -59,7 +59,8 @@ typedef struct conn {
   size_t in_len, in_cap;
   store_buf out;
   size_t out_off;
-  int closing; /* flush the output, then close (after an error reply) */
+  size_t out_charged; /* bytes of out's capacity counted in buf_bytes */
+  int closing;        /* flush the output, then close (after an error reply) */
   int64_t accepted_ms;
   int64_t last_active_ms; /* last byte read or response completed */
   int64_t frame_start_ms; /* first byte of an incomplete frame; 0: none */
@@ -200,8 +201,16 @@ static void conn_log(const conn *c, const char *what) {
   base_log(BASE_LOG_WARN, "store: closing connection from %s: %s", c->peer, what);
 }
 
+/* Counts a big write buffer against the memory limit (small ones are free). */
+static void charge_out(store_server *s, conn *c) {
+  size_t want = c->out.cap > OUT_HIGH_WATER ? c->out.cap - OUT_HIGH_WATER : 0;
+  s->buf_bytes = s->buf_bytes - c->out_charged + want;
+  c->out_charged = want;
+}
+
 static void conn_free(store_server *s, conn *c) {
   close(c->fd);
+  s->buf_bytes -= c->out_charged;
   if (c->in_cap > INBUF_MIN) s->buf_bytes -= c->in_cap - INBUF_MIN;
   if (c->waiting) s->buf_bytes -= c->wait_keys_len;
   free(c->in);
@@ -331,6 +340,10 @@ static void handle_request(store_server *s, conn *c, const store_request *r) {
     e = lookup(s, r->key);
     if (e == NULL) {
       reply_status(c, STORE_ST_NOTFOUND);
+      return;
+    }
+    if (e->vlen > OUT_HIGH_WATER && s->buf_bytes + e->vlen > s->max_bytes) {
+      reply_status(c, STORE_ST_LIMIT); /* too many big answers are waiting to be sent */
       return;
     }
     f = store_buf_begin_frame(o);
@@ -471,6 +484,7 @@ static void process_input(store_server *s, conn *c, int64_t now) {
     conn_log(c, "out of memory for the response");
     c->closing = 2; /* close at once */
   }
+  charge_out(s, c);
   if (off > 0) {
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
@@ -556,7 +570,7 @@ static int conn_read(store_server *s, conn *c, int64_t now) {
 }
 
 /* Writes pending output. Returns 0, or -1 when the connection must close. */
-static int conn_write(conn *c, int64_t now) {
+static int conn_write(store_server *s, conn *c, int64_t now) {
   while (c->out_off < c->out.len) {
     ssize_t n = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
     if (n < 0) {
@@ -574,7 +588,10 @@ static int conn_write(conn *c, int64_t now) {
   c->out_off = 0;
   c->write_stall_ms = 0;
   c->last_active_ms = now;
-  if (c->out.cap > OUT_HIGH_WATER) store_buf_free(&c->out);
+  if (c->out.cap > OUT_HIGH_WATER) {
+    store_buf_free(&c->out);
+    charge_out(s, c);
+  }
   return c->closing ? -1 : 0;
 }
 
@@ -705,7 +722,7 @@ static void *server_main(void *arg) {
     }
     for (size_t i = 0; i < s->nconns;) {
       conn *c = s->conns[i];
-      if (c->closing == 2 || (c->out.len > c->out_off && conn_write(c, now) != 0)) {
+      if (c->closing == 2 || (c->out.len > c->out_off && conn_write(s, c, now) != 0)) {
         conn_free(s, c);
         s->conns[i] = s->conns[--s->nconns];
         continue;
@@ -757,7 +774,7 @@ static void *server_main(void *arg) {
       if (!drop && (re & (POLLHUP | POLLERR | POLLNVAL)) && !(re & POLLIN)) drop = 1;
       if (!drop && (re & (POLLHUP | POLLERR)) && c->in_len == c->in_cap) drop = 1;
       if (!drop) process_input(s, c, now);
-      if (!drop && c->out.len > c->out_off) drop = conn_write(c, now) != 0;
+      if (!drop && c->out.len > c->out_off) drop = conn_write(s, c, now) != 0;
       if (!drop && c->closing == 2) drop = 1;
       if (drop) {
         conn_free(s, c);
