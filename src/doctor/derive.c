@@ -1,0 +1,500 @@
+/*
+ * derive.c - from probed facts to NCCL / UCX / Gloo settings, each with the
+ * reason it was chosen, plus warnings and errors. A pure function: nothing
+ * here touches the machine.
+ */
+#include "doctor/doctor.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "base/base.h"
+#include "doctor/internal.h"
+
+#define PORT_ACTIVE 4 /* IB_PORT_ACTIVE in ports/N/state */
+#define PORT_INIT 2   /* IB_PORT_INIT: link up, not configured by a subnet manager */
+#define SHM_MIN_BYTES (1ull << 30)
+/* NCCL 2.21 picks the RoCE GID itself (NCCL_IB_GID_INDEX defaults to auto). */
+#define NCCL_AUTO_GID_MAJOR 2
+#define NCCL_AUTO_GID_MINOR 21
+
+typedef struct active_port {
+  const doctor_hca *hca;
+  const doctor_port *port;
+} active_port;
+
+typedef struct derive_ctx {
+  const doctor_facts *f;
+  char **envp;
+  doctor_result *r;
+  int rc; /* first allocation failure */
+} derive_ctx;
+
+static const char *env_get(char **envp, const char *name) {
+  size_t l = strlen(name);
+  for (char **e = envp; e != NULL && *e != NULL; e++)
+    if (strncmp(*e, name, l) == 0 && (*e)[l] == '=') return *e + l + 1;
+  return NULL;
+}
+
+static void note(derive_ctx *c, char ***list, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void note(derive_ctx *c, char ***list, size_t *n, const char *fmt, ...) {
+  char tmp[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (doctor_list_add(list, n, "%s", tmp) != 0 && c->rc == 0) c->rc = -ENOMEM;
+}
+
+#define WARN(c, ...) note(c, &(c)->r->warnings, &(c)->r->nwarnings, __VA_ARGS__)
+#define ERROR(c, ...) note(c, &(c)->r->errors, &(c)->r->nerrors, __VA_ARGS__)
+#define NOTE(c, ...) note(c, &(c)->r->notes, &(c)->r->nnotes, __VA_ARGS__)
+
+static char *dup_or_fail(derive_ctx *c, const char *s) {
+  char *d = strdup(s);
+  if (d == NULL && c->rc == 0) c->rc = -ENOMEM;
+  return d;
+}
+
+/* Adds a derived variable: to `set`, or to `kept` when the user set it. */
+static void setvar(derive_ctx *c, const char *name, const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void setvar(derive_ctx *c, const char *name, const char *value, const char *fmt, ...) {
+  char reason[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  const char *user = env_get(c->envp, name);
+  doctor_var **list = user ? &c->r->kept : &c->r->set;
+  size_t *n = user ? &c->r->nkept : &c->r->nset;
+  doctor_var *p = realloc(*list, (*n + 1) * sizeof *p);
+  if (p == NULL) {
+    if (c->rc == 0) c->rc = -ENOMEM;
+    return;
+  }
+  *list = p;
+  doctor_var *v = &p[(*n)++];
+  *v = (doctor_var){dup_or_fail(c, name), dup_or_fail(c, value), dup_or_fail(c, reason),
+                    user ? dup_or_fail(c, user) : NULL};
+}
+
+static int is_v4mapped(const uint8_t *g) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(g, prefix, sizeof prefix) == 0;
+}
+
+static const doctor_iface *find_iface(const doctor_facts *f, const char *name) {
+  for (size_t i = 0; i < f->nifaces; i++)
+    if (strcmp(f->ifaces[i].name, name) == 0) return &f->ifaces[i];
+  return NULL;
+}
+
+static const char *owner_of_v4(const doctor_facts *f, const uint8_t *v4) {
+  for (size_t i = 0; i < f->nifaces; i++)
+    for (size_t k = 0; k < f->ifaces[i].naddrs; k++)
+      if (f->ifaces[i].addrs[k].family == AF_INET && memcmp(f->ifaces[i].addrs[k].addr, v4, 4) == 0)
+        return f->ifaces[i].name;
+  return NULL;
+}
+
+static const doctor_gid *gid_at(const doctor_port *p, int index) {
+  for (size_t i = 0; i < p->ngids; i++)
+    if (p->gids[i].index == index) return &p->gids[i];
+  return NULL;
+}
+
+static int qualifies(const doctor_gid *g) {
+  return g != NULL && g->type == DOCTOR_GID_ROCE_V2 && is_v4mapped(g->raw);
+}
+
+/* Whether `name` is a proper prefix of a name in `names` that is not listed:
+ * NCCL matches its lists by prefix, so "mlx5_1" would also select mlx5_10. */
+static int prefix_clash(const char *name, const char *const *others, size_t n) {
+  size_t l = strlen(name);
+  for (size_t i = 0; i < n; i++)
+    if (strlen(others[i]) > l && strncmp(others[i], name, l) == 0) return 1;
+  return 0;
+}
+
+/*
+ * Chooses NCCL_IB_GID_INDEX for the active RoCE ports: an index whose entry
+ * is RoCE v2 with an IPv4-mapped address on every such port; among those,
+ * first one whose IPv4 address is on the reference interface (the one that
+ * reaches the master, else the default route's), then one whose address is
+ * on any interface of this network namespace, then any; ties go to the
+ * numerically lowest index. Returns the index or -1 (errors recorded).
+ */
+static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const char *ref,
+                      char *why, size_t whylen) {
+  const doctor_facts *f = c->f;
+  int bad = 0;
+  for (size_t i = 0; i < neth; i++) {
+    const doctor_port *p = eth[i].port;
+    size_t v2 = 0, v4 = 0;
+    int any = 0;
+    for (size_t k = 0; k < p->ngids; k++) {
+      v2 += p->gids[k].type == DOCTOR_GID_ROCE_V2;
+      v4 += is_v4mapped(p->gids[k].raw);
+      any |= qualifies(&p->gids[k]);
+    }
+    if (!any) {
+      const char *ndev = p->ngids > 0 && p->gids[0].ndev[0] ? p->gids[0].ndev : NULL;
+      char dev[DOCTOR_NAME_MAX + 4] = "";
+      if (ndev) snprintf(dev, sizeof dev, " (%s)", ndev);
+      ERROR(c,
+            "%s port %d (RoCE): no GID qualifies for NCCL_IB_GID_INDEX: of %zu entries %zu are "
+            "RoCE v2 and %zu carry an IPv4 address (::ffff:a.b.c.d), none both; %s%s",
+            eth[i].hca->name, p->num, p->ngids, v2, v4,
+            v4 == 0 ? "give its network device an IPv4 address" : "enable RoCE v2 on the device",
+            dev);
+      bad = 1;
+    }
+  }
+  if (bad) return -1;
+
+  int best = -1, best_rank = 3;
+  const doctor_gid *best_gid = NULL;
+  const doctor_port *p0 = eth[0].port;
+  for (size_t k = 0; k < p0->ngids; k++) {
+    int idx = p0->gids[k].index;
+    int rank = 3, everywhere = 1;
+    const doctor_gid *g0 = NULL;
+    for (size_t i = 0; i < neth && everywhere; i++) {
+      const doctor_gid *g = gid_at(eth[i].port, idx);
+      if (!qualifies(g)) {
+        everywhere = 0;
+        break;
+      }
+      const char *owner = owner_of_v4(f, g->raw + 12);
+      int r = owner == NULL ? 2 : (ref != NULL && strcmp(owner, ref) == 0) ? 0 : 1;
+      if (r < rank) {
+        rank = r;
+        g0 = g;
+      }
+    }
+    if (!everywhere) continue;
+    if (rank < best_rank || (rank == best_rank && idx < best)) {
+      best = idx;
+      best_rank = rank;
+      best_gid = g0;
+    }
+  }
+  if (best < 0) {
+    doctor_buf b = {0};
+    for (size_t i = 0; i < neth; i++) {
+      doctor_buf_printf(&b, "%s%s:%d has", i ? "; " : "", eth[i].hca->name, eth[i].port->num);
+      for (size_t k = 0; k < eth[i].port->ngids; k++)
+        if (qualifies(&eth[i].port->gids[k]))
+          doctor_buf_printf(&b, " %d", eth[i].port->gids[k].index);
+    }
+    ERROR(c,
+          "no single GID index is RoCE v2 with an IPv4 address on every active RoCE port (%s): "
+          "limit NCCL_IB_HCA to ports that agree",
+          b.data ? b.data : "");
+    free(b.data);
+    return -1;
+  }
+  char addr[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, best_gid->raw + 12, addr, sizeof addr);
+  const char *owner = owner_of_v4(f, best_gid->raw + 12);
+  if (best_rank == 0)
+    snprintf(why, whylen, "RoCE v2 entry with IPv4 %s, the address of %s, which %s", addr, owner,
+             f->route_iface[0] ? "reaches the master" : "carries the default route");
+  else if (best_rank == 1)
+    snprintf(why, whylen, "RoCE v2 entry with IPv4 %s (on %s)", addr, owner);
+  else
+    snprintf(why, whylen, "RoCE v2 entry with IPv4 %s", addr);
+  if (best_rank == 2)
+    WARN(c,
+         "GID index %d carries %s, which no interface of this network namespace has: RDMA "
+         "traffic may not reach the peers (a pod without its RoCE interface?)",
+         best, addr);
+  return best;
+}
+
+static void format_bytes(uint64_t v, char *out, size_t len) {
+  if (v >= (1ull << 30) && v % (1ull << 30) == 0)
+    snprintf(out, len, "%llu GiB", (unsigned long long)(v >> 30));
+  else if (v >= (1ull << 20))
+    snprintf(out, len, "%.0f MiB", (double)v / (1 << 20));
+  else if (v >= 1024)
+    snprintf(out, len, "%.0f KiB", (double)v / 1024);
+  else
+    snprintf(out, len, "%llu bytes", (unsigned long long)v);
+}
+
+static void check_mtus(derive_ctx *c, const active_port *act, size_t nact) {
+  /* The network devices behind the active ports: device/net entries and GID ndevs. */
+  const char *names[64];
+  size_t n = 0;
+  for (size_t i = 0; i < nact; i++) {
+    for (size_t k = 0; k < act[i].hca->nnetdevs; k++) {
+      const char *nm = act[i].hca->netdevs[k];
+      int dup = 0;
+      for (size_t j = 0; j < n; j++) dup |= strcmp(names[j], nm) == 0;
+      if (!dup && n < BASE_ARRAY_LEN(names)) names[n++] = nm;
+    }
+    for (size_t k = 0; k < act[i].port->ngids; k++) {
+      const char *nm = act[i].port->gids[k].ndev;
+      if (nm[0] == '\0') continue;
+      int dup = 0;
+      for (size_t j = 0; j < n; j++) dup |= strcmp(names[j], nm) == 0;
+      if (!dup && n < BASE_ARRAY_LEN(names)) names[n++] = nm;
+    }
+  }
+  int first = -1, mismatch = 0;
+  doctor_buf b = {0};
+  for (size_t j = 0; j < n; j++) {
+    const doctor_iface *i = find_iface(c->f, names[j]);
+    if (i == NULL || i->mtu < 0) continue;
+    doctor_buf_printf(&b, "%s%s %d", b.len ? ", " : "", names[j], i->mtu);
+    if (first < 0)
+      first = i->mtu;
+    else if (i->mtu != first)
+      mismatch = 1;
+  }
+  if (mismatch)
+    WARN(c,
+         "the RDMA network devices disagree on MTU (%s): a path MTU smaller than the RDMA MTU "
+         "drops large messages; give them one MTU (and the switches too)",
+         b.data);
+  free(b.data);
+}
+
+int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
+                  doctor_result **out) {
+  if (f == NULL || out == NULL) return -EINVAL;
+  *out = NULL;
+  doctor_result *r = calloc(1, sizeof *r);
+  if (r == NULL) return -ENOMEM;
+  derive_ctx cx = {f, envp, r, 0}, *c = &cx;
+  r->summary.gid_index = -1;
+  int set_gid = cfg != NULL && cfg->set_gid_index;
+
+  size_t nports = 0;
+  for (size_t i = 0; i < f->nhcas; i++) nports += f->hcas[i].nports;
+  active_port *act = calloc(nports ? nports : 1, sizeof *act);
+  active_port *eth = calloc(nports ? nports : 1, sizeof *eth);
+  const char **hca_names = calloc(f->nhcas ? f->nhcas : 1, sizeof *hca_names);
+  if (act == NULL || eth == NULL || hca_names == NULL) {
+    c->rc = -ENOMEM;
+    goto out;
+  }
+  size_t nact = 0, neth = 0, nib = 0;
+  for (size_t i = 0; i < f->nhcas; i++) {
+    hca_names[i] = f->hcas[i].name;
+    for (size_t p = 0; p < f->hcas[i].nports; p++) {
+      const doctor_port *pt = &f->hcas[i].ports[p];
+      if (pt->state == PORT_ACTIVE) {
+        act[nact++] = (active_port){&f->hcas[i], pt};
+        if (pt->link == DOCTOR_LINK_ETH)
+          eth[neth++] = (active_port){&f->hcas[i], pt};
+        else if (pt->link == DOCTOR_LINK_IB)
+          nib++;
+        continue;
+      }
+      WARN(c, "%s port %d is %s (physical state %s): left out of NCCL_IB_HCA; %s", f->hcas[i].name,
+           pt->num, pt->state_name[0] ? pt->state_name : "unreadable",
+           pt->phys_state_name[0] ? pt->phys_state_name : "unknown",
+           pt->state == PORT_INIT ? "the link is up but no subnet manager has configured it"
+                                  : "check the cable and the switch port");
+    }
+  }
+
+  const char *ref = f->master[0] ? (f->route_iface[0] ? f->route_iface : NULL)
+                                 : (f->default_iface[0] ? f->default_iface : NULL);
+  const char *sock = f->master[0] ? f->route_iface : f->default_iface;
+  if (f->master_error[0]) ERROR(c, "%s", f->master_error);
+
+  /* Summary and the HCA list. */
+  doctor_buf hl = {0};
+  int exact = 0;
+  for (size_t i = 0; i < nact; i++) {
+    doctor_buf_printf(&hl, "%s%s:%d", i ? "," : "", act[i].hca->name, act[i].port->num);
+    /* A listed name that prefixes a device left out would select it too. */
+    for (size_t h = 0; h < f->nhcas; h++) {
+      const char *other = f->hcas[h].name;
+      int listed = 0;
+      for (size_t k = 0; k < nact; k++) listed |= act[k].hca == &f->hcas[h];
+      if (!listed && prefix_clash(act[i].hca->name, &other, 1)) exact = 1;
+    }
+  }
+  if (hl.oom) c->rc = -ENOMEM;
+  const char *hcas = hl.data ? hl.data : "";
+  base_strlcpy(r->summary.hca, hcas, sizeof r->summary.hca);
+  base_strlcpy(r->summary.link,
+               nact == 0       ? "none"
+               : (neth && nib) ? "mixed"
+               : neth          ? "ethernet"
+               : nib           ? "infiniband"
+                               : "mixed",
+               sizeof r->summary.link);
+
+  if (nact == 0) {
+    if (f->nhcas == 0)
+      setvar(c, "NCCL_IB_DISABLE", "1",
+             "no RDMA device under class/infiniband: NCCL must use TCP sockets");
+    else
+      setvar(c, "NCCL_IB_DISABLE", "1",
+             "none of the %zu RDMA ports is ACTIVE: NCCL must use TCP sockets", nports);
+  } else {
+    char val[sizeof r->summary.hca + 1];
+    snprintf(val, sizeof val, "%s%s", exact ? "=" : "", hcas);
+    setvar(c, "NCCL_IB_HCA", val, "the %zu ACTIVE RDMA port%s (%s%s)%s", nact, nact > 1 ? "s" : "",
+           act[0].port->rate[0] ? act[0].port->rate : "rate unknown", nact > 1 ? ", ..." : "",
+           exact ? "; '=' makes NCCL match the names exactly, not as prefixes" : "");
+  }
+  if (neth && nib)
+    WARN(c,
+         "the active ports mix InfiniBand and Ethernet (RoCE) link layers: peers must share one; "
+         "limit NCCL_IB_HCA to the ports of the fabric the other nodes are on");
+
+  if (neth > 0) {
+    char why[256];
+    int g = choose_gid(c, eth, neth, ref, why, sizeof why);
+    r->summary.gid_index = g;
+    int auto_gid = f->nccl_found && f->nccl_major >= 0 &&
+                   (f->nccl_major > NCCL_AUTO_GID_MAJOR ||
+                    (f->nccl_major == NCCL_AUTO_GID_MAJOR && f->nccl_minor >= NCCL_AUTO_GID_MINOR));
+    if (g >= 0) {
+      char val[16];
+      snprintf(val, sizeof val, "%d", g);
+      if (auto_gid && !set_gid) {
+        NOTE(c,
+             "NCCL %d.%d%s%.0d (%s) selects the RoCE GID itself: NCCL_IB_GID_INDEX left unset "
+             "(doctor would choose %d, the %s; --set-gid-index sets it)",
+             f->nccl_major, f->nccl_minor, f->nccl_patch >= 0 ? "." : "",
+             f->nccl_patch >= 0 ? f->nccl_patch : 0, f->nccl_path, g, why);
+      } else {
+        setvar(c, "NCCL_IB_GID_INDEX", val, "%s%s", why,
+               auto_gid        ? " (asked for with --set-gid-index)"
+               : f->nccl_found ? ""
+                               : "; NCCL not found, so it may not pick one itself");
+      }
+    }
+  }
+
+  if (sock != NULL && sock[0] != '\0') {
+    char because[384];
+    if (f->master[0])
+      snprintf(because, sizeof because, "the interface that reaches the master %s (%s)", f->master,
+               f->master_addr);
+    else
+      snprintf(because, sizeof because, "the interface of the default route");
+    const char *names[256];
+    size_t nn = 0;
+    for (size_t i = 0; i < f->nifaces && nn < BASE_ARRAY_LEN(names); i++)
+      names[nn++] = f->ifaces[i].name;
+    int clash = prefix_clash(sock, names, nn);
+    char val[DOCTOR_NAME_MAX + 1];
+    snprintf(val, sizeof val, "%s%s", clash ? "=" : "", sock);
+    setvar(c, "NCCL_SOCKET_IFNAME", val, "%s%s", because,
+           clash ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
+    setvar(c, "GLOO_SOCKET_IFNAME", sock, "%s", because);
+    if (nact == 0) setvar(c, "UCX_NET_DEVICES", sock, "no active RDMA port: %s", because);
+  } else if (!f->master_error[0]) {
+    WARN(c, "no default route and no --master: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME not "
+            "derived; pass --master HOST");
+  }
+  if (nact > 0) setvar(c, "UCX_NET_DEVICES", hcas, "UCX's names for the same ACTIVE RDMA ports");
+  if (nact == 0) {
+    setvar(c, "NCCL_SOCKET_NTHREADS", "4",
+           "TCP only: 4 helper threads per peer connection, each with 8 sockets (the seeds' "
+           "values), raise socket bandwidth; NCCL caps threads x sockets at 64");
+    setvar(c, "NCCL_NSOCKS_PERTHREAD", "8",
+           "TCP only: more sockets per thread spread the traffic (4 x 8 = 32 sockets per peer)");
+  }
+
+  /* Limits that break RDMA and NCCL at run time. */
+  char size[32];
+  if (nact > 0 && f->memlock_known && !f->memlock_unlimited) {
+    format_bytes(f->memlock_bytes, size, sizeof size);
+    WARN(c,
+         "the locked-memory limit is %s: RDMA pins NCCL's buffers and registration fails "
+         "beyond it; raise it (ulimit -l unlimited, docker --ulimit memlock=-1, "
+         "LimitMEMLOCK=infinity)",
+         size);
+  }
+  if (!f->shm_known)
+    WARN(c, "/dev/shm is missing or cannot be measured: NCCL's shared-memory transport and "
+            "PyTorch's DataLoader workers need it");
+  else if (f->shm_bytes < SHM_MIN_BYTES) {
+    format_bytes(f->shm_bytes, size, sizeof size);
+    WARN(c,
+         "/dev/shm is only %s (under 1 GiB): NCCL's shared-memory transport and DataLoader "
+         "workers fail with bus errors; docker --shm-size=8g or --ipc=host",
+         size);
+  }
+  if (f->nhcas > 0 && (!f->dev_infiniband || f->uverbs_count == 0))
+    WARN(c,
+         "RDMA devices are in sysfs but %s: the container was started without "
+         "--device=/dev/infiniband, so NCCL cannot open the HCAs and falls back to TCP",
+         f->dev_infiniband ? "/dev/infiniband has no uverbs files" : "/dev/infiniband is missing");
+  if (nact > 0) check_mtus(c, act, nact);
+  for (size_t i = 0; i < f->nnotes; i++) WARN(c, "%s", f->notes[i]);
+  if (!f->nccl_found)
+    NOTE(c, "NCCL not found under the library root (a PyTorch wheel may carry its own)");
+  free(hl.data);
+
+out:
+  free(act);
+  free(eth);
+  free(hca_names);
+  if (c->rc != 0) {
+    doctor_result_destroy(r);
+    return c->rc;
+  }
+  *out = r;
+  return 0;
+}
+
+int doctor_plan(const doctor_config *cfg, char **envp, doctor_result **out) {
+  if (out == NULL) return -EINVAL;
+  *out = NULL;
+  doctor_facts *f;
+  int rc = doctor_probe(cfg, envp, &f);
+  if (rc != 0) return rc;
+  rc = doctor_derive(f, cfg, envp, out);
+  if (rc != 0) {
+    doctor_facts_destroy(f);
+    return rc;
+  }
+  (*out)->facts = f;
+  return 0;
+}
+
+static void free_vars(doctor_var *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(v[i].name);
+    free(v[i].value);
+    free(v[i].reason);
+    free(v[i].user_value);
+  }
+  free(v);
+}
+
+void doctor_result_destroy(doctor_result *r) {
+  if (r == NULL) return;
+  free_vars(r->set, r->nset);
+  free_vars(r->kept, r->nkept);
+  doctor_list_free(r->notes, r->nnotes);
+  doctor_list_free(r->warnings, r->nwarnings);
+  doctor_list_free(r->errors, r->nerrors);
+  doctor_facts_destroy(r->facts);
+  free(r);
+}
+
+const char *doctor_result_get(const doctor_result *r, const char *name) {
+  if (r == NULL || name == NULL) return NULL;
+  for (size_t i = 0; i < r->nset; i++)
+    if (strcmp(r->set[i].name, name) == 0) return r->set[i].value;
+  return NULL;
+}

@@ -1,0 +1,856 @@
+/*
+ * probe.c - reads RDMA devices, interfaces, routes, limits and the NCCL
+ * installation into a doctor_facts. Every file is read relative to a root
+ * from the config, so a fixture tree can stand in for the machine.
+ */
+#include "doctor/doctor.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "base/net.h"
+#include "doctor/internal.h"
+
+typedef struct probe_roots {
+  const char *sys, *proc, *dev, *lib;
+} probe_roots;
+
+/* root + "/" + rel, without doubling the slash; -ENAMETOOLONG on overflow. */
+static int join(char *out, size_t len, const char *root, const char *rel) {
+  size_t rl = strlen(root);
+  while (rl > 1 && root[rl - 1] == '/') rl--;
+  if (rl == 1 && root[0] == '/') rl = 0;
+  while (*rel == '/') rel++;
+  int n = snprintf(out, len, "%.*s/%s", (int)rl, root, rel);
+  if (n < 0 || (size_t)n >= len) return -ENAMETOOLONG;
+  return 0;
+}
+
+/* Reads a small text file, trailing white space removed. 0 or -errno. */
+static int read_text(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  size_t got = 0;
+  while (got + 1 < len) {
+    ssize_t n = read(fd, buf + got, len - 1 - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = -errno;
+      close(fd);
+      return e;
+    }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  close(fd);
+  buf[got] = '\0';
+  while (got > 0 && isspace((unsigned char)buf[got - 1])) buf[--got] = '\0';
+  return 0;
+}
+
+/* snprintf into a path buffer; -ENAMETOOLONG when it does not fit. */
+static int pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int pathf(char *out, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out, len, fmt, ap);
+  va_end(ap);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int read_textf(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int read_textf(char *buf, size_t len, const char *fmt, ...) {
+  char path[PATH_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(path, sizeof path, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof path) return -ENAMETOOLONG;
+  return read_text(path, buf, len);
+}
+
+static int cmp_names(const void *a, const void *b) {
+  return doctor_natural_cmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The entries of a directory (no "." names: fixture trees keep empty
+ * directories alive with dot files), in natural order. A missing directory
+ * gives an empty list and -ENOENT.
+ */
+static int list_dir(const char *path, char ***out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  DIR *d = opendir(path);
+  if (d == NULL) return -errno;
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if (doctor_list_add(out, n, "%s", e->d_name) != 0) {
+      rc = -ENOMEM;
+      break;
+    }
+  }
+  closedir(d);
+  if (rc != 0) {
+    doctor_list_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+    return rc;
+  }
+  if (*n > 1) qsort(*out, *n, sizeof **out, cmp_names);
+  return 0;
+}
+
+static int is_number(const char *s) {
+  if (*s == '\0') return 0;
+  for (; *s; s++)
+    if (!isdigit((unsigned char)*s)) return 0;
+  return 1;
+}
+
+/* "4: ACTIVE" -> 4 and "ACTIVE". */
+static void parse_numbered(const char *text, int *num, char *name, size_t namelen) {
+  char *end;
+  long v = strtol(text, &end, 10);
+  if (end == text || v < 0 || v > 1000) {
+    *num = -1;
+    base_strlcpy(name, text, namelen);
+    return;
+  }
+  *num = (int)v;
+  while (*end == ':' || *end == ' ') end++;
+  base_strlcpy(name, end, namelen);
+}
+
+static int probe_port(const char *portdir, int num, doctor_port *p) {
+  char text[256];
+  p->num = num;
+  p->state = -1;
+  p->phys_state = -1;
+  if (read_textf(text, sizeof text, "%s/state", portdir) == 0)
+    parse_numbered(text, &p->state, p->state_name, sizeof p->state_name);
+  if (read_textf(text, sizeof text, "%s/phys_state", portdir) == 0)
+    parse_numbered(text, &p->phys_state, p->phys_state_name, sizeof p->phys_state_name);
+  if (read_textf(p->rate, sizeof p->rate, "%s/rate", portdir) == 0)
+    p->rate_gbps = strtod(p->rate, NULL);
+  if (read_textf(text, sizeof text, "%s/link_layer", portdir) == 0) {
+    if (strcasecmp(text, "InfiniBand") == 0)
+      p->link = DOCTOR_LINK_IB;
+    else if (strcasecmp(text, "Ethernet") == 0)
+      p->link = DOCTOR_LINK_ETH;
+  }
+
+  char path[PATH_MAX];
+  char **names;
+  size_t nnames;
+  if (pathf(path, sizeof path, "%s/gids", portdir) != 0) return 0;
+  if (list_dir(path, &names, &nnames) == -ENOMEM) return -ENOMEM;
+  int rc = 0;
+  if (nnames > 0) {
+    p->gids = calloc(nnames, sizeof *p->gids);
+    if (p->gids == NULL) rc = -ENOMEM;
+  }
+  for (size_t i = 0; rc == 0 && i < nnames; i++) {
+    if (!is_number(names[i]) || strlen(names[i]) > 6) continue;
+    doctor_gid g = {0};
+    g.index = atoi(names[i]);
+    if (read_textf(text, sizeof text, "%s/gids/%s", portdir, names[i]) != 0) continue;
+    if (inet_pton(AF_INET6, text, g.raw) != 1) continue;
+    static const uint8_t zero[16];
+    /* The kernel shows unused table slots as the all-zero GID. */
+    if (memcmp(g.raw, zero, sizeof zero) == 0) continue;
+    if (read_textf(text, sizeof text, "%s/gid_attrs/types/%s", portdir, names[i]) == 0) {
+      if (strcasecmp(text, "RoCE v2") == 0)
+        g.type = DOCTOR_GID_ROCE_V2;
+      else if (strcasecmp(text, "IB/RoCE v1") == 0 || strcasecmp(text, "RoCE v1") == 0)
+        g.type = DOCTOR_GID_IB_ROCE_V1;
+    }
+    /* Reading ndevs fails with EINVAL for entries without a net device (IB). */
+    if (read_textf(g.ndev, sizeof g.ndev, "%s/gid_attrs/ndevs/%s", portdir, names[i]) != 0)
+      g.ndev[0] = '\0';
+    p->gids[p->ngids++] = g;
+  }
+  doctor_list_free(names, nnames);
+  return rc;
+}
+
+static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
+  base_strlcpy(h->name, name, sizeof h->name);
+  char text[512], path[PATH_MAX];
+
+  /* PCI address: the device's uevent names it; a real sysfs also has it as
+   * the last component of the device link. */
+  if (read_textf(text, sizeof text, "%s/device/uevent", devdir) == 0) {
+    char *line = strstr(text, "PCI_SLOT_NAME=");
+    if (line != NULL) {
+      line += strlen("PCI_SLOT_NAME=");
+      size_t l = strcspn(line, "\n");
+      if (l < sizeof h->pci) {
+        memcpy(h->pci, line, l);
+        h->pci[l] = '\0';
+      }
+    }
+  }
+  if (h->pci[0] == '\0') {
+    char real[PATH_MAX];
+    if (pathf(path, sizeof path, "%s/device", devdir) == 0 && realpath(path, real) != NULL) {
+      const char *base = strrchr(real, '/');
+      base = base ? base + 1 : real;
+      if (strchr(base, ':') != NULL && strchr(base, '.') != NULL)
+        base_strlcpy(h->pci, base, sizeof h->pci);
+    }
+  }
+
+  char **names;
+  size_t n;
+  if (pathf(path, sizeof path, "%s/device/net", devdir) != 0) return 0;
+  if (list_dir(path, &names, &n) == -ENOMEM) return -ENOMEM;
+  if (n > 0) {
+    h->netdevs = calloc(n, sizeof *h->netdevs);
+    if (h->netdevs == NULL) {
+      doctor_list_free(names, n);
+      return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) base_strlcpy(h->netdevs[i], names[i], DOCTOR_NAME_MAX);
+    h->nnetdevs = n;
+  }
+  doctor_list_free(names, n);
+
+  if (pathf(path, sizeof path, "%s/ports", devdir) != 0) return 0;
+  if (list_dir(path, &names, &n) == -ENOMEM) return -ENOMEM;
+  int rc = 0;
+  if (n > 0) {
+    h->ports = calloc(n, sizeof *h->ports);
+    if (h->ports == NULL) rc = -ENOMEM;
+  }
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    if (!is_number(names[i]) || strlen(names[i]) > 4) continue;
+    if (pathf(path, sizeof path, "%s/ports/%s", devdir, names[i]) != 0) continue;
+    rc = probe_port(path, atoi(names[i]), &h->ports[h->nports]);
+    h->nports++;
+  }
+  doctor_list_free(names, n);
+  return rc;
+}
+
+static int probe_hcas(const probe_roots *r, doctor_facts *f) {
+  char dir[PATH_MAX];
+  int rc = join(dir, sizeof dir, r->sys, "class/infiniband");
+  if (rc != 0) return rc;
+  char **names;
+  size_t n;
+  rc = list_dir(dir, &names, &n);
+  if (rc == -ENOMEM) return rc;
+  rc = 0;
+  if (n > 0) {
+    f->hcas = calloc(n, sizeof *f->hcas);
+    if (f->hcas == NULL) rc = -ENOMEM;
+  }
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    char devdir[PATH_MAX];
+    if (pathf(devdir, sizeof devdir, "%s/%s", dir, names[i]) != 0) continue;
+    rc = probe_hca(devdir, names[i], &f->hcas[f->nhcas]);
+    f->nhcas++;
+  }
+  doctor_list_free(names, n);
+  return rc;
+}
+
+static doctor_iface *find_iface(doctor_facts *f, const char *name) {
+  for (size_t i = 0; i < f->nifaces; i++)
+    if (strcmp(f->ifaces[i].name, name) == 0) return &f->ifaces[i];
+  return NULL;
+}
+
+static doctor_iface *add_iface(doctor_facts *f, const char *name) {
+  doctor_iface *p = realloc(f->ifaces, (f->nifaces + 1) * sizeof *p);
+  if (p == NULL) return NULL;
+  f->ifaces = p;
+  doctor_iface *i = &p[f->nifaces++];
+  memset(i, 0, sizeof *i);
+  base_strlcpy(i->name, name, sizeof i->name);
+  i->mtu = -1;
+  return i;
+}
+
+static int iface_add_addr(doctor_iface *i, const doctor_addr *a) {
+  for (size_t k = 0; k < i->naddrs; k++)
+    if (i->addrs[k].family == a->family && memcmp(i->addrs[k].addr, a->addr, 16) == 0) return 0;
+  doctor_addr *p = realloc(i->addrs, (i->naddrs + 1) * sizeof *p);
+  if (p == NULL) return -ENOMEM;
+  i->addrs = p;
+  p[i->naddrs++] = *a;
+  return 0;
+}
+
+static int probe_ifaces(const probe_roots *r, doctor_facts *f) {
+  char dir[PATH_MAX];
+  int rc = join(dir, sizeof dir, r->sys, "class/net");
+  if (rc != 0) return rc;
+  char **names;
+  size_t n;
+  if (list_dir(dir, &names, &n) == -ENOMEM) return -ENOMEM;
+  for (size_t k = 0; k < n; k++) {
+    doctor_iface *i = add_iface(f, names[k]);
+    if (i == NULL) {
+      rc = -ENOMEM;
+      break;
+    }
+    char text[64];
+    if (read_textf(text, sizeof text, "%s/%s/mtu", dir, names[k]) == 0) {
+      int mtu;
+      if (base_parse_int(text, 0, 1 << 20, &mtu) == 0) i->mtu = mtu;
+    }
+    if (read_textf(text, sizeof text, "%s/%s/operstate", dir, names[k]) == 0)
+      base_strlcpy(i->operstate, text, sizeof i->operstate);
+  }
+  doctor_list_free(names, n);
+  return rc;
+}
+
+static int prefix_len(const uint8_t *mask, size_t bytes) {
+  int bits = 0;
+  for (size_t i = 0; i < bytes; i++)
+    for (int b = 7; b >= 0; b--) bits += (mask[i] >> b) & 1;
+  return bits;
+}
+
+static int live_addrs(doctor_facts *f) {
+  struct ifaddrs *ifa;
+  if (getifaddrs(&ifa) != 0) return -errno;
+  int rc = 0;
+  for (struct ifaddrs *p = ifa; p != NULL && rc == 0; p = p->ifa_next) {
+    if (p->ifa_addr == NULL || p->ifa_name == NULL) continue;
+    doctor_addr a = {0};
+    a.family = p->ifa_addr->sa_family;
+    if (a.family == AF_INET) {
+      memcpy(a.addr, &((struct sockaddr_in *)(void *)p->ifa_addr)->sin_addr, 4);
+      if (p->ifa_netmask)
+        a.prefix = prefix_len(
+            (const uint8_t *)&((struct sockaddr_in *)(void *)p->ifa_netmask)->sin_addr, 4);
+    } else if (a.family == AF_INET6) {
+      memcpy(a.addr, &((struct sockaddr_in6 *)(void *)p->ifa_addr)->sin6_addr, 16);
+      if (p->ifa_netmask)
+        a.prefix = prefix_len(
+            (const uint8_t *)&((struct sockaddr_in6 *)(void *)p->ifa_netmask)->sin6_addr, 16);
+    } else {
+      continue;
+    }
+    doctor_iface *i = find_iface(f, p->ifa_name);
+    if (i == NULL) i = add_iface(f, p->ifa_name);
+    if (i == NULL)
+      rc = -ENOMEM;
+    else
+      rc = iface_add_addr(i, &a);
+  }
+  freeifaddrs(ifa);
+  return rc;
+}
+
+/* Parses "10.0.0.5/24" or "fe80::1/64" (no prefix: a host address). */
+static int parse_cidr(const char *s, doctor_addr *a) {
+  char tmp[80];
+  if (base_strlcpy(tmp, s, sizeof tmp) >= sizeof tmp) return -EINVAL;
+  char *slash = strchr(tmp, '/');
+  if (slash) *slash = '\0';
+  memset(a, 0, sizeof *a);
+  if (inet_pton(AF_INET, tmp, a->addr) == 1) {
+    a->family = AF_INET;
+    a->prefix = 32;
+  } else if (inet_pton(AF_INET6, tmp, a->addr) == 1) {
+    a->family = AF_INET6;
+    a->prefix = 128;
+  } else {
+    return -EINVAL;
+  }
+  if (slash && base_parse_int(slash + 1, 0, a->family == AF_INET ? 32 : 128, &a->prefix) != 0)
+    return -EINVAL;
+  return 0;
+}
+
+static int file_addrs(const char *file, doctor_facts *f) {
+  FILE *fp = fopen(file, "re");
+  if (fp == NULL) return -errno;
+  char line[512];
+  int rc = 0, lineno = 0;
+  while (rc == 0 && fgets(line, sizeof line, fp) != NULL) {
+    lineno++;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = '\0';
+    char name[DOCTOR_NAME_MAX + 1], cidr[128];
+    int fields = sscanf(line, "%64s %127s", name, cidr);
+    if (fields <= 0) continue;
+    doctor_addr a;
+    if (fields != 2 || strlen(name) >= DOCTOR_NAME_MAX || parse_cidr(cidr, &a) != 0) {
+      rc = -EINVAL;
+      doctor_list_add(&f->notes, &f->nnotes, "%s:%d: expected 'IFNAME ADDRESS/PREFIX'", file,
+                      lineno);
+      break;
+    }
+    doctor_iface *i = find_iface(f, name);
+    if (i == NULL) i = add_iface(f, name);
+    rc = i == NULL ? -ENOMEM : iface_add_addr(i, &a);
+  }
+  fclose(fp);
+  return rc;
+}
+
+typedef struct route4 {
+  char iface[DOCTOR_NAME_MAX];
+  uint32_t dest, mask; /* network order, as /proc/net/route prints them */
+  unsigned flags;
+  long metric;
+} route4;
+
+/* The IPv4 routes of PROC_ROOT/net/route that are up. */
+static int read_routes(const probe_roots *r, route4 **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  char path[PATH_MAX];
+  int rc = join(path, sizeof path, r->proc, "net/route");
+  if (rc != 0) return rc;
+  FILE *fp = fopen(path, "re");
+  if (fp == NULL) return -errno;
+  char line[512];
+  rc = 0;
+  if (fgets(line, sizeof line, fp) == NULL) goto out; /* the header */
+  while (fgets(line, sizeof line, fp) != NULL) {
+    route4 rt = {0};
+    char iface[DOCTOR_NAME_MAX + 1];
+    unsigned dest, gw, flags, mask;
+    int refcnt, use;
+    long metric;
+    if (sscanf(line, "%64s %x %x %x %d %d %ld %x", iface, &dest, &gw, &flags, &refcnt, &use,
+               &metric, &mask) != 8)
+      continue;
+    if (!(flags & 0x1)) continue; /* RTF_UP */
+    base_strlcpy(rt.iface, iface, sizeof rt.iface);
+    rt.dest = dest;
+    rt.mask = mask;
+    rt.flags = flags;
+    rt.metric = metric;
+    route4 *p = realloc(*out, (*n + 1) * sizeof *p);
+    if (p == NULL) {
+      rc = -ENOMEM;
+      break;
+    }
+    *out = p;
+    p[(*n)++] = rt;
+  }
+out:
+  fclose(fp);
+  return rc;
+}
+
+/* Longest matching prefix, then lowest metric; NULL when none matches. */
+static const route4 *route_lookup(const route4 *rt, size_t n, uint32_t addr) {
+  const route4 *best = NULL;
+  int best_len = -1;
+  for (size_t i = 0; i < n; i++) {
+    if ((addr & rt[i].mask) != (rt[i].dest & rt[i].mask)) continue;
+    int len = prefix_len((const uint8_t *)&rt[i].mask, 4);
+    if (len > best_len || (len == best_len && rt[i].metric < best->metric)) {
+      best = &rt[i];
+      best_len = len;
+    }
+  }
+  return best;
+}
+
+/* The interface of the IPv6 default route, for hosts without an IPv4 one. */
+static void default_route6(const probe_roots *r, char *iface, size_t len) {
+  char path[PATH_MAX];
+  if (join(path, sizeof path, r->proc, "net/ipv6_route") != 0) return;
+  FILE *fp = fopen(path, "re");
+  if (fp == NULL) return;
+  char line[512];
+  while (fgets(line, sizeof line, fp) != NULL) {
+    char dest[40], src[40], hop[40], name[DOCTOR_NAME_MAX + 1];
+    unsigned dlen, slen, metric, refcnt, use, flags;
+    if (sscanf(line, "%39s %x %39s %x %39s %x %x %x %x %64s", dest, &dlen, src, &slen, hop, &metric,
+               &refcnt, &use, &flags, name) != 10)
+      continue;
+    if (dlen != 0 || strspn(dest, "0") != strlen(dest)) continue;
+    if (!(flags & 0x1) || (flags & 0x200) || strcmp(name, "lo") == 0) continue; /* up, not reject */
+    base_strlcpy(iface, name, len);
+    break;
+  }
+  fclose(fp);
+}
+
+/* Which local interface owns address a (4 or 16 bytes of family). */
+static const char *iface_of_addr(const doctor_facts *f, int family, const void *addr) {
+  size_t len = family == AF_INET ? 4 : 16;
+  for (size_t i = 0; i < f->nifaces; i++)
+    for (size_t k = 0; k < f->ifaces[i].naddrs; k++)
+      if (f->ifaces[i].addrs[k].family == family &&
+          memcmp(f->ifaces[i].addrs[k].addr, addr, len) == 0)
+        return f->ifaces[i].name;
+  return NULL;
+}
+
+static void probe_routes(const probe_roots *r, const doctor_config *cfg, doctor_facts *f) {
+  route4 *rt = NULL;
+  size_t nrt = 0;
+  if (read_routes(r, &rt, &nrt) == 0) {
+    const route4 *def = NULL;
+    for (size_t i = 0; i < nrt; i++)
+      if (rt[i].mask == 0 && (def == NULL || rt[i].metric < def->metric)) def = &rt[i];
+    if (def) base_strlcpy(f->default_iface, def->iface, sizeof f->default_iface);
+  }
+  if (f->default_iface[0] == '\0') default_route6(r, f->default_iface, sizeof f->default_iface);
+
+  if (cfg->master == NULL || cfg->master[0] == '\0') goto out;
+  base_strlcpy(f->master, cfg->master, sizeof f->master);
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  int gai = getaddrinfo(cfg->master, NULL, &hints, &res);
+  if (gai != 0 || res == NULL) {
+    snprintf(f->master_error, sizeof f->master_error, "cannot resolve master '%s': %s", cfg->master,
+             gai_strerror(gai));
+    goto out;
+  }
+  /* Prefer IPv4, as NCCL's bootstrap and the store do. */
+  struct addrinfo *ai = res;
+  for (struct addrinfo *p = res; p != NULL; p = p->ai_next)
+    if (p->ai_family == AF_INET) {
+      ai = p;
+      break;
+    }
+  base_sockaddr_str(ai->ai_addr, f->master_addr, sizeof f->master_addr, NULL);
+
+  if (cfg->ifaddrs_file == NULL) {
+    /* Connecting a UDP socket sends nothing; it makes the kernel choose the
+     * route and the source address, which getsockname() then reveals. */
+    struct sockaddr_storage ss = {0};
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    if (ss.ss_family == AF_INET)
+      ((struct sockaddr_in *)&ss)->sin_port = htons(9);
+    else
+      ((struct sockaddr_in6 *)&ss)->sin6_port = htons(9);
+    int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, ai->ai_addrlen) != 0) {
+      snprintf(f->master_error, sizeof f->master_error, "no route to master %s (%s): %s",
+               cfg->master, f->master_addr, strerror(errno));
+    } else {
+      struct sockaddr_storage local = {0};
+      socklen_t sl = sizeof local;
+      const char *name = NULL;
+      if (getsockname(fd, (struct sockaddr *)&local, &sl) == 0) {
+        if (local.ss_family == AF_INET)
+          name = iface_of_addr(f, AF_INET, &((struct sockaddr_in *)&local)->sin_addr);
+        else if (local.ss_family == AF_INET6)
+          name = iface_of_addr(f, AF_INET6, &((struct sockaddr_in6 *)&local)->sin6_addr);
+      }
+      if (name)
+        base_strlcpy(f->route_iface, name, sizeof f->route_iface);
+      else
+        snprintf(f->master_error, sizeof f->master_error,
+                 "the local address used to reach master %s belongs to no interface", cfg->master);
+    }
+    if (fd >= 0) close(fd);
+  } else if (ai->ai_family == AF_INET) {
+    uint32_t a;
+    memcpy(&a, &((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr, 4);
+    const route4 *best = route_lookup(rt, nrt, a);
+    if (best)
+      base_strlcpy(f->route_iface, best->iface, sizeof f->route_iface);
+    else
+      snprintf(f->master_error, sizeof f->master_error, "no route to master %s (%s) in net/route",
+               cfg->master, f->master_addr);
+  } else {
+    snprintf(f->master_error, sizeof f->master_error,
+             "master %s is IPv6: routes are read from net/route (IPv4) with --ifaddrs",
+             cfg->master);
+  }
+  freeaddrinfo(res);
+out:
+  free(rt);
+}
+
+static void probe_limits(const probe_roots *r, const doctor_config *cfg, doctor_facts *f) {
+  char path[PATH_MAX];
+  if (join(path, sizeof path, r->proc, "self/limits") == 0) {
+    FILE *fp = fopen(path, "re");
+    if (fp != NULL) {
+      char line[256];
+      while (fgets(line, sizeof line, fp) != NULL) {
+        if (strncmp(line, "Max locked memory", 17) != 0) continue;
+        char soft[64];
+        if (sscanf(line + 17, "%63s", soft) != 1) break;
+        if (strcmp(soft, "unlimited") == 0) {
+          f->memlock_known = 1;
+          f->memlock_unlimited = 1;
+        } else {
+          int64_t v;
+          if (base_parse_i64(soft, 0, INT64_MAX, &v) == 0) {
+            f->memlock_known = 1;
+            f->memlock_bytes = (uint64_t)v;
+          }
+        }
+        break;
+      }
+      fclose(fp);
+    }
+  }
+  if (!f->memlock_known && cfg->ifaddrs_file == NULL) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+      f->memlock_known = 1;
+      if (rl.rlim_cur == RLIM_INFINITY)
+        f->memlock_unlimited = 1;
+      else
+        f->memlock_bytes = (uint64_t)rl.rlim_cur;
+    }
+  }
+
+  struct statvfs sv;
+  if (join(path, sizeof path, r->dev, "shm") == 0 && statvfs(path, &sv) == 0) {
+    f->shm_known = 1;
+    f->shm_bytes = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize;
+  }
+
+  struct stat st;
+  if (join(path, sizeof path, r->dev, "infiniband") == 0 && stat(path, &st) == 0 &&
+      S_ISDIR(st.st_mode)) {
+    f->dev_infiniband = 1;
+    char **names;
+    size_t n;
+    if (list_dir(path, &names, &n) == 0) {
+      for (size_t i = 0; i < n; i++)
+        if (strncmp(names[i], "uverbs", 6) == 0) f->uverbs_count++;
+      doctor_list_free(names, n);
+    }
+  }
+
+  if (join(path, sizeof path, r->proc, "meminfo") == 0) {
+    FILE *fp = fopen(path, "re");
+    if (fp != NULL) {
+      char line[256];
+      long v;
+      while (fgets(line, sizeof line, fp) != NULL) {
+        if (sscanf(line, "HugePages_Total: %ld", &v) == 1) {
+          f->hugepages_total = v;
+          f->hugepages_known = 1;
+        } else if (sscanf(line, "Hugepagesize: %ld", &v) == 1) {
+          f->hugepage_kb = v;
+        }
+      }
+      fclose(fp);
+    }
+  }
+}
+
+/* "2.21.5" at the start of s (two or three numbers). */
+static int parse_version(const char *s, int *maj, int *min, int *pat) {
+  int a, b, c = -1, used = 0;
+  if (sscanf(s, "%d.%d%n", &a, &b, &used) != 2) return -EINVAL;
+  if (s[used] == '.' && isdigit((unsigned char)s[used + 1])) c = atoi(s + used + 1);
+  *maj = a;
+  *min = b;
+  *pat = c;
+  return 0;
+}
+
+static int version_cmp(int a1, int a2, int a3, int b1, int b2, int b3) {
+  if (a1 != b1) return a1 < b1 ? -1 : 1;
+  if (a2 != b2) return a2 < b2 ? -1 : 1;
+  if (a3 != b3) return a3 < b3 ? -1 : 1;
+  return 0;
+}
+
+static void nccl_consider(doctor_facts *f, const char *path, int maj, int min, int pat) {
+  if (!f->nccl_found ||
+      (maj >= 0 && (f->nccl_major < 0 ||
+                    version_cmp(maj, min, pat, f->nccl_major, f->nccl_minor, f->nccl_patch) > 0))) {
+    f->nccl_found = 1;
+    f->nccl_major = maj;
+    f->nccl_minor = min;
+    f->nccl_patch = pat;
+    base_strlcpy(f->nccl_path, path, sizeof f->nccl_path);
+  }
+}
+
+/* What one path found by the search says about the NCCL version. */
+static void nccl_inspect(doctor_facts *f, const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  int maj = -1, min = -1, pat = -1;
+  if (strncmp(base, "libnccl.so", 10) == 0) {
+    if (base[10] == '.' && parse_version(base + 11, &maj, &min, &pat) == 0) {
+      nccl_consider(f, path, maj, min, pat);
+      return;
+    }
+    /* libnccl.so or libnccl.so.2: the link target usually carries the version. */
+    char target[PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n > 0) {
+      target[n] = '\0';
+      const char *tb = strrchr(target, '/');
+      tb = tb ? tb + 1 : target;
+      if (strncmp(tb, "libnccl.so.", 11) == 0 && parse_version(tb + 11, &maj, &min, &pat) == 0) {
+        nccl_consider(f, path, maj, min, pat);
+        return;
+      }
+    }
+    nccl_consider(f, path, -1, -1, -1);
+  } else if (strcmp(base, "nccl.h") == 0) {
+    FILE *fp = fopen(path, "re");
+    if (fp == NULL) return;
+    char line[256];
+    while (fgets(line, sizeof line, fp) != NULL) {
+      int v;
+      if (sscanf(line, "#define NCCL_MAJOR %d", &v) == 1)
+        maj = v;
+      else if (sscanf(line, "#define NCCL_MINOR %d", &v) == 1)
+        min = v;
+      else if (sscanf(line, "#define NCCL_PATCH %d", &v) == 1)
+        pat = v;
+    }
+    fclose(fp);
+    if (maj >= 0 && min >= 0) nccl_consider(f, path, maj, min, pat);
+  } else {
+    /* pip's nvidia_nccl_cu12-2.21.5.dist-info */
+    const char *dash = strchr(base, '-');
+    if (dash && parse_version(dash + 1, &maj, &min, &pat) == 0)
+      nccl_consider(f, path, maj, min, pat);
+  }
+}
+
+static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
+  static const char *patterns[] = {
+      "usr/lib/libnccl.so*",
+      "usr/lib64/libnccl.so*",
+      "usr/lib/*-linux-gnu/libnccl.so*",
+      "usr/local/lib/libnccl.so*",
+      "usr/local/lib64/libnccl.so*",
+      "usr/local/cuda*/lib*/libnccl.so*",
+      "usr/local/cuda*/targets/*/lib/libnccl.so*",
+      "usr/local/nccl*/lib/libnccl.so*",
+      "opt/nccl*/lib/libnccl.so*",
+      "usr/include/nccl.h",
+      "usr/local/include/nccl.h",
+      "usr/local/cuda*/include/nccl.h",
+      "usr/lib/python3*/*-packages/nvidia_nccl_cu*.dist-info",
+      "usr/local/lib/python3*/*-packages/nvidia_nccl_cu*.dist-info",
+      "opt/conda/lib/python3*/site-packages/nvidia_nccl_cu*.dist-info",
+  };
+  char path[PATH_MAX];
+  for (size_t i = 0; i < BASE_ARRAY_LEN(patterns); i++) {
+    if (join(path, sizeof path, r->lib, patterns[i]) != 0) continue;
+    glob_t g;
+    if (glob(path, GLOB_NOSORT, NULL, &g) == 0) {
+      for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);
+    }
+    globfree(&g);
+  }
+  /* The loader also looks in LD_LIBRARY_PATH: so do we, under the root. */
+  for (char **e = envp; e != NULL && *e != NULL; e++) {
+    if (strncmp(*e, "LD_LIBRARY_PATH=", 16) != 0) continue;
+    char dirs[4096];
+    base_strlcpy(dirs, *e + 16, sizeof dirs);
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
+      if (d[0] != '/') continue;
+      char rel[PATH_MAX];
+      if (pathf(rel, sizeof rel, "%s/libnccl.so*", d) != 0) continue;
+      if (join(path, sizeof path, r->lib, rel) != 0) continue;
+      glob_t g;
+      if (glob(path, GLOB_NOSORT, NULL, &g) == 0)
+        for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);
+      globfree(&g);
+    }
+  }
+}
+
+static int check_dir(const char *root) {
+  struct stat st;
+  if (stat(root, &st) != 0) return -errno;
+  return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int doctor_probe(const doctor_config *cfg_in, char **envp, doctor_facts **out) {
+  if (out == NULL) return -EINVAL;
+  *out = NULL;
+  doctor_config cfg = cfg_in ? *cfg_in : (doctor_config){0};
+  probe_roots r = {cfg.sysfs_root ? cfg.sysfs_root : "/sys",
+                   cfg.proc_root ? cfg.proc_root : "/proc", cfg.dev_root ? cfg.dev_root : "/dev",
+                   cfg.lib_root ? cfg.lib_root : "/"};
+  int rc;
+  if ((rc = check_dir(r.sys)) != 0 || (rc = check_dir(r.proc)) != 0 ||
+      (rc = check_dir(r.dev)) != 0 || (rc = check_dir(r.lib)) != 0)
+    return rc;
+  doctor_facts *f = calloc(1, sizeof *f);
+  if (f == NULL) return -ENOMEM;
+  f->nccl_major = f->nccl_minor = f->nccl_patch = -1;
+
+  if ((rc = probe_hcas(&r, f)) != 0) goto fail;
+  if ((rc = probe_ifaces(&r, f)) != 0) goto fail;
+  if (cfg.ifaddrs_file == NULL)
+    rc = live_addrs(f);
+  else
+    rc = file_addrs(cfg.ifaddrs_file, f);
+  if (rc == -ENOMEM) goto fail;
+  if (rc != 0) {
+    if (cfg.ifaddrs_file != NULL && f->nnotes == 0)
+      doctor_list_add(&f->notes, &f->nnotes, "cannot read %s: %s", cfg.ifaddrs_file, strerror(-rc));
+    else if (cfg.ifaddrs_file == NULL)
+      doctor_list_add(&f->notes, &f->nnotes, "getifaddrs failed: %s", strerror(-rc));
+    rc = 0;
+  }
+  if (f->nifaces > 1) {
+    /* Addresses may have added interfaces: keep the natural order. */
+    for (size_t i = 1; i < f->nifaces; i++) {
+      doctor_iface t = f->ifaces[i];
+      size_t j = i;
+      while (j > 0 && doctor_natural_cmp(f->ifaces[j - 1].name, t.name) > 0) {
+        f->ifaces[j] = f->ifaces[j - 1];
+        j--;
+      }
+      f->ifaces[j] = t;
+    }
+  }
+  probe_routes(&r, &cfg, f);
+  probe_limits(&r, &cfg, f);
+  probe_nccl(&r, envp, f);
+  *out = f;
+  return 0;
+fail:
+  doctor_facts_destroy(f);
+  return rc;
+}
+
+void doctor_facts_destroy(doctor_facts *f) {
+  if (f == NULL) return;
+  for (size_t i = 0; i < f->nhcas; i++) {
+    for (size_t p = 0; p < f->hcas[i].nports; p++) free(f->hcas[i].ports[p].gids);
+    free(f->hcas[i].ports);
+    free(f->hcas[i].netdevs);
+  }
+  free(f->hcas);
+  for (size_t i = 0; i < f->nifaces; i++) free(f->ifaces[i].addrs);
+  free(f->ifaces);
+  doctor_list_free(f->notes, f->nnotes);
+  free(f);
+}

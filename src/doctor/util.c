@@ -1,0 +1,106 @@
+/* util.c - the doctor's string buffer, string lists and natural order. */
+#include "doctor/internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void buf_vprintf(doctor_buf *b, const char *fmt, va_list ap) {
+  if (b->oom) return;
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) {
+    b->oom = 1;
+    return;
+  }
+  size_t need = b->len + (size_t)n + 1;
+  if (need > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap *= 2;
+    char *p = realloc(b->data, cap);
+    if (p == NULL) {
+      b->oom = 1;
+      return;
+    }
+    b->data = p;
+    b->cap = cap;
+  }
+  vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+  b->len += (size_t)n;
+}
+
+void doctor_buf_printf(doctor_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  buf_vprintf(b, fmt, ap);
+  va_end(ap);
+}
+
+void doctor_buf_puts(doctor_buf *b, const char *s) {
+  doctor_buf_printf(b, "%s", s);
+}
+
+int doctor_buf_take(doctor_buf *b, char **out) {
+  if (!b->oom && b->data == NULL) doctor_buf_puts(b, "");
+  if (b->oom) {
+    free(b->data);
+    *b = (doctor_buf){0};
+    return -ENOMEM;
+  }
+  *out = b->data;
+  *b = (doctor_buf){0};
+  return 0;
+}
+
+int doctor_list_add(char ***list, size_t *n, const char *fmt, ...) {
+  doctor_buf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  buf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  char *s;
+  if (doctor_buf_take(&b, &s) != 0) return -ENOMEM;
+  char **p = realloc(*list, (*n + 1) * sizeof *p);
+  if (p == NULL) {
+    free(s);
+    return -ENOMEM;
+  }
+  p[*n] = s;
+  *list = p;
+  (*n)++;
+  return 0;
+}
+
+void doctor_list_free(char **list, size_t n) {
+  for (size_t i = 0; i < n; i++) free(list[i]);
+  free(list);
+}
+
+int doctor_natural_cmp(const char *a, const char *b) {
+  while (*a != '\0' && *b != '\0') {
+    if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+      /* Compare the digit runs as numbers: skip leading zeros, then the
+       * longer run is larger, then the first differing digit decides. */
+      while (*a == '0' && isdigit((unsigned char)a[1])) a++;
+      while (*b == '0' && isdigit((unsigned char)b[1])) b++;
+      size_t la = 0, lb = 0;
+      while (isdigit((unsigned char)a[la])) la++;
+      while (isdigit((unsigned char)b[lb])) lb++;
+      if (la != lb) return la < lb ? -1 : 1;
+      int c = memcmp(a, b, la);
+      if (c != 0) return c < 0 ? -1 : 1;
+      a += la;
+      b += lb;
+      continue;
+    }
+    if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    a++;
+    b++;
+  }
+  if (*a == *b) return 0;
+  return *a == '\0' ? -1 : 1;
+}
