@@ -143,6 +143,14 @@ static void test_roce_bond(void) {
   CHECK(why != NULL && strstr(why, "reaches the master") != NULL);
   doctor_result_destroy(r);
 
+  /* A master at this node's loopback (the Debian 127.0.1.1 host name):
+   * sockets on the default route's interface, not lo. */
+  CHECK_EQ_INT(plan("roce_bond", "127.0.1.1", 0, NULL, &r), 0);
+  if (r == NULL) return;
+  CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"), "eth0");
+  CHECK(r->nset > 2 && strstr(r->set[2].reason, "loopback") != NULL);
+  doctor_result_destroy(r);
+
   /* A master on the overlay network: sockets on eth0, GID still the pod's. */
   CHECK_EQ_INT(plan("roce_bond", "10.244.1.9", 0, NULL, &r), 0);
   if (r == NULL) return;
@@ -629,8 +637,13 @@ static void test_real_machine(void) {
   } else {
     CHECK(doctor_result_get(r, "NCCL_IB_HCA") != NULL);
   }
-  /* Loopback is reached through lo. */
-  CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"), "lo");
+  /* Loopback is reached through lo (the UDP connect() probe says so), but a
+   * loopback master is this node: sockets take the default route's
+   * interface when there is one. */
+  CHECK_STREQ(r->facts->route_iface, "lo");
+  CHECK_STREQ(r->facts->master_addr, "127.0.0.1");
+  CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"),
+              r->facts->default_iface[0] ? r->facts->default_iface : "lo");
   CHECK(r->facts->memlock_known);
   CHECK(r->facts->nifaces >= 1);
   char *text = NULL;

@@ -91,6 +91,14 @@ static int is_v4mapped(const uint8_t *g) {
   return memcmp(g, prefix, sizeof prefix) == 0;
 }
 
+static int is_loopback(const char *addr) {
+  uint8_t a[16];
+  static const uint8_t v6lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  if (inet_pton(AF_INET, addr, a) == 1) return a[0] == 127;
+  if (inet_pton(AF_INET6, addr, a) == 1) return memcmp(a, v6lo, 16) == 0;
+  return 0;
+}
+
 static const doctor_iface *find_iface(const doctor_facts *f, const char *name) {
   for (size_t i = 0; i < f->nifaces; i++)
     if (strcmp(f->ifaces[i].name, name) == 0) return &f->ifaces[i];
@@ -133,7 +141,7 @@ static int prefix_clash(const char *name, const char *const *others, size_t n) {
  * numerically lowest index. Returns the index or -1 (errors recorded).
  */
 static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const char *ref,
-                      char *why, size_t whylen) {
+                      int via_master, char *why, size_t whylen) {
   const doctor_facts *f = c->f;
   int bad = 0;
   for (size_t i = 0; i < neth; i++) {
@@ -207,7 +215,7 @@ static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const 
   const char *owner = owner_of_v4(f, best_gid->raw + 12);
   if (best_rank == 0)
     snprintf(why, whylen, "RoCE v2 entry with IPv4 %s, the address of %s, which %s", addr, owner,
-             f->route_iface[0] ? "reaches the master" : "carries the default route");
+             via_master ? "reaches the master" : "carries the default route");
   else if (best_rank == 1)
     snprintf(why, whylen, "RoCE v2 entry with IPv4 %s (on %s)", addr, owner);
   else
@@ -309,9 +317,16 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
     }
   }
 
-  const char *ref = f->master[0] ? (f->route_iface[0] ? f->route_iface : NULL)
-                                 : (f->default_iface[0] ? f->default_iface : NULL);
-  const char *sock = f->master[0] ? f->route_iface : f->default_iface;
+  /*
+   * A master at a loopback address is this node (Debian maps the host name
+   * to 127.0.1.1): "lo" would serve only this node, so the default route's
+   * interface is used, which serves this node and reaches the others too.
+   */
+  int master_loop = is_loopback(f->master_addr);
+  int via_master = f->master[0] && !(master_loop && f->default_iface[0]);
+  const char *ref = via_master ? (f->route_iface[0] ? f->route_iface : NULL)
+                               : (f->default_iface[0] ? f->default_iface : NULL);
+  const char *sock = via_master ? f->route_iface : f->default_iface;
   if (f->master_error[0]) ERROR(c, "%s", f->master_error);
 
   /* Summary and the HCA list. */
@@ -359,7 +374,7 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
 
   if (neth > 0) {
     char why[256];
-    int g = choose_gid(c, eth, neth, ref, why, sizeof why);
+    int g = choose_gid(c, eth, neth, ref, via_master, why, sizeof why);
     r->summary.gid_index = g;
     int auto_gid = f->nccl_found && f->nccl_major >= 0 &&
                    (f->nccl_major > NCCL_AUTO_GID_MAJOR ||
@@ -383,10 +398,15 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
   }
 
   if (sock != NULL && sock[0] != '\0') {
-    char because[384];
-    if (f->master[0])
+    char because[512];
+    if (via_master)
       snprintf(because, sizeof because, "the interface that reaches the master %s (%s)", f->master,
                f->master_addr);
+    else if (f->master[0])
+      snprintf(because, sizeof because,
+               "the master %s (%s) is this node's loopback: the default route's interface serves "
+               "this node and reaches the others",
+               f->master, f->master_addr);
     else
       snprintf(because, sizeof because, "the interface of the default route");
     const char *names[256];
