@@ -23,3 +23,11 @@ set_tests_properties(tb PROPERTIES TIMEOUT 60 LABELS "unit")
 add_test(NAME tb_decode
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_tb.py $<TARGET_FILE:test_tb>)
 set_tests_properties(tb_decode PROPERTIES TIMEOUT 120 LABELS "unit")
+
+add_executable(test_plot ${CMAKE_SOURCE_DIR}/tests/test_plot.c)
+target_link_libraries(test_plot PRIVATE cohort_node m)
+add_test(NAME plot COMMAND test_plot)
+set_tests_properties(plot PROPERTIES TIMEOUT 120 LABELS "unit")
+add_test(NAME plot_cli
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_plot.py $<TARGET_FILE:cohort>)
+set_tests_properties(plot_cli PROPERTIES TIMEOUT 120 LABELS "unit")

@@ -1,0 +1,562 @@
+/* plot.c - metrics JSONL parser and SVG renderer for `cohort plot`. */
+#include "plot/plot.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- JSON: just enough to read one object per line, strictly ---- */
+
+#define JSON_MAX_DEPTH 64
+#define JSON_MAX_NUMBER 400
+
+typedef struct json_cursor {
+  const char *p, *end;
+  const char *err; /* static text of the first error */
+} json_cursor;
+
+enum { JV_ERROR = -1, JV_OTHER = 0, JV_NUMBER = 1 };
+
+static void json_ws(json_cursor *c) {
+  while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')) c->p++;
+}
+
+static int json_fail(json_cursor *c, const char *why) {
+  if (c->err == NULL) c->err = why;
+  return JV_ERROR;
+}
+
+static int json_lit(json_cursor *c, const char *word) {
+  size_t n = strlen(word);
+  if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
+  c->p += n;
+  return 1;
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/*
+ * Parses a string at c->p (which is at '"'). The decoded text goes into key
+ * (up to keylen-1 bytes) when key is not NULL; *key_exact is cleared when
+ * the text did not fit or held an escape beyond ASCII, so that it can never
+ * equal a member name looked for.
+ */
+static int json_string(json_cursor *c, char *key, size_t keylen, int *key_exact) {
+  size_t k = 0;
+  if (key_exact) *key_exact = 1;
+  c->p++; /* opening quote */
+  while (c->p < c->end) {
+    unsigned char ch = (unsigned char)*c->p++;
+    if (ch == '"') {
+      if (key) key[k] = '\0';
+      return JV_OTHER;
+    }
+    if (ch < 0x20) return json_fail(c, "control character in a string");
+    if (ch == '\\') {
+      if (c->p >= c->end) break;
+      char e = *c->p++;
+      const char *map = strchr("\"\\/bfnrt", e);
+      if (e == 'u') {
+        if (c->end - c->p < 4) return json_fail(c, "bad \\u escape");
+        int v = 0;
+        for (int i = 0; i < 4; i++) {
+          int h = hexval(c->p[i]);
+          if (h < 0) return json_fail(c, "bad \\u escape");
+          v = v * 16 + h;
+        }
+        c->p += 4;
+        if (v < 0x80 && v > 0)
+          ch = (unsigned char)v;
+        else if (key_exact)
+          *key_exact = 0;
+      } else if (map != NULL && e != '\0') {
+        ch = (unsigned char)"\"\\/\b\f\n\r\t"[map - "\"\\/bfnrt"];
+      } else {
+        return json_fail(c, "bad escape in a string");
+      }
+    }
+    if (key) {
+      if (k + 1 < keylen)
+        key[k++] = (char)ch;
+      else if (key_exact)
+        *key_exact = 0;
+    }
+  }
+  return json_fail(c, "unterminated string");
+}
+
+static int is_digit(char ch) {
+  return ch >= '0' && ch <= '9';
+}
+
+static int json_number(json_cursor *c, double *out) {
+  const char *s = c->p;
+  if (json_lit(c, "NaN")) {
+    *out = NAN;
+    return JV_NUMBER;
+  }
+  if (json_lit(c, "Infinity")) {
+    *out = INFINITY;
+    return JV_NUMBER;
+  }
+  if (json_lit(c, "-Infinity")) {
+    *out = -INFINITY;
+    return JV_NUMBER;
+  }
+  const char *p = s;
+  if (p < c->end && *p == '-') p++;
+  if (p >= c->end || !is_digit(*p)) return json_fail(c, "bad number");
+  if (*p == '0')
+    p++;
+  else
+    while (p < c->end && is_digit(*p)) p++;
+  if (p < c->end && *p == '.') {
+    p++;
+    if (p >= c->end || !is_digit(*p)) return json_fail(c, "bad number");
+    while (p < c->end && is_digit(*p)) p++;
+  }
+  if (p < c->end && (*p == 'e' || *p == 'E')) {
+    p++;
+    if (p < c->end && (*p == '+' || *p == '-')) p++;
+    if (p >= c->end || !is_digit(*p)) return json_fail(c, "bad number");
+    while (p < c->end && is_digit(*p)) p++;
+  }
+  size_t n = (size_t)(p - s);
+  if (n > JSON_MAX_NUMBER) return json_fail(c, "number too long");
+  char buf[JSON_MAX_NUMBER + 1];
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  *out = strtod(buf, NULL); /* the grammar above is a subset of strtod's */
+  c->p = p;
+  return JV_NUMBER;
+}
+
+static int json_value(json_cursor *c, int depth, double *num);
+
+static int json_container(json_cursor *c, int depth, char close) {
+  if (depth >= JSON_MAX_DEPTH) return json_fail(c, "nested too deeply");
+  c->p++; /* '[' or '{' */
+  json_ws(c);
+  if (c->p < c->end && *c->p == close) {
+    c->p++;
+    return JV_OTHER;
+  }
+  for (;;) {
+    double ignored;
+    json_ws(c);
+    if (close == '}') {
+      if (c->p >= c->end || *c->p != '"') return json_fail(c, "expected a member name");
+      if (json_string(c, NULL, 0, NULL) == JV_ERROR) return JV_ERROR;
+      json_ws(c);
+      if (c->p >= c->end || *c->p != ':') return json_fail(c, "expected ':'");
+      c->p++;
+    }
+    if (json_value(c, depth + 1, &ignored) == JV_ERROR) return JV_ERROR;
+    json_ws(c);
+    if (c->p < c->end && *c->p == ',') {
+      c->p++;
+      continue;
+    }
+    if (c->p < c->end && *c->p == close) {
+      c->p++;
+      return JV_OTHER;
+    }
+    return json_fail(c, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+  }
+}
+
+static int json_value(json_cursor *c, int depth, double *num) {
+  json_ws(c);
+  if (c->p >= c->end) return json_fail(c, "unexpected end of line");
+  switch (*c->p) {
+  case '"':
+    return json_string(c, NULL, 0, NULL);
+  case '{':
+    return json_container(c, depth, '}');
+  case '[':
+    return json_container(c, depth, ']');
+  case 't':
+    return json_lit(c, "true") ? JV_OTHER : json_fail(c, "bad literal");
+  case 'f':
+    return json_lit(c, "false") ? JV_OTHER : json_fail(c, "bad literal");
+  case 'n':
+    return json_lit(c, "null") ? JV_OTHER : json_fail(c, "bad literal");
+  default:
+    return json_number(c, num);
+  }
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+int plot_parse_line(const char *line, size_t len, plot_point *out, char *err, size_t errlen) {
+  if (memchr(line, '\0', len) != NULL) {
+    set_err(err, errlen, "NUL byte in the line");
+    return -EINVAL;
+  }
+  json_cursor c = {line, line + len, NULL};
+  json_ws(&c);
+  if (c.p == c.end) return PLOT_BLANK;
+  if (*c.p != '{') {
+    set_err(err, errlen, "not a JSON object");
+    return -EINVAL;
+  }
+  static const char *const names[3] = {"step", "loss", "tokens_per_s"};
+  double vals[3] = {0, 0, 0};
+  int seen[3] = {0, 0, 0};
+  c.p++;
+  json_ws(&c);
+  int empty = c.p < c.end && *c.p == '}';
+  if (empty) c.p++;
+  while (!empty) {
+    json_ws(&c);
+    if (c.p >= c.end || *c.p != '"') {
+      json_fail(&c, "expected a member name");
+      break;
+    }
+    char key[32];
+    int exact;
+    if (json_string(&c, key, sizeof key, &exact) == JV_ERROR) break;
+    json_ws(&c);
+    if (c.p >= c.end || *c.p != ':') {
+      json_fail(&c, "expected ':'");
+      break;
+    }
+    c.p++;
+    double v = 0;
+    int kind = json_value(&c, 1, &v);
+    if (kind == JV_ERROR) break;
+    for (int i = 0; i < 3; i++) {
+      if (exact && strcmp(key, names[i]) == 0) {
+        if (kind != JV_NUMBER) {
+          set_err(err, errlen, "\"%s\" is not a number", names[i]);
+          return -EINVAL;
+        }
+        vals[i] = v;
+        seen[i] = 1; /* a repeated member: the last one counts, as in most parsers */
+      }
+    }
+    json_ws(&c);
+    if (c.p < c.end && *c.p == ',') {
+      c.p++;
+      continue;
+    }
+    if (c.p < c.end && *c.p == '}') {
+      c.p++;
+      break;
+    }
+    json_fail(&c, "expected ',' or '}'");
+    break;
+  }
+  if (c.err != NULL) {
+    set_err(err, errlen, "%s at column %zu", c.err, (size_t)(c.p - line) + 1);
+    return -EINVAL;
+  }
+  json_ws(&c);
+  if (c.p != c.end) {
+    set_err(err, errlen, "text after the JSON object at column %zu", (size_t)(c.p - line) + 1);
+    return -EINVAL;
+  }
+  for (int i = 0; i < 3; i++) {
+    if (!seen[i]) {
+      set_err(err, errlen, "missing \"%s\"", names[i]);
+      return -EINVAL;
+    }
+  }
+  /* 2^53: every integer up to it is exact in a double. */
+  if (!(vals[0] >= 0 && vals[0] <= 9007199254740992.0) || vals[0] != floor(vals[0])) {
+    set_err(err, errlen, "\"step\" must be an integer >= 0");
+    return -EINVAL;
+  }
+  out->step = (int64_t)vals[0];
+  out->loss = vals[1];
+  out->tokens_per_s = vals[2];
+  return 0;
+}
+
+typedef struct plot_tagged {
+  plot_point p;
+  size_t order; /* line order in the file */
+} plot_tagged;
+
+static int cmp_tagged(const void *a, const void *b) {
+  const plot_tagged *x = a, *y = b;
+  if (x->p.step != y->p.step) return (x->p.step > y->p.step) - (x->p.step < y->p.step);
+  return (x->order > y->order) - (x->order < y->order);
+}
+
+int plot_parse(const char *data, size_t len, plot_series *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  size_t cap = 0, lineno = 0;
+  plot_point *pts = NULL;
+  for (size_t off = 0; off < len;) {
+    const char *nl = memchr(data + off, '\n', len - off);
+    size_t n = nl ? (size_t)(nl - (data + off)) : len - off;
+    lineno++;
+    plot_point pt;
+    char why[160];
+    int rc = plot_parse_line(data + off, n, &pt, why, sizeof why);
+    off += n + (nl != NULL);
+    if (rc == PLOT_BLANK) continue;
+    if (rc != 0) {
+      if (nl == NULL) { /* the line the trainer is still writing */
+        out->partial_last = 1;
+        break;
+      }
+      set_err(err, errlen, "line %zu: %s", lineno, why);
+      free(pts);
+      return -EINVAL;
+    }
+    if (out->n == cap) {
+      size_t ncap = cap ? cap * 2 : 256;
+      plot_point *np = realloc(pts, ncap * sizeof *np);
+      if (np == NULL) {
+        free(pts);
+        set_err(err, errlen, "out of memory");
+        return -ENOMEM;
+      }
+      pts = np;
+      cap = ncap;
+    }
+    pts[out->n] = pt;
+    out->n++;
+  }
+  out->lines = out->n;
+  if (out->n == 0) {
+    free(pts);
+    set_err(err, errlen, "no metrics (expected JSON lines with step, loss and tokens_per_s)");
+    return -EINVAL;
+  }
+  /* Sort by (step, line order) and keep the last line of each step. */
+  plot_tagged *t = malloc(out->n * sizeof *t);
+  if (t == NULL) {
+    free(pts);
+    set_err(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < out->n; i++) t[i] = (plot_tagged){pts[i], i};
+  qsort(t, out->n, sizeof *t, cmp_tagged);
+  size_t m = 0;
+  for (size_t i = 0; i < out->n; i++) {
+    if (i + 1 < out->n && t[i + 1].p.step == t[i].p.step) continue;
+    pts[m++] = t[i].p;
+  }
+  free(t);
+  out->points = pts;
+  out->n = m;
+  return 0;
+}
+
+/* ---- SVG ---- */
+
+typedef struct sbuf {
+  char *data;
+  size_t len, cap;
+  int oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    b->oom = 1;
+    return;
+  }
+  if (b->len + (size_t)n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + (size_t)n + 1) cap *= 2;
+    char *p = realloc(b->data, cap);
+    if (p == NULL) {
+      b->oom = 1;
+      return;
+    }
+    b->data = p;
+    b->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+/* XML text: markup characters escaped; bytes that are not valid UTF-8 or
+ * not allowed in XML (control characters) become '?'. */
+static void sb_xml_text(sbuf *b, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned char ch = *p;
+    if (ch == '&')
+      sb_printf(b, "&amp;");
+    else if (ch == '<')
+      sb_printf(b, "&lt;");
+    else if (ch == '>')
+      sb_printf(b, "&gt;");
+    else if (ch == '"')
+      sb_printf(b, "&quot;");
+    else if (ch < 0x20 && ch != '\t')
+      sb_printf(b, "?");
+    else if (ch < 0x80)
+      sb_printf(b, "%c", ch);
+    else {
+      size_t n = (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3 : (ch & 0xF8) == 0xF0 ? 4 : 0;
+      uint32_t v = n == 2 ? ch & 0x1Fu : n == 3 ? ch & 0x0Fu : ch & 0x07u;
+      size_t k = 1;
+      for (; k < n && (p[k] & 0xC0) == 0x80; k++) v = (v << 6) | (p[k] & 0x3Fu);
+      static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+      int ok = n > 0 && k == n && v >= min[n] && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF) &&
+               v != 0xFFFE && v != 0xFFFF;
+      if (ok)
+        sb_printf(b, "%.*s", (int)n, (const char *)p);
+      else
+        sb_printf(b, "?");
+      p += ok ? n : 1;
+      continue;
+    }
+    p++;
+  }
+}
+
+/* A tick spacing of 1, 2 or 5 times a power of ten, about span/5. */
+static double nice_step(double span) {
+  double raw = span / 5.0;
+  double mag = pow(10.0, floor(log10(raw)));
+  double f = raw / mag;
+  return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+}
+
+static void fmt_num(double v, char *out, size_t n) {
+  double a = fabs(v);
+  if (a >= 1e9)
+    snprintf(out, n, "%.3gG", v / 1e9);
+  else if (a >= 1e6)
+    snprintf(out, n, "%.3gM", v / 1e6);
+  else if (a >= 1e4)
+    snprintf(out, n, "%.3gk", v / 1e3);
+  else
+    snprintf(out, n, "%.4g", v);
+}
+
+enum { SVG_W = 900, PANEL_H = 280, MARGIN_L = 80, MARGIN_R = 30, TOP = 50, PLOT_H = 210 };
+
+static void panel(sbuf *b, const plot_series *s, int which, const char *name, const char *color,
+                  int y0) {
+  double lo = INFINITY, hi = -INFINITY;
+  size_t finite = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    double v = which == 0 ? s->points[i].loss : s->points[i].tokens_per_s;
+    if (!isfinite(v)) continue;
+    finite++;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  double xlo = (double)s->points[0].step, xhi = (double)s->points[s->n - 1].step;
+  if (xhi <= xlo) xlo -= 1, xhi += 1;
+  if (finite == 0) lo = 0, hi = 1;
+  if (hi <= lo) {
+    double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1.0;
+    lo -= pad, hi += pad;
+  }
+  double pw = SVG_W - MARGIN_L - MARGIN_R;
+  double ystep = nice_step(hi - lo), xstep = nice_step(xhi - xlo);
+  /* Extend the value range to whole ticks so the curve fills the frame. */
+  lo = floor(lo / ystep) * ystep;
+  hi = ceil(hi / ystep) * ystep;
+
+  sb_printf(b, "<g class=\"panel\" id=\"panel-%s\">\n", name);
+  sb_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
+            MARGIN_L, y0 - 8, name);
+  sb_printf(b,
+            "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%d\" fill=\"none\" "
+            "stroke=\"#888\"/>\n",
+            MARGIN_L, y0, pw, PLOT_H);
+  char label[32];
+  for (double t = lo; t <= hi + ystep * 1e-9; t += ystep) {
+    double y = y0 + PLOT_H - (t - lo) / (hi - lo) * PLOT_H;
+    fmt_num(fabs(t) < ystep * 1e-9 ? 0.0 : t, label, sizeof label);
+    sb_printf(b,
+              "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#ddd\"/>"
+              "<text x=\"%d\" y=\"%.2f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
+              MARGIN_L, y, MARGIN_L + pw, y, MARGIN_L - 6, y + 4, label);
+  }
+  for (double t = ceil(xlo / xstep) * xstep; t <= xhi + xstep * 1e-9; t += xstep) {
+    double x = MARGIN_L + (t - xlo) / (xhi - xlo) * pw;
+    fmt_num(t, label, sizeof label);
+    sb_printf(b,
+              "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#888\"/>"
+              "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
+              x, y0 + PLOT_H, x, y0 + PLOT_H + 5, x, y0 + PLOT_H + 18, label);
+  }
+  sb_printf(b, "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">step</text>\n",
+            MARGIN_L + pw, y0 + PLOT_H + 32);
+  if (finite > 0) {
+    sb_printf(b,
+              "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+              "points=\"",
+              name, color);
+    const char *sep = "";
+    for (size_t i = 0; i < s->n; i++) {
+      double v = which == 0 ? s->points[i].loss : s->points[i].tokens_per_s;
+      if (!isfinite(v)) continue;
+      double x = MARGIN_L + ((double)s->points[i].step - xlo) / (xhi - xlo) * pw;
+      double y = y0 + PLOT_H - (v - lo) / (hi - lo) * PLOT_H;
+      sb_printf(b, "%s%.2f,%.2f", sep, x, y);
+      sep = " ";
+    }
+    sb_printf(b, "\"/>\n");
+  }
+  if (finite < s->n)
+    sb_printf(b,
+              "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\" fill=\"#c00\">"
+              "%zu non-finite values not drawn</text>\n",
+              MARGIN_L + pw, y0 - 8, s->n - finite);
+  sb_printf(b, "</g>\n");
+}
+
+int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_len) {
+  *svg = NULL;
+  *svg_len = 0;
+  if (s == NULL || s->n == 0) return -EINVAL;
+  sbuf b = {0};
+  int h = TOP + 2 * PANEL_H;
+  sb_printf(&b,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<title>",
+            SVG_W, h, SVG_W, h);
+  sb_xml_text(&b, title ? title : "");
+  sb_printf(&b, "</title>\n<text x=\"%d\" y=\"24\" font-size=\"16\">", MARGIN_L);
+  sb_xml_text(&b, title ? title : "");
+  sb_printf(&b, " (%zu steps, %lld..%lld)</text>\n", s->n, (long long)s->points[0].step,
+            (long long)s->points[s->n - 1].step);
+  panel(&b, s, 0, "loss", "#1f77b4", TOP + 30);
+  panel(&b, s, 1, "tokens_per_s", "#d62728", TOP + 30 + PANEL_H);
+  sb_printf(&b, "</svg>\n");
+  if (b.oom) {
+    free(b.data);
+    return -ENOMEM;
+  }
+  *svg = b.data;
+  *svg_len = b.len;
+  return 0;
+}

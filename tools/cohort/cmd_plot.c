@@ -1,0 +1,206 @@
+/*
+ * cmd_plot.c - `cohort plot METRICS.jsonl [-o FILE.svg]`: loss and
+ * throughput against step as a self-contained SVG.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "plot/plot.h"
+#include "tools/cohort/cmd.h"
+
+/* Metrics files beyond this are certainly not what the trainer wrote. */
+#define PLOT_MAX_FILE (1024L * 1024 * 1024)
+
+static const char plot_usage[] =
+    "usage: cohort plot METRICS.jsonl [-o FILE.svg]\n"
+    "\n"
+    "Draws loss and tokens_per_s against step from a training metrics file (one\n"
+    "JSON object per line with step, loss and tokens_per_s, as cohort-gpt2 writes)\n"
+    "into a self-contained SVG. An incomplete last line (a running job) is skipped.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output FILE     where to write the SVG (default: METRICS with .svg\n"
+    "                        instead of .jsonl; '-' for standard output)\n"
+    "  -h, --help            show this help\n";
+
+static int read_file(const char *path, char **data, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int rc = -errno;
+    close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+  }
+  if (st.st_size > PLOT_MAX_FILE) {
+    close(fd);
+    return -EFBIG;
+  }
+  /* The file may grow while a job runs: read what is there now. */
+  size_t cap = (size_t)st.st_size + 1, n = 0;
+  char *buf = malloc(cap);
+  if (buf == NULL) {
+    close(fd);
+    return -ENOMEM;
+  }
+  while (n + 1 < cap) {
+    ssize_t k = read(fd, buf + n, cap - 1 - n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      int rc = -errno;
+      free(buf);
+      close(fd);
+      return rc;
+    }
+    if (k == 0) break;
+    n += (size_t)k;
+  }
+  close(fd);
+  buf[n] = '\0';
+  *data = buf;
+  *len = n;
+  return 0;
+}
+
+static char *default_output(const char *in) {
+  size_t n = strlen(in);
+  const char *ext = NULL;
+  if (n > 6 && strcmp(in + n - 6, ".jsonl") == 0)
+    ext = in + n - 6;
+  else if (n > 5 && strcmp(in + n - 5, ".json") == 0)
+    ext = in + n - 5;
+  size_t keep = ext ? (size_t)(ext - in) : n;
+  char *out = malloc(keep + 5);
+  if (out == NULL) return NULL;
+  memcpy(out, in, keep);
+  memcpy(out + keep, ".svg", 5);
+  return out;
+}
+
+/* Writes through a temporary file and rename(), so that a viewer never
+ * sees half a picture. */
+static int write_atomic(const char *path, const char *data, size_t len) {
+  size_t n = strlen(path) + 32;
+  char *tmp = malloc(n);
+  if (tmp == NULL) return -ENOMEM;
+  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int rc = 0;
+  if (fd < 0) {
+    rc = -errno;
+    free(tmp);
+    return rc;
+  }
+  for (size_t off = 0; off < len && rc == 0;) {
+    ssize_t k = write(fd, data + off, len - off);
+    if (k < 0 && errno != EINTR)
+      rc = -errno;
+    else if (k > 0)
+      off += (size_t)k;
+  }
+  if (close(fd) != 0 && rc == 0) rc = -errno;
+  if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
+  if (rc != 0) unlink(tmp);
+  free(tmp);
+  return rc;
+}
+
+int cmd_plot(int argc, char **argv) {
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *output = NULL;
+  optind = 0;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'o':
+      output = optarg;
+      break;
+    case 'h':
+      fputs(plot_usage, stdout);
+      return 0;
+    case ':':
+      fprintf(stderr, "cohort plot: %s needs a value; see 'cohort plot --help'\n",
+              argv[optind - 1]);
+      return 2;
+    default:
+      if (optopt > 0 && optopt < 256)
+        fprintf(stderr, "cohort plot: unknown option '-%c'; see 'cohort plot --help'\n", optopt);
+      else
+        fprintf(stderr, "cohort plot: unknown option '%s'; see 'cohort plot --help'\n",
+                argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (argc - optind != 1) {
+    fprintf(stderr, "cohort plot: expected one metrics file, got %d; see 'cohort plot --help'\n",
+            argc - optind);
+    return 2;
+  }
+  const char *input = argv[optind];
+  if (output != NULL && *output == '\0') {
+    fprintf(stderr, "cohort plot: --output is empty; see 'cohort plot --help'\n");
+    return 2;
+  }
+
+  char *data = NULL;
+  size_t len = 0;
+  int rc = read_file(input, &data, &len);
+  if (rc != 0) {
+    fprintf(stderr, "cohort plot: %s: %s\n", input,
+            rc == -EFBIG ? "larger than 1 GiB, not a metrics file" : strerror(-rc));
+    return 1;
+  }
+  plot_series s;
+  char err[256];
+  rc = plot_parse(data, len, &s, err, sizeof err);
+  free(data);
+  if (rc != 0) {
+    fprintf(stderr, "cohort plot: %s: %s\n", input, err);
+    return 1;
+  }
+  char *svg = NULL;
+  size_t svg_len = 0;
+  rc = plot_svg(&s, input, &svg, &svg_len);
+  size_t steps = s.n;
+  int partial = s.partial_last;
+  free(s.points);
+  if (rc != 0) {
+    fprintf(stderr, "cohort plot: rendering failed: %s\n", strerror(-rc));
+    return 1;
+  }
+  if (output != NULL && strcmp(output, "-") == 0) {
+    int bad = fwrite(svg, 1, svg_len, stdout) != svg_len || fflush(stdout) != 0;
+    free(svg);
+    if (bad) {
+      fprintf(stderr, "cohort plot: writing to standard output failed: %s\n", strerror(errno));
+      return 1;
+    }
+    return 0;
+  }
+  char *def = output ? NULL : default_output(input);
+  const char *path = output ? output : def;
+  rc = path ? write_atomic(path, svg, svg_len) : -ENOMEM;
+  free(svg);
+  if (rc != 0) {
+    fprintf(stderr, "cohort plot: %s: %s\n", path ? path : input, strerror(-rc));
+    free(def);
+    return 1;
+  }
+  printf("cohort plot: wrote %s (%zu steps%s)\n", path, steps,
+         partial ? ", skipped an incomplete last line" : "");
+  free(def);
+  return 0;
+}
