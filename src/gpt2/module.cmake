@@ -1,0 +1,21 @@
+# cohort-gpt2: the GPT-2 data-parallel trainer. A static library `gpt2`
+# (model, kernels, optimiser, data, checkpoints, data parallelism) and the
+# executable built from tools/gpt2/main.c. Matrix products use Debian's
+# OpenBLAS (libopenblas-dev); the other kernels use OpenMP.
+find_package(OpenMP REQUIRED COMPONENTS C)
+find_library(GPT2_OPENBLAS NAMES openblas REQUIRED)
+find_path(GPT2_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu REQUIRED)
+
+file(GLOB GPT2_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/gpt2/*.c)
+add_library(gpt2 STATIC ${GPT2_SOURCES})
+target_include_directories(gpt2 PUBLIC ${GPT2_CBLAS_INCLUDE})
+target_link_libraries(gpt2 PUBLIC cohort_static OpenMP::OpenMP_C ${GPT2_OPENBLAS} m)
+# The kernels are the hot loops of the trainer: optimise them fully even in
+# RelWithDebInfo builds (not in Debug, which the sanitizer build uses).
+if(NOT CMAKE_BUILD_TYPE STREQUAL "Debug")
+  target_compile_options(gpt2 PRIVATE -O3)
+endif()
+
+add_executable(cohort-gpt2 ${CMAKE_SOURCE_DIR}/tools/gpt2/main.c)
+target_link_libraries(cohort-gpt2 PRIVATE gpt2)
+install(TARGETS cohort-gpt2 RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

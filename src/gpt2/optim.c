@@ -1,0 +1,114 @@
+/* optim.c - AdamW, SGD with momentum, schedules and norms (see optim.h). */
+#include "gpt2/optim.h"
+
+#include "gpt2/kernels.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gpt2_optim_init(gpt2_optim *o, const gpt2_optim_config *cfg, size_t lo, size_t hi) {
+  memset(o, 0, sizeof(*o));
+  o->cfg = *cfg;
+  o->lo = lo;
+  o->hi = hi;
+  size_t n = hi - lo;
+  o->nstate = cfg->kind == GPT2_OPT_ADAMW ? 2 * n : n;
+  o->state = gpt2_big_alloc(o->nstate * sizeof(float));
+  if (o->state == NULL) return -ENOMEM;
+  o->m = o->state;
+  o->v = cfg->kind == GPT2_OPT_ADAMW ? o->state + n : NULL;
+  return 0;
+}
+
+void gpt2_optim_free(gpt2_optim *o) {
+  if (o == NULL) return;
+  gpt2_big_free(o->state, o->nstate * sizeof(float));
+  memset(o, 0, sizeof(*o));
+}
+
+static void adamw_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t hi, float lr,
+                        float wd, int64_t t) {
+  const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
+  const float c1 = 1.0f / (1.0f - powf(b1, (float)t)), c2 = 1.0f / (1.0f - powf(b2, (float)t));
+  float *m = o->m - o->lo, *v = o->v - o->lo; /* indexed by flat position */
+#pragma omp parallel for schedule(static)
+  for (size_t i = lo; i < hi; i++) {
+    float gi = g[i];
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float pi = p[i] * (1.0f - lr * wd);
+    p[i] = pi - lr * (mi * c1) / (sqrtf(vi * c2) + eps);
+  }
+}
+
+static void sgd_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t hi, float lr,
+                      float wd) {
+  const float mom = o->cfg.momentum;
+  float *buf = o->m - o->lo;
+#pragma omp parallel for schedule(static)
+  for (size_t i = lo; i < hi; i++) {
+    float gi = g[i] + wd * p[i];
+    float bi = mom * buf[i] + gi;
+    buf[i] = bi;
+    p[i] -= lr * bi;
+  }
+}
+
+void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
+                     float lr, int64_t t) {
+  for (int ti = 0; ti < m->ntensors; ti++) {
+    const gpt2_tensor *tn = &m->tensors[ti];
+    size_t lo = tn->offset > o->lo ? tn->offset : o->lo;
+    size_t hi = tn->offset + tn->size < o->hi ? tn->offset + tn->size : o->hi;
+    if (lo >= hi) continue;
+    float wd = tn->decay ? o->cfg.weight_decay : 0.0f;
+    if (o->cfg.kind == GPT2_OPT_ADAMW) {
+      adamw_range(o, params, grads, lo, hi, lr, wd, t);
+    } else {
+      sgd_range(o, params, grads, lo, hi, lr, wd);
+    }
+  }
+}
+
+float gpt2_lr_at(gpt2_lr_schedule s, float lr, int64_t warmup, int64_t total, float min_ratio,
+                 int64_t step) {
+  if (warmup > 0 && step < warmup) return lr * (float)(step + 1) / (float)warmup;
+  if (s == GPT2_LR_CONST || total <= warmup) return lr;
+  double frac = (double)(step - warmup) / (double)(total - warmup);
+  if (frac > 1.0) frac = 1.0;
+  double coeff = 0.5 * (1.0 + cos(M_PI * frac));
+  return (float)(lr * (min_ratio + (1.0 - min_ratio) * coeff));
+}
+
+double gpt2_sumsq(const float *x, size_t n) {
+  /* Fixed-size chunks summed in index order: the same result for any number
+   * of threads. */
+  const size_t chunk = 1 << 14;
+  size_t nchunks = (n + chunk - 1) / chunk;
+  double *part = malloc((nchunks ? nchunks : 1) * sizeof(double));
+  if (part == NULL) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+  }
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < nchunks; c++) {
+    size_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+    double s = 0.0;
+    for (size_t i = c * chunk; i < end; i++) s += (double)x[i] * x[i];
+    part[c] = s;
+  }
+  double total = 0.0;
+  for (size_t c = 0; c < nchunks; c++) total += part[c];
+  free(part);
+  return total;
+}
+
+void gpt2_scale(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
