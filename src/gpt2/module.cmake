@@ -18,4 +18,3 @@ endif()
 
 add_executable(cohort-gpt2 ${CMAKE_SOURCE_DIR}/tools/gpt2/main.c)
 target_link_libraries(cohort-gpt2 PRIVATE gpt2)
-install(TARGETS cohort-gpt2 RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

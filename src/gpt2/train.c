@@ -13,6 +13,7 @@
 #include "gpt2/data.h"
 #include "gpt2/kernels.h"
 #include "gpt2/rng.h"
+#include "gpt2/tb_writer.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -80,10 +81,16 @@ int gpt2_train(const gpt2_train_opts *o) {
   gpt2_batch_buf bb;
   gpt2_optim optim;
   FILE *metrics = NULL;
+  gpt2_tb_writer *tb = NULL;
   double *step_times = NULL;
   char err[512] = "";
   int have_model = 0, have_data = 0, have_bb = 0, have_optim = 0;
 
+  const char *ws = getenv("WORLD_SIZE");
+  if (ws != NULL && strcmp(ws, "1") != 0) {
+    fprintf(errf, "cohort-gpt2: WORLD_SIZE=%s: data parallelism is not in this build yet\n", ws);
+    return 2;
+  }
   int threads = o->threads;
 #ifdef _OPENMP
   if (threads > 0) omp_set_num_threads(threads);
@@ -156,6 +163,15 @@ int gpt2_train(const gpt2_train_opts *o) {
     }
   }
 
+  if (o->tb_dir != NULL && rank == 0) {
+    rc = gpt2_tb_open(o->tb_dir, &tb);
+    if (rc != 0) {
+      fprintf(errf, "cohort-gpt2: cannot write TensorBoard events to %s: %s\n", o->tb_dir,
+              strerror(-rc));
+      goto out;
+    }
+  }
+
   const int K = o->grad_accum;
   const uint64_t global_batch = (uint64_t)o->B * (uint64_t)K * (uint64_t)world;
   const double tokens_per_step = (double)global_batch * o->T;
@@ -223,6 +239,19 @@ int gpt2_train(const gpt2_train_opts *o) {
                 hidden, world);
         fflush(metrics);
       }
+      if (tb != NULL) {
+        static const char *const tags[] = {"train/loss",   "train/lr",          "train/grad_norm",
+                                           "perf/step_ms", "perf/tokens_per_s", "perf/gflops",
+                                           "comm/comm_ms", "comm/hidden_frac"};
+        const float vals[] = {(float)loss,           lr,           (float)gnorm,
+                              (float)(step_s * 1e3), (float)tok_s, (float)gflops,
+                              (float)comm_ms,        (float)hidden};
+        rc = gpt2_tb_add_scalars(tb, (int64_t)step + 1, 8, tags, vals);
+        if (rc != 0) {
+          fprintf(errf, "cohort-gpt2: writing %s: %s\n", gpt2_tb_path(tb), strerror(-rc));
+          goto out;
+        }
+      }
     }
     if (o->ckpt_dir != NULL && o->ckpt_every > 0 &&
         ((step + 1) % (uint64_t)o->ckpt_every == 0 || step + 1 == (uint64_t)o->steps)) {
@@ -261,6 +290,7 @@ out:
     fprintf(errf, "cohort-gpt2: writing %s: %s\n", o->metrics_path, strerror(errno));
     status = 1;
   }
+  gpt2_tb_close(tb);
   free(step_times);
   if (have_optim) gpt2_optim_free(&optim);
   if (have_bb) gpt2_batch_buf_free(&bb);

@@ -46,6 +46,7 @@ static const char usage_text[] =
     "  --zero 0|1           1 shards the optimiser state across ranks (ZeRO-1)\n"
     "output and checkpoints:\n"
     "  --metrics FILE       one JSON object per step\n"
+    "  --tensorboard DIR    also write TensorBoard scalars to an event file in DIR\n"
     "  --ckpt-dir DIR       checkpoint directory; the newest complete checkpoint is resumed\n"
     "  --ckpt-every K       write a checkpoint every K steps (and at the end)\n"
     "  --ckpt-keep N        checkpoints kept (default 2)\n"
@@ -325,8 +326,6 @@ int main(int argc, char **argv) {
   }
   if (o.cfg.head == GPT2_HEAD_QA && o.data != NULL && strcmp(o.data, "fake") != 0)
     return usage_error("%s", "the qa head trains on fake data only (answer positions)");
-  if (o.tb_dir != NULL)
-    return usage_error("%s", "--tensorboard is not available in this build yet");
   if (o.opt.kind == GPT2_OPT_SGD) {
     if (!set_lr) o.lr = 0.01f;
     if (!set_sched) o.schedule = GPT2_LR_CONST;
