@@ -1,0 +1,103 @@
+/*
+ * rdzv_internal.h - the pieces of discovery that tests reach directly:
+ * Slurm hostlist expansion, scheduler environment detection, the shared
+ * file's format, the multicast datagram codec and group derivation, and the
+ * route-table lookup over a proc root.
+ *
+ * All functions here are pure or take their inputs (environment, proc root,
+ * paths) as parameters, so tests run them over fixtures. Errors: 0 or a
+ * negative code, with a one-line reason in errbuf where one is taken.
+ */
+#ifndef COHORT_RDZV_INTERNAL_H
+#define COHORT_RDZV_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/discover.h"
+
+/* ---- errors ---- */
+
+/* snprintf into errbuf (when not NULL) and return rc. */
+int rdzv_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Sets t->source (one line, truncated to fit). */
+void rdzv_source(rdzv_target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 1 when s is 1..max printable ASCII characters without spaces. */
+int rdzv_word_valid(const char *s, size_t max);
+/* A job id is such a word of at most RDZV_JOB_MAX characters. */
+#define RDZV_JOB_MAX 128
+int rdzv_job_id_valid(const char *job_id);
+
+/* ---- Slurm hostlists ---- */
+
+/* Largest host count an expression may expand to; more is COHORT_ELIMIT. */
+#define RDZV_HOSTLIST_MAX 65536
+
+/*
+ * Expands a Slurm hostlist expression ("node[01-04,07]", "a[1-2]b[3-4]",
+ * "x1,y[2-3]") into host names, keeping zero padding (the width of a range's
+ * first number). On success *hosts is an array of *count strings, freed with
+ * rdzv_hostlist_free(). Returns -EINVAL for a malformed expression,
+ * COHORT_ELIMIT when it would expand to more than max_hosts names, -ENOMEM.
+ */
+int rdzv_hostlist_expand(const char *expr, size_t max_hosts, char ***hosts, size_t *count);
+void rdzv_hostlist_free(char **hosts, size_t count);
+
+/* ---- scheduler environments ---- */
+
+/* Looks name up in a NULL-terminated envp (NULL envp: nothing is set). */
+const char *rdzv_getenv(char *const envp[], const char *name);
+
+/*
+ * Fills out from the first scheduler environment found in envp (Slurm,
+ * Kubernetes Indexed Job, MASTER_ADDR/RANK/WORLD_SIZE replicas, Open MPI),
+ * with explicit values of opts taking precedence and conflicts refused.
+ * Returns 0, -ENOENT when no scheduler environment is present (errbuf
+ * untouched), or -EINVAL with a reason.
+ */
+int rdzv_env_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, char *errbuf,
+                      size_t errlen);
+
+/* ---- static ---- */
+
+/*
+ * Whether host names this machine: it equals gethostname() (or is that name
+ * followed by a domain), or one of its addresses belongs to a local
+ * interface. A name that does not resolve within timeout_ms is not local.
+ * Returns 1 or 0.
+ */
+int rdzv_host_is_local(const char *host, int timeout_ms);
+
+/* ---- shared file ---- */
+
+/* Parsed contents of a rendezvous file. ready=0: claimed, store not up yet. */
+typedef struct rdzv_file_info {
+  char job_id[RDZV_JOB_MAX + 1];
+  int ready;
+  char host[BASE_HOST_MAX];
+  int port;
+} rdzv_file_info;
+
+/* Formats info as the file's text; returns the length or COHORT_ELIMIT. */
+int rdzv_file_format(const rdzv_file_info *info, char *buf, size_t cap);
+/* Parses the file's text (len bytes). Returns 0 or -EINVAL (malformed). */
+int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out);
+/* Writes info to path atomically (temporary file, fsync, rename). */
+int rdzv_file_write(const char *path, const rdzv_file_info *info);
+int rdzv_file_discover(const rdzv_opts *opts, rdzv_target *out, char *errbuf, size_t errlen);
+
+int rdzv_mcast_discover(const rdzv_opts *opts, rdzv_target *out, char *errbuf, size_t errlen);
+
+/* The multicast announcer behind rdzv_publish_start() for RDZV_MCAST. */
+typedef struct rdzv_mcast_pub rdzv_mcast_pub;
+int rdzv_mcast_publish_start(const rdzv_opts *opts, const char *advertise_host, int store_port,
+                             rdzv_mcast_pub **out, char *errbuf, size_t errlen);
+void rdzv_mcast_publish_stop(rdzv_mcast_pub *pub);
+
+/* The absolute deadline of a discovery: opts->deadline_ms, or 5 minutes when 0. */
+int64_t rdzv_deadline(const rdzv_opts *opts);
+
+#endif

@@ -1,0 +1,697 @@
+/*
+ * test_rdzv.c - discovery: Slurm hostlists, every scheduler environment and
+ * its conflicts, the static method's hosting decision, the shared file
+ * (format, stale and malformed files, atomic replace, processes racing to
+ * host).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "rdzv/discover.h"
+#include "rdzv/rdzv_internal.h"
+#include "tests/check.h"
+
+static char tmpdir[256];
+
+/* ---- hostlists ---- */
+
+/* Expands expr and compares with the space-separated names in want. */
+static int hostlist_is(const char *expr, const char *want) {
+  char **hosts;
+  size_t n;
+  if (rdzv_hostlist_expand(expr, RDZV_HOSTLIST_MAX, &hosts, &n) != 0) return 0;
+  char joined[4096] = "";
+  for (size_t i = 0; i < n; i++) {
+    if (i) strcat(joined, " ");
+    strcat(joined, hosts[i]);
+  }
+  rdzv_hostlist_free(hosts, n);
+  if (strcmp(joined, want) != 0) fprintf(stderr, "  %s -> '%s', want '%s'\n", expr, joined, want);
+  return strcmp(joined, want) == 0;
+}
+
+static int hostlist_rc(const char *expr, size_t max) {
+  char **hosts;
+  size_t n;
+  int rc = rdzv_hostlist_expand(expr, max, &hosts, &n);
+  if (rc == 0)
+    rdzv_hostlist_free(hosts, n);
+  else
+    CHECK(hosts == NULL && n == 0);
+  return rc;
+}
+
+static void test_hostlist(void) {
+  CHECK(hostlist_is("node[01-04,07]", "node01 node02 node03 node04 node07"));
+  CHECK(hostlist_is("a[1-2]b[3-4]", "a1b3 a1b4 a2b3 a2b4"));
+  CHECK(hostlist_is("x1,y[2-3]", "x1 y2 y3"));
+  CHECK(hostlist_is("n[8-10]", "n8 n9 n10"));
+  CHECK(hostlist_is("n[008-010]", "n008 n009 n010"));
+  CHECK(hostlist_is("gpu-[1-2]-ib", "gpu-1-ib gpu-2-ib"));
+  CHECK(hostlist_is("single", "single"));
+  CHECK(hostlist_is("r[1-2]n[1],c[5]", "r1n1 r2n1 c5"));
+  CHECK(hostlist_is("a.b_c-d[0]", "a.b_c-d0"));
+  const char *bad[] = {
+      "",        "node[",  "node[1-",  "node[3-1]", "node[a-b]", "a,,b",  "a,",
+      ",a",      "node]1", "node[1]]", "n[[1]]",    "has space", "n[1,]", "n[,1]",
+      "n[1--2]", "n[]",    "n[-1]",    "n[1]x]",    "n[1-2",     "a;b",   "n[1234567890123456789]"};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++) {
+    int rc = hostlist_rc(bad[i], RDZV_HOSTLIST_MAX);
+    if (rc != -EINVAL) fprintf(stderr, "  '%s' gave %d\n", bad[i], rc);
+    CHECK_EQ_INT(rc, -EINVAL);
+  }
+  /* Counted before allocating: refused quickly, not expanded. */
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(hostlist_rc("node[0-99999999]", RDZV_HOSTLIST_MAX), COHORT_ELIMIT);
+  CHECK_EQ_INT(hostlist_rc("a[0-999]b[0-999]", RDZV_HOSTLIST_MAX), COHORT_ELIMIT);
+  CHECK_EQ_INT(hostlist_rc("n[0-999999999999999999]", RDZV_HOSTLIST_MAX), COHORT_ELIMIT);
+  CHECK(base_now_ms() - t0 < 1000);
+  CHECK_EQ_INT(hostlist_rc("n[1-4]", 4), 0);
+  CHECK_EQ_INT(hostlist_rc("n[1-4],m", 4), COHORT_ELIMIT);
+  CHECK_EQ_INT(hostlist_rc("n[1-5]", 4), COHORT_ELIMIT);
+  /* A name longer than a host name may be is malformed, not truncated. */
+  char longname[300];
+  memset(longname, 'a', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  CHECK_EQ_INT(hostlist_rc(longname, RDZV_HOSTLIST_MAX), -EINVAL);
+}
+
+/* ---- scheduler environments ---- */
+
+static rdzv_opts base_opts(void) {
+  rdzv_opts o = {0};
+  o.method = RDZV_AUTO;
+  o.node_rank = -1;
+  o.deadline_ms = base_deadline_in(5000);
+  return o;
+}
+
+static int disc(const rdzv_opts *o, char **env, rdzv_target *t, char *err) {
+  int rc = rdzv_discover(o, env, t, err, 256);
+  if (rc != 0) {
+    CHECK(strlen(err) > 0 && strchr(err, '\n') == NULL);
+  }
+  return rc;
+}
+
+static void test_slurm(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {"SLURM_JOB_ID=1042",
+                 "SLURM_NODEID=1",
+                 "SLURM_NNODES=4",
+                 "SLURM_JOB_NODELIST=node[01-04]",
+                 "SLURM_PROCID=1",
+                 "PATH=/bin",
+                 NULL};
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "node01");
+  CHECK_EQ_INT(t.port, RDZV_DEFAULT_PORT + 42);
+  CHECK_EQ_INT(t.node_rank, 1);
+  CHECK_EQ_INT(t.host_store, 0);
+  CHECK_EQ_INT(t.nnodes_min, 4);
+  CHECK_EQ_INT(t.nnodes_max, 4);
+  CHECK(strstr(t.source, "slurm job 1042") != NULL);
+  CHECK(strstr(t.source, "node01") != NULL);
+  /* RDZV_ENV requires it and gives the same. */
+  o.method = RDZV_ENV;
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "node01");
+  /* Node 0 hosts. */
+  env[1] = "SLURM_NODEID=0";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK_EQ_INT(t.node_rank, 0);
+  /* Explicit --master: its port (":PORT" keeps node 0 of the list), or host and port. */
+  o.master = ":29999";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "node01");
+  CHECK_EQ_INT(t.port, 29999);
+  o.master = "login1:2000";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "login1");
+  CHECK_EQ_INT(t.port, 2000);
+  o.master = NULL;
+  /* Agreeing flags are fine; conflicting ones name both values. */
+  o.node_rank = 0;
+  o.nnodes_min = o.nnodes_max = 4;
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  o.node_rank = 1;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--node-rank 1") != NULL && strstr(err, "SLURM_NODEID=0") != NULL);
+  o.node_rank = -1;
+  o.nnodes_min = o.nnodes_max = 2;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--nnodes 2") != NULL && strstr(err, "SLURM_NNODES=4") != NULL);
+  o.nnodes_min = 2;
+  o.nnodes_max = 8; /* an elastic range that contains the count is not a conflict */
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.nnodes_min, 4);
+  o.nnodes_min = o.nnodes_max = 0;
+  /* A step's own list, count and relative node id take precedence over the job's. */
+  char *step[] = {"SLURM_JOB_ID=7",         "SLURM_NODEID=1",
+                  "SLURM_NNODES=8",         "SLURM_JOB_NODELIST=big[1-8]",
+                  "SLURM_STEP_NUM_NODES=2", "SLURM_STEP_NODELIST=big[3-4]",
+                  "SLURM_STEP_NUM_TASKS=2", NULL};
+  CHECK_EQ_INT(disc(&o, step, &t, err), 0);
+  CHECK_STREQ(t.host, "big3");
+  CHECK_EQ_INT(t.nnodes_max, 2);
+  CHECK_EQ_INT(t.port, RDZV_DEFAULT_PORT + 7);
+  step[6] = "SLURM_STEP_NUM_TASKS=16";
+  CHECK_EQ_INT(disc(&o, step, &t, err), -EINVAL);
+  CHECK(strstr(err, "ntasks-per-node=1") != NULL);
+  /* Malformed values: one line each. */
+  struct {
+    const char *var;
+    const char *value;
+    const char *expect;
+  } bad[] = {
+      {"SLURM_NODEID", "SLURM_NODEID=x", "SLURM_NODEID='x'"},
+      {"SLURM_NODEID", "SLURM_NODEID=4", "SLURM_NODEID=4 is not below SLURM_NNODES=4"},
+      {"SLURM_NODEID", "SLURM_NODEID=-1", "SLURM_NODEID"},
+      {"SLURM_NNODES", "SLURM_NNODES=0", "SLURM_NNODES"},
+      {"SLURM_NNODES", "SLURM_NNODES=3", "names 4 hosts but SLURM_NNODES=3"},
+      {"SLURM_JOB_NODELIST", "SLURM_JOB_NODELIST=node[01-", "not a valid Slurm hostlist"},
+      {"SLURM_JOB_NODELIST", "SLURM_JOB_NODELIST=node[0-99999999]", "more than"},
+      {"SLURM_JOB_ID", "SLURM_JOB_ID=abc", "SLURM_JOB_ID"},
+  };
+  for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++) {
+    char *e[] = {"SLURM_JOB_ID=1042", "SLURM_NODEID=1", "SLURM_NNODES=4",
+                 "SLURM_JOB_NODELIST=node[01-04]", NULL};
+    for (size_t k = 0; e[k]; k++)
+      if (strncmp(e[k], bad[i].var, strlen(bad[i].var)) == 0 && e[k][strlen(bad[i].var)] == '=')
+        e[k] = (char *)bad[i].value;
+    int rc = disc(&o, e, &t, err);
+    CHECK_EQ_INT(rc, -EINVAL);
+    if (strstr(err, bad[i].expect) == NULL) fprintf(stderr, "  %s: '%s'\n", bad[i].value, err);
+    CHECK(strstr(err, bad[i].expect) != NULL);
+  }
+  char *nolist[] = {"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", NULL};
+  CHECK_EQ_INT(disc(&o, nolist, &t, err), -EINVAL);
+  CHECK(strstr(err, "NODELIST") != NULL);
+}
+
+static void test_k8s(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {"JOB_COMPLETION_INDEX=2", "HOSTNAME=train-2", NULL};
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--master") != NULL);
+  o.master = "train-0.train:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "train-0.train");
+  CHECK_EQ_INT(t.port, 29400);
+  CHECK_EQ_INT(t.node_rank, 2);
+  CHECK_EQ_INT(t.host_store, 0);
+  CHECK(strstr(t.source, "kubernetes") != NULL);
+  env[0] = "JOB_COMPLETION_INDEX=0";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  /* The manifest passes --node-rank $(JOB_COMPLETION_INDEX): equal, fine; different, refused. */
+  o.node_rank = 0;
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  o.node_rank = 3;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--node-rank 3") && strstr(err, "JOB_COMPLETION_INDEX=0"));
+  o.node_rank = -1;
+  env[0] = "JOB_COMPLETION_INDEX=4";
+  o.nnodes_min = o.nnodes_max = 4;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "JOB_COMPLETION_INDEX=4 is not below --nnodes 4") != NULL);
+  o.nnodes_min = o.nnodes_max = 0;
+  env[0] = "JOB_COMPLETION_INDEX=two";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  o.master = "train-0.train"; /* no port */
+  env[0] = "JOB_COMPLETION_INDEX=1";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--master") != NULL);
+}
+
+static void test_replica(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {"MASTER_ADDR=job-master-0", "MASTER_PORT=23456", "RANK=2", "WORLD_SIZE=3", NULL};
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "job-master-0");
+  CHECK_EQ_INT(t.port, 23456);
+  CHECK_EQ_INT(t.node_rank, 2);
+  CHECK_EQ_INT(t.nnodes_min, 3);
+  CHECK_EQ_INT(t.nnodes_max, 3);
+  CHECK_EQ_INT(t.host_store, 0);
+  env[2] = "RANK=0";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  /* --master overrides the environment's address (the port torch's own store would use). */
+  o.master = "job-master-0:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.port, 29400);
+  o.master = NULL;
+  env[2] = "RANK=3";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "RANK=3 is not below WORLD_SIZE=3") != NULL);
+  env[2] = "RANK=1";
+  env[1] = "MASTER_PORT=http";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "MASTER_PORT") != NULL);
+  env[1] = "MASTER_PORT=23456";
+  o.nnodes_min = o.nnodes_max = 2;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--nnodes 2") && strstr(err, "WORLD_SIZE=3"));
+  o.nnodes_min = o.nnodes_max = 0;
+  /* Only some of the four set: not a replica environment, so static (which needs --master). */
+  char *partial[] = {"MASTER_ADDR=x", "RANK=1", NULL};
+  CHECK_EQ_INT(disc(&o, partial, &t, err), -EINVAL);
+  CHECK(strstr(err, "--master") != NULL);
+}
+
+static void test_ompi(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {"OMPI_COMM_WORLD_RANK=1",
+                 "OMPI_COMM_WORLD_SIZE=4",
+                 "OMPI_COMM_WORLD_LOCAL_SIZE=1",
+                 "SLURM_JOB_ID=9",
+                 "SLURM_NODEID=0",
+                 "SLURM_NNODES=4",
+                 "SLURM_JOB_NODELIST=n[1-4]",
+                 NULL};
+  /* mpirun's variables win over inherited Slurm ones, and the store must be given. */
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--master") != NULL);
+  o.master = "[fd00::1]:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_STREQ(t.host, "fd00::1");
+  CHECK_EQ_INT(t.node_rank, 1);
+  CHECK_EQ_INT(t.nnodes_max, 4);
+  CHECK(strstr(t.source, "open mpi") != NULL);
+  env[2] = "OMPI_COMM_WORLD_LOCAL_SIZE=8";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "ppr:1:node") != NULL);
+  env[2] = "OMPI_COMM_WORLD_LOCAL_SIZE=1";
+  env[1] = "OMPI_COMM_WORLD_SIZE=1";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  char *nosize[] = {"OMPI_COMM_WORLD_RANK=0", NULL};
+  CHECK_EQ_INT(disc(&o, nosize, &t, err), -EINVAL);
+}
+
+static void test_no_env(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {"HOME=/root", NULL};
+  o.method = RDZV_ENV;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -ENOENT);
+  CHECK(strstr(err, "no scheduler environment") != NULL);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ENOENT);
+  o.method = RDZV_AUTO;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK(strstr(err, "--master") != NULL);
+  /* Options checked before anything else. */
+  o.master = "127.0.0.1:1";
+  o.node_rank = 4;
+  o.nnodes_min = o.nnodes_max = 4;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  o.node_rank = -1;
+  o.job_id = "has space";
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  o.job_id = NULL;
+  o.method = (rdzv_method)42;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+}
+
+/* ---- static ---- */
+
+static int has_ipv6_loopback(void) {
+  FILE *f = fopen("/proc/net/if_inet6", "r");
+  if (f == NULL) return 0;
+  char line[256];
+  int found = 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "00000000000000000000000000000001", 32) == 0) found = 1;
+  fclose(f);
+  return found;
+}
+
+static void test_static(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {NULL};
+  o.method = RDZV_STATIC;
+  o.master = "127.0.0.1:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK_EQ_INT(t.node_rank, -1);
+  CHECK_STREQ(t.host, "127.0.0.1");
+  CHECK_EQ_INT(t.port, 29400);
+  o.master = "localhost:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  o.master = "192.0.2.1:29400"; /* TEST-NET-1: never a local address */
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 0);
+  if (has_ipv6_loopback()) {
+    o.master = "[::1]:29400";
+    CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+    CHECK_EQ_INT(t.host_store, 1);
+    CHECK_STREQ(t.host, "::1");
+  } else {
+    printf("note: no ::1 on this machine, IPv6 loopback hosting not checked\n");
+  }
+  o.master = "[2001:db8::1]:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 0);
+  /* This machine's own name, also with a domain after it (pod name vs. service name). */
+  char self[256] = "", withdomain[300];
+  gethostname(self, sizeof self - 1);
+  snprintf(withdomain, sizeof withdomain, "%s.svc-x:5", self);
+  o.master = withdomain;
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  /* A name that does not resolve (yet) is a joiner, not an error, and is decided promptly. */
+  o.master = "cohort-test-nonexistent.invalid:29400";
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 0);
+  CHECK(base_now_ms() - t0 < 4500);
+  CHECK_STREQ(t.host, "cohort-test-nonexistent.invalid");
+  /* With a node rank the rank decides, resolution or not. */
+  o.node_rank = 0;
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK_EQ_INT(t.node_rank, 0);
+  o.node_rank = 2;
+  o.master = "127.0.0.1:29400";
+  CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 0);
+  CHECK_EQ_INT(t.node_rank, 2);
+  o.node_rank = -1;
+  const char *bad[] = {"nohost", "h:0", "h:70000", ":5", "fd00::1:5", "[fd00::1]5", "h:-1", ""};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++) {
+    o.master = bad[i];
+    CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+    CHECK(strstr(err, "--master") != NULL);
+  }
+  o.master = NULL;
+  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+}
+
+/* ---- shared file ---- */
+
+static void write_raw(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+}
+
+static int count_dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+static void test_file_format(void) {
+  rdzv_file_info in = {0}, out;
+  strcpy(in.job_id, "job-7");
+  in.ready = 1;
+  strcpy(in.host, "fd00::2");
+  in.port = 1234;
+  char buf[1024];
+  int n = rdzv_file_format(&in, buf, sizeof buf);
+  CHECK(n > 0);
+  CHECK_EQ_INT(rdzv_file_parse(buf, (size_t)n, &out), 0);
+  CHECK_STREQ(out.job_id, "job-7");
+  CHECK_STREQ(out.host, "fd00::2");
+  CHECK_EQ_INT(out.port, 1234);
+  CHECK_EQ_INT(out.ready, 1);
+  in.ready = 0;
+  n = rdzv_file_format(&in, buf, sizeof buf);
+  CHECK_EQ_INT(rdzv_file_parse(buf, (size_t)n, &out), 0);
+  CHECK_EQ_INT(out.ready, 0);
+  const char *bad[] = {
+      "",
+      "cohort-rdzv 1\n",
+      "cohort-rdzv 2\njob=a\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\nstate=claimed",
+      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\n",
+      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\nport=0\n",
+      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\nport=x\n",
+      "cohort-rdzv 1\njob=a\nstate=claimed\nhost=h\nport=5\n",
+      "cohort-rdzv 1\njob=a\njob=b\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\nstate=claimed\nextra=1\n",
+      "cohort-rdzv 1\njob=a b\nstate=claimed\n",
+      "cohort-rdzv 1\njob=\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\nstate=maybe\n",
+      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\nport=5\n\n",
+      "garbage\x01\x02",
+  };
+  for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++)
+    CHECK_EQ_INT(rdzv_file_parse(bad[i], strlen(bad[i]), &out), -EINVAL);
+  /* NUL bytes inside are malformed, not a shorter string. */
+  char nul[] = "cohort-rdzv 1\njob=a\0b\nstate=claimed\n";
+  CHECK_EQ_INT(rdzv_file_parse(nul, sizeof nul - 1, &out), -EINVAL);
+}
+
+static rdzv_opts file_opts(const char *path, const char *job, int rank, int64_t ms) {
+  rdzv_opts o = base_opts();
+  o.method = RDZV_FILE;
+  o.rdzv_file = path;
+  o.job_id = job;
+  o.node_rank = rank;
+  o.deadline_ms = base_deadline_in(ms);
+  return o;
+}
+
+static void test_file_method(void) {
+  char dir[300], path[400];
+  snprintf(dir, sizeof dir, "%s/f1", tmpdir);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof path, "%s/rdzv", dir);
+  rdzv_target t;
+  char err[256];
+  rdzv_file_info info;
+
+  /* Needs a path and a job id. */
+  rdzv_opts o = file_opts(NULL, "j1", -1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -EINVAL);
+  o = file_opts(path, NULL, -1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -EINVAL);
+
+  /* Rank 1 before anything exists: waits, then times out naming what it saw. */
+  o = file_opts(path, "j1", 1, 300);
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
+  CHECK(base_now_ms() - t0 >= 250);
+  CHECK(strstr(err, "no file") != NULL);
+
+  /* A stale file of another job and a malformed one are ignored by joiners. */
+  write_raw(path, "cohort-rdzv 1\njob=old\nstate=ready\nhost=10.0.0.9\nport=4000\n");
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
+  CHECK(strstr(err, "stale file of job old") != NULL);
+  write_raw(path, "cohort-rdzv 1\njob=j1\nstate=ready\nhost=10.0.0.9\n");
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
+  CHECK(strstr(err, "malformed") != NULL);
+
+  /* Rank 0 hosts at once and replaces whatever was there with its claim. */
+  o = file_opts(path, "j1", 0, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK(t.port > 0);
+  FILE *f = fopen(path, "r");
+  char buf[512];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  CHECK_EQ_INT(rdzv_file_parse(buf, n, &info), 0);
+  CHECK_STREQ(info.job_id, "j1");
+  CHECK_EQ_INT(info.ready, 0);
+  /* Claimed but not ready: a joiner keeps waiting. */
+  o = file_opts(path, "j1", 1, 250);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
+  CHECK(strstr(err, "claimed") != NULL);
+
+  /* Publishing writes the address; a joiner then finds it. */
+  rdzv_opts po = file_opts(path, "j1", 0, 1000);
+  rdzv_publisher *pub = NULL;
+  CHECK_EQ_INT(rdzv_publish_start(&po, "10.1.2.3", 4567, &pub, err, sizeof err), 0);
+  CHECK(pub != NULL);
+  o = file_opts(path, "j1", 1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_STREQ(t.host, "10.1.2.3");
+  CHECK_EQ_INT(t.port, 4567);
+  CHECK_EQ_INT(t.host_store, 0);
+  CHECK_EQ_INT(t.node_rank, 1);
+  rdzv_publish_stop(pub);
+  /* Stopping leaves the file for late joiners; republishing replaces it atomically, and no
+   * temporary or lock file is left behind. */
+  CHECK_EQ_INT(rdzv_publish_start(&po, "bad host", 4568, &pub, err, sizeof err), -EINVAL);
+  CHECK(pub == NULL);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.port, 4567);
+  CHECK_EQ_INT(rdzv_publish_start(&po, "10.1.2.4", 4569, &pub, err, sizeof err), 0);
+  rdzv_publish_stop(pub);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_STREQ(t.host, "10.1.2.4");
+  CHECK_EQ_INT(t.port, 4569);
+  CHECK_EQ_INT(count_dir_entries(dir), 1);
+  CHECK_EQ_INT(rdzv_publish_start(&po, "h", 0, &pub, err, sizeof err), -EINVAL);
+  CHECK(pub == NULL);
+
+  /* Without a rank: a file of this job means join (here: at once, it is ready). */
+  o = file_opts(path, "j1", -1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 0);
+  CHECK_STREQ(t.host, "10.1.2.4");
+  /* ...a stale file of another job is replaced and this node hosts... */
+  o = file_opts(path, "j2", -1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  f = fopen(path, "r");
+  n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  CHECK_EQ_INT(rdzv_file_parse(buf, n, &info), 0);
+  CHECK_STREQ(info.job_id, "j2");
+  CHECK_EQ_INT(count_dir_entries(dir), 1);
+  /* ...as is a malformed one... */
+  write_raw(path, "not a rendezvous file\n");
+  o = file_opts(path, "j3", -1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  /* ...and with no file at all the first node hosts. */
+  unlink(path);
+  o = file_opts(path, "j4", -1, 1000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK_EQ_INT(count_dir_entries(dir), 1);
+  /* A directory where the file should be is an error, not a hang. */
+  unlink(path);
+  mkdir(path, 0700);
+  o = file_opts(path, "j5", -1, 1000);
+  CHECK(disc(&o, NULL, &t, err) < 0);
+  rmdir(path);
+}
+
+/*
+ * nproc processes race to host job "race" on path (optionally over a stale
+ * file): exactly one must host, and every other must find its address.
+ */
+static void file_race(const char *path, int nproc, int stale) {
+  unlink(path);
+  if (stale) write_raw(path, "cohort-rdzv 1\njob=older\nstate=ready\nhost=h\nport=9\n");
+  int go[2], res[2];
+  CHECK_EQ_INT(pipe(go), 0);
+  CHECK_EQ_INT(pipe(res), 0);
+  pid_t pids[16];
+  for (int i = 0; i < nproc; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      close(go[1]);
+      char c;
+      if (read(go[0], &c, 1) < 0) _exit(3); /* returns 0 at EOF: the start signal */
+      rdzv_opts o = file_opts(path, "race", -1, 5000);
+      rdzv_target t;
+      char err[256];
+      int rc = rdzv_discover(&o, NULL, &t, err, sizeof err);
+      char line[64];
+      if (rc != 0) {
+        snprintf(line, sizeof line, "E %d\n", rc);
+      } else if (t.host_store) {
+        rdzv_publisher *pub;
+        char host[32];
+        snprintf(host, sizeof host, "127.0.0.%d", 10 + i);
+        rc = rdzv_publish_start(&o, host, 30000 + i, &pub, err, sizeof err);
+        rdzv_publish_stop(pub);
+        snprintf(line, sizeof line, "H %d %d\n", 30000 + i, rc);
+      } else {
+        snprintf(line, sizeof line, "J %d\n", t.port);
+      }
+      if (write(res[1], line, strlen(line)) < 0) _exit(3);
+      _exit(0);
+    }
+  }
+  close(go[0]);
+  close(res[1]);
+  close(go[1]); /* all start together */
+  char all[1024] = "";
+  size_t len = 0;
+  ssize_t r;
+  while ((r = read(res[0], all + len, sizeof all - 1 - len)) > 0) len += (size_t)r;
+  all[len] = '\0';
+  close(res[0]);
+  for (int i = 0; i < nproc; i++) {
+    int st;
+    waitpid(pids[i], &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  int hosts = 0, joins = 0, host_port = -1, ok = 1;
+  int join_ports[16];
+  for (char *line = strtok(all, "\n"); line; line = strtok(NULL, "\n")) {
+    int a, b;
+    if (sscanf(line, "H %d %d", &a, &b) == 2) {
+      hosts++;
+      host_port = a;
+      if (b != 0) ok = 0;
+    } else if (sscanf(line, "J %d", &a) == 1) {
+      join_ports[joins++] = a;
+    } else {
+      fprintf(stderr, "  racer: %s\n", line);
+      ok = 0;
+    }
+  }
+  CHECK_EQ_INT(hosts, 1);
+  CHECK_EQ_INT(joins, nproc - 1);
+  CHECK(ok);
+  for (int i = 0; i < joins; i++) CHECK_EQ_INT(join_ports[i], host_port);
+}
+
+static void test_file_race(void) {
+  char dir[300], path[400];
+  snprintf(dir, sizeof dir, "%s/race", tmpdir);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof path, "%s/rdzv", dir);
+  for (int round = 0; round < 4; round++) {
+    file_race(path, 5, round % 2);
+    CHECK_EQ_INT(count_dir_entries(dir), 1);
+  }
+}
+
+static void cleanup_dir(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/cohort_test_rdzv_XXXXXX");
+  if (mkdtemp(tmpdir) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_hostlist();
+  test_slurm();
+  test_k8s();
+  test_replica();
+  test_ompi();
+  test_no_env();
+  test_static();
+  test_file_format();
+  test_file_method();
+  test_file_race();
+  cleanup_dir(tmpdir);
+  return check_report();
+}
