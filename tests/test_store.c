@@ -285,6 +285,156 @@ static void test_proto(void) {
                COHORT_EPROTO);
 }
 
+/* ---- mutated input ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+/* Valid request frames of every type, one after another, into b. */
+static void encode_samples(store_buf *b) {
+  uint8_t nonce[STORE_NONCE_LEN] = {7};
+  size_t f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_HELLO);
+  store_buf_u8(b, STORE_PROTO_VERSION);
+  store_buf_put(b, nonce, sizeof nonce);
+  store_buf_end_frame(b, f);
+  f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_SET);
+  store_buf_key(b, "key", 3);
+  store_buf_value(b, "value", 5);
+  store_buf_end_frame(b, f);
+  f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_ADD);
+  store_buf_key(b, "n", 1);
+  store_buf_u64(b, 5);
+  store_buf_end_frame(b, f);
+  f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_CAS);
+  store_buf_key(b, "c", 1);
+  store_buf_u8(b, 1);
+  store_buf_value(b, "old", 3);
+  store_buf_value(b, "new", 3);
+  store_buf_end_frame(b, f);
+  f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_WAIT);
+  store_buf_u32(b, 10);
+  store_buf_u32(b, 2);
+  store_buf_key(b, "key", 3);
+  store_buf_key(b, "n", 1);
+  store_buf_end_frame(b, f);
+  f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_GET);
+  store_buf_key(b, "key", 3);
+  store_buf_end_frame(b, f);
+  f = store_buf_begin_frame(b);
+  store_buf_u8(b, STORE_OP_DELETE);
+  store_buf_key(b, "n", 1);
+  store_buf_end_frame(b, f);
+}
+
+static void mutate(uint8_t *p, size_t *n, size_t cap) {
+  int edits = 1 + (int)(rng() % 4);
+  for (int e = 0; e<edits && * n> 0; e++) {
+    size_t at = rng() % *n;
+    switch (rng() % 4) {
+    case 0:
+      p[at] = (uint8_t)rng();
+      break;
+    case 1:
+      p[at] ^= (uint8_t)(1u << (rng() % 8));
+      break;
+    case 2:
+      *n = at;
+      break; /* truncate */
+    default:
+      if (*n < cap) p[(*n)++] = (uint8_t)rng(); /* extend */
+      break;
+    }
+  }
+}
+
+static int inside(const uint8_t *base, size_t len, store_bytes b) {
+  return b.len == 0 || (b.p >= base && b.len <= len && (size_t)(b.p - base) <= len - b.len);
+}
+
+/* The parser on many mutations of valid frames: never reads outside its input. */
+static void test_parser_mutations(void) {
+  store_buf b = {0};
+  encode_samples(&b);
+  uint8_t *work = malloc(b.len + 64);
+  int bad = 0, parsed = 0, refused = 0;
+  for (int iter = 0; iter < 200000; iter++) {
+    size_t n = b.len;
+    memcpy(work, b.p, n);
+    mutate(work, &n, b.len + 64);
+    size_t off = 0;
+    while (off < n) {
+      uint32_t blen;
+      char why[128];
+      int rc = store_proto_frame(work + off, n - off, STORE_FRAME_MAX, &blen, why, sizeof why);
+      if (rc <= 0) break;
+      const uint8_t *body = work + off + 4;
+      store_request r;
+      if (store_proto_parse_request(body, blen, &r, why, sizeof why) == 0) {
+        parsed++;
+        if (!inside(body, blen, r.key) || !inside(body, blen, r.value) ||
+            !inside(body, blen, r.expected) || !inside(body, blen, r.keys))
+          bad++;
+        size_t pos = 0, count = 0;
+        store_bytes k;
+        while (r.op == STORE_OP_WAIT && store_proto_next_key(&r, &pos, &k)) count++;
+        if (r.op == STORE_OP_WAIT && count != r.nkeys) bad++;
+      } else {
+        refused++;
+        if (why[0] == '\0') bad++; /* every refusal says why */
+      }
+      off += 4 + blen;
+    }
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(parsed > 0);
+  CHECK(refused > 0);
+  free(work);
+  store_buf_free(&b);
+}
+
+/* Many connections sending mutated streams: the server survives and serves. */
+static void test_server_mutations(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .io_timeout_ms = 200};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_buf b = {0};
+  encode_samples(&b);
+  uint8_t *work = malloc(b.len + 64);
+  base_log_set_level(BASE_LOG_ERROR); /* a hundred "closing" lines say nothing new */
+  for (int iter = 0; iter < 100; iter++) {
+    size_t n = b.len;
+    memcpy(work, b.p, n);
+    mutate(work, &n, b.len + 64);
+    int fd = raw_connect(port);
+    if (fd < 0) continue;
+    base_write_full(fd, work, n, in_ms(2000));
+    if (iter % 2 == 0) {
+      /* Half of them wait for the server to answer or close... */
+      int st;
+      raw_expect_close(fd, in_ms(20), &st);
+    }
+    close(fd); /* ...the others vanish at once */
+  }
+  base_log_set_level(BASE_LOG_WARN);
+  free(work);
+  store_buf_free(&b);
+  check_still_serving(port, NULL);
+  store_server_stop(s);
+}
+
 /* ---- operations ---- */
 
 static void test_operations(void) {
@@ -1131,6 +1281,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_sha256();
   test_proto();
+  test_parser_mutations();
   test_operations();
   test_cas();
   test_wait();
@@ -1138,6 +1289,7 @@ int main(int argc, char **argv) {
   test_late_server();
   test_unreachable();
   test_garbage();
+  test_server_mutations();
   test_slow_client();
   test_idle();
   test_limits();

@@ -7,7 +7,16 @@
  * docs/store-protocol.md.
  *
  * Errors: 0 or negative codes (-errno or COHORT_E*), see cohort_strerror().
- * A client is used by one thread at a time; the server runs its own thread.
+ * Besides those listed per function, any call may return a transport error
+ * (-ECONNRESET, -ETIMEDOUT, ...), COHORT_EPROTO, COHORT_ELIMIT (a key or
+ * value over the limits above, or the server's memory limit) or -EINVAL (an
+ * empty key). After a transport error or a timeout the client drops its
+ * connection and the next call connects again (same host, token, backoff);
+ * a connection the server closed while idle is replaced before the next
+ * request is sent, so a request is never sent twice.
+ *
+ * A client is used by one thread at a time; the server runs its own thread
+ * (which blocks all signals) and its functions are called from one thread.
  */
 #ifndef COHORT_STORE_STORE_H
 #define COHORT_STORE_STORE_H
@@ -32,7 +41,12 @@ typedef struct store_server_opts {
   size_t max_bytes;      /* 0: default; total bytes of keys+values held */
 } store_server_opts;
 
-/* Starts a server on its own thread. */
+/*
+ * Starts a server on its own thread. Errors: those of bind/listen (e.g.
+ * -EADDRINUSE), -EINVAL for negative options or a token over
+ * STORE_TOKEN_MAX bytes. The server logs (base_log, warn) one line for every
+ * connection it closes because of the peer's behaviour.
+ */
 int store_server_start(const store_server_opts *opts, store_server **out);
 /* The bound port. */
 int store_server_port(const store_server *srv);
@@ -53,15 +67,27 @@ void store_client_close(store_client *c);
 int store_set(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms);
 /* *val is malloc'ed (caller frees); -ENOENT when the key is absent. */
 int store_get(store_client *c, const char *key, void **val, size_t *len, int64_t deadline_ms);
-/* Waits until every key exists; -ETIMEDOUT at the deadline. */
+/*
+ * Waits until every key exists; -ETIMEDOUT at the deadline (a deadline in
+ * the past checks once). At most 4096 keys. The server gets the time left
+ * as a relative timeout; if it never answers, the call gives up 2 s after
+ * the deadline.
+ */
 int store_wait(store_client *c, const char *const *keys, size_t nkeys, int64_t deadline_ms);
-/* Adds delta to the integer counter at key (absent = 0); returns the new value. */
+/*
+ * Adds delta to the integer counter at key (absent = 0); returns the new
+ * value in *result (may be NULL). Counters are stored as decimal text, so
+ * store_get() reads "42". -EINVAL when the value is not such a number,
+ * -ERANGE when the sum overflows int64.
+ */
 int store_add(store_client *c, const char *key, int64_t delta, int64_t *result,
               int64_t deadline_ms);
 /*
  * Compare-and-set: when the current value equals `expected` (absent when
  * expected == NULL), replace it with `desired`. *current (malloc'ed, may be
  * NULL when absent) receives the value after the operation either way.
+ * Returns 0 whether or not the value was replaced: the caller compares
+ * *current with desired (current/curlen may be NULL when not needed).
  */
 int store_cas(store_client *c, const char *key, const void *expected, size_t elen,
               const void *desired, size_t dlen, void **current, size_t *curlen,
