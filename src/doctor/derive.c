@@ -305,8 +305,8 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
         act[nact++] = (active_port){&f->hcas[i], pt};
         if (pt->link == DOCTOR_LINK_ETH)
           eth[neth++] = (active_port){&f->hcas[i], pt};
-        else if (pt->link == DOCTOR_LINK_IB)
-          nib++;
+        else
+          nib++; /* kernels without link_layer files predate RoCE: InfiniBand */
         continue;
       }
       WARN(c, "%s port %d is %s (physical state %s): left out of NCCL_IB_HCA; %s", f->hcas[i].name,
@@ -363,9 +363,16 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
   } else {
     char val[sizeof r->summary.hca + 1];
     snprintf(val, sizeof val, "%s%s", exact ? "=" : "", hcas);
-    setvar(c, "NCCL_IB_HCA", val, "the %zu ACTIVE RDMA port%s (%s%s)%s", nact, nact > 1 ? "s" : "",
-           act[0].port->rate[0] ? act[0].port->rate : "rate unknown", nact > 1 ? ", ..." : "",
-           exact ? "; '=' makes NCCL match the names exactly, not as prefixes" : "");
+    const char *rate = act[0].port->rate[0] ? act[0].port->rate : "rate unknown";
+    char left_out[64] = "";
+    if (nports > nact)
+      snprintf(left_out, sizeof left_out, "; %zu not ACTIVE left out", nports - nact);
+    if (nact == 1)
+      setvar(c, "NCCL_IB_HCA", val, "the only ACTIVE RDMA port, %s%s%s", rate, left_out,
+             exact ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
+    else
+      setvar(c, "NCCL_IB_HCA", val, "all %zu ACTIVE RDMA ports, the first at %s%s%s", nact, rate,
+             left_out, exact ? "; '=' makes NCCL match the names exactly, not as prefixes" : "");
   }
   if (neth && nib)
     WARN(c,
