@@ -287,6 +287,87 @@ static void test_no_rdma(void) {
   doctor_result_destroy(r);
 }
 
+/* The user's own NCCL_IB_GID_INDEX is checked, and their NCCL_IB_HCA followed. */
+static void test_user_settings(void) {
+  doctor_result *r = NULL;
+  char *one_liner_single[] = {"NCCL_IB_GID_INDEX=RoCE v2", NULL};
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, one_liner_single, &r), 0);
+  if (r == NULL) return;
+  CHECK(doctor_result_get(r, "NCCL_IB_GID_INDEX") == NULL);
+  CHECK_STREQ(kept_value(r, "NCCL_IB_GID_INDEX"), "RoCE v2");
+  CHECK(has_text(r->warnings, r->nwarnings, "'RoCE v2' is not one number"));
+  CHECK(has_text(r->warnings, r->nwarnings, "doctor would set 9"));
+  CHECK_EQ_INT(r->summary.gid_index, -1);
+  doctor_result_destroy(r);
+
+  char *one_liner_many[] = {"NCCL_IB_GID_INDEX=11\n3", NULL};
+  CHECK_EQ_INT(plan("gid_many", NULL, 0, one_liner_many, &r), 0);
+  if (r == NULL) return;
+  CHECK(has_text(r->warnings, r->nwarnings, "'11 3' is not one number"));
+  doctor_result_destroy(r);
+
+  char *v1[] = {"NCCL_IB_GID_INDEX=8", NULL};
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, v1, &r), 0);
+  if (r == NULL) return;
+  CHECK(has_text(r->warnings, r->nwarnings, "NCCL_IB_GID_INDEX 8 is IB/RoCE v1 on mlx5_bond_0"));
+  CHECK_EQ_INT(r->summary.gid_index, 8);
+  doctor_result_destroy(r);
+
+  char *empty[] = {"NCCL_IB_GID_INDEX=14", NULL};
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, empty, &r), 0);
+  if (r == NULL) return;
+  CHECK(has_text(r->warnings, r->nwarnings, "NCCL_IB_GID_INDEX 14 is an empty entry"));
+  doctor_result_destroy(r);
+
+  char *v6[] = {"NCCL_IB_GID_INDEX=11", NULL};
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, v6, &r), 0);
+  if (r == NULL) return;
+  CHECK(has_text(r->notes, r->nnotes, "11 is an IPv6 RoCE v2 entry"));
+  CHECK_EQ_INT(warnings_besides_shm(r), 0);
+  doctor_result_destroy(r);
+
+  /* A good choice of the user's: no warning, and it is what the summary shows. */
+  char *good[] = {"NCCL_IB_GID_INDEX=3", NULL};
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, good, &r), 0);
+  if (r == NULL) return;
+  CHECK_EQ_INT(warnings_besides_shm(r), 0);
+  CHECK_EQ_INT(r->nerrors, 0);
+  CHECK_EQ_INT(r->summary.gid_index, 3);
+  doctor_result_destroy(r);
+
+  /* The user's own index silences the no-qualifying-GID error. */
+  char *v6none[] = {"NCCL_IB_GID_INDEX=3", NULL};
+  CHECK_EQ_INT(plan("roce_none", NULL, 0, v6none, &r), 0);
+  if (r == NULL) return;
+  CHECK_EQ_INT(r->nerrors, 0);
+  CHECK(has_text(r->notes, r->nnotes, "3 is an IPv6 RoCE v2 entry"));
+  doctor_result_destroy(r);
+
+  char *hca[] = {"NCCL_IB_HCA=mlx5_0:1,mlx5_1", NULL};
+  CHECK_EQ_INT(plan("ib_hdr4", NULL, 0, hca, &r), 0);
+  if (r == NULL) return;
+  CHECK_STREQ(r->summary.hca, "mlx5_0:1,mlx5_1:1");
+  CHECK_STREQ(doctor_result_get(r, "UCX_NET_DEVICES"), "mlx5_0:1,mlx5_1:1");
+  CHECK_STREQ(kept_value(r, "NCCL_IB_HCA"), "mlx5_0:1,mlx5_1");
+  CHECK(has_text(r->notes, r->nnotes, "mlx5_3 port 1 is ACTIVE but your NCCL_IB_HCA"));
+  doctor_result_destroy(r);
+
+  char *excl[] = {"NCCL_IB_HCA=^mlx5_3", NULL};
+  CHECK_EQ_INT(plan("ib_hdr4", NULL, 0, excl, &r), 0);
+  if (r == NULL) return;
+  CHECK_STREQ(r->summary.hca, "mlx5_0:1,mlx5_1:1,mlx5_2:1");
+  doctor_result_destroy(r);
+
+  char *none[] = {"NCCL_IB_HCA==mlx5", NULL};
+  CHECK_EQ_INT(plan("ib_hdr4", NULL, 0, none, &r), 0);
+  if (r == NULL) return;
+  CHECK_STREQ(r->summary.hca, "");
+  CHECK(has_text(r->warnings, r->nwarnings, "selects none of the 4 ACTIVE RDMA ports"));
+  CHECK(doctor_result_get(r, "NCCL_IB_DISABLE") == NULL);
+  CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_NTHREADS"), "4");
+  doctor_result_destroy(r);
+}
+
 /* Derivations from facts changed by hand: cases no fixture holds. */
 static void test_derive_edits(void) {
   fx_paths p;
@@ -675,6 +756,7 @@ int main(int argc, char **argv) {
   test_roce_single_and_none();
   test_ib_and_port_down();
   test_no_rdma();
+  test_user_settings();
   test_derive_edits();
   test_summary();
   test_natural_order();

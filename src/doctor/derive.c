@@ -133,15 +133,93 @@ static int prefix_clash(const char *name, const char *const *others, size_t n) {
 }
 
 /*
+ * Whether NCCL would use port `port` of `dev` under the user's NCCL_IB_HCA
+ * (NULL: every port): a comma list of "name[:port]" entries matched as name
+ * prefixes, "=" first for exact names, "^" first to exclude the entries.
+ */
+static int hca_selected(const char *spec, const char *dev, int port) {
+  if (spec == NULL) return 1;
+  int exclude = 0, exact = 0;
+  if (*spec == '^') {
+    exclude = 1;
+    spec++;
+  }
+  if (*spec == '=') {
+    exact = 1;
+    spec++;
+  }
+  int match = 0;
+  while (*spec != '\0' && !match) {
+    size_t len = strcspn(spec, ",");
+    char entry[128];
+    if (len < sizeof entry) {
+      memcpy(entry, spec, len);
+      entry[len] = '\0';
+      char *colon = strchr(entry, ':');
+      int want_port = -1;
+      if (colon != NULL) {
+        *colon = '\0';
+        if (base_parse_int(colon + 1, 0, 65535, &want_port) != 0) want_port = -2;
+      }
+      size_t nl = strlen(entry);
+      int name_ok = nl > 0 && (exact ? strcmp(dev, entry) == 0 : strncmp(dev, entry, nl) == 0);
+      if (name_ok && (want_port == -1 || want_port == port)) match = 1;
+    }
+    spec += len;
+    if (*spec == ',') spec++;
+  }
+  return exclude ? !match : match;
+}
+
+/*
+ * Checks the NCCL_IB_GID_INDEX the user set against the active RoCE ports:
+ * the seed's one-liner can leave "RoCE v2" or several lines in it. Returns
+ * the index when it is a number, else -1.
+ */
+static int check_user_gid(derive_ctx *c, const active_port *eth, size_t neth, const char *user,
+                          int derived) {
+  char would[48] = "";
+  if (derived >= 0) snprintf(would, sizeof would, "; doctor would set %d", derived);
+  int idx;
+  if (base_parse_int(user, 0, 65535, &idx) != 0) {
+    char shown[64];
+    size_t k = 0;
+    for (const char *p = user; *p && k + 1 < sizeof shown; p++) shown[k++] = *p == '\n' ? ' ' : *p;
+    shown[k] = '\0';
+    WARN(c,
+         "your NCCL_IB_GID_INDEX '%s' is not one number (the one-liner in circulation yields "
+         "text or several lines when one or more than ten entries match)%s",
+         shown, would);
+    return -1;
+  }
+  for (size_t i = 0; i < neth; i++) {
+    const doctor_gid *g = gid_at(eth[i].port, idx);
+    if (g == NULL)
+      WARN(c, "your NCCL_IB_GID_INDEX %d is an empty entry of %s port %d%s", idx, eth[i].hca->name,
+           eth[i].port->num, would);
+    else if (g->type != DOCTOR_GID_ROCE_V2)
+      WARN(c, "your NCCL_IB_GID_INDEX %d is %s on %s port %d, not RoCE v2 (routable)%s", idx,
+           doctor_gid_type_name(g->type), eth[i].hca->name, eth[i].port->num, would);
+    else if (!is_v4mapped(g->raw))
+      NOTE(c,
+           "your NCCL_IB_GID_INDEX %d is an IPv6 RoCE v2 entry on %s port %d: the peers must "
+           "use IPv6 RoCE too",
+           idx, eth[i].hca->name, eth[i].port->num);
+  }
+  return idx;
+}
+
+/*
  * Chooses NCCL_IB_GID_INDEX for the active RoCE ports: an index whose entry
  * is RoCE v2 with an IPv4-mapped address on every such port; among those,
  * first one whose IPv4 address is on the reference interface (the one that
  * reaches the master, else the default route's), then one whose address is
  * on any interface of this network namespace, then any; ties go to the
- * numerically lowest index. Returns the index or -1 (errors recorded).
+ * numerically lowest index. Returns the index or -1 (errors recorded
+ * unless quiet: the user chose the index, and it is checked instead).
  */
 static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const char *ref,
-                      int via_master, char *why, size_t whylen) {
+                      int via_master, int quiet, char *why, size_t whylen) {
   const doctor_facts *f = c->f;
   int bad = 0;
   for (size_t i = 0; i < neth; i++) {
@@ -157,12 +235,13 @@ static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const 
       const char *ndev = p->ngids > 0 && p->gids[0].ndev[0] ? p->gids[0].ndev : NULL;
       char dev[DOCTOR_NAME_MAX + 4] = "";
       if (ndev) snprintf(dev, sizeof dev, " (%s)", ndev);
-      ERROR(c,
-            "%s port %d (RoCE): no GID qualifies for NCCL_IB_GID_INDEX: of %zu entries %zu are "
-            "RoCE v2 and %zu carry an IPv4 address (::ffff:a.b.c.d), none both; %s%s",
-            eth[i].hca->name, p->num, p->ngids, v2, v4,
-            v4 == 0 ? "give its network device an IPv4 address" : "enable RoCE v2 on the device",
-            dev);
+      if (!quiet)
+        ERROR(c,
+              "%s port %d (RoCE): no GID qualifies for NCCL_IB_GID_INDEX: of %zu entries %zu are "
+              "RoCE v2 and %zu carry an IPv4 address (::ffff:a.b.c.d), none both; %s%s",
+              eth[i].hca->name, p->num, p->ngids, v2, v4,
+              v4 == 0 ? "give its network device an IPv4 address" : "enable RoCE v2 on the device",
+              dev);
       bad = 1;
     }
   }
@@ -203,10 +282,11 @@ static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const 
         if (qualifies(&eth[i].port->gids[k]))
           doctor_buf_printf(&b, " %d", eth[i].port->gids[k].index);
     }
-    ERROR(c,
-          "no single GID index is RoCE v2 with an IPv4 address on every active RoCE port (%s): "
-          "limit NCCL_IB_HCA to ports that agree",
-          b.data ? b.data : "");
+    if (!quiet)
+      ERROR(c,
+            "no single GID index is RoCE v2 with an IPv4 address on every active RoCE port (%s): "
+            "limit NCCL_IB_HCA to ports that agree",
+            b.data ? b.data : "");
     free(b.data);
     return -1;
   }
@@ -220,7 +300,7 @@ static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const 
     snprintf(why, whylen, "RoCE v2 entry with IPv4 %s (on %s)", addr, owner);
   else
     snprintf(why, whylen, "RoCE v2 entry with IPv4 %s", addr);
-  if (best_rank == 2)
+  if (best_rank == 2 && !quiet)
     WARN(c,
          "GID index %d carries %s, which no interface of this network namespace has: RDMA "
          "traffic may not reach the peers (a pod without its RoCE interface?)",
@@ -296,11 +376,19 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
     c->rc = -ENOMEM;
     goto out;
   }
-  size_t nact = 0, neth = 0, nib = 0;
+  size_t nact = 0, neth = 0, nib = 0, nexcluded = 0;
+  const char *user_hca = env_get(envp, "NCCL_IB_HCA");
   for (size_t i = 0; i < f->nhcas; i++) {
     hca_names[i] = f->hcas[i].name;
     for (size_t p = 0; p < f->hcas[i].nports; p++) {
       const doctor_port *pt = &f->hcas[i].ports[p];
+      if (pt->state == PORT_ACTIVE && !hca_selected(user_hca, f->hcas[i].name, pt->num)) {
+        /* The user's NCCL_IB_HCA narrows what NCCL uses: follow it. */
+        nexcluded++;
+        NOTE(c, "%s port %d is ACTIVE but your NCCL_IB_HCA '%s' leaves it out", f->hcas[i].name,
+             pt->num, user_hca);
+        continue;
+      }
       if (pt->state == PORT_ACTIVE) {
         act[nact++] = (active_port){&f->hcas[i], pt};
         if (pt->link == DOCTOR_LINK_ETH)
@@ -353,20 +441,23 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
                                : "mixed",
                sizeof r->summary.link);
 
-  if (nact == 0) {
+  if (nact == 0 && nexcluded > 0)
+    WARN(c, "your NCCL_IB_HCA '%s' selects none of the %zu ACTIVE RDMA ports: NCCL will use TCP",
+         user_hca, nexcluded);
+  if (nact == 0 && nexcluded == 0) {
     if (f->nhcas == 0)
       setvar(c, "NCCL_IB_DISABLE", "1",
              "no RDMA device under class/infiniband: NCCL must use TCP sockets");
     else
       setvar(c, "NCCL_IB_DISABLE", "1",
              "none of the %zu RDMA ports is ACTIVE: NCCL must use TCP sockets", nports);
-  } else {
+  } else if (nact > 0) {
     char val[sizeof r->summary.hca + 1];
     snprintf(val, sizeof val, "%s%s", exact ? "=" : "", hcas);
     const char *rate = act[0].port->rate[0] ? act[0].port->rate : "rate unknown";
     char left_out[64] = "";
-    if (nports > nact)
-      snprintf(left_out, sizeof left_out, "; %zu not ACTIVE left out", nports - nact);
+    if (nports > nact + nexcluded)
+      snprintf(left_out, sizeof left_out, "; %zu not ACTIVE left out", nports - nact - nexcluded);
     if (nact == 1)
       setvar(c, "NCCL_IB_HCA", val, "the only ACTIVE RDMA port, %s%s%s", rate, left_out,
              exact ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
@@ -381,25 +472,31 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
 
   if (neth > 0) {
     char why[256];
-    int g = choose_gid(c, eth, neth, ref, via_master, why, sizeof why);
-    r->summary.gid_index = g;
+    const char *user_gid = env_get(envp, "NCCL_IB_GID_INDEX");
+    int g = choose_gid(c, eth, neth, ref, via_master, user_gid != NULL, why, sizeof why);
+    /* The summary is what NCCL will use: the user's index when they set one. */
+    r->summary.gid_index = user_gid ? check_user_gid(c, eth, neth, user_gid, g) : g;
     int auto_gid = f->nccl_found && f->nccl_major >= 0 &&
                    (f->nccl_major > NCCL_AUTO_GID_MAJOR ||
                     (f->nccl_major == NCCL_AUTO_GID_MAJOR && f->nccl_minor >= NCCL_AUTO_GID_MINOR));
     if (g >= 0) {
-      char val[16];
+      char val[16], version[32];
       snprintf(val, sizeof val, "%d", g);
-      if (auto_gid && !set_gid) {
+      if (f->nccl_patch >= 0)
+        snprintf(version, sizeof version, "%d.%d.%d", f->nccl_major, f->nccl_minor, f->nccl_patch);
+      else
+        snprintf(version, sizeof version, "%d.%d", f->nccl_major, f->nccl_minor);
+      if (auto_gid && !set_gid && user_gid == NULL) {
         NOTE(c,
-             "NCCL %d.%d%s%.0d (%s) selects the RoCE GID itself: NCCL_IB_GID_INDEX left unset "
+             "NCCL %s (%s) selects the RoCE GID itself: NCCL_IB_GID_INDEX left unset "
              "(doctor would choose %d, the %s; --set-gid-index sets it)",
-             f->nccl_major, f->nccl_minor, f->nccl_patch >= 0 ? "." : "",
-             f->nccl_patch >= 0 ? f->nccl_patch : 0, f->nccl_path, g, why);
+             version, f->nccl_path, g, why);
       } else {
         setvar(c, "NCCL_IB_GID_INDEX", val, "%s%s", why,
-               auto_gid        ? " (asked for with --set-gid-index)"
-               : f->nccl_found ? ""
-                               : "; NCCL not found, so it may not pick one itself");
+               auto_gid && set_gid ? " (asked for with --set-gid-index)"
+               : auto_gid          ? ""
+               : f->nccl_found     ? ""
+                                   : "; NCCL not found, so it may not pick one itself");
       }
     }
   }
