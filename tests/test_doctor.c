@@ -254,6 +254,9 @@ static void test_no_rdma(void) {
   CHECK_EQ_INT(plan("no_rdma", NULL, 0, NULL, &r), 0);
   if (r == NULL) return;
   CHECK_EQ_INT(r->facts->nhcas, 0);
+  CHECK_EQ_INT(r->facts->nifaces, 4); /* eth0 eth1 eth10 lo; bonding_masters is a file */
+  CHECK_STREQ(r->facts->ifaces[2].name, "eth10");
+  CHECK_STREQ(r->facts->ifaces[1].addrs ? "eth1" : "", "eth1");
   CHECK_STREQ(doctor_result_get(r, "NCCL_IB_DISABLE"), "1");
   CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"), "eth0");
   CHECK_STREQ(doctor_result_get(r, "GLOO_SOCKET_IFNAME"), "eth0");

@@ -151,8 +151,10 @@ static int probe_port(const char *portdir, int num, doctor_port *p) {
     parse_numbered(text, &p->state, p->state_name, sizeof p->state_name);
   if (read_textf(text, sizeof text, "%s/phys_state", portdir) == 0)
     parse_numbered(text, &p->phys_state, p->phys_state_name, sizeof p->phys_state_name);
-  if (read_textf(p->rate, sizeof p->rate, "%s/rate", portdir) == 0)
-    p->rate_gbps = strtod(p->rate, NULL);
+  if (read_textf(p->rate, sizeof p->rate, "%s/rate", portdir) == 0) {
+    double v = strtod(p->rate, NULL);
+    p->rate_gbps = v >= 0 && v < 1e7 ? v : 0; /* also keeps NaN out of the JSON */
+  }
   if (read_textf(text, sizeof text, "%s/link_layer", portdir) == 0) {
     if (strcasecmp(text, "InfiniBand") == 0)
       p->link = DOCTOR_LINK_IB;
@@ -196,7 +198,7 @@ static int probe_port(const char *portdir, int num, doctor_port *p) {
 
 static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
   base_strlcpy(h->name, name, sizeof h->name);
-  char text[512], path[PATH_MAX];
+  char text[2048], path[PATH_MAX];
 
   /* PCI address: the device's uevent names it; a real sysfs also has it as
    * the last component of the device link. */
@@ -311,6 +313,13 @@ static int probe_ifaces(const probe_roots *r, doctor_facts *f) {
   size_t n;
   if (list_dir(dir, &names, &n) == -ENOMEM) return -ENOMEM;
   for (size_t k = 0; k < n; k++) {
+    /* class/net also holds plain files (bonding_masters): interfaces are
+     * directories (links to them on a real system). */
+    char path[PATH_MAX];
+    struct stat st;
+    if (pathf(path, sizeof path, "%s/%s", dir, names[k]) != 0 || stat(path, &st) != 0 ||
+        !S_ISDIR(st.st_mode))
+      continue;
     doctor_iface *i = add_iface(f, names[k]);
     if (i == NULL) {
       rc = -ENOMEM;
