@@ -13,3 +13,9 @@ add_test(NAME gpt2_reference
          COMMAND test_gpt2_ref ${GPT2_PYTHON} ${CMAKE_SOURCE_DIR}/tests/gpt2_reference.py)
 set_tests_properties(gpt2_reference PROPERTIES TIMEOUT 120 LABELS "unit"
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+
+# cohort-gpt2 as a program: usage errors, accumulation, kill -9 and resume.
+add_executable(test_gpt2_train ${CMAKE_SOURCE_DIR}/tests/test_gpt2_train.c)
+add_test(NAME gpt2_train COMMAND test_gpt2_train $<TARGET_FILE:cohort-gpt2>)
+set_tests_properties(gpt2_train PROPERTIES TIMEOUT 300 LABELS "slow"
+                     ENVIRONMENT "OMP_WAIT_POLICY=passive")

@@ -232,7 +232,7 @@ int gpt2_train(const gpt2_train_opts *o) {
       }
       if (metrics != NULL) {
         fprintf(metrics,
-                "{\"step\":%llu,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,"
+                "{\"step\":%llu,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,"
                 "\"tokens_per_s\":%.3f,\"gflops\":%.3f,\"comm_ms\":%.3f,\"hidden_frac\":%.4f,"
                 "\"world\":%d}\n",
                 (unsigned long long)step + 1, loss, lr, gnorm, step_s * 1e3, tok_s, gflops, comm_ms,

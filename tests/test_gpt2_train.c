@@ -1,0 +1,278 @@
+/*
+ * test_gpt2_train.c - cohort-gpt2 as a program: usage errors, data errors,
+ * gradient accumulation equivalence, and the checkpoint guarantee: a run
+ * killed with SIGKILL and restarted produces, step for step, bitwise the same
+ * losses as an uninterrupted run, also when its newest checkpoint is damaged.
+ *
+ * usage: test_gpt2_train PATH/TO/cohort-gpt2
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/check.h"
+
+static const char *bin;
+static char tmp[256];
+
+#define MAXARGS 64
+
+/* Starts bin with the given NULL-terminated arguments; stdout and stderr go
+ * to files under tmp. */
+static pid_t spawn(const char *tag, const char **args) {
+  const char *argv[MAXARGS];
+  int n = 0;
+  argv[n++] = bin;
+  for (int i = 0; args[i] != NULL && n < MAXARGS - 1; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    snprintf(path, sizeof(path), "%s/%s.err", tmp, tag);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    setenv("OMP_NUM_THREADS", "2", 1);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int wait_status(pid_t pid) {
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return WEXITSTATUS(st);
+}
+
+static int run(const char *tag, const char **args) {
+  return wait_status(spawn(tag, args));
+}
+
+static char *slurp(const char *fmt, ...) {
+  char path[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(path, sizeof(path), fmt, ap);
+  va_end(ap);
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return strdup("");
+  char *buf = calloc(1, 1 << 20);
+  size_t n = fread(buf, 1, (1 << 20) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* Loss text of each step of a metrics file (the last line of a step wins, so
+ * a resumed run's replayed steps replace the killed run's). */
+#define MAXSTEPS 128
+static void losses_of(const char *jsonl, char out[MAXSTEPS][40]) {
+  for (int i = 0; i < MAXSTEPS; i++) out[i][0] = '\0';
+  const char *p = jsonl;
+  while ((p = strstr(p, "{\"step\":")) != NULL) {
+    int step = atoi(p + 8);
+    const char *l = strstr(p, "\"loss\":");
+    if (l && step > 0 && step < MAXSTEPS) {
+      l += 7;
+      size_t n = strcspn(l, ",}");
+      if (n >= 40) n = 39;
+      memcpy(out[step], l, n);
+      out[step][n] = '\0';
+    }
+    p++;
+  }
+}
+
+static void test_usage(void) {
+  CHECK_EQ_INT(run("help", (const char *[]){"--help", NULL}), 0);
+  char *out = slurp("%s/help.out", tmp);
+  CHECK(strstr(out, "--grad-accum") != NULL && strstr(out, "--ckpt-dir") != NULL);
+  free(out);
+  const char *bad[][4] = {
+      {"--bogus", NULL},       {"--batch", "0", NULL},          {"--batch", "x", NULL},
+      {"--model", "1T", NULL}, {"--head", "mlm", NULL},         {"--seq-len", "2048", NULL},
+      {"--heads", "5", NULL},  {"--lr", "nan", NULL},           {"--steps", NULL},
+      {"extra", NULL},         {"--head", "qa", "--data", NULL}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    const char *args[6] = {bad[i][0], bad[i][1], bad[i][2], NULL};
+    if (i == 10) args[3] = "/etc/hostname";
+    int rc = run("bad", args);
+    char *err = slurp("%s/bad.err", tmp);
+    if (rc != 2 || count_lines(err) != 1)
+      fprintf(stderr, "usage case %zu: exit %d, stderr: %s\n", i, rc, err);
+    CHECK_EQ_INT(rc, 2);
+    CHECK_EQ_INT(count_lines(err), 1);
+    free(err);
+  }
+  /* A data file that is not tokens: one line naming it, exit 2. */
+  char junk[512];
+  snprintf(junk, sizeof(junk), "%s/junk.bin", tmp);
+  FILE *f = fopen(junk, "wb");
+  fwrite("\x01\x02\x03\x04garbage", 1, 11, f);
+  fclose(f);
+  int rc = run("junk", (const char *[]){"--model", "tiny", "--data", junk, NULL});
+  char *err = slurp("%s/junk.err", tmp);
+  CHECK_EQ_INT(rc, 2);
+  CHECK(count_lines(err) == 1 && strstr(err, "junk.bin") != NULL);
+  free(err);
+}
+
+/* One rank, B=4 vs B=2 with two accumulation steps: the same global batch,
+ * so the same losses up to float reordering. */
+static void test_accum(void) {
+  char m1[512], m2[512];
+  snprintf(m1, sizeof(m1), "%s/acc1.jsonl", tmp);
+  snprintf(m2, sizeof(m2), "%s/acc2.jsonl", tmp);
+  const char *common[] = {"--model", "tiny", "--steps", "6", "--seq-len", "16", "--quiet"};
+  const char *a1[16], *a2[16];
+  int n = 0;
+  for (; n < 7; n++) a1[n] = a2[n] = common[n];
+  a1[n] = "--batch", a2[n++] = "--batch";
+  a1[n] = "4", a2[n++] = "2";
+  a1[n] = "--grad-accum", a2[n++] = "--grad-accum";
+  a1[n] = "1", a2[n++] = "2";
+  a1[n] = "--metrics";
+  a2[n++] = "--metrics";
+  a1[n] = m1, a2[n++] = m2;
+  a1[n] = a2[n] = NULL;
+  CHECK_EQ_INT(run("acc1", a1), 0);
+  CHECK_EQ_INT(run("acc2", a2), 0);
+  char *j1 = slurp("%s", m1), *j2 = slurp("%s", m2);
+  char l1[MAXSTEPS][40], l2[MAXSTEPS][40];
+  losses_of(j1, l1);
+  losses_of(j2, l2);
+  int ok = 1;
+  for (int s = 1; s <= 6; s++) {
+    double x = atof(l1[s]), y = atof(l2[s]);
+    if (l1[s][0] == '\0' || fabs(x - y) > 1e-5 * fabs(x)) {
+      fprintf(stderr, "accum step %d: %s vs %s\n", s, l1[s], l2[s]);
+      ok = 0;
+    }
+  }
+  CHECK(ok);
+  free(j1);
+  free(j2);
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void test_resume(void) {
+  enum { STEPS = 24 };
+  char ma[512], mb[512], ckpt[512];
+  snprintf(ma, sizeof(ma), "%s/a.jsonl", tmp);
+  snprintf(mb, sizeof(mb), "%s/b.jsonl", tmp);
+  snprintf(ckpt, sizeof(ckpt), "%s/ckpt", tmp);
+  /* Big enough that a step takes a few milliseconds, so the kill lands
+   * mid-run. */
+  const char *model[] = {"--model", "tiny",    "--channels", "128",       "--layers",
+                         "3",       "--batch", "8",          "--seq-len", "64",
+                         "--steps", "24",      "--quiet",    "--seed",    "11"};
+  const char *a[32], *b[32];
+  int n = 0;
+  for (; n < 15; n++) a[n] = b[n] = model[n];
+  a[n] = "--metrics", a[n + 1] = ma, a[n + 2] = NULL;
+  b[n] = "--metrics", b[n + 1] = mb, b[n + 2] = "--ckpt-dir", b[n + 3] = ckpt;
+  b[n + 4] = "--ckpt-every", b[n + 5] = "3", b[n + 6] = NULL;
+  CHECK_EQ_INT(run("a", a), 0);
+
+  /* Kill B with SIGKILL once it has finished 7 steps. */
+  pid_t pid = spawn("b1", b);
+  int lines = 0;
+  for (int i = 0; i < 20000; i++) {
+    char *j = slurp("%s", mb);
+    lines = count_lines(j);
+    free(j);
+    if (lines >= 7) break;
+    sleep_ms(1);
+  }
+  kill(pid, SIGKILL);
+  int st = wait_status(pid);
+  CHECK_EQ_INT(st, 128 + SIGKILL);
+  char *j = slurp("%s", mb);
+  int killed_at = count_lines(j);
+  free(j);
+  fprintf(stderr, "resume test: killed after %d of %d steps\n", killed_at, STEPS);
+  CHECK(killed_at >= 7 && killed_at < STEPS);
+
+  /* Resume: the newest checkpoint is used. */
+  CHECK_EQ_INT(run("b2", b), 0);
+  char *out = slurp("%s/b2.out", tmp);
+  CHECK(strstr(out, "resumed from") != NULL);
+  free(out);
+
+  /* Every step of the killed-and-resumed run equals the uninterrupted one. */
+  char *ja = slurp("%s", ma), *jb = slurp("%s", mb);
+  char la[MAXSTEPS][40], lb[MAXSTEPS][40];
+  losses_of(ja, la);
+  losses_of(jb, lb);
+  int same = 1;
+  for (int s = 1; s <= STEPS; s++) {
+    if (la[s][0] == '\0' || strcmp(la[s], lb[s]) != 0) {
+      fprintf(stderr, "resume step %d: uninterrupted %s, resumed %s\n", s, la[s], lb[s]);
+      same = 0;
+    }
+  }
+  CHECK(same);
+  free(ja);
+  free(jb);
+
+  /* Damage the newest checkpoint (step 24): a rerun with more steps skips
+   * it with a message and resumes from the previous one (21, kept by the
+   * default --ckpt-keep 2). */
+  char path[600];
+  snprintf(path, sizeof(path), "%s/ckpt_%012d.bin", ckpt, STEPS);
+  int fd = open(path, O_RDWR);
+  CHECK(fd >= 0);
+  unsigned char byte = 0;
+  CHECK(pread(fd, &byte, 1, 5000) == 1);
+  byte ^= 1;
+  CHECK(pwrite(fd, &byte, 1, 5000) == 1);
+  close(fd);
+  b[11] = "25"; /* --steps */
+  CHECK_EQ_INT(run("b3", b), 0);
+  char *err = slurp("%s/b3.err", tmp);
+  out = slurp("%s/b3.out", tmp);
+  CHECK(strstr(err, "checksum") != NULL);
+  CHECK(strstr(out, "resumed from") != NULL && strstr(out, "at step 21") != NULL);
+  free(err);
+  free(out);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_gpt2_train PATH/TO/cohort-gpt2\n");
+    return 2;
+  }
+  bin = argv[1];
+  snprintf(tmp, sizeof(tmp), "/tmp/test_gpt2_train.XXXXXX");
+  if (mkdtemp(tmp) == NULL) return 1;
+  test_usage();
+  test_accum();
+  test_resume();
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+  if (check_failed_count == 0 && system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
+  return check_report();
+}
