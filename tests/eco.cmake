@@ -31,3 +31,9 @@ set_tests_properties(plot PROPERTIES TIMEOUT 120 LABELS "unit")
 add_test(NAME plot_cli
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_plot.py $<TARGET_FILE:cohort>)
 set_tests_properties(plot_cli PROPERTIES TIMEOUT 120 LABELS "unit")
+
+# The man pages against the programs' --version and --help.
+add_test(NAME help
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_help.py ${CMAKE_SOURCE_DIR}/docs/man
+          $<TARGET_FILE_DIR:cohort>)
+set_tests_properties(help PROPERTIES TIMEOUT 60 LABELS "unit")
