@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """test_help.py MANDIR BINDIR - the man pages match the programs.
 
-For every man page docs/man/<prog>.1 whose program was built: `<prog>
+For every man page docs/man/<prog>.1 whose program was built: `cohort
 --version` prints the page's version; the page's OPTIONS section lists the
 options that `<prog> --help` shows and no other; and for every subsection
 titled "<prog> <command>..." `<prog> <command>... --help` exits 0, every
@@ -84,10 +84,11 @@ for page in pages:
         text = f.read()
     lines = text.splitlines()
     th = re.search(r'^\.TH \S+ 1 "[^"]*" "(\S+) (\S+)"', text, re.M)
-    check(th is not None and th.group(1) == prog, "%s: .TH names the program" % page)
-    p = run([os.path.join(bindir, prog), "--version"])
-    check(p.returncode == 0 and th and p.stdout.strip() == "%s %s" % (prog, th.group(2)),
-          "%s --version %r matches the page %r" % (prog, p.stdout, th and th.group(2)))
+    check(th is not None and th.group(1) == "cohort", "%s: .TH names the package" % page)
+    if prog == "cohort":
+        p = run([os.path.join(bindir, prog), "--version"])
+        check(p.returncode == 0 and th and p.stdout.strip() == "%s %s" % (prog, th.group(2)),
+              "%s --version %r matches the page %r" % (prog, p.stdout, th and th.group(2)))
 
     # Split into the top-level OPTIONS section and the command subsections.
     sections, current, top = {}, None, []
