@@ -28,9 +28,9 @@ soname=$(objdump -p "$libdir/libcohort.so.$version" | awk '$1 == "SONAME" {print
 [ "$soname" = "libcohort.so.${version%%.*}" ] || fail "soname '$soname'"
 [ "$(readlink "$libdir/libcohort.so")" = "libcohort.so.${version%%.*}" ] || fail "dev symlink"
 # Only the public API is exported.
-if nm -D --defined-only "$libdir/libcohort.so" | awk '$2 == "T" {print $3}' | grep -v '^cohort_'; then
-  fail "libcohort.so exports symbols outside cohort_*"
-fi
+syms=$(nm -D --defined-only "$libdir/libcohort.so" | awk '$2 == "T" {print $3}')
+[ -n "$syms" ] || fail "libcohort.so exports nothing"
+if grep -v '^cohort_' <<<"$syms"; then fail "libcohort.so exports symbols outside cohort_*"; fi
 [ "$("$prefix/bin/cohort" --version)" = "cohort $version" ] || fail "cohort --version"
 for page in "$prefix"/share/man/man1/*.1; do
   warnings=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
@@ -58,8 +58,11 @@ pkg-config --exists cohort || fail "pkg-config does not find cohort"
 cc -o "$tmp/probe/probe_pc" "$tmp/probe/probe.c" $(pkg-config --cflags cohort) \
   $(pkg-config --libs cohort) -Wl,-rpath,"$libdir"
 [ "$("$tmp/probe/probe_pc")" = "$want" ] || fail "pkg-config probe printed '$("$tmp/probe/probe_pc")'"
-ldd "$tmp/probe/probe_pc" | grep -q "libcohort.so.${version%%.*} => $libdir/" || \
-  fail "pkg-config probe does not use the installed libcohort.so"
+# (Output captured first: with pipefail, grep -q closing the pipe early would
+# make ldd die of SIGPIPE and the check fail at random.)
+deps=$(ldd "$tmp/probe/probe_pc")
+grep -q "libcohort.so.${version%%.*} => $libdir/" <<<"$deps" || \
+  fail "pkg-config probe does not use the installed libcohort.so: $deps"
 
 # CMake package.
 cat > "$tmp/probe/CMakeLists.txt" <<'CM'
@@ -75,8 +78,10 @@ cmake -S "$tmp/probe" -B "$tmp/probe/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/
 cmake --build "$tmp/probe/build" >/dev/null
 [ "$("$tmp/probe/build/probe_shared")" = "$want" ] || fail "CMake shared probe"
 [ "$("$tmp/probe/build/probe_static")" = "$want" ] || fail "CMake static probe"
-ldd "$tmp/probe/build/probe_shared" | grep -q "$libdir/libcohort.so" || fail "shared probe lib"
-if ldd "$tmp/probe/build/probe_static" | grep -q libcohort; then fail "static probe is dynamic"; fi
+deps=$(ldd "$tmp/probe/build/probe_shared")
+grep -q "$libdir/libcohort.so" <<<"$deps" || fail "shared probe lib: $deps"
+deps=$(ldd "$tmp/probe/build/probe_static")
+if grep -q libcohort <<<"$deps"; then fail "static probe is dynamic: $deps"; fi
 # A version the package does not satisfy is refused.
 sed -i 's/find_package(cohort 0.1 REQUIRED)/find_package(cohort 99 REQUIRED)/' \
   "$tmp/probe/CMakeLists.txt"
