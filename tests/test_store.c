@@ -901,6 +901,55 @@ static void test_slow_client(void) {
   store_server_stop(s);
 }
 
+/* A client that sends requests but never reads the answers is cut off. */
+static void test_not_reading(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .io_timeout_ms = 300};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c = client(port, NULL);
+  uint8_t *big = calloc(1, STORE_VALUE_MAX);
+  CHECK_EQ_INT(store_set(c, "big", big, STORE_VALUE_MAX, in_ms(5000)), 0);
+  free(big);
+  int fd = raw_connect(port);
+  CHECK_EQ_INT(raw_hello(fd), 0);
+  /* Ask for 64 MiB of answers in one go and read none of them. */
+  store_buf b = {0};
+  for (int i = 0; i < 64; i++) {
+    size_t f = store_buf_begin_frame(&b);
+    store_buf_u8(&b, STORE_OP_GET);
+    store_buf_key(&b, "big", 3);
+    store_buf_end_frame(&b, f);
+  }
+  CHECK_EQ_INT(base_write_full(fd, b.p, b.len, in_ms(5000)), 0);
+  store_buf_free(&b);
+  /* Meanwhile and afterwards others are served. */
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
+  base_sleep_ms(1000);
+  check_still_serving(port, NULL);
+  /* Now reading: what the kernel buffered arrives, then the end; far less than asked. */
+  size_t total = 0;
+  int ended = 0;
+  int64_t dl = in_ms(10000);
+  char *sink = malloc(1 << 16);
+  while (!ended && base_deadline_left(dl) > 0) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, base_deadline_left(dl)) <= 0) break;
+    ssize_t n = recv(fd, sink, 1 << 16, 0);
+    if (n <= 0)
+      ended = 1;
+    else
+      total += (size_t)n;
+  }
+  free(sink);
+  CHECK(ended);
+  CHECK(total < (size_t)64 * STORE_VALUE_MAX);
+  close(fd);
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
+  store_client_close(c);
+  store_server_stop(s);
+}
+
 static void test_idle(void) {
   store_server_opts o = {.bind_host = "127.0.0.1", .idle_timeout_ms = 200};
   store_server *s = start(&o);
@@ -1032,6 +1081,14 @@ static void test_auth(void) {
   uint8_t get[] = {0, 0, 0, 9, STORE_OP_GET, 0, 6, 's', 'e', 'c', 'r', 'e', 't'};
   CHECK_EQ_INT(base_write_full(fd, get, sizeof get, in_ms(5000)), 0);
   int st;
+  CHECK(raw_expect_close(fd, in_ms(5000), &st));
+  CHECK_EQ_INT(st, STORE_ST_AUTH);
+  close(fd);
+  /* ...nor write them. */
+  fd = raw_connect(port);
+  uint8_t set[] = {0, 0, 0, 12, STORE_OP_SET, 0, 6, 's', 'e', 'c', 'r', 'e', 't', 0, 0, 0, 0};
+  put_u32(set, sizeof set - 4);
+  CHECK_EQ_INT(base_write_full(fd, set, sizeof set, in_ms(5000)), 0);
   CHECK(raw_expect_close(fd, in_ms(5000), &st));
   CHECK_EQ_INT(st, STORE_ST_AUTH);
   close(fd);
@@ -1291,6 +1348,7 @@ int main(int argc, char **argv) {
   test_garbage();
   test_server_mutations();
   test_slow_client();
+  test_not_reading();
   test_idle();
   test_limits();
   test_auth();

@@ -33,7 +33,7 @@
 #define DEFAULT_IDLE_MS (600 * 1000)
 #define DEFAULT_IO_MS (10 * 1000)
 #define DEFAULT_MAX_BYTES ((size_t)256 << 20)
-/* Read buffers start this small; bigger frames grow them for their duration. */
+/* Read buffers have this size; bigger frames grow them for their duration. */
 #define INBUF_MIN 4096
 /* Stop handling a connection's requests while this much output is unsent. */
 #define OUT_HIGH_WATER (64 * 1024)
@@ -588,6 +588,8 @@ static int conn_write(store_server *s, conn *c, int64_t now) {
   c->out_off = 0;
   c->write_stall_ms = 0;
   c->last_active_ms = now;
+  /* Requests held back while the output was full can go on now. */
+  if (c->in_len > 0) s->again = 1;
   if (c->out.cap > OUT_HIGH_WATER) {
     store_buf_free(&c->out);
     charge_out(s, c);
@@ -679,9 +681,11 @@ static void accept_all(store_server *s, int64_t now) {
       continue;
     }
     conn *c = calloc(1, sizeof *c);
+    uint8_t *in = malloc(INBUF_MIN);
     conn **arr = realloc(s->conns, (s->nconns + 1) * sizeof *arr);
-    if (c == NULL || arr == NULL) {
+    if (c == NULL || in == NULL || arr == NULL) {
       free(c);
+      free(in);
       if (arr != NULL) s->conns = arr;
       close(fd);
       base_log(BASE_LOG_WARN, "store: refusing connection from %s: out of memory", peer);
@@ -691,6 +695,8 @@ static void accept_all(store_server *s, int64_t now) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->fd = fd;
+    c->in = in;
+    c->in_cap = INBUF_MIN;
     c->state = CONN_HELLO;
     base_strlcpy(c->peer, peer, sizeof c->peer);
     c->accepted_ms = now;
@@ -747,7 +753,6 @@ static void *server_main(void *arg) {
       conn *c = s->conns[i];
       short ev = 0;
       if (!c->closing && c->in_len < c->in_cap) ev |= POLLIN;
-      if (c->in_cap == 0) ev |= POLLIN;
       if (c->out.len > c->out_off) ev |= POLLOUT;
       pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
       int64_t t = conn_next_time(s, c);
