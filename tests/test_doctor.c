@@ -210,6 +210,17 @@ static void test_roce_single_and_none(void) {
   CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"), "ens3");
   doctor_result_destroy(r);
 
+  /* IPv6 masters are routed by net/ipv6_route: longest prefix first. */
+  CHECK_EQ_INT(plan("roce_none", "fd00:99::1", 0, NULL, &r), 0);
+  if (r == NULL) return;
+  CHECK_STREQ(r->facts->route_iface, "ens9");
+  doctor_result_destroy(r);
+  CHECK_EQ_INT(plan("roce_none", "2001:db8::1", 0, NULL, &r), 0);
+  if (r == NULL) return;
+  CHECK_STREQ(r->facts->route_iface, "ens3"); /* the default route */
+  CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"), "ens3");
+  doctor_result_destroy(r);
+
   /* A master no route leads to is an error naming it. */
   CHECK_EQ_INT(plan("roce_none", "10.9.9.9", 0, NULL, &r), 0);
   if (r == NULL) return;

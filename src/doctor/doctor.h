@@ -57,7 +57,7 @@
 
 typedef struct doctor_config {
   const char *sysfs_root; /* NULL: "/sys" */
-  const char *proc_root;  /* NULL: "/proc" (net/route, self/limits, meminfo) */
+  const char *proc_root;  /* NULL: "/proc" (net/route, net/ipv6_route, self/limits, meminfo) */
   const char *dev_root;   /* NULL: "/dev" (infiniband/, shm) */
   const char *lib_root;   /* NULL: "/"; NCCL libraries and headers are looked for under it */
   const char *master;     /* host name or address of the rendezvous master, or NULL */
@@ -66,8 +66,9 @@ typedef struct doctor_config {
    * interface that reaches the master from a UDP connect() + getsockname()
    * (no packet is sent). Otherwise the path of a file describing the
    * addresses, one "IFNAME ADDRESS/PREFIX" per line ('#' starts a comment),
-   * and the route to the master is looked up in PROC_ROOT/net/route: this is
-   * how fixture trees describe a machine.
+   * and the route to the master is the longest matching prefix in
+   * PROC_ROOT/net/route (IPv4) or net/ipv6_route (IPv6): this is how fixture
+   * trees describe a machine.
    */
   const char *ifaddrs_file;
   int set_gid_index; /* set NCCL_IB_GID_INDEX even when the installed NCCL picks it */

@@ -486,23 +486,56 @@ static const route4 *route_lookup(const route4 *rt, size_t n, uint32_t addr) {
   return best;
 }
 
-/* The interface of the IPv6 default route, for hosts without an IPv4 one. */
-static void default_route6(const probe_roots *r, char *iface, size_t len) {
+static int hex16(const char *hex, uint8_t *out) {
+  if (strlen(hex) != 32) return -EINVAL;
+  for (int i = 0; i < 16; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -EINVAL;
+    out[i] = (uint8_t)v;
+  }
+  return 0;
+}
+
+static int prefix_match(const uint8_t *a, const uint8_t *b, unsigned bits) {
+  unsigned full = bits / 8, rest = bits % 8;
+  if (memcmp(a, b, full) != 0) return 0;
+  if (rest == 0) return 1;
+  uint8_t mask = (uint8_t)(0xff << (8 - rest));
+  return (a[full] & mask) == (b[full] & mask);
+}
+
+/*
+ * IPv6 routes of PROC_ROOT/net/ipv6_route: with addr NULL the interface of
+ * the default route (not lo), else the longest prefix matching addr
+ * (lowest metric on ties). Up routes only, reject routes skipped.
+ */
+static void route6_lookup(const probe_roots *r, const uint8_t *addr, char *iface, size_t len) {
   char path[PATH_MAX];
   if (join(path, sizeof path, r->proc, "net/ipv6_route") != 0) return;
   FILE *fp = fopen(path, "re");
   if (fp == NULL) return;
   char line[512];
+  int best_len = -1;
+  unsigned best_metric = 0;
   while (fgets(line, sizeof line, fp) != NULL) {
     char dest[40], src[40], hop[40], name[DOCTOR_NAME_MAX + 1];
     unsigned dlen, slen, metric, refcnt, use, flags;
+    uint8_t d[16];
     if (sscanf(line, "%39s %x %39s %x %39s %x %x %x %x %64s", dest, &dlen, src, &slen, hop, &metric,
-               &refcnt, &use, &flags, name) != 10)
+               &refcnt, &use, &flags, name) != 10 ||
+        dlen > 128 || hex16(dest, d) != 0)
       continue;
-    if (dlen != 0 || strspn(dest, "0") != strlen(dest)) continue;
-    if (!(flags & 0x1) || (flags & 0x200) || strcmp(name, "lo") == 0) continue; /* up, not reject */
-    base_strlcpy(iface, name, len);
-    break;
+    if (!(flags & 0x1) || (flags & 0x200)) continue; /* RTF_UP, RTF_REJECT */
+    if (addr == NULL) {
+      if (dlen != 0 || strcmp(name, "lo") == 0) continue;
+    } else if (!prefix_match(d, addr, dlen)) {
+      continue;
+    }
+    if ((int)dlen > best_len || ((int)dlen == best_len && metric < best_metric)) {
+      best_len = (int)dlen;
+      best_metric = metric;
+      base_strlcpy(iface, name, len);
+    }
   }
   fclose(fp);
 }
@@ -527,7 +560,8 @@ static void probe_routes(const probe_roots *r, const doctor_config *cfg, doctor_
       if (rt[i].mask == 0 && (def == NULL || rt[i].metric < def->metric)) def = &rt[i];
     if (def) base_strlcpy(f->default_iface, def->iface, sizeof f->default_iface);
   }
-  if (f->default_iface[0] == '\0') default_route6(r, f->default_iface, sizeof f->default_iface);
+  if (f->default_iface[0] == '\0')
+    route6_lookup(r, NULL, f->default_iface, sizeof f->default_iface);
 
   if (cfg->master == NULL || cfg->master[0] == '\0') goto out;
   base_strlcpy(f->master, cfg->master, sizeof f->master);
@@ -589,9 +623,11 @@ static void probe_routes(const probe_roots *r, const doctor_config *cfg, doctor_
       snprintf(f->master_error, sizeof f->master_error, "no route to master %s (%s) in net/route",
                cfg->master, f->master_addr);
   } else {
-    snprintf(f->master_error, sizeof f->master_error,
-             "master %s is IPv6: routes are read from net/route (IPv4) with --ifaddrs",
-             cfg->master);
+    route6_lookup(r, ((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr.s6_addr,
+                  f->route_iface, sizeof f->route_iface);
+    if (f->route_iface[0] == '\0')
+      snprintf(f->master_error, sizeof f->master_error,
+               "no route to master %s (%s) in net/ipv6_route", cfg->master, f->master_addr);
   }
   freeaddrinfo(res);
 out:

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
              "  --lib-root DIR    look for NCCL under DIR instead of /\n"
              "  --ifaddrs FILE    take interface addresses from FILE ('IFNAME ADDR/PREFIX' lines)\n"
              "                    instead of the system, and routes from PROC_ROOT/net/route\n"
+             "                    and net/ipv6_route\n"
              "                    (for fixture trees and captured machines)\n"
              "\n"
              "exit status: 0 fine (warnings go to the report), 1 an error (e.g. RoCE without a\n"
