@@ -196,7 +196,11 @@ void doctor_facts_destroy(doctor_facts *facts);
 /*
  * Derives the settings from facts. envp (NULL-terminated "NAME=value"
  * strings, may be NULL) is the environment the job will get: a variable set
- * there is never in result->set. Only cfg->set_gid_index is used from cfg.
+ * there is never in result->set (it goes to result->kept). The user's
+ * NCCL_IB_HCA narrows the ports considered (NCCL's syntax: prefixes, "="
+ * exact, "^" exclude); the user's NCCL_IB_GID_INDEX is checked against the
+ * GID table and becomes summary.gid_index. Only cfg->set_gid_index is used
+ * from cfg. facts is not modified.
  */
 int doctor_derive(const doctor_facts *facts, const doctor_config *cfg, char **envp,
                   doctor_result **out);
