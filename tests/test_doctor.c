@@ -549,6 +549,91 @@ static void test_bad_input(void) {
   unlink(bad);
 }
 
+static void put(const char *root, const char *rel, const char *text) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", root, rel);
+  /* mkdir -p of the parent */
+  for (char *p = path + strlen(root) + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(path, 0755);
+    *p = '/';
+  }
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A tree whose files hold nonsense: nothing crashes, nothing is invented. */
+static void test_garbage_tree(void) {
+  char root[] = "/tmp/cohort-doctor-garbage-XXXXXX";
+  if (mkdtemp(root) == NULL) {
+    CHECK(0);
+    return;
+  }
+  const char *port = "sys/class/infiniband/mlx5_0/ports/1/";
+  char rel[256];
+#define PORTFILE(name, text)                                                                       \
+  do {                                                                                             \
+    snprintf(rel, sizeof rel, "%s%s", port, name);                                                 \
+    put(root, rel, text);                                                                          \
+  } while (0)
+  PORTFILE("state", "garbage\n");
+  PORTFILE("phys_state", "\n");
+  PORTFILE("rate", "nan Gb/sec\n");
+  PORTFILE("link_layer", "Token Ring\n");
+  PORTFILE("gids/0", "not-a-gid\n");
+  PORTFILE("gids/1", "fe80:0000:0000:0000:0000:0000:0000:0001:ffff\n");
+  PORTFILE("gids/x", "fe80::1\n");
+  PORTFILE("gids/2", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
+  PORTFILE("gid_attrs/types/2", "RoCE v9\n");
+  put(root, "sys/class/infiniband/mlx5_0/ports/notaport/state", "4: ACTIVE\n");
+  put(root, "sys/class/infiniband/mlx5_1/device/uevent", "PCI_SLOT_NAME=\n");
+  put(root, "sys/class/net/eth0/mtu", "-5\n");
+  put(root, "proc/net/route", "Iface\tDestination\nbogus line\n");
+  put(root, "proc/self/limits", "Max locked memory         lots lots bytes\n");
+  put(root, "proc/meminfo", "HugePages_Total: x\n");
+  put(root, "dev/.keep", "");
+  put(root, "ifaddrs", "eth0 10.0.0.1/24\n");
+  char sys[512], proc[512], dev[512], ifa[512];
+  snprintf(sys, sizeof sys, "%s/sys", root);
+  snprintf(proc, sizeof proc, "%s/proc", root);
+  snprintf(dev, sizeof dev, "%s/dev", root);
+  snprintf(ifa, sizeof ifa, "%s/ifaddrs", root);
+  doctor_config cfg = {sys, proc, dev, root, "10.0.0.2", ifa, 0};
+  doctor_result *r = NULL;
+  CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &r), 0);
+  if (r != NULL) {
+    const doctor_facts *f = r->facts;
+    CHECK_EQ_INT(f->nhcas, 2);
+    CHECK_EQ_INT(f->hcas[0].nports, 1); /* "notaport" is not a port */
+    CHECK_EQ_INT(f->hcas[0].ports[0].state, -1);
+    CHECK(f->hcas[0].ports[0].rate_gbps == 0);
+    CHECK_EQ_INT(f->hcas[0].ports[0].link, DOCTOR_LINK_UNKNOWN);
+    CHECK_EQ_INT(f->hcas[0].ports[0].ngids, 1); /* only gids/2 parses */
+    CHECK_EQ_INT(f->hcas[0].ports[0].gids[0].type, DOCTOR_GID_UNKNOWN);
+    CHECK_STREQ(f->hcas[1].pci, "");
+    CHECK_EQ_INT(f->ifaces[0].mtu, -1);
+    CHECK_EQ_INT(f->memlock_known, 0);
+    CHECK_EQ_INT(f->shm_known, 0);
+    CHECK_STREQ(f->route_iface, "");
+    CHECK(has_text(r->errors, r->nerrors, "no route to master 10.0.0.2"));
+    CHECK(has_text(r->warnings, r->nwarnings, "/dev/shm is missing"));
+    CHECK_STREQ(doctor_result_get(r, "NCCL_IB_DISABLE"), "1");
+    char *text = NULL;
+    CHECK_EQ_INT(doctor_format_json(r, &text), 0);
+    CHECK(text && strstr(text, "\"state\": -1") != NULL);
+    free(text);
+    CHECK_EQ_INT(doctor_format_report(r, &text), 0);
+    free(text);
+  }
+  doctor_result_destroy(r);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  CHECK_EQ_INT(system(cmd), 0);
+}
+
 static void test_export_quoting(void) {
   doctor_var v = {"X", "a'b c$HOME", "a reason\nwith a newline", NULL};
   doctor_result r = {0};
@@ -776,6 +861,7 @@ int main(int argc, char **argv) {
   test_natural_order();
   test_bad_input();
   test_export_quoting();
+  test_garbage_tree();
   test_binary();
   test_real_machine();
   return check_report();
