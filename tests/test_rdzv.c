@@ -670,6 +670,269 @@ static void test_file_race(void) {
   }
 }
 
+/* ---- multicast: codec, group, routes (no traffic: multicast runs only in test namespaces) ---- */
+
+static rdzv_dgram sample_announce(void) {
+  rdzv_dgram d = {0};
+  d.kind = RDZV_ANNOUNCE;
+  d.node_id = 0x0123456789abcdefull;
+  d.claimed_rank = 0;
+  strcpy(d.job_id, "job-42");
+  strcpy(d.host, "10.77.0.1");
+  d.port = 40123;
+  return d;
+}
+
+static void test_dgram(void) {
+  uint8_t buf[RDZV_DGRAM_MAX];
+  rdzv_dgram in = sample_announce(), out;
+  /* Round trip without and with a token. */
+  int n = rdzv_dgram_encode(&in, NULL, buf, sizeof buf);
+  CHECK_EQ_INT(n, RDZV_DGRAM_HEADER + 6 + 9);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)n, NULL, &out), 0);
+  CHECK_EQ_INT(out.kind, RDZV_ANNOUNCE);
+  CHECK(out.node_id == in.node_id);
+  CHECK_EQ_INT(out.claimed_rank, 0);
+  CHECK_STREQ(out.job_id, "job-42");
+  CHECK_STREQ(out.host, "10.77.0.1");
+  CHECK_EQ_INT(out.port, 40123);
+  CHECK_EQ_INT(out.authenticated, 0);
+  CHECK(memcmp(buf, "CHRV", 4) == 0);
+  int m = rdzv_dgram_encode(&in, "s3cret", buf, sizeof buf);
+  CHECK_EQ_INT(m, n + RDZV_MAC_LEN);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)m, "s3cret", &out), 0);
+  CHECK_EQ_INT(out.authenticated, 1);
+  CHECK_STREQ(out.host, "10.77.0.1");
+  /* Wrong token, missing token on either side. */
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)m, "s3creT", &out), COHORT_EAUTH);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)m, NULL, &out), COHORT_EAUTH);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)m, "", &out), COHORT_EAUTH);
+  n = rdzv_dgram_encode(&in, NULL, buf, sizeof buf);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)n, "s3cret", &out), COHORT_EAUTH);
+  /* Any changed byte under a MAC fails: the port, the host, the job. */
+  m = rdzv_dgram_encode(&in, "s3cret", buf, sizeof buf);
+  for (int i = 8; i < m; i++) {
+    if (i == 7 || i == 22) continue; /* lengths: changing them is malformed instead */
+    uint8_t copy[RDZV_DGRAM_MAX];
+    memcpy(copy, buf, (size_t)m);
+    copy[i] ^= 0x01;
+    int rc = rdzv_dgram_parse(copy, (size_t)m, "s3cret", &out);
+    if (rc != COHORT_EAUTH && rc != COHORT_EPROTO) fprintf(stderr, "  byte %d: %d\n", i, rc);
+    CHECK(rc == COHORT_EAUTH || rc == COHORT_EPROTO);
+  }
+  /* Candidates carry no address. */
+  rdzv_dgram c = {0};
+  c.kind = RDZV_CANDIDATE;
+  c.node_id = 7;
+  c.claimed_rank = -1;
+  strcpy(c.job_id, "j");
+  n = rdzv_dgram_encode(&c, NULL, buf, sizeof buf);
+  CHECK_EQ_INT(n, RDZV_DGRAM_HEADER + 1);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)n, NULL, &out), 0);
+  CHECK_EQ_INT(out.kind, RDZV_CANDIDATE);
+  CHECK_EQ_INT(out.claimed_rank, -1);
+  CHECK(out.node_id == 7);
+  CHECK_EQ_INT(out.port, 0);
+  CHECK_STREQ(out.host, "");
+  /* An announcement may leave the host empty (the sender's address is used). */
+  rdzv_dgram e = sample_announce();
+  e.host[0] = '\0';
+  n = rdzv_dgram_encode(&e, NULL, buf, sizeof buf);
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)n, NULL, &out), 0);
+  CHECK_STREQ(out.host, "");
+  /* Encoding refuses fields out of range. */
+  rdzv_dgram bad = sample_announce();
+  bad.port = 0;
+  CHECK_EQ_INT(rdzv_dgram_encode(&bad, NULL, buf, sizeof buf), -EINVAL);
+  bad = sample_announce();
+  strcpy(bad.job_id, "a b");
+  CHECK_EQ_INT(rdzv_dgram_encode(&bad, NULL, buf, sizeof buf), -EINVAL);
+  bad = sample_announce();
+  bad.kind = 9;
+  CHECK_EQ_INT(rdzv_dgram_encode(&bad, NULL, buf, sizeof buf), -EINVAL);
+  bad = c;
+  bad.port = 5;
+  CHECK_EQ_INT(rdzv_dgram_encode(&bad, NULL, buf, sizeof buf), -EINVAL);
+  bad = sample_announce();
+  CHECK_EQ_INT(rdzv_dgram_encode(&bad, NULL, buf, 20), -EINVAL);
+  /* Every truncation and every extension is malformed, with and without a MAC. */
+  for (int tok = 0; tok < 2; tok++) {
+    const char *token = tok ? "k" : NULL;
+    n = rdzv_dgram_encode(&in, token, buf, sizeof buf);
+    for (int len = 0; len < n; len++)
+      CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)len, token, &out), COHORT_EPROTO);
+    buf[n] = 0;
+    CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)n + 1, token, &out), COHORT_EPROTO);
+  }
+  /* Field by field: magic, version, kind, flags, reserved, lengths, characters, rank. */
+  struct {
+    int off;
+    uint8_t val;
+  } mut[] = {{0, 'X'},  {4, 2},  {5, 0},    {5, 3},         {6, 0x02},  {7, 0}, {7, 200},
+             {22, 200}, {23, 1}, {24, ' '}, {24 + 6, 0x7f}, {16, 0x80}, {20, 0}};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(mut); i++) {
+    n = rdzv_dgram_encode(&in, NULL, buf, sizeof buf);
+    if (mut[i].off == 20) buf[21] = 0; /* port 0 in an announcement */
+    buf[mut[i].off] = mut[i].val;
+    int rc = rdzv_dgram_parse(buf, (size_t)n, NULL, &out);
+    if (rc != COHORT_EPROTO) fprintf(stderr, "  mutation %zu: %d\n", i, rc);
+    CHECK_EQ_INT(rc, COHORT_EPROTO);
+  }
+  /* A candidate with an address is malformed. */
+  n = rdzv_dgram_encode(&c, NULL, buf, sizeof buf);
+  buf[21] = 1;
+  CHECK_EQ_INT(rdzv_dgram_parse(buf, (size_t)n, NULL, &out), COHORT_EPROTO);
+  /* Garbage: random bytes, and random corruption of valid datagrams, never crash. */
+  uint32_t x = 12345;
+  int accepted = 0;
+  for (int iter = 0; iter < 20000; iter++) {
+    uint8_t g[RDZV_DGRAM_MAX];
+    size_t len;
+    if (iter % 2) {
+      len = (size_t)(x % sizeof g);
+      for (size_t k = 0; k < len; k++) {
+        x = x * 1103515245u + 12345u;
+        g[k] = (uint8_t)(x >> 16);
+      }
+      if (len >= 4) memcpy(g, "CHRV", 4);
+      if (len >= 5) g[4] = 1;
+    } else {
+      len = (size_t)rdzv_dgram_encode(&in, iter % 4 ? "k" : NULL, g, sizeof g);
+      x = x * 1103515245u + 12345u;
+      g[(x >> 8) % len] ^= (uint8_t)(1u << ((x >> 4) % 8));
+    }
+    int rc = rdzv_dgram_parse(g, len, iter % 4 ? "k" : NULL, &out);
+    CHECK(rc == 0 || rc == COHORT_EPROTO || rc == COHORT_EAUTH);
+    if (rc == 0) {
+      accepted++;
+      CHECK(iter % 4 == 0); /* with a token, no corrupted or random datagram passes */
+      CHECK(strlen(out.job_id) > 0 && strlen(out.job_id) <= RDZV_JOB_MAX);
+    }
+  }
+  printf("garbage datagrams parsed: %d of 20000 (all without a token)\n", accepted);
+}
+
+static void test_group(void) {
+  char a[64], b[64];
+  int pa, pb;
+  rdzv_mcast_group_for_job("job-1", a, sizeof a, &pa);
+  rdzv_mcast_group_for_job("job-1", b, sizeof b, &pb);
+  CHECK_STREQ(a, b);
+  CHECK_EQ_INT(pa, pb);
+  CHECK(strncmp(a, "239.255.", 8) == 0);
+  CHECK(pa >= 29500 && pa < 30500);
+  /* Different jobs spread over groups and ports (the hash of 50 ids hits many). */
+  int distinct = 0;
+  char seen[50][64];
+  for (int i = 0; i < 50; i++) {
+    char job[32];
+    snprintf(job, sizeof job, "job-%d", i);
+    rdzv_mcast_group_for_job(job, seen[i], sizeof seen[i], &pb);
+    CHECK(pb >= 29500 && pb < 30500);
+    int dup = 0;
+    for (int k = 0; k < i; k++) dup |= strcmp(seen[k], seen[i]) == 0;
+    distinct += !dup;
+  }
+  CHECK(distinct >= 45);
+}
+
+static void write_route(const char *root, const char *text) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/net", root);
+  mkdir(path, 0700);
+  snprintf(path, sizeof path, "%s/net/route", root);
+  write_raw(path, text);
+}
+
+static void test_route(void) {
+  char root[300];
+  snprintf(root, sizeof root, "%s/proc", tmpdir);
+  mkdir(root, 0700);
+  char ifn[32];
+  const char *hdr =
+      "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+  char text[1024];
+  /* Default route via eth0, a /24 on eth1: the group follows the default route. */
+  snprintf(text, sizeof text,
+           "%seth0\t00000000\t0100000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+           "eth1\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n",
+           hdr);
+  write_route(root, text);
+  CHECK_EQ_INT(rdzv_route_iface(root, "239.255.1.2", ifn, sizeof ifn), 0);
+  CHECK_STREQ(ifn, "eth0");
+  /* A 224.0.0.0/4 route is more specific than the default one. */
+  snprintf(text, sizeof text,
+           "%seth0\t00000000\t0100000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+           "ib0\t000000E0\t00000000\t0001\t0\t0\t0\t000000F0\t0\t0\t0\n",
+           hdr);
+  write_route(root, text);
+  CHECK_EQ_INT(rdzv_route_iface(root, "239.255.1.2", ifn, sizeof ifn), 0);
+  CHECK_STREQ(ifn, "ib0");
+  /* Two default routes: the lower metric wins; a route that is down is ignored. */
+  snprintf(text, sizeof text,
+           "%seth0\t00000000\t0100000A\t0003\t0\t0\t600\t00000000\t0\t0\t0\n"
+           "eth2\t00000000\t0100000B\t0003\t0\t0\t50\t00000000\t0\t0\t0\n"
+           "eth3\t00000000\t0100000C\t0002\t0\t0\t1\t00000000\t0\t0\t0\n",
+           hdr);
+  write_route(root, text);
+  CHECK_EQ_INT(rdzv_route_iface(root, "239.255.1.2", ifn, sizeof ifn), 0);
+  CHECK_STREQ(ifn, "eth2");
+  /* No route that covers the group; garbage lines are skipped. */
+  snprintf(text, sizeof text,
+           "%seth1\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\ngarbage line\n", hdr);
+  write_route(root, text);
+  CHECK_EQ_INT(rdzv_route_iface(root, "239.255.1.2", ifn, sizeof ifn), -ENOENT);
+  CHECK_EQ_INT(rdzv_route_iface(root, "not-an-address", ifn, sizeof ifn), -EINVAL);
+  char missing[320];
+  snprintf(missing, sizeof missing, "%s/nonexistent", tmpdir);
+  CHECK_EQ_INT(rdzv_route_iface(missing, "239.255.1.2", ifn, sizeof ifn), -ENOENT);
+
+  /* Discovery's own checks, before any socket: job id, group, interface. */
+  rdzv_opts o = base_opts();
+  o.method = RDZV_MCAST;
+  rdzv_target t;
+  char err[256];
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -EINVAL);
+  CHECK(strstr(err, "job id") != NULL);
+  o.job_id = "jm";
+  o.mcast_group = "10.0.0.1:5000";
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -EINVAL);
+  CHECK(strstr(err, "multicast address") != NULL);
+  o.mcast_group = "239.1.2.3";
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -EINVAL);
+  o.mcast_group = NULL;
+  o.iface = "cohort-noif0";
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ENODEV);
+  CHECK(strstr(err, "cohort-noif0") != NULL);
+  o.iface = NULL;
+  CHECK_EQ_INT(rdzv_mcast_discover_root(&o, root, &t, err, sizeof err), -ENETUNREACH);
+  CHECK(strstr(err, "--iface") != NULL);
+  /* Node rank 0 hosts at once, on the interface's address (no datagram is sent). */
+  o.iface = "lo";
+  o.node_rank = 0;
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK_STREQ(t.host, "127.0.0.1");
+  CHECK(t.port > 0);
+  CHECK(strstr(t.source, "multicast") != NULL);
+  /* The node id is stable within a process and differs in a child. */
+  uint64_t id = rdzv_node_id();
+  CHECK(id != 0 && rdzv_node_id() == id);
+  int fds[2];
+  CHECK_EQ_INT(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    uint64_t cid = rdzv_node_id();
+    _exit(write(fds[1], &cid, sizeof cid) == sizeof cid ? 0 : 1);
+  }
+  uint64_t cid = 0;
+  CHECK_EQ_INT(read(fds[0], &cid, sizeof cid), (long long)sizeof cid);
+  waitpid(pid, NULL, 0);
+  close(fds[0]);
+  close(fds[1]);
+  CHECK(cid != 0 && cid != id);
+}
+
 static void cleanup_dir(const char *dir) {
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -692,6 +955,9 @@ int main(void) {
   test_file_format();
   test_file_method();
   test_file_race();
+  test_dgram();
+  test_group();
+  test_route();
   cleanup_dir(tmpdir);
   return check_report();
 }

@@ -89,7 +89,62 @@ int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out);
 int rdzv_file_write(const char *path, const rdzv_file_info *info);
 int rdzv_file_discover(const rdzv_opts *opts, rdzv_target *out, char *errbuf, size_t errlen);
 
+/* ---- multicast ---- */
+
+#define RDZV_DGRAM_MAGIC "CHRV"
+#define RDZV_DGRAM_VERSION 1
+#define RDZV_DGRAM_HEADER 24
+#define RDZV_DGRAM_MAX 512
+#define RDZV_MAC_LEN 32
+
+typedef enum rdzv_dgram_kind { RDZV_ANNOUNCE = 1, RDZV_CANDIDATE = 2 } rdzv_dgram_kind;
+
+typedef struct rdzv_dgram {
+  int kind;         /* rdzv_dgram_kind */
+  uint64_t node_id; /* the sender agent's random id */
+  int claimed_rank; /* the sender's --node-rank, -1 when none */
+  char job_id[RDZV_JOB_MAX + 1];
+  char host[BASE_HOST_MAX]; /* announce: the store's host, "" for the sender's address */
+  int port;                 /* announce: the store's port (1..65535); 0 in a candidate */
+  int authenticated;        /* set by parse: 1 when a MAC was present and verified */
+} rdzv_dgram;
+
+/*
+ * Encodes d into buf (cap >= RDZV_DGRAM_MAX bytes is always enough),
+ * appending an HMAC-SHA256 over all bytes before it when token is non-NULL
+ * and non-empty. Returns the datagram's length or -EINVAL (a field out of
+ * range).
+ */
+int rdzv_dgram_encode(const rdzv_dgram *d, const char *token, uint8_t *buf, size_t cap);
+
+/*
+ * Parses a datagram. Pure: no I/O, no global state; any bytes are valid
+ * input. Returns 0; COHORT_EPROTO for anything malformed (magic, version,
+ * kind, flags, lengths, characters, fields that do not fit the kind,
+ * truncation, trailing bytes); COHORT_EAUTH when token is set and the MAC is
+ * missing or wrong, or when a MAC is present but no token is set. The job id
+ * is not checked here: datagrams of other jobs parse fine.
+ */
+int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgram *out);
+
+/* The default group of a job: 239.255.x.y and port 29500 + hash % 1000. */
+void rdzv_mcast_group_for_job(const char *job_id, char *addr, size_t addrlen, int *port);
+
+/*
+ * The interface that routes to the IPv4 address group according to
+ * <proc_root>/net/route: the longest matching prefix among routes that are
+ * up, then the lowest metric (the default route matches every address).
+ * Returns 0, -ENOENT (no route) or -errno (unreadable).
+ */
+int rdzv_route_iface(const char *proc_root, const char *group, char *ifname, size_t iflen);
+
+/* This agent's random node id (one per process, a new one after fork). */
+uint64_t rdzv_node_id(void);
+
 int rdzv_mcast_discover(const rdzv_opts *opts, rdzv_target *out, char *errbuf, size_t errlen);
+/* rdzv_mcast_discover() reading routes under proc_root instead of /proc. */
+int rdzv_mcast_discover_root(const rdzv_opts *opts, const char *proc_root, rdzv_target *out,
+                             char *errbuf, size_t errlen);
 
 /* The multicast announcer behind rdzv_publish_start() for RDZV_MCAST. */
 typedef struct rdzv_mcast_pub rdzv_mcast_pub;
