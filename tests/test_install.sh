@@ -32,6 +32,12 @@ syms=$(nm -D --defined-only "$libdir/libcohort.so" | awk '$2 == "T" {print $3}')
 [ -n "$syms" ] || fail "libcohort.so exports nothing"
 if grep -v '^cohort_' <<<"$syms"; then fail "libcohort.so exports symbols outside cohort_*"; fi
 [ "$("$prefix/bin/cohort" --version)" = "cohort $version" ] || fail "cohort --version"
+# cohort-gpt2 is installed, with its page, whenever it is built.
+if [ -x "$build/cohort-gpt2" ]; then
+  [ -x "$prefix/bin/cohort-gpt2" ] || fail "cohort-gpt2 built but not installed"
+  [ -e "$prefix/share/man/man1/cohort-gpt2.1" ] || fail "cohort-gpt2.1 not installed"
+  "$prefix/bin/cohort-gpt2" --help >/dev/null || fail "installed cohort-gpt2 --help"
+fi
 for page in "$prefix"/share/man/man1/*.1; do
   warnings=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
   [ -z "$warnings" ] || fail "$page: $warnings"

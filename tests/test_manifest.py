@@ -220,7 +220,8 @@ def test_docker():
         check(a[:2] == ["docker", "run"], "docker run")
         i = a.index("egoldne7/pytorch:latest")
         flags = a[2:i]
-        for f in [["--network", "host"], ["--ipc", "host"], ["--ulimit", "memlock=-1:-1"],
+        check("--ipc" not in flags, "node %d: no --ipc host beside --shm-size" % rank)
+        for f in [["--network", "host"], ["--ulimit", "memlock=-1:-1"],
                   ["--shm-size", "8g"], ["--gpus", "all"], ["--device", "/dev/infiniband"],
                   ["--cap-add", "IPC_LOCK"], ["--env", "COHORT_TOKEN"]]:
             check(any(flags[k:k + 2] == f for k in range(len(flags))), "node %d: %r" % (rank, f))
@@ -242,6 +243,7 @@ def test_docker():
     check(rc == 0 and all("--gpus" not in r and "--device" not in r and "--shm-size" not in r
                           for r in runs), "docker without gpus, rdma, shm")
     check(all(r[r.index("--master") + 1] == "head:1234" for r in runs), "docker --port")
+    check(all(r[r.index("--ipc") + 1] == "host" for r in runs), "docker --ipc host without --shm")
 
 
 def test_bad_flags():

@@ -553,8 +553,14 @@ int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err,
                       o->master_addr, o->port);
   for (int node = 0; node < o->nodes; node++) {
     manifest_buf_printf(b, "# node %d\n", node);
-    manifest_buf_puts(b, "docker run --rm --network host --ipc host --ulimit memlock=-1:-1");
-    if (shm[0]) manifest_buf_printf(b, " --shm-size %s", shm);
+    manifest_buf_puts(b, "docker run --rm --network host --ulimit memlock=-1:-1");
+    /* The host's IPC namespace brings the host's /dev/shm; docker ignores
+     * --shm-size beside --ipc host (and podman refuses the pair), so a
+     * size means a private IPC namespace with a /dev/shm of that size. */
+    if (shm[0])
+      manifest_buf_printf(b, " --shm-size %s", shm);
+    else
+      manifest_buf_puts(b, " --ipc host");
     if (o->gpus) {
       manifest_buf_puts(b, " --gpus ");
       manifest_shell_quote(b, o->gpus);

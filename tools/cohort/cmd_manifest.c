@@ -67,7 +67,8 @@ static const char docker_usage[] =
     "                              --master-addr HOST [options] -- COMMAND [ARG...]\n"
     "\n"
     "Prints one `docker run` line per node (run line i on node i) with host\n"
-    "networking and IPC, unlimited locked memory, and `cohort run` joining node 0.\n"
+    "networking, the host's IPC namespace (or --shm), unlimited locked memory, and\n"
+    "`cohort run` joining node 0.\n"
     "\n"
     "options:\n"
     "  --nodes N             number of nodes\n"
@@ -76,7 +77,7 @@ static const char docker_usage[] =
     "  --master-addr HOST    address of node 0, where the rendezvous is hosted\n"
     "  --port PORT           rendezvous port on node 0 (default 29400)\n"
     "  --gpus VALUE          docker's --gpus value (e.g. all)\n"
-    "  --shm SIZE            --shm-size of the containers (e.g. 8G)\n"
+    "  --shm SIZE            a private /dev/shm of SIZE (e.g. 8G) instead of --ipc host\n"
     "  --rdma                pass /dev/infiniband and add IPC_LOCK\n"
     "  -h, --help            show this help\n";
 
