@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -222,4 +223,50 @@ int base_sockaddr_str(const struct sockaddr *sa, char *host, size_t hostlen, int
     return 0;
   }
   return -EAFNOSUPPORT;
+}
+
+int base_route_addrs(const char *host, int port, char *local, size_t locallen, char *remote,
+                     size_t remotelen) {
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  char portstr[16];
+  snprintf(portstr, sizeof portstr, "%d", port);
+  if (getaddrinfo(host, portstr, &hints, &res) != 0) return -EHOSTUNREACH;
+  int rc = -EHOSTUNREACH;
+  for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      struct sockaddr_storage ss;
+      socklen_t sl = sizeof ss;
+      if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+          base_sockaddr_str((struct sockaddr *)&ss, local, locallen, NULL) == 0 &&
+          base_sockaddr_str(ai->ai_addr, remote, remotelen, NULL) == 0)
+        rc = 0;
+    }
+    close(fd);
+    if (rc == 0) break;
+  }
+  freeaddrinfo(res);
+  return rc;
+}
+
+int base_iface_of_addr(const char *addr, char *name, size_t namelen) {
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) return -errno;
+  int rc = -ENOENT;
+  for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+    if (i->ifa_addr == NULL) continue;
+    char a[BASE_HOST_MAX];
+    if (base_sockaddr_str(i->ifa_addr, a, sizeof a, NULL) != 0) continue;
+    if (strcmp(a, addr) == 0) {
+      base_strlcpy(name, i->ifa_name, namelen);
+      rc = 0;
+      break;
+    }
+  }
+  freeifaddrs(ifs);
+  return rc;
 }

@@ -48,4 +48,16 @@ int base_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms);
 /* Numeric text of a socket address ("10.0.0.1" / "fe80::1"); port optional. */
 int base_sockaddr_str(const struct sockaddr *sa, char *host, size_t hostlen, int *port);
 
+
+
+/*
+ * Which local address routes to host:port, and host's numeric address: a
+ * UDP socket is connect()ed (no packet is sent) and asked for both ends.
+ */
+int base_route_addrs(const char *host, int port, char *local, size_t locallen, char *remote,
+                     size_t remotelen);
+
+/* Name of the interface that holds the numeric address addr ("lo", "eth0"). */
+int base_iface_of_addr(const char *addr, char *name, size_t namelen);
+
 #endif

@@ -1,0 +1,63 @@
+/*
+ * agent.h - the node agent behind `cohort run`: spawns one worker per slot,
+ * relays their output, stops them all when one fails, restarts the group,
+ * and reports the root cause.
+ *
+ * The agent is single-threaded apart from the store server it hosts: one
+ * poll() loop over a self-pipe (signals), the workers' output pipes and
+ * timers. Signal handlers only write to the self-pipe.
+ */
+#ifndef COHORT_AGENT_AGENT_H
+#define COHORT_AGENT_AGENT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rdzv/discover.h"
+
+/* Exit codes of `cohort run`. */
+#define AGENT_EXIT_OK 0
+#define AGENT_EXIT_WORKER_FAILED 1
+#define AGENT_EXIT_USAGE 2
+#define AGENT_EXIT_INTERNAL 3
+#define AGENT_EXIT_NOT_EXECUTABLE 126
+#define AGENT_EXIT_NOT_FOUND 127
+/* Stopped by signal N: 128 + N. */
+
+#define AGENT_MAX_NPROC 1024
+#define AGENT_RUN_ID_MAX 64
+#define AGENT_TAIL_LINES 10
+
+typedef struct agent_config {
+  int nproc;             /* workers on this node, 1..AGENT_MAX_NPROC */
+  int max_restarts;      /* whole-group restarts after a failure */
+  const char *log_dir;   /* NULL: no per-rank files */
+  int tee;               /* with log_dir: also relay to the console */
+  int64_t grace_ms;      /* SIGTERM -> SIGKILL delay */
+  const char *run_id;    /* [A-Za-z0-9._-]{1,64} */
+  const char *role;      /* ROLE_NAME, "default" */
+  char *const *argv;     /* the worker command, argv[0] searched in PATH */
+  const char *token;     /* job token, NULL: a random one is made */
+
+  /*
+   * Multi-node. With rdzv.method RDZV_AUTO and no master, node count or
+   * scheduler environment, the job runs on this node alone.
+   */
+  rdzv_opts rdzv;
+  int64_t join_timeout_ms;   /* rendezvous deadline */
+  int64_t last_call_ms;      /* elastic MIN:MAX: wait for more nodes after MIN */
+  int64_t heartbeat_ms;      /* heartbeat period between agents */
+  int64_t lost_after_ms;     /* a node silent this long is lost */
+  int net_auto;              /* add derived network settings (cohort doctor) */
+} agent_config;
+
+/* Checks a run id: 1..64 characters of [A-Za-z0-9._-]. */
+int agent_run_id_valid(const char *id);
+
+/*
+ * Runs the job on this node until it ends and returns the exit code of
+ * `cohort run` (see AGENT_EXIT_*). Prints the failure report to stderr.
+ */
+int agent_run(const agent_config *cfg);
+
+#endif

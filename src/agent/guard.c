@@ -1,0 +1,129 @@
+/* guard.c - kills the workers' groups if the agent dies. */
+#include "agent/guard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+
+/* Runs in the forked child: no allocation, only async-signal-safe calls. */
+static void guard_main(int fd) {
+  static pid_t groups[AGENT_MAX_NPROC * 2];
+  size_t ngroups = 0;
+  char buf[256];
+  char num[32];
+  size_t numlen = 0;
+  char op = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break; /* the agent is gone: kill what it left */
+    for (ssize_t i = 0; i < n; i++) {
+      char c = buf[i];
+      if (c == 'q') _exit(0);
+      if (c == '+' || c == '-') {
+        op = c;
+        numlen = 0;
+      } else if (c >= '0' && c <= '9' && numlen < sizeof num - 1) {
+        num[numlen++] = c;
+      } else if (c == '\n' && op != 0 && numlen > 0) {
+        pid_t p = 0;
+        for (size_t k = 0; k < numlen; k++) p = p * 10 + (num[k] - '0');
+        if (op == '+' && ngroups < sizeof groups / sizeof groups[0]) {
+          groups[ngroups++] = p;
+        } else if (op == '-') {
+          for (size_t k = 0; k < ngroups; k++) {
+            if (groups[k] == p) {
+              groups[k] = groups[--ngroups];
+              break;
+            }
+          }
+        }
+        op = 0;
+        numlen = 0;
+      }
+    }
+  }
+  for (size_t k = 0; k < ngroups; k++) kill(-groups[k], SIGKILL);
+  _exit(0);
+}
+
+int guard_start(guard *g) {
+  int p[2];
+  g->pid = 0;
+  g->fd = -1;
+  if (pipe2(p, O_CLOEXEC) != 0) return -errno;
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(p[0]);
+    close(p[1]);
+    return -e;
+  }
+  if (pid == 0) {
+    /* Its own group, deaf to the terminal's and the user's stop signals. */
+    setpgid(0, 0);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    close(p[1]);
+    int keep = p[0];
+    if (keep != 3) {
+      dup2(keep, 3);
+      keep = 3;
+    }
+    close_range(4, ~0u, 0);
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+      if (devnull > 3) close(devnull);
+    }
+    guard_main(keep);
+  }
+  close(p[0]);
+  g->pid = pid;
+  g->fd = p[1];
+  return 0;
+}
+
+static void guard_send(guard *g, char op, pid_t pgid) {
+  if (g->fd < 0) return;
+  char line[32];
+  int n = snprintf(line, sizeof line, "%c%d\n", op, (int)pgid);
+  ssize_t k = write(g->fd, line, (size_t)n);
+  (void)k;
+}
+
+void guard_add(guard *g, pid_t pgid) {
+  guard_send(g, '+', pgid);
+}
+
+void guard_remove(guard *g, pid_t pgid) {
+  guard_send(g, '-', pgid);
+}
+
+void guard_stop(guard *g) {
+  if (g->fd >= 0) {
+    ssize_t k = write(g->fd, "q", 1);
+    (void)k;
+    close(g->fd);
+    g->fd = -1;
+  }
+  if (g->pid > 0) {
+    while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    g->pid = 0;
+  }
+}

@@ -1,0 +1,28 @@
+/*
+ * guard.h - a small watcher process that kills the workers' process groups
+ * when the agent dies without cleaning up (SIGKILL, OOM killer).
+ *
+ * PR_SET_PDEATHSIG covers the workers themselves but not the processes they
+ * fork; the guard holds the read end of a pipe from the agent and, when it
+ * sees end of file without having been told to quit, sends SIGKILL to every
+ * process group the agent registered.
+ */
+#ifndef COHORT_AGENT_GUARD_H
+#define COHORT_AGENT_GUARD_H
+
+#include <sys/types.h>
+
+typedef struct guard {
+  pid_t pid; /* 0 when not running */
+  int fd;    /* write end of the pipe, -1 when not running */
+} guard;
+
+/* Starts the guard. Returns 0 or -errno. */
+int guard_start(guard *g);
+/* Registers or forgets a process group. */
+void guard_add(guard *g, pid_t pgid);
+void guard_remove(guard *g, pid_t pgid);
+/* Tells the guard to exit without killing anything and reaps it. */
+void guard_stop(guard *g);
+
+#endif

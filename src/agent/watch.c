@@ -1,0 +1,215 @@
+/* watch.c - heartbeats and failure propagation between agents. */
+#include "agent/watch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "rdzv/join.h"
+#include "store/store.h"
+
+#define WAIT_SLICE_MS 200
+#define OP_TIMEOUT_MS 2000
+
+struct agent_watch {
+  watch_opts o;
+  store_client *client;
+  pthread_t thread;
+  int started;
+  pthread_mutex_t lock;
+  int stop;
+  int failed;
+  char report[WATCH_REPORT_MAX];
+  int64_t *last_value;
+  int64_t *last_change;
+};
+
+static int stop_requested(agent_watch *w) {
+  pthread_mutex_lock(&w->lock);
+  int s = w->stop;
+  pthread_mutex_unlock(&w->lock);
+  return s;
+}
+
+static void set_failure(agent_watch *w, const char *text) {
+  pthread_mutex_lock(&w->lock);
+  if (!w->failed) {
+    w->failed = 1;
+    base_strlcpy(w->report, text, sizeof w->report);
+  }
+  pthread_mutex_unlock(&w->lock);
+  unsigned char b = WATCH_NOTIFY_BYTE;
+  ssize_t k = write(w->o.notify_fd, &b, 1);
+  (void)k;
+}
+
+static int read_text(store_client *c, const char *key, char *buf, size_t len) {
+  void *val = NULL;
+  size_t n = 0;
+  int rc = store_get(c, key, &val, &n, base_deadline_in(OP_TIMEOUT_MS));
+  if (rc != 0) return rc;
+  size_t k = n < len - 1 ? n : len - 1;
+  memcpy(buf, val, k);
+  buf[k] = '\0';
+  free(val);
+  return 0;
+}
+
+static int publish(store_client *c, const char *job_id, int round, const char *report, char *winner,
+                   size_t winner_len) {
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, job_id, round, "fail");
+  void *cur = NULL;
+  size_t curlen = 0;
+  int rc = store_cas(c, key, NULL, 0, report, strlen(report), &cur, &curlen,
+                     base_deadline_in(OP_TIMEOUT_MS));
+  if (rc == 0 && cur != NULL) {
+    size_t k = curlen < winner_len - 1 ? curlen : winner_len - 1;
+    memcpy(winner, cur, k);
+    winner[k] = '\0';
+  } else {
+    base_strlcpy(winner, report, winner_len);
+  }
+  free(cur);
+  return rc;
+}
+
+static void *watch_main(void *arg) {
+  agent_watch *w = arg;
+  const watch_opts *o = &w->o;
+  char fail_key[STORE_KEY_MAX], my_hb[STORE_KEY_MAX];
+  rdzv_key(fail_key, sizeof fail_key, o->job_id, o->round, "fail");
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "hb/%d", o->my_node);
+  rdzv_key(my_hb, sizeof my_hb, o->job_id, o->round, suffix);
+  const char *keys[1] = {fail_key};
+  int64_t next_hb = 0, next_check = base_now_ms() + o->heartbeat_ms;
+  char text[WATCH_REPORT_MAX];
+  while (!stop_requested(w)) {
+    int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
+    if (rc == 0) {
+      if (read_text(w->client, fail_key, text, sizeof text) == 0) set_failure(w, text);
+      else set_failure(w, "the job failed on another node (its report could not be read)");
+      break;
+    }
+    if (rc != -ETIMEDOUT) {
+      snprintf(text, sizeof text, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
+               o->hostnames[0], cohort_strerror(rc));
+      set_failure(w, text);
+      break;
+    }
+    int64_t now = base_now_ms();
+    if (now >= next_hb) {
+      int64_t v;
+      store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS));
+      next_hb = now + o->heartbeat_ms;
+    }
+    if (now < next_check) continue;
+    next_check = now + o->heartbeat_ms;
+    for (int k = 0; k < o->nnodes; k++) {
+      if (k == o->my_node) continue;
+      char key[STORE_KEY_MAX];
+      snprintf(suffix, sizeof suffix, "hb/%d", k);
+      rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
+      int64_t v = 0;
+      if (store_add(w->client, key, 0, &v, base_deadline_in(OP_TIMEOUT_MS)) != 0) continue;
+      now = base_now_ms();
+      if (v != w->last_value[k]) {
+        w->last_value[k] = v;
+        w->last_change[k] = now;
+        continue;
+      }
+      if (now - w->last_change[k] < o->lost_after_ms) continue;
+      /* A node that finished its work stops beating without being lost. */
+      snprintf(suffix, sizeof suffix, "done/%d", k);
+      rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
+      void *val = NULL;
+      size_t len = 0;
+      if (store_get(w->client, key, &val, &len, base_deadline_in(OP_TIMEOUT_MS)) == 0) {
+        free(val);
+        w->last_change[k] = now;
+        continue;
+      }
+      char report[WATCH_REPORT_MAX];
+      snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k,
+               o->hostnames[k], (double)(now - w->last_change[k]) / 1000.0);
+      publish(w->client, o->job_id, o->round, report, text, sizeof text);
+      set_failure(w, text);
+      return NULL;
+    }
+  }
+  return NULL;
+}
+
+int watch_start(const watch_opts *o, agent_watch **out) {
+  *out = NULL;
+  agent_watch *w = calloc(1, sizeof *w);
+  if (w == NULL) return -ENOMEM;
+  w->o = *o;
+  pthread_mutex_init(&w->lock, NULL);
+  w->last_value = calloc((size_t)o->nnodes, sizeof *w->last_value);
+  w->last_change = calloc((size_t)o->nnodes, sizeof *w->last_change);
+  int rc = -ENOMEM;
+  if (w->last_value == NULL || w->last_change == NULL) goto fail;
+  int64_t now = base_now_ms();
+  for (int k = 0; k < o->nnodes; k++) {
+    w->last_value[k] = -1;
+    w->last_change[k] = now;
+  }
+  rc = store_client_connect(o->store_host, o->store_port, o->token, base_deadline_in(10000),
+                            &w->client, NULL, 0);
+  if (rc != 0) goto fail;
+  rc = -pthread_create(&w->thread, NULL, watch_main, w);
+  if (rc != 0) goto fail;
+  w->started = 1;
+  *out = w;
+  return 0;
+fail:
+  store_client_close(w->client);
+  free(w->last_value);
+  free(w->last_change);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+  return rc;
+}
+
+int watch_failure(agent_watch *w, char *buf, size_t len) {
+  if (w == NULL) return 0;
+  pthread_mutex_lock(&w->lock);
+  int f = w->failed;
+  if (f) base_strlcpy(buf, w->report, len);
+  pthread_mutex_unlock(&w->lock);
+  return f;
+}
+
+void watch_stop(agent_watch *w) {
+  if (w == NULL) return;
+  pthread_mutex_lock(&w->lock);
+  w->stop = 1;
+  pthread_mutex_unlock(&w->lock);
+  if (w->started) pthread_join(w->thread, NULL);
+  store_client_close(w->client);
+  free(w->last_value);
+  free(w->last_change);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}
+
+int watch_publish_failure(const char *store_host, int store_port, const char *token,
+                          const char *job_id, int round, const char *report, char *winner,
+                          size_t winner_len) {
+  store_client *c = NULL;
+  int rc = store_client_connect(store_host, store_port, token, base_deadline_in(OP_TIMEOUT_MS), &c,
+                                NULL, 0);
+  if (rc != 0) {
+    base_strlcpy(winner, report, winner_len);
+    return rc;
+  }
+  rc = publish(c, job_id, round, report, winner, winner_len);
+  store_client_close(c);
+  return rc;
+}

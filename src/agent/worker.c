@@ -1,0 +1,194 @@
+/* worker.c - spawning workers and relaying their output. */
+#include "agent/worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void worker_init(worker *w, int rank, int local_rank, int console, int log_fd) {
+  w->rank = rank;
+  w->local_rank = local_rank;
+  w->pid = 0;
+  w->running = 0;
+  w->status = 0;
+  w->stopped_by = 0;
+  w->out.fd = -1;
+  w->out.len = 0;
+  w->out.console_fd = console ? STDOUT_FILENO : -1;
+  w->err.fd = -1;
+  w->err.len = 0;
+  w->err.console_fd = console ? STDERR_FILENO : -1;
+  w->log_fd = log_fd;
+  w->tail_next = 0;
+  w->tail_count = 0;
+}
+
+/* Writes everything, retrying after signals; output errors are ignored on
+ * purpose: a closed console must not stop the job. */
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    p += k;
+    n -= (size_t)k;
+  }
+}
+
+static void emit_line(worker *w, worker_stream *s, const char *line, size_t len) {
+  char prefix[32];
+  int plen = snprintf(prefix, sizeof prefix, "[r%d] ", w->rank);
+  if (s->console_fd >= 0) {
+    /* One write per line so that lines of different ranks never interleave. */
+    char *msg = malloc((size_t)plen + len + 1);
+    if (msg != NULL) {
+      memcpy(msg, prefix, (size_t)plen);
+      memcpy(msg + plen, line, len);
+      msg[(size_t)plen + len] = '\n';
+      write_all(s->console_fd, msg, (size_t)plen + len + 1);
+      free(msg);
+    }
+  }
+  if (w->log_fd >= 0) {
+    write_all(w->log_fd, line, len);
+    write_all(w->log_fd, "\n", 1);
+  }
+  size_t keep = len < WORKER_TAIL_LINE_MAX - 1 ? len : WORKER_TAIL_LINE_MAX - 1;
+  memcpy(w->tail[w->tail_next], line, keep);
+  w->tail[w->tail_next][keep] = '\0';
+  w->tail_next = (w->tail_next + 1) % AGENT_TAIL_LINES;
+  if (w->tail_count < AGENT_TAIL_LINES) w->tail_count++;
+}
+
+int worker_stream_read(worker *w, worker_stream *s) {
+  if (s->fd < 0) return 1;
+  for (;;) {
+    ssize_t n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return 0;
+      n = 0; /* treat a read error like the end of the stream */
+    }
+    if (n == 0) {
+      if (s->len > 0) emit_line(w, s, s->buf, s->len);
+      s->len = 0;
+      close(s->fd);
+      s->fd = -1;
+      return 1;
+    }
+    size_t start = 0, end = s->len + (size_t)n;
+    for (size_t i = s->len; i < end; i++) {
+      if (s->buf[i] == '\n') {
+        emit_line(w, s, s->buf + start, i - start);
+        start = i + 1;
+      }
+    }
+    if (start == 0 && end == sizeof s->buf) {
+      emit_line(w, s, s->buf, end); /* an over-long line, relayed in pieces */
+      start = end;
+    }
+    memmove(s->buf, s->buf + start, end - start);
+    s->len = end - start;
+    if ((size_t)n < sizeof s->buf) return 0; /* drained what was there */
+  }
+}
+
+void worker_close_streams(worker *w) {
+  worker_stream *streams[2] = {&w->out, &w->err};
+  for (int i = 0; i < 2; i++) {
+    worker_stream *s = streams[i];
+    if (s->len > 0) emit_line(w, s, s->buf, s->len);
+    s->len = 0;
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+  }
+  if (w->log_fd >= 0) close(w->log_fd);
+  w->log_fd = -1;
+}
+
+int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_errno) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, ex[2] = {-1, -1};
+  int rc = 0;
+  *exec_errno = 0;
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(ex, O_CLOEXEC) != 0) {
+    rc = -errno;
+    goto out;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    rc = -errno;
+    goto out;
+  }
+  if (pid == 0) {
+    /* Child: only async-signal-safe calls until exec. */
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127); /* the agent died before we got here */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execvpe(argv[0], argv, envp);
+    int e = errno;
+    ssize_t k = write(ex[1], &e, sizeof e);
+    (void)k;
+    _exit(127);
+  }
+  /* Parent: set the group here too so that it exists before we signal it. */
+  setpgid(pid, pid);
+  close(out[1]);
+  out[1] = -1;
+  close(err[1]);
+  err[1] = -1;
+  close(ex[1]);
+  ex[1] = -1;
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(ex[0], &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  w->pid = pid;
+  w->running = 1;
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  w->out.fd = out[0];
+  w->err.fd = err[0];
+  out[0] = err[0] = -1;
+  if (n == (ssize_t)sizeof e) *exec_errno = e;
+out:
+  for (int i = 0; i < 2; i++) {
+    if (out[i] >= 0) close(out[i]);
+    if (err[i] >= 0) close(err[i]);
+    if (ex[i] >= 0) close(ex[i]);
+  }
+  return rc;
+}
+
+void worker_describe_status(int status, char *out, size_t outlen) {
+  if (WIFEXITED(status)) {
+    snprintf(out, outlen, "exited with code %d", WEXITSTATUS(status));
+  } else if (WIFSIGNALED(status)) {
+    const char *name = sigabbrev_np(WTERMSIG(status));
+    snprintf(out, outlen, "was killed by SIG%s (signal %d)%s", name ? name : "?", WTERMSIG(status),
+             WCOREDUMP(status) ? ", core dumped" : "");
+  } else {
+    snprintf(out, outlen, "ended with status 0x%x", (unsigned)status);
+  }
+}
+
+int worker_succeeded(const worker *w) {
+  return WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
+}

@@ -1,0 +1,64 @@
+/*
+ * worker.h - one worker process of the agent: spawning it in its own process
+ * group, relaying its output line by line with a rank prefix, and keeping the
+ * last lines it printed for the failure report.
+ */
+#ifndef COHORT_AGENT_WORKER_H
+#define COHORT_AGENT_WORKER_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "agent/agent.h"
+
+/* Longer lines are relayed in pieces of this size. */
+#define WORKER_LINE_MAX 16384
+#define WORKER_TAIL_LINE_MAX 400
+
+typedef struct worker_stream {
+  int fd;         /* read end of the pipe, -1 once closed */
+  int console_fd; /* where prefixed lines go (1 or 2), -1 for none */
+  size_t len;     /* bytes of an unfinished line in buf */
+  char buf[WORKER_LINE_MAX];
+} worker_stream;
+
+typedef struct worker {
+  int rank;       /* global rank */
+  int local_rank;
+  pid_t pid;      /* 0 before spawn */
+  int running;    /* spawned and not yet reaped */
+  int status;     /* waitpid() status once reaped */
+  int stopped_by; /* signal the agent sent it before it ended, or 0 */
+  worker_stream out, err;
+  int log_fd;     /* per-rank log file or -1 */
+  char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];
+  int tail_next, tail_count;
+} worker;
+
+/* Resets the worker's state before a spawn. */
+void worker_init(worker *w, int rank, int local_rank, int console, int log_fd);
+
+/*
+ * Forks and execs argv in a new process group with envp, its stdout and
+ * stderr on pipes and stdin on /dev/null. The child dies with the agent
+ * (PR_SET_PDEATHSIG). Returns 0, or -errno of a failed fork/pipe, or
+ * exec_errno > 0 (and 0 returned) when the command could not be executed.
+ */
+int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_errno);
+
+/*
+ * Reads what is available on one of the worker's streams and relays the
+ * complete lines. Returns 0, or 1 when the stream reached end of file.
+ */
+int worker_stream_read(worker *w, worker_stream *s);
+
+/* Relays a final unterminated line and closes both streams and the log. */
+void worker_close_streams(worker *w);
+
+/* Describes how the worker ended, e.g. "exited with code 3", "killed by SIGSEGV". */
+void worker_describe_status(int status, char *out, size_t outlen);
+
+/* 1 when the worker ended successfully (exit code 0). */
+int worker_succeeded(const worker *w);
+
+#endif

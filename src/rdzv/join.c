@@ -1,0 +1,332 @@
+/* join.c - joining a rendezvous round and planning node ranks. */
+#include "rdzv/join.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+#define POLL_MS 50
+
+void rdzv_key(char *out, size_t outlen, const char *job_id, int round, const char *suffix) {
+  snprintf(out, outlen, "%s/%d/%s", job_id, round, suffix);
+}
+
+void rdzv_plan_free(rdzv_plan *plan) {
+  if (plan == NULL) return;
+  free(plan->nodes);
+  plan->nodes = NULL;
+  plan->nnodes = 0;
+}
+
+int rdzv_assign_ranks(rdzv_node *nodes, const int *claimed, int n, int host_index, char *errbuf,
+                      size_t errlen) {
+  int *owner = malloc((size_t)n * sizeof *owner);
+  if (owner == NULL) return -ENOMEM;
+  for (int r = 0; r < n; r++) owner[r] = -1;
+  int rc = 0;
+  /* The host is node 0 by definition: the store lives with node 0's agent. */
+  if (claimed[host_index] > 0) {
+    snprintf(errbuf, errlen, "node %s hosts the store but claims node rank %d (the host is node 0)",
+             nodes[host_index].hostname, claimed[host_index]);
+    rc = -EINVAL;
+    goto out;
+  }
+  owner[0] = host_index;
+  nodes[host_index].node_rank = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == host_index || claimed[i] < 0) continue;
+    int r = claimed[i];
+    if (r >= n) {
+      snprintf(errbuf, errlen, "node %s claims node rank %d but the job has %d nodes",
+               nodes[i].hostname, r, n);
+      rc = -EINVAL;
+      goto out;
+    }
+    if (owner[r] >= 0) {
+      snprintf(errbuf, errlen, "nodes %s and %s both claim node rank %d", nodes[owner[r]].hostname,
+               nodes[i].hostname, r);
+      rc = -EINVAL;
+      goto out;
+    }
+    owner[r] = i;
+    nodes[i].node_rank = r;
+  }
+  /* The others take the free ranks in the order they joined. */
+  int next = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == host_index || claimed[i] >= 0) continue;
+    while (owner[next] >= 0) next++;
+    owner[next] = i;
+    nodes[i].node_rank = next;
+  }
+out:
+  free(owner);
+  return rc;
+}
+
+static int parse_record(const char *text, rdzv_node *node, int *claim, char *sees, size_t seeslen) {
+  char host[BASE_HOST_MAX], hostname[BASE_HOST_MAX], seen[BASE_HOST_MAX];
+  unsigned long long uid;
+  int nproc, cl;
+  if (sscanf(text, "uid=%llx claim=%d nproc=%d host=%255s hostname=%255s sees=%255s", &uid, &cl,
+             &nproc, host, hostname, seen) != 6)
+    return -EPROTO;
+  if (nproc < 1 || nproc > 1024 || cl < -1 || cl >= RDZV_MAX_NODES) return -EPROTO;
+  node->uid = uid;
+  node->nproc = nproc;
+  node->node_rank = -1;
+  base_strlcpy(node->host, host, sizeof node->host);
+  base_strlcpy(node->hostname, hostname, sizeof node->hostname);
+  *claim = cl;
+  base_strlcpy(sees, seen, seeslen);
+  return 0;
+}
+
+static int get_text(store_client *c, const char *key, char **out, int64_t deadline) {
+  void *val = NULL;
+  size_t len = 0;
+  int rc = store_get(c, key, &val, &len, deadline);
+  if (rc != 0) return rc;
+  char *s = malloc(len + 1);
+  if (s == NULL) {
+    free(val);
+    return -ENOMEM;
+  }
+  memcpy(s, val, len);
+  s[len] = '\0';
+  free(val);
+  *out = s;
+  return 0;
+}
+
+/* The host's part: wait for the nodes, plan, publish. */
+static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, size_t errlen) {
+  char key[STORE_KEY_MAX];
+  int rc = 0;
+  rdzv_node *nodes = NULL;
+  int *claims = NULL;
+  char *plan = NULL;
+  /* Wait for MIN records (keys node/1..node/MIN). */
+  const char **keys = calloc((size_t)o->nnodes_min, sizeof *keys);
+  char (*keybuf)[STORE_KEY_MAX] = calloc((size_t)o->nnodes_max, sizeof *keybuf);
+  if (keys == NULL || keybuf == NULL) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < o->nnodes_max; i++) {
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "node/%d", i + 1);
+    rdzv_key(keybuf[i], sizeof keybuf[i], o->job_id, o->round, suffix);
+    if (i < o->nnodes_min) keys[i] = keybuf[i];
+  }
+  rc = store_wait(c, keys, (size_t)o->nnodes_min, o->deadline_ms);
+  if (rc != 0) {
+    int64_t joined = 0;
+    rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
+    store_add(c, key, 0, &joined, base_deadline_in(1000));
+    snprintf(errbuf, errlen, "only %lld of %d nodes joined before the deadline", (long long)joined,
+             o->nnodes_min);
+    goto out;
+  }
+  /* Elastic: give late nodes a last call, up to MAX. */
+  int64_t n = o->nnodes_min;
+  rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
+  if (o->nnodes_max > o->nnodes_min) {
+    int64_t until = base_now_ms() + o->last_call_ms;
+    if (until > o->deadline_ms) until = o->deadline_ms;
+    while (base_now_ms() < until) {
+      int64_t joined = 0;
+      if (store_add(c, key, 0, &joined, base_deadline_in(1000)) == 0 && joined >= o->nnodes_max)
+        break;
+      base_sleep_ms(POLL_MS);
+    }
+    int64_t joined = 0;
+    rc = store_add(c, key, 0, &joined, base_deadline_in(1000));
+    if (rc != 0) goto out;
+    n = joined < o->nnodes_max ? joined : o->nnodes_max;
+    for (int64_t i = o->nnodes_min; i < n; i++) {
+      const char *k = keybuf[i];
+      rc = store_wait(c, &k, 1, o->deadline_ms);
+      if (rc != 0) goto out;
+    }
+  }
+  nodes = calloc((size_t)n, sizeof *nodes);
+  claims = calloc((size_t)n, sizeof *claims);
+  if (nodes == NULL || claims == NULL) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  int host_index = -1;
+  char master[BASE_HOST_MAX] = "";
+  for (int64_t i = 0; i < n; i++) {
+    char *text = NULL;
+    rc = get_text(c, keybuf[i], &text, o->deadline_ms);
+    if (rc != 0) goto out;
+    char sees[BASE_HOST_MAX];
+    rc = parse_record(text, &nodes[i], &claims[i], sees, sizeof sees);
+    free(text);
+    if (rc != 0) {
+      snprintf(errbuf, errlen, "malformed node record %s", keybuf[i]);
+      goto out;
+    }
+    if (strcmp(sees, "-") == 0) {
+      if (host_index < 0) host_index = (int)i;
+    } else if (master[0] == '\0') {
+      base_strlcpy(master, sees, sizeof master);
+    }
+  }
+  if (host_index < 0) {
+    snprintf(errbuf, errlen, "no joined node hosts the store");
+    rc = -EINVAL;
+    goto out;
+  }
+  char reason[512] = "";
+  rc = rdzv_assign_ranks(nodes, claims, (int)n, host_index, reason, sizeof reason);
+  size_t cap = 256 + (size_t)n * (2 * BASE_HOST_MAX + 64);
+  plan = malloc(cap);
+  if (plan == NULL) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  if (rc != 0) {
+    snprintf(plan, cap, "error %s", reason);
+    snprintf(errbuf, errlen, "%s", reason);
+  } else {
+    if (master[0] == '\0') base_strlcpy(master, "127.0.0.1", sizeof master);
+    /* The host's own address is the one the others reached it at. */
+    base_strlcpy(nodes[host_index].host, master, sizeof nodes[host_index].host);
+    int port = 0;
+    if (base_free_port(NULL, &port) != 0) port = 29500;
+    size_t off = (size_t)snprintf(plan, cap, "ok nnodes=%lld master=%s port=%d\n", (long long)n,
+                                  master, port);
+    for (int r = 0; r < n; r++) {
+      for (int64_t i = 0; i < n; i++) {
+        if (nodes[i].node_rank != r) continue;
+        off += (size_t)snprintf(plan + off, cap - off, "%d %016llx %d %s %s\n", r,
+                                (unsigned long long)nodes[i].uid, nodes[i].nproc, nodes[i].host,
+                                nodes[i].hostname);
+      }
+    }
+  }
+  char pkey[STORE_KEY_MAX];
+  rdzv_key(pkey, sizeof pkey, o->job_id, o->round, "plan");
+  int src = store_set(c, pkey, plan, strlen(plan), o->deadline_ms);
+  if (rc == 0) rc = src;
+out:
+  free(keys);
+  free(keybuf);
+  free(nodes);
+  free(claims);
+  free(plan);
+  return rc;
+}
+
+static int parse_plan(const char *text, uint64_t my_uid, rdzv_plan *plan, char *errbuf,
+                      size_t errlen) {
+  if (strncmp(text, "error ", 6) == 0) {
+    snprintf(errbuf, errlen, "%s", text + 6);
+    return -EINVAL;
+  }
+  int n = 0, port = 0;
+  char master[BASE_HOST_MAX];
+  if (sscanf(text, "ok nnodes=%d master=%255s port=%d", &n, master, &port) != 3 || n < 1 ||
+      n > RDZV_MAX_NODES || port < 1 || port > 65535) {
+    snprintf(errbuf, errlen, "malformed rendezvous plan");
+    return -EPROTO;
+  }
+  plan->nodes = calloc((size_t)n, sizeof *plan->nodes);
+  if (plan->nodes == NULL) return -ENOMEM;
+  plan->nnodes = n;
+  plan->master_port = port;
+  plan->my_index = -1;
+  base_strlcpy(plan->master_addr, master, sizeof plan->master_addr);
+  const char *p = strchr(text, '\n');
+  int offset = 0;
+  for (int r = 0; r < n; r++) {
+    if (p == NULL) break;
+    p++;
+    rdzv_node *nd = &plan->nodes[r];
+    unsigned long long uid;
+    if (sscanf(p, "%d %llx %d %255s %255s", &nd->node_rank, &uid, &nd->nproc, nd->host,
+               nd->hostname) != 5 ||
+        nd->node_rank != r || nd->nproc < 1) {
+      snprintf(errbuf, errlen, "malformed rendezvous plan line %d", r + 1);
+      rdzv_plan_free(plan);
+      return -EPROTO;
+    }
+    nd->uid = uid;
+    nd->rank_offset = offset;
+    offset += nd->nproc;
+    if (uid == my_uid) plan->my_index = r;
+    p = strchr(p, '\n');
+  }
+  plan->world_size = offset;
+  if (plan->my_index < 0) {
+    snprintf(errbuf, errlen, "the job already has its %d nodes; this node came too late", n);
+    rdzv_plan_free(plan);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
+              size_t errlen) {
+  memset(plan, 0, sizeof *plan);
+  errbuf[0] = '\0';
+  if (o->nnodes_min < 1 || o->nnodes_max < o->nnodes_min || o->nnodes_max > RDZV_MAX_NODES) {
+    snprintf(errbuf, errlen, "invalid node count %d:%d", o->nnodes_min, o->nnodes_max);
+    return -EINVAL;
+  }
+  uint64_t uid;
+  int rc = base_random_bytes(&uid, sizeof uid);
+  if (rc != 0) return rc;
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
+  int64_t seq = 0;
+  rc = store_add(c, key, 1, &seq, o->deadline_ms);
+  if (rc != 0) {
+    snprintf(errbuf, errlen, "cannot register with the store: %s", cohort_strerror(rc));
+    return rc;
+  }
+  char hostname[BASE_HOST_MAX] = "unknown";
+  gethostname(hostname, sizeof hostname - 1);
+  for (char *h = hostname; *h; h++)
+    if (*h == ' ') *h = '_';
+  char record[1024];
+  snprintf(record, sizeof record, "uid=%016llx claim=%d nproc=%d host=%s hostname=%s sees=%s",
+           (unsigned long long)uid, o->is_host ? 0 : o->claimed_rank, o->nproc,
+           o->my_host && o->my_host[0] ? o->my_host : "-", hostname,
+           o->is_host ? "-" : (o->master_host && o->master_host[0] ? o->master_host : "?"));
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, "node/%lld", (long long)seq);
+  rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
+  rc = store_set(c, key, record, strlen(record), o->deadline_ms);
+  if (rc != 0) {
+    snprintf(errbuf, errlen, "cannot register with the store: %s", cohort_strerror(rc));
+    return rc;
+  }
+  if (o->is_host) {
+    rc = host_plan(c, o, errbuf, errlen);
+    if (rc != 0 && rc != -EINVAL) return rc;
+  }
+  rdzv_key(key, sizeof key, o->job_id, o->round, "plan");
+  const char *keys[1] = {key};
+  rc = store_wait(c, keys, 1, o->deadline_ms);
+  if (rc != 0) {
+    if (errbuf[0] == '\0')
+      snprintf(errbuf, errlen, "no rendezvous plan from node 0 before the deadline (%s)",
+               cohort_strerror(rc));
+    return rc;
+  }
+  char *text = NULL;
+  rc = get_text(c, key, &text, o->deadline_ms);
+  if (rc != 0) return rc;
+  rc = parse_plan(text, uid, plan, errbuf, errlen);
+  free(text);
+  return rc;
+}

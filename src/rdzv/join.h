@@ -1,0 +1,74 @@
+/*
+ * join.h - joining a rendezvous round over the store and planning ranks.
+ *
+ * Every agent of a job joins round R of job J by registering a node record
+ * under "J/R/"; the hosting agent (node 0) waits for the nodes (MIN of
+ * MIN:MAX, then a last-call window for more up to MAX), decides the node
+ * ranks (claimed ranks kept, the others given in join order) and publishes
+ * the plan; every agent reads its place from it.
+ *
+ * Keys under "J/R/": joined (counter), node/<seq> (record), plan (text).
+ */
+#ifndef COHORT_RDZV_JOIN_H
+#define COHORT_RDZV_JOIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/net.h"
+#include "store/store.h"
+
+#define RDZV_MAX_NODES 4096
+
+typedef struct rdzv_node {
+  int node_rank;
+  int nproc;
+  int rank_offset;             /* global rank of its local rank 0 */
+  char host[BASE_HOST_MAX];    /* its address as seen toward node 0 */
+  char hostname[BASE_HOST_MAX];/* gethostname() */
+  uint64_t uid;
+} rdzv_node;
+
+typedef struct rdzv_plan {
+  int nnodes;
+  int world_size;
+  int my_index;                /* index of this agent in nodes[] (its node rank) */
+  char master_addr[BASE_HOST_MAX];
+  int master_port;
+  rdzv_node *nodes;            /* nnodes entries, by node rank (malloc'ed) */
+} rdzv_plan;
+
+typedef struct rdzv_join_opts {
+  const char *job_id;
+  int round;
+  int is_host;                 /* this agent hosts the store: it is node 0 */
+  int claimed_rank;            /* -1: none */
+  int nproc;
+  int nnodes_min, nnodes_max;
+  int64_t last_call_ms;        /* extra wait for more nodes once MIN joined */
+  const char *my_host;         /* this node's address toward node 0 */
+  const char *master_host;     /* node 0's address as this node reaches it, or NULL */
+  int64_t deadline_ms;         /* absolute */
+} rdzv_join_opts;
+
+/*
+ * Joins the round and fills *plan. Returns 0, -ETIMEDOUT when not enough
+ * nodes came before the deadline, -EINVAL with errbuf when the plan is
+ * impossible (two nodes claim one rank, a rank out of range, job full).
+ */
+int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
+              size_t errlen);
+
+void rdzv_plan_free(rdzv_plan *plan);
+
+/* Key "J/R/<suffix>" into out. */
+void rdzv_key(char *out, size_t outlen, const char *job_id, int round, const char *suffix);
+
+/*
+ * Pure planning step, separated for tests: given n records in join order,
+ * assigns node ranks. Returns 0 or -EINVAL with a reason.
+ */
+int rdzv_assign_ranks(rdzv_node *nodes, const int *claimed, int n, int host_index, char *errbuf,
+                      size_t errlen);
+
+#endif

@@ -1,0 +1,9 @@
+# Tests of src/agent through the `cohort run` binary.
+add_executable(test_agent ${CMAKE_SOURCE_DIR}/tests/test_agent.c)
+add_test(NAME agent COMMAND test_agent $<TARGET_FILE:cohort>)
+set_tests_properties(agent PROPERTIES TIMEOUT 300 LABELS "unit")
+
+# An unmodified PyTorch DDP script under `cohort run` (needs python3-torch).
+add_test(NAME agent_torch_ddp COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torch_ddp.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(agent_torch_ddp PROPERTIES TIMEOUT 400 LABELS "slow")
