@@ -46,8 +46,15 @@ int agent_run_id_valid(const char *id) {
 static int sig_pipe[2] = {-1, -1};
 static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 
+/* While no worker exists (rendezvous), a stop signal ends the agent at once. */
+static volatile sig_atomic_t no_workers = 1;
+
 static void on_signal(int sig) {
   int saved = errno;
+  if (no_workers && (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
   unsigned char b = (unsigned char)sig;
   ssize_t k = write(sig_pipe[1], &b, 1);
   (void)k;
@@ -120,6 +127,11 @@ typedef struct job {
   char iface[64];         /* interface toward node 0, "" unknown */
   char hostname[BASE_HOST_MAX];
 } job;
+
+/* The job's token, or NULL for a multi-node job started without one. */
+static const char *job_token(const job *j) {
+  return j->token[0] != '\0' ? j->token : NULL;
+}
 
 static void signal_groups(job *j, int sig, int mark) {
   for (int i = 0; i < j->nworkers; i++) {
@@ -308,7 +320,7 @@ static int build_env(const job *j, const worker *w, envbuf *e) {
   }
   rc |= env_setf(e, "COHORT_STORE", "%s", j->store_env);
   rc |= env_setf(e, "COHORT_JOB_ID", "%s", cfg->run_id);
-  rc |= env_setf(e, "COHORT_TOKEN", "%s", j->token);
+  if (j->token[0] != '\0') rc |= env_setf(e, "COHORT_TOKEN", "%s", j->token);
   rc |= env_setf(e, "COHORT_NODE_RANK", "%d", p->my_index);
   rc |= env_setf(e, "COHORT_NNODES", "%d", p->nnodes);
   return rc ? -ENOMEM : 0;
@@ -365,7 +377,7 @@ static void note_local_failure(job *j, int index) {
   if (!j->multinode) return;
   /* Tell the other nodes now; if one of them was first, its report counts. */
   char winner[WATCH_REPORT_MAX];
-  watch_publish_failure(j->store_host, j->store_port, j->token, j->cfg->run_id, j->round,
+  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->cfg->run_id, j->round,
                         j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) {
     base_strlcpy(j->report, winner, sizeof j->report);
@@ -428,6 +440,7 @@ static attempt_outcome run_attempt(job *j) {
 
   for (int i = 0; i < j->nworkers; i++)
     worker_init(&j->workers[i], offset + i, i, console, open_log(cfg, j->restart, offset + i));
+  no_workers = 0;
 
   for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
     worker *w = &j->workers[i];
@@ -518,6 +531,7 @@ static attempt_outcome run_attempt(job *j) {
     }
   }
   cleanup_shm(cfg->run_id);
+  no_workers = 1;
 
   if (outcome != ATTEMPT_OK) return outcome;
   if (j->remote_failed) return ATTEMPT_FAILED;
@@ -541,7 +555,7 @@ static void publish_other_failure(job *j, const char *what) {
   snprintf(j->report, sizeof j->report, "node %d (%s): %s", j->plan.my_index, j->hostname, what);
   if (!j->multinode) return;
   char winner[WATCH_REPORT_MAX];
-  watch_publish_failure(j->store_host, j->store_port, j->token, j->cfg->run_id, j->round,
+  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->cfg->run_id, j->round,
                         j->report, winner, sizeof winner);
 }
 
@@ -662,7 +676,7 @@ static int setup_store(job *j) {
   char err[512] = "";
   rdzv_opts opts = *ro;
   opts.job_id = cfg->run_id;
-  opts.token = j->token;
+  opts.token = job_token(j);
   opts.deadline_ms = base_deadline_in(cfg->join_timeout_ms);
   int rc = -ENOENT;
   if (explicit_multi || ro->method == RDZV_AUTO) {
@@ -674,8 +688,17 @@ static int setup_store(job *j) {
     return rc;
   }
   if (rc != 0 || (!explicit_multi && t.nnodes_max <= 1)) {
-    /* This node alone: the store on loopback, no rendezvous. */
-    store_server_opts so = {.bind_host = "127.0.0.1", .port = 0, .token = j->token};
+    /* This node alone: the store on loopback, no rendezvous, and a random
+     * token unless one was given, so other local users cannot join. */
+    if (j->token[0] == '\0') {
+      unsigned char raw[16];
+      if (base_random_bytes(raw, sizeof raw) != 0) {
+        fprintf(stderr, "cohort: cannot read random bytes for the job token\n");
+        return -EIO;
+      }
+      base_hex(raw, sizeof raw, j->token);
+    }
+    store_server_opts so = {.bind_host = "127.0.0.1", .port = 0, .token = job_token(j)};
     rc = store_server_start(&so, &j->store);
     if (rc != 0) {
       fprintf(stderr, "cohort: cannot start the rendezvous store: %s\n", cohort_strerror(rc));
@@ -698,7 +721,7 @@ static int setup_store(job *j) {
   if (t.host_store) {
     store_server_opts so = {.bind_host = strchr(t.host, ':') ? "::" : "0.0.0.0",
                             .port = t.port,
-                            .token = j->token};
+                            .token = job_token(j)};
     rc = store_server_start(&so, &j->store);
     if (rc != 0) {
       fprintf(stderr, "cohort: cannot host the rendezvous store on port %d: %s\n", t.port,
@@ -734,16 +757,7 @@ int agent_run(const agent_config *cfg) {
   j.guard.fd = -1;
   gethostname(j.hostname, sizeof j.hostname - 1);
 
-  if (cfg->token != NULL) {
-    base_strlcpy(j.token, cfg->token, sizeof j.token);
-  } else {
-    unsigned char raw[16];
-    if (base_random_bytes(raw, sizeof raw) != 0) {
-      fprintf(stderr, "cohort: cannot read random bytes for the job token\n");
-      goto out;
-    }
-    base_hex(raw, sizeof raw, j.token);
-  }
+  if (cfg->token != NULL) base_strlcpy(j.token, cfg->token, sizeof j.token);
 
   /* Orphaned grandchildren come back to us, so nothing outlives the job. */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -768,7 +782,7 @@ int agent_run(const agent_config *cfg) {
       }
     }
     char err[512] = "";
-    rc = store_client_connect(j.store_host, j.store_port, j.token,
+    rc = store_client_connect(j.store_host, j.store_port, job_token(&j),
                               base_deadline_in(cfg->join_timeout_ms), &j.client, err, sizeof err);
     if (rc != 0) {
       fprintf(stderr, "cohort: cannot reach the rendezvous store: %s\n",
@@ -794,7 +808,7 @@ int agent_run(const agent_config *cfg) {
       for (int k = 0; names && k < j.plan.nnodes; k++) names[k] = j.plan.nodes[k].hostname;
       watch_opts wo = {.store_host = j.store_host,
                        .store_port = j.store_port,
-                       .token = j.token,
+                       .token = job_token(&j),
                        .job_id = cfg->run_id,
                        .round = j.round,
                        .my_node = j.plan.my_index,

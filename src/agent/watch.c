@@ -88,6 +88,7 @@ static void *watch_main(void *arg) {
   rdzv_key(my_hb, sizeof my_hb, o->job_id, o->round, suffix);
   const char *keys[1] = {fail_key};
   int64_t next_hb = 0, next_check = base_now_ms() + o->heartbeat_ms;
+  int64_t last_ok = base_now_ms(); /* last answer from the store */
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
     int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
@@ -105,8 +106,17 @@ static void *watch_main(void *arg) {
     int64_t now = base_now_ms();
     if (now >= next_hb) {
       int64_t v;
-      store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS));
+      if (store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS)) == 0)
+        last_ok = base_now_ms();
+      now = base_now_ms();
       next_hb = now + o->heartbeat_ms;
+      if (now - last_ok >= o->lost_after_ms) {
+        /* Cut off from node 0 (its agent gone or our link down). */
+        snprintf(text, sizeof text, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
+                 o->hostnames[0], (double)(now - last_ok) / 1000.0);
+        set_failure(w, text);
+        break;
+      }
     }
     if (now < next_check) continue;
     next_check = now + o->heartbeat_ms;

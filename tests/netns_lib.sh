@@ -1,0 +1,61 @@
+# netns_lib.sh - emulated nodes for multi-node tests: network namespaces on a
+# bridge that lives in a namespace of its own. Source it, call netns_up N,
+# and netns_down is run on exit. Addresses: 10.201.0.<i+1>/24 for node i.
+# Traffic never leaves these namespaces.
+
+NETNS_PREFIX="ch$$"
+NETNS_BR="${NETNS_PREFIX}br"
+NETNS_NODES=()
+NETNS_SUBNET=10.201.0
+
+netns_node() { echo "${NETNS_PREFIX}n$1"; }
+netns_addr() { echo "${NETNS_SUBNET}.$(($1 + 1))"; }
+
+netns_down() {
+  for ns in "${NETNS_NODES[@]}"; do
+    # End what still runs in the namespace, by PID.
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
+    rm -rf "/etc/netns/$ns"
+  done
+  ip netns del "$NETNS_BR" 2>/dev/null
+  NETNS_NODES=()
+}
+
+netns_up() {
+  local n=$1 i ns
+  trap netns_down EXIT
+  ip netns add "$NETNS_BR" || return 1
+  ip -n "$NETNS_BR" link add br0 type bridge || return 1
+  ip -n "$NETNS_BR" link set br0 up
+  ip -n "$NETNS_BR" link set lo up
+  for ((i = 0; i < n; i++)); do
+    ns=$(netns_node "$i")
+    ip netns add "$ns" || return 1
+    NETNS_NODES+=("$ns")
+    ip link add "eth$i-$$" type veth peer name "br$i-$$" || return 1
+    ip link set "eth$i-$$" netns "$ns"
+    ip link set "br$i-$$" netns "$NETNS_BR"
+    ip -n "$ns" link set "eth$i-$$" name eth0
+    ip -n "$ns" addr add "$(netns_addr "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" route add default dev eth0
+    ip -n "$NETNS_BR" link set "br$i-$$" master br0
+    ip -n "$NETNS_BR" link set "br$i-$$" up
+    mkdir -p "/etc/netns/$ns"
+    printf '127.0.0.1 localhost\n' >"/etc/netns/$ns/hosts"
+    printf '%s\n' "node$i" >"/etc/netns/$ns/hostname"
+  done
+}
+
+# Runs a command inside node i's namespace with its own hosts file.
+# It gets its own hostname (node<i>) so that reports name it.
+netns_exec() {
+  local i=$1
+  shift
+  ip netns exec "$(netns_node "$i")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$i" "$@"
+}
+
+# Takes node i's link down or up (from the bridge side).
+netns_link() { ip -n "$NETNS_BR" link set "br$1-$$" "$2"; }

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Multi-node `cohort run`: real agents in network namespaces that this test
+# creates (and removes): rendezvous, start orders, DNS names that appear late,
+# tokens, fail-together across nodes, lost agents and links, restarts.
+# usage: test_multinode.sh COHORT_BINARY SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+src=$(readlink -f "$2")
+. "$src/tests/netns_lib.sh"
+tmp=$(mktemp -d /tmp/cohort-mn-XXXXXX)
+passed=0
+failed=0
+pids=()
+
+check() { # check "description" command...
+  local what=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+not_contains() { ! grep -qF -- "$2" "$1"; }
+
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  netns_down
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# start_agent NODE OUTFILE ARGS... : an agent in the background; PID in $!
+start_agent() {
+  local i=$1 out=$2
+  shift 2
+  netns_exec "$i" "$cohort" run "$@" >"$out" 2>&1 &
+  pids+=($!)
+}
+wait_all() { # wait for the given PIDs, at most $1 seconds in all; sets $codes
+  local limit=$1
+  shift
+  local end=$((SECONDS + limit)) p list=()
+  for p in "$@"; do
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+      kill -9 "$p"
+      wait "$p" 2>/dev/null
+      list+=(timeout)
+    else
+      wait "$p"
+      list+=($?)
+    fi
+  done
+  codes="${list[*]}"
+}
+
+netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
+M=$(netns_addr 0)
+ENVCMD='echo "R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK G=$GROUP_RANK GW=$GROUP_WORLD_SIZE M=$MASTER_ADDR I=$GLOO_SOCKET_IFNAME N=$NCCL_SOCKET_IFNAME"'
+
+# 1. static master, three nodes, node 0 last; ranks and environment.
+start_agent 1 "$tmp/s1" --nnodes 3 --node-rank 1 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
+a1=$!
+start_agent 2 "$tmp/s2" --nnodes 3 --node-rank 2 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
+a2=$!
+sleep 1
+start_agent 0 "$tmp/s0" --nnodes 3 --node-rank 0 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
+a0=$!
+wait_all 60 $a0 $a1 $a2
+check "static: all agents exit 0 ($codes)" [ "$codes" = "0 0 0" ]
+for r in 0 1 2 3 4 5; do
+  node=$((r / 2))
+  check "static: rank $r environment" contains "$tmp/s$node" "[r$r] R=$r W=6 L=$((r % 2)) G=$node GW=3 M=$M I=eth0 N=eth0"
+done
+
+# 2. node ranks by join order, node 0 first, one node 5 s late.
+start_agent 0 "$tmp/j0" --nnodes 3 --node-rank 0 --master "$M:29401" --job j -- sh -c "$ENVCMD"
+a0=$!
+start_agent 2 "$tmp/j2" --nnodes 3 --master "$M:29401" --job j -- sh -c "$ENVCMD"
+a2=$!
+sleep 5
+start_agent 1 "$tmp/j1" --nnodes 3 --master "$M:29401" --job j -- sh -c "$ENVCMD"
+a1=$!
+wait_all 60 $a0 $a1 $a2
+check "join order: all exit 0 ($codes)" [ "$codes" = "0 0 0" ]
+check "join order: the early node is node 1" contains "$tmp/j2" "[r1] R=1 W=3 L=0 G=1"
+check "join order: the late node is node 2" contains "$tmp/j1" "[r2] R=2 W=3 L=0 G=2"
+
+# 3. DNS: the master's name resolves only 2 s after the others start.
+for i in 1 2; do printf '127.0.0.1 localhost\n' >"/etc/netns/$(netns_node $i)/hosts"; done
+start_agent 1 "$tmp/d1" --nnodes 3 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
+a1=$!
+start_agent 2 "$tmp/d2" --nnodes 3 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
+a2=$!
+start_agent 0 "$tmp/d0" --nnodes 3 --node-rank 0 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
+a0=$!
+sleep 2
+for i in 1 2; do printf '%s master.cohort.test\n' "$M" >>"/etc/netns/$(netns_node $i)/hosts"; done
+wait_all 60 $a0 $a1 $a2
+check "dns: late name, all exit 0 ($codes)" [ "$codes" = "0 0 0" ]
+check "dns: MASTER_ADDR is node 0's address" contains "$tmp/d1" "M=$M I=eth0"
+
+# 4. a wrong token is refused with a clear error; the right ones run.
+start_agent 0 "$tmp/t0" --nnodes 2 --node-rank 0 --master "$M:29403" --job t --token right --join-timeout 8 -- true
+a0=$!
+start_agent 1 "$tmp/t1" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token wrong --join-timeout 8 -- true
+a1=$!
+wait_all 30 $a1
+check "token: wrong token exits non-zero ($codes)" [ "$codes" != "0" ] && [ "$codes" != "timeout" ]
+check "token: the error names the token" contains "$tmp/t1" "token"
+start_agent 2 "$tmp/t2" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token right -- true
+a2=$!
+wait_all 30 $a0 $a2
+check "token: right token joins ($codes)" [ "$codes" = "0 0" ]
+
+# 5. kill -9 of a worker on node 2: every node stops, same root cause everywhere.
+start_agent 0 "$tmp/k0" --nnodes 3 --node-rank 0 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; echo $$ > /tmp/cohort-mn-pid-$RANK; exec sleep 60'
+a0=$!
+start_agent 1 "$tmp/k1" --nnodes 3 --node-rank 1 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; exec sleep 60'
+a1=$!
+start_agent 2 "$tmp/k2" --nnodes 3 --node-rank 2 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; echo $$ > '"$tmp"'/victim-$RANK; exec sleep 60'
+a2=$!
+for _ in $(seq 100); do [ -s "$tmp/victim-5" ] && break; sleep 0.1; done
+sleep 0.5
+t0=$(date +%s%N)
+kill -9 "$(cat "$tmp/victim-5")"
+wait_all 30 $a0 $a1 $a2
+t1=$(date +%s%N)
+check "worker kill: all agents exit 1 ($codes)" [ "$codes" = "1 1 1" ]
+echo "worker kill -9 to all agents gone: $(((t1 - t0) / 1000000)) ms"
+for i in 0 1 2; do
+  check "worker kill: node $i names the root cause" contains "$tmp/k$i" "job failed: node 2 (node2): rank 5 (local rank 1,"
+  check "worker kill: node $i names the signal" contains "$tmp/k$i" "was killed by SIGKILL"
+done
+check "worker kill: node 0 marks its ranks as stopped by cohort" contains "$tmp/k0" "node 0: rank 0: stopped by cohort (SIGTERM)"
+rm -f /tmp/cohort-mn-pid-*
+
+# 6. kill -9 of node 1's agent: the others stop with "node 1 (node1) lost".
+start_agent 0 "$tmp/l0" --nnodes 3 --node-rank 0 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+a0=$!
+start_agent 1 "$tmp/l1" --nnodes 3 --node-rank 1 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo $$ > '"$tmp"'/lw; echo ready; exec sleep 60'
+a1=$!
+start_agent 2 "$tmp/l2" --nnodes 3 --node-rank 2 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+a2=$!
+for _ in $(seq 100); do grep -q ready "$tmp/l2" 2>/dev/null && [ -s "$tmp/lw" ] && break; sleep 0.1; done
+sleep 0.5
+agent1=$(ip netns pids "$(netns_node 1)" | while read -r p; do [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] && echo "$p"; done | head -1)
+kill -9 "$agent1"
+wait_all 30 $a0 $a2
+check "agent kill: the others exit 1 ($codes)" [ "$codes" = "1 1" ]
+check "agent kill: node 0 says node 1 lost" contains "$tmp/l0" "node 1 (node1) lost"
+check "agent kill: node 2 says node 1 lost" contains "$tmp/l2" "node 1 (node1) lost"
+sleep 0.5
+check "agent kill: node 1's worker died with its agent" [ ! -d "/proc/$(cat "$tmp/lw")" ]
+
+# 7. kill -9 of node 0's agent (the store): the others stop quickly.
+start_agent 0 "$tmp/m0" --nnodes 2 --node-rank 0 --master "$M:29406" --job m -- sh -c 'echo ready; exec sleep 60'
+a0=$!
+start_agent 1 "$tmp/m1" --nnodes 2 --node-rank 1 --master "$M:29406" --job m -- sh -c 'echo ready; exec sleep 60'
+a1=$!
+for _ in $(seq 100); do grep -q ready "$tmp/m1" 2>/dev/null && grep -q ready "$tmp/m0" && break; sleep 0.1; done
+agent0=$(ip netns pids "$(netns_node 0)" | while read -r p; do [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] && echo "$p"; done | head -1)
+kill -9 "$agent0"
+wait_all 30 $a1
+check "master kill: node 1 exits 1 ($codes)" [ "$codes" = "1" ]
+check "master kill: node 1 says node 0 lost" contains "$tmp/m1" "node 0 (node0) lost"
+
+# 8. link down: node 2 is cut off; node 0 and 1 stop with "node 2 lost", node 2 stops too.
+start_agent 0 "$tmp/n0" --nnodes 3 --node-rank 0 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+a0=$!
+start_agent 1 "$tmp/n1" --nnodes 3 --node-rank 1 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+a1=$!
+start_agent 2 "$tmp/n2" --nnodes 3 --node-rank 2 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+a2=$!
+for _ in $(seq 100); do grep -q ready "$tmp/n2" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+netns_link 2 down
+wait_all 40 $a0 $a1 $a2
+netns_link 2 up
+check "link down: every agent stops non-zero ($codes)" [ "${codes#*timeout}" = "$codes" ] && [ "$codes" != "0 0 0" ]
+check "link down: node 0 says node 2 lost" contains "$tmp/n0" "node 2 (node2) lost"
+
+# 9. restarts across nodes: rank 1 fails in round 0, everyone runs round 1.
+start_agent 0 "$tmp/r0" --nnodes 2 --node-rank 0 --master "$M:29408" --job r --max-restarts 1 -- sh -c 'echo round=$TORCHELASTIC_RESTART_COUNT; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $RANK = 1 ] && exit 3; sleep 0.3'
+a0=$!
+start_agent 1 "$tmp/r1" --nnodes 2 --node-rank 1 --master "$M:29408" --job r --max-restarts 1 -- sh -c 'echo round=$TORCHELASTIC_RESTART_COUNT; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $RANK = 1 ] && exit 3; sleep 0.3'
+a1=$!
+wait_all 60 $a0 $a1
+check "restart: both exit 0 after one restart ($codes)" [ "$codes" = "0 0" ]
+check "restart: node 0 ran round 1" contains "$tmp/r0" "[r0] round=1"
+check "restart: node 1 ran round 1" contains "$tmp/r1" "[r1] round=1"
+check "restart: node 0 reports the round-0 failure" contains "$tmp/r0" "job failed: node 1 (node1): rank 1"
+
+# 10. the Slurm environment: hostlist and SLURM_* set by the test.
+slurm_env() { # node index
+  echo SLURM_JOB_ID=4242 SLURM_NNODES=2 SLURM_NODEID=$1 SLURM_PROCID=$1 SLURM_JOB_NODELIST="node[0-1]"
+}
+for i in 0 1; do printf '%s node0\n%s node1\n' "$M" "$(netns_addr 1)" >>"/etc/netns/$(netns_node $i)/hosts"; done
+netns_exec 0 env $(slurm_env 0) "$cohort" run -- sh -c "$ENVCMD" >"$tmp/sl0" 2>&1 &
+a0=$!
+pids+=($a0)
+netns_exec 1 env $(slurm_env 1) "$cohort" run -- sh -c "$ENVCMD" >"$tmp/sl1" 2>&1 &
+a1=$!
+pids+=($a1)
+wait_all 60 $a0 $a1
+check "slurm: both exit 0 ($codes)" [ "$codes" = "0 0" ]
+check "slurm: detected and reported" contains "$tmp/sl0" "slurm"
+check "slurm: node 1 is rank 1 of 2" contains "$tmp/sl1" "[r1] R=1 W=2 L=0 G=1 GW=2 M=$M"
+
+if [ $failed -ne 0 ]; then
+  for f in "$tmp"/*; do echo "== $f"; tail -n 15 "$f"; done
+fi
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
