@@ -7,3 +7,8 @@ set_tests_properties(agent PROPERTIES TIMEOUT 300 LABELS "unit")
 add_test(NAME agent_torch_ddp COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torch_ddp.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(agent_torch_ddp PROPERTIES TIMEOUT 400 LABELS "slow")
+
+# Multi-node agents in network namespaces the test creates and removes (root).
+add_test(NAME agent_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_multinode.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(agent_multinode PROPERTIES TIMEOUT 600 LABELS "slow")

@@ -205,6 +205,16 @@ check "slurm: both exit 0 ($codes)" [ "$codes" = "0 0" ]
 check "slurm: detected and reported" contains "$tmp/sl0" "slurm"
 check "slurm: node 1 is rank 1 of 2" contains "$tmp/sl1" "[r1] R=1 W=2 L=0 G=1 GW=2 M=$M"
 
+# 11. shared file: node 0 publishes the store's address in a file.
+rm -f "$tmp/rdzv"
+start_agent 1 "$tmp/f1" --nnodes 2 --rdzv-file "$tmp/rdzv" --job f -- sh -c "$ENVCMD"
+a1=$!
+start_agent 0 "$tmp/f0" --nnodes 2 --rdzv-file "$tmp/rdzv" --job f --node-rank 0 -- sh -c "$ENVCMD"
+a0=$!
+wait_all 60 $a0 $a1
+check "file: both complete ($codes)" [ "$codes" = "0 0" ]
+check "file: node 1 reached node 0" contains "$tmp/f1" "[r1] R=1 W=2 L=0 G=1 GW=2 M=$M I=eth0"
+
 if [ $failed -ne 0 ]; then
   for f in "$tmp"/*; do echo "== $f"; tail -n 15 "$f"; done
 fi

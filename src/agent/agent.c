@@ -126,6 +126,8 @@ typedef struct job {
   char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
   char iface[64];         /* interface toward node 0, "" unknown */
   char hostname[BASE_HOST_MAX];
+  char run_id[AGENT_RUN_ID_MAX + 1];
+  rdzv_opts ropts; /* discovery options as used, for publishing */
 } job;
 
 /* The job's token, or NULL for a multi-node job started without one. */
@@ -305,7 +307,7 @@ static int build_env(const job *j, const worker *w, envbuf *e) {
   rc |= env_setf(e, "MASTER_PORT", "%d", p->master_port);
   rc |= env_setf(e, "TORCHELASTIC_RESTART_COUNT", "%d", j->restart);
   rc |= env_setf(e, "TORCHELASTIC_MAX_RESTARTS", "%d", cfg->max_restarts);
-  rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", cfg->run_id);
+  rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", j->run_id);
   if (getenv("OMP_NUM_THREADS") == NULL && cfg->nproc > 1)
     rc |= env_setf(e, "OMP_NUM_THREADS", "%d", 1);
   if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
@@ -319,7 +321,7 @@ static int build_env(const job *j, const worker *w, envbuf *e) {
       rc |= env_setf(e, "NCCL_SOCKET_IFNAME", "%s", j->iface);
   }
   rc |= env_setf(e, "COHORT_STORE", "%s", j->store_env);
-  rc |= env_setf(e, "COHORT_JOB_ID", "%s", cfg->run_id);
+  rc |= env_setf(e, "COHORT_JOB_ID", "%s", j->run_id);
   if (j->token[0] != '\0') rc |= env_setf(e, "COHORT_TOKEN", "%s", j->token);
   rc |= env_setf(e, "COHORT_NODE_RANK", "%d", p->my_index);
   rc |= env_setf(e, "COHORT_NNODES", "%d", p->nnodes);
@@ -377,7 +379,7 @@ static void note_local_failure(job *j, int index) {
   if (!j->multinode) return;
   /* Tell the other nodes now; if one of them was first, its report counts. */
   char winner[WATCH_REPORT_MAX];
-  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->cfg->run_id, j->round,
+  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->run_id, j->round,
                         j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) {
     base_strlcpy(j->report, winner, sizeof j->report);
@@ -530,7 +532,7 @@ static attempt_outcome run_attempt(job *j) {
       guard_remove(&j->guard, w->pid);
     }
   }
-  cleanup_shm(cfg->run_id);
+  cleanup_shm(j->run_id);
   no_workers = 1;
 
   if (outcome != ATTEMPT_OK) return outcome;
@@ -555,7 +557,7 @@ static void publish_other_failure(job *j, const char *what) {
   snprintf(j->report, sizeof j->report, "node %d (%s): %s", j->plan.my_index, j->hostname, what);
   if (!j->multinode) return;
   char winner[WATCH_REPORT_MAX];
-  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->cfg->run_id, j->round,
+  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->run_id, j->round,
                         j->report, winner, sizeof winner);
 }
 
@@ -564,11 +566,11 @@ static int wait_all_done(job *j) {
   const rdzv_plan *p = &j->plan;
   char key[STORE_KEY_MAX], suffix[32];
   snprintf(suffix, sizeof suffix, "done/%d", p->my_index);
-  rdzv_key(key, sizeof key, j->cfg->run_id, j->round, suffix);
+  rdzv_key(key, sizeof key, j->run_id, j->round, suffix);
   store_set(j->client, key, "1", 1, base_deadline_in(5000));
   for (int k = 0; k < p->nnodes; k++) {
     snprintf(suffix, sizeof suffix, "done/%d", k);
-    rdzv_key(key, sizeof key, j->cfg->run_id, j->round, suffix);
+    rdzv_key(key, sizeof key, j->run_id, j->round, suffix);
     const char *keys[1] = {key};
     for (;;) {
       if (watch_failure(j->watch, j->report, sizeof j->report)) return -1;
@@ -605,7 +607,7 @@ static int multinode_join(job *j) {
   const agent_config *cfg = j->cfg;
   char err[512] = "";
   rdzv_join_opts jo = {
-      .job_id = cfg->run_id,
+      .job_id = j->run_id,
       .round = j->round,
       .is_host = j->store != NULL,
       .claimed_rank = cfg->rdzv.node_rank,
@@ -675,7 +677,7 @@ static int setup_store(job *j) {
   memset(&t, 0, sizeof t);
   char err[512] = "";
   rdzv_opts opts = *ro;
-  opts.job_id = cfg->run_id;
+  opts.job_id = j->run_id[0] ? j->run_id : NULL;
   opts.token = job_token(j);
   opts.deadline_ms = base_deadline_in(cfg->join_timeout_ms);
   int rc = -ENOENT;
@@ -690,6 +692,11 @@ static int setup_store(job *j) {
   if (rc != 0 || (!explicit_multi && t.nnodes_max <= 1)) {
     /* This node alone: the store on loopback, no rendezvous, and a random
      * token unless one was given, so other local users cannot join. */
+    if (j->run_id[0] == '\0') {
+      unsigned char raw[6];
+      if (base_random_bytes(raw, sizeof raw) != 0) return -EIO;
+      base_hex(raw, sizeof raw, j->run_id);
+    }
     if (j->token[0] == '\0') {
       unsigned char raw[16];
       if (base_random_bytes(raw, sizeof raw) != 0) {
@@ -711,6 +718,19 @@ static int setup_store(job *j) {
   }
   j->multinode = 1;
   if (t.source[0]) fprintf(stderr, "cohort: rendezvous via %s\n", t.source);
+  if (j->run_id[0] == '\0') {
+    /* Every node must use the same id: derive it from what they share, the
+     * store's address (and Slurm's job and step when there). */
+    const char *sj = getenv("SLURM_JOB_ID");
+    const char *ss = getenv("SLURM_STEP_ID");
+    char basis[BASE_HOST_MAX + 64];
+    snprintf(basis, sizeof basis, "%s:%d/%s/%s", t.host, t.port, sj ? sj : "", ss ? ss : "");
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = basis; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    snprintf(j->run_id, sizeof j->run_id, "j%016llx", (unsigned long long)h);
+  }
+  j->ropts = opts;
+  j->ropts.job_id = j->run_id;
   /* The job's node counts come from discovery when the flags did not say. */
   agent_config *mcfg = (agent_config *)cfg;
   if (mcfg->rdzv.nnodes_max <= 0) {
@@ -756,6 +776,7 @@ int agent_run(const agent_config *cfg) {
   }
   j.guard.fd = -1;
   gethostname(j.hostname, sizeof j.hostname - 1);
+  if (cfg->run_id != NULL) base_strlcpy(j.run_id, cfg->run_id, sizeof j.run_id);
 
   if (cfg->token != NULL) base_strlcpy(j.token, cfg->token, sizeof j.token);
 
@@ -774,7 +795,7 @@ int agent_run(const agent_config *cfg) {
   if (j.multinode) {
     if (j.store != NULL) {
       char perr[512] = "";
-      rc = rdzv_publish_start(&cfg->rdzv, NULL, j.store_port, &pub, perr, sizeof perr);
+      rc = rdzv_publish_start(&j.ropts, NULL, j.store_port, &pub, perr, sizeof perr);
       if (rc != 0) {
         fprintf(stderr, "cohort: cannot announce the store: %s\n",
                 perr[0] ? perr : cohort_strerror(rc));
@@ -809,7 +830,7 @@ int agent_run(const agent_config *cfg) {
       watch_opts wo = {.store_host = j.store_host,
                        .store_port = j.store_port,
                        .token = job_token(&j),
-                       .job_id = cfg->run_id,
+                       .job_id = j.run_id,
                        .round = j.round,
                        .my_node = j.plan.my_index,
                        .nnodes = j.plan.nnodes,
@@ -894,12 +915,12 @@ int agent_run(const agent_config *cfg) {
     /* Say goodbye; node 0 keeps the store up until everyone has read the end. */
     char key[STORE_KEY_MAX], suffix[32];
     snprintf(suffix, sizeof suffix, "exit/%d", j.plan.my_index);
-    rdzv_key(key, sizeof key, cfg->run_id, j.round, suffix);
+    rdzv_key(key, sizeof key, j.run_id, j.round, suffix);
     store_set(j.client, key, "1", 1, base_deadline_in(2000));
     if (j.store != NULL) {
       for (int k = 0; k < j.plan.nnodes; k++) {
         snprintf(suffix, sizeof suffix, "exit/%d", k);
-        rdzv_key(key, sizeof key, cfg->run_id, j.round, suffix);
+        rdzv_key(key, sizeof key, j.run_id, j.round, suffix);
         const char *keys[1] = {key};
         if (store_wait(j.client, keys, 1, base_deadline_in(3000)) != 0) break;
       }

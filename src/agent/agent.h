@@ -34,7 +34,7 @@ typedef struct agent_config {
   const char *log_dir;   /* NULL: no per-rank files */
   int tee;               /* with log_dir: also relay to the console */
   int64_t grace_ms;      /* SIGTERM -> SIGKILL delay */
-  const char *run_id;    /* [A-Za-z0-9._-]{1,64} */
+  const char *run_id;    /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
   const char *role;      /* ROLE_NAME, "default" */
   char *const *argv;     /* the worker command, argv[0] searched in PATH */
   const char *token;     /* job token, NULL: a random one is made */

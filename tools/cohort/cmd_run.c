@@ -22,7 +22,8 @@ static const char run_usage[] =
     "                       then gets the output only with --tee\n"
     "  --tee                with --log-dir, relay the output to the console as well\n"
     "  --grace SECONDS      time between SIGTERM and SIGKILL when stopping (default 5)\n"
-    "  --run-id ID          job id, [A-Za-z0-9._-]{1,64} (default: random)\n"
+    "  --run-id ID          job id, [A-Za-z0-9._-]{1,64} (default: random on one node;\n"
+    "                       on several, derived from the store address)\n"
     "  --role NAME          ROLE_NAME of the workers (default \"default\")\n"
     "  --token SECRET       job token (default: $COHORT_TOKEN, else random); with it every\n"
     "                       store connection and multicast datagram is authenticated\n"
@@ -93,7 +94,6 @@ int cmd_run(int argc, char **argv) {
       .lost_after_ms = 5000,
       .net_auto = 1,
   };
-  char run_id_buf[AGENT_RUN_ID_MAX + 1];
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -229,22 +229,10 @@ int cmd_run(int argc, char **argv) {
   if (cfg.rdzv.rdzv_file != NULL && cfg.rdzv.method == RDZV_AUTO) cfg.rdzv.method = RDZV_FILE;
   if (cfg.rdzv.method == RDZV_MCAST && cfg.run_id == NULL)
     return usage_error("--discover mcast needs --job ID (the same on every node)%s", "");
-  if (cfg.rdzv.nnodes_max > 1 && cfg.run_id == NULL && cfg.rdzv.method != RDZV_AUTO &&
-      cfg.rdzv.method != RDZV_ENV)
-    return usage_error("a multi-node job needs --job ID (or --run-id), the same on every node%s", "");
   if (cfg.rdzv.node_rank >= 0 && cfg.rdzv.nnodes_max > 0 && cfg.rdzv.node_rank >= cfg.rdzv.nnodes_max)
     return usage_error("--node-rank must be below --nnodes%s", "");
   if (cfg.token != NULL && (cfg.token[0] == '\0' || strlen(cfg.token) > 256))
     return usage_error("the job token must have 1 to 256 characters%s", "");
   cfg.argv = argv + i + 1;
-  if (cfg.run_id == NULL) {
-    unsigned char raw[6];
-    if (base_random_bytes(raw, sizeof raw) != 0) {
-      fprintf(stderr, "cohort run: cannot read random bytes\n");
-      return AGENT_EXIT_INTERNAL;
-    }
-    base_hex(raw, sizeof raw, run_id_buf);
-    cfg.run_id = run_id_buf;
-  }
   return agent_run(&cfg);
 }
