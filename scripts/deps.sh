@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config
   libopenblas-dev libomp-dev
-  iproute2 util-linux procps psmisc
+  iproute2 util-linux procps psmisc bc
   python3 python3-torch python3-numpy python3-yaml python3-protobuf
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev
