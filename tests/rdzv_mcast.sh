@@ -83,7 +83,9 @@ check() {
     [ "$(status "$j")" = JOINED ] && [ "$(field "$j" addr)" = "$addr" ] || ok=0
   done
   if [ $ok = 1 ]; then
-    echo "ok: $scen (store $addr)"
+    local times=""
+    for j in "$@"; do times="$times $(field "$j" ms)"; done
+    echo "ok: $scen (store $addr; joiners' discovery ms:$times)"
   else
     echo "FAIL: $scen"
     dump "$host" "$@"

@@ -6,8 +6,8 @@
  * found and checks the greeting. A --rogue node announces a store that does
  * not exist (with whatever --token it is given) to show joiners ignore it.
  *
- * Prints one line: "HOSTED job=J addr=H:P", "JOINED job=J addr=H:P" or
- * "ERROR ..." and exits 0 only on success.
+ * Prints one line: "HOSTED job=J addr=H:P ms=T", "JOINED job=J addr=H:P ms=T"
+ * (T: milliseconds rdzv_discover took) or "ERROR ..."; exits 0 only on success.
  */
 #include <errno.h>
 #include <poll.h>
@@ -26,7 +26,8 @@ static int usage(void) {
   return 2;
 }
 
-static int host(const rdzv_opts *o, const rdzv_target *t, int expect, int64_t deadline) {
+static int host(const rdzv_opts *o, const rdzv_target *t, int expect, int64_t deadline,
+                int64_t ms) {
   char err[256], addr[BASE_HOST_MAX + 16], greeting[512];
   int lfd, port;
   int rc = base_tcp_listen(t->host, t->port, 16, &lfd, &port);
@@ -41,7 +42,7 @@ static int host(const rdzv_opts *o, const rdzv_target *t, int expect, int64_t de
     return 1;
   }
   base_join_hostport(t->host, port, addr, sizeof addr);
-  printf("HOSTED job=%s addr=%s\n", o->job_id, addr);
+  printf("HOSTED job=%s addr=%s ms=%lld\n", o->job_id, addr, (long long)ms);
   fflush(stdout);
   snprintf(greeting, sizeof greeting, "cohort-rdzv-test job=%s addr=%s\n", o->job_id, addr);
   int served = 0;
@@ -65,7 +66,7 @@ static int host(const rdzv_opts *o, const rdzv_target *t, int expect, int64_t de
   return 0;
 }
 
-static int join(const rdzv_opts *o, const rdzv_target *t, int64_t deadline) {
+static int join(const rdzv_opts *o, const rdzv_target *t, int64_t deadline, int64_t ms) {
   char addr[BASE_HOST_MAX + 16], want[512], got[512];
   base_join_hostport(t->host, t->port, addr, sizeof addr);
   snprintf(want, sizeof want, "cohort-rdzv-test job=%s addr=%s\n", o->job_id, addr);
@@ -79,7 +80,7 @@ static int join(const rdzv_opts *o, const rdzv_target *t, int64_t deadline) {
       rc = base_read_full(fd, got, len, base_deadline_in(3000));
       close(fd);
       if (rc == 0 && strcmp(got, want) == 0) {
-        printf("JOINED job=%s addr=%s\n", o->job_id, addr);
+        printf("JOINED job=%s addr=%s ms=%lld\n", o->job_id, addr, (long long)ms);
         return 0;
       }
       printf("ERROR wrong greeting from %s: '%.*s'\n", addr, (int)strcspn(got, "\n"), got);
@@ -138,11 +139,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   rdzv_target t;
+  int64_t t0 = base_now_ms();
   int rc = rdzv_discover(&o, NULL, &t, err, sizeof err);
+  int64_t ms = base_now_ms() - t0; /* discovery time, printed for the script's summary */
   if (rc != 0) {
     printf("ERROR discover: %s\n", err);
     return 1;
   }
   fprintf(stderr, "%s\n", t.source);
-  return t.host_store ? host(&o, &t, expect, deadline) : join(&o, &t, deadline);
+  return t.host_store ? host(&o, &t, expect, deadline, ms) : join(&o, &t, deadline, ms);
 }

@@ -42,6 +42,7 @@
 #define DEFAULT_SETTLE_MS 1000
 #define CANDIDATE_PERIOD_MS 100
 #define ANNOUNCE_PERIOD_MS 200
+#define JOINER_ASK_MS 500
 #define FLAG_MAC 0x01
 #define MAX_RANK 1000000
 
@@ -451,6 +452,8 @@ int rdzv_mcast_discover_root(const rdzv_opts *o, const char *proc_root, rdzv_tar
         mc_close(&c);
         return 0;
       }
+      /* Only nodes without a rank stand for election; ranked joiners send candidates too. */
+      if (d.claimed_rank != -1) continue;
       seen++;
       if (d.node_id < lowest) lowest = d.node_id;
     }
@@ -465,9 +468,21 @@ int rdzv_mcast_discover_root(const rdzv_opts *o, const char *proc_root, rdzv_tar
       return become_host(o, &c, why, t, errbuf, errlen);
     }
   }
-  /* A joiner: wait for any announcement of this job. */
+  /* A joiner: wait for any announcement of this job. Its own candidates, sent now and then,
+   * make a running announcer answer at once instead of at its next period. */
+  rdzv_dgram ask = {
+      .kind = RDZV_CANDIDATE, .node_id = rdzv_node_id(), .claimed_rank = o->node_rank};
+  base_strlcpy(ask.job_id, o->job_id, sizeof ask.job_id);
+  int64_t next_ask = base_now_ms();
   for (;;) {
-    rc = mc_recv(&c, o->job_id, o->token, deadline, &d, from, sizeof from);
+    if (base_now_ms() >= next_ask) {
+      /* A failed send only loses the shortcut: the periodic announcements still come. */
+      (void)mc_send(&c, &ask, o->token);
+      next_ask = base_now_ms() + jitter(JOINER_ASK_MS);
+    }
+    int64_t until = next_ask < deadline ? next_ask : deadline;
+    rc = mc_recv(&c, o->job_id, o->token, until, &d, from, sizeof from);
+    if (rc == -ETIMEDOUT && base_now_ms() < deadline) continue;
     if (rc != 0) break;
     if (d.kind == RDZV_ANNOUNCE) {
       take_announce(&c, &d, from, t);
@@ -524,7 +539,8 @@ static void *announcer_main(void *arg) {
       int rc = mc_recv(&p->c, p->job_id, p->token, base_now_ms(), &d, from, sizeof from);
       /* A candidate of this job is a node looking for the store: answer now, at most every
        * 50 ms, rather than at the next period. */
-      if (rc == 0 && d.kind == RDZV_CANDIDATE && base_now_ms() - last >= 50) next = base_now_ms();
+      if (rc == 0 && d.kind == RDZV_CANDIDATE && next > last + 50)
+        next = last + 50 > base_now_ms() ? last + 50 : base_now_ms();
     }
   }
   return NULL;
