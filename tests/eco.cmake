@@ -37,3 +37,5 @@ add_test(NAME help
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_help.py ${CMAKE_SOURCE_DIR}/docs/man
           $<TARGET_FILE_DIR:cohort>)
 set_tests_properties(help PROPERTIES TIMEOUT 60 LABELS "unit")
+
+include(${CMAKE_SOURCE_DIR}/fuzz/eco.cmake)

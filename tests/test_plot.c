@@ -110,7 +110,8 @@ static void test_file(void) {
   size_t len = 0;
   CHECK_EQ_INT(plot_svg(&s, "a<b&\"c\"\x01\xff", &svg, &len), 0);
   CHECK(svg != NULL && strlen(svg) == len);
-  CHECK(svg != NULL && strstr(svg, "<title>a&lt;b&amp;&quot;c&quot;?" "?</title>") != NULL);
+  CHECK(svg != NULL && strstr(svg, "<title>a&lt;b&amp;&quot;c&quot;?"
+                                   "?</title>") != NULL);
   CHECK(svg != NULL && strstr(svg, "<polyline class=\"loss\"") != NULL);
   CHECK(svg != NULL && strstr(svg, "<polyline class=\"tokens_per_s\"") != NULL);
   free(svg);
@@ -123,6 +124,24 @@ static void test_file(void) {
   CHECK_EQ_INT(plot_svg(&s, "one", &svg, &len), 0); /* a single point still renders */
   free(svg);
   free(s.points);
+
+  /* Ranges at the limits of double precision or of the type still render
+   * (and end: a tick loop that adds a step too small to move would hang). */
+  const char *edge[] = {
+      "{\"step\":9007199254740990,\"loss\":1e17,\"tokens_per_s\":1e308}\n"
+      "{\"step\":9007199254740991,\"loss\":100000000000000016,\"tokens_per_s\":-1e308}\n",
+      "{\"step\":0,\"loss\":1e-320,\"tokens_per_s\":5e-324}\n"
+      "{\"step\":1,\"loss\":2e-320,\"tokens_per_s\":0}\n",
+      "{\"step\":0,\"loss\":NaN,\"tokens_per_s\":Infinity}\n",
+  };
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+    CHECK_EQ_INT(plot_parse(edge[i], strlen(edge[i]), &s, err, sizeof err), 0);
+    svg = NULL;
+    CHECK_EQ_INT(plot_svg(&s, "edge", &svg, &len), 0);
+    CHECK(svg != NULL && len < 100000);
+    free(svg);
+    free(s.points);
+  }
 
   const char *bad_mid = "{\"step\":0,\"loss\":1,\"tokens_per_s\":10}\n"
                         "garbage\n"

@@ -455,7 +455,15 @@ static void fmt_num(double v, char *out, size_t n) {
     snprintf(out, n, "%.4g", v);
 }
 
-enum { SVG_W = 900, PANEL_H = 280, MARGIN_L = 80, MARGIN_R = 30, TOP = 50, PLOT_H = 210 };
+enum {
+  PLOT_MAX_TICKS = 20,
+  SVG_W = 900,
+  PANEL_H = 280,
+  MARGIN_L = 80,
+  MARGIN_R = 30,
+  TOP = 50,
+  PLOT_H = 210
+};
 
 static void panel(sbuf *b, const plot_series *s, int which, const char *name, const char *color,
                   int y0) {
@@ -489,7 +497,11 @@ static void panel(sbuf *b, const plot_series *s, int which, const char *name, co
             "stroke=\"#888\"/>\n",
             MARGIN_L, y0, pw, PLOT_H);
   char label[32];
-  for (double t = lo; t <= hi + ystep * 1e-9; t += ystep) {
+  /* Ticks are counted, not accumulated: near the limits of double precision
+   * t += step may not move t at all. */
+  for (int k = 0; k <= PLOT_MAX_TICKS; k++) {
+    double t = lo + k * ystep;
+    if (!(t <= hi + ystep * 1e-9)) break;
     double y = y0 + PLOT_H - (t - lo) / (hi - lo) * PLOT_H;
     fmt_num(fabs(t) < ystep * 1e-9 ? 0.0 : t, label, sizeof label);
     sb_printf(b,
@@ -497,7 +509,9 @@ static void panel(sbuf *b, const plot_series *s, int which, const char *name, co
               "<text x=\"%d\" y=\"%.2f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
               MARGIN_L, y, MARGIN_L + pw, y, MARGIN_L - 6, y + 4, label);
   }
-  for (double t = ceil(xlo / xstep) * xstep; t <= xhi + xstep * 1e-9; t += xstep) {
+  for (int k = 0; k <= PLOT_MAX_TICKS; k++) {
+    double t = ceil(xlo / xstep) * xstep + k * xstep;
+    if (!(t <= xhi + xstep * 1e-9)) break;
     double x = MARGIN_L + (t - xlo) / (xhi - xlo) * pw;
     fmt_num(t, label, sizeof label);
     sb_printf(b,
