@@ -80,6 +80,19 @@ static void test_env(void) {
   CHECK(strstr(r.out, "[r0] T=7\n") != NULL);
   CHECK(strstr(r.out, "[r1] T=7\n") != NULL);
   proc_result_free(&r);
+
+  /* --net auto adds derived settings but never overrides the user's. */
+  char *argv3[] = {(char *)cohort, "run", "--", "sh", "-c",
+                   "echo \"N=$NCCL_SOCKET_IFNAME D=${NCCL_IB_DISABLE:-unset}\"", NULL};
+  char *env3[] = {"NCCL_SOCKET_IFNAME=mine0", NULL};
+  proc_run(argv3, env3, 20000, &r);
+  CHECK(strstr(r.out, "[r0] N=mine0 D=1\n") != NULL);
+  proc_result_free(&r);
+  char *argv4[] = {(char *)cohort, "run", "--net", "off", "--", "sh", "-c",
+                   "echo \"D=${NCCL_IB_DISABLE:-unset}\"", NULL};
+  proc_run(argv4, NULL, 20000, &r);
+  CHECK(strstr(r.out, "[r0] D=unset\n") != NULL);
+  proc_result_free(&r);
 }
 
 /* Lines written in pieces by several workers at once arrive whole, each with

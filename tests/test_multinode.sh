@@ -207,13 +207,38 @@ check "slurm: node 1 is rank 1 of 2" contains "$tmp/sl1" "[r1] R=1 W=2 L=0 G=1 G
 
 # 11. shared file: node 0 publishes the store's address in a file.
 rm -f "$tmp/rdzv"
-start_agent 1 "$tmp/f1" --nnodes 2 --rdzv-file "$tmp/rdzv" --job f -- sh -c "$ENVCMD"
+start_agent 1 "$tmp/f1" --nnodes 2 --node-rank 1 --rdzv-file "$tmp/rdzv" --job f -- sh -c "$ENVCMD"
 a1=$!
 start_agent 0 "$tmp/f0" --nnodes 2 --rdzv-file "$tmp/rdzv" --job f --node-rank 0 -- sh -c "$ENVCMD"
 a0=$!
 wait_all 60 $a0 $a1
 check "file: both complete ($codes)" [ "$codes" = "0 0" ]
 check "file: node 1 reached node 0" contains "$tmp/f1" "[r1] R=1 W=2 L=0 G=1 GW=2 M=$M I=eth0"
+
+# 12. --net auto: each node derives RDMA settings (here from fixture trees
+# standing in for the machines) and a node whose RDMA setup differs from
+# node 0's is warned about, naming both; --net off adds nothing.
+fx=$src/tests/fixtures/doctor
+NETCMD='echo "HCA=${NCCL_IB_HCA:-none} DIS=${NCCL_IB_DISABLE:-none}"'
+netns_exec 0 env COHORT_DOCTOR_ROOT="$fx/roce_bond" "$cohort" run --nnodes 2 --node-rank 0 --master "$M:29410" --job net -- sh -c "$NETCMD" >"$tmp/e0" 2>&1 &
+a0=$!
+pids+=($a0)
+netns_exec 1 env COHORT_DOCTOR_ROOT="$fx/ib_hdr4" "$cohort" run --nnodes 2 --node-rank 1 --master "$M:29410" --job net -- sh -c "$NETCMD" >"$tmp/e1" 2>&1 &
+a1=$!
+pids+=($a1)
+wait_all 60 $a0 $a1
+check "net: both exit 0 ($codes)" [ "$codes" = "0 0" ]
+check "net: node 0 gets its bond device" contains "$tmp/e0" "[r0] HCA=mlx5_bond_0:1 DIS=none"
+check "net: node 1 gets its four HCAs" grep -q '^\[r1\] HCA=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1 DIS=none' "$tmp/e1"
+check "net: node 1 is warned, naming both nodes" grep -q 'warning: .*node 0 (node0).*node 1 (node1)' "$tmp/e1"
+netns_exec 0 "$cohort" run --nnodes 2 --node-rank 0 --master "$M:29411" --job net2 --net off -- sh -c "$NETCMD" >"$tmp/o0" 2>&1 &
+a0=$!
+pids+=($a0)
+netns_exec 1 "$cohort" run --nnodes 2 --node-rank 1 --master "$M:29411" --job net2 --net off -- sh -c "$NETCMD" >"$tmp/o1" 2>&1 &
+a1=$!
+pids+=($a1)
+wait_all 60 $a0 $a1
+check "net off: nothing added" contains "$tmp/o1" "[r1] HCA=none DIS=none"
 
 if [ $failed -ne 0 ]; then
   for f in "$tmp"/*; do echo "== $f"; tail -n 15 "$f"; done

@@ -21,6 +21,7 @@
 #include "rdzv/join.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "doctor/doctor.h"
 #include "store/store.h"
 
 extern char **environ;
@@ -128,6 +129,7 @@ typedef struct job {
   char hostname[BASE_HOST_MAX];
   char run_id[AGENT_RUN_ID_MAX + 1];
   rdzv_opts ropts; /* discovery options as used, for publishing */
+  doctor_result *net; /* derived network settings (--net auto), or NULL */
 } job;
 
 /* The job's token, or NULL for a multi-node job started without one. */
@@ -294,6 +296,11 @@ static int build_env(const job *j, const worker *w, envbuf *e) {
   }
   int rc = 0;
   const rdzv_plan *p = &j->plan;
+  /* Derived network settings first, so that the agent's own values (the
+   * interface it actually reached node 0 on) take precedence. Doctor never
+   * lists a variable the user set. */
+  for (size_t i = 0; j->net != NULL && i < j->net->nset; i++)
+    rc |= env_setf(e, j->net->set[i].name, "%s", j->net->set[i].value);
   rc |= env_setf(e, "RANK", "%d", w->rank);
   rc |= env_setf(e, "LOCAL_RANK", "%d", w->local_rank);
   rc |= env_setf(e, "WORLD_SIZE", "%d", p->world_size);
@@ -654,6 +661,78 @@ static int multinode_join(job *j) {
   return 0;
 }
 
+/*
+ * --net auto: derive NCCL/UCX/Gloo settings for this node (cohort doctor's
+ * logic) toward the master, and in a multi-node job compare the result with
+ * node 0's, warning when the RDMA setups differ.
+ */
+static void derive_network(job *j) {
+  if (!j->cfg->net_auto) return;
+  doctor_result_destroy(j->net);
+  j->net = NULL;
+  doctor_config dc;
+  memset(&dc, 0, sizeof dc);
+  dc.master = j->multinode ? j->plan.master_addr : NULL;
+  /* COHORT_DOCTOR_ROOT: a directory holding sys/, proc/, dev/, lib/ and an
+   * ifaddrs file that stand for this machine (fixture trees in tests, or a
+   * container that mounts the host's /sys elsewhere). */
+  char roots[5][4096];
+  const char *droot = getenv("COHORT_DOCTOR_ROOT");
+  if (droot != NULL && droot[0] != '\0') {
+    snprintf(roots[0], sizeof roots[0], "%s/sys", droot);
+    snprintf(roots[1], sizeof roots[1], "%s/proc", droot);
+    snprintf(roots[2], sizeof roots[2], "%s/dev", droot);
+    snprintf(roots[3], sizeof roots[3], "%s/lib", droot);
+    snprintf(roots[4], sizeof roots[4], "%s/ifaddrs", droot);
+    dc.sysfs_root = roots[0];
+    dc.proc_root = roots[1];
+    dc.dev_root = roots[2];
+    dc.lib_root = roots[3];
+    dc.ifaddrs_file = roots[4];
+  }
+  int rc = doctor_plan(&dc, environ, &j->net);
+  if (rc != 0) {
+    base_log(BASE_LOG_WARN, "cannot derive network settings: %s", cohort_strerror(rc));
+    j->net = NULL;
+    return;
+  }
+  for (size_t i = 0; i < j->net->nwarnings; i++)
+    base_log(j->multinode ? BASE_LOG_WARN : BASE_LOG_INFO, "network: %s", j->net->warnings[i]);
+  if (!j->multinode) return;
+  char line[1024] = "";
+  size_t off = 0;
+  for (size_t i = 0; i < j->net->nset && off < sizeof line; i++)
+    off += (size_t)snprintf(line + off, sizeof line - off, "%s%s=%s", i ? " " : "",
+                            j->net->set[i].name, j->net->set[i].value);
+  if (off > 0) fprintf(stderr, "cohort: network settings added: %s\n", line);
+  /* Publish ours; compare with node 0's. */
+  char mine[DOCTOR_SUMMARY_MAX], key[STORE_KEY_MAX], suffix[32];
+  if (doctor_summary_format(&j->net->summary, mine, sizeof mine) != 0) return;
+  snprintf(suffix, sizeof suffix, "net/%d", j->plan.my_index);
+  rdzv_key(key, sizeof key, j->run_id, j->round, suffix);
+  store_set(j->client, key, mine, strlen(mine), base_deadline_in(2000));
+  if (j->plan.my_index == 0) return;
+  rdzv_key(key, sizeof key, j->run_id, j->round, "net/0");
+  const char *keys[1] = {key};
+  void *val = NULL;
+  size_t len = 0;
+  if (store_wait(j->client, keys, 1, base_deadline_in(5000)) != 0 ||
+      store_get(j->client, key, &val, &len, base_deadline_in(2000)) != 0)
+    return;
+  char theirs[DOCTOR_SUMMARY_MAX];
+  size_t n = len < sizeof theirs - 1 ? len : sizeof theirs - 1;
+  memcpy(theirs, val, n);
+  theirs[n] = '\0';
+  free(val);
+  doctor_summary other;
+  char msg[1024], me_name[BASE_HOST_MAX + 16], n0_name[BASE_HOST_MAX + 16];
+  snprintf(me_name, sizeof me_name, "node %d (%s)", j->plan.my_index, j->hostname);
+  snprintf(n0_name, sizeof n0_name, "node 0 (%s)", j->plan.nodes[0].hostname);
+  if (doctor_summary_parse(theirs, &other) == 0 &&
+      doctor_summary_compare(n0_name, &other, me_name, &j->net->summary, msg, sizeof msg) == 1)
+    fprintf(stderr, "cohort: warning: %s\n", msg);
+}
+
 static void plan_single_node(job *j) {
   rdzv_plan_free(&j->plan);
   j->plan.nodes = calloc(1, sizeof *j->plan.nodes);
@@ -820,6 +899,7 @@ int agent_run(const agent_config *cfg) {
         exit_code = AGENT_EXIT_WORKER_FAILED;
         break;
       }
+      derive_network(&j);
       if (j.round == 0 && pub != NULL) {
         /* Everyone has joined: no more announcements needed. */
         rdzv_publish_stop(pub);
@@ -876,6 +956,7 @@ int agent_run(const agent_config *cfg) {
       if (exit_code != AGENT_EXIT_WORKER_FAILED) break;
     } else {
       plan_single_node(&j);
+      if (j.restart == 0) derive_network(&j);
       attempt_outcome o = run_attempt(&j);
       if (o == ATTEMPT_OK) {
         exit_code = AGENT_EXIT_OK;
@@ -931,6 +1012,7 @@ out:
   rdzv_publish_stop(pub);
   store_client_close(j.client);
   rdzv_plan_free(&j.plan);
+  doctor_result_destroy(j.net);
   store_server_stop(j.store);
   guard_stop(&j.guard);
   signals_restore();

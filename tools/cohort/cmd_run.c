@@ -43,6 +43,8 @@ static const char run_usage[] =
     "  --join-timeout SEC   give up the rendezvous after SEC seconds (default 300)\n"
     "  --last-call SEC      elastic: extra wait for nodes beyond MIN (default 3)\n"
     "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"
+    "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"
+    "                       node (never overriding what you set; default auto)\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: 0 every worker succeeded; 1 a worker failed (a report names it);\n"
@@ -215,6 +217,11 @@ int cmd_run(int argc, char **argv) {
       if (base_parse_seconds(v, 3600, &cfg.lost_after_ms) != 0 || cfg.lost_after_ms < 500)
         return usage_error("--heartbeat-timeout takes seconds from 0.5 to 3600, not '%s'", v);
       cfg.heartbeat_ms = cfg.lost_after_ms / 5 < 500 ? cfg.lost_after_ms / 5 : 500;
+    } else if (match(a, "--net", NULL, &v)) {
+      TAKE_VALUE();
+      if (strcmp(v, "auto") == 0) cfg.net_auto = 1;
+      else if (strcmp(v, "off") == 0) cfg.net_auto = 0;
+      else return usage_error("--net takes auto or off, not '%s'", v);
     } else if (a[0] != '-') {
       return usage_error("missing '--' before the command '%s'", a);
     } else {
