@@ -287,7 +287,57 @@ def test_bad_flags():
         check(rc == 0 and out.startswith("usage: cohort manifest"), "help for %r" % (args,))
 
 
+def random_args(rng, count):
+    """Random valid-UTF-8 arguments: every ASCII byte but NUL, characters
+    YAML treats specially, and random code points of every plane."""
+    pool = [chr(c) for c in range(1, 128)] + ["\u0085", "\u00a0", "\u2028", "\u2029",
+                                             "\ufeff", "\ufffe", "\uffff", "\U0001f600",
+                                             "\U0010fffd", "é", "☃", "$(", "$$", "'", '"']
+    out = []
+    for _ in range(count):
+        n = rng.randrange(0, 12)
+        chars = []
+        for _ in range(n):
+            if rng.random() < 0.8:
+                chars.append(rng.choice(pool))
+            else:
+                c = rng.randrange(0x80, 0x110000)
+                chars.append(chr(c) if not 0xD800 <= c <= 0xDFFF else "x")
+        out.append("".join(chars))
+    return out
+
+
+def test_random_roundtrip():
+    import random
+    rng = random.Random(20261122)
+    for trial in range(20):
+        args = random_args(rng, 8)
+        rc, out, err = run("k8s", "--name", "r", "--nodes", "2", "--nproc-per-node", "1",
+                           "--image", "i", "--", *args)
+        check(rc == 0, "random k8s %d: %s" % (trial, err))
+        job = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job"][0]
+        cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
+        got = [k8s_expand(a, {"JOB_COMPLETION_INDEX": "1"}) for a in cmd]
+        check(got[got.index("--") + 1:] == args, "random k8s %d round-trips %r" % (trial, args))
+        for kind in ("slurm", "docker"):
+            extra = ["--image", "i", "--master-addr", "h"] if kind == "docker" else []
+            rc, out, err = run(kind, "--nodes", "1", "--nproc-per-node", "1", *extra, "--",
+                               *args)
+            check(rc == 0, "random %s %d: %s" % (kind, trial, err))
+            with tempfile.TemporaryDirectory() as d:
+                write_exe(os.path.join(d, "srun" if kind == "slurm" else "docker"), RECORDER)
+                env = dict(os.environ, PATH=d + ":" + os.environ["PATH"],
+                           RECORD=os.path.join(d, "rec"))
+                p = subprocess.run(["bash", "-c", out], env=env, capture_output=True, timeout=30)
+                with open(os.path.join(d, "rec")) as f:
+                    call = json.loads(f.readline())
+            check(p.returncode == 0 and call[len(call) - len(args):] == args and
+                  call[len(call) - len(args) - 1] == "--",
+                  "random %s %d round-trips through bash %r" % (kind, trial, args))
+
+
 test_k8s()
+test_random_roundtrip()
 test_slurm()
 test_docker()
 test_bad_flags()
