@@ -39,3 +39,9 @@ add_test(NAME help
 set_tests_properties(help PROPERTIES TIMEOUT 60 LABELS "unit")
 
 include(${CMAKE_SOURCE_DIR}/fuzz/eco.cmake)
+
+# The generated Slurm script, docker lines and Kubernetes commands run for
+# real: two `cohort run` agents on loopback, the scheduler stood in for.
+add_test(NAME manifest_run
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest_run.py $<TARGET_FILE_DIR:cohort>)
+set_tests_properties(manifest_run PROPERTIES TIMEOUT 300 LABELS "slow")
