@@ -240,6 +240,42 @@ pids+=($a1)
 wait_all 60 $a0 $a1
 check "net off: nothing added" contains "$tmp/o1" "[r1] HCA=none DIS=none"
 
+# 13. UDP multicast: nobody knows node 0's address; node 0 starts last; a
+# second job on the same segment, whose nodes claim no rank and elect a host,
+# is not confused with the first.
+start_agent 1 "$tmp/u1" --nnodes 2 --discover mcast --job mc-a --node-rank 1 -- sh -c "$ENVCMD"
+a1=$!
+start_agent 2 "$tmp/u2" --nnodes 2 --discover mcast --job mc-b -- sh -c "$ENVCMD"
+b0=$!
+start_agent 3 "$tmp/u3" --nnodes 2 --discover mcast --job mc-b -- sh -c "$ENVCMD"
+b1=$!
+sleep 1
+start_agent 0 "$tmp/u0" --nnodes 2 --discover mcast --job mc-a --node-rank 0 -- sh -c "$ENVCMD"
+a0=$!
+wait_all 60 $a0 $a1 $b0 $b1
+check "mcast: both jobs complete ($codes)" [ "$codes" = "0 0 0 0" ]
+check "mcast: job a's node 1 found node 0" contains "$tmp/u1" "[r1] R=1 W=2 L=0 G=1 GW=2 M=$M I=eth0"
+# Job b claimed no ranks: the two nodes elected one host between them.
+check "mcast: job b elected one host" [ "$(cat "$tmp/u2" "$tmp/u3" | grep -c 'R=. W=2')" = 2 ]
+check "mcast: job b's ranks differ" [ "$(cat "$tmp/u2" "$tmp/u3" | grep -o 'R=. W=2' | sort -u | wc -l)" = 2 ]
+
+# 14. an unmodified PyTorch DDP script (gloo) across two nodes, no hand-set
+# interface variables: parameters end identical on every rank.
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  start_agent 0 "$tmp/p0" --nnodes 2 --node-rank 0 --master "$M:29412" --job torch -- /usr/bin/python3 "$src/tests/torch/ddp_train.py"
+  a0=$!
+  start_agent 1 "$tmp/p1" --nnodes 2 --node-rank 1 --master "$M:29412" --job torch -- /usr/bin/python3 "$src/tests/torch/ddp_train.py"
+  a1=$!
+  wait_all 180 $a0 $a1
+  check "torch: both nodes exit 0 ($codes)" [ "$codes" = "0 0" ]
+  d0=$(sed -n 's/^\[r0\] PARAMS //p' "$tmp/p0")
+  d1=$(sed -n 's/^\[r1\] PARAMS //p' "$tmp/p1")
+  check "torch: parameters identical across nodes" [ -n "$d0" ] && [ "$d0" = "$d1" ]
+  check "torch: world size 2" contains "$tmp/p0" "world 2"
+else
+  check "torch: /usr/bin/python3 imports torch (scripts/deps.sh installs python3-torch)" false
+fi
+
 if [ $failed -ne 0 ]; then
   for f in "$tmp"/*; do echo "== $f"; tail -n 15 "$f"; done
 fi
