@@ -271,7 +271,7 @@ static void test_replica(void) {
   o.nnodes_min = o.nnodes_max = 0;
   /* Only some of the four set: not a replica environment, so static (which needs --master). */
   char *partial[] = {"MASTER_ADDR=x", "RANK=1", NULL};
-  CHECK_EQ_INT(disc(&o, partial, &t, err), -EINVAL);
+  CHECK_EQ_INT(disc(&o, partial, &t, err), -ENOENT);
   CHECK(strstr(err, "--master") != NULL);
 }
 
@@ -316,7 +316,7 @@ static void test_no_env(void) {
   CHECK(strstr(err, "no scheduler environment") != NULL);
   CHECK_EQ_INT(disc(&o, NULL, &t, err), -ENOENT);
   o.method = RDZV_AUTO;
-  CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+  CHECK_EQ_INT(disc(&o, env, &t, err), -ENOENT);
   CHECK(strstr(err, "--master") != NULL);
   /* Options checked before anything else. */
   o.master = "127.0.0.1:1";
@@ -429,6 +429,7 @@ static int count_dir_entries(const char *dir) {
 static void test_file_format(void) {
   rdzv_file_info in = {0}, out;
   strcpy(in.job_id, "job-7");
+  in.node_id = 0xfedcba9876543210ull;
   in.ready = 1;
   strcpy(in.host, "fd00::2");
   in.port = 1234;
@@ -440,31 +441,41 @@ static void test_file_format(void) {
   CHECK_STREQ(out.host, "fd00::2");
   CHECK_EQ_INT(out.port, 1234);
   CHECK_EQ_INT(out.ready, 1);
+  CHECK(out.node_id == 0xfedcba9876543210ull);
   in.ready = 0;
   n = rdzv_file_format(&in, buf, sizeof buf);
   CHECK_EQ_INT(rdzv_file_parse(buf, (size_t)n, &out), 0);
   CHECK_EQ_INT(out.ready, 0);
+#define NODE "node=00000000000000ab\n"
+  const char *good = "cohort-rdzv 1\njob=a\n" NODE "state=ready\nhost=h\nport=5\n";
+  CHECK_EQ_INT(rdzv_file_parse(good, strlen(good), &out), 0);
+  CHECK(out.node_id == 0xab);
   const char *bad[] = {
       "",
       "cohort-rdzv 1\n",
-      "cohort-rdzv 2\njob=a\nstate=claimed\n",
-      "cohort-rdzv 1\njob=a\nstate=claimed",
-      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\n",
-      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\nport=0\n",
-      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\nport=x\n",
-      "cohort-rdzv 1\njob=a\nstate=claimed\nhost=h\nport=5\n",
-      "cohort-rdzv 1\njob=a\njob=b\nstate=claimed\n",
-      "cohort-rdzv 1\njob=a\nstate=claimed\nextra=1\n",
-      "cohort-rdzv 1\njob=a b\nstate=claimed\n",
-      "cohort-rdzv 1\njob=\nstate=claimed\n",
-      "cohort-rdzv 1\njob=a\nstate=maybe\n",
-      "cohort-rdzv 1\njob=a\nstate=ready\nhost=h\nport=5\n\n",
+      "cohort-rdzv 2\njob=a\n" NODE "state=claimed\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=claimed",
+      "cohort-rdzv 1\njob=a\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\nnode=ab\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\nnode=00000000000000AB\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\nnode=00000000000000xy\nstate=claimed\n",
+      "cohort-rdzv 1\njob=a\n" NODE NODE "state=claimed\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=ready\nhost=h\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=ready\nhost=h\nport=0\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=ready\nhost=h\nport=x\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=claimed\nhost=h\nport=5\n",
+      "cohort-rdzv 1\njob=a\njob=b\n" NODE "state=claimed\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=claimed\nextra=1\n",
+      "cohort-rdzv 1\njob=a b\n" NODE "state=claimed\n",
+      "cohort-rdzv 1\njob=\n" NODE "state=claimed\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=maybe\n",
+      "cohort-rdzv 1\njob=a\n" NODE "state=ready\nhost=h\nport=5\n\n",
       "garbage\x01\x02",
   };
   for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++)
     CHECK_EQ_INT(rdzv_file_parse(bad[i], strlen(bad[i]), &out), -EINVAL);
   /* NUL bytes inside are malformed, not a shorter string. */
-  char nul[] = "cohort-rdzv 1\njob=a\0b\nstate=claimed\n";
+  char nul[] = "cohort-rdzv 1\njob=a\0b\n" NODE "state=claimed\n";
   CHECK_EQ_INT(rdzv_file_parse(nul, sizeof nul - 1, &out), -EINVAL);
 }
 
@@ -475,6 +486,7 @@ static rdzv_opts file_opts(const char *path, const char *job, int rank, int64_t 
   o.job_id = job;
   o.node_rank = rank;
   o.deadline_ms = base_deadline_in(ms);
+  o.settle_ms = 150;
   return o;
 }
 
@@ -501,10 +513,11 @@ static void test_file_method(void) {
   CHECK(strstr(err, "no file") != NULL);
 
   /* A stale file of another job and a malformed one are ignored by joiners. */
-  write_raw(path, "cohort-rdzv 1\njob=old\nstate=ready\nhost=10.0.0.9\nport=4000\n");
+  write_raw(path, "cohort-rdzv 1\njob=old\nnode=0000000000000001\nstate=ready\nhost=10.0.0.9\n"
+                  "port=4000\n");
   CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
   CHECK(strstr(err, "stale file of job old") != NULL);
-  write_raw(path, "cohort-rdzv 1\njob=j1\nstate=ready\nhost=10.0.0.9\n");
+  write_raw(path, "cohort-rdzv 1\njob=j1\nnode=0000000000000001\nstate=ready\nhost=10.0.0.9\n");
   CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
   CHECK(strstr(err, "malformed") != NULL);
 
@@ -578,6 +591,39 @@ static void test_file_method(void) {
   CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
   CHECK_EQ_INT(t.host_store, 1);
   CHECK_EQ_INT(count_dir_entries(dir), 1);
+  /* A node without a rank that claimed the file defers to a --node-rank 0 node starting within
+   * its settle window (here: the parent, 300 ms later), and joins its store. */
+  unlink(path);
+  int fds[2];
+  CHECK_EQ_INT(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    rdzv_opts co = file_opts(path, "mix", -1, 5000);
+    co.settle_ms = 1500;
+    rdzv_target ct;
+    char cerr[256];
+    int crc = rdzv_discover(&co, NULL, &ct, cerr, sizeof cerr);
+    char line[64];
+    snprintf(line, sizeof line, "%d %d %d", crc, ct.host_store, ct.port);
+    _exit(write(fds[1], line, strlen(line)) > 0 ? 0 : 1);
+  }
+  close(fds[1]);
+  base_sleep_ms(300);
+  o = file_opts(path, "mix", 0, 2000);
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), 0);
+  CHECK_EQ_INT(t.host_store, 1);
+  CHECK_EQ_INT(rdzv_publish_start(&o, "127.0.0.1", 5555, &pub, err, sizeof err), 0);
+  rdzv_publish_stop(pub);
+  char line[64] = "";
+  CHECK(read(fds[0], line, sizeof line - 1) > 0);
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
+  CHECK_STREQ(line, "0 0 5555");
+  /* Publishing over another node's claim of the same job is refused, naming the conflict. */
+  write_raw(path, "cohort-rdzv 1\njob=mix\nnode=0000000000000001\nstate=claimed\n");
+  CHECK_EQ_INT(rdzv_publish_start(&o, "127.0.0.1", 5556, &pub, err, sizeof err), -EEXIST);
+  CHECK(pub == NULL);
+  CHECK(strstr(err, "another node") != NULL && strstr(err, "--node-rank") != NULL);
   /* A directory where the file should be is an error, not a hang. */
   unlink(path);
   mkdir(path, 0700);
@@ -592,7 +638,9 @@ static void test_file_method(void) {
  */
 static void file_race(const char *path, int nproc, int stale) {
   unlink(path);
-  if (stale) write_raw(path, "cohort-rdzv 1\njob=older\nstate=ready\nhost=h\nport=9\n");
+  if (stale)
+    write_raw(path,
+              "cohort-rdzv 1\njob=older\nnode=0000000000000001\nstate=ready\nhost=h\nport=9\n");
   int go[2], res[2];
   CHECK_EQ_INT(pipe(go), 0);
   CHECK_EQ_INT(pipe(res), 0);

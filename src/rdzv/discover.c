@@ -223,6 +223,10 @@ int rdzv_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, c
     if (rc != -ENOENT) return rc;
     memset(out, 0, sizeof *out);
     out->node_rank = -1;
+    /* Nothing to go by at all: -ENOENT, so a caller can tell "single node" from bad input. */
+    if (opts->master == NULL)
+      return rdzv_err(errbuf, errlen, -ENOENT,
+                      "no scheduler environment found and no --master HOST:PORT given");
     return discover_static(opts, out, errbuf, errlen);
   case RDZV_STATIC:
     return discover_static(opts, out, errbuf, errlen);
@@ -273,23 +277,18 @@ int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int st
   if (opts->method != RDZV_FILE) return 0;
   if (opts->rdzv_file == NULL || !rdzv_job_id_valid(opts->job_id))
     return rdzv_err(errbuf, errlen, -EINVAL, "the rendezvous file needs --rdzv-file and a job id");
-  rdzv_file_info info = {0};
-  base_strlcpy(info.job_id, opts->job_id, sizeof info.job_id);
-  info.ready = 1;
-  info.port = store_port;
+  char host[BASE_HOST_MAX] = "";
   if (advertise_host != NULL && advertise_host[0] != '\0') {
-    if (!rdzv_word_valid(advertise_host, sizeof info.host - 1))
+    if (!rdzv_word_valid(advertise_host, sizeof host - 1))
       return rdzv_err(errbuf, errlen, -EINVAL, "advertised host '%.60s' is not a host name",
                       advertise_host);
-    base_strlcpy(info.host, advertise_host, sizeof info.host);
-  } else if (gethostname(info.host, sizeof info.host - 1) != 0 || info.host[0] == '\0') {
+    base_strlcpy(host, advertise_host, sizeof host);
+  } else if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
     return rdzv_err(errbuf, errlen, -EINVAL, "no host name to write into %s: give an address",
                     opts->rdzv_file);
   }
-  int rc = rdzv_file_write(opts->rdzv_file, &info);
-  if (rc != 0)
-    return rdzv_err(errbuf, errlen, rc, "cannot write %s: %s", opts->rdzv_file,
-                    cohort_strerror(rc));
+  int rc = rdzv_file_publish(opts->rdzv_file, opts->job_id, host, store_port, errbuf, errlen);
+  if (rc != 0) return rc;
   rdzv_publisher *p = calloc(1, sizeof *p);
   if (p == NULL) return rdzv_err(errbuf, errlen, -ENOMEM, "out of memory");
   p->method = RDZV_FILE;

@@ -49,7 +49,13 @@ typedef struct rdzv_target {
   char source[128];         /* one line for the start report, e.g. "slurm job 42, node[01-04]" */
 } rdzv_target;
 
-/* Runs discovery per opts over the environment envp (NULL-terminated). */
+/*
+ * Runs discovery per opts over the environment envp (NULL-terminated).
+ * RDZV_AUTO returns -ENOENT when there is nothing to go by (no scheduler
+ * environment and no --master): the caller may then run as a single node;
+ * any other error is bad input or a failed method. docs/rdzv.md has the
+ * rules of every method.
+ */
 int rdzv_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, char *errbuf,
                   size_t errlen);
 
@@ -60,7 +66,11 @@ int rdzv_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, c
  * atomically (temporary file + rename) with the job id; nothing for static,
  * DNS and scheduler methods (*out may then be NULL). advertise_host is the
  * address the others should connect to (NULL: the method's own choice, e.g.
- * the multicast interface's address).
+ * the multicast interface's address). For RDZV_FILE it fails with -EEXIST
+ * when another node has claimed the file for this job meanwhile (nodes with
+ * and without --node-rank mixed), rather than making a second host.
+ * (A host found by RDZV_FILE or RDZV_MCAST gets a free port in
+ * rdzv_target.port, free when discovery returned.)
  */
 typedef struct rdzv_publisher rdzv_publisher;
 int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int store_port,

@@ -5,6 +5,7 @@
  *
  *   cohort-rdzv 1
  *   job=<job id>
+ *   node=<16 hex digits: the writing agent's node id>
  *   state=claimed | ready
  *   host=<store host>        (ready only)
  *   port=<store port>        (ready only)
@@ -16,6 +17,12 @@
  * all others, also on NFS where O_EXCL used not to be reliable. A file of
  * another job (a stale one) is replaced under a second exclusive link named
  * after the stale file's inode, so exactly one node replaces it.
+ *
+ * A node given --node-rank 0 always hosts and overwrites the file. So that
+ * nodes without a rank can be mixed with it, a node that won the claim waits
+ * a settle window and defers to a claim of its job by another node that
+ * replaced its own; and publishing refuses to overwrite another node's
+ * claim, so two hosts end in an error rather than in two half jobs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,14 +39,17 @@
 
 #define FILE_MAX 4096
 #define POLL_MS 100
+#define DEFAULT_SETTLE_MS 1000
 
 int rdzv_file_format(const rdzv_file_info *info, char *buf, size_t cap) {
   int n;
+  unsigned long long id = (unsigned long long)info->node_id;
   if (info->ready)
-    n = snprintf(buf, cap, "cohort-rdzv 1\njob=%s\nstate=ready\nhost=%s\nport=%d\n", info->job_id,
-                 info->host, info->port);
+    n = snprintf(buf, cap, "cohort-rdzv 1\njob=%s\nnode=%016llx\nstate=ready\nhost=%s\nport=%d\n",
+                 info->job_id, id, info->host, info->port);
   else
-    n = snprintf(buf, cap, "cohort-rdzv 1\njob=%s\nstate=claimed\n", info->job_id);
+    n = snprintf(buf, cap, "cohort-rdzv 1\njob=%s\nnode=%016llx\nstate=claimed\n", info->job_id,
+                 id);
   if (n < 0 || (size_t)n >= cap) return COHORT_ELIMIT;
   return n;
 }
@@ -59,7 +69,7 @@ int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out) {
   static const char head[] = "cohort-rdzv 1\n";
   if (len > FILE_MAX || len < sizeof head - 1 || memcmp(buf, head, sizeof head - 1) != 0)
     return -EINVAL;
-  int have_job = 0, have_state = 0, have_host = 0, have_port = 0;
+  int have_job = 0, have_node = 0, have_state = 0, have_host = 0, have_port = 0;
   size_t i = sizeof head - 1;
   while (i < len) {
     const char *nl = memchr(buf + i, '\n', len - i);
@@ -75,6 +85,17 @@ int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out) {
     if (klen == 3 && memcmp(line, "job", 3) == 0 && !have_job) {
       if (take_value(v, vlen, out->job_id, sizeof out->job_id) != 0) return -EINVAL;
       have_job = 1;
+    } else if (klen == 4 && memcmp(line, "node", 4) == 0 && !have_node) {
+      if (vlen != 16) return -EINVAL;
+      uint64_t id = 0;
+      for (size_t k = 0; k < 16; k++) {
+        char ch = v[k];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return -EINVAL;
+        id = id << 4 | (uint64_t)d;
+      }
+      out->node_id = id;
+      have_node = 1;
     } else if (klen == 5 && memcmp(line, "state", 5) == 0 && !have_state) {
       if (vlen == 5 && memcmp(v, "ready", 5) == 0)
         out->ready = 1;
@@ -94,7 +115,7 @@ int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out) {
     }
     i += n + 1;
   }
-  if (!have_job || !have_state) return -EINVAL;
+  if (!have_job || !have_node || !have_state) return -EINVAL;
   if (out->ready != (have_host && have_port)) return -EINVAL;
   if (!out->ready && (have_host || have_port)) return -EINVAL;
   return 0;
@@ -232,6 +253,7 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
   t->nnodes_max = o->nnodes_max;
   rdzv_file_info claim = {0};
   base_strlcpy(claim.job_id, o->job_id, sizeof claim.job_id);
+  claim.node_id = rdzv_node_id();
   int rc = 0;
   int hosting = 0;
   if (o->node_rank == 0) {
@@ -261,6 +283,22 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
     if (rc < 0)
       return rdzv_err(errbuf, errlen, rc, "cannot claim %s: %s", path, cohort_strerror(rc));
     hosting = rc == 1;
+    if (hosting) {
+      /* A node given --node-rank 0 may start a moment later and overwrite this claim: watch
+       * for that during the settle window and join it rather than host a second store. */
+      int settle = o->settle_ms > 0 ? o->settle_ms : DEFAULT_SETTLE_MS;
+      int64_t end = base_now_ms() + settle;
+      if (end > deadline) end = deadline;
+      while (hosting && base_now_ms() < end) {
+        int64_t left = end - base_now_ms();
+        base_sleep_ms(left < POLL_MS ? left : POLL_MS);
+        rdzv_file_info cur;
+        struct stat st;
+        if (read_file(path, &cur, &st) == 0 && strcmp(cur.job_id, o->job_id) == 0 &&
+            cur.node_id != claim.node_id)
+          hosting = 0;
+      }
+    }
   }
   if (hosting) {
     t->host_store = 1;
@@ -305,4 +343,26 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
       errbuf, errlen, -ETIMEDOUT,
       "no store address for job %.40s in %.80s before the deadline (last seen: %s%s%.40s)",
       o->job_id, path, seen, other[0] ? " " : "", other);
+}
+
+int rdzv_file_publish(const char *path, const char *job_id, const char *host, int port,
+                      char *errbuf, size_t errlen) {
+  rdzv_file_info cur, info = {0};
+  struct stat st;
+  uint64_t self = rdzv_node_id();
+  if (read_file(path, &cur, &st) == 0 && strcmp(cur.job_id, job_id) == 0 && cur.node_id != self)
+    return rdzv_err(errbuf, errlen, -EEXIST,
+                    "%.80s was claimed for job %.40s by another node (%016llx%s%.60s): give every "
+                    "node a --node-rank, or none",
+                    path, job_id, (unsigned long long)cur.node_id, cur.ready ? ", store " : "",
+                    cur.ready ? cur.host : "");
+  base_strlcpy(info.job_id, job_id, sizeof info.job_id);
+  info.node_id = self;
+  info.ready = 1;
+  base_strlcpy(info.host, host, sizeof info.host);
+  info.port = port;
+  int rc = rdzv_file_write(path, &info);
+  if (rc != 0)
+    return rdzv_err(errbuf, errlen, rc, "cannot write %s: %s", path, cohort_strerror(rc));
+  return 0;
 }

@@ -113,7 +113,7 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   char *plan = NULL;
   /* Wait for MIN records (keys node/1..node/MIN). */
   const char **keys = calloc((size_t)o->nnodes_min, sizeof *keys);
-  char (*keybuf)[STORE_KEY_MAX] = calloc((size_t)o->nnodes_max, sizeof *keybuf);
+  char(*keybuf)[STORE_KEY_MAX] = calloc((size_t)o->nnodes_max, sizeof *keybuf);
   if (keys == NULL || keybuf == NULL) {
     rc = -ENOMEM;
     goto out;

@@ -76,6 +76,7 @@ int rdzv_host_is_local(const char *host, int timeout_ms);
 /* Parsed contents of a rendezvous file. ready=0: claimed, store not up yet. */
 typedef struct rdzv_file_info {
   char job_id[RDZV_JOB_MAX + 1];
+  uint64_t node_id; /* the agent that wrote it (rdzv_node_id()) */
   int ready;
   char host[BASE_HOST_MAX];
   int port;
@@ -87,6 +88,13 @@ int rdzv_file_format(const rdzv_file_info *info, char *buf, size_t cap);
 int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out);
 /* Writes info to path atomically (temporary file, fsync, rename). */
 int rdzv_file_write(const char *path, const rdzv_file_info *info);
+/*
+ * Publishes the store's address for job_id in path, unless the file holds a
+ * claim or address of this job written by another node (-EEXIST, errbuf
+ * says which). Returns 0 or a negative code.
+ */
+int rdzv_file_publish(const char *path, const char *job_id, const char *host, int port,
+                      char *errbuf, size_t errlen);
 int rdzv_file_discover(const rdzv_opts *opts, rdzv_target *out, char *errbuf, size_t errlen);
 
 /* ---- multicast ---- */
