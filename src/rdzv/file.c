@@ -208,11 +208,26 @@ out:
 }
 
 /*
+ * link(from, to), also counting as done when the call reported an error but
+ * from now has `links` names: over NFS a retransmitted LINK can fail with
+ * EEXIST although the first one succeeded (the classic check, as in
+ * open(2)'s note on O_EXCL). errno is kept for a real failure.
+ */
+static int link_ok(const char *from, const char *to, nlink_t links) {
+  if (link(from, to) == 0) return 1;
+  int e = errno;
+  struct stat st;
+  if (stat(from, &st) == 0 && st.st_nlink == links) return 1;
+  errno = e;
+  return 0;
+}
+
+/*
  * Tries once to make this node the host. Returns 1 (hosting), 0 (another node
  * of this job claimed it: join), -EAGAIN (retry shortly) or -errno.
  */
 static int try_claim(const char *path, const char *job_id, const char *claim_tmp) {
-  if (link(claim_tmp, path) == 0) return 1;
+  if (link_ok(claim_tmp, path, 2)) return 1;
   if (errno != EEXIST) return -errno;
   rdzv_file_info cur;
   struct stat st;
@@ -225,7 +240,7 @@ static int try_claim(const char *path, const char *job_id, const char *claim_tmp
   int n = snprintf(lock, sizeof lock, "%s.replace.%llx.%llx", path, (unsigned long long)st.st_dev,
                    (unsigned long long)st.st_ino);
   if (n < 0 || (size_t)n >= sizeof lock) return -ENAMETOOLONG;
-  if (link(claim_tmp, lock) != 0) return errno == EEXIST ? -EAGAIN : -errno;
+  if (!link_ok(claim_tmp, lock, 2)) return errno == EEXIST ? -EAGAIN : -errno;
   /* Holding the lock: replace only if the path still is the stale file we read. */
   struct stat now;
   int still = stat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
