@@ -49,6 +49,34 @@ static int hostlist_rc(const char *expr, size_t max) {
   return rc;
 }
 
+/* Random expressions over the hostlist alphabet: never a crash, a leak or a wrong count. */
+static void test_hostlist_random(void) {
+  static const char alphabet[] = "ab0129[]-,.";
+  uint32_t x = 777;
+  int ok = 0;
+  for (int iter = 0; iter < 20000; iter++) {
+    char expr[24];
+    x = x * 1103515245u + 12345u;
+    size_t len = 1 + (x >> 16) % (sizeof expr - 1);
+    for (size_t k = 0; k < len; k++) {
+      x = x * 1103515245u + 12345u;
+      expr[k] = alphabet[(x >> 16) % (sizeof alphabet - 1)];
+    }
+    expr[len] = '\0';
+    char **hosts;
+    size_t n;
+    int rc = rdzv_hostlist_expand(expr, 1000, &hosts, &n);
+    CHECK(rc == 0 || rc == -EINVAL || rc == COHORT_ELIMIT);
+    if (rc == 0) {
+      ok++;
+      CHECK(n >= 1 && n <= 1000);
+      for (size_t k = 0; k < n; k++) CHECK(hosts[k][0] != '\0' && strchr(hosts[k], '[') == NULL);
+      rdzv_hostlist_free(hosts, n);
+    }
+  }
+  printf("random hostlists expanded: %d of 20000\n", ok);
+}
+
 static void test_hostlist(void) {
   CHECK(hostlist_is("node[01-04,07]", "node01 node02 node03 node04 node07"));
   CHECK(hostlist_is("a[1-2]b[3-4]", "a1b3 a1b4 a2b3 a2b4"));
@@ -477,6 +505,38 @@ static void test_file_format(void) {
   /* NUL bytes inside are malformed, not a shorter string. */
   char nul[] = "cohort-rdzv 1\njob=a\0b\n" NODE "state=claimed\n";
   CHECK_EQ_INT(rdzv_file_parse(nul, sizeof nul - 1, &out), -EINVAL);
+}
+
+/* Random bytes and random corruption of valid files: parsed or refused, never a crash. */
+static void test_file_random(void) {
+  rdzv_file_info in = {0}, out;
+  strcpy(in.job_id, "job");
+  in.node_id = 42;
+  in.ready = 1;
+  strcpy(in.host, "h");
+  in.port = 7;
+  char good[256];
+  int n = rdzv_file_format(&in, good, sizeof good);
+  uint32_t x = 99;
+  for (int iter = 0; iter < 20000; iter++) {
+    char buf[300];
+    size_t len = (size_t)n;
+    memcpy(buf, good, len);
+    x = x * 1103515245u + 12345u;
+    if (iter % 3 == 0) {
+      len = (x >> 16) % sizeof buf;
+      for (size_t k = 0; k < len; k++) {
+        x = x * 1103515245u + 12345u;
+        buf[k] = (char)(x >> 16);
+      }
+    } else {
+      buf[(x >> 8) % len] = (char)(x >> 20);
+      if (iter % 3 == 2) len = (x >> 4) % (len + 1);
+    }
+    int rc = rdzv_file_parse(buf, len, &out);
+    CHECK(rc == 0 || rc == -EINVAL);
+    if (rc == 0) CHECK(rdzv_job_id_valid(out.job_id) && (!out.ready || out.port > 0));
+  }
 }
 
 static rdzv_opts file_opts(const char *path, const char *job, int rank, int64_t ms) {
@@ -994,6 +1054,7 @@ int main(void) {
     return 1;
   }
   test_hostlist();
+  test_hostlist_random();
   test_slurm();
   test_k8s();
   test_replica();
@@ -1001,6 +1062,7 @@ int main(void) {
   test_no_env();
   test_static();
   test_file_format();
+  test_file_random();
   test_file_method();
   test_file_race();
   test_dgram();
