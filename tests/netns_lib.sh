@@ -43,9 +43,15 @@ netns_up() {
     ip -n "$ns" route add default dev eth0
     ip -n "$NETNS_BR" link set "br$i-$$" master br0
     ip -n "$NETNS_BR" link set "br$i-$$" up
+  done
+  # A cluster's hosts file: every node knows every node's name.
+  for ((i = 0; i < n; i++)); do
+    ns=$(netns_node "$i")
     mkdir -p "/etc/netns/$ns"
-    printf '127.0.0.1 localhost\n' >"/etc/netns/$ns/hosts"
-    printf '%s\n' "node$i" >"/etc/netns/$ns/hostname"
+    {
+      printf '127.0.0.1 localhost\n'
+      for ((k = 0; k < n; k++)); do printf '%s node%d\n' "$(netns_addr "$k")" "$k"; done
+    } >"/etc/netns/$ns/hosts"
   done
 }
 

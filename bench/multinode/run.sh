@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# bench/multinode: rendezvous and failure propagation across emulated nodes
+# (network namespaces on a bridge, created and removed here), cohort run vs
+# torchrun with its c10d rendezvous (Debian's torch 1.13), side by side.
+#  - rendezvous: from the last agent's start until every worker is running;
+#  - failure: from a worker's kill -9 until the last process of the job is
+#    gone on every node (torchrun: capped at CAP seconds).
+# Median of REPS repetitions. Run as root.
+# usage: bench/multinode/run.sh [COHORT_BINARY] [REPS] [NODE_COUNTS...]
+set -u
+cohort=$(readlink -f "${1:-build/cohort}")
+reps=${2:-3}
+shift 2 2>/dev/null || shift $#
+counts=("$@")
+[ ${#counts[@]} -gt 0 ] || counts=(2 4 8)
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../../tests/netns_lib.sh"
+CAP=20
+tmp=$(mktemp -d /tmp/cohort-bench-mn-XXXXXX)
+agents=()
+cleanup() { for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null; done; netns_down; [ -n "${KEEP:-}" ] || rm -rf "$tmp"; }
+trap cleanup EXIT
+maxn=0
+for n in "${counts[@]}"; do [ "$n" -gt "$maxn" ] && maxn=$n; done
+netns_up "$maxn" || { echo "cannot create namespaces (root needed)"; exit 1; }
+M=$(netns_addr 0)
+now_ns() { date +%s%N; }
+median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) exit; if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Every worker stamps its start time, then either ends or waits to be killed.
+WORKER='date +%s%N > "$STAMP_DIR/start-$RANK"; echo $$ > "$STAMP_DIR/pid-$RANK"; [ "$MODE" = wait ] && exec sleep 60; exit 0'
+
+launch() { # launch TOOL N PORT MODE JOB: starts N agents, node 0 last; sets $last_start
+  local tool=$1 n=$2 port=$3 mode=$4 job=$5 i
+  agents=()
+  for ((i = n - 1; i >= 0; i--)); do
+    [ "$i" = 0 ] && last_start=$(now_ns)
+    if [ "$tool" = cohort ]; then
+      netns_exec "$i" env STAMP_DIR="$tmp" MODE="$mode" "$cohort" run --nnodes "$n" --node-rank "$i" \
+        --master "$M:$port" --job "$job" --net off -- sh -c "$WORKER" >"$tmp/log-$i" 2>&1 &
+    else
+      netns_exec "$i" env STAMP_DIR="$tmp" MODE="$mode" /usr/bin/python3 -m torch.distributed.run \
+        --nnodes "$n" --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint "$M:$port" \
+        --rdzv_id "$job" --redirects 2 --tee 1 --no_python sh -c "$WORKER" >"$tmp/log-$i" 2>&1 &
+    fi
+    agents+=($!)
+  done
+}
+
+wait_agents() { # wait_agents LIMIT_S: 0 if all ended in time
+  local end=$((SECONDS + $1)) p
+  for p in "${agents[@]}"; do
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.02; done
+  done
+  for p in "${agents[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done
+  return 0
+}
+
+rdzv_once() { # prints seconds, or "fail"
+  local tool=$1 n=$2 port=$3 r
+  rm -f "$tmp"/start-* "$tmp"/pid-*
+  launch "$tool" "$n" "$port" done "rz$port"
+  wait_agents 120 || { for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null; done; echo fail; return; }
+  local last=0 f t
+  for ((r = 0; r < n; r++)); do
+    f="$tmp/start-$r"
+    [ -s "$f" ] || { echo fail; return; }
+    t=$(cat "$f")
+    [ "$t" -gt "$last" ] && last=$t
+  done
+  echo "scale=4; ($last-$last_start)/1000000000" | bc
+}
+
+fail_once() { # prints seconds until every agent and worker is gone, or ">CAP"
+  local tool=$1 n=$2 port=$3 r
+  rm -f "$tmp"/start-* "$tmp"/pid-*
+  launch "$tool" "$n" "$port" wait "fl$port"
+  for _ in $(seq 600); do [ "$(ls "$tmp"/pid-* 2>/dev/null | wc -l)" -ge "$n" ] && break; sleep 0.05; done
+  sleep 0.5
+  local victim
+  victim=$(cat "$tmp/pid-$((n - 1))")
+  local t0
+  t0=$(now_ns)
+  kill -9 "$victim"
+  local ok=1
+  wait_agents "$CAP" || ok=0
+  # Workers too: none may survive.
+  for ((r = 0; r < n; r++)); do
+    local p
+    p=$(cat "$tmp/pid-$r" 2>/dev/null)
+    while [ -n "$p" ] && [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] &&
+      [ $(( ($(now_ns) - t0) / 1000000000 )) -lt "$CAP" ]; do sleep 0.02; done
+    [ -n "$p" ] && [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && ok=0
+  done
+  local t1
+  t1=$(now_ns)
+  for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for ((r = 0; r < n; r++)); do p=$(cat "$tmp/pid-$r" 2>/dev/null); [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  if [ $ok = 1 ]; then echo "scale=4; ($t1-$t0)/1000000000" | bc; else echo ">$CAP"; fi
+}
+
+port=30000
+printf '%-6s %-22s %12s %12s %10s\n' nodes "median of $reps (s)" cohort torchrun ratio
+for n in "${counts[@]}"; do
+  : >"$tmp/rc"; : >"$tmp/rt"; : >"$tmp/fc"; : >"$tmp/ft"
+  for ((k = 0; k < reps; k++)); do
+    port=$((port + 1)); rdzv_once cohort "$n" $port >>"$tmp/rc"
+    port=$((port + 1)); rdzv_once torch "$n" $port >>"$tmp/rt"
+    port=$((port + 1)); fail_once cohort "$n" $port >>"$tmp/fc"
+    port=$((port + 1)); fail_once torch "$n" $port >>"$tmp/ft"
+  done
+  rc=$(grep -v fail "$tmp/rc" | median); rt=$(grep -v fail "$tmp/rt" | median)
+  fc=$(grep -v '>' "$tmp/fc" | median); ftv=$(grep -v '>' "$tmp/ft" | median)
+  [ -n "$ftv" ] || ftv=">$CAP"
+  [ -n "$fc" ] || fc=">$CAP"
+  ratio() { if [[ $1 == ">"* || $2 == ">"* || -z $1 || -z $2 ]]; then echo "$3"; else printf '%.1fx' "$(echo "$2/$1" | bc -l)"; fi; }
+  printf '%-6s %-22s %12s %12s %10s\n' "$n" "rendezvous" "${rc:-fail}" "${rt:-fail}" "$(ratio "$rc" "$rt" n/a)"
+  printf '%-6s %-22s %12s %12s %10s\n' "$n" "failure propagation" "$fc" "$ftv" "$(ratio "$fc" "$ftv" ">$(echo "$CAP/${fc#>}" | bc 2>/dev/null)x")"
+  echo "  raw: rdzv cohort [$(tr '\n' ' ' <"$tmp/rc")] torchrun [$(tr '\n' ' ' <"$tmp/rt")] fail cohort [$(tr '\n' ' ' <"$tmp/fc")] torchrun [$(tr '\n' ' ' <"$tmp/ft")]"
+done
