@@ -12,3 +12,8 @@ set_tests_properties(agent_torch_ddp PROPERTIES TIMEOUT 400 LABELS "slow")
 add_test(NAME agent_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_multinode.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(agent_multinode PROPERTIES TIMEOUT 600 LABELS "slow")
+
+# A worker's environment under cohort run and under torchrun (needs python3-torch).
+add_test(NAME agent_torchrun_env COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_env.sh
+  $<TARGET_FILE:cohort>)
+set_tests_properties(agent_torchrun_env PROPERTIES TIMEOUT 300 LABELS "slow")

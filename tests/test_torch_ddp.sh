@@ -20,5 +20,11 @@ d1=$(echo "$out" | sed -n 's/^\[r1\] PARAMS //p')
 [ -n "$d0" ] && [ -n "$d1" ] || { echo "FAIL: missing PARAMS lines"; fail=1; }
 [ "$d0" = "$d1" ] || { echo "FAIL: parameters differ: $d0 vs $d1"; fail=1; }
 echo "$out" | grep -q '^\[r0\] LOSS .* world 2$' || { echo "FAIL: world size is not 2"; fail=1; }
+# A worker that raises under @record: the report quotes its exception.
+out=$(timeout 300 "$cohort" run --nproc-per-node 2 -- $py "$src/tests/torch/record_fail.py" 2>&1)
+rc=$?
+[ $rc -eq 1 ] || { echo "FAIL: a raising worker gave exit $rc, not 1"; fail=1; }
+echo "$out" | grep -q '^cohort: exception: ValueError: learning rate must be positive, got -0.1$' ||
+  { echo "FAIL: the report does not quote the exception"; echo "$out"; fail=1; }
 if [ $fail -eq 0 ]; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi
 exit $fail

@@ -130,6 +130,7 @@ typedef struct job {
   char run_id[AGENT_RUN_ID_MAX + 1];
   rdzv_opts ropts; /* discovery options as used, for publishing */
   doctor_result *net; /* derived network settings (--net auto), or NULL */
+  char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
 } job;
 
 /* The job's token, or NULL for a multi-node job started without one. */
@@ -319,6 +320,13 @@ static int build_env(const job *j, const worker *w, envbuf *e) {
     rc |= env_setf(e, "OMP_NUM_THREADS", "%d", 1);
   if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
     rc |= env_setf(e, "NCCL_ASYNC_ERROR_HANDLING", "%d", 1);
+  /* PyTorch's env:// init hosts its own store on MASTER_PORT (rank 0). */
+  rc |= env_setf(e, "TORCHELASTIC_USE_AGENT_STORE", "%s", "False");
+  /* Where torch.distributed.elastic's @record writes a worker's exception;
+   * the failure report quotes it. */
+  if (j->err_dir[0] != '\0')
+    rc |= env_setf(e, "TORCHELASTIC_ERROR_FILE", "%s/attempt%d-rank%d.json", j->err_dir, j->restart,
+                   w->rank);
   /* The interface that reaches node 0 (loopback on one node), so that
    * Gloo and NCCL need no hand-set variables. */
   if (j->iface[0] != '\0') {
@@ -376,8 +384,16 @@ static void compose_local_report(job *j, int index) {
   tail_lines(f, tail, sizeof tail);
   char where[BASE_HOST_MAX + 32] = "";
   if (j->multinode) snprintf(where, sizeof where, "node %d (%s): ", j->plan.my_index, j->hostname);
-  snprintf(j->report, sizeof j->report, "%srank %d (local rank %d, pid %d) %s%s%s", where, f->rank,
-           f->local_rank, (int)f->pid, how, tail[0] ? "\n" : "", tail);
+  char exc[1024] = "";
+  if (j->err_dir[0] != '\0') {
+    char path[256];
+    snprintf(path, sizeof path, "%s/attempt%d-rank%d.json", j->err_dir, j->restart, f->rank);
+    char msg[900];
+    if (agent_error_file_message(path, msg, sizeof msg) == 0)
+      snprintf(exc, sizeof exc, "\nexception: %s", msg);
+  }
+  snprintf(j->report, sizeof j->report, "%srank %d (local rank %d, pid %d) %s%s%s%s", where,
+           f->rank, f->local_rank, (int)f->pid, how, exc, tail[0] ? "\n" : "", tail);
   snprintf(j->cause, sizeof j->cause, "rank %d failed", f->rank);
 }
 
@@ -836,6 +852,20 @@ static int setup_store(job *j) {
   return 0;
 }
 
+/* Removes the error-file directory and the files in it (no subdirectories). */
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d != NULL) {
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+        unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
 /* ---- entry ---- */
 
 int agent_run(const agent_config *cfg) {
@@ -856,6 +886,12 @@ int agent_run(const agent_config *cfg) {
   j.guard.fd = -1;
   gethostname(j.hostname, sizeof j.hostname - 1);
   if (cfg->run_id != NULL) base_strlcpy(j.run_id, cfg->run_id, sizeof j.run_id);
+  {
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(j.err_dir, sizeof j.err_dir, "%s/cohort-errors-XXXXXX",
+             tmpdir && tmpdir[0] && strlen(tmpdir) < 64 ? tmpdir : "/tmp");
+    if (mkdtemp(j.err_dir) == NULL) j.err_dir[0] = '\0';
+  }
 
   if (cfg->token != NULL) base_strlcpy(j.token, cfg->token, sizeof j.token);
 
@@ -1014,6 +1050,7 @@ out:
   rdzv_plan_free(&j.plan);
   doctor_result_destroy(j.net);
   store_server_stop(j.store);
+  if (j.err_dir[0] != '\0') remove_tree(j.err_dir);
   guard_stop(&j.guard);
   signals_restore();
   free(j.workers);

@@ -51,6 +51,13 @@ typedef struct agent_config {
   int net_auto;              /* add derived network settings (cohort doctor) */
 } agent_config;
 
+/*
+ * The exception message a PyTorch worker left in its TORCHELASTIC_ERROR_FILE
+ * (written by torch.distributed.elastic's @record), newlines folded.
+ * Returns 0, -errno when unreadable, -EPROTO when not in that format.
+ */
+int agent_error_file_message(const char *path, char *out, size_t outlen);
+
 /* Checks a run id: 1..64 characters of [A-Za-z0-9._-]. */
 int agent_run_id_valid(const char *id);
 
