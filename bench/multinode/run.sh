@@ -95,7 +95,7 @@ fail_once() { # prints seconds until every agent and worker is gone, or ">CAP"
   local t1
   t1=$(now_ns)
   for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for ((r = 0; r < n; r++)); do p=$(cat "$tmp/pid-$r" 2>/dev/null); [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done
+  for ((r = 0; r < n; r++)); do p=$(cat "$tmp/pid-$r" 2>/dev/null); [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done 2>/dev/null
   wait 2>/dev/null
   if [ $ok = 1 ]; then echo "scale=4; ($t1-$t0)/1000000000" | bc; else echo ">$CAP"; fi
 }
