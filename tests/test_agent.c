@@ -387,6 +387,15 @@ static void test_usage(void) {
   expect_usage(a7, "--run-id");
   char *a8[] = {(char *)cohort, "run", "--nproc-per-node", NULL};
   expect_usage(a8, "needs a value");
+  /* A malformed scheduler environment is an error, not a silent single-node run. */
+  char *a10[] = {(char *)cohort, "run", "--", "true", NULL};
+  char *bad_env[] = {"SLURM_JOB_ID=x", "SLURM_NODEID=0", NULL};
+  proc_result rs;
+  proc_run(a10, bad_env, 10000, &rs);
+  CHECK(proc_exit_code(&rs) != 0);
+  CHECK(strstr(rs.err, "SLURM_JOB_ID='x' is not a job number") != NULL);
+  CHECK_EQ_INT(count_lines(rs.err, "cohort"), 1);
+  proc_result_free(&rs);
   char *a9[] = {(char *)cohort, "run", "--help", NULL};
   proc_result r;
   run(a9, 10000, &r);

@@ -780,7 +780,9 @@ static int setup_store(job *j) {
     extern char **environ;
     rc = rdzv_discover(&opts, environ, &t, err, sizeof err);
   }
-  if (rc != 0 && explicit_multi) {
+  if (rc != 0 && (explicit_multi || rc != -ENOENT)) {
+    /* A scheduler environment that is there but malformed is an error, not
+     * a reason to run alone. */
     fprintf(stderr, "cohort: rendezvous: %s\n", err[0] ? err : cohort_strerror(rc));
     return rc;
   }
