@@ -513,6 +513,14 @@ static void test_operations(void) {
   CHECK_EQ_INT(store_set(c, longkey, "v", 1, dl), 0);
   CHECK_EQ_INT(store_set(c, "", "v", 1, dl), -EINVAL);
   CHECK_EQ_INT(store_set(c, "k", bin, (size_t)STORE_VALUE_MAX + 1, dl), COHORT_ELIMIT);
+  /* A WAIT too big for one frame is refused before sending. */
+  const char **many = calloc(STORE_WAIT_KEYS_MAX, sizeof *many);
+  for (size_t i = 0; i < STORE_WAIT_KEYS_MAX; i++) many[i] = longkey;
+  CHECK_EQ_INT(store_wait(c, many, STORE_WAIT_KEYS_MAX, dl), COHORT_ELIMIT);
+  CHECK_EQ_INT(store_wait(c, many, STORE_WAIT_KEYS_MAX + 1, dl), COHORT_ELIMIT);
+  for (size_t i = 0; i < 1000; i++) many[i] = "bin";
+  CHECK_EQ_INT(store_wait(c, many, 1000, dl), 0);
+  free(many);
   CHECK_EQ_INT(store_ping(c, dl), 0);
 
   store_client_close(c);

@@ -240,6 +240,8 @@ static int peer_closed(int fd) {
 static int call(store_client *c, uint8_t op, int64_t deadline_ms, int64_t read_deadline_ms,
                 store_response *resp) {
   if (c->req.oom) return -ENOMEM;
+  /* E.g. a WAIT for thousands of long keys: the server would refuse the frame. */
+  if (c->req.len - STORE_HEADER_LEN > STORE_FRAME_MAX) return COHORT_ELIMIT;
   if (c->fd >= 0 && peer_closed(c->fd)) drop(c);
   if (c->fd < 0) {
     int rc = connect_retry(c, deadline_ms, NULL, 0);
