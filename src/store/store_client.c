@@ -44,27 +44,86 @@ static void drop(store_client *c) {
   c->fd = -1;
 }
 
-/* Reads one response frame into c->resp and parses it as the answer to op. */
-static int read_response(store_client *c, uint8_t op, int64_t deadline_ms, store_response *resp) {
-  uint8_t hdr[STORE_HEADER_LEN];
-  int rc = base_read_full(c->fd, hdr, sizeof hdr, deadline_ms);
-  if (rc != 0) return rc;
-  uint32_t n = store_load_u32(hdr);
-  if (n == 0 || n > STORE_FRAME_MAX) return COHORT_EPROTO;
-  if (n > c->resp_cap) {
-    uint8_t *p = realloc(c->resp, n);
-    if (p == NULL) return -ENOMEM;
-    c->resp = p;
-    c->resp_cap = n;
+/* Waits until fd is ready for events, or the deadline. */
+static int wait_ready(int fd, short events, int64_t deadline_ms) {
+  struct pollfd p = {.fd = fd, .events = events};
+  for (;;) {
+    int n = poll(&p, 1, base_deadline_left(deadline_ms));
+    if (n > 0) return 0;
+    if (n == 0) return -ETIMEDOUT;
+    if (errno != EINTR) return -errno;
   }
-  rc = base_read_full(c->fd, c->resp, n, deadline_ms);
+}
+
+/*
+ * Sends all of len bytes. The socket is tried first and polled only when it
+ * is full: a request is one send() in the common case.
+ */
+static int send_all(int fd, const uint8_t *p, size_t len, int64_t deadline_ms) {
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    int rc = wait_ready(fd, POLLOUT, deadline_ms);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* Receives into c->resp until it holds at least need bytes. */
+static int recv_until(store_client *c, size_t *have, size_t need, int64_t deadline_ms) {
+  while (*have < need) {
+    ssize_t n = recv(c->fd, c->resp + *have, c->resp_cap - *have, MSG_DONTWAIT);
+    if (n > 0) {
+      *have += (size_t)n;
+      continue;
+    }
+    if (n == 0) return -ECONNRESET;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    int rc = wait_ready(c->fd, POLLIN, deadline_ms);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static int grow_resp(store_client *c, size_t cap) {
+  if (cap <= c->resp_cap) return 0;
+  uint8_t *p = realloc(c->resp, cap);
+  if (p == NULL) return -ENOMEM;
+  c->resp = p;
+  c->resp_cap = cap;
+  return 0;
+}
+
+/*
+ * Reads one response frame into c->resp and parses it as the answer to op.
+ * Header and body usually arrive in one recv(). The parsed fields point into
+ * c->resp until the next call.
+ */
+static int read_response(store_client *c, uint8_t op, int64_t deadline_ms, store_response *resp) {
+  size_t have = 0;
+  int rc = grow_resp(c, 4096);
+  if (rc == 0) rc = recv_until(c, &have, STORE_HEADER_LEN, deadline_ms);
   if (rc != 0) return rc;
-  return store_proto_parse_response(op, c->resp, n, resp, NULL, 0);
+  uint32_t n = store_load_u32(c->resp);
+  if (n == 0 || n > STORE_FRAME_MAX) return COHORT_EPROTO;
+  size_t total = STORE_HEADER_LEN + (size_t)n;
+  if ((rc = grow_resp(c, total)) != 0) return rc;
+  if ((rc = recv_until(c, &have, total, deadline_ms)) != 0) return rc;
+  /* One request, one answer: anything more is not this protocol. */
+  if (have != total) return COHORT_EPROTO;
+  return store_proto_parse_response(op, c->resp + STORE_HEADER_LEN, n, resp, NULL, 0);
 }
 
 static int send_buf(int fd, const store_buf *b, int64_t deadline_ms) {
   if (b->oom) return -ENOMEM;
-  return base_write_full(fd, b->p, b->len, deadline_ms);
+  return send_all(fd, b->p, b->len, deadline_ms);
 }
 
 /*

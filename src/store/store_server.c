@@ -561,10 +561,17 @@ static int conn_read(store_server *s, conn *c, int64_t now) {
         base_log(BASE_LOG_INFO, "store: %s closed the connection mid-frame", c->peer);
       return -1;
     }
+    size_t space = c->in_cap - c->in_len;
     if (c->in_len == 0) c->frame_start_ms = now;
     c->in_len += (size_t)n;
     c->last_active_ms = now;
     if (have_frame(c)) process_input(s, c, now);
+    /*
+     * A short read drained the socket: save the recv() that would say EAGAIN,
+     * but size the buffer for the frame now (or refuse it) so that the next
+     * poll() waits for the right thing.
+     */
+    if ((size_t)n < space) return c->closing || reserve_input(s, c) == 0 ? 0 : -1;
   }
   return 0;
 }
