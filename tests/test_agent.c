@@ -190,6 +190,17 @@ static void test_fail_together(void) {
   CHECK(strstr(r.err, "killed by SIGSEGV") != NULL);
   proc_result_free(&r);
 
+  /* A hung (SIGSTOPped) worker is named and still stopped promptly. */
+  char *argv4[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", "sh", "-c",
+                   "if [ $RANK = 1 ]; then kill -STOP $$; sleep 60; fi; sleep 0.5; "
+                   "echo timed out waiting for rank 1; exit 1",
+                   NULL};
+  if (run(argv4, 30000, &r) != 0) return;
+  CHECK_EQ_INT(proc_exit_code(&r), 1);
+  CHECK(r.seconds < 10.0);
+  CHECK(strstr(r.err, "rank 1: was stopped (SIGSTOP or traced) when the job failed") != NULL);
+  proc_result_free(&r);
+
   /* A worker deaf to SIGTERM gets SIGKILL after the grace period. */
   char *argv3[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--grace", "1", "--", "sh",
                    "-c",

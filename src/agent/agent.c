@@ -150,7 +150,12 @@ static void signal_groups(job *j, int sig, int mark) {
 static void begin_stop(job *j) {
   if (j->stopping) return;
   j->stopping = 1;
+  /* A stopped (hung) worker is worth naming in the report. */
+  for (int i = 0; i < j->nworkers; i++)
+    if (j->workers[i].running && worker_is_frozen(j->workers[i].pid)) j->workers[i].was_frozen = 1;
   signal_groups(j, SIGTERM, 1);
+  /* Stopped processes act on SIGTERM only once continued. */
+  signal_groups(j, SIGCONT, 0);
   j->kill_at = base_now_ms() + j->cfg->grace_ms;
 }
 
@@ -436,6 +441,9 @@ static void print_report(const job *j) {
     if (i == j->first_failed || w->pid <= 0) continue;
     char st[128];
     worker_describe_status(w->status, st, sizeof st);
+    if (w->was_frozen)
+      fprintf(stderr, "cohort: %srank %d: was stopped (SIGSTOP or traced) when the job failed: a hung worker\n",
+              node, w->rank);
     if (w->stopped_by != 0) {
       const char *sn = sigabbrev_np(w->stopped_by);
       fprintf(stderr, "cohort: %srank %d: stopped by cohort (SIG%s) after %s; %s\n", node, w->rank,

@@ -18,6 +18,7 @@ void worker_init(worker *w, int rank, int local_rank, int console, int log_fd) {
   w->running = 0;
   w->status = 0;
   w->stopped_by = 0;
+  w->was_frozen = 0;
   w->out.fd = -1;
   w->out.len = 0;
   w->out.console_fd = console ? STDOUT_FILENO : -1;
@@ -191,4 +192,17 @@ void worker_describe_status(int status, char *out, size_t outlen) {
 
 int worker_succeeded(const worker *w) {
   return WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
+}
+
+int worker_is_frozen(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *rp = strrchr(buf, ')'); /* the command name may contain anything */
+  return rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
 }

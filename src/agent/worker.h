@@ -29,6 +29,7 @@ typedef struct worker {
   int running;    /* spawned and not yet reaped */
   int status;     /* waitpid() status once reaped */
   int stopped_by; /* signal the agent sent it before it ended, or 0 */
+  int was_frozen; /* it was stopped (SIGSTOP, traced) when the job began to stop */
   worker_stream out, err;
   int log_fd;     /* per-rank log file or -1 */
   char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];
@@ -57,6 +58,9 @@ void worker_close_streams(worker *w);
 
 /* Describes how the worker ended, e.g. "exited with code 3", "killed by SIGSEGV". */
 void worker_describe_status(int status, char *out, size_t outlen);
+
+/* 1 when the process is stopped (state T or t in /proc/PID/stat). */
+int worker_is_frozen(pid_t pid);
 
 /* 1 when the worker ended successfully (exit code 0). */
 int worker_succeeded(const worker *w);
