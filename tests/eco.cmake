@@ -45,3 +45,16 @@ include(${CMAKE_SOURCE_DIR}/fuzz/eco.cmake)
 add_test(NAME manifest_run
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest_run.py $<TARGET_FILE_DIR:cohort>)
 set_tests_properties(manifest_run PROPERTIES TIMEOUT 300 LABELS "slow")
+
+# The trainer's --tensorboard events and --metrics file agree, and cohort plot
+# draws the metrics. Registered at the end of the directory, when it is known
+# whether cohort-gpt2 is built.
+function(cohort_eco_gpt2_tests)
+  if(TARGET cohort-gpt2)
+    add_test(NAME tb_gpt2
+      COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_tb.py gpt2
+              $<TARGET_FILE:cohort-gpt2> $<TARGET_FILE:cohort>)
+    set_tests_properties(tb_gpt2 PROPERTIES TIMEOUT 300 LABELS "unit")
+  endif()
+endfunction()
+cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL cohort_eco_gpt2_tests)

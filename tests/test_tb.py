@@ -1,5 +1,8 @@
 #!/usr/bin/python3
 """test_tb.py TEST_TB - decodes the event file `test_tb write DIR` produces.
+test_tb.py gpt2 COHORT_GPT2 COHORT - the same decoding of what the trainer
+writes with --tensorboard, compared with its --metrics file, which
+`cohort plot` must then draw with one point per step.
 
 Independent of the writer: TFRecord framing and both masked CRC32Cs are
 checked by a decoder written here, and the Event messages are parsed by the
@@ -153,4 +156,51 @@ def main():
     return 1 if failures else 0
 
 
+def gpt2_main(trainer, cohort):
+    import json
+    import xml.etree.ElementTree as ET
+    steps = 7
+    with tempfile.TemporaryDirectory() as d:
+        metrics = os.path.join(d, "m.jsonl")
+        p = subprocess.run([trainer, "--model", "tiny", "--steps", str(steps), "--threads", "1",
+                            "--quiet", "--metrics", metrics, "--tensorboard", d],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, "trainer failed: " + p.stderr)
+        files = [f for f in os.listdir(d) if f.startswith("events.out.tfevents.")]
+        check(len(files) == 1, "one event file: %r" % files)
+        with open(os.path.join(d, files[0]), "rb") as f:
+            blob = f.read()
+        with open(metrics) as f:
+            rows = [json.loads(line) for line in f]
+        Event = event_class()
+        events = []
+        for data in records(blob):
+            e = Event()
+            e.ParseFromString(data)
+            events.append(e)
+        check(events and events[0].file_version == "brain.Event:2", "file version first")
+        scalars = {}
+        for e in events[1:]:
+            for v in e.summary.value:
+                scalars[(v.tag, e.step)] = v.simple_value
+        check(len(rows) == steps, "%d metrics rows" % len(rows))
+        for row in rows:
+            for tag, key in [("train/loss", "loss"), ("perf/tokens_per_s", "tokens_per_s")]:
+                got = scalars.get((tag, row["step"]))
+                check(got is not None and abs(got - f32(row[key])) <= 1e-6 * abs(row[key]) + 1e-30,
+                      "step %d %s: event %r vs metrics %r" % (row["step"], tag, got, row[key]))
+        out = os.path.join(d, "m.svg")
+        p = subprocess.run([cohort, "plot", "-o", out, metrics], capture_output=True, text=True,
+                           timeout=60)
+        check(p.returncode == 0, "cohort plot: " + p.stderr)
+        root = ET.parse(out).getroot()
+        counts = {pl.get("class"): len(pl.get("points").split())
+                  for pl in root.iter("{http://www.w3.org/2000/svg}polyline")}
+        check(counts == {"loss": steps, "tokens_per_s": steps}, "polylines %r" % counts)
+    print("test_tb.py gpt2: %d events, %d failures" % (len(events), failures))
+    return 1 if failures else 0
+
+
+if len(sys.argv) == 4 and sys.argv[1] == "gpt2":
+    sys.exit(gpt2_main(sys.argv[2], sys.argv[3]))
 sys.exit(main())
