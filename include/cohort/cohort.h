@@ -97,6 +97,7 @@ typedef struct cohort_comm_config {
   const char *token;      /* shared secret of the job, or NULL */
   int timeout_ms;         /* default deadline of every operation; 0: 60000 */
   cohort_transport transport;
+  int restart;            /* restart round of the job (keeps rounds apart on one store) */
 } cohort_comm_config;
 
 /*

@@ -1,0 +1,314 @@
+/*
+ * algo.c - the collective algorithms. They see ranks, byte ranges and the
+ * engine's send/recv/sendrecv(+reduce) calls, nothing of transports.
+ *
+ * Choice by message size (comm->algo_threshold, COHORT_ALGO_THRESHOLD):
+ *   allreduce      small: recursive doubling (non-powers of two fold the
+ *                  extra ranks in first); large: ring reduce-scatter then
+ *                  ring allgather, reducing into the output as bytes arrive.
+ *   reduce_scatter ring; out of place it is sliced so partial sums live in
+ *                  two slice-sized scratch buffers, not a copy of the input.
+ *   allgather      ring.
+ *   broadcast      small: binomial tree; large: pipelined chain in slices.
+ *   reduce         small: binomial tree; large: pipelined chain in slices.
+ *   barrier        recursive doubling of headers only.
+ * Extra memory per rank is bounded: 2 slices of scratch plus, below the
+ * threshold, one message-sized temporary (at most the threshold).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+
+/* Block b of `count` elements split over n ranks: offset and length in elements. */
+static void block(size_t count, int n, int b, size_t *off, size_t *len) {
+  size_t q = count / (size_t)n, r = count % (size_t)n;
+  size_t ub = (size_t)b;
+  *off = ub * q + (ub < r ? ub : r);
+  *len = q + (ub < r ? 1 : 0);
+}
+
+static int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
+
+/* Temporary of up to the threshold for the latency algorithms. */
+static void *small_tmp(coll_ctx *x, size_t bytes) {
+  if (bytes <= x->comm->scratch_bytes) return x->comm->scratch;
+  return malloc(bytes ? bytes : 1);
+}
+static void small_tmp_free(coll_ctx *x, void *p) {
+  if (p != x->comm->scratch) free(p);
+}
+
+/* ---- allreduce ---- */
+
+static int allreduce_rd(coll_ctx *x, const char *send, char *recv, size_t count) {
+  cohort_comm *c = x->comm;
+  int n = c->size, r = c->rank, rc = 0;
+  size_t bytes = count * x->es;
+  if (send != recv && bytes) memcpy(recv, send, bytes);
+  char *tmp = small_tmp(x, bytes);
+  if (tmp == NULL) return -ENOMEM;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  int rem = n - p, nid;
+  /* Fold: among the first 2*rem ranks, evens hand their data to the odd rank above. */
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      rc = coll_send(x, r + 1, recv, bytes);
+      if (rc == 0) rc = coll_recv(x, r + 1, recv, bytes);
+      goto out;
+    }
+    rc = coll_recv_reduce(x, r - 1, recv, recv, bytes);
+    if (rc != 0) goto out;
+    nid = r / 2;
+  } else {
+    nid = r - rem;
+  }
+  for (int mask = 1; mask < p; mask <<= 1) {
+    int pn = nid ^ mask;
+    int peer = pn < rem ? pn * 2 + 1 : pn + rem;
+    /* Receive into tmp: recv is being sent at the same time. */
+    rc = coll_sendrecv(x, peer, recv, bytes, peer, tmp, bytes);
+    if (rc != 0) goto out;
+    coll_reduce(x->op->dtype, x->op->op, recv, recv, tmp, count);
+  }
+  if (r < 2 * rem) rc = coll_send(x, r - 1, recv, bytes);
+out:
+  small_tmp_free(x, tmp);
+  if (rc == 0) coll_reduce_finish(x->op->dtype, x->op->op, recv, count, n);
+  return rc;
+}
+
+static int allreduce_ring(coll_ctx *x, const char *send, char *recv, size_t count) {
+  cohort_comm *c = x->comm;
+  int n = c->size, r = c->rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  size_t es = x->es;
+  /* Reduce-scatter: after step s rank r holds the partial of block r-s-1; it ends owning r+1. */
+  for (int s = 0; s < n - 1; s++) {
+    int sb = mod(r - s, n), rb = mod(r - s - 1, n);
+    size_t so, sl, ro, rl;
+    block(count, n, sb, &so, &sl);
+    block(count, n, rb, &ro, &rl);
+    const char *sbuf = (s == 0 ? send : recv) + so * es;
+    int rc = coll_sendrecv_reduce(x, next, sbuf, sl * es, prev, send + ro * es, recv + ro * es,
+                                  rl * es);
+    if (rc != 0) return rc;
+  }
+  size_t oo, ol;
+  block(count, n, mod(r + 1, n), &oo, &ol);
+  coll_reduce_finish(x->op->dtype, x->op->op, recv + oo * es, ol, n);
+  /* Allgather of the owned blocks. */
+  for (int s = 0; s < n - 1; s++) {
+    int sb = mod(r + 1 - s, n), rb = mod(r - s, n);
+    size_t so, sl, ro, rl;
+    block(count, n, sb, &so, &sl);
+    block(count, n, rb, &ro, &rl);
+    int rc = coll_sendrecv(x, next, recv + so * es, sl * es, prev, recv + ro * es, rl * es);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* ---- reduce-scatter ---- */
+
+static int reduce_scatter_ring(coll_ctx *x, const char *send, char *recv, size_t rc_count) {
+  cohort_comm *c = x->comm;
+  int n = c->size, r = c->rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  size_t es = x->es, bb = rc_count * es; /* block bytes */
+  int in_place = send == recv;
+  char *out = in_place ? recv + (size_t)r * bb : recv;
+  if (in_place) {
+    /* Partials live in the buffer itself: step s sends block r-s-1, receives block r-s-2. */
+    for (int s = 0; s < n - 1; s++) {
+      size_t sb = (size_t)mod(r - s - 1, n), rb = (size_t)mod(r - s - 2, n);
+      int rc = coll_sendrecv_reduce(x, next, recv + sb * bb, bb, prev, recv + rb * bb,
+                                    recv + rb * bb, bb);
+      if (rc != 0) return rc;
+    }
+  } else {
+    /* Sliced: partials of one slice of every block alternate between two scratch buffers. */
+    size_t slice = c->slice_bytes / es;
+    if (slice == 0) slice = 1;
+    char *tmp[2] = {c->scratch, (char *)c->scratch + c->slice_bytes};
+    /* One pass even for count 0, so the headers are still compared. */
+    for (size_t lo = 0; lo == 0 || lo < rc_count; lo += slice) {
+      size_t len = rc_count - lo < slice ? rc_count - lo : slice;
+      size_t lb = len * es, lo_b = lo * es;
+      for (int s = 0; s < n - 1; s++) {
+        size_t sb = (size_t)mod(r - s - 1, n), rb = (size_t)mod(r - s - 2, n);
+        const char *sbuf = s == 0 ? send + sb * bb + lo_b : tmp[(s - 1) % 2];
+        char *dst = s == n - 2 ? out + lo_b : tmp[s % 2];
+        int rc = coll_sendrecv_reduce(x, next, sbuf, lb, prev, send + rb * bb + lo_b, dst, lb);
+        if (rc != 0) return rc;
+      }
+    }
+  }
+  coll_reduce_finish(x->op->dtype, x->op->op, out, rc_count, n);
+  return 0;
+}
+
+/* ---- allgather ---- */
+
+static int allgather_ring(coll_ctx *x, const char *send, char *recv, size_t sc) {
+  cohort_comm *c = x->comm;
+  int n = c->size, r = c->rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  size_t bb = sc * x->es;
+  if (send != recv + (size_t)r * bb && bb) memcpy(recv + (size_t)r * bb, send, bb);
+  for (int s = 0; s < n - 1; s++) {
+    size_t sb = (size_t)mod(r - s, n), rb = (size_t)mod(r - s - 1, n);
+    int rc = coll_sendrecv(x, next, recv + sb * bb, bb, prev, recv + rb * bb, bb);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* ---- broadcast ---- */
+
+static int broadcast_tree(coll_ctx *x, char *buf, size_t bytes, int root) {
+  cohort_comm *c = x->comm;
+  int n = c->size, vr = mod(c->rank - root, n), mask = 1, rc;
+  while (mask < n) {
+    if (vr & mask) {
+      rc = coll_recv(x, mod(vr - mask + root, n), buf, bytes);
+      if (rc != 0) return rc;
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) {
+      rc = coll_send(x, mod(vr + mask + root, n), buf, bytes);
+      if (rc != 0) return rc;
+    }
+  }
+  return 0;
+}
+
+static int broadcast_chain(coll_ctx *x, char *buf, size_t bytes, int root) {
+  cohort_comm *c = x->comm;
+  int n = c->size, vr = mod(c->rank - root, n);
+  int next = mod(c->rank + 1, n), prev = mod(c->rank - 1, n);
+  size_t sl = c->slice_bytes, ns = (bytes + sl - 1) / sl;
+  if (ns == 0) ns = 1; /* count 0 still exchanges headers */
+#define SLICE_LEN(k) ((k) * sl < bytes ? (bytes - (k) * sl < sl ? bytes - (k) * sl : sl) : 0)
+  /* Iteration k receives slice k from prev and forwards slice k-1 to next. */
+  for (size_t k = 0; k <= ns; k++) {
+    int do_recv = vr > 0 && k < ns;
+    int do_send = vr == 0 ? k < ns : (vr < n - 1 && k >= 1);
+    size_t sk = vr == 0 ? k : k - 1;
+    int rc = 0;
+    if (do_send && do_recv)
+      rc = coll_sendrecv(x, next, buf + sk * sl, SLICE_LEN(sk), prev, buf + k * sl, SLICE_LEN(k));
+    else if (do_send) rc = coll_send(x, next, buf + sk * sl, SLICE_LEN(sk));
+    else if (do_recv) rc = coll_recv(x, prev, buf + k * sl, SLICE_LEN(k));
+    if (rc != 0) return rc;
+  }
+#undef SLICE_LEN
+  return 0;
+}
+
+/* ---- reduce ---- */
+
+static int reduce_tree(coll_ctx *x, const char *send, char *recv, size_t count, int root) {
+  cohort_comm *c = x->comm;
+  int n = c->size, vr = mod(c->rank - root, n), rc = 0;
+  size_t bytes = count * x->es;
+  char *acc = NULL;
+  const char *cur = send; /* what this rank sends up: its input until it has reduced */
+  if (vr == 0) {
+    acc = recv;
+    if (send != recv && bytes) memcpy(recv, send, bytes);
+    cur = recv;
+  }
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (vr & mask) {
+      rc = coll_send(x, mod(vr - mask + root, n), cur, bytes);
+      break;
+    }
+    if (vr + mask < n) {
+      if (acc == NULL) {
+        acc = small_tmp(x, bytes);
+        if (acc == NULL) return -ENOMEM;
+        if (bytes) memcpy(acc, send, bytes);
+        cur = acc;
+      }
+      rc = coll_recv_reduce(x, mod(vr + mask + root, n), acc, acc, bytes);
+      if (rc != 0) break;
+    }
+  }
+  if (acc != NULL && acc != recv) small_tmp_free(x, acc);
+  if (rc == 0 && vr == 0) coll_reduce_finish(x->op->dtype, x->op->op, recv, count, n);
+  return rc;
+}
+
+static int reduce_chain(coll_ctx *x, const char *send, char *recv, size_t count, int root) {
+  cohort_comm *c = x->comm;
+  int n = c->size, vr = mod(c->rank - root, n);
+  /* Data flows from virtual rank n-1 down to 0 (the root). */
+  int down = mod(c->rank - 1, n), up = mod(c->rank + 1, n);
+  size_t es = x->es, bytes = count * es;
+  size_t sl = c->slice_bytes / es * es, ns = (bytes + sl - 1) / sl;
+  if (ns == 0) ns = 1; /* count 0 still exchanges headers */
+  char *tmp[2] = {c->scratch, (char *)c->scratch + c->slice_bytes};
+  for (size_t k = 0; k <= ns; k++) {
+    size_t ro = k * sl, rlen = ro < bytes ? (bytes - ro < sl ? bytes - ro : sl) : 0;
+    size_t so = (k - 1) * sl, slen = 0;
+    if (k >= 1) slen = so < bytes ? (bytes - so < sl ? bytes - so : sl) : 0;
+    int rc = 0;
+    if (vr == n - 1) {
+      /* Tail: sends its own slices. */
+      if (k < ns) rc = coll_send(x, down, send + ro, rlen);
+    } else if (vr == 0) {
+      if (k < ns) rc = coll_recv_reduce(x, up, send + ro, recv + ro, rlen);
+    } else {
+      int do_recv = k < ns, do_send = k >= 1;
+      char *dst = tmp[k % 2];
+      if (do_recv && do_send)
+        rc = coll_sendrecv_reduce(x, down, tmp[(k - 1) % 2], slen, up, send + ro, dst, rlen);
+      else if (do_recv) rc = coll_recv_reduce(x, up, send + ro, dst, rlen);
+      else if (do_send) rc = coll_send(x, down, tmp[(k - 1) % 2], slen);
+    }
+    if (rc != 0) return rc;
+  }
+  if (vr == 0) coll_reduce_finish(x->op->dtype, x->op->op, recv, count, n);
+  return 0;
+}
+
+int coll_run_op(coll_ctx *x) {
+  cohort_comm *c = x->comm;
+  const coll_op *op = x->op;
+  size_t es = x->es, bytes = op->count * es;
+  const char *send = op->send;
+  char *recv = op->recv;
+  int small = bytes < c->algo_threshold;
+  if (c->size == 1) {
+    switch (op->kind) {
+    case COLL_ALLREDUCE:
+    case COLL_REDUCE:
+      if (recv != NULL && send != recv && bytes) memcpy(recv, send, bytes);
+      return 0;
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALLGATHER:
+      if (send != recv && bytes) memcpy(recv, send, bytes);
+      return 0;
+    default: return 0;
+    }
+  }
+  switch (op->kind) {
+  case COLL_ALLREDUCE:
+    return small ? allreduce_rd(x, send, recv, op->count) : allreduce_ring(x, send, recv, op->count);
+  case COLL_REDUCE_SCATTER: return reduce_scatter_ring(x, send, recv, op->count);
+  case COLL_ALLGATHER: return allgather_ring(x, send, recv, op->count);
+  case COLL_BROADCAST:
+    return small ? broadcast_tree(x, recv, bytes, op->root)
+                 : broadcast_chain(x, recv, bytes, op->root);
+  case COLL_REDUCE:
+    return small ? reduce_tree(x, send, recv, op->count, op->root)
+                 : reduce_chain(x, send, recv, op->count, op->root);
+  case COLL_BARRIER: return allreduce_rd(x, NULL, NULL, 0);
+  default: return -EINVAL;
+  }
+}

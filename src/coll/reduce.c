@@ -1,0 +1,206 @@
+/*
+ * reduce.c - element-wise reduction kernels and half-precision conversions.
+ *
+ * f16 and bf16 are widened to f32, combined in f32 and rounded back to
+ * nearest-even once per combination, so a sum of small integers is exact.
+ * Built with -O3 (module.cmake) so the plain loops vectorise.
+ */
+#include <string.h>
+
+#include "coll/coll.h"
+
+float coll_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {
+      /* Subnormal half: normalise into a float. */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t coll_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t man = x & 0x7fffffu;
+  if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0)); /* inf / nan */
+  int e = (int)exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
+  if (e <= 0) {
+    if (e < -10) return sign; /* underflows to zero */
+    /* Subnormal half: shift the mantissa with its implicit bit, round to nearest even. */
+    man |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = ((uint32_t)e << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fffu;
+  /* Rounding may carry into the exponent, which is still correct (up to inf). */
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
+  return (uint16_t)(sign | half);
+}
+
+float coll_bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t coll_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (uint16_t)((x >> 16) | 0x40u);
+  uint32_t lsb = (x >> 16) & 1u;
+  x += 0x7fffu + lsb;
+  return (uint16_t)(x >> 16);
+}
+
+/* One loop per (type, op). dst may alias a; no restrict, the compiler adds the overlap check. */
+#define COLL_LOOP(T, EXPR)                                                                         \
+  do {                                                                                             \
+    T *d_ = (T *)dst;                                                                              \
+    const T *a_ = (const T *)a, *b_ = (const T *)b;                                                \
+    for (size_t i = 0; i < n; i++) {                                                               \
+      T x = a_[i], y = b_[i];                                                                      \
+      d_[i] = (T)(EXPR);                                                                           \
+    }                                                                                              \
+  } while (0)
+
+#define COLL_OPS(T)                                                                                \
+  switch (op) {                                                                                    \
+  case COHORT_SUM:                                                                                 \
+  case COHORT_AVG: COLL_LOOP(T, x + y); break;                                                     \
+  case COHORT_PROD: COLL_LOOP(T, x * y); break;                                                    \
+  case COHORT_MIN: COLL_LOOP(T, x < y ? x : y); break;                                             \
+  case COHORT_MAX: COLL_LOOP(T, x > y ? x : y); break;                                             \
+  default: break;                                                                                  \
+  }
+
+/* Half types: widen a block to f32, combine, narrow. */
+#define COLL_HALF_BLOCK 256
+static void reduce_half(int bf, cohort_redop op, uint16_t *dst, const uint16_t *a,
+                        const uint16_t *b, size_t n) {
+  float fa[COLL_HALF_BLOCK], fb[COLL_HALF_BLOCK];
+  for (size_t base = 0; base < n; base += COLL_HALF_BLOCK) {
+    size_t m = n - base < COLL_HALF_BLOCK ? n - base : COLL_HALF_BLOCK;
+    for (size_t i = 0; i < m; i++) {
+      fa[i] = bf ? coll_bf16_to_f32(a[base + i]) : coll_f16_to_f32(a[base + i]);
+      fb[i] = bf ? coll_bf16_to_f32(b[base + i]) : coll_f16_to_f32(b[base + i]);
+    }
+    for (size_t i = 0; i < m; i++) {
+      float x = fa[i], y = fb[i], r;
+      switch (op) {
+      case COHORT_PROD: r = x * y; break;
+      case COHORT_MIN: r = x < y ? x : y; break;
+      case COHORT_MAX: r = x > y ? x : y; break;
+      default: r = x + y; break;
+      }
+      fa[i] = r;
+    }
+    for (size_t i = 0; i < m; i++)
+      dst[base + i] = bf ? coll_f32_to_bf16(fa[i]) : coll_f32_to_f16(fa[i]);
+  }
+}
+
+void coll_reduce(cohort_dtype dt, cohort_redop op, void *dst, const void *a, const void *b,
+                 size_t n) {
+  switch (dt) {
+  case COHORT_F32: COLL_OPS(float); break;
+  case COHORT_F64: COLL_OPS(double); break;
+  case COHORT_I32: COLL_OPS(int32_t); break;
+  case COHORT_I64: COLL_OPS(int64_t); break;
+  case COHORT_U8: COLL_OPS(uint8_t); break;
+  case COHORT_F16: reduce_half(0, op, dst, a, b, n); break;
+  case COHORT_BF16: reduce_half(1, op, dst, a, b, n); break;
+  default: break;
+  }
+}
+
+void coll_reduce_finish(cohort_dtype dt, cohort_redop op, void *buf, size_t n, int size) {
+  if (op != COHORT_AVG || size <= 1) return;
+  switch (dt) {
+  case COHORT_F32: {
+    float *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] / (float)size;
+    break;
+  }
+  case COHORT_F64: {
+    double *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] / (double)size;
+    break;
+  }
+  case COHORT_I32: {
+    int32_t *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] / size;
+    break;
+  }
+  case COHORT_I64: {
+    int64_t *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] / size;
+    break;
+  }
+  case COHORT_U8: {
+    uint8_t *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(p[i] / size);
+    break;
+  }
+  case COHORT_F16: {
+    uint16_t *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = coll_f32_to_f16(coll_f16_to_f32(p[i]) / (float)size);
+    break;
+  }
+  case COHORT_BF16: {
+    uint16_t *p = buf;
+    for (size_t i = 0; i < n; i++) p[i] = coll_f32_to_bf16(coll_bf16_to_f32(p[i]) / (float)size);
+    break;
+  }
+  default: break;
+  }
+}
+
+COHORT_API size_t cohort_dtype_size(cohort_dtype dtype) {
+  switch (dtype) {
+  case COHORT_F32: return 4;
+  case COHORT_F64: return 8;
+  case COHORT_F16: return 2;
+  case COHORT_BF16: return 2;
+  case COHORT_I32: return 4;
+  case COHORT_I64: return 8;
+  case COHORT_U8: return 1;
+  default: return 0;
+  }
+}
+
+const char *coll_dtype_name(cohort_dtype dt) {
+  static const char *names[] = {"float", "double", "half", "bfloat16", "int32", "int64", "uint8"};
+  return (unsigned)dt < COHORT_DTYPE_COUNT ? names[dt] : "?";
+}
+
+const char *coll_redop_name(cohort_redop op) {
+  static const char *names[] = {"sum", "prod", "min", "max", "avg"};
+  return (unsigned)op < COHORT_REDOP_COUNT ? names[op] : "?";
+}

@@ -1,0 +1,331 @@
+/*
+ * shm.c - the shared-memory transport among the ranks of one host.
+ *
+ * One segment per host and communicator holds, for every ordered pair of
+ * local ranks, a single-producer single-consumer byte ring (head and tail
+ * counters on their own cache lines), plus one doorbell per rank. A rank
+ * that cannot progress spins briefly, then announces it is sleeping and
+ * sleeps on its doorbell futex; a producer or consumer that moves a counter
+ * rings the other side's doorbell only when that side announced sleep. The
+ * sequentially consistent store/load pairs on (counter, sleeping) make the
+ * lost-wake-up race impossible: either the sleeper sees the new counter or
+ * the waker sees the sleeper.
+ *
+ * Ring sizes are powers of two and every message is padded to 8 bytes, so
+ * elements never straddle the wrap and peek hands out aligned pointers.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "coll/coll.h"
+
+#define SHM_MAGIC 0x636f686f72747368ull /* "cohortsh" */
+#define SHM_SPIN_US 20
+
+typedef struct shm_hdr {
+  _Atomic uint64_t magic;
+  uint32_t nlocal;
+  uint32_t pad;
+  uint64_t chan_bytes;
+  _Atomic int32_t abort_owner; /* -1, or the rank that writes abort_msg */
+  _Atomic uint32_t abort_flag; /* 1 once abort_msg is complete */
+  char abort_msg[400];
+} shm_hdr;
+
+typedef struct shm_bell {
+  _Atomic uint32_t seq;
+  _Atomic uint32_t sleeping;
+  char pad[56];
+} shm_bell;
+
+typedef struct shm_ctrl {
+  _Atomic uint64_t head; /* bytes written, by the producer */
+  char pad1[56];
+  _Atomic uint64_t tail; /* bytes consumed, by the consumer */
+  char pad2[56];
+} shm_ctrl;
+
+struct coll_shm {
+  char *base;
+  size_t size;
+  int nlocal, me;
+  int world_size;
+  int *lidx; /* [world_size]: local index of a world rank, -1 when not on this host */
+  size_t cap;
+  shm_hdr *hdr;
+  shm_bell *bells;
+  shm_ctrl *ctrl;
+  char *data;
+};
+
+static size_t align_up(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
+
+static void layout(int nlocal, size_t cap, size_t *bells, size_t *ctrl, size_t *data,
+                   size_t *total) {
+  size_t n = (size_t)nlocal;
+  *bells = align_up(sizeof(shm_hdr), 64);
+  *ctrl = *bells + n * sizeof(shm_bell);
+  *data = align_up(*ctrl + n * n * sizeof(shm_ctrl), 4096);
+  *total = *data + n * n * cap;
+}
+
+size_t coll_shm_segment_size(const coll_shm_layout *l) {
+  size_t b, c, d, t;
+  layout(l->nlocal, l->chan_bytes, &b, &c, &d, &t);
+  return t;
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void ring_bell(shm_bell *b) {
+  if (atomic_load(&b->sleeping)) {
+    atomic_fetch_add(&b->seq, 1);
+    futex(&b->seq, FUTEX_WAKE, 0x7fffffff, NULL);
+  }
+}
+
+int coll_shm_create(const char *name, int creator, const int *local, int nlocal, int me,
+                    int world_size, size_t chan_bytes, coll_shm **out) {
+  *out = NULL;
+  size_t boff, coff, doff, total;
+  layout(nlocal, chan_bytes, &boff, &coff, &doff, &total);
+  coll_shm *s = calloc(1, sizeof *s);
+  if (s == NULL) return -ENOMEM;
+  s->lidx = malloc((size_t)world_size * sizeof(int));
+  if (s->lidx == NULL) {
+    free(s);
+    return -ENOMEM;
+  }
+  for (int i = 0; i < world_size; i++) s->lidx[i] = -1;
+  for (int i = 0; i < nlocal; i++) s->lidx[local[i]] = i;
+  s->nlocal = nlocal;
+  s->me = me;
+  s->world_size = world_size;
+  s->cap = chan_bytes;
+  int rc = 0;
+  int fd = shm_open(name, creator ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
+  if (fd < 0) {
+    rc = -errno;
+    goto out;
+  }
+  if (creator && ftruncate(fd, (off_t)total) != 0) {
+    rc = -errno;
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    goto out;
+  }
+  if ((size_t)st.st_size != total) {
+    rc = COHORT_EPROTO;
+    goto out;
+  }
+  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    rc = -errno;
+    goto out;
+  }
+  s->base = p;
+  s->size = total;
+  s->hdr = p;
+  s->bells = (shm_bell *)(s->base + boff);
+  s->ctrl = (shm_ctrl *)(s->base + coff);
+  s->data = s->base + doff;
+  if (creator) {
+    /* ftruncate zero-filled everything; only the non-zero fields need setting. */
+    s->hdr->nlocal = (uint32_t)nlocal;
+    s->hdr->chan_bytes = chan_bytes;
+    atomic_store(&s->hdr->abort_owner, -1);
+    atomic_store(&s->hdr->magic, SHM_MAGIC);
+  } else if (atomic_load(&s->hdr->magic) != SHM_MAGIC || s->hdr->nlocal != (uint32_t)nlocal ||
+             s->hdr->chan_bytes != chan_bytes) {
+    rc = COHORT_EPROTO;
+  }
+out:
+  if (fd >= 0) close(fd);
+  if (rc != 0) {
+    coll_shm_destroy(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+void coll_shm_destroy(coll_shm *s) {
+  if (s == NULL) return;
+  if (s->base != NULL) munmap(s->base, s->size);
+  free(s->lidx);
+  free(s);
+}
+
+int coll_shm_has(coll_shm *s, int peer) {
+  return s != NULL && peer >= 0 && peer < s->world_size && s->lidx[peer] >= 0;
+}
+
+void coll_shm_abort(coll_shm *s, int rank, const char *msg) {
+  int32_t expect = -1;
+  if (atomic_compare_exchange_strong(&s->hdr->abort_owner, &expect, rank)) {
+    snprintf(s->hdr->abort_msg, sizeof s->hdr->abort_msg, "%s", msg);
+    atomic_store(&s->hdr->abort_flag, 1);
+  }
+  for (int i = 0; i < s->nlocal; i++) {
+    atomic_fetch_add(&s->bells[i].seq, 1);
+    futex(&s->bells[i].seq, FUTEX_WAKE, 0x7fffffff, NULL);
+  }
+}
+
+int coll_shm_aborted(coll_shm *s, int *rank, char *msg, size_t msglen) {
+  if (s == NULL || atomic_load(&s->hdr->abort_flag) == 0) return 0;
+  *rank = atomic_load(&s->hdr->abort_owner);
+  snprintf(msg, msglen, "%s", s->hdr->abort_msg);
+  return 1;
+}
+
+void coll_shm_wake_self(coll_shm *s) {
+  if (s == NULL) return;
+  atomic_fetch_add(&s->bells[s->me].seq, 1);
+  futex(&s->bells[s->me].seq, FUTEX_WAKE, 0x7fffffff, NULL);
+}
+
+static shm_ctrl *chan(coll_shm *s, int from, int to) {
+  return &s->ctrl[(size_t)from * (size_t)s->nlocal + (size_t)to];
+}
+
+static char *chan_data(coll_shm *s, int from, int to) {
+  return s->data + ((size_t)from * (size_t)s->nlocal + (size_t)to) * s->cap;
+}
+
+static long shm_send(void *sp, int peer, const struct iovec *iov, int iovcnt) {
+  coll_shm *s = sp;
+  int to = s->lidx[peer];
+  shm_ctrl *c = chan(s, s->me, to);
+  char *d = chan_data(s, s->me, to);
+  uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
+  size_t room = s->cap - (size_t)(head - tail);
+  size_t done = 0;
+  for (int i = 0; i < iovcnt && room > 0; i++) {
+    const char *src = iov[i].iov_base;
+    size_t len = iov[i].iov_len < room ? iov[i].iov_len : room;
+    size_t pos = (size_t)(head + done) & (s->cap - 1);
+    size_t first = s->cap - pos < len ? s->cap - pos : len;
+    memcpy(d + pos, src, first);
+    if (len > first) memcpy(d, src + first, len - first);
+    done += len;
+    room -= len;
+    if (len < iov[i].iov_len) break;
+  }
+  if (done > 0) {
+    atomic_store(&c->head, head + done);
+    ring_bell(&s->bells[to]);
+  }
+  return (long)done;
+}
+
+static long shm_peek(void *sp, int peer, const void **data) {
+  coll_shm *s = sp;
+  int from = s->lidx[peer];
+  shm_ctrl *c = chan(s, from, s->me);
+  uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
+  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
+  size_t avail = (size_t)(head - tail);
+  size_t pos = (size_t)tail & (s->cap - 1);
+  if (avail > s->cap - pos) avail = s->cap - pos;
+  *data = chan_data(s, from, s->me) + pos;
+  return (long)avail;
+}
+
+static void shm_consume(void *sp, int peer, size_t n) {
+  coll_shm *s = sp;
+  int from = s->lidx[peer];
+  shm_ctrl *c = chan(s, from, s->me);
+  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
+  atomic_store(&c->tail, tail + n);
+  ring_bell(&s->bells[from]);
+}
+
+static long shm_recv(void *sp, int peer, void *buf, size_t len) {
+  size_t done = 0;
+  /* At most two contiguous pieces (before and after the wrap). */
+  for (int k = 0; k < 2 && done < len; k++) {
+    const void *src;
+    long n = shm_peek(sp, peer, &src);
+    if (n <= 0) break;
+    size_t m = (size_t)n < len - done ? (size_t)n : len - done;
+    memcpy((char *)buf + done, src, m);
+    shm_consume(sp, peer, m);
+    done += m;
+  }
+  return (long)done;
+}
+
+/* 1 when some listed transfer can progress now (or the host's segment is aborted). */
+static int shm_ready(coll_shm *s, const int *peers, const int *want, int n) {
+  if (atomic_load(&s->hdr->abort_flag)) return 1;
+  for (int i = 0; i < n; i++) {
+    int p = s->lidx[peers[i]];
+    if (want[i] & COLL_WANT_SEND) {
+      shm_ctrl *c = chan(s, s->me, p);
+      if (atomic_load(&c->head) - atomic_load(&c->tail) < s->cap) return 1;
+    }
+    if (want[i] & COLL_WANT_RECV) {
+      shm_ctrl *c = chan(s, p, s->me);
+      if (atomic_load(&c->head) != atomic_load(&c->tail)) return 1;
+    }
+  }
+  return 0;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int shm_wait(void *sp, const int *peers, const int *want, int n, int timeout_ms,
+                    int *bad_peer) {
+  coll_shm *s = sp;
+  (void)bad_peer;
+  /* Spin briefly: a peer on another core usually answers within microseconds. */
+  int64_t spin_end = base_now_us() + SHM_SPIN_US;
+  for (int i = 0;; i++) {
+    if (shm_ready(s, peers, want, n)) return 0;
+    cpu_relax();
+    if ((i & 63) == 63 && base_now_us() >= spin_end) break;
+  }
+  shm_bell *me = &s->bells[s->me];
+  atomic_store(&me->sleeping, 1);
+  uint32_t seq = atomic_load(&me->seq);
+  if (!shm_ready(s, peers, want, n) && timeout_ms > 0) {
+    struct timespec ts = {.tv_sec = timeout_ms / 1000, .tv_nsec = (long)(timeout_ms % 1000) * 1000000L};
+    futex(&me->seq, FUTEX_WAIT, seq, &ts);
+  }
+  atomic_store(&me->sleeping, 0);
+  return 0;
+}
+
+const coll_tport_ops coll_shm_ops = {
+    .name = "shm",
+    .send = shm_send,
+    .recv = shm_recv,
+    .peek = shm_peek,
+    .consume = shm_consume,
+    .wait = shm_wait,
+};
