@@ -93,8 +93,8 @@ static int allreduce_ring(coll_ctx *x, const char *send, char *recv, size_t coun
     block(count, n, sb, &so, &sl);
     block(count, n, rb, &ro, &rl);
     const char *sbuf = (s == 0 ? send : recv) + so * es;
-    int rc = coll_sendrecv_reduce(x, next, sbuf, sl * es, prev, send + ro * es, recv + ro * es,
-                                  rl * es);
+    int rc =
+        coll_sendrecv_reduce(x, next, sbuf, sl * es, prev, send + ro * es, recv + ro * es, rl * es);
     if (rc != 0) return rc;
   }
   size_t oo, ol;
@@ -193,7 +193,7 @@ static int broadcast_chain(coll_ctx *x, char *buf, size_t bytes, int root) {
   int next = mod(c->rank + 1, n), prev = mod(c->rank - 1, n);
   size_t sl = c->slice_bytes, ns = (bytes + sl - 1) / sl;
   if (ns == 0) ns = 1; /* count 0 still exchanges headers */
-#define SLICE_LEN(k) ((k) * sl < bytes ? (bytes - (k) * sl < sl ? bytes - (k) * sl : sl) : 0)
+#define SLICE_LEN(k) ((k)*sl < bytes ? (bytes - (k)*sl < sl ? bytes - (k)*sl : sl) : 0)
   /* Iteration k receives slice k from prev and forwards slice k-1 to next. */
   for (size_t k = 0; k <= ns; k++) {
     int do_recv = vr > 0 && k < ns;
@@ -202,8 +202,10 @@ static int broadcast_chain(coll_ctx *x, char *buf, size_t bytes, int root) {
     int rc = 0;
     if (do_send && do_recv)
       rc = coll_sendrecv(x, next, buf + sk * sl, SLICE_LEN(sk), prev, buf + k * sl, SLICE_LEN(k));
-    else if (do_send) rc = coll_send(x, next, buf + sk * sl, SLICE_LEN(sk));
-    else if (do_recv) rc = coll_recv(x, prev, buf + k * sl, SLICE_LEN(k));
+    else if (do_send)
+      rc = coll_send(x, next, buf + sk * sl, SLICE_LEN(sk));
+    else if (do_recv)
+      rc = coll_recv(x, prev, buf + k * sl, SLICE_LEN(k));
     if (rc != 0) return rc;
   }
 #undef SLICE_LEN
@@ -268,8 +270,10 @@ static int reduce_chain(coll_ctx *x, const char *send, char *recv, size_t count,
       char *dst = tmp[k % 2];
       if (do_recv && do_send)
         rc = coll_sendrecv_reduce(x, down, tmp[(k - 1) % 2], slen, up, send + ro, dst, rlen);
-      else if (do_recv) rc = coll_recv_reduce(x, up, send + ro, dst, rlen);
-      else if (do_send) rc = coll_send(x, down, tmp[(k - 1) % 2], slen);
+      else if (do_recv)
+        rc = coll_recv_reduce(x, up, send + ro, dst, rlen);
+      else if (do_send)
+        rc = coll_send(x, down, tmp[(k - 1) % 2], slen);
     }
     if (rc != 0) return rc;
   }
@@ -294,21 +298,27 @@ int coll_run_op(coll_ctx *x) {
     case COLL_ALLGATHER:
       if (send != recv && bytes) memcpy(recv, send, bytes);
       return 0;
-    default: return 0;
+    default:
+      return 0;
     }
   }
   switch (op->kind) {
   case COLL_ALLREDUCE:
-    return small ? allreduce_rd(x, send, recv, op->count) : allreduce_ring(x, send, recv, op->count);
-  case COLL_REDUCE_SCATTER: return reduce_scatter_ring(x, send, recv, op->count);
-  case COLL_ALLGATHER: return allgather_ring(x, send, recv, op->count);
+    return small ? allreduce_rd(x, send, recv, op->count)
+                 : allreduce_ring(x, send, recv, op->count);
+  case COLL_REDUCE_SCATTER:
+    return reduce_scatter_ring(x, send, recv, op->count);
+  case COLL_ALLGATHER:
+    return allgather_ring(x, send, recv, op->count);
   case COLL_BROADCAST:
     return small ? broadcast_tree(x, recv, bytes, op->root)
                  : broadcast_chain(x, recv, bytes, op->root);
   case COLL_REDUCE:
     return small ? reduce_tree(x, send, recv, op->count, op->root)
                  : reduce_chain(x, send, recv, op->count, op->root);
-  case COLL_BARRIER: return allreduce_rd(x, NULL, NULL, 0);
-  default: return -EINVAL;
+  case COLL_BARRIER:
+    return allreduce_rd(x, NULL, NULL, 0);
+  default:
+    return -EINVAL;
   }
 }

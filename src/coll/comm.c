@@ -66,10 +66,14 @@ COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg) {
   const char *to = getenv("COHORT_TIMEOUT_MS");
   if (to != NULL && base_parse_int(to, 1, 1 << 30, &cfg->timeout_ms) != 0) return COHORT_ENOENV;
   const char *tr = getenv("COHORT_TRANSPORT");
-  if (tr == NULL || strcmp(tr, "auto") == 0) cfg->transport = COHORT_TRANSPORT_AUTO;
-  else if (strcmp(tr, "tcp") == 0) cfg->transport = COHORT_TRANSPORT_TCP;
-  else if (strcmp(tr, "shm") == 0) cfg->transport = COHORT_TRANSPORT_SHM;
-  else return COHORT_ENOENV;
+  if (tr == NULL || strcmp(tr, "auto") == 0)
+    cfg->transport = COHORT_TRANSPORT_AUTO;
+  else if (strcmp(tr, "tcp") == 0)
+    cfg->transport = COHORT_TRANSPORT_TCP;
+  else if (strcmp(tr, "shm") == 0)
+    cfg->transport = COHORT_TRANSPORT_SHM;
+  else
+    return COHORT_ENOENV;
   return 0;
 }
 
@@ -219,8 +223,10 @@ static int setup_shm(cohort_comm *c, const cohort_comm_config *cfg, int k, const
     for (int i = 1; i < nlocal && rc == 0; i++) {
       char ans = 0;
       int r = base_read_full(fds[local[i]], &ans, 1, deadline);
-      if (r != 0) rc = r;
-      else if (ans != 'M') rc = COHORT_EPEER;
+      if (r != 0)
+        rc = r;
+      else if (ans != 'M')
+        rc = COHORT_EPEER;
     }
     shm_unlink(name);
   } else {
@@ -262,8 +268,10 @@ static int bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   rc = store_client_connect(shost, sport, cfg->token, deadline, &sc, NULL, 0);
   if (rc != 0) goto out;
   const char *hostenv = getenv("COHORT_COLL_HOST");
-  if (hostenv != NULL && hostenv[0] != '\0') base_strlcpy(myhost, hostenv, sizeof myhost);
-  else if ((rc = local_addr_towards(shost, sport, myhost, sizeof myhost)) != 0) goto out;
+  if (hostenv != NULL && hostenv[0] != '\0')
+    base_strlcpy(myhost, hostenv, sizeof myhost);
+  else if ((rc = local_addr_towards(shost, sport, myhost, sizeof myhost)) != 0)
+    goto out;
   rc = base_tcp_listen(myhost, 0, n + 16, &lfd, &lport);
   if (rc != 0) goto out;
 
@@ -440,8 +448,7 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
 
 COHORT_API void cohort_comm_abort(cohort_comm *c) {
   if (c == NULL) return;
-  coll_fail(c, COHORT_EABORTED, "rank %d: aborted by the application (cohort_comm_abort)",
-            c->rank);
+  coll_fail(c, COHORT_EABORTED, "rank %d: aborted by the application (cohort_comm_abort)", c->rank);
   coll_shm_wake_self(c->shm);
 }
 
@@ -559,8 +566,10 @@ static int start(cohort_comm *c, coll_op *op, cohort_request **req) {
   }
   r->comm = c;
   r->op = *op;
-  if (c->tail != NULL) c->tail->next = r;
-  else c->head = r;
+  if (c->tail != NULL)
+    c->tail->next = r;
+  else
+    c->head = r;
   c->tail = r;
   pthread_cond_broadcast(&c->cv);
   if (req != NULL) {
@@ -605,8 +614,8 @@ COHORT_API int cohort_allreduce(cohort_comm *c, const void *send, void *recv, si
   return start(c, &o, NULL);
 }
 
-COHORT_API int cohort_reduce_scatter(cohort_comm *c, const void *send, void *recv,
-                                     size_t recvcount, cohort_dtype dtype, cohort_redop op) {
+COHORT_API int cohort_reduce_scatter(cohort_comm *c, const void *send, void *recv, size_t recvcount,
+                                     cohort_dtype dtype, cohort_redop op) {
   coll_op o = OP(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, -1);
   return start(c, &o, NULL);
 }

@@ -38,9 +38,9 @@ enum { XF_SEND = 1, XF_RECV, XF_RECV_REDUCE };
 
 typedef struct xfer {
   int peer, mode;
-  const char *sbuf; /* send payload */
-  char *dst;        /* receive destination */
-  const char *local; /* reduce: local operand */
+  const char *sbuf;        /* send payload */
+  char *dst;               /* receive destination */
+  const char *local;       /* reduce: local operand */
   size_t len, padded, pos; /* pos counts header + padded payload */
   coll_hdr hdr;
   const coll_tport_ops *ops;
@@ -51,13 +51,20 @@ static const char zero_pad[8];
 
 const char *coll_kind_name(int kind) {
   switch (kind) {
-  case COLL_ALLREDUCE: return "allreduce";
-  case COLL_REDUCE_SCATTER: return "reduce_scatter";
-  case COLL_ALLGATHER: return "allgather";
-  case COLL_BROADCAST: return "broadcast";
-  case COLL_REDUCE: return "reduce";
-  case COLL_BARRIER: return "barrier";
-  default: return "unknown";
+  case COLL_ALLREDUCE:
+    return "allreduce";
+  case COLL_REDUCE_SCATTER:
+    return "reduce_scatter";
+  case COLL_ALLGATHER:
+    return "allgather";
+  case COLL_BROADCAST:
+    return "broadcast";
+  case COLL_REDUCE:
+    return "reduce";
+  case COLL_BARRIER:
+    return "barrier";
+  default:
+    return "unknown";
   }
 }
 
@@ -132,10 +139,10 @@ static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
     return coll_fail(c, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
   if (err == COHORT_EPEER)
     return coll_fail(c, COHORT_EPEER,
-                     "rank %d: connection to rank %d lost while %s in %s #%u (the peer died, "
-                     "exited or aborted)",
+                     "rank %d: lost the connection to rank %d (it died, exited or aborted) "
+                     "while %s in %s #%u",
                      c->rank, peer, what, coll_kind_name(x->op->kind), x->seq);
-  return coll_fail(c, err, "rank %d: %s rank %d in %s #%u failed: %s", c->rank, what, peer,
+  return coll_fail(c, err, "rank %d: %s with rank %d in %s #%u failed: %s", c->rank, what, peer,
                    coll_kind_name(x->op->kind), x->seq, cohort_strerror(err));
 }
 
@@ -162,7 +169,7 @@ static long step(coll_ctx *x, xfer *v) {
       iov[k++].iov_len = v->padded - off;
     }
     long n = v->ops->send(v->t, v->peer, iov, k);
-    if (n < 0) return peer_error(x, v->peer, (int)n, "sending to");
+    if (n < 0) return peer_error(x, v->peer, (int)n, "sending");
     v->pos += (size_t)n;
     return n;
   }
@@ -196,7 +203,7 @@ static long step(coll_ctx *x, xfer *v) {
         }
       }
     }
-    if (n < 0) return peer_error(x, v->peer, (int)n, "receiving from");
+    if (n < 0) return peer_error(x, v->peer, (int)n, "receiving");
     if (n == 0) break;
     v->pos += (size_t)n;
     moved += n;
@@ -236,8 +243,7 @@ static int run(coll_ctx *x, xfer *v, int n) {
     for (int i = 0; i < n && first < 0; i++)
       if (v[i].pos < sizeof(coll_hdr) + v[i].padded) first = i;
     if (now >= x->deadline_ms)
-      return coll_fail(c, -ETIMEDOUT,
-                       "rank %d: %s #%u timed out after %d ms %s rank %d", c->rank,
+      return coll_fail(c, -ETIMEDOUT, "rank %d: %s #%u timed out after %d ms %s rank %d", c->rank,
                        coll_kind_name(x->op->kind), x->seq, x->op->timeout_ms,
                        v[first].mode == XF_SEND ? "sending to" : "waiting for data from",
                        v[first].peer);
@@ -269,14 +275,14 @@ static int run(coll_ctx *x, xfer *v, int n) {
     } else {
       rc = ops->wait(t, peers, want, k, slice, &bad);
     }
-    if (rc < 0) return peer_error(x, bad >= 0 ? bad : peers[0], rc, "waiting for");
+    if (rc < 0) return peer_error(x, bad >= 0 ? bad : peers[0], rc, "waiting");
     /* Shared memory says nothing when a peer dies: its TCP connection does. */
     now = base_now_ms();
     if (c->shm != NULL && now - last_live >= 50) {
       last_live = now;
       for (int i = 0; i < k; i++)
         if (c->peer_ops[peers[i]] == &coll_shm_ops && coll_tcp_peer_gone(c->tcp, peers[i]))
-          return peer_error(x, peers[i], COHORT_EPEER, "waiting for");
+          return peer_error(x, peers[i], COHORT_EPEER, "waiting");
     }
   }
 }

@@ -93,11 +93,20 @@ uint16_t coll_f32_to_bf16(float f) {
 #define COLL_OPS(T)                                                                                \
   switch (op) {                                                                                    \
   case COHORT_SUM:                                                                                 \
-  case COHORT_AVG: COLL_LOOP(T, x + y); break;                                                     \
-  case COHORT_PROD: COLL_LOOP(T, x * y); break;                                                    \
-  case COHORT_MIN: COLL_LOOP(T, x < y ? x : y); break;                                             \
-  case COHORT_MAX: COLL_LOOP(T, x > y ? x : y); break;                                             \
-  default: break;                                                                                  \
+  case COHORT_AVG:                                                                                 \
+    COLL_LOOP(T, x + y);                                                                           \
+    break;                                                                                         \
+  case COHORT_PROD:                                                                                \
+    COLL_LOOP(T, x *y);                                                                            \
+    break;                                                                                         \
+  case COHORT_MIN:                                                                                 \
+    COLL_LOOP(T, x < y ? x : y);                                                                   \
+    break;                                                                                         \
+  case COHORT_MAX:                                                                                 \
+    COLL_LOOP(T, x > y ? x : y);                                                                   \
+    break;                                                                                         \
+  default:                                                                                         \
+    break;                                                                                         \
   }
 
 /* Half types: widen a block to f32, combine, narrow. */
@@ -114,10 +123,18 @@ static void reduce_half(int bf, cohort_redop op, uint16_t *dst, const uint16_t *
     for (size_t i = 0; i < m; i++) {
       float x = fa[i], y = fb[i], r;
       switch (op) {
-      case COHORT_PROD: r = x * y; break;
-      case COHORT_MIN: r = x < y ? x : y; break;
-      case COHORT_MAX: r = x > y ? x : y; break;
-      default: r = x + y; break;
+      case COHORT_PROD:
+        r = x * y;
+        break;
+      case COHORT_MIN:
+        r = x < y ? x : y;
+        break;
+      case COHORT_MAX:
+        r = x > y ? x : y;
+        break;
+      default:
+        r = x + y;
+        break;
       }
       fa[i] = r;
     }
@@ -129,14 +146,29 @@ static void reduce_half(int bf, cohort_redop op, uint16_t *dst, const uint16_t *
 void coll_reduce(cohort_dtype dt, cohort_redop op, void *dst, const void *a, const void *b,
                  size_t n) {
   switch (dt) {
-  case COHORT_F32: COLL_OPS(float); break;
-  case COHORT_F64: COLL_OPS(double); break;
-  case COHORT_I32: COLL_OPS(int32_t); break;
-  case COHORT_I64: COLL_OPS(int64_t); break;
-  case COHORT_U8: COLL_OPS(uint8_t); break;
-  case COHORT_F16: reduce_half(0, op, dst, a, b, n); break;
-  case COHORT_BF16: reduce_half(1, op, dst, a, b, n); break;
-  default: break;
+  case COHORT_F32:
+    COLL_OPS(float);
+    break;
+  case COHORT_F64:
+    COLL_OPS(double);
+    break;
+  case COHORT_I32:
+    COLL_OPS(int32_t);
+    break;
+  case COHORT_I64:
+    COLL_OPS(int64_t);
+    break;
+  case COHORT_U8:
+    COLL_OPS(uint8_t);
+    break;
+  case COHORT_F16:
+    reduce_half(0, op, dst, a, b, n);
+    break;
+  case COHORT_BF16:
+    reduce_half(1, op, dst, a, b, n);
+    break;
+  default:
+    break;
   }
 }
 
@@ -178,20 +210,29 @@ void coll_reduce_finish(cohort_dtype dt, cohort_redop op, void *buf, size_t n, i
     for (size_t i = 0; i < n; i++) p[i] = coll_f32_to_bf16(coll_bf16_to_f32(p[i]) / (float)size);
     break;
   }
-  default: break;
+  default:
+    break;
   }
 }
 
 COHORT_API size_t cohort_dtype_size(cohort_dtype dtype) {
   switch (dtype) {
-  case COHORT_F32: return 4;
-  case COHORT_F64: return 8;
-  case COHORT_F16: return 2;
-  case COHORT_BF16: return 2;
-  case COHORT_I32: return 4;
-  case COHORT_I64: return 8;
-  case COHORT_U8: return 1;
-  default: return 0;
+  case COHORT_F32:
+    return 4;
+  case COHORT_F64:
+    return 8;
+  case COHORT_F16:
+    return 2;
+  case COHORT_BF16:
+    return 2;
+  case COHORT_I32:
+    return 4;
+  case COHORT_I64:
+    return 8;
+  case COHORT_U8:
+    return 1;
+  default:
+    return 0;
   }
 }
 

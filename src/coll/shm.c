@@ -314,7 +314,8 @@ static int shm_wait(void *sp, const int *peers, const int *want, int n, int time
   atomic_store(&me->sleeping, 1);
   uint32_t seq = atomic_load(&me->seq);
   if (!shm_ready(s, peers, want, n) && timeout_ms > 0) {
-    struct timespec ts = {.tv_sec = timeout_ms / 1000, .tv_nsec = (long)(timeout_ms % 1000) * 1000000L};
+    struct timespec ts = {.tv_sec = timeout_ms / 1000,
+                          .tv_nsec = (long)(timeout_ms % 1000) * 1000000L};
     futex(&me->seq, FUTEX_WAIT, seq, &ts);
   }
   atomic_store(&me->sleeping, 0);

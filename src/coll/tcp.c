@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/net.h"
 #include "coll/coll.h"
 
 typedef struct tcp_peer {

@@ -1,0 +1,710 @@
+/*
+ * test_coll.c - libcohort's collectives, with real processes.
+ *
+ * The parent hosts a store_server on loopback and forks one process per
+ * rank; every rank checks its results against a serial reference computed
+ * from the same deterministic inputs. Inputs are small integers so every
+ * reduction is exact in every type (including f16/bf16), whatever the order.
+ *
+ *   test_coll unit      reference matrix for world sizes 1,2,3,4,5,8 (all
+ *                       types, ops, collectives, in/out of place, counts 0,
+ *                       1, odd, not divisible, MiB), both algorithm regimes,
+ *                       TCP and shared memory forced, async overlap, abort,
+ *                       mismatch, timeout, /dev/shm hygiene.
+ *   test_coll failure   kill -9 of a rank during a large allreduce (shm and
+ *                       TCP): the others fail within a short deadline.
+ *   test_coll rank      one rank from the environment (netns script).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "check.h"
+#include "coll/coll.h"
+#include "cohort/cohort.h"
+#include "store/store.h"
+
+static store_server *g_srv;
+static char g_store[64];
+static int g_job;
+
+/* ---- typed values ---- */
+
+static void put(cohort_dtype dt, void *buf, size_t i, double v) {
+  switch (dt) {
+  case COHORT_F32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case COHORT_F64:
+    ((double *)buf)[i] = v;
+    break;
+  case COHORT_F16:
+    ((uint16_t *)buf)[i] = coll_f32_to_f16((float)v);
+    break;
+  case COHORT_BF16:
+    ((uint16_t *)buf)[i] = coll_f32_to_bf16((float)v);
+    break;
+  case COHORT_I32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case COHORT_I64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case COHORT_U8:
+    ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v;
+    break;
+  default:
+    break;
+  }
+}
+
+/* Input of rank r at element i: small integers chosen per operator. */
+static double input(cohort_redop op, cohort_dtype dt, int r, size_t i) {
+  size_t h = (size_t)r * 7919u + i * 104729u + (size_t)op * 13u;
+  switch (op) {
+  case COHORT_PROD: {
+    int k = (int)(h % 5);
+    return k == 0 ? 2 : (k == 1 && dt != COHORT_U8 ? -1 : 1);
+  }
+  case COHORT_MIN:
+  case COHORT_MAX:
+    return dt == COHORT_U8 ? (double)(h % 101) : (double)(h % 101) - 50;
+  default:
+    return dt == COHORT_U8 ? (double)(h % 7) : (double)(h % 7) - 3;
+  }
+}
+
+/* The reference: reduction over ranks of input(), finished like the library's AVG. */
+static void reference(cohort_redop op, cohort_dtype dt, int n, size_t i, void *out, size_t j) {
+  double acc = input(op, dt, 0, i);
+  for (int r = 1; r < n; r++) {
+    double v = input(op, dt, r, i);
+    switch (op) {
+    case COHORT_PROD:
+      acc *= v;
+      break;
+    case COHORT_MIN:
+      acc = v < acc ? v : acc;
+      break;
+    case COHORT_MAX:
+      acc = v > acc ? v : acc;
+      break;
+    default:
+      acc += v;
+      break;
+    }
+  }
+  if (dt == COHORT_U8) acc = (double)((uint64_t)(int64_t)acc & 0xffu);
+  if (op == COHORT_AVG) {
+    switch (dt) {
+    case COHORT_F32:
+      ((float *)out)[j] = (float)acc / (float)n;
+      return;
+    case COHORT_F64:
+      ((double *)out)[j] = acc / (double)n;
+      return;
+    case COHORT_F16:
+      ((uint16_t *)out)[j] = coll_f32_to_f16((float)acc / (float)n);
+      return;
+    case COHORT_BF16:
+      ((uint16_t *)out)[j] = coll_f32_to_bf16((float)acc / (float)n);
+      return;
+    case COHORT_I32:
+      ((int32_t *)out)[j] = (int32_t)acc / n;
+      return;
+    case COHORT_I64:
+      ((int64_t *)out)[j] = (int64_t)acc / n;
+      return;
+    case COHORT_U8:
+      ((uint8_t *)out)[j] = (uint8_t)((uint8_t)acc / n);
+      return;
+    default:
+      return;
+    }
+  }
+  put(dt, out, j, acc);
+}
+
+/* Counts elements of got[0..n) that differ from want (bytewise per element). */
+static size_t diff(const void *got, const void *want, size_t n, size_t es) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0) bad++;
+  return bad;
+}
+
+/* ---- one collective against the reference ---- */
+
+static int verbose_fail(const char *what, int n, int r, cohort_dtype dt, cohort_redop op,
+                        size_t count, int inplace, size_t bad, int rc) {
+  fprintf(stderr, "rank %d/%d: %s %s %s count=%zu %s: %zu wrong, rc=%d\n", r, n, what,
+          coll_dtype_name(dt), coll_redop_name(op), count, inplace ? "in-place" : "out-of-place",
+          bad, rc);
+  return 1;
+}
+
+static int check_one(cohort_comm *c, int kind, cohort_dtype dt, cohort_redop op, size_t count,
+                     int inplace, int root) {
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c), rc = 0;
+  size_t es = cohort_dtype_size(dt);
+  size_t total =
+      (kind == COLL_REDUCE_SCATTER || kind == COLL_ALLGATHER) ? count * (size_t)n : count;
+  char *in = malloc(total * es + 8), *out = malloc(total * es + 8), *want = malloc(total * es + 8);
+  memset(out, 0xa5, total * es + 8);
+  size_t bad = 0, nres = 0;
+  const char *name = coll_kind_name(kind);
+  switch (kind) {
+  case COLL_ALLREDUCE:
+  case COLL_REDUCE:
+    for (size_t i = 0; i < count; i++) {
+      put(dt, in, i, input(op, dt, r, i));
+      reference(op, dt, n, i, want, i);
+    }
+    if (inplace) memcpy(out, in, count * es);
+    if (kind == COLL_ALLREDUCE)
+      rc = cohort_allreduce(c, inplace ? out : in, out, count, dt, op);
+    else
+      rc = cohort_reduce(c, inplace && r == root ? out : in, r == root ? out : NULL, count, dt, op,
+                         root);
+    nres = kind == COLL_REDUCE && r != root ? 0 : count;
+    bad = diff(out, want, nres, es);
+    break;
+  case COLL_REDUCE_SCATTER:
+    for (size_t i = 0; i < total; i++) put(dt, in, i, input(op, dt, r, i));
+    for (size_t j = 0; j < count; j++) reference(op, dt, n, (size_t)r * count + j, want, j);
+    if (inplace) {
+      memcpy(out, in, total * es);
+      rc = cohort_reduce_scatter(c, out, out, count, dt, op);
+      bad = diff(out + (size_t)r * count * es, want, count, es);
+    } else {
+      rc = cohort_reduce_scatter(c, in, out, count, dt, op);
+      bad = diff(out, want, count, es);
+      /* Nothing past the result may be touched. */
+      if (((unsigned char *)out)[count * es] != 0xa5) bad++;
+    }
+    break;
+  case COLL_ALLGATHER:
+    for (size_t j = 0; j < count; j++) put(dt, in, j, input(op, dt, r, j));
+    for (int b = 0; b < n; b++)
+      for (size_t j = 0; j < count; j++) put(dt, want, (size_t)b * count + j, input(op, dt, b, j));
+    if (inplace) {
+      memcpy(out + (size_t)r * count * es, in, count * es);
+      rc = cohort_allgather(c, out + (size_t)r * count * es, out, count, dt);
+    } else {
+      rc = cohort_allgather(c, in, out, count, dt);
+    }
+    bad = diff(out, want, total, es);
+    break;
+  case COLL_BROADCAST:
+    for (size_t j = 0; j < count; j++) {
+      put(dt, want, j, input(op, dt, root, j));
+      if (r == root) put(dt, out, j, input(op, dt, root, j));
+    }
+    rc = cohort_broadcast(c, out, count, dt, root);
+    bad = diff(out, want, count, es);
+    break;
+  default:
+    break;
+  }
+  free(in);
+  free(out);
+  free(want);
+  if (rc != 0 || bad != 0) return verbose_fail(name, n, r, dt, op, count, inplace, bad, rc);
+  return 0;
+}
+
+/* Every collective, type and operator for the given counts. Returns failures. */
+static int matrix(cohort_comm *c, const size_t *counts, int ncounts) {
+  int n = cohort_comm_size(c), fails = 0, it = 0;
+  for (int ci = 0; ci < ncounts; ci++) {
+    for (int dt = 0; dt < COHORT_DTYPE_COUNT; dt++) {
+      for (int inplace = 0; inplace < 2; inplace++) {
+        for (int op = 0; op < COHORT_REDOP_COUNT; op++) {
+          int root = (it++) % n;
+          fails += check_one(c, COLL_ALLREDUCE, dt, op, counts[ci], inplace, root);
+          fails += check_one(c, COLL_REDUCE_SCATTER, dt, op, counts[ci], inplace, root);
+          fails += check_one(c, COLL_REDUCE, dt, op, counts[ci], inplace, root);
+        }
+        fails += check_one(c, COLL_ALLGATHER, dt, COHORT_SUM, counts[ci], inplace, it % n);
+        fails += check_one(c, COLL_BROADCAST, dt, COHORT_SUM, counts[ci], inplace, (it + 1) % n);
+      }
+      if (fails > 5) return fails;
+    }
+  }
+  if (cohort_barrier(c) != 0) fails++;
+  return fails;
+}
+
+/* ---- process harness ---- */
+
+typedef int (*rank_fn)(cohort_comm *c, void *arg);
+
+typedef struct world_opts {
+  int n;
+  cohort_transport transport;
+  int timeout_ms;
+  const char *threshold; /* COHORT_ALGO_THRESHOLD or NULL */
+  const char *slice;     /* COHORT_SLICE or NULL */
+  int expect_create_fail;
+} world_opts;
+
+static void job_name(char *out, size_t len) {
+  snprintf(out, len, "tcoll-%d-%d", (int)getpid(), g_job);
+}
+
+static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, const char *job) {
+  if (o->threshold)
+    setenv("COHORT_ALGO_THRESHOLD", o->threshold, 1);
+  else
+    unsetenv("COHORT_ALGO_THRESHOLD");
+  if (o->slice)
+    setenv("COHORT_SLICE", o->slice, 1);
+  else
+    unsetenv("COHORT_SLICE");
+  cohort_comm_config cfg = {.rank = rank,
+                            .size = o->n,
+                            .store_addr = g_store,
+                            .job_id = job,
+                            .timeout_ms = o->timeout_ms ? o->timeout_ms : 20000,
+                            .transport = o->transport};
+  cohort_comm *c = NULL;
+  int rc = cohort_comm_create(&cfg, &c);
+  if (rc != 0) {
+    if (o->expect_create_fail) return 0;
+    fprintf(stderr, "rank %d: create failed: %s\n", rank, cohort_strerror(rc));
+    return 1;
+  }
+  if (o->expect_create_fail) {
+    cohort_comm_destroy(c);
+    return 1;
+  }
+  /* Once every rank has returned from create (a barrier later), the name is gone. */
+  if (o->n > 1 && cohort_barrier(c) != 0) {
+    fprintf(stderr, "rank %d: first barrier failed: %s\n", rank, cohort_comm_error_message(c));
+    cohort_comm_destroy(c);
+    return 1;
+  }
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "cohort-%s-", job);
+  DIR *d = opendir("/dev/shm");
+  int left = 0;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) left++;
+  if (d) closedir(d);
+  if (left) {
+    fprintf(stderr, "rank %d: %d segment(s) still named in /dev/shm after create\n", rank, left);
+    cohort_comm_destroy(c);
+    return 1;
+  }
+  int fails = fn(c, arg);
+  cohort_comm_destroy(c);
+  return fails ? 1 : 0;
+}
+
+/*
+ * Forks o->n ranks running fn; returns how many exited non-zero (or were
+ * killed). kill_rank >= 0: that rank gets SIGKILL after kill_after_ms.
+ * *elapsed_ms receives the time until the last survivor exited.
+ */
+static int run_world_ex(const world_opts *o, rank_fn fn, void *arg, int kill_rank,
+                        int kill_after_ms, int64_t *elapsed_after_kill) {
+  char job[64];
+  g_job++;
+  job_name(job, sizeof job);
+  pid_t pids[16];
+  for (int r = 0; r < o->n; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(child_main(o, r, fn, arg, job));
+  }
+  int failed = 0, alive = o->n;
+  int64_t start = base_now_ms(), killed_at = -1, deadline = start + 240000;
+  int done[16] = {0};
+  while (alive > 0) {
+    if (kill_rank >= 0 && killed_at < 0 && base_now_ms() - start >= kill_after_ms) {
+      kill(pids[kill_rank], SIGKILL);
+      killed_at = base_now_ms();
+    }
+    int st;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p > 0) {
+      for (int r = 0; r < o->n; r++) {
+        if (pids[r] != p) continue;
+        done[r] = 1;
+        alive--;
+        if (r == kill_rank) break;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
+      }
+      continue;
+    }
+    if (base_now_ms() > deadline) {
+      fprintf(stderr, "world of %d ranks hung; killing it\n", o->n);
+      for (int r = 0; r < o->n; r++)
+        if (!done[r]) kill(pids[r], SIGKILL);
+      while (waitpid(-1, &st, 0) > 0) {
+      }
+      return o->n;
+    }
+    base_sleep_ms(5);
+  }
+  if (elapsed_after_kill) *elapsed_after_kill = killed_at >= 0 ? base_now_ms() - killed_at : -1;
+  return failed;
+}
+
+static int run_world(const world_opts *o, rank_fn fn, void *arg) {
+  return run_world_ex(o, fn, arg, -1, 0, NULL);
+}
+
+/* ---- rank programs ---- */
+
+static int rk_matrix(cohort_comm *c, void *arg) {
+  int big = arg != NULL;
+  int n = cohort_comm_size(c);
+  size_t counts[] = {0, 1, 7, (size_t)(3 * n + 1), 1531};
+  int fails = matrix(c, counts, 5);
+  if (big) {
+    /* Several MiB through the ring and chains. */
+    fails += check_one(c, COLL_ALLREDUCE, COHORT_F32, COHORT_SUM, (3u << 20) / 4 + 3, 0, 0);
+    fails += check_one(c, COLL_ALLREDUCE, COHORT_BF16, COHORT_AVG, (1u << 20) + 1, 1, 0);
+    fails +=
+        check_one(c, COLL_REDUCE_SCATTER, COHORT_F32, COHORT_MAX, (1u << 20) / 4 / n + 5, 0, 0);
+    fails += check_one(c, COLL_ALLGATHER, COHORT_I32, COHORT_SUM, (1u << 20) / 4 / n + 1, 0, 0);
+    fails += check_one(c, COLL_BROADCAST, COHORT_F64, COHORT_SUM, (2u << 20) / 8 + 1, 1, n - 1);
+    fails += check_one(c, COLL_REDUCE, COHORT_I64, COHORT_SUM, (2u << 20) / 8 + 1, 0, n / 2);
+  }
+  return fails;
+}
+
+static int rk_async(cohort_comm *c, void *arg) {
+  (void)arg;
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c), fails = 0;
+  enum { NB = 3, CNT = 300000 };
+  float *buf[NB];
+  cohort_request *req[NB];
+  for (int b = 0; b < NB; b++) {
+    buf[b] = malloc(CNT * sizeof(float));
+    for (size_t i = 0; i < CNT; i++) buf[b][i] = (float)((r + b + (int)i) % 5);
+    if (cohort_iallreduce(c, buf[b], buf[b], CNT, COHORT_F32, COHORT_SUM, &req[b]) != 0) fails++;
+  }
+  /* Compute while the requests progress; they must finish without any wait() call. */
+  volatile double acc = 0;
+  int64_t end = base_now_ms() + 20000;
+  int done = 0;
+  while (!done && base_now_ms() < end) {
+    for (int k = 0; k < 200000; k++) acc += sqrt((double)k);
+    if (cohort_request_test(req[NB - 1], &done) != 0) fails++;
+  }
+  if (!done) {
+    fprintf(stderr, "rank %d: async allreduce made no progress while computing\n", r);
+    fails++;
+  }
+  for (int b = 0; b < NB; b++) {
+    if (cohort_request_wait(req[b]) != 0) fails++;
+    for (size_t i = 0; i < CNT; i++) {
+      float want = 0;
+      for (int q = 0; q < n; q++) want += (float)((q + b + (int)i) % 5);
+      if (buf[b][i] != want) {
+        fails++;
+        break;
+      }
+    }
+    free(buf[b]);
+  }
+  /* Blocking calls queue behind async ones and keep their order. */
+  int32_t x = r, y = 0;
+  cohort_request *q1;
+  if (cohort_iallreduce(c, &x, &x, 1, COHORT_I32, COHORT_SUM, &q1) != 0) fails++;
+  if (cohort_allreduce(c, &x, &y, 1, COHORT_I32, COHORT_MAX) != 0) fails++;
+  if (cohort_request_wait(q1) != 0) fails++;
+  if (x != n * (n - 1) / 2 || y != n * (n - 1) / 2) fails++;
+  return fails;
+}
+
+/* Rank 1 calls a different collective; every rank must fail, none hang. */
+typedef struct mm_arg {
+  int variant;
+} mm_arg;
+
+static int rk_mismatch(cohort_comm *c, void *arg) {
+  mm_arg *a = arg;
+  int r = cohort_comm_rank(c), n = cohort_comm_size(c), rc;
+  float buf[64] = {0};
+  int64_t t0 = base_now_ms();
+  if (r == 1) {
+    switch (a->variant) {
+    case 0:
+      rc = cohort_allreduce(c, buf, buf, 10, COHORT_F32, COHORT_SUM);
+      break;
+    case 1:
+      rc = cohort_allreduce(c, buf, buf, 11, COHORT_I32, COHORT_SUM);
+      break;
+    case 2:
+      rc = cohort_broadcast(c, buf, 11, COHORT_F32, 1);
+      break;
+    default: {
+      float *big = calloc(1 << 20, sizeof(float));
+      rc = cohort_allreduce(c, big, big, 1 << 20, COHORT_F32, COHORT_SUM);
+      free(big);
+    }
+    }
+  } else {
+    rc = cohort_allreduce(c, buf, buf, 11, COHORT_F32, COHORT_SUM);
+  }
+  int fails = 0;
+  /* A broadcast root only sends: it learns of the mismatch at its next call. */
+  int only_sends = r == 1 && a->variant == 2;
+  if (only_sends && rc == 0) rc = cohort_barrier(c);
+  const char *msg = cohort_comm_error_message(c);
+  if (rc == 0 || msg[0] == '\0' || strstr(msg, "rank ") == NULL) fails++;
+  if (n == 2 && !only_sends && rc != COHORT_EMISMATCH) fails++;
+  if (n == 2 && !only_sends && strstr(msg, r == 0 ? "rank 1" : "rank 0") == NULL) fails++;
+  if (base_now_ms() - t0 > 4000) fails++; /* well inside the 10 s deadline */
+  if (cohort_barrier(c) != COHORT_EABORTED) fails++;
+  if (fails)
+    fprintf(stderr, "rank %d: mismatch variant %d: rc=%d msg='%s'\n", r, a->variant, rc, msg);
+  return fails;
+}
+
+static int rk_timeout(cohort_comm *c, void *arg) {
+  (void)arg;
+  int r = cohort_comm_rank(c);
+  float x = 1;
+  if (r == 1) {
+    base_sleep_ms(1500); /* never calls: rank 0 must time out */
+    return 0;
+  }
+  int64_t t0 = base_now_ms();
+  int rc = cohort_allreduce(c, &x, &x, 1, COHORT_F32, COHORT_SUM);
+  int64_t dt = base_now_ms() - t0;
+  int fails = 0;
+  if (rc != -ETIMEDOUT || dt < 250 || dt > 1400) fails++;
+  if (strstr(cohort_comm_error_message(c), "rank 1") == NULL) fails++;
+  if (fails)
+    fprintf(stderr, "timeout: rc=%d after %lld ms: %s\n", rc, (long long)dt,
+            cohort_comm_error_message(c));
+  return fails;
+}
+
+static int rk_abort(cohort_comm *c, void *arg) {
+  (void)arg;
+  int r = cohort_comm_rank(c), fails = 0;
+  float x = 1;
+  if (cohort_allreduce(c, &x, &x, 1, COHORT_F32, COHORT_SUM) != 0) fails++;
+  if (r == 0) {
+    cohort_comm_abort(c);
+    cohort_comm_abort(c);
+    if (cohort_allreduce(c, &x, &x, 1, COHORT_F32, COHORT_SUM) != COHORT_EABORTED) fails++;
+    if (strstr(cohort_comm_error_message(c), "cohort_comm_abort") == NULL) fails++;
+  } else {
+    int rc = cohort_allreduce(c, &x, &x, 1, COHORT_F32, COHORT_SUM);
+    if (rc == 0 || cohort_comm_error_message(c)[0] == '\0') fails++;
+  }
+  return fails;
+}
+
+static int rk_failure(cohort_comm *c, void *arg) {
+  (void)arg;
+  int r = cohort_comm_rank(c);
+  size_t cnt = 4u << 20; /* 16 MiB of f32 */
+  float *buf = calloc(cnt, sizeof(float));
+  int rc = 0;
+  for (int it = 0; it < 100000 && rc == 0; it++)
+    rc = cohort_allreduce(c, buf, buf, cnt, COHORT_F32, COHORT_SUM);
+  free(buf);
+  int fails = 0;
+  const char *msg = cohort_comm_error_message(c);
+  if (rc == 0 || strstr(msg, "rank ") == NULL) fails++;
+  if (cohort_allreduce(c, NULL, NULL, 0, COHORT_F32, COHORT_SUM) != COHORT_EABORTED) fails++;
+  fprintf(stderr, "rank %d after the kill: rc=%d (%s): %s\n", r, rc, cohort_strerror(rc), msg);
+  return fails;
+}
+
+/* ---- unit checks of the kernels ---- */
+
+static void test_conversions(void) {
+  CHECK_EQ_INT(coll_f32_to_f16(1.0f), 0x3c00);
+  CHECK_EQ_INT(coll_f32_to_f16(-2.0f), 0xc000);
+  CHECK_EQ_INT(coll_f32_to_f16(65504.0f), 0x7bff);
+  CHECK_EQ_INT(coll_f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
+  CHECK_EQ_INT(coll_f32_to_f16(0.1f), 0x2e66);
+  CHECK_EQ_INT(coll_f32_to_f16(5.9604645e-08f), 0x0001); /* smallest subnormal */
+  CHECK_EQ_INT(coll_f32_to_f16(2049.0f), 0x6800);        /* tie to even: 2048 */
+  CHECK_EQ_INT(coll_f32_to_f16(2051.0f), 0x6802);        /* tie to even: 2052 */
+  CHECK(coll_f16_to_f32(0x3555) > 0.333f && coll_f16_to_f32(0x3555) < 0.3334f);
+  CHECK(coll_f16_to_f32(0x0001) == 5.9604645e-08f);
+  for (uint32_t h = 0; h < 0x7c00; h++)
+    CHECK_EQ_INT(coll_f32_to_f16(coll_f16_to_f32((uint16_t)h)), h);
+  CHECK_EQ_INT(coll_f32_to_bf16(1.0f), 0x3f80);
+  CHECK_EQ_INT(coll_f32_to_bf16(257.0f), 0x4380); /* tie to even: 256 */
+  CHECK_EQ_INT(coll_f32_to_bf16(259.0f), 0x4382); /* tie to even: 260 */
+  CHECK(coll_bf16_to_f32(0xc040) == -3.0f);
+  uint16_t a[3] = {coll_f32_to_f16(1.5f), coll_f32_to_f16(-4), coll_f32_to_f16(7)};
+  uint16_t b[3] = {coll_f32_to_f16(2.5f), coll_f32_to_f16(3), coll_f32_to_f16(-7)};
+  coll_reduce(COHORT_F16, COHORT_SUM, a, a, b, 3);
+  CHECK(coll_f16_to_f32(a[0]) == 4.0f && coll_f16_to_f32(a[1]) == -1.0f && a[2] == 0);
+  int32_t ia[2] = {7, -9}, ib[2] = {3, 4};
+  coll_reduce(COHORT_I32, COHORT_MIN, ia, ia, ib, 2);
+  CHECK(ia[0] == 3 && ia[1] == -9);
+  coll_reduce_finish(COHORT_I32, COHORT_AVG, ia, 2, 2);
+  CHECK(ia[0] == 1 && ia[1] == -4);
+  CHECK_EQ_INT(cohort_dtype_size(COHORT_BF16), 2);
+  CHECK_EQ_INT(cohort_dtype_size((cohort_dtype)99), 0);
+}
+
+static void test_api_errors(void) {
+  cohort_comm *c = (cohort_comm *)1;
+  cohort_comm_config cfg = {.rank = 2, .size = 2, .store_addr = g_store, .job_id = "x"};
+  CHECK_EQ_INT(cohort_comm_create(&cfg, &c), -EINVAL);
+  CHECK(c == NULL);
+  CHECK_EQ_INT(cohort_allreduce(NULL, NULL, NULL, 0, COHORT_F32, COHORT_SUM), -EINVAL);
+  CHECK_EQ_INT(cohort_request_wait(NULL), 0);
+  cohort_comm_destroy(NULL);
+  cohort_comm_abort(NULL);
+  unsetenv("RANK");
+  CHECK_EQ_INT(cohort_comm_create_from_env(&c), COHORT_ENOENV);
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("COHORT_STORE", g_store, 1);
+  setenv("COHORT_JOB_ID", "j", 1);
+  cohort_comm_config e;
+  CHECK_EQ_INT(cohort_comm_config_from_env(&e), COHORT_ENOENV); /* rank >= size */
+  setenv("RANK", "1", 1);
+  setenv("COHORT_TRANSPORT", "carrier-pigeon", 1);
+  CHECK_EQ_INT(cohort_comm_config_from_env(&e), COHORT_ENOENV);
+  setenv("COHORT_TRANSPORT", "shm", 1);
+  setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  setenv("COHORT_TIMEOUT_MS", "1500", 1);
+  CHECK_EQ_INT(cohort_comm_config_from_env(&e), 0);
+  CHECK(e.rank == 1 && e.size == 2 && e.restart == 2 && e.timeout_ms == 1500 &&
+        e.transport == COHORT_TRANSPORT_SHM);
+  unsetenv("COHORT_TRANSPORT");
+  unsetenv("COHORT_TIMEOUT_MS");
+  /* A world of one needs no store at all and still checks arguments. */
+  cohort_comm_config one = {.rank = 0, .size = 1, .store_addr = "127.0.0.1:1", .job_id = "solo"};
+  CHECK_EQ_INT(cohort_comm_create(&one, &c), 0);
+  float x[3] = {1, 2, 3}, y[3];
+  CHECK_EQ_INT(cohort_allreduce(c, x, y, 3, COHORT_F32, COHORT_AVG), 0);
+  CHECK(y[0] == 1 && y[2] == 3);
+  CHECK_EQ_INT(cohort_broadcast(c, x, 3, COHORT_F32, 1), -EINVAL); /* bad root */
+  CHECK_EQ_INT(cohort_allreduce(c, x, y, 3, COHORT_F32, COHORT_SUM), COHORT_EABORTED);
+  CHECK(strstr(cohort_comm_error_message(c), "invalid") != NULL);
+  cohort_comm_destroy(c);
+}
+
+static int shm_leftovers(void) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "cohort-tcoll-%d-", (int)getpid());
+  DIR *d = opendir("/dev/shm");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+  if (d) closedir(d);
+  return n;
+}
+
+static int start_store(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1"};
+  if (store_server_start(&o, &g_srv) != 0) return -1;
+  snprintf(g_store, sizeof g_store, "127.0.0.1:%d", store_server_port(g_srv));
+  return 0;
+}
+
+static int unit(void) {
+  test_conversions();
+  test_api_errors();
+  int sizes[] = {1, 2, 3, 4, 5, 8};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(sizes); i++) {
+    int n = sizes[i];
+    int64_t t0 = base_now_ms();
+    world_opts o = {.n = n};
+    CHECK_EQ_INT(run_world(&o, rk_matrix, n <= 5 ? (void *)1 : NULL), 0);
+    /* Ring, chains and slicing for every type and operator: no latency algorithms, tiny slices. */
+    world_opts ring = {.n = n, .threshold = "0", .slice = "4096"};
+    CHECK_EQ_INT(run_world(&ring, rk_matrix, n == 8 ? (void *)1 : NULL), 0);
+    fprintf(stderr, "world %d: %lld ms\n", n, (long long)(base_now_ms() - t0));
+  }
+  world_opts tcp = {.n = 3, .transport = COHORT_TRANSPORT_TCP};
+  CHECK_EQ_INT(run_world(&tcp, rk_matrix, (void *)1), 0);
+  world_opts tcp_ring = {
+      .n = 4, .transport = COHORT_TRANSPORT_TCP, .threshold = "0", .slice = "4096"};
+  CHECK_EQ_INT(run_world(&tcp_ring, rk_matrix, NULL), 0);
+  world_opts shm = {.n = 3, .transport = COHORT_TRANSPORT_SHM};
+  CHECK_EQ_INT(run_world(&shm, rk_matrix, (void *)1), 0);
+  world_opts as = {.n = 3};
+  CHECK_EQ_INT(run_world(&as, rk_async, NULL), 0);
+  world_opts ast = {.n = 2, .transport = COHORT_TRANSPORT_TCP};
+  CHECK_EQ_INT(run_world(&ast, rk_async, NULL), 0);
+  for (int v = 0; v < 4; v++) {
+    mm_arg a = {v};
+    world_opts m2 = {.n = 2, .timeout_ms = 10000};
+    CHECK_EQ_INT(run_world(&m2, rk_mismatch, &a), 0);
+    world_opts m4 = {.n = 4,
+                     .timeout_ms = 10000,
+                     .transport = v % 2 ? COHORT_TRANSPORT_TCP : COHORT_TRANSPORT_AUTO};
+    CHECK_EQ_INT(run_world(&m4, rk_mismatch, &a), 0);
+  }
+  world_opts to = {.n = 2, .timeout_ms = 500};
+  CHECK_EQ_INT(run_world(&to, rk_timeout, NULL), 0);
+  world_opts tot = {.n = 2, .timeout_ms = 500, .transport = COHORT_TRANSPORT_TCP};
+  CHECK_EQ_INT(run_world(&tot, rk_timeout, NULL), 0);
+  world_opts ab = {.n = 3};
+  CHECK_EQ_INT(run_world(&ab, rk_abort, NULL), 0);
+  CHECK_EQ_INT(shm_leftovers(), 0);
+  return 0;
+}
+
+static int failure(void) {
+  cohort_transport ts[] = {COHORT_TRANSPORT_SHM, COHORT_TRANSPORT_TCP};
+  for (int i = 0; i < 2; i++) {
+    world_opts o = {.n = 4, .timeout_ms = 8000, .transport = ts[i]};
+    int64_t after = -1;
+    CHECK_EQ_INT(run_world_ex(&o, rk_failure, NULL, 2, 1500, &after), 0);
+    fprintf(stderr, "%s: survivors returned %lld ms after the kill\n", i ? "tcp" : "shm",
+            (long long)after);
+    /* The survivors noticed the death itself, not the 8 s deadline. */
+    CHECK(after >= 0 && after < 3000);
+  }
+  CHECK_EQ_INT(shm_leftovers(), 0);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "unit";
+  signal(SIGPIPE, SIG_IGN);
+  if (strcmp(mode, "rank") == 0) {
+    /* One rank of an externally launched job (tests/coll_netns.sh). */
+    cohort_comm *c;
+    int rc = cohort_comm_create_from_env(&c);
+    if (rc != 0) {
+      fprintf(stderr, "create: %s\n", cohort_strerror(rc));
+      return 1;
+    }
+    int fails = rk_matrix(c, (void *)1);
+    fails += rk_async(c, NULL);
+    cohort_comm_destroy(c);
+    printf("rank done: %d failures\n", fails);
+    return fails ? 1 : 0;
+  }
+  if (start_store() != 0) {
+    fprintf(stderr, "cannot start the store server\n");
+    return 1;
+  }
+  if (strcmp(mode, "unit") == 0)
+    unit();
+  else if (strcmp(mode, "failure") == 0)
+    failure();
+  else {
+    fprintf(stderr, "usage: test_coll [unit|failure|rank]\n");
+    return 2;
+  }
+  store_server_stop(g_srv);
+  return check_report();
+}
