@@ -341,6 +341,8 @@ static int bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   }
   rc = coll_tcp_create(c->rank, n, fds, c->staging_bytes, &c->tcp);
   if (rc != 0) goto out;
+  base_log(BASE_LOG_INFO, "rank %d: %d peer(s) over shared memory, %d over TCP (listening on %s)",
+           c->rank, nlocal > 1 ? nlocal - 1 : 0, n - (nlocal > 1 ? nlocal : 1), addr);
   for (int i = 0; i < n; i++) {
     if (coll_shm_has(c->shm, i)) {
       c->peer_ops[i] = &coll_shm_ops;
