@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -333,24 +334,22 @@ static int run_world_ex(const world_opts *o, rank_fn fn, void *arg, int kill_ran
       kill(pids[kill_rank], SIGKILL);
       killed_at = base_now_ms();
     }
-    int st;
-    pid_t p = waitpid(-1, &st, WNOHANG);
-    if (p > 0) {
-      for (int r = 0; r < o->n; r++) {
-        if (pids[r] != p) continue;
-        done[r] = 1;
-        alive--;
-        if (r == kill_rank) break;
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
-      }
-      continue;
+    int st, reaped = 0;
+    for (int r = 0; r < o->n; r++) {
+      if (done[r] || waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+      done[r] = 1;
+      alive--;
+      reaped = 1;
+      if (r != kill_rank && (!WIFEXITED(st) || WEXITSTATUS(st) != 0)) failed++;
     }
+    if (reaped) continue;
     if (base_now_ms() > deadline) {
       fprintf(stderr, "world of %d ranks hung; killing it\n", o->n);
       for (int r = 0; r < o->n; r++)
-        if (!done[r]) kill(pids[r], SIGKILL);
-      while (waitpid(-1, &st, 0) > 0) {
-      }
+        if (!done[r]) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], &st, 0);
+        }
       return o->n;
     }
     base_sleep_ms(5);
@@ -610,11 +609,42 @@ static int shm_leftovers(void) {
   return n;
 }
 
+/*
+ * The store runs in a process of its own, forked before this process has any
+ * thread: forking rank processes from a multithreaded parent can leave a
+ * lock (the sanitizers' allocator) held forever in the child.
+ */
+static pid_t g_store_pid = -1;
+
 static int start_store(void) {
-  store_server_opts o = {.bind_host = "127.0.0.1"};
-  if (store_server_start(&o, &g_srv) != 0) return -1;
-  snprintf(g_store, sizeof g_store, "127.0.0.1:%d", store_server_port(g_srv));
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  g_store_pid = fork();
+  if (g_store_pid < 0) return -1;
+  if (g_store_pid == 0) {
+    close(p[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    store_server_opts o = {.bind_host = "127.0.0.1"};
+    int port = -1;
+    if (store_server_start(&o, &g_srv) == 0) port = store_server_port(g_srv);
+    if (write(p[1], &port, sizeof port) != (ssize_t)sizeof port || port < 0) _exit(1);
+    close(p[1]);
+    for (;;) pause(); /* serve until stop_store() or the parent's death */
+  }
+  close(p[1]);
+  int port = -1;
+  ssize_t n = read(p[0], &port, sizeof port);
+  close(p[0]);
+  if (n != (ssize_t)sizeof port || port < 0) return -1;
+  snprintf(g_store, sizeof g_store, "127.0.0.1:%d", port);
   return 0;
+}
+
+static void stop_store(void) {
+  if (g_store_pid > 0) {
+    kill(g_store_pid, SIGTERM);
+    waitpid(g_store_pid, NULL, 0);
+  }
 }
 
 static int unit(void) {
@@ -705,6 +735,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_coll [unit|failure|rank]\n");
     return 2;
   }
-  store_server_stop(g_srv);
+  stop_store();
   return check_report();
 }

@@ -8,7 +8,7 @@
  * every rank). Once all addresses are in the store, rank i connects to every
  * j < i and accepts every j > i, proving itself with j's cookie (the cookie
  * is only known through the authenticated store). Ranks with the same host
- * identity (hostname, boot id, network and mount namespace) share one memory
+ * identity (hostname, boot id, network namespace, /dev/shm file system) share one memory
  * segment; the TCP connections stay open between them to notice deaths.
  *
  * Operations execute one at a time in submission order: on the caller's
@@ -88,7 +88,7 @@ static int env_size(const char *name, uint64_t min, uint64_t max, size_t *out) {
 
 /* ---- bootstrap helpers ---- */
 
-/* Host identity: hostname, boot id, and the network and mount namespaces. */
+/* Host identity: hostname, boot id, network namespace and the /dev/shm file system. */
 static void host_identity(char *out, size_t outlen) {
   char host[128] = "?", boot[64] = "?";
   gethostname(host, sizeof host - 1);
@@ -100,11 +100,13 @@ static void host_identity(char *out, size_t outlen) {
       if (*p == '\n') *p = '\0';
     close(fd);
   }
-  struct stat net = {0}, mnt = {0};
+  /* The /dev/shm a rank sees, rather than its mount namespace: `ip netns exec` gives every
+   * process a mount namespace of its own, yet they share one /dev/shm. */
+  struct stat net = {0}, shm = {0};
   stat("/proc/self/ns/net", &net);
-  stat("/proc/self/ns/mnt", &mnt);
-  snprintf(out, outlen, "%s|%s|%llu|%llu", host, boot, (unsigned long long)net.st_ino,
-           (unsigned long long)mnt.st_ino);
+  stat("/dev/shm", &shm);
+  snprintf(out, outlen, "%s|%s|%llu|%llu:%llu", host, boot, (unsigned long long)net.st_ino,
+           (unsigned long long)shm.st_dev, (unsigned long long)shm.st_ino);
   for (char *p = out; *p; p++)
     if (*p == ' ') *p = '_';
 }

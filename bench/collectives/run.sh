@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# bench/collectives/run.sh - float32 allreduce of 2 ranks, side by side in one
+# run: cohort (libcohort through `cohort bench`), Open MPI 4.1 (MPI_Allreduce,
+# mpi_allreduce.c) and PyTorch Gloo (torch.distributed, gloo_allreduce.py).
+#
+#   one host:            2 processes; cohort uses shared memory, Open MPI its
+#                        default (vader shared memory), Gloo TCP over loopback.
+#   two namespaces:      one rank in each of two network namespaces joined by
+#                        veth links (tests/netns_lib.sh, 10.201.0.0/24); all
+#                        three use TCP (Open MPI: --mca btl tcp,self), plus
+#                        the raw single-connection TCP throughput (tcp_raw.c).
+#
+# Bus bandwidth (nccl-tests: algbw * 2(n-1)/n, = algbw for 2 ranks) at 64 KiB,
+# 4 MiB and 64 MiB, and the 8-byte latency; every number is the median of
+# REPS runs (each run: warmup, then the mean of its iterations, slowest rank).
+# Usage: bench/collectives/run.sh [BUILD_DIR]   (env: REPS=5)
+# Needs root (namespaces), mpicc/mpirun, /usr/bin/python3 with torch.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=${1:-$ROOT/build}
+COHORT=$BUILD/cohort
+REPS=${REPS:-5}
+PY=/usr/bin/python3
+SIZES=(65536 4194304 67108864)
+declare -A ITERS=([8]=2000 [65536]=300 [4194304]=30 [67108864]=6)
+declare -A WARM=([8]=200 [65536]=30 [4194304]=5 [67108864]=2)
+
+for t in "$COHORT" mpicc mpirun "$PY"; do
+  command -v "$t" >/dev/null || { echo "run.sh: $t not found (build first; scripts/deps.sh)" >&2; exit 2; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "run.sh: needs root for the network namespaces" >&2; exit 2; }
+
+WORK=$(mktemp -d /tmp/cohort-bench-coll.XXXXXX)
+STORE_PID=
+. "$ROOT/tests/netns_lib.sh"
+cleanup() {
+  [ -n "$STORE_PID" ] && kill "$STORE_PID" 2>/dev/null
+  netns_down
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
+cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
+
+median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
+# busbw in GB/s from bytes and microseconds (2 ranks: busbw = algbw).
+busbw() { awk -v b="$1" -v t="$2" 'BEGIN {if (t > 0) printf "%.3f", b / t / 1e3; else print "nan"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "nan"}'; }
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Each runner appends "SIZE TIME_US" lines to $WORK/<setting>.<tool>.
+size_list() { echo 8 "${SIZES[@]}"; }
+
+cohort_local() {
+  local s
+  for s in $(size_list); do
+    timeout 300 "$COHORT" bench --nproc 2 -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
+      awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
+  done
+}
+
+mpi_local() {
+  local s
+  for s in $(size_list); do
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$WORK/mpi_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+  done
+}
+
+gloo_local() {
+  local s port
+  for s in $(size_list); do
+    port=$(free_port)
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=1 GLOO_SOCKET_IFNAME=lo \
+      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" >/dev/null 2>&1 &
+    local peer=$!
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 GLOO_SOCKET_IFNAME=lo \
+      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+    wait "$peer"
+  done
+}
+
+netns_up 2 || { echo "run.sh: cannot create network namespaces" >&2; exit 1; }
+A=$(netns_addr 0)
+B=$(netns_addr 1)
+netns_exec 0 "$COHORT" store serve --host "$A" --port 29400 >"$WORK/store.log" 2>&1 &
+STORE_PID=$!
+
+# Open MPI across namespaces: node 1's orted is started through this "rsh".
+cat >"$WORK/nsrsh" <<EOF
+#!/bin/sh
+host=\$1; shift
+case \$host in $A) i=0 ;; $B) i=1 ;; *) echo "nsrsh: unknown host \$host" >&2; exit 1 ;; esac
+exec ip netns exec ${NETNS_PREFIX}n\$i unshare --uts sh -c "hostname node\$i; \$*"
+EOF
+chmod +x "$WORK/nsrsh"
+
+JOBN=0
+cohort_ns() {
+  local s
+  for s in $(size_list); do
+    JOBN=$((JOBN + 1))
+    netns_exec 1 env RANK=1 WORLD_SIZE=2 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
+      timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" >/dev/null &
+    local peer=$!
+    netns_exec 0 env RANK=0 WORLD_SIZE=2 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
+      timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
+      awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
+    wait "$peer"
+  done
+}
+
+mpi_ns() {
+  local s
+  for s in $(size_list); do
+    netns_exec 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --host "$A,$B" -np 2 \
+      --mca plm_rsh_agent "$WORK/nsrsh" --mca btl tcp,self \
+      --mca btl_tcp_if_include 10.201.0.0/24 --mca oob_tcp_if_include 10.201.0.0/24 \
+      "$WORK/mpi_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+  done
+}
+
+gloo_ns() {
+  local s
+  for s in $(size_list); do
+    netns_exec 1 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=2 RANK=1 GLOO_SOCKET_IFNAME=eth0 \
+      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" >/dev/null 2>&1 &
+    local peer=$!
+    netns_exec 0 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 GLOO_SOCKET_IFNAME=eth0 \
+      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+    wait "$peer"
+  done
+}
+
+raw_ns() {
+  netns_exec 0 "$WORK/tcp_raw" recv "$A" 29600 2147483648 >>"$WORK/ns.raw" &
+  local peer=$!
+  netns_exec 1 "$WORK/tcp_raw" send "$A" 29600 2147483648
+  wait "$peer"
+}
+
+for ((rep = 1; rep <= REPS; rep++)); do
+  echo "run.sh: repetition $rep/$REPS" >&2
+  cohort_local >>"$WORK/local.cohort"
+  mpi_local >>"$WORK/local.mpi"
+  gloo_local >>"$WORK/local.gloo"
+  cohort_ns >>"$WORK/ns.cohort"
+  mpi_ns >>"$WORK/ns.mpi"
+  gloo_ns >>"$WORK/ns.gloo"
+  raw_ns
+done
+
+# t SETTING TOOL SIZE: median time (us)
+t() { awk -v s="$3" '$1 == s {print $2}' "$WORK/$1.$2" 2>/dev/null | median; }
+
+report() {
+  local set=$1 title=$2 s tc tm tg bc bm bg raw=""
+  echo
+  echo "== $title: float32 allreduce, 2 ranks, median of $REPS =="
+  if [ "$set" = ns ]; then
+    raw=$(median <"$WORK/ns.raw")
+    echo "raw TCP, one connection between the namespaces: $raw GB/s"
+  fi
+  printf "%-10s %12s %12s %12s %11s %11s" size "cohort GB/s" "MPI GB/s" "Gloo GB/s" cohort/MPI cohort/Gloo
+  [ "$set" = ns ] && printf " %11s" cohort/raw
+  printf "\n"
+  for s in "${SIZES[@]}"; do
+    tc=$(t "$set" cohort "$s"); tm=$(t "$set" mpi "$s"); tg=$(t "$set" gloo "$s")
+    bc=$(busbw "$s" "$tc"); bm=$(busbw "$s" "$tm"); bg=$(busbw "$s" "$tg")
+    printf "%-10s %12s %12s %12s %11s %11s" "$((s / 1024)) KiB" "$bc" "$bm" "$bg" "$(ratio "$bc" "$bm")" "$(ratio "$bc" "$bg")"
+    [ "$set" = ns ] && printf " %11s" "$(ratio "$bc" "$raw")"
+    printf "\n"
+  done
+  tc=$(t "$set" cohort 8); tm=$(t "$set" mpi 8); tg=$(t "$set" gloo 8)
+  printf "%-10s %10s us %9s us %9s us %11s %11s\n" "8 B" "$tc" "$tm" "$tg" "$(ratio "$tm" "$tc")" "$(ratio "$tg" "$tc")"
+  echo "(8 B row: latency; its ratios are MPI/cohort and Gloo/cohort, > 1 means cohort is faster)"
+}
+
+report local "one host"
+echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB"
+report ns "two network namespaces (TCP over veth)"
+echo "targets: cohort >= 1.3x MPI, >= 2x Gloo, >= 0.70x raw TCP at 4 and 64 MiB"
