@@ -146,8 +146,8 @@ agent1=$(ip netns pids "$(netns_node 1)" | while read -r p; do [ "$(cat /proc/$p
 kill -9 "$agent1"
 wait_all 30 $a0 $a2
 check "agent kill: the others exit 1 ($codes)" [ "$codes" = "1 1" ]
-check "agent kill: node 0 says node 1 lost" contains "$tmp/l0" "node 1 (node1) lost"
-check "agent kill: node 2 says node 1 lost" contains "$tmp/l2" "node 1 (node1) lost"
+check "agent kill: node 0 says node 1 lost its agent" contains "$tmp/l0" "job failed: node 1 (node1): its agent died"
+check "agent kill: node 2 says node 1 lost its agent" contains "$tmp/l2" "job failed: node 1 (node1): its agent died"
 sleep 0.5
 check "agent kill: node 1's worker died with its agent" [ ! -d "/proc/$(cat "$tmp/lw")" ]
 

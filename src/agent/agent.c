@@ -946,6 +946,8 @@ int agent_run(const agent_config *cfg) {
         break;
       }
       derive_network(&j);
+      guard_set_report(&j.guard, j.store_host, j.store_port, job_token(&j), j.run_id, j.round,
+                       j.plan.my_index, j.hostname);
       if (j.round == 0 && pub != NULL) {
         /* Everyone has joined: no more announcements needed. */
         rdzv_publish_stop(pub);

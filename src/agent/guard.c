@@ -10,8 +10,42 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/watch.h"
+#include "base/base.h"
 
-/* Runs in the forked child: no allocation, only async-signal-safe calls. */
+/* Where to publish the agent's death: one line "r<fields>\n" from the agent. */
+static char report_line[1024];
+
+/* Publishes the agent's death as the job's failure (see guard_set_report). */
+static void publish_death(void) {
+  char host[256], token_hex[520], job[80], hostname[256];
+  int port, round, node;
+  if (sscanf(report_line, "%255s %d %519s %79s %d %d %255s", host, &port, token_hex, job, &round,
+             &node, hostname) != 7)
+    return;
+  char token[260];
+  const char *tok = NULL;
+  if (strcmp(token_hex, "-") != 0) {
+    size_t n = strlen(token_hex) / 2;
+    if (n >= sizeof token) return;
+    for (size_t i = 0; i < n; i++) {
+      unsigned v;
+      if (sscanf(token_hex + 2 * i, "%2x", &v) != 1) return;
+      token[i] = (char)v;
+    }
+    token[n] = '\0';
+    tok = token;
+  }
+  char report[512], winner[WATCH_REPORT_MAX];
+  snprintf(report, sizeof report,
+           "node %d (%s): its agent died (killed, or the node is out of memory); its workers were "
+           "killed with it",
+           node, hostname);
+  watch_publish_failure(host, port, tok, job, round, report, winner, sizeof winner);
+}
+
+/* Runs in the forked child, which was forked before the agent started any
+ * thread, so ordinary library calls are safe here. */
 static void guard_main(int fd) {
   static pid_t groups[AGENT_MAX_NPROC * 2];
   size_t ngroups = 0;
@@ -19,12 +53,28 @@ static void guard_main(int fd) {
   char num[32];
   size_t numlen = 0;
   char op = 0;
+  size_t rlen = 0;
+  int in_report = 0;
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break; /* the agent is gone: kill what it left */
     for (ssize_t i = 0; i < n; i++) {
       char c = buf[i];
+      if (in_report) {
+        if (c == '\n') {
+          report_line[rlen] = '\0';
+          in_report = 0;
+        } else if (rlen < sizeof report_line - 1) {
+          report_line[rlen++] = c;
+        }
+        continue;
+      }
+      if (c == 'r') {
+        in_report = 1;
+        rlen = 0;
+        continue;
+      }
       if (c == 'q') _exit(0);
       if (c == '+' || c == '-') {
         op = c;
@@ -49,6 +99,8 @@ static void guard_main(int fd) {
       }
     }
   }
+  /* Say why before the workers' deaths make their peers fail for another reason. */
+  if (report_line[0] != '\0' && ngroups > 0) publish_death();
   for (size_t k = 0; k < ngroups; k++) kill(-groups[k], SIGKILL);
   _exit(0);
 }
@@ -125,5 +177,19 @@ void guard_stop(guard *g) {
     while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR) {
     }
     g->pid = 0;
+  }
+}
+
+void guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
+                      const char *job_id, int round, int node, const char *hostname) {
+  if (g->fd < 0) return;
+  char token_hex[520] = "-";
+  if (token != NULL && strlen(token) < 256) base_hex(token, strlen(token), token_hex);
+  char line[1200];
+  int n = snprintf(line, sizeof line, "r%s %d %s %s %d %d %s\n", store_host, store_port, token_hex,
+                   job_id, round, node, hostname[0] ? hostname : "unknown");
+  if (n > 0 && (size_t)n < sizeof line) {
+    ssize_t k = write(g->fd, line, (size_t)n);
+    (void)k;
   }
 }

@@ -10,6 +10,7 @@
 #ifndef COHORT_AGENT_GUARD_H
 #define COHORT_AGENT_GUARD_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 typedef struct guard {
@@ -22,6 +23,14 @@ int guard_start(guard *g);
 /* Registers or forgets a process group. */
 void guard_add(guard *g, pid_t pgid);
 void guard_remove(guard *g, pid_t pgid);
+/*
+ * Multi-node: where to report the agent's death. When the agent dies, the
+ * guard first publishes "node N (host): its agent died" as the round's
+ * failure (so every node names the right cause), then kills the groups.
+ */
+void guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
+                      const char *job_id, int round, int node, const char *hostname);
+
 /* Tells the guard to exit without killing anything and reaps it. */
 void guard_stop(guard *g);
 

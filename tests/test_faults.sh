@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Fault injection in the middle of a multi-node cohort-gpt2 run (two emulated
+# nodes in network namespaces this test creates and removes), with
+# checkpoints and --max-restarts. Each case must end either in a restart that
+# resumes from the last complete checkpoint with losses identical to an
+# uninterrupted run, or in a clean failure naming the right cause; never a
+# hang, never a corrupt checkpoint.
+# usage: test_faults.sh COHORT_BINARY COHORT_GPT2_BINARY SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+gpt2=$(readlink -f "$2")
+src=$(readlink -f "$3")
+. "$src/tests/netns_lib.sh"
+tmp=$(mktemp -d /tmp/cohort-faults-XXXXXX)
+passed=0
+failed=0
+pids=()
+mnt=""
+check() {
+  local what=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  netns_down
+  [ -n "$mnt" ] && umount "$mnt" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
+M=$(netns_addr 0)
+STEPS=40
+TRAIN=("$gpt2" --model tiny --batch 2 --steps $STEPS --threads 1 --seed 7 --quiet)
+
+wait_all() { # LIMIT PIDS...: sets $codes
+  local limit=$1
+  shift
+  local end=$((SECONDS + limit)) p list=()
+  for p in "$@"; do
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then kill -9 "$p"; wait "$p" 2>/dev/null; list+=(timeout)
+    else wait "$p"; list+=($?); fi
+  done
+  codes="${list[*]}"
+}
+
+# job NAME PORT EXTRA_AGENT_ARGS... : starts both agents of a 2-node job whose
+# checkpoints and metrics live under $tmp/NAME; sets $a0 $a1.
+job() {
+  local name=$1 port=$2
+  shift 2
+  mkdir -p "$tmp/$name/ckpt"
+  for i in 0 1; do
+    netns_exec "$i" env COHORT_TIMEOUT_MS=4000 "$cohort" run --nnodes 2 --node-rank "$i" \
+      --master "$M:$port" --job "$name" --net off --join-timeout 30 --heartbeat-timeout 2 "$@" -- \
+      "${TRAIN[@]}" --ckpt-dir "$tmp/$name/ckpt" --ckpt-every 5 --metrics "$tmp/$name/metrics" \
+      >"$tmp/$name/agent$i" 2>&1 &
+    pids+=($!)
+    eval "a$i=\$!"
+  done
+}
+
+# The losses of a metrics file, the last record of each step: "step loss".
+losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | sort -n -k1,1 -s | awk '{l[$1]=$2} END {for (s in l) print s, l[s]}' | sort -n; }
+same_losses() { # reference metrics, faulty run's metrics: every step the faulty run logged matches
+  local ref=$1 got=$2
+  [ -s "$got" ] || return 1
+  local n
+  n=$(losses "$got" | wc -l)
+  [ "$(losses "$got" | tail -1 | cut -d' ' -f1)" = "$STEPS" ] || return 1
+  [ "$n" -gt 0 ] && join <(losses "$ref") <(losses "$got") | awk '$2 != $3 {bad=1} END {exit bad}' &&
+    [ "$(join <(losses "$ref") <(losses "$got") | wc -l)" = "$n" ]
+}
+# Waits until the metrics show step >= $2.
+wait_step() {
+  local f=$1 want=$2
+  for _ in $(seq 600); do
+    [ -s "$f" ] && [ "$(losses "$f" | tail -1 | cut -d' ' -f1)" -ge "$want" ] 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+worker_pid() { # NODE: the pid of that node's cohort-gpt2
+  ip netns pids "$(netns_node "$1")" | while read -r p; do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort-gpt2 ] && echo "$p"
+  done | head -1
+}
+agent_pid() {
+  ip netns pids "$(netns_node "$1")" | while read -r p; do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] && echo "$p"
+  done | head -1
+}
+
+# 0. The uninterrupted reference run.
+job ref 29500
+wait_all 300 $a0 $a1
+check "reference run succeeds ($codes)" [ "$codes" = "0 0" ]
+check "reference run logged every step" [ "$(losses "$tmp/ref/metrics" | wc -l)" = "$STEPS" ]
+
+# 1. kill -9 a worker: the job restarts from the last checkpoint, same losses.
+job kw 29501 --max-restarts 2
+wait_step "$tmp/kw/metrics" 12
+kill -9 "$(worker_pid 1)"
+wait_all 300 $a0 $a1
+check "worker kill: restarted and finished ($codes)" [ "$codes" = "0 0" ]
+check "worker kill: node 0 reports node 1's rank" contains "$tmp/kw/agent0" "job failed: node 1 (node1): rank 1"
+check "worker kill: restarted" contains "$tmp/kw/agent0" "restarting all workers (restart 1 of 2)"
+check "worker kill: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/kw/metrics"
+
+# 2. SIGSTOP a worker (a hang): the collective deadline ends it, the report
+#    names the stopped rank, the restart resumes with identical losses.
+job hang 29502 --max-restarts 1
+wait_step "$tmp/hang/metrics" 12
+kill -STOP "$(worker_pid 1)"
+wait_all 300 $a0 $a1
+check "hang: restarted and finished ($codes)" [ "$codes" = "0 0" ]
+check "hang: node 1 names its stopped rank" contains "$tmp/hang/agent1" "rank 1: was stopped (SIGSTOP or traced)"
+check "hang: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/hang/metrics"
+
+# 3. kill -9 an agent: a clean failure naming the lost node.
+job ka 29503 --max-restarts 1
+wait_step "$tmp/ka/metrics" 12
+kill -9 "$(agent_pid 1)"
+wait_all 120 $a0
+check "agent kill: node 0 fails cleanly ($codes)" [ "$codes" != "0" ] && [ "$codes" != "timeout" ]
+check "agent kill: node 0 names node 1's dead agent" contains "$tmp/ka/agent0" "job failed: node 1 (node1): its agent died"
+wait_all 10 $a1
+sleep 0.5
+check "agent kill: node 1's worker is gone" [ -z "$(worker_pid 1)" ]
+
+# 4. link down, then up: both sides stop, rendezvous again, resume.
+job link 29504 --max-restarts 2
+wait_step "$tmp/link/metrics" 12
+netns_link 1 down
+sleep 4
+netns_link 1 up
+wait_all 300 $a0 $a1
+check "link down/up: restarted and finished ($codes)" [ "$codes" = "0 0" ]
+check "link down/up: a node was reported lost" grep -q "lost" "$tmp/link/agent0"
+check "link down/up: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/link/metrics"
+
+# 5. the checkpoint filesystem fills up during a save: a clean failure, and
+#    the last complete checkpoint still loads.
+mnt=$tmp/full/ckpt
+mkdir -p "$mnt"
+mount -t tmpfs -o size=16m tmpfs "$mnt"
+job full 29505
+wait_step "$tmp/full/metrics" 7
+dd if=/dev/zero of="$mnt/filler" bs=64k 2>/dev/null
+wait_all 120 $a0 $a1
+check "full disk: the job fails ($codes)" [ "$codes" != "0 0" ] && [ "${codes#*timeout}" = "$codes" ]
+check "full disk: the report says the disk is full" grep -qi "no space left" "$tmp/full/agent0" "$tmp/full/agent1"
+rm -f "$mnt/filler"
+ls -la "$mnt" > "$tmp/full/listing"
+check "full disk: no partial checkpoint left behind" [ -z "$(ls -A "$mnt" | grep -v '^ckpt_[0-9]*\.bin$')" ]
+job full 29506
+wait_all 300 $a0 $a1
+check "full disk: the run resumes from the last complete checkpoint ($codes)" [ "$codes" = "0 0" ]
+check "full disk: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/full/metrics"
+umount "$mnt" && mnt=""
+
+if [ $failed -ne 0 ]; then for f in "$tmp"/*/agent*; do echo "== $f"; tail -n 12 "$f"; done; fi
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
