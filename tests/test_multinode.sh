@@ -276,6 +276,35 @@ else
   check "torch: /usr/bin/python3 imports torch (scripts/deps.sh installs python3-torch)" false
 fi
 
+# 15. elastic --nnodes MIN:MAX: with 3 of 2:3 nodes everyone joins; with 2,
+# the job starts after the last-call window with the two it has.
+start_agent 0 "$tmp/el0" --nnodes 2:3 --node-rank 0 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
+a0=$!
+start_agent 1 "$tmp/el1" --nnodes 2:3 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
+a1=$!
+start_agent 2 "$tmp/el2" --nnodes 2:3 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
+a2=$!
+wait_all 60 $a0 $a1 $a2
+check "elastic 3 of 2:3: all exit 0 ($codes)" [ "$codes" = "0 0 0" ]
+check "elastic 3 of 2:3: world of 3" contains "$tmp/el0" "[r0] R=0 W=3 L=0 G=0 GW=3"
+start_agent 0 "$tmp/em0" --nnodes 2:3 --node-rank 0 --master "$M:29414" --job em --last-call 1 -- sh -c "$ENVCMD"
+a0=$!
+start_agent 1 "$tmp/em1" --nnodes 2:3 --master "$M:29414" --job em --last-call 1 -- sh -c "$ENVCMD"
+a1=$!
+wait_all 60 $a0 $a1
+check "elastic 2 of 2:3: both exit 0 ($codes)" [ "$codes" = "0 0" ]
+check "elastic 2 of 2:3: world of 2" contains "$tmp/em1" "[r1] R=1 W=2 L=0 G=1 GW=2"
+
+# 16. IPv6: the master given as [address]:port.
+for i in 0 1; do ip -n "$(netns_node $i)" addr add "fd00:201::$((i + 1))/64" dev eth0 nodad; done
+start_agent 1 "$tmp/v1" --nnodes 2 --node-rank 1 --master "[fd00:201::1]:29415" --job v6 -- sh -c "$ENVCMD"
+a1=$!
+start_agent 0 "$tmp/v0" --nnodes 2 --node-rank 0 --master "[fd00:201::1]:29415" --job v6 -- sh -c "$ENVCMD"
+a0=$!
+wait_all 60 $a0 $a1
+check "ipv6: both exit 0 ($codes)" [ "$codes" = "0 0" ]
+check "ipv6: MASTER_ADDR is node 0's IPv6 address" contains "$tmp/v1" "[r1] R=1 W=2 L=0 G=1 GW=2 M=fd00:201::1 I=eth0"
+
 if [ $failed -ne 0 ]; then
   for f in "$tmp"/*; do echo "== $f"; tail -n 15 "$f"; done
 fi
