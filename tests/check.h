@@ -32,7 +32,7 @@ static int check_failed_count;
       check_passed_count++;                                                                        \
     } else {                                                                                       \
       check_failed_count++;                                                                        \
-      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a,   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a,    \
               #b, check_a_, check_b_);                                                             \
     }                                                                                              \
   } while (0)
@@ -44,7 +44,7 @@ static int check_failed_count;
       check_passed_count++;                                                                        \
     } else {                                                                                       \
       check_failed_count++;                                                                        \
-      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (\"%s\" vs \"%s\")\n", __FILE__, __LINE__,   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (\"%s\" vs \"%s\")\n", __FILE__, __LINE__,    \
               #a, #b, check_a_ ? check_a_ : "(null)", check_b_ ? check_b_ : "(null)");             \
     }                                                                                              \
   } while (0)

@@ -18,11 +18,11 @@
 #include <unistd.h>
 
 typedef struct proc_result {
-  int status;       /* waitpid() status; -1 when the run timed out */
+  int status; /* waitpid() status; -1 when the run timed out */
   int timed_out;
-  char *out, *err;  /* NUL-terminated captured output (malloc'ed) */
+  char *out, *err; /* NUL-terminated captured output (malloc'ed) */
   size_t outlen, errlen;
-  double seconds;   /* wall time until exit */
+  double seconds; /* wall time until exit */
 } proc_result;
 
 typedef struct proc_handle {

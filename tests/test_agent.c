@@ -39,8 +39,15 @@ static int count_lines(const char *text, const char *prefix) {
 }
 
 static void test_env(void) {
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "3", "--run-id", "envtest", "--",
-                  "sh", "-c",
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "3",
+                  "--run-id",
+                  "envtest",
+                  "--",
+                  "sh",
+                  "-c",
                   "echo \"E $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK "
                   "$GROUP_WORLD_SIZE $ROLE_RANK $ROLE_WORLD_SIZE $ROLE_NAME $MASTER_ADDR "
                   "$TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID "
@@ -73,8 +80,8 @@ static void test_env(void) {
   proc_result_free(&r);
 
   /* A user's OMP_NUM_THREADS is kept. */
-  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", "sh", "-c",
-                   "echo T=$OMP_NUM_THREADS", NULL};
+  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node",        "2", "--",
+                   "sh",           "-c",  "echo T=$OMP_NUM_THREADS", NULL};
   char *env[] = {"OMP_NUM_THREADS=7", NULL};
   proc_run(argv2, env, 20000, &r);
   CHECK(strstr(r.out, "[r0] T=7\n") != NULL);
@@ -82,14 +89,26 @@ static void test_env(void) {
   proc_result_free(&r);
 
   /* --net auto adds derived settings but never overrides the user's. */
-  char *argv3[] = {(char *)cohort, "run", "--", "sh", "-c",
-                   "echo \"N=$NCCL_SOCKET_IFNAME D=${NCCL_IB_DISABLE:-unset}\"", NULL};
+  char *argv3[] = {(char *)cohort,
+                   "run",
+                   "--",
+                   "sh",
+                   "-c",
+                   "echo \"N=$NCCL_SOCKET_IFNAME D=${NCCL_IB_DISABLE:-unset}\"",
+                   NULL};
   char *env3[] = {"NCCL_SOCKET_IFNAME=mine0", NULL};
   proc_run(argv3, env3, 20000, &r);
   CHECK(strstr(r.out, "[r0] N=mine0 D=1\n") != NULL);
   proc_result_free(&r);
-  char *argv4[] = {(char *)cohort, "run", "--net", "off", "--", "sh", "-c",
-                   "echo \"D=${NCCL_IB_DISABLE:-unset}\"", NULL};
+  char *argv4[] = {(char *)cohort,
+                   "run",
+                   "--net",
+                   "off",
+                   "--",
+                   "sh",
+                   "-c",
+                   "echo \"D=${NCCL_IB_DISABLE:-unset}\"",
+                   NULL};
   proc_run(argv4, NULL, 20000, &r);
   CHECK(strstr(r.out, "[r0] D=unset\n") != NULL);
   proc_result_free(&r);
@@ -98,7 +117,13 @@ static void test_env(void) {
 /* Lines written in pieces by several workers at once arrive whole, each with
  * its own rank's prefix. */
 static void test_relay(void) {
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "4", "--", "sh", "-c",
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "4",
+                  "--",
+                  "sh",
+                  "-c",
                   "i=0; while [ $i -lt 300 ]; do printf \"part1-$RANK-\"; printf \"part2-$RANK-\"; "
                   "printf \"end-$RANK\\n\"; printf \"e$RANK\\n\" >&2; i=$((i+1)); done; "
                   "printf \"unterminated-$RANK\"",
@@ -115,8 +140,10 @@ static void test_relay(void) {
       snprintf(want, sizeof want, "part1-%d-part2-%d-end-%d", rank, rank, rank);
       char want2[64];
       snprintf(want2, sizeof want2, "unterminated-%d", rank);
-      if (strcmp(body, want) == 0) good++;
-      else if (strcmp(body, want2) != 0) bad++;
+      if (strcmp(body, want) == 0)
+        good++;
+      else if (strcmp(body, want2) != 0)
+        bad++;
     } else {
       bad++;
     }
@@ -134,8 +161,17 @@ static void test_relay(void) {
 static void test_log_dir(void) {
   char dir[300];
   snprintf(dir, sizeof dir, "%s/logs", tmpdir);
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--log-dir", dir, "--",
-                  "sh", "-c", "echo hello-$RANK; echo oops-$RANK >&2", NULL};
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "2",
+                  "--log-dir",
+                  dir,
+                  "--",
+                  "sh",
+                  "-c",
+                  "echo hello-$RANK; echo oops-$RANK >&2",
+                  NULL};
   proc_result r;
   if (run(argv, 20000, &r) != 0) return;
   CHECK_EQ_INT(proc_exit_code(&r), 0);
@@ -156,8 +192,8 @@ static void test_log_dir(void) {
     CHECK(strstr(buf, want) != NULL);
   }
   proc_result_free(&r);
-  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--log-dir", dir, "--tee",
-                   "--", "sh", "-c", "echo hello-$RANK", NULL};
+  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--log-dir", dir, "--tee", "--",
+                   "sh",           "-c",  "echo hello-$RANK", NULL};
   run(argv2, 20000, &r);
   CHECK(strstr(r.out, "[r1] hello-1\n") != NULL);
   proc_result_free(&r);
@@ -165,7 +201,13 @@ static void test_log_dir(void) {
 
 static void test_fail_together(void) {
   /* Rank 2 fails; the others would sleep for a minute. */
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "4", "--", "sh", "-c",
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "4",
+                  "--",
+                  "sh",
+                  "-c",
                   "if [ $RANK = 2 ]; then echo preparing; echo about to fail; sleep 0.3; exit 3; "
                   "fi; sleep 60",
                   NULL};
@@ -182,8 +224,15 @@ static void test_fail_together(void) {
   proc_result_free(&r);
 
   /* Killed by a signal: the report names it. */
-  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", "sh", "-c",
-                   "if [ $RANK = 1 ]; then kill -SEGV $$; fi; sleep 60", NULL};
+  char *argv2[] = {(char *)cohort,
+                   "run",
+                   "--nproc-per-node",
+                   "2",
+                   "--",
+                   "sh",
+                   "-c",
+                   "if [ $RANK = 1 ]; then kill -SEGV $$; fi; sleep 60",
+                   NULL};
   if (run(argv2, 30000, &r) != 0) return;
   CHECK_EQ_INT(proc_exit_code(&r), 1);
   CHECK(strstr(r.err, "job failed: rank 1") != NULL);
@@ -191,7 +240,13 @@ static void test_fail_together(void) {
   proc_result_free(&r);
 
   /* A hung (SIGSTOPped) worker is named and still stopped promptly. */
-  char *argv4[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", "sh", "-c",
+  char *argv4[] = {(char *)cohort,
+                   "run",
+                   "--nproc-per-node",
+                   "2",
+                   "--",
+                   "sh",
+                   "-c",
                    "if [ $RANK = 1 ]; then kill -STOP $$; sleep 60; fi; sleep 0.5; "
                    "echo timed out waiting for rank 1; exit 1",
                    NULL};
@@ -202,7 +257,14 @@ static void test_fail_together(void) {
   proc_result_free(&r);
 
   /* A worker deaf to SIGTERM gets SIGKILL after the grace period. */
-  char *argv3[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--grace", "1", "--", "sh",
+  char *argv3[] = {(char *)cohort,
+                   "run",
+                   "--nproc-per-node",
+                   "2",
+                   "--grace",
+                   "1",
+                   "--",
+                   "sh",
                    "-c",
                    "if [ $RANK = 1 ]; then sleep 0.3; exit 5; fi; trap '' TERM; "
                    "while :; do sleep 0.1; done",
@@ -215,8 +277,15 @@ static void test_fail_together(void) {
 }
 
 static void test_restarts(void) {
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--max-restarts", "2", "--",
-                  "sh", "-c",
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "2",
+                  "--max-restarts",
+                  "2",
+                  "--",
+                  "sh",
+                  "-c",
                   "echo attempt $TORCHELASTIC_RESTART_COUNT; "
                   "if [ $TORCHELASTIC_RESTART_COUNT -lt 2 ] && [ $RANK = 1 ]; then exit 1; fi; "
                   "sleep 0.2",
@@ -231,7 +300,7 @@ static void test_restarts(void) {
   proc_result_free(&r);
 
   char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--max-restarts", "1", "--",
-                   "sh", "-c", "exit 4", NULL};
+                   "sh",           "-c",  "exit 4",           NULL};
   if (run(argv2, 30000, &r) != 0) return;
   CHECK_EQ_INT(proc_exit_code(&r), 1);
   CHECK(strstr(r.err, "no restarts left (1 used)") != NULL);
@@ -252,7 +321,13 @@ static int wait_for_text(proc_handle *h, char **buf, size_t *len, const char *te
 }
 
 static void test_signals(void) {
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", "sh", "-c",
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "2",
+                  "--",
+                  "sh",
+                  "-c",
                   "trap 'echo got-USR1' USR1; trap 'echo got-TERM; exit 0' TERM; echo ready; "
                   "while :; do sleep 0.05; done",
                   NULL};
@@ -274,8 +349,17 @@ static void test_signals(void) {
   free(buf);
 
   /* A second SIGINT escalates to SIGKILL well before the 60 s grace. */
-  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--grace", "60", "--", "sh",
-                   "-c", "trap '' INT; echo ready; while :; do sleep 0.05; done", NULL};
+  char *argv2[] = {(char *)cohort,
+                   "run",
+                   "--nproc-per-node",
+                   "2",
+                   "--grace",
+                   "60",
+                   "--",
+                   "sh",
+                   "-c",
+                   "trap '' INT; echo ready; while :; do sleep 0.05; done",
+                   NULL};
   if (proc_start(argv2, NULL, &h) != 0) return;
   buf = NULL;
   len = 0;
@@ -347,8 +431,8 @@ static void test_no_orphans(void) {
 }
 
 static void test_exec_errors(void) {
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", "no-such-command-xyz",
-                  NULL};
+  char *argv[] = {(char *)cohort,        "run", "--nproc-per-node", "2", "--",
+                  "no-such-command-xyz", NULL};
   proc_result r;
   if (run(argv, 20000, &r) != 0) return;
   CHECK_EQ_INT(proc_exit_code(&r), 127);

@@ -59,7 +59,7 @@ COHORT_API const char *cohort_version(void);
 typedef enum cohort_dtype {
   COHORT_F32 = 0,
   COHORT_F64,
-  COHORT_F16, /* IEEE half; reduced with f32 accumulation */
+  COHORT_F16,  /* IEEE half; reduced with f32 accumulation */
   COHORT_BF16, /* bfloat16; reduced with f32 accumulation */
   COHORT_I32,
   COHORT_I64,
@@ -97,7 +97,7 @@ typedef struct cohort_comm_config {
   const char *token;      /* shared secret of the job, or NULL */
   int timeout_ms;         /* default deadline of every operation; 0: 60000 */
   cohort_transport transport;
-  int restart;            /* restart round of the job (keeps rounds apart on one store) */
+  int restart; /* restart round of the job (keeps rounds apart on one store) */
 } cohort_comm_config;
 
 /*
@@ -160,8 +160,8 @@ COHORT_API int cohort_allreduce(cohort_comm *comm, const void *send, void *recv,
                                 cohort_dtype dtype, cohort_redop op);
 COHORT_API int cohort_reduce_scatter(cohort_comm *comm, const void *send, void *recv,
                                      size_t recvcount, cohort_dtype dtype, cohort_redop op);
-COHORT_API int cohort_allgather(cohort_comm *comm, const void *send, void *recv,
-                                size_t sendcount, cohort_dtype dtype);
+COHORT_API int cohort_allgather(cohort_comm *comm, const void *send, void *recv, size_t sendcount,
+                                cohort_dtype dtype);
 COHORT_API int cohort_broadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
                                 int root);
 COHORT_API int cohort_reduce(cohort_comm *comm, const void *send, void *recv, size_t count,
@@ -180,8 +180,8 @@ COHORT_API int cohort_iallreduce(cohort_comm *comm, const void *send, void *recv
 COHORT_API int cohort_ireduce_scatter(cohort_comm *comm, const void *send, void *recv,
                                       size_t recvcount, cohort_dtype dtype, cohort_redop op,
                                       cohort_request **req);
-COHORT_API int cohort_iallgather(cohort_comm *comm, const void *send, void *recv,
-                                 size_t sendcount, cohort_dtype dtype, cohort_request **req);
+COHORT_API int cohort_iallgather(cohort_comm *comm, const void *send, void *recv, size_t sendcount,
+                                 cohort_dtype dtype, cohort_request **req);
 COHORT_API int cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
                                  int root, cohort_request **req);
 

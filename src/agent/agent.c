@@ -105,30 +105,30 @@ typedef struct job {
   char token[STORE_TOKEN_MAX + 1];
   int restart;
   /* per attempt */
-  int stopping;       /* SIGTERM sent to the groups */
-  int64_t kill_at;    /* when the stragglers get SIGKILL */
-  int killed;         /* SIGKILL sent */
-  int first_failed;   /* index of the first worker that failed, -1 */
-  int stop_signal;    /* signal that told the agent to stop, 0 */
+  int stopping;     /* SIGTERM sent to the groups */
+  int64_t kill_at;  /* when the stragglers get SIGKILL */
+  int killed;       /* SIGKILL sent */
+  int first_failed; /* index of the first worker that failed, -1 */
+  int stop_signal;  /* signal that told the agent to stop, 0 */
   int sigint_count;
   int exec_errno;
   int exec_failed_rank;
-  int remote_failed;  /* another node failed (or was lost) first */
+  int remote_failed;             /* another node failed (or was lost) first */
   char report[WATCH_REPORT_MAX]; /* the root cause, as every node prints it */
-  char cause[256];    /* short form for the "stopped by cohort after ..." lines */
+  char cause[256];               /* short form for the "stopped by cohort after ..." lines */
   /* multi-node (multinode == 0: this node alone) */
   int multinode;
   int round;
   rdzv_plan plan;
-  store_client *client;   /* main thread's store connection */
+  store_client *client; /* main thread's store connection */
   agent_watch *watch;
   char store_host[BASE_HOST_MAX]; /* the store as this agent reaches it */
   int store_port;
   char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
-  char iface[64];         /* interface toward node 0, "" unknown */
+  char iface[64];                     /* interface toward node 0, "" unknown */
   char hostname[BASE_HOST_MAX];
   char run_id[AGENT_RUN_ID_MAX + 1];
-  rdzv_opts ropts; /* discovery options as used, for publishing */
+  rdzv_opts ropts;    /* discovery options as used, for publishing */
   doctor_result *net; /* derived network settings (--net auto), or NULL */
   char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
 } job;
@@ -177,8 +177,8 @@ static void reap(job *j) {
       if (w->pid != pid || !w->running) continue;
       w->running = 0;
       w->status = st;
-      if (!worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed &&
-          w->stopped_by == 0 && j->stop_signal == 0) {
+      if (!worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed && w->stopped_by == 0 &&
+          j->stop_signal == 0) {
         j->first_failed = i;
         begin_stop(j);
         note_local_failure(j, i);
@@ -407,8 +407,8 @@ static void note_local_failure(job *j, int index) {
   if (!j->multinode) return;
   /* Tell the other nodes now; if one of them was first, its report counts. */
   char winner[WATCH_REPORT_MAX];
-  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->run_id, j->round,
-                        j->report, winner, sizeof winner);
+  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->run_id, j->round, j->report,
+                        winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) {
     base_strlcpy(j->report, winner, sizeof j->report);
     j->remote_failed = 1;
@@ -442,8 +442,10 @@ static void print_report(const job *j) {
     char st[128];
     worker_describe_status(w->status, st, sizeof st);
     if (w->was_frozen)
-      fprintf(stderr, "cohort: %srank %d: was stopped (SIGSTOP or traced) when the job failed: a hung worker\n",
-              node, w->rank);
+      fprintf(
+          stderr,
+          "cohort: %srank %d: was stopped (SIGSTOP or traced) when the job failed: a hung worker\n",
+          node, w->rank);
     if (w->stopped_by != 0) {
       const char *sn = sigabbrev_np(w->stopped_by);
       fprintf(stderr, "cohort: %srank %d: stopped by cohort (SIG%s) after %s; %s\n", node, w->rank,
@@ -588,8 +590,8 @@ static void publish_other_failure(job *j, const char *what) {
   snprintf(j->report, sizeof j->report, "node %d (%s): %s", j->plan.my_index, j->hostname, what);
   if (!j->multinode) return;
   char winner[WATCH_REPORT_MAX];
-  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->run_id, j->round,
-                        j->report, winner, sizeof winner);
+  watch_publish_failure(j->store_host, j->store_port, job_token(j), j->run_id, j->round, j->report,
+                        winner, sizeof winner);
 }
 
 /* After local success: wait until every node is done, or a failure. */
@@ -844,9 +846,8 @@ static int setup_store(job *j) {
   }
   if (mcfg->rdzv.node_rank < 0 && t.node_rank >= 0) mcfg->rdzv.node_rank = t.node_rank;
   if (t.host_store) {
-    store_server_opts so = {.bind_host = strchr(t.host, ':') ? "::" : "0.0.0.0",
-                            .port = t.port,
-                            .token = job_token(j)};
+    store_server_opts so = {
+        .bind_host = strchr(t.host, ':') ? "::" : "0.0.0.0", .port = t.port, .token = job_token(j)};
     rc = store_server_start(&so, &j->store);
     if (rc != 0) {
       fprintf(stderr, "cohort: cannot host the rendezvous store on port %d: %s\n", t.port,
@@ -973,7 +974,8 @@ int agent_run(const agent_config *cfg) {
         break;
       }
       attempt_outcome o = run_attempt(&j);
-      if (o == ATTEMPT_OK && wait_all_done(&j) != 0) o = j.stop_signal ? ATTEMPT_SIGNALED : ATTEMPT_FAILED;
+      if (o == ATTEMPT_OK && wait_all_done(&j) != 0)
+        o = j.stop_signal ? ATTEMPT_SIGNALED : ATTEMPT_FAILED;
       if (o == ATTEMPT_OK) {
         exit_code = AGENT_EXIT_OK;
       } else if (o == ATTEMPT_FAILED) {
@@ -990,11 +992,11 @@ int agent_run(const agent_config *cfg) {
         else
           snprintf(what, sizeof what, "internal error of the agent");
         publish_other_failure(&j, what);
-        exit_code = o == ATTEMPT_SIGNALED ? 128 + j.stop_signal
-                    : o == ATTEMPT_EXEC_ERROR
-                        ? ((j.exec_errno == ENOENT || j.exec_errno == ENOTDIR) ? AGENT_EXIT_NOT_FOUND
-                                                                               : AGENT_EXIT_NOT_EXECUTABLE)
-                        : AGENT_EXIT_INTERNAL;
+        exit_code = o == ATTEMPT_SIGNALED     ? 128 + j.stop_signal
+                    : o == ATTEMPT_EXEC_ERROR ? ((j.exec_errno == ENOENT || j.exec_errno == ENOTDIR)
+                                                     ? AGENT_EXIT_NOT_FOUND
+                                                     : AGENT_EXIT_NOT_EXECUTABLE)
+                                              : AGENT_EXIT_INTERNAL;
       }
       watch_stop(j.watch);
       j.watch = NULL;
@@ -1011,11 +1013,9 @@ int agent_run(const agent_config *cfg) {
         break;
       }
       if (o == ATTEMPT_EXEC_ERROR) {
-        fprintf(stderr, "cohort: cannot execute '%s': %s\n", cfg->argv[0],
-                strerror(j.exec_errno));
-        exit_code = (j.exec_errno == ENOENT || j.exec_errno == ENOTDIR)
-                        ? AGENT_EXIT_NOT_FOUND
-                        : AGENT_EXIT_NOT_EXECUTABLE;
+        fprintf(stderr, "cohort: cannot execute '%s': %s\n", cfg->argv[0], strerror(j.exec_errno));
+        exit_code = (j.exec_errno == ENOENT || j.exec_errno == ENOTDIR) ? AGENT_EXIT_NOT_FOUND
+                                                                        : AGENT_EXIT_NOT_EXECUTABLE;
         break;
       }
       if (o == ATTEMPT_SIGNALED) {

@@ -29,26 +29,26 @@
 #define AGENT_TAIL_LINES 10
 
 typedef struct agent_config {
-  int nproc;             /* workers on this node, 1..AGENT_MAX_NPROC */
-  int max_restarts;      /* whole-group restarts after a failure */
-  const char *log_dir;   /* NULL: no per-rank files */
-  int tee;               /* with log_dir: also relay to the console */
-  int64_t grace_ms;      /* SIGTERM -> SIGKILL delay */
-  const char *run_id;    /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
-  const char *role;      /* ROLE_NAME, "default" */
-  char *const *argv;     /* the worker command, argv[0] searched in PATH */
-  const char *token;     /* job token, NULL: a random one is made */
+  int nproc;           /* workers on this node, 1..AGENT_MAX_NPROC */
+  int max_restarts;    /* whole-group restarts after a failure */
+  const char *log_dir; /* NULL: no per-rank files */
+  int tee;             /* with log_dir: also relay to the console */
+  int64_t grace_ms;    /* SIGTERM -> SIGKILL delay */
+  const char *run_id;  /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
+  const char *role;    /* ROLE_NAME, "default" */
+  char *const *argv;   /* the worker command, argv[0] searched in PATH */
+  const char *token;   /* job token, NULL: a random one is made */
 
   /*
    * Multi-node. With rdzv.method RDZV_AUTO and no master, node count or
    * scheduler environment, the job runs on this node alone.
    */
   rdzv_opts rdzv;
-  int64_t join_timeout_ms;   /* rendezvous deadline */
-  int64_t last_call_ms;      /* elastic MIN:MAX: wait for more nodes after MIN */
-  int64_t heartbeat_ms;      /* heartbeat period between agents */
-  int64_t lost_after_ms;     /* a node silent this long is lost */
-  int net_auto;              /* add derived network settings (cohort doctor) */
+  int64_t join_timeout_ms; /* rendezvous deadline */
+  int64_t last_call_ms;    /* elastic MIN:MAX: wait for more nodes after MIN */
+  int64_t heartbeat_ms;    /* heartbeat period between agents */
+  int64_t lost_after_ms;   /* a node silent this long is lost */
+  int net_auto;            /* add derived network settings (cohort doctor) */
 } agent_config;
 
 /*

@@ -17,15 +17,23 @@ static int json_string(const char *p, const char *end, char *out, size_t outlen)
       if (p >= end) return -EPROTO;
       char e = *p++;
       switch (e) {
-      case 'n': c = ' '; break; /* one line in the report */
-      case 't': c = ' '; break;
-      case 'r': c = ' '; break;
+      case 'n':
+        c = ' ';
+        break; /* one line in the report */
+      case 't':
+        c = ' ';
+        break;
+      case 'r':
+        c = ' ';
+        break;
       case 'u':
         if (end - p < 4) return -EPROTO;
         p += 4;
         c = '?';
         break;
-      default: c = e; break;
+      default:
+        c = e;
+        break;
       }
     }
     if (n + 1 < outlen) out[n++] = c;

@@ -93,8 +93,10 @@ static void *watch_main(void *arg) {
   while (!stop_requested(w)) {
     int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
     if (rc == 0) {
-      if (read_text(w->client, fail_key, text, sizeof text) == 0) set_failure(w, text);
-      else set_failure(w, "the job failed on another node (its report could not be read)");
+      if (read_text(w->client, fail_key, text, sizeof text) == 0)
+        set_failure(w, text);
+      else
+        set_failure(w, "the job failed on another node (its report could not be read)");
       break;
     }
     if (rc != -ETIMEDOUT) {
@@ -112,7 +114,8 @@ static void *watch_main(void *arg) {
       next_hb = now + o->heartbeat_ms;
       if (now - last_ok >= o->lost_after_ms) {
         /* Cut off from node 0 (its agent gone or our link down). */
-        snprintf(text, sizeof text, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
+        snprintf(text, sizeof text,
+                 "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
                  o->hostnames[0], (double)(now - last_ok) / 1000.0);
         set_failure(w, text);
         break;

@@ -23,7 +23,7 @@ typedef struct worker_stream {
 } worker_stream;
 
 typedef struct worker {
-  int rank;       /* global rank */
+  int rank; /* global rank */
   int local_rank;
   pid_t pid;      /* 0 before spawn */
   int running;    /* spawned and not yet reaped */
@@ -31,7 +31,7 @@ typedef struct worker {
   int stopped_by; /* signal the agent sent it before it ended, or 0 */
   int was_frozen; /* it was stopped (SIGSTOP, traced) when the job began to stop */
   worker_stream out, err;
-  int log_fd;     /* per-rank log file or -1 */
+  int log_fd; /* per-rank log file or -1 */
   char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];
   int tail_next, tail_count;
 } worker;

@@ -73,11 +73,25 @@ int base_parse_size(const char *s, uint64_t *out) {
   if (errno == ERANGE) return -ERANGE;
   unsigned shift = 0;
   switch (*end) {
-  case '\0': break;
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  default: return -EINVAL;
+  case '\0':
+    break;
+  case 'k':
+  case 'K':
+    shift = 10;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    end++;
+    break;
+  default:
+    return -EINVAL;
   }
   if (*end == 'i' || *end == 'B') end++; /* accept KiB/MB spellings loosely */
   if (*end == 'B') end++;
@@ -150,9 +164,12 @@ int base_log_enabled(base_log_level level) {
     const char *e = getenv("COHORT_LOG_LEVEL");
     cur = BASE_LOG_WARN;
     if (e != NULL) {
-      if (strcmp(e, "error") == 0) cur = BASE_LOG_ERROR;
-      else if (strcmp(e, "info") == 0) cur = BASE_LOG_INFO;
-      else if (strcmp(e, "debug") == 0) cur = BASE_LOG_DEBUG;
+      if (strcmp(e, "error") == 0)
+        cur = BASE_LOG_ERROR;
+      else if (strcmp(e, "info") == 0)
+        cur = BASE_LOG_INFO;
+      else if (strcmp(e, "debug") == 0)
+        cur = BASE_LOG_DEBUG;
     }
     __atomic_store_n(&log_level, cur, __ATOMIC_RELAXED);
   }
@@ -163,8 +180,10 @@ void base_log(base_log_level level, const char *fmt, ...) {
   if (!base_log_enabled(level)) return;
   char line[1024];
   int off;
-  if (log_tag[0] != '\0') off = snprintf(line, sizeof line, "cohort[%s]: ", log_tag);
-  else off = snprintf(line, sizeof line, "cohort: ");
+  if (log_tag[0] != '\0')
+    off = snprintf(line, sizeof line, "cohort[%s]: ", log_tag);
+  else
+    off = snprintf(line, sizeof line, "cohort: ");
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line + off, sizeof line - (size_t)off - 1, fmt, ap);

@@ -44,8 +44,10 @@ int base_split_hostport(const char *s, char *host, size_t hostlen, int *port, in
 }
 
 void base_join_hostport(const char *host, int port, char *out, size_t outlen) {
-  if (strchr(host, ':') != NULL) snprintf(out, outlen, "[%s]:%d", host, port);
-  else snprintf(out, outlen, "%s:%d", host, port);
+  if (strchr(host, ':') != NULL)
+    snprintf(out, outlen, "[%s]:%d", host, port);
+  else
+    snprintf(out, outlen, "%s:%d", host, port);
 }
 
 int base_set_nonblock(int fd, int on) {

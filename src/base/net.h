@@ -48,8 +48,6 @@ int base_write_full(int fd, const void *buf, size_t len, int64_t deadline_ms);
 /* Numeric text of a socket address ("10.0.0.1" / "fe80::1"); port optional. */
 int base_sockaddr_str(const struct sockaddr *sa, char *host, size_t hostlen, int *port);
 
-
-
 /*
  * Which local address routes to host:port, and host's numeric address: a
  * UDP socket is connect()ed (no packet is sent) and asked for both ends.

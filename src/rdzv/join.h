@@ -23,32 +23,32 @@
 typedef struct rdzv_node {
   int node_rank;
   int nproc;
-  int rank_offset;             /* global rank of its local rank 0 */
-  char host[BASE_HOST_MAX];    /* its address as seen toward node 0 */
-  char hostname[BASE_HOST_MAX];/* gethostname() */
+  int rank_offset;              /* global rank of its local rank 0 */
+  char host[BASE_HOST_MAX];     /* its address as seen toward node 0 */
+  char hostname[BASE_HOST_MAX]; /* gethostname() */
   uint64_t uid;
 } rdzv_node;
 
 typedef struct rdzv_plan {
   int nnodes;
   int world_size;
-  int my_index;                /* index of this agent in nodes[] (its node rank) */
+  int my_index; /* index of this agent in nodes[] (its node rank) */
   char master_addr[BASE_HOST_MAX];
   int master_port;
-  rdzv_node *nodes;            /* nnodes entries, by node rank (malloc'ed) */
+  rdzv_node *nodes; /* nnodes entries, by node rank (malloc'ed) */
 } rdzv_plan;
 
 typedef struct rdzv_join_opts {
   const char *job_id;
   int round;
-  int is_host;                 /* this agent hosts the store: it is node 0 */
-  int claimed_rank;            /* -1: none */
+  int is_host;      /* this agent hosts the store: it is node 0 */
+  int claimed_rank; /* -1: none */
   int nproc;
   int nnodes_min, nnodes_max;
-  int64_t last_call_ms;        /* extra wait for more nodes once MIN joined */
-  const char *my_host;         /* this node's address toward node 0 */
-  const char *master_host;     /* node 0's address as this node reaches it, or NULL */
-  int64_t deadline_ms;         /* absolute */
+  int64_t last_call_ms;    /* extra wait for more nodes once MIN joined */
+  const char *my_host;     /* this node's address toward node 0 */
+  const char *master_host; /* node 0's address as this node reaches it, or NULL */
+  int64_t deadline_ms;     /* absolute */
 } rdzv_join_opts;
 
 /*

@@ -112,7 +112,7 @@ int cmd_run(int argc, char **argv) {
 #define TAKE_VALUE()                                                                               \
   do {                                                                                             \
     if (v == NULL) {                                                                               \
-      if (i + 1 >= argc) return usage_error("option %s needs a value", a);                        \
+      if (i + 1 >= argc) return usage_error("option %s needs a value", a);                         \
       v = argv[++i];                                                                               \
     }                                                                                              \
   } while (0)
@@ -150,18 +150,21 @@ int cmd_run(int argc, char **argv) {
       int lo, hi;
       if (colon == NULL) {
         if (base_parse_int(v, 1, 4096, &lo) != 0)
-          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'", v);
+          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'",
+                             v);
         hi = lo;
       } else {
         char minbuf[16];
         size_t ml = (size_t)(colon - v);
         if (ml == 0 || ml >= sizeof minbuf)
-          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'", v);
+          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'",
+                             v);
         memcpy(minbuf, v, ml);
         minbuf[ml] = '\0';
-        if (base_parse_int(minbuf, 1, 4096, &lo) != 0 || base_parse_int(colon + 1, 1, 4096, &hi) != 0 ||
-            hi < lo)
-          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'", v);
+        if (base_parse_int(minbuf, 1, 4096, &lo) != 0 ||
+            base_parse_int(colon + 1, 1, 4096, &hi) != 0 || hi < lo)
+          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'",
+                             v);
       }
       cfg.rdzv.nnodes_min = lo;
       cfg.rdzv.nnodes_max = hi;
@@ -178,12 +181,18 @@ int cmd_run(int argc, char **argv) {
       cfg.rdzv.master = v;
     } else if (match(a, "--discover", NULL, &v)) {
       TAKE_VALUE();
-      if (strcmp(v, "auto") == 0) cfg.rdzv.method = RDZV_AUTO;
-      else if (strcmp(v, "static") == 0 || strcmp(v, "dns") == 0) cfg.rdzv.method = RDZV_STATIC;
-      else if (strcmp(v, "mcast") == 0) cfg.rdzv.method = RDZV_MCAST;
-      else if (strcmp(v, "file") == 0) cfg.rdzv.method = RDZV_FILE;
-      else if (strcmp(v, "env") == 0) cfg.rdzv.method = RDZV_ENV;
-      else return usage_error("--discover takes auto, static, dns, mcast, file or env, not '%s'", v);
+      if (strcmp(v, "auto") == 0)
+        cfg.rdzv.method = RDZV_AUTO;
+      else if (strcmp(v, "static") == 0 || strcmp(v, "dns") == 0)
+        cfg.rdzv.method = RDZV_STATIC;
+      else if (strcmp(v, "mcast") == 0)
+        cfg.rdzv.method = RDZV_MCAST;
+      else if (strcmp(v, "file") == 0)
+        cfg.rdzv.method = RDZV_FILE;
+      else if (strcmp(v, "env") == 0)
+        cfg.rdzv.method = RDZV_ENV;
+      else
+        return usage_error("--discover takes auto, static, dns, mcast, file or env, not '%s'", v);
     } else if (match(a, "--job", NULL, &v)) {
       TAKE_VALUE();
       if (!agent_run_id_valid(v))
@@ -191,7 +200,8 @@ int cmd_run(int argc, char **argv) {
       cfg.run_id = v;
     } else if (match(a, "--iface", NULL, &v)) {
       TAKE_VALUE();
-      if (v[0] == '\0' || strlen(v) >= 16) return usage_error("--iface takes an interface name, not '%s'", v);
+      if (v[0] == '\0' || strlen(v) >= 16)
+        return usage_error("--iface takes an interface name, not '%s'", v);
       cfg.rdzv.iface = v;
     } else if (match(a, "--mcast-group", NULL, &v)) {
       TAKE_VALUE();
@@ -219,9 +229,12 @@ int cmd_run(int argc, char **argv) {
       cfg.heartbeat_ms = cfg.lost_after_ms / 5 < 500 ? cfg.lost_after_ms / 5 : 500;
     } else if (match(a, "--net", NULL, &v)) {
       TAKE_VALUE();
-      if (strcmp(v, "auto") == 0) cfg.net_auto = 1;
-      else if (strcmp(v, "off") == 0) cfg.net_auto = 0;
-      else return usage_error("--net takes auto or off, not '%s'", v);
+      if (strcmp(v, "auto") == 0)
+        cfg.net_auto = 1;
+      else if (strcmp(v, "off") == 0)
+        cfg.net_auto = 0;
+      else
+        return usage_error("--net takes auto or off, not '%s'", v);
     } else if (a[0] != '-') {
       return usage_error("missing '--' before the command '%s'", a);
     } else {
@@ -236,7 +249,8 @@ int cmd_run(int argc, char **argv) {
   if (cfg.rdzv.rdzv_file != NULL && cfg.rdzv.method == RDZV_AUTO) cfg.rdzv.method = RDZV_FILE;
   if (cfg.rdzv.method == RDZV_MCAST && cfg.run_id == NULL)
     return usage_error("--discover mcast needs --job ID (the same on every node)%s", "");
-  if (cfg.rdzv.node_rank >= 0 && cfg.rdzv.nnodes_max > 0 && cfg.rdzv.node_rank >= cfg.rdzv.nnodes_max)
+  if (cfg.rdzv.node_rank >= 0 && cfg.rdzv.nnodes_max > 0 &&
+      cfg.rdzv.node_rank >= cfg.rdzv.nnodes_max)
     return usage_error("--node-rank must be below --nnodes%s", "");
   if (cfg.token != NULL && (cfg.token[0] == '\0' || strlen(cfg.token) > 256))
     return usage_error("the job token must have 1 to 256 characters%s", "");
