@@ -5,10 +5,11 @@
 PREFIX ?= /usr/local
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-asan install clean
+.PHONY: all deps build demo test test-asan test-fuzz install clean
 
 all: build
 
@@ -25,6 +26,11 @@ demo: deps build
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j 1
 	$(MAKE) test-asan
+	$(MAKE) test-fuzz
+
+# Every libFuzzer target, bounded (scripts/fuzz-ci.sh; needs clang).
+test-fuzz:
+	JOBS=$(JOBS) ./scripts/fuzz-ci.sh $(FUZZ_BUILD)
 
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DCOHORT_WERROR=ON -DCOHORT_SANITIZE=address,undefined \
@@ -36,4 +42,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,236 @@
+/*
+ * fuzz_doctor_tree.c - libFuzzer target for the doctor's readers of sysfs,
+ * procfs, /dev and the NCCL installation (src/doctor/probe.c) and for what
+ * derives and renders their facts.
+ *
+ * The input describes a machine as a fixture tree: entries separated by NUL
+ * bytes, each "PATH\nCONTENT". PATH is relative and starts with sys/, proc/,
+ * dev/ or lib/, or is "ifaddrs" (the interface address list) or "env" (the
+ * job's environment for doctor_derive, one NAME=VALUE per line). A CONTENT
+ * of "->TARGET" makes PATH a symbolic link to TARGET inside the tree. Paths
+ * are kept inside the tree (no "..", no absolute paths, no empty parts).
+ * The harness builds the tree in a private temporary directory, runs
+ * doctor_probe() + doctor_derive() against it (master 10.3.0.1, so the
+ * route lookup runs), renders the report, export lines and JSON, round-trips
+ * the one-line summary, then removes the tree.
+ *
+ * Checks: no crash, leak or undefined behaviour; probe and derive succeed
+ * or fail with -ENOMEM only (a damaged tree is facts, not an error); the
+ * summary parses back to itself; nothing it sets was in the environment.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "doctor/doctor.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#define MAX_ENTRIES 256
+#define MAX_ENV 32
+
+static char base_dir[64];
+
+static void check(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "fuzz_doctor_tree: check failed: %s\n", what);
+    abort();
+  }
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+static void remove_tree(const char *path) {
+  nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void cleanup(void) {
+  remove_tree(base_dir);
+}
+
+/* A directory for scratch files: /dev/shm if usable, else $TMPDIR or /tmp. */
+static const char *fuzz_tmp_root(void) {
+  if (access("/dev/shm", W_OK) == 0) return "/dev/shm";
+  const char *t = getenv("TMPDIR");
+  return t != NULL && t[0] != '\0' && strlen(t) < 24 ? t : "/tmp";
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  /* tmpfs when there is one: the tree is rebuilt for every input. */
+  snprintf(base_dir, sizeof base_dir, "%s/fuzz-cohort-doctor.XXXXXX", fuzz_tmp_root());
+  check(mkdtemp(base_dir) != NULL, "mkdtemp");
+  atexit(cleanup);
+  return 0;
+}
+
+/* A relative path that stays inside the tree: [A-Za-z0-9._-] parts, no "." or "..". */
+static int path_ok(const char *p, size_t n) {
+  if (n == 0 || n > 200 || p[0] == '/' || p[n - 1] == '/') return 0;
+  size_t part = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i == n || p[i] == '/') {
+      if (part == 0) return 0;
+      const char *s = p + i - part;
+      if ((part == 1 && s[0] == '.') || (part == 2 && s[0] == '.' && s[1] == '.')) return 0;
+      part = 0;
+      continue;
+    }
+    char c = p[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
+      return 0;
+    part++;
+  }
+  return 1;
+}
+
+static int top_ok(const char *p) {
+  return strncmp(p, "sys/", 4) == 0 || strncmp(p, "proc/", 5) == 0 || strncmp(p, "dev/", 4) == 0 ||
+         strncmp(p, "lib/", 4) == 0 || strcmp(p, "ifaddrs") == 0;
+}
+
+/* mkdir -p of the parent directories of root/rel. */
+static void make_parents(const char *root, const char *rel) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", root, rel);
+  for (char *s = path + strlen(root) + 1; (s = strchr(s, '/')) != NULL; s++) {
+    *s = '\0';
+    mkdir(path, 0700);
+    *s = '/';
+  }
+}
+
+static void write_entry(const char *root, const char *rel, const uint8_t *content, size_t n) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", root, rel);
+  make_parents(root, rel);
+  if (n >= 2 && content[0] == '-' && content[1] == '>') {
+    char target[256];
+    size_t tl = n - 2;
+    if (tl >= sizeof target) return;
+    memcpy(target, content + 2, tl);
+    target[tl] = '\0';
+    if (!path_ok(target, tl)) return;
+    char abs[512];
+    snprintf(abs, sizeof abs, "%s/%s", root, target);
+    if (symlink(abs, path) != 0) return;
+    return;
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, content + off, n - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  close(fd);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size > 65536) return 0;
+  char root[128];
+  snprintf(root, sizeof root, "%s/t", base_dir);
+  remove_tree(root);
+  check(mkdir(root, 0700) == 0, "mkdir root");
+  static const char *const tops[] = {"sys", "proc", "dev", "lib"};
+  for (size_t i = 0; i < 4; i++) {
+    char p[160];
+    snprintf(p, sizeof p, "%s/%s", root, tops[i]);
+    mkdir(p, 0700);
+  }
+
+  char *envtext = NULL;
+  size_t start = 0, entries = 0;
+  for (size_t i = 0; i <= size && entries < MAX_ENTRIES; i++) {
+    if (i < size && data[i] != '\0') continue;
+    const uint8_t *e = data + start;
+    size_t n = i - start;
+    start = i + 1;
+    entries++;
+    const uint8_t *nl = memchr(e, '\n', n);
+    if (nl == NULL) continue;
+    size_t plen = (size_t)(nl - e);
+    char rel[256];
+    if (plen >= sizeof rel) continue;
+    memcpy(rel, e, plen);
+    rel[plen] = '\0';
+    const uint8_t *content = nl + 1;
+    size_t clen = n - plen - 1;
+    if (strcmp(rel, "env") == 0) {
+      free(envtext);
+      envtext = malloc(clen + 1);
+      check(envtext != NULL, "out of memory");
+      memcpy(envtext, content, clen);
+      envtext[clen] = '\0';
+      continue;
+    }
+    if (!path_ok(rel, plen) || !top_ok(rel)) continue;
+    write_entry(root, rel, content, clen);
+  }
+
+  char *envp[MAX_ENV + 1];
+  size_t nenv = 0;
+  if (envtext != NULL)
+    for (char *s = envtext, *save = NULL; nenv < MAX_ENV && (s = strtok_r(s, "\n", &save)) != NULL;
+         s = NULL)
+      if (strchr(s, '=') != NULL) envp[nenv++] = s;
+  envp[nenv] = NULL;
+
+  char sys[160], proc[160], dev[160], lib[160], ifaddrs[160];
+  snprintf(sys, sizeof sys, "%s/sys", root);
+  snprintf(proc, sizeof proc, "%s/proc", root);
+  snprintf(dev, sizeof dev, "%s/dev", root);
+  snprintf(lib, sizeof lib, "%s/lib", root);
+  snprintf(ifaddrs, sizeof ifaddrs, "%s/ifaddrs", root);
+  doctor_config cfg = {.sysfs_root = sys,
+                       .proc_root = proc,
+                       .dev_root = dev,
+                       .lib_root = lib,
+                       .master = "10.3.0.1",
+                       .ifaddrs_file = ifaddrs,
+                       .set_gid_index = (size & 1) != 0};
+  doctor_result *r = NULL;
+  int rc = doctor_plan(&cfg, envp, &r);
+  check(rc == 0 || rc == -ENOMEM, "doctor_plan failed on a fixture tree");
+  if (rc == 0) {
+    char *text = NULL;
+    check(doctor_format_report(r, &text) == 0, "report");
+    free(text);
+    check(doctor_format_export(r, &text) == 0, "export");
+    free(text);
+    check(doctor_format_json(r, &text) == 0, "json");
+    free(text);
+    char line[DOCTOR_SUMMARY_MAX];
+    check(doctor_summary_format(&r->summary, line, sizeof line) == 0, "summary format");
+    doctor_summary back;
+    check(doctor_summary_parse(line, &back) == 0, "summary does not parse back");
+    char warn[1024];
+    check(doctor_summary_compare("a", &r->summary, "b", &back, warn, sizeof warn) == 0,
+          "summary changed in a round trip");
+    for (size_t i = 0; i < r->nset; i++)
+      for (size_t k = 0; k < nenv; k++) {
+        size_t l = strlen(r->set[i].name);
+        check(!(strncmp(envp[k], r->set[i].name, l) == 0 && envp[k][l] == '='),
+              "a variable the user set is overridden");
+      }
+    doctor_result_destroy(r);
+  }
+  free(envtext);
+  remove_tree(root);
+  return 0;
+}

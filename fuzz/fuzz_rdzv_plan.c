@@ -1,0 +1,225 @@
+/*
+ * fuzz_rdzv_plan.c - libFuzzer target for the rendezvous round's text
+ * formats (src/rdzv/join.c): node records, rank assignment and the plan.
+ *
+ * parse_record() and parse_plan() are static and reached only through
+ * rdzv_join(), which talks to a store; so this target hosts one store_server
+ * on 127.0.0.1 for the whole run and plays a round per input, with a fresh
+ * job id each time and every key deleted afterwards:
+ *
+ *   byte 0 % 3 == 0, joiner: the rest is the plan text node 0 published;
+ *     rdzv_join() as a non-host node registers, reads and parses it.
+ *   byte 0 % 3 == 1, host: the rest is up to 16 node records (separated by
+ *     NUL bytes) that other nodes registered; rdzv_join() as node 0 parses
+ *     them, assigns ranks, publishes the plan and parses its own plan.
+ *   byte 0 % 3 == 2: rdzv_assign_ranks() directly over claims from the input.
+ *
+ * Checks: errors are the documented ones with a one-line reason; a plan
+ * that was accepted has node ranks 0..n-1 in order, positive process counts
+ * and rank offsets that add up to the world size; assigned ranks are a
+ * permutation that keeps every valid claim.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cohort/cohort.h"
+#include "rdzv/join.h"
+#include "store/store.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#define MAX_RECORDS 16
+
+static store_server *srv;
+static store_client *cli;
+static unsigned long round_no;
+
+static void check(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "fuzz_rdzv_plan: check failed: %s\n", what);
+    abort();
+  }
+}
+
+static void stop_store(void) {
+  store_client_close(cli);
+  store_server_stop(srv);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  base_log_set_level(BASE_LOG_ERROR);
+  store_server_opts o = {.bind_host = "127.0.0.1"};
+  check(store_server_start(&o, &srv) == 0, "cannot start the store");
+  char err[256];
+  check(store_client_connect("127.0.0.1", store_server_port(srv), NULL, base_deadline_in(5000),
+                             &cli, err, sizeof err) == 0,
+        "cannot connect to the store");
+  atexit(stop_store);
+  return 0;
+}
+
+static void key_of(char *out, size_t len, const char *job, const char *suffix) {
+  rdzv_key(out, len, job, 0, suffix);
+}
+
+static void set_text(const char *job, const char *suffix, const void *p, size_t n) {
+  char key[STORE_KEY_MAX];
+  key_of(key, sizeof key, job, suffix);
+  check(store_set(cli, key, p, n, base_deadline_in(5000)) == 0, "store_set");
+}
+
+static void delete_round(const char *job, int nrecords) {
+  char key[STORE_KEY_MAX];
+  key_of(key, sizeof key, job, "joined");
+  store_delete(cli, key, base_deadline_in(5000));
+  key_of(key, sizeof key, job, "plan");
+  store_delete(cli, key, base_deadline_in(5000));
+  for (int i = 1; i <= nrecords; i++) {
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "node/%d", i);
+    key_of(key, sizeof key, job, suffix);
+    store_delete(cli, key, base_deadline_in(5000));
+  }
+}
+
+static void check_plan(const rdzv_plan *p) {
+  check(p->nnodes >= 1 && p->nnodes <= RDZV_MAX_NODES && p->nodes != NULL, "plan: nnodes");
+  check(p->my_index >= 0 && p->my_index < p->nnodes, "plan: my index");
+  check(p->master_port >= 1 && p->master_port <= 65535, "plan: port");
+  int offset = 0;
+  for (int r = 0; r < p->nnodes; r++) {
+    check(p->nodes[r].node_rank == r, "plan: ranks out of order");
+    check(p->nodes[r].nproc >= 1, "plan: nproc");
+    check(p->nodes[r].rank_offset == offset, "plan: rank offsets");
+    check(memchr(p->nodes[r].host, '\0', sizeof p->nodes[r].host) != NULL, "plan: host");
+    offset += p->nodes[r].nproc;
+  }
+  check(p->world_size == offset, "plan: world size");
+}
+
+/*
+ * Reasons are one line. Not checked for a plan node 0 published as
+ * "error REASON": parse_plan() passes REASON on verbatim, newlines included
+ * (reported to the rdzv owner; node 0 itself only writes one-line reasons).
+ */
+static void check_reason(int rc, const char *err, const uint8_t *plan, size_t n) {
+  if (rc == 0) return;
+  if (plan != NULL && n >= 6 && memcmp(plan, "error ", 6) == 0) return;
+  check(strchr(err, '\n') == NULL, "a reason of more than one line");
+}
+
+static void joiner(const char *job, const uint8_t *p, size_t n) {
+  set_text(job, "plan", p, n);
+  rdzv_join_opts o = {.job_id = job,
+                      .claimed_rank = -1,
+                      .nproc = 1,
+                      .nnodes_min = 1,
+                      .nnodes_max = 1,
+                      .my_host = "127.0.0.1",
+                      .master_host = "127.0.0.1",
+                      .deadline_ms = base_deadline_in(5000)};
+  rdzv_plan plan;
+  char err[512];
+  int rc = rdzv_join(cli, &o, &plan, err, sizeof err);
+  /* The plan cannot name this node (its uid is random), unless the fuzzer guessed 64 bits. */
+  check(rc == -EINVAL || rc == -EPROTO || rc == -ENOMEM || rc == 0, "joiner: unexpected error");
+  check_reason(rc, err, p, n);
+  if (rc == 0) check_plan(&plan);
+  rdzv_plan_free(&plan);
+  delete_round(job, 1);
+}
+
+static void host(const char *job, const uint8_t *p, size_t n) {
+  /* The records of the nodes that joined before node 0. */
+  int k = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= n && k < MAX_RECORDS; i++) {
+    if (i == n || p[i] == '\0') {
+      char suffix[32];
+      snprintf(suffix, sizeof suffix, "node/%d", k + 1);
+      set_text(job, suffix, p + start, i - start);
+      k++;
+      start = i + 1;
+    }
+  }
+  char key[STORE_KEY_MAX];
+  key_of(key, sizeof key, job, "joined");
+  check(store_add(cli, key, k, NULL, base_deadline_in(5000)) == 0, "store_add");
+  rdzv_join_opts o = {.job_id = job,
+                      .is_host = 1,
+                      .claimed_rank = 0,
+                      .nproc = 2,
+                      .nnodes_min = k + 1,
+                      .nnodes_max = k + 1,
+                      .my_host = "127.0.0.1",
+                      .deadline_ms = base_deadline_in(5000)};
+  rdzv_plan plan;
+  char err[512];
+  int rc = rdzv_join(cli, &o, &plan, err, sizeof err);
+  check(rc == 0 || rc == -EINVAL || rc == -EPROTO || rc == -ENOMEM, "host: unexpected error");
+  check_reason(rc, err, NULL, 0);
+  if (rc == 0) {
+    check_plan(&plan);
+    check(plan.nnodes == k + 1, "host: not every node is in the plan");
+  }
+  rdzv_plan_free(&plan);
+  delete_round(job, k + 1);
+}
+
+static void assign(const uint8_t *p, size_t n) {
+  if (n < 1) return;
+  int cnt = (int)(n - 1 < 64 ? n - 1 : 64);
+  if (cnt < 1) return;
+  int host_index = p[0] % cnt;
+  rdzv_node nodes[64];
+  int claims[64];
+  memset(nodes, 0, sizeof nodes);
+  for (int i = 0; i < cnt; i++) {
+    /* 0xff: no claim; else a rank that may be out of range. */
+    claims[i] = p[1 + i] == 0xff ? -1 : p[1 + i] % 80;
+    snprintf(nodes[i].hostname, sizeof nodes[i].hostname, "n%d", i);
+    nodes[i].node_rank = -1;
+  }
+  char err[256] = "";
+  int rc = rdzv_assign_ranks(nodes, claims, cnt, host_index, err, sizeof err);
+  check(rc == 0 || rc == -EINVAL, "assign: unexpected error");
+  if (rc != 0) {
+    check(err[0] != '\0', "assign: no reason");
+    return;
+  }
+  int seen[64] = {0};
+  for (int i = 0; i < cnt; i++) {
+    int r = nodes[i].node_rank;
+    check(r >= 0 && r < cnt && !seen[r], "assign: ranks are not a permutation");
+    seen[r] = 1;
+    if (i == host_index)
+      check(r == 0, "assign: the host is not rank 0");
+    else if (claims[i] >= 0)
+      check(r == claims[i], "assign: a claim was not kept");
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1 || size > 16384) return 0;
+  char job[64];
+  snprintf(job, sizeof job, "fz%lu", round_no++);
+  switch (data[0] % 3) {
+  case 0:
+    joiner(job, data + 1, size - 1);
+    break;
+  case 1:
+    host(job, data + 1, size - 1);
+    break;
+  default:
+    assign(data + 1, size - 1);
+    break;
+  }
+  return 0;
+}
