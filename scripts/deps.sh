@@ -10,7 +10,7 @@ pkgs=(
   iproute2 util-linux procps psmisc bc
   python3 python3-torch python3-numpy python3-yaml python3-protobuf
   openmpi-bin libopenmpi-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev valgrind
   groff-base
 )
 
