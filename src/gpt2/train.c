@@ -11,6 +11,7 @@
 
 #include "gpt2/ckpt.h"
 #include "gpt2/data.h"
+#include "gpt2/ddp.h"
 #include "gpt2/kernels.h"
 #include "gpt2/rng.h"
 #include "gpt2/tb_writer.h"
@@ -72,25 +73,37 @@ static double median(double *v, size_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Creates the communicator when started as one of several ranks. */
+static int make_comm(cohort_comm **comm, FILE *errf) {
+  *comm = NULL;
+  const char *ws = getenv("WORLD_SIZE");
+  if (getenv("RANK") == NULL || ws == NULL || strcmp(ws, "1") == 0) return 0;
+  int rc = cohort_comm_create_from_env(comm);
+  if (rc != 0) {
+    fprintf(errf, "cohort-gpt2: cannot join the job (RANK=%s WORLD_SIZE=%s): %s\n", getenv("RANK"),
+            ws, cohort_strerror(rc));
+    return rc;
+  }
+  return 0;
+}
+
 int gpt2_train(const gpt2_train_opts *o) {
   FILE *out = o->out, *errf = o->err;
   int status = 1;
-  const int rank = 0, world = 1;
+  int rank = 0, world = 1;
+  cohort_comm *comm = NULL;
   gpt2_model model;
   gpt2_data data;
   gpt2_batch_buf bb;
-  gpt2_optim optim;
+  gpt2_ddp ddp;
   FILE *metrics = NULL;
   gpt2_tb_writer *tb = NULL;
   double *step_times = NULL;
+  float *full_state = NULL;
+  size_t nfull = 0;
   char err[512] = "";
-  int have_model = 0, have_data = 0, have_bb = 0, have_optim = 0;
+  int have_model = 0, have_data = 0, have_bb = 0, have_ddp = 0;
 
-  const char *ws = getenv("WORLD_SIZE");
-  if (ws != NULL && strcmp(ws, "1") != 0) {
-    fprintf(errf, "cohort-gpt2: WORLD_SIZE=%s: data parallelism is not in this build yet\n", ws);
-    return 2;
-  }
   int threads = o->threads;
 #ifdef _OPENMP
   if (threads > 0) omp_set_num_threads(threads);
@@ -101,7 +114,13 @@ int gpt2_train(const gpt2_train_opts *o) {
   /* OpenBLAS runs single-threaded inside our OpenMP slices (kernels.c). */
   openblas_set_num_threads(1);
 
-  int rc = gpt2_model_init(&model, &o->cfg, o->B, o->T);
+  int rc = make_comm(&comm, errf);
+  if (rc != 0) return 1;
+  if (comm != NULL) {
+    rank = cohort_comm_rank(comm);
+    world = cohort_comm_size(comm);
+  }
+  rc = gpt2_model_init(&model, &o->cfg, o->B, o->T);
   if (rc != 0) {
     fprintf(errf, "cohort-gpt2: cannot allocate the model: %s\n", strerror(-rc));
     goto out;
@@ -120,14 +139,28 @@ int gpt2_train(const gpt2_train_opts *o) {
     goto out;
   }
   have_bb = 1;
-  if (gpt2_optim_init(&optim, &o->opt, 0, model.nparams) != 0) {
-    fprintf(errf, "cohort-gpt2: cannot allocate the optimiser state\n");
+  rc = gpt2_ddp_init(&ddp, comm, &model, &o->opt, o->bucket_bytes, o->zero, o->grad_accum);
+  if (rc != 0) {
+    fprintf(errf, "cohort-gpt2: cannot allocate the optimiser state: %s\n", strerror(-rc));
     goto out;
   }
-  have_optim = 1;
+  have_ddp = 1;
   gpt2_model_init_weights(&model, o->seed);
 
-  /* Resume from the newest complete checkpoint. */
+  /* The checkpoint's optimiser state is the whole state; with ZeRO it is
+   * assembled in a temporary buffer. */
+  nfull = gpt2_ddp_full_state_floats(&ddp);
+  float *state = gpt2_ddp_whole_state(&ddp);
+  if (state == NULL && o->ckpt_dir != NULL) {
+    full_state = gpt2_big_alloc(nfull * sizeof(float));
+    if (full_state == NULL) {
+      fprintf(errf, "cohort-gpt2: out of memory\n");
+      goto out;
+    }
+    state = full_state;
+  }
+
+  /* Rank 0 resumes from the newest complete checkpoint and hands it out. */
   uint64_t start_step = 0;
   gpt2_ckpt_header want = {.vocab = o->cfg.vocab,
                            .npos = o->cfg.npos,
@@ -138,31 +171,48 @@ int gpt2_train(const gpt2_train_opts *o) {
                            .opt_kind = (int32_t)o->opt.kind,
                            .world = world,
                            .nparams = model.nparams,
-                           .nstate = optim.nstate};
-  if (o->ckpt_dir != NULL) {
+                           .nstate = nfull};
+  double resume[2] = {0.0, 0.0}; /* found, step: summed over ranks = rank 0's */
+  if (o->ckpt_dir != NULL && rank == 0) {
     gpt2_ckpt_header got;
     char note[1024];
-    rc = gpt2_ckpt_load_latest(o->ckpt_dir, &want, &got, model.params, optim.state, err,
-                               sizeof(err), note, sizeof(note));
+    rc = gpt2_ckpt_load_latest(o->ckpt_dir, &want, &got, model.params, state, err, sizeof(err),
+                               note, sizeof(note));
     if (note[0]) fprintf(errf, "cohort-gpt2: %s\n", note);
     if (rc < 0) {
       fprintf(errf, "cohort-gpt2: %s\n", err);
       goto out;
     }
     if (rc == 1) {
-      start_step = got.step;
-      fprintf(out, "resumed from %s at step %llu\n", o->ckpt_dir, (unsigned long long)start_step);
+      resume[0] = 1.0;
+      resume[1] = (double)got.step;
     }
   }
+  if (gpt2_ddp_sum(&ddp, resume, 2) != 0) goto comm_failed;
+  start_step = (uint64_t)resume[1];
+  /* Identical parameters everywhere before the first step. */
+  if (gpt2_ddp_broadcast(&ddp, model.params, model.nparams) != 0) goto comm_failed;
+  if (resume[0] != 0.0) {
+    if (gpt2_ddp_broadcast(&ddp, state, nfull) != 0) goto comm_failed;
+    if (state == full_state) gpt2_ddp_state_set(&ddp, full_state);
+    if (rank == 0)
+      fprintf(out, "resumed from %s at step %llu\n", o->ckpt_dir, (unsigned long long)start_step);
+  }
+  int same = 0;
+  if (gpt2_ddp_check_params(&ddp, &same) != 0) goto comm_failed;
+  if (!same) {
+    fprintf(errf, "cohort-gpt2: rank %d: parameters differ between ranks after the broadcast\n",
+            rank);
+    goto out;
+  }
 
-  if (o->metrics_path != NULL) {
+  if (o->metrics_path != NULL && rank == 0) {
     metrics = fopen(o->metrics_path, start_step > 0 ? "ae" : "we");
     if (metrics == NULL) {
       fprintf(errf, "cohort-gpt2: cannot open %s: %s\n", o->metrics_path, strerror(errno));
       goto out;
     }
   }
-
   if (o->tb_dir != NULL && rank == 0) {
     rc = gpt2_tb_open(o->tb_dir, &tb);
     if (rc != 0) {
@@ -180,15 +230,16 @@ int gpt2_train(const gpt2_train_opts *o) {
   step_times = calloc((size_t)o->steps + 1, sizeof(double));
   if (step_times == NULL) goto out;
   size_t ntimes = 0;
-  double last_loss = NAN;
+  double last_loss = NAN, comm_total = 0.0, exposed_total = 0.0;
 
   if (rank == 0) {
     fprintf(out,
             "cohort-gpt2: %s head, %zu parameters (L=%d H=%d C=%d V=%d), B=%d T=%d accum=%d "
-            "world=%d, %s, %d threads\n",
+            "world=%d%s, %s, %d threads, parameters identical on all ranks\n",
             o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", model.nparams, o->cfg.layers, o->cfg.heads,
-            o->cfg.channels, o->cfg.vocab, o->B, o->T, K, world,
+            o->cfg.channels, o->cfg.vocab, o->B, o->T, K, world, ddp.zero ? " zero-1" : "",
             o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", threads);
+    fflush(out);
   }
 
   for (uint64_t step = start_step; step < (uint64_t)o->steps; step++) {
@@ -200,26 +251,38 @@ int gpt2_train(const gpt2_train_opts *o) {
       uint64_t g0 = step * global_batch + ((uint64_t)rank * K + (uint64_t)k) * (uint64_t)o->B;
       gpt2_data_fill(&data, g0, &bb, &batch);
       loss_sum += gpt2_forward(&model, &batch);
-      gpt2_backward(&model, &batch, 1.0f / (float)(K * world), NULL, NULL, 1);
+      int scatter = gpt2_ddp_begin_backward(&ddp, k == K - 1, batch.tokens);
+      gpt2_backward(&model, &batch, 1.0f / (float)(K * world), gpt2_ddp_hook, &ddp, scatter);
     }
+    if (gpt2_ddp_finish_backward(&ddp) != 0) goto comm_failed;
     double loss = loss_sum / K;
+    if (gpt2_ddp_sum(&ddp, &loss, 1) != 0) goto comm_failed;
+    loss /= world;
     if (!isfinite(loss)) {
-      fprintf(errf, "cohort-gpt2: loss is %f at step %llu; stopping\n", loss,
-              (unsigned long long)step + 1);
+      if (rank == 0)
+        fprintf(errf, "cohort-gpt2: loss is %f at step %llu; stopping\n", loss,
+                (unsigned long long)step + 1);
       goto out;
     }
-    double gnorm = sqrt(gpt2_sumsq(model.grads, model.nparams));
-    if (o->clip > 0.0f && gnorm > o->clip) {
-      gpt2_scale(model.grads, model.nparams, (float)(o->clip / (gnorm + 1e-6)));
-    }
+    double gnorm = 0.0;
+    if (gpt2_ddp_grad_norm(&ddp, &gnorm) != 0) goto comm_failed;
+    if (o->clip > 0.0f && gnorm > o->clip)
+      gpt2_ddp_scale_grads(&ddp, (float)(o->clip / (gnorm + 1e-6)));
     float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
-    gpt2_optim_step(&optim, &model, model.params, model.grads, lr, (int64_t)step + 1);
+    if (gpt2_ddp_step(&ddp, lr, (int64_t)step + 1) != 0) goto comm_failed;
     double t1 = now_s();
     double step_s = t1 - t0;
     double tok_s = tokens_per_step / step_s;
     double gflops = flops_micro * K / step_s * 1e-9;
-    double comm_ms = 0.0, hidden = 1.0;
+    double comm_ms = ddp.comm_ms;
+    /* The share of the communication window that backward covered. */
+    double hidden = comm_ms > 0.0 ? 1.0 - ddp.exposed_ms / comm_ms : 1.0;
+    if (hidden < 0.0) hidden = 0.0;
     step_times[ntimes++] = step_s;
+    if (step > start_step) {
+      comm_total += comm_ms;
+      exposed_total += ddp.exposed_ms;
+    }
     last_loss = loss;
     if (rank == 0) {
       if (!o->quiet) {
@@ -255,19 +318,26 @@ int gpt2_train(const gpt2_train_opts *o) {
     }
     if (o->ckpt_dir != NULL && o->ckpt_every > 0 &&
         ((step + 1) % (uint64_t)o->ckpt_every == 0 || step + 1 == (uint64_t)o->steps)) {
-      gpt2_ckpt_header h = want;
-      h.step = step + 1;
-      h.data_pos = (step + 1) * global_batch;
-      h.rng = o->seed;
-      rc = gpt2_ckpt_save(o->ckpt_dir, &h, model.params, optim.state, o->ckpt_keep, err,
-                          sizeof(err));
-      if (rc != 0) {
-        fprintf(errf, "cohort-gpt2: %s\n", err);
-        goto out;
+      if (state == full_state && gpt2_ddp_state_get(&ddp, full_state) != 0) goto comm_failed;
+      if (rank == 0) {
+        gpt2_ckpt_header h = want;
+        h.step = step + 1;
+        h.data_pos = (step + 1) * global_batch;
+        h.rng = o->seed; /* batches and weights derive from the seed alone */
+        rc = gpt2_ckpt_save(o->ckpt_dir, &h, model.params, state, o->ckpt_keep, err, sizeof(err));
+        if (rc != 0) {
+          fprintf(errf, "cohort-gpt2: %s\n", err);
+          goto out;
+        }
       }
     }
   }
 
+  if (gpt2_ddp_check_params(&ddp, &same) != 0) goto comm_failed;
+  if (!same) {
+    fprintf(errf, "cohort-gpt2: rank %d: parameters diverged between ranks\n", rank);
+    goto out;
+  }
   if (rank == 0) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -278,13 +348,20 @@ int gpt2_train(const gpt2_train_opts *o) {
     size_t nt = ntimes > 1 ? ntimes - 1 : ntimes;
     double med = median(times, nt);
     fprintf(out,
-            "summary: %zu steps, final loss %.6f, median step %.1f ms, %.1f tok/s, %.1f "
-            "GFLOP/s/rank, peak RSS %.1f MiB (estimate %.1f MiB, ratio %.2f)\n",
+            "summary: %zu steps, final loss %.6f, median step %.1f ms, %.1f tok/s (global), %.1f "
+            "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), peak RSS %.1f MiB (estimate %.1f "
+            "MiB = params+grads+optimizer+activations, ratio %.2f)\n",
             ntimes, last_loss, med * 1e3, med > 0 ? tokens_per_step / med : 0.0,
-            med > 0 ? flops_micro * K / med * 1e-9 : 0.0, rss / 1048576.0, est / 1048576.0,
-            rss / est);
+            med > 0 ? flops_micro * K / med * 1e-9 : 0.0, nt > 0 ? comm_total / (double)nt : 0.0,
+            comm_total > 0 ? 100.0 * (1.0 - exposed_total / comm_total) : 100.0, rss / 1048576.0,
+            est / 1048576.0, rss / est);
   }
   status = 0;
+  goto out;
+comm_failed:
+  fprintf(errf, "cohort-gpt2: rank %d: %s\n", rank,
+          ddp.errmsg[0] ? ddp.errmsg : "communication failed");
+  status = 1;
 out:
   if (metrics != NULL && fclose(metrics) != 0 && status == 0) {
     fprintf(errf, "cohort-gpt2: writing %s: %s\n", o->metrics_path, strerror(errno));
@@ -292,9 +369,13 @@ out:
   }
   gpt2_tb_close(tb);
   free(step_times);
-  if (have_optim) gpt2_optim_free(&optim);
+  if (full_state) gpt2_big_free(full_state, nfull * sizeof(float));
+  if (have_ddp) gpt2_ddp_free(&ddp);
   if (have_bb) gpt2_batch_buf_free(&bb);
   if (have_data) gpt2_data_close(&data);
   if (have_model) gpt2_model_free(&model);
+  /* A failing rank aborts the communicator so its peers fail fast too. */
+  if (comm != NULL && status != 0) cohort_comm_abort(comm);
+  cohort_comm_destroy(comm);
   return status;
 }

@@ -1,0 +1,371 @@
+/* ddp.c - bucketed asynchronous gradient exchange and ZeRO-1 (see ddp.h). */
+#include "gpt2/ddp.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "gpt2/ckpt.h"
+#include "gpt2/kernels.h"
+
+static int fail(gpt2_ddp *d, int rc, const char *what) {
+  if (d->err == 0) {
+    d->err = rc;
+    const char *msg = d->comm ? cohort_comm_error_message(d->comm) : "";
+    snprintf(d->errmsg, sizeof(d->errmsg), "%s: %s", what,
+             msg && msg[0] ? msg : cohort_strerror(rc));
+  }
+  return rc;
+}
+
+static int add_bucket(gpt2_ddp *d, size_t lo, size_t hi, gpt2_grad_event ev, int layer) {
+  gpt2_bucket *nb = realloc(d->buckets, (size_t)(d->nbuckets + 1) * sizeof(gpt2_bucket));
+  if (nb == NULL) return -ENOMEM;
+  d->buckets = nb;
+  size_t per = d->zero ? (hi - lo) / (size_t)d->world : 0;
+  d->buckets[d->nbuckets++] = (gpt2_bucket){lo, hi, ev, layer, per};
+  return 0;
+}
+
+/* Splits [lo, hi) into buckets of at most `chunk` floats, launched at ev. */
+static int add_chunked(gpt2_ddp *d, size_t lo, size_t hi, size_t chunk, gpt2_grad_event ev) {
+  for (size_t a = lo; a < hi; a += chunk) {
+    int rc = add_bucket(d, a, a + chunk < hi ? a + chunk : hi, ev, -1);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static int add_shard(gpt2_ddp *d, size_t lo, size_t hi) {
+  if (hi <= lo) return 0;
+  gpt2_optim *ns = realloc(d->shards, (size_t)(d->nshards + 1) * sizeof(gpt2_optim));
+  if (ns == NULL) return -ENOMEM;
+  d->shards = ns;
+  int rc = gpt2_optim_init(&d->shards[d->nshards], &d->ocfg, lo, hi);
+  if (rc != 0) return rc;
+  d->state_floats += d->shards[d->nshards].nstate;
+  d->nshards++;
+  return 0;
+}
+
+int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_optim_config *ocfg,
+                  size_t bucket_bytes, int zero, int accum) {
+  memset(d, 0, sizeof(*d));
+  d->comm = comm;
+  d->rank = comm ? cohort_comm_rank(comm) : 0;
+  d->world = comm ? cohort_comm_size(comm) : 1;
+  d->zero = zero && d->world > 1;
+  d->accum = accum;
+  d->m = m;
+  d->ocfg = *ocfg;
+  size_t chunk = bucket_bytes / sizeof(float);
+  if (chunk < 1024) chunk = 1024;
+  int rc = 0;
+  size_t wte_end = (size_t)m->cfg.vocab * (size_t)m->cfg.channels;
+  if (d->world > 1) {
+    /* Layers from the top, merged until a bucket reaches the target size;
+     * the tail (ln_f, qa) rides with the last layer. */
+    size_t hi = m->nparams;
+    for (int l = m->cfg.layers - 1; l >= 0 && rc == 0; l--) {
+      size_t lo = m->layer_offset0 + (size_t)l * m->layer_size;
+      if ((hi - lo) >= chunk || l == 0) {
+        rc = add_bucket(d, lo, hi, GPT2_EV_LAYER, l);
+        hi = lo;
+      }
+    }
+    if (rc == 0 && d->zero) {
+      /* Embeddings exchanged after backward, embedding share included. */
+      rc = add_chunked(d, 0, m->layer_offset0, chunk, GPT2_EV_EMBED);
+    } else if (rc == 0) {
+      d->gather_embed = 1;
+      int wte_needed = m->cfg.head == GPT2_HEAD_LM || accum > 1;
+      if (wte_needed) rc = add_chunked(d, 0, wte_end, chunk, GPT2_EV_HEAD);
+      if (rc == 0) rc = add_bucket(d, wte_end, m->layer_offset0, GPT2_EV_EMBED, -1);
+      size_t BT = (size_t)m->B * (size_t)m->T;
+      d->gath_rows = malloc((size_t)d->world * BT * (size_t)m->cfg.channels * sizeof(float));
+      d->gath_tok = malloc((size_t)d->world * BT * sizeof(int32_t));
+      if (!d->gath_rows || !d->gath_tok) rc = -ENOMEM;
+    }
+    d->cap_reqs = d->nbuckets * 2 + 8;
+    d->reqs = calloc((size_t)d->cap_reqs, sizeof(cohort_request *));
+    d->req_done_us = calloc((size_t)d->cap_reqs, sizeof(int64_t));
+    if (!d->reqs || !d->req_done_us) rc = -ENOMEM;
+  }
+  if (rc == 0) {
+    if (d->zero) {
+      for (int i = 0; i < d->nbuckets && rc == 0; i++) {
+        const gpt2_bucket *b = &d->buckets[i];
+        size_t own = b->lo + (size_t)d->rank * b->per;
+        rc = add_shard(d, own, own + b->per);
+        if (rc == 0) rc = add_shard(d, b->lo + b->per * (size_t)d->world, b->hi);
+      }
+    } else {
+      rc = add_shard(d, 0, m->nparams);
+    }
+  }
+  if (rc != 0) gpt2_ddp_free(d);
+  return rc;
+}
+
+void gpt2_ddp_free(gpt2_ddp *d) {
+  if (d == NULL) return;
+  for (int i = 0; i < d->nreqs; i++) cohort_request_wait(d->reqs[i]);
+  for (int i = 0; i < d->nshards; i++) gpt2_optim_free(&d->shards[i]);
+  free(d->shards);
+  free(d->buckets);
+  free(d->reqs);
+  free(d->req_done_us);
+  free(d->gath_rows);
+  free(d->gath_tok);
+  memset(d, 0, sizeof(*d));
+}
+
+int gpt2_ddp_begin_backward(gpt2_ddp *d, int last, const int32_t *tokens) {
+  d->active = last && d->world > 1;
+  d->tokens = tokens;
+  d->nreqs = 0;
+  d->t_first_us = 0;
+  d->t_last_done_us = 0;
+  d->exposed_ms = d->comm_ms = 0.0;
+  /* Outside the communicating micro-step the model does the whole dwte. */
+  return !(d->active && d->gather_embed);
+}
+
+static void push_req(gpt2_ddp *d, int rc, cohort_request *req, const char *what) {
+  if (rc != 0) {
+    fail(d, rc, what);
+    return;
+  }
+  if (d->t_first_us == 0) d->t_first_us = base_now_us();
+  d->req_done_us[d->nreqs] = 0;
+  d->reqs[d->nreqs++] = req;
+}
+
+static void launch(gpt2_ddp *d, const gpt2_bucket *b) {
+  float *g = d->m->grads;
+  cohort_request *req = NULL;
+  if (d->err) return;
+  if (d->zero && b->per > 0) {
+    int rc =
+        cohort_ireduce_scatter(d->comm, g + b->lo, g + b->lo, b->per, COHORT_F32, COHORT_SUM, &req);
+    push_req(d, rc, req, "reduce-scatter of gradients");
+    size_t rem = b->lo + b->per * (size_t)d->world;
+    if (rem < b->hi) {
+      rc = cohort_iallreduce(d->comm, g + rem, g + rem, b->hi - rem, COHORT_F32, COHORT_SUM, &req);
+      push_req(d, rc, req, "allreduce of gradients");
+    }
+  } else {
+    int rc = cohort_iallreduce(d->comm, g + b->lo, g + b->lo, b->hi - b->lo, COHORT_F32, COHORT_SUM,
+                               &req);
+    push_req(d, rc, req, "allreduce of gradients");
+  }
+}
+
+/* Notes completion times of finished requests (for the hidden fraction). */
+static void poll_done(gpt2_ddp *d) {
+  for (int i = 0; i < d->nreqs; i++) {
+    if (d->req_done_us[i] != 0) continue;
+    int done = 0;
+    if (cohort_request_test(d->reqs[i], &done) != 0 || !done) break;
+    d->req_done_us[i] = base_now_us();
+  }
+}
+
+void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer) {
+  gpt2_ddp *d = ctx;
+  if (!d->active || d->err) return;
+  gpt2_model *m = d->m;
+  size_t BT = (size_t)m->B * (size_t)m->T;
+  if (ev == GPT2_EV_HEAD && d->gather_embed) {
+    cohort_request *req = NULL;
+    int rc = cohort_iallgather(d->comm, d->tokens, d->gath_tok, BT, COHORT_I32, &req);
+    push_req(d, rc, req, "allgather of tokens");
+  }
+  for (int i = 0; i < d->nbuckets; i++) {
+    const gpt2_bucket *b = &d->buckets[i];
+    if (b->event == ev && (ev != GPT2_EV_LAYER || b->layer == layer)) launch(d, b);
+  }
+  if (ev == GPT2_EV_EMBED && d->gather_embed) {
+    cohort_request *req = NULL;
+    int rc = cohort_iallgather(d->comm, m->dres, d->gath_rows, BT * (size_t)m->cfg.channels,
+                               COHORT_F32, &req);
+    push_req(d, rc, req, "allgather of embedding gradients");
+  }
+  poll_done(d);
+}
+
+static int wait_all(gpt2_ddp *d, double *exposed_ms, int64_t *end_us) {
+  int64_t t0 = base_now_us();
+  int64_t last_seen = 0;
+  int unseen = 0;
+  for (int i = 0; i < d->nreqs; i++) {
+    if (d->req_done_us[i] == 0) unseen = 1;
+    if (d->req_done_us[i] > last_seen) last_seen = d->req_done_us[i];
+    int rc = cohort_request_wait(d->reqs[i]);
+    if (rc != 0) fail(d, rc, "gradient exchange");
+  }
+  int64_t t1 = base_now_us();
+  d->nreqs = 0;
+  *exposed_ms = (double)(t1 - t0) * 1e-3;
+  /* Requests that finished before we looked ended at the latest when the
+   * wait began; ones that made us wait ended when the wait did. */
+  if (*exposed_ms > 0.05) {
+    *end_us = t1;
+  } else {
+    *end_us = unseen ? t0 : last_seen;
+  }
+  return d->err;
+}
+
+int gpt2_ddp_finish_backward(gpt2_ddp *d) {
+  if (!d->active) return d->err;
+  int64_t end_us = 0;
+  double exposed = 0.0;
+  wait_all(d, &exposed, &end_us);
+  d->exposed_ms += exposed;
+  d->comm_ms += d->t_first_us ? (double)(end_us - d->t_first_us) * 1e-3 : 0.0;
+  if (d->err) return d->err;
+  if (d->gather_embed) {
+    gpt2_model *m = d->m;
+    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    /* Rank order: every rank adds the same rows in the same order. */
+    for (int r = 0; r < d->world; r++)
+      gpt2_embedding_scatter_add(m->g.wte, d->gath_rows + (size_t)r * BT * C,
+                                 d->gath_tok + (size_t)r * BT, BT, C);
+  }
+  d->active = 0;
+  return 0;
+}
+
+static int shard_counted(const gpt2_ddp *d, int i) {
+  /* With ZeRO shards alternate owned part / remainder per bucket (empty
+   * ones skipped), so look at the range instead: a remainder starts at
+   * lo + per*world of its bucket. */
+  if (!d->zero) return 1;
+  const gpt2_optim *o = &d->shards[i];
+  for (int b = 0; b < d->nbuckets; b++) {
+    const gpt2_bucket *bk = &d->buckets[b];
+    if (o->lo >= bk->lo && o->hi <= bk->hi)
+      return o->lo == bk->lo + bk->per * (size_t)d->world ? d->rank == 0 : 1;
+  }
+  return 1;
+}
+
+int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm) {
+  double s = 0.0;
+  for (int i = 0; i < d->nshards; i++) {
+    const gpt2_optim *o = &d->shards[i];
+    if (shard_counted(d, i)) s += gpt2_sumsq(d->m->grads + o->lo, o->hi - o->lo);
+  }
+  if (d->zero) {
+    int rc = gpt2_ddp_sum(d, &s, 1);
+    if (rc != 0) return rc;
+  }
+  *norm = sqrt(s);
+  return 0;
+}
+
+void gpt2_ddp_scale_grads(gpt2_ddp *d, float s) {
+  for (int i = 0; i < d->nshards; i++) {
+    const gpt2_optim *o = &d->shards[i];
+    gpt2_scale(d->m->grads + o->lo, o->hi - o->lo, s);
+  }
+}
+
+int gpt2_ddp_step(gpt2_ddp *d, float lr, int64_t t) {
+  for (int i = 0; i < d->nshards; i++)
+    gpt2_optim_step(&d->shards[i], d->m, d->m->params, d->m->grads, lr, t);
+  if (!d->zero) return 0;
+  int64_t t0 = base_now_us();
+  float *p = d->m->params;
+  for (int i = 0; i < d->nbuckets && !d->err; i++) {
+    const gpt2_bucket *b = &d->buckets[i];
+    if (b->per == 0) continue;
+    cohort_request *req = NULL;
+    int rc = cohort_iallgather(d->comm, p + b->lo + (size_t)d->rank * b->per, p + b->lo, b->per,
+                               COHORT_F32, &req);
+    push_req(d, rc, req, "allgather of parameters");
+  }
+  double exposed = 0.0;
+  int64_t end_us = 0;
+  wait_all(d, &exposed, &end_us);
+  double ms = (double)(base_now_us() - t0) * 1e-3;
+  d->comm_ms += ms;
+  d->exposed_ms += ms;
+  return d->err;
+}
+
+int gpt2_ddp_sum(gpt2_ddp *d, double *x, int n) {
+  if (d->world == 1) return 0;
+  int rc = cohort_allreduce(d->comm, x, x, (size_t)n, COHORT_F64, COHORT_SUM);
+  return rc ? fail(d, rc, "allreduce") : 0;
+}
+
+int gpt2_ddp_broadcast(gpt2_ddp *d, float *buf, size_t n) {
+  if (d->world == 1) return 0;
+  const size_t chunk = 16u << 20; /* floats per call: bounded transfers */
+  for (size_t a = 0; a < n; a += chunk) {
+    int rc = cohort_broadcast(d->comm, buf + a, a + chunk < n ? chunk : n - a, COHORT_F32, 0);
+    if (rc != 0) return fail(d, rc, "broadcast");
+  }
+  return 0;
+}
+
+int gpt2_ddp_check_params(gpt2_ddp *d, int *same) {
+  *same = 1;
+  if (d->world == 1) return 0;
+  int64_t h = (int64_t)gpt2_ckpt_hash(0, d->m->params, d->m->nparams * sizeof(float));
+  int64_t *all = calloc((size_t)d->world, sizeof(int64_t));
+  if (all == NULL) return -ENOMEM;
+  int rc = cohort_allgather(d->comm, &h, all, 1, COHORT_I64);
+  if (rc != 0) {
+    free(all);
+    return fail(d, rc, "allgather of parameter checksums");
+  }
+  for (int r = 0; r < d->world; r++)
+    if (all[r] != all[0]) *same = 0;
+  free(all);
+  return 0;
+}
+
+size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d) {
+  return (d->ocfg.kind == GPT2_OPT_ADAMW ? 2 : 1) * d->m->nparams;
+}
+
+float *gpt2_ddp_whole_state(gpt2_ddp *d) {
+  return d->zero ? NULL : d->shards[0].state;
+}
+
+int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
+  size_t n = d->m->nparams;
+  int parts = d->ocfg.kind == GPT2_OPT_ADAMW ? 2 : 1;
+  for (int i = 0; i < d->nshards; i++) {
+    const gpt2_optim *o = &d->shards[i];
+    memcpy(full + o->lo, o->m, (o->hi - o->lo) * sizeof(float));
+    if (parts == 2) memcpy(full + n + o->lo, o->v, (o->hi - o->lo) * sizeof(float));
+  }
+  if (!d->zero) return 0;
+  for (int part = 0; part < parts; part++) {
+    float *base = full + (size_t)part * n;
+    for (int i = 0; i < d->nbuckets; i++) {
+      const gpt2_bucket *b = &d->buckets[i];
+      if (b->per == 0) continue;
+      int rc = cohort_allgather(d->comm, base + b->lo + (size_t)d->rank * b->per, base + b->lo,
+                                b->per, COHORT_F32);
+      if (rc != 0) return fail(d, rc, "allgather of optimiser state");
+    }
+  }
+  return 0;
+}
+
+void gpt2_ddp_state_set(gpt2_ddp *d, const float *full) {
+  size_t n = d->m->nparams;
+  for (int i = 0; i < d->nshards; i++) {
+    gpt2_optim *o = &d->shards[i];
+    memcpy(o->m, full + o->lo, (o->hi - o->lo) * sizeof(float));
+    if (o->v) memcpy(o->v, full + n + o->lo, (o->hi - o->lo) * sizeof(float));
+  }
+}

@@ -1,0 +1,111 @@
+/*
+ * ddp.h - data parallelism for cohort-gpt2 over libcohort, and the owner of
+ * the optimiser state (whole, or sharded with ZeRO-1).
+ *
+ * Gradients are exchanged in buckets of about bucket_bytes, in the reverse
+ * order of the flat buffer, each started asynchronously (cohort_iallreduce)
+ * from the backward hook as soon as backward has finished its layers, so the
+ * communication overlaps the rest of backward. Tied embeddings need care:
+ * the token embedding's gradient is complete only at the very end of
+ * backward, but almost all of it (the LM head's part) is known at the start.
+ * So dwte is allreduced right after the head's backward, and the embedding
+ * lookup's small share (B*T rows of d(encoded)) is exchanged with an
+ * allgather of those rows and their tokens, which every rank adds in rank
+ * order. With the QA head and no accumulation dwte is only that share.
+ *
+ * With ZeRO-1 each bucket is reduce-scattered instead: rank r receives the
+ * summed gradient of its 1/N of every bucket, updates just that part of the
+ * parameters with the optimiser state it alone holds, and the parameters are
+ * then allgathered. (The few elements of a bucket not divisible by N are
+ * allreduced and updated by every rank alike.) The token embedding is then
+ * exchanged after backward, not overlapped.
+ *
+ * Gradients are summed, not averaged: the trainer scales the loss by
+ * 1/(K*world) so the sum is the mean over the global batch.
+ *
+ * With comm NULL (one process) nothing is communicated and the optimiser
+ * state is whole. Errors are negative codes; the communicator's message is
+ * in err.
+ */
+#ifndef COHORT_GPT2_DDP_H
+#define COHORT_GPT2_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+#include "gpt2/model.h"
+#include "gpt2/optim.h"
+
+typedef struct gpt2_bucket {
+  size_t lo, hi;         /* range of the flat buffer */
+  gpt2_grad_event event; /* launched when backward reports this event */
+  int layer;             /* for GPT2_EV_LAYER */
+  size_t per;            /* ZeRO: elements per rank of the divisible part */
+} gpt2_bucket;
+
+typedef struct gpt2_ddp {
+  cohort_comm *comm; /* NULL: one process */
+  int rank, world, zero, accum;
+  gpt2_model *m;
+  gpt2_optim_config ocfg;
+  gpt2_bucket *buckets;
+  int nbuckets;
+  gpt2_optim *shards; /* optimiser state: one shard, or one per owned range */
+  int nshards;
+  size_t state_floats; /* total floats of optimiser state held here */
+  /* Requests of the current step, in launch order. */
+  cohort_request **reqs;
+  int64_t *req_done_us; /* completion time seen by polling, 0 if not seen */
+  int nreqs, cap_reqs;
+  int active;       /* the current backward communicates */
+  int gather_embed; /* d(encoded) rows travel by allgather */
+  const int32_t *tokens;
+  float *gath_rows;  // (world, B*T, C)
+  int32_t *gath_tok; // (world, B*T)
+  int64_t t_first_us, t_last_done_us;
+  double exposed_ms, comm_ms; /* of the last step */
+  int err;
+  char errmsg[256];
+} gpt2_ddp;
+
+int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_optim_config *ocfg,
+                  size_t bucket_bytes, int zero, int accum);
+void gpt2_ddp_free(gpt2_ddp *d);
+
+/* Call before each micro-step's backward; last != 0 on the last micro-step
+ * of an optimiser step; tokens (B, T) of this micro-step stay valid until
+ * finish. Returns whether the backward must scatter the embedding lookup's
+ * dwte share itself (the scatter_wte argument of gpt2_backward). */
+int gpt2_ddp_begin_backward(gpt2_ddp *d, int last, const int32_t *tokens);
+/* The gpt2_grad_hook to pass to gpt2_backward (ctx = d). */
+void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer);
+/* After the last backward: waits for every exchange and completes dwte. */
+int gpt2_ddp_finish_backward(gpt2_ddp *d);
+
+/* Global gradient norm (of the reduced gradients). */
+int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm);
+/* Scales the reduced gradients this rank uses by s. */
+void gpt2_ddp_scale_grads(gpt2_ddp *d, float s);
+/* Optimiser update with learning rate lr, update number t (1-based); with
+ * ZeRO also allgathers the parameters. */
+int gpt2_ddp_step(gpt2_ddp *d, float lr, int64_t t);
+
+/* Sum of x over ranks (doubles, blocking). */
+int gpt2_ddp_sum(gpt2_ddp *d, double *x, int n);
+/* Broadcasts n floats from rank 0. */
+int gpt2_ddp_broadcast(gpt2_ddp *d, float *buf, size_t n);
+/* Checks that every rank holds the same parameters (hash compared). */
+int gpt2_ddp_check_params(gpt2_ddp *d, int *same);
+
+/* Floats of the whole optimiser state (the checkpoint layout: AdamW m then
+ * v over all parameters, SGD momentum over all parameters). */
+size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d);
+/* Copies the whole state into full (gathering shards; every rank calls). */
+int gpt2_ddp_state_get(gpt2_ddp *d, float *full);
+/* Sets this rank's state from the whole state. */
+void gpt2_ddp_state_set(gpt2_ddp *d, const float *full);
+/* The single whole-state shard when the state is not sharded, else NULL. */
+float *gpt2_ddp_whole_state(gpt2_ddp *d);
+
+#endif
