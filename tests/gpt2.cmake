@@ -19,3 +19,9 @@ add_executable(test_gpt2_train ${CMAKE_SOURCE_DIR}/tests/test_gpt2_train.c)
 add_test(NAME gpt2_train COMMAND test_gpt2_train $<TARGET_FILE:cohort-gpt2>)
 set_tests_properties(gpt2_train PROPERTIES TIMEOUT 300 LABELS "slow"
                      ENVIRONMENT "OMP_WAIT_POLICY=passive")
+
+# Data parallelism across forked ranks (a store on loopback, real libcohort).
+add_executable(test_gpt2_ddp ${CMAKE_SOURCE_DIR}/tests/test_gpt2_ddp.c)
+target_link_libraries(test_gpt2_ddp PRIVATE cohort_static)
+add_test(NAME gpt2_ddp COMMAND test_gpt2_ddp $<TARGET_FILE:cohort-gpt2>)
+set_tests_properties(gpt2_ddp PROPERTIES TIMEOUT 300 LABELS "slow")

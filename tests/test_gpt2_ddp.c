@@ -1,0 +1,217 @@
+/*
+ * test_gpt2_ddp.c - cohort-gpt2 data-parallel across real processes.
+ *
+ * The test hosts a rendezvous store on loopback and forks the ranks of
+ * cohort-gpt2 with the environment `cohort run` gives them. It checks that
+ * a run on 2 ranks and a run on 1 rank with 2x gradient accumulation (the
+ * same global batch) give the same losses up to float reordering, for both
+ * heads, with and without ZeRO-1, that the ranks' parameters agree, and
+ * that a rank that dies makes the other fail with a message instead of
+ * hanging.
+ *
+ * usage: test_gpt2_ddp PATH/TO/cohort-gpt2
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "tests/check.h"
+
+static const char *bin;
+static char tmp[256];
+static char store_addr[64];
+static int job_counter;
+
+/* Starts one process of a job: rank < 0 means a plain single-process run. */
+static pid_t spawn(const char *tag, int rank, int world, const char *job, const char **args) {
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = bin;
+  for (int i = 0; args[i] != NULL && n < 63; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    char path[512], num[16];
+    snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    snprintf(path, sizeof(path), "%s/%s.err", tmp, tag);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (rank >= 0) {
+      snprintf(num, sizeof(num), "%d", rank);
+      setenv("RANK", num, 1);
+      setenv("LOCAL_RANK", num, 1);
+      snprintf(num, sizeof(num), "%d", world);
+      setenv("WORLD_SIZE", num, 1);
+      setenv("LOCAL_WORLD_SIZE", num, 1);
+      setenv("COHORT_STORE", store_addr, 1);
+      setenv("COHORT_JOB_ID", job, 1);
+      setenv("COHORT_TIMEOUT_MS", "20000", 1);
+    } else {
+      unsetenv("RANK");
+      unsetenv("WORLD_SIZE");
+    }
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int wait_status(pid_t pid) {
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return strdup("");
+  char *buf = calloc(1, 1 << 20);
+  size_t n = fread(buf, 1, (1 << 20) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+#define MAXSTEPS 64
+static int losses_of(const char *path, double out[MAXSTEPS]) {
+  char *j = slurp(path);
+  int n = 0;
+  for (const char *p = j; (p = strstr(p, "{\"step\":")) != NULL; p++) {
+    int step = atoi(p + 8);
+    const char *l = strstr(p, "\"loss\":");
+    if (l && step > 0 && step < MAXSTEPS) {
+      out[step] = atof(l + 7);
+      n++;
+    }
+  }
+  free(j);
+  return n;
+}
+
+/* Runs `world` ranks with `accum` micro-steps (metrics of rank 0 to m_dist)
+ * and one process with world*accum micro-steps (metrics to m_one), the same
+ * global batch, then compares the losses. */
+static void compare(const char *name, const char **extra, int world, int accum) {
+  enum { STEPS = 6 };
+  char m_dist[512], m_one[512], job[64];
+  snprintf(m_dist, sizeof(m_dist), "%s/%s.dist.jsonl", tmp, name);
+  snprintf(m_one, sizeof(m_one), "%s/%s.one.jsonl", tmp, name);
+  snprintf(job, sizeof(job), "job%d", ++job_counter);
+  const char *base[] = {"--model", "tiny", "--seq-len", "16",          "--batch", "2",
+                        "--steps", "6",    "--quiet",   "--bucket-mb", "1"};
+  const char *args[40];
+  int n = 0;
+  for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) args[n++] = base[i];
+  for (int i = 0; extra[i] != NULL; i++) args[n++] = extra[i];
+  int nbase = n;
+  char acc_dist[16], acc_one[16];
+  snprintf(acc_dist, sizeof(acc_dist), "%d", accum);
+  snprintf(acc_one, sizeof(acc_one), "%d", accum * world);
+  args[n++] = "--grad-accum";
+  args[n++] = acc_dist;
+  args[n++] = "--metrics";
+  args[n++] = m_dist;
+  args[n] = NULL;
+  pid_t pids[8];
+  for (int r = 0; r < world; r++) {
+    char tag[80];
+    snprintf(tag, sizeof(tag), "%s.r%d", name, r);
+    pids[r] = spawn(tag, r, world, job, args);
+  }
+  int ok = 1;
+  for (int r = 0; r < world; r++) ok &= wait_status(pids[r]) == 0;
+  CHECK(ok);
+  n = nbase;
+  args[n++] = "--grad-accum";
+  args[n++] = acc_one;
+  args[n++] = "--metrics";
+  args[n++] = m_one;
+  args[n] = NULL;
+  char tag[80];
+  snprintf(tag, sizeof(tag), "%s.one", name);
+  CHECK_EQ_INT(wait_status(spawn(tag, -1, 1, job, args)), 0);
+  double ld[MAXSTEPS] = {0}, lo[MAXSTEPS] = {0};
+  CHECK_EQ_INT(losses_of(m_dist, ld), STEPS);
+  CHECK_EQ_INT(losses_of(m_one, lo), STEPS);
+  int same = 1;
+  for (int s = 1; s <= STEPS; s++) {
+    if (!(fabs(ld[s] - lo[s]) <= 1e-5 * fabs(lo[s]))) {
+      fprintf(stderr, "%s step %d: %d ranks %.9f, 1 rank x %d accumulation %.9f\n", name, s, world,
+              ld[s], world, lo[s]);
+      same = 0;
+    }
+  }
+  CHECK(same);
+  /* Training moved: the losses are not all the same number. */
+  CHECK(ld[1] != ld[STEPS]);
+  char path[600];
+  snprintf(path, sizeof(path), "%s/%s.r0.out", tmp, name);
+  char *out = slurp(path);
+  CHECK(strstr(out, "parameters identical on all ranks") != NULL);
+  CHECK(strstr(out, "summary:") != NULL);
+  free(out);
+}
+
+/* A rank killed mid-run: the survivor reports a communication error and
+ * exits non-zero well before the test's timeout. */
+static void test_dead_peer(void) {
+  const char *args[] = {"--model", "tiny", "--seq-len", "16", "--steps", "100000", "--quiet", NULL};
+  pid_t p0 = spawn("dead.r0", 0, 2, "jobdead", args);
+  pid_t p1 = spawn("dead.r1", 1, 2, "jobdead", args);
+  struct timespec ts = {1, 0};
+  nanosleep(&ts, NULL);
+  kill(p1, SIGKILL);
+  wait_status(p1);
+  int st = wait_status(p0);
+  CHECK(st != 0 && st < 128);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/dead.r0.err", tmp);
+  char *err = slurp(path);
+  CHECK(strstr(err, "rank 0") != NULL);
+  if (st == 0 || strstr(err, "rank 0") == NULL) fprintf(stderr, "dead peer: %d %s\n", st, err);
+  free(err);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_gpt2_ddp PATH/TO/cohort-gpt2\n");
+    return 2;
+  }
+  bin = argv[1];
+  snprintf(tmp, sizeof(tmp), "/tmp/test_gpt2_ddp.XXXXXX");
+  if (mkdtemp(tmp) == NULL) return 1;
+  store_server *srv = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  if (store_server_start(&so, &srv) != 0) {
+    fprintf(stderr, "cannot start a store\n");
+    return 1;
+  }
+  snprintf(store_addr, sizeof(store_addr), "127.0.0.1:%d", store_server_port(srv));
+
+  compare("lm", (const char *[]){NULL}, 2, 1);
+  compare("qa_sgd", (const char *[]){"--head", "qa", "--optimizer", "sgd", NULL}, 2, 1);
+  compare("lm_accum", (const char *[]){NULL}, 2, 2);
+  compare("qa_accum", (const char *[]){"--head", "qa", NULL}, 2, 2);
+  compare("lm_zero", (const char *[]){"--zero", "1", NULL}, 2, 1);
+  compare("qa_zero_3ranks", (const char *[]){"--head", "qa", "--zero", "1", NULL}, 3, 1);
+  test_dead_peer();
+
+  store_server_stop(srv);
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+  if (check_failed_count == 0 && system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
+  return check_report();
+}
