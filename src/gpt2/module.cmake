@@ -18,3 +18,7 @@ endif()
 
 add_executable(cohort-gpt2 ${CMAKE_SOURCE_DIR}/tools/gpt2/main.c)
 target_link_libraries(cohort-gpt2 PRIVATE gpt2)
+
+# The sgemm yardstick of the training benchmark (bench/train/run.py).
+add_executable(gpt2-sgemm-rate ${CMAKE_SOURCE_DIR}/bench/train/sgemm_rate.c)
+target_link_libraries(gpt2-sgemm-rate PRIVATE gpt2)
