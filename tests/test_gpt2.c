@@ -457,8 +457,8 @@ static void test_optim(void) {
   gpt2_optim_config ac = {
       .kind = GPT2_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   CHECK_EQ_INT(gpt2_optim_init(&o, &ac, 0, m.nparams), 0);
-  gpt2_optim_step(&o, &m, m.params, m.grads, 1e-2f, 1);
-  gpt2_optim_step(&o, &m, m.params, m.grads, 1e-2f, 2);
+  gpt2_optim_step(&o, &m, m.params, m.grads, 1.0f, 1e-2f, 1);
+  gpt2_optim_step(&o, &m, m.params, m.grads, 1.0f, 1e-2f, 2);
   /* Two AdamW steps with a constant gradient g: m_hat = g and v_hat = g^2 both
    * times, so each step moves by lr * sign(g) (plus decoupled decay). */
   int ok = 1;
@@ -476,8 +476,8 @@ static void test_optim(void) {
   memcpy(m.params, p0, m.nparams * sizeof(float));
   gpt2_optim_config sc = {.kind = GPT2_OPT_SGD, .momentum = 0.5f};
   CHECK_EQ_INT(gpt2_optim_init(&o, &sc, 0, m.nparams), 0);
-  gpt2_optim_step(&o, &m, m.params, m.grads, 0.01f, 1);
-  gpt2_optim_step(&o, &m, m.params, m.grads, 0.01f, 2);
+  gpt2_optim_step(&o, &m, m.params, m.grads, 1.0f, 0.01f, 1);
+  gpt2_optim_step(&o, &m, m.params, m.grads, 1.0f, 0.01f, 2);
   ok = 1;
   for (size_t i = 0; i < m.nparams; i++) {
     double want = p0[i] - 0.01 * m.grads[i] - 0.01 * 1.5 * m.grads[i];
@@ -489,8 +489,15 @@ static void test_optim(void) {
   memcpy(m.params, p0, m.nparams * sizeof(float));
   CHECK_EQ_INT(gpt2_optim_init(&o, &sc, 3, 7), 0);
   CHECK_EQ_INT(o.nstate, 4);
-  gpt2_optim_step(&o, &m, m.params, m.grads, 0.01f, 1);
+  gpt2_optim_step(&o, &m, m.params, m.grads, 1.0f, 0.01f, 1);
   CHECK(m.params[2] == p0[2] && m.params[7] == p0[7] && m.params[3] != p0[3]);
+  gpt2_optim_free(&o);
+  /* The clipping factor scales the gradient: one plain SGD step. */
+  memcpy(m.params, p0, m.nparams * sizeof(float));
+  gpt2_optim_config plain = {.kind = GPT2_OPT_SGD};
+  CHECK_EQ_INT(gpt2_optim_init(&o, &plain, 0, m.nparams), 0);
+  gpt2_optim_step(&o, &m, m.params, m.grads, 0.25f, 0.1f, 1);
+  CHECK(fabsf(m.params[5] - (p0[5] - 0.1f * 0.25f * m.grads[5])) < 1e-7f);
   gpt2_optim_free(&o);
 
   /* Schedule: warm-up, cosine to the floor, constant. */

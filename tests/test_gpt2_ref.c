@@ -115,14 +115,14 @@ static void check_head(const char *python, const char *script, gpt2_head head) {
       .kind = GPT2_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   memcpy(adamw, params0, m.nparams * sizeof(float));
   gpt2_optim_init(&o, &ac, 0, m.nparams);
-  gpt2_optim_step(&o, &m, adamw, m.grads, 1e-3f, 1);
-  gpt2_optim_step(&o, &m, adamw, m.grads, 1e-3f, 2);
+  gpt2_optim_step(&o, &m, adamw, m.grads, 1.0f, 1e-3f, 1);
+  gpt2_optim_step(&o, &m, adamw, m.grads, 1.0f, 1e-3f, 2);
   gpt2_optim_free(&o);
   gpt2_optim_config sc = {.kind = GPT2_OPT_SGD, .momentum = 0.5f};
   memcpy(sgd, params0, m.nparams * sizeof(float));
   gpt2_optim_init(&o, &sc, 0, m.nparams);
-  gpt2_optim_step(&o, &m, sgd, m.grads, 0.01f, 1);
-  gpt2_optim_step(&o, &m, sgd, m.grads, 0.01f, 2);
+  gpt2_optim_step(&o, &m, sgd, m.grads, 1.0f, 0.01f, 1);
+  gpt2_optim_step(&o, &m, sgd, m.grads, 1.0f, 0.01f, 2);
   gpt2_optim_free(&o);
 
   arr arrays[] = {

@@ -268,16 +268,9 @@ int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm) {
   return 0;
 }
 
-void gpt2_ddp_scale_grads(gpt2_ddp *d, float s) {
-  for (int i = 0; i < d->nshards; i++) {
-    const gpt2_optim *o = &d->shards[i];
-    gpt2_scale(d->m->grads + o->lo, o->hi - o->lo, s);
-  }
-}
-
-int gpt2_ddp_step(gpt2_ddp *d, float lr, int64_t t) {
+int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
   for (int i = 0; i < d->nshards; i++)
-    gpt2_optim_step(&d->shards[i], d->m, d->m->params, d->m->grads, lr, t);
+    gpt2_optim_step(&d->shards[i], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
   if (!d->zero) return 0;
   int64_t t0 = base_now_us();
   float *p = d->m->params;

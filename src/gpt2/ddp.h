@@ -85,11 +85,10 @@ int gpt2_ddp_finish_backward(gpt2_ddp *d);
 
 /* Global gradient norm (of the reduced gradients). */
 int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm);
-/* Scales the reduced gradients this rank uses by s. */
-void gpt2_ddp_scale_grads(gpt2_ddp *d, float s);
-/* Optimiser update with learning rate lr, update number t (1-based); with
- * ZeRO also allgathers the parameters. */
-int gpt2_ddp_step(gpt2_ddp *d, float lr, int64_t t);
+/* Optimiser update from grad_scale times the reduced gradients (clipping)
+ * with learning rate lr, update number t (1-based); with ZeRO also
+ * allgathers the parameters. */
+int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
 
 /* Sum of x over ranks (doubles, blocking). */
 int gpt2_ddp_sum(gpt2_ddp *d, double *x, int n);

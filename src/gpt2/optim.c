@@ -29,13 +29,13 @@ void gpt2_optim_free(gpt2_optim *o) {
 }
 
 static void adamw_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t hi, float lr,
-                        float wd, int64_t t) {
+                        float wd, int64_t t, float gs) {
   const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
   const float c1 = 1.0f / (1.0f - powf(b1, (float)t)), c2 = 1.0f / (1.0f - powf(b2, (float)t));
   float *m = o->m - o->lo, *v = o->v - o->lo; /* indexed by flat position */
 #pragma omp parallel for schedule(static)
   for (size_t i = lo; i < hi; i++) {
-    float gi = g[i];
+    float gi = g[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
@@ -46,12 +46,12 @@ static void adamw_range(gpt2_optim *o, float *p, const float *g, size_t lo, size
 }
 
 static void sgd_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t hi, float lr,
-                      float wd) {
+                      float wd, float gs) {
   const float mom = o->cfg.momentum;
   float *buf = o->m - o->lo;
 #pragma omp parallel for schedule(static)
   for (size_t i = lo; i < hi; i++) {
-    float gi = g[i] + wd * p[i];
+    float gi = g[i] * gs + wd * p[i];
     float bi = mom * buf[i] + gi;
     buf[i] = bi;
     p[i] -= lr * bi;
@@ -59,7 +59,7 @@ static void sgd_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t
 }
 
 void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
-                     float lr, int64_t t) {
+                     float grad_scale, float lr, int64_t t) {
   for (int ti = 0; ti < m->ntensors; ti++) {
     const gpt2_tensor *tn = &m->tensors[ti];
     size_t lo = tn->offset > o->lo ? tn->offset : o->lo;
@@ -67,9 +67,9 @@ void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const fl
     if (lo >= hi) continue;
     float wd = tn->decay ? o->cfg.weight_decay : 0.0f;
     if (o->cfg.kind == GPT2_OPT_ADAMW) {
-      adamw_range(o, params, grads, lo, hi, lr, wd, t);
+      adamw_range(o, params, grads, lo, hi, lr, wd, t, grad_scale);
     } else {
-      sgd_range(o, params, grads, lo, hi, lr, wd);
+      sgd_range(o, params, grads, lo, hi, lr, wd, grad_scale);
     }
   }
 }
@@ -99,6 +99,7 @@ double gpt2_sumsq(const float *x, size_t n) {
   for (size_t c = 0; c < nchunks; c++) {
     size_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (size_t i = c * chunk; i < end; i++) s += (double)x[i] * x[i];
     part[c] = s;
   }

@@ -35,12 +35,13 @@ int gpt2_optim_init(gpt2_optim *o, const gpt2_optim_config *cfg, size_t lo, size
 void gpt2_optim_free(gpt2_optim *o);
 
 /*
- * One update of params[lo, hi) from grads[lo, hi); t is the 1-based number
- * of this update (AdamW bias correction). Weight decay applies to the
- * tensors whose `decay` flag is set.
+ * One update of params[lo, hi) from grad_scale * grads[lo, hi) (the
+ * clipping factor, fused to save a pass over the gradients); t is the
+ * 1-based number of this update (AdamW bias correction). Weight decay
+ * applies to the tensors whose `decay` flag is set.
  */
 void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
-                     float lr, int64_t t);
+                     float grad_scale, float lr, int64_t t);
 
 typedef enum gpt2_lr_schedule { GPT2_LR_CONST = 0, GPT2_LR_COSINE = 1 } gpt2_lr_schedule;
 

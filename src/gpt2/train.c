@@ -266,10 +266,10 @@ int gpt2_train(const gpt2_train_opts *o) {
     }
     double gnorm = 0.0;
     if (gpt2_ddp_grad_norm(&ddp, &gnorm) != 0) goto comm_failed;
-    if (o->clip > 0.0f && gnorm > o->clip)
-      gpt2_ddp_scale_grads(&ddp, (float)(o->clip / (gnorm + 1e-6)));
+    float gscale = 1.0f;
+    if (o->clip > 0.0f && gnorm > o->clip) gscale = (float)(o->clip / (gnorm + 1e-6));
     float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
-    if (gpt2_ddp_step(&ddp, lr, (int64_t)step + 1) != 0) goto comm_failed;
+    if (gpt2_ddp_step(&ddp, gscale, lr, (int64_t)step + 1) != 0) goto comm_failed;
     double t1 = now_s();
     double step_s = t1 - t0;
     double tok_s = tokens_per_step / step_s;
