@@ -11,6 +11,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,46 @@ static void test_usage(void) {
   char *err = slurp("%s/junk.err", tmp);
   CHECK_EQ_INT(rc, 2);
   CHECK(count_lines(err) == 1 && strstr(err, "junk.bin") != NULL);
+  free(err);
+}
+
+/* Real tokens: an llm.c shard of a repeating pattern (learnable, so the
+ * loss must fall well below log(V)), and a text file. */
+static void test_token_data(void) {
+  char shard[512], text[512], m[512];
+  snprintf(shard, sizeof(shard), "%s/pattern.bin", tmp);
+  snprintf(text, sizeof(text), "%s/words.txt", tmp);
+  snprintf(m, sizeof(m), "%s/shard.jsonl", tmp);
+  enum { NTOK = 4096 };
+  int32_t hdr[256] = {20240520, 1, NTOK};
+  uint16_t toks[NTOK];
+  for (int i = 0; i < NTOK; i++) toks[i] = (uint16_t)((i * 7) % 13);
+  FILE *f = fopen(shard, "wb");
+  fwrite(hdr, sizeof(hdr), 1, f);
+  fwrite(toks, sizeof(toks), 1, f);
+  fclose(f);
+  int rc = run("shard",
+               (const char *[]){"--model", "tiny", "--data", shard, "--steps", "30", "--seq-len",
+                                "16", "--lr", "3e-3", "--metrics", m, "--quiet", NULL});
+  CHECK_EQ_INT(rc, 0);
+  char *j = slurp("%s", m);
+  char l[MAXSTEPS][40];
+  losses_of(j, l);
+  free(j);
+  double first = atof(l[1]), last = atof(l[30]);
+  if (!(first > 5.5 && last < 2.0)) fprintf(stderr, "shard: loss %g -> %g\n", first, last);
+  CHECK(first > 5.5 && last < 2.0); /* log(512) = 6.24 at the start */
+  f = fopen(text, "w");
+  for (int i = 0; i < 200; i++) fputs("the quick brown fox jumps over the lazy dog. ", f);
+  fclose(f);
+  rc = run("text", (const char *[]){"--model", "tiny", "--data", text, "--steps", "3", "--seq-len",
+                                    "32", "--quiet", NULL});
+  CHECK_EQ_INT(rc, 0);
+  /* A vocabulary too small for the shard's tokens: one line, exit 2. */
+  rc = run("vocab", (const char *[]){"--model", "tiny", "--vocab", "10", "--data", shard, NULL});
+  char *err = slurp("%s/vocab.err", tmp);
+  CHECK_EQ_INT(rc, 2);
+  CHECK(count_lines(err) == 1 && strstr(err, "outside the vocabulary") != NULL);
   free(err);
 }
 
@@ -269,6 +310,7 @@ int main(int argc, char **argv) {
   snprintf(tmp, sizeof(tmp), "/tmp/test_gpt2_train.XXXXXX");
   if (mkdtemp(tmp) == NULL) return 1;
   test_usage();
+  test_token_data();
   test_accum();
   test_resume();
   char cmd[300];
