@@ -195,8 +195,11 @@ int gpt2_train(const gpt2_train_opts *o) {
   if (resume[0] != 0.0) {
     if (gpt2_ddp_broadcast(&ddp, state, nfull) != 0) goto comm_failed;
     if (state == full_state) gpt2_ddp_state_set(&ddp, full_state);
+    const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
     if (rank == 0)
-      fprintf(out, "resumed from %s at step %llu\n", o->ckpt_dir, (unsigned long long)start_step);
+      fprintf(out, "resumed from %s at step %llu%s%s%s\n", o->ckpt_dir,
+              (unsigned long long)start_step, restarts ? " (restart " : "",
+              restarts ? restarts : "", restarts ? ")" : "");
   }
   int same = 0;
   if (gpt2_ddp_check_params(&ddp, &same) != 0) goto comm_failed;
