@@ -708,6 +708,39 @@ static void test_late_server(void) {
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+static void test_ipv6(void) {
+  store_server_opts o = {.bind_host = "::1", .token = "v6"};
+  store_server *s = NULL;
+  int rc = store_server_start(&o, &s);
+  if (rc == -EADDRNOTAVAIL || rc == -EAFNOSUPPORT) {
+    printf("note: no IPv6 loopback here, IPv6 not tested\n");
+    return;
+  }
+  CHECK_EQ_INT(rc, 0);
+  if (s == NULL) return;
+  store_client *c = NULL;
+  char err[256] = "";
+  rc = store_client_connect("::1", store_server_port(s), "v6", in_ms(5000), &c, err, sizeof err);
+  CHECK_EQ_INT(rc, 0);
+  if (rc == 0) {
+    CHECK_EQ_INT(store_set(c, "six", "6", 1, in_ms(5000)), 0);
+    char v[4];
+    CHECK_EQ_INT(get_str(c, "six", v, sizeof v), 0);
+    CHECK_STREQ(v, "6");
+    store_client_close(c);
+  }
+  store_server_stop(s);
+  /* The address in errors is bracketed. */
+  int port = 0;
+  if (base_free_port("::1", &port) == 0) {
+    rc = store_client_connect("::1", port, NULL, in_ms(200), &c, err, sizeof err);
+    CHECK_EQ_INT(rc, -ECONNREFUSED);
+    char want[32];
+    snprintf(want, sizeof want, "[::1]:%d", port);
+    CHECK(strstr(err, want) != NULL);
+  }
+}
+
 static void test_unreachable(void) {
   int port = 0;
   CHECK_EQ_INT(base_free_port("127.0.0.1", &port), 0);
@@ -1353,6 +1386,7 @@ int main(int argc, char **argv) {
   test_counters();
   test_late_server();
   test_unreachable();
+  test_ipv6();
   test_garbage();
   test_server_mutations();
   test_slow_client();

@@ -233,8 +233,8 @@ static int connect_retry(store_client *c, int64_t deadline_ms, char *errbuf, siz
     if (base_deadline_left(deadline_ms) <= 0) break;
   }
   if (errbuf != NULL)
-    snprintf(errbuf, errlen, "cannot reach the store at %s within %.1f s (%d attempts): %s",
-             c->addr, (double)(base_now_ms() - start) / 1000.0, attempts,
+    snprintf(errbuf, errlen, "cannot reach the store at %s within %.1f s (%d attempt%s): %s",
+             c->addr, (double)(base_now_ms() - start) / 1000.0, attempts, attempts == 1 ? "" : "s",
              why[0] ? why : cohort_strerror(rc));
   return rc;
 }
