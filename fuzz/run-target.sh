@@ -17,19 +17,21 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cohort-fuzz-$name.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$results" "$work/corpus" "$work/artifacts"
 log=$work/log
+t0=$SECONDS
 # -timeout: one input taking longer is a hang; -rss_limit_mb: runaway memory;
 # -error_exitcode/-timeout_exitcode make every kind of failure non-zero.
 "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
   -error_exitcode=77 -timeout_exitcode=78 -artifact_prefix="$work/artifacts/" \
   "$@" "$work/corpus" "$seeds" >"$log" 2>&1
 rc=$?
+elapsed=$((SECONDS - t0))
 # The final stats, and the last progress line's coverage.
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)
 cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
 ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
 {
-  echo "target=$name seconds=$secs execs=${execs:-0} cov=${cov:-0} ft=${ft:-0} rc=$rc"
+  echo "target=$name seconds=$elapsed execs=${execs:-0} cov=${cov:-0} ft=${ft:-0} rc=$rc"
 } | tee "$results/$name.txt"
 if [ $rc -ne 0 ]; then
   echo "run-target: $name FAILED (exit $rc); the end of its log:" >&2
