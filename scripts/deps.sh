@@ -12,6 +12,7 @@ pkgs=(
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev valgrind
   groff-base
+  slurm-wlm munge
 )
 
 missing=()
