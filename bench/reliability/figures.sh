@@ -9,17 +9,20 @@
 # Only the text between the "figures:begin" and "figures:end" markers is
 # replaced; the fault-injection section (the lead's) is left alone.
 #
-# usage: bench/reliability/figures.sh BUILD_DIR FUZZ_RESULTS_DIR [--no-tsan] [--soak-jobs N]
+# usage: bench/reliability/figures.sh BUILD_DIR FUZZ_RESULTS_DIR [--no-tsan | --tsan-log FILE]
+#          [--soak-jobs N]
+#   --tsan-log FILE: take the TSan line from an earlier tsan.sh output.
 #   BUILD_DIR holds the cohort binary and test_adversarial (a normal build).
 set -u
 cd "$(dirname "$0")/../.."
 build=$(readlink -f "$1")
 fuzzres=$(readlink -f "$2")
 shift 2
-tsan=1 soak_jobs=200
+tsan=1 soak_jobs=200 tsanlog=
 while [ $# -gt 0 ]; do
   case $1 in
   --no-tsan) tsan=0 ;;
+  --tsan-log) tsan=0; tsanlog=$(readlink -f "$2"); shift ;;
   --soak-jobs) soak_jobs=$2; shift ;;
   *) echo "figures: unknown option $1" >&2; exit 2 ;;
   esac
@@ -76,6 +79,7 @@ soakrc=$?
 bench/reliability/valgrind.sh "$build/cohort" "$tmp/vg" >"$tmp/vg.log" 2>&1
 vgrc=$?
 tsanline="not run"
+[ -n "$tsanlog" ] && tsanline="$(head -1 "$tsanlog") (from an earlier run)"
 if [ $tsan = 1 ]; then
   bench/reliability/tsan.sh build-tsan "$tmp/tsan" >"$tmp/tsan.log" 2>&1
   tsanrc=$?

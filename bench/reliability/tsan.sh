@@ -2,11 +2,11 @@
 # ThreadSanitizer over the threaded parts: the store server's thread (test
 # store, adversarial), the agent with its store and watcher threads (agent,
 # agent_multinode: multi-node watchers across namespaces), and rendezvous
-# publishing threads (rdzv, rdzv_mcast: the multicast announcer). The whole
-# project is built with clang -fsanitize=thread in its own build directory;
-# any report makes the test fail (halt_on_error).
-# (libcohort's shared-memory transport and async progress are not on main
-# yet; add their tests here when they land.)
+# publishing threads (rdzv, rdzv_mcast: the multicast announcer), and
+# libcohort's collectives with their shared-memory transport and progress
+# (coll, coll_failure). The whole project is built with clang
+# -fsanitize=thread in its own build directory; any report makes the test
+# fail (halt_on_error).
 # usage: bench/reliability/tsan.sh [BUILD_DIR] [OUT_SUMMARY_FILE]
 set -u
 cd "$(dirname "$0")/../.."
@@ -17,7 +17,7 @@ cc=$(command -v clang || command -v clang-14 || true)
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$cc" -DCOHORT_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug \
   >/dev/null || exit 1
 cmake --build "$build" -j "${JOBS:-2}" >/dev/null || exit 1
-tests='^(store|adversarial|agent|agent_multinode|rdzv|rdzv_mcast)$'
+tests=${COHORT_TSAN_TESTS:-'^(store|adversarial|agent|agent_multinode|rdzv|rdzv_mcast|coll|coll_failure)$'}
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 start=$SECONDS
 (cd "$build" && ctest --output-on-failure -j 1 -R "$tests") >"$build/tsan.log" 2>&1
