@@ -18,8 +18,12 @@
 # usage: test_soak.sh COHORT_BINARY SOURCE_DIR [JOBS]
 #   COHORT_RELIABILITY_OUT=FILE: also write a one-line summary for the figures.
 set -u
-cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
+# Each node gets a private /tmp; a binary that lives under /tmp (a CI clone
+# there) would vanish behind it, so the agents run a copy kept under /run.
+bindir=$(mktemp -d /run/cohort-soak-bin-XXXXXX)
+cp "$(readlink -f "$1")" "$bindir/cohort"
+cohort=$bindir/cohort
 jobs=${3:-${COHORT_SOAK_JOBS:-200}}
 . "$src/tests/netns_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-soak-XXXXXX)
@@ -36,7 +40,7 @@ check() { # check "description" command...
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   netns_down
-  rm -rf "$tmp"
+  rm -rf "$tmp" "$bindir"
 }
 trap cleanup EXIT
 
@@ -99,7 +103,7 @@ for ((j = 0; j < jobs; j++)); do
       good_ok=$((good_ok + 1))
     else
       echo "FAIL: job $j (good) exited: $codes"
-      tail -5 "$tmp"/out*
+      tail -n 5 "$tmp"/out*
     fi
   else
     bad=$((bad + 1))
@@ -113,7 +117,7 @@ for ((j = 0; j < jobs; j++)); do
       bad_ok=$((bad_ok + 1))
     else
       echo "FAIL: job $j (rank $fail fails) exited: $codes"
-      tail -5 "$tmp"/out*
+      tail -n 5 "$tmp"/out*
     fi
   fi
 done
