@@ -4,12 +4,14 @@
 # `cohort manifest slurm` prints, submitted with sbatch.
 #   1. a multi-node job completes with every rank in lock step;
 #   2. PyTorch DDP trains across the nodes to identical parameters;
-#   3. a job in which one rank crashes ends FAILED, and no process of it is
-#      left on any node;
-#   4. the same when a node's `cohort run` agent is killed.
+#   3. cohort-gpt2 trains data-parallel across the nodes, loss for loss as
+#      one process with the same global batch;
+#   4, 5. a job in which one rank crashes (a lock-step worker, cohort-gpt2)
+#      ends FAILED, and no process of it is left on any node;
+#   6. the same when a node's `cohort run` agent is killed.
 # Every daemon is started by hand (no systemd) and stopped by PID on exit;
 # the namespaces and the private directory are removed.
-# usage: test_slurm.sh BIN_DIR SOURCE_DIR   (BIN_DIR holds `cohort`)
+# usage: test_slurm.sh BIN_DIR SOURCE_DIR   (BIN_DIR holds cohort, cohort-gpt2)
 set -u
 bin=$(readlink -f "$1")
 src=$(readlink -f "$2")
@@ -48,8 +50,8 @@ for tool in slurmctld slurmd sbatch scontrol munged mungekey; do
     finish
   fi
 done
-[ -x "$cohort" ] || {
-  echo "FAIL: no cohort binary in $bin"
+[ -x "$cohort" ] && [ -x "$bin/cohort-gpt2" ] || {
+  echo "FAIL: no cohort or cohort-gpt2 binary in $bin"
   failed=1
   finish
 }
@@ -268,7 +270,42 @@ case_ddp() {
   cat "$out"
 }
 
-# 3. one rank crashes (SIGKILL at step 3): the job fails and nothing of it
+# 3. cohort-gpt2 (tiny model) data-parallel over the 6 ranks. The loss of
+# each step is the mean over all ranks' batches; it must equal, step for
+# step, that of one process with 6-fold gradient accumulation over the same
+# global batch (up to float summation order): every rank contributed to
+# every step. The trainer itself ends with a cross-rank parameter check.
+GPT2_ARGS=(--model tiny --steps 8 --seed 7)
+gpt2_losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+same_losses() { # same_losses A B: same number of steps, relative difference <= 1e-5
+  paste <(gpt2_losses "$1") <(gpt2_losses "$2") | awk -v n="$3" '
+    function abs(x) { return x < 0 ? -x : x }
+    { k++; if (NF != 2 || !(abs($1 - $2) <= 1e-5 * abs($2))) bad++ }
+    END { exit !(k == n && bad == 0) }'
+}
+case_gpt2() {
+  local id out steps=8
+  submit gpt2 "$bin/cohort-gpt2" "${GPT2_ARGS[@]}" --metrics "$dir/jobs/gpt2.jsonl" || {
+    check "sbatch takes the gpt2 script" false
+    return
+  }
+  id=$jobid
+  out="$dir/jobs/gpt2-$id.out"
+  ended gpt2 "$id" 240 COMPLETED
+  check "cohort-gpt2 trains in a world of $world with identical parameters" \
+    grep -q "^\[r0\] cohort-gpt2: .* world=$world, .*parameters identical on all ranks\$" "$out"
+  check "cohort-gpt2 ran $steps steps" grep -q "^\[r0\] summary: $steps steps, " "$out"
+  check "no rank reported an error" not grep -q "^\[r[0-9]*\] cohort-gpt2: rank" "$out"
+  env -u RANK -u WORLD_SIZE OMP_NUM_THREADS=1 "$bin/cohort-gpt2" "${GPT2_ARGS[@]}" --threads 1 \
+    --grad-accum "$world" --quiet --metrics "$dir/jobs/gpt2-ref.jsonl" >"$dir/jobs/gpt2-ref.out" 2>&1
+  check "one process with $world-fold accumulation trains" [ $? -eq 0 ]
+  check "$steps losses equal to the one-process run's" same_losses "$dir/jobs/gpt2.jsonl" "$dir/jobs/gpt2-ref.jsonl" "$steps"
+  paste <(gpt2_losses "$dir/jobs/gpt2.jsonl") <(gpt2_losses "$dir/jobs/gpt2-ref.jsonl")
+  check "job $id leaves no process" wait_for 15 job_gone "$id"
+  cat "$out"
+}
+
+# 4. one rank crashes (SIGKILL at step 3): the job fails and nothing of it
 # is left; the other ranks never pass the barrier of step 3.
 case_crash() {
   local id out crash_rank=$((NPROC + 1)) # on node1, not the batch host
@@ -287,7 +324,27 @@ case_crash() {
   cat "$out"
 }
 
-# 4. a node's agent is killed (SIGKILL, as by the OOM killer): Slurm ends the
+# 5. the same with cohort-gpt2: rank 3 is killed (SIGKILL) while training.
+case_gpt2_crash() {
+  local id out
+  submit gpt2crash sh "$src/tests/slurm/crash_rank.sh" 3 3 \
+    "$bin/cohort-gpt2" --model tiny --steps 100000 --seed 7 || {
+    check "sbatch takes the gpt2crash script" false
+    return
+  }
+  id=$jobid
+  out="$dir/jobs/gpt2crash-$id.out"
+  ended gpt2crash "$id" 120 FAILED
+  check "job $id leaves no process" wait_for 15 job_gone "$id"
+  check "rank 3 was killed" grep -qx "\[r3\] killing rank 3 with SIGKILL" "$out"
+  check "cohort's report names rank 3" \
+    grep -q "^cohort: job failed: node 1 (node1): rank 3 (local rank 1, pid [0-9]*) was killed by SIGKILL" "$out"
+  check "training did not finish" not grep -q "summary:" "$out"
+  log "job $id: rank 0 printed $(grep -c '^\[r0\] step ' "$out") steps before the crash"
+  tail -n 30 "$out"
+}
+
+# 6. a node's agent is killed (SIGKILL, as by the OOM killer): Slurm ends the
 # job FAILED and nothing of it is left either.
 agent_pid() { # the `cohort run` process of job $1 in node $2's namespace
   local p
@@ -329,7 +386,9 @@ case_killed() {
 
 case_lockstep
 case_ddp
+case_gpt2
 case_crash
+case_gpt2_crash
 case_killed
 
 check "slurmd, slurmctld and munged stop on SIGTERM" stop_daemons
