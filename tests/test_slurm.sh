@@ -144,8 +144,12 @@ in_ns() { # in_ns NODE HOSTNAME CMD... (foreground)
 # Slurm's commands run on the controller's namespace, the cluster's login node.
 on_ctl() { in_ns "$ctl" "$ctl_host" "$@"; }
 
+# Every wait ends by the test's deadline, so that a broken cluster fails the
+# test well within ctest's TIMEOUT (and the daemons are still stopped).
+DEADLINE=$((SECONDS + 420))
 wait_for() { # wait_for SECONDS command... : polls every 0.5 s
   local end=$((SECONDS + $1))
+  [ "$end" -le "$DEADLINE" ] || end=$DEADLINE
   shift
   until "$@"; do
     [ $SECONDS -lt $end ] || return 1
@@ -202,12 +206,17 @@ submit() {
   [ -n "$jobid" ] || return 1
   log "submitted $name as job $jobid"
 }
-# No process of job $1 on this machine: none has SLURM_JOB_ID=$1 in its
-# environment, and the nodes' namespaces hold nothing but their slurmd.
+# No process of job $1 on this machine: none has SLURM_JOB_ID=$1 and this
+# cluster's SLURM_CLUSTER_NAME in its environment, and the nodes' namespaces
+# hold nothing but their slurmd.
+of_job() { # of_job PID ID: process PID belongs to job ID of this cluster
+  { tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null |
+    grep -cxE "SLURM_JOB_ID=$2|SLURM_CLUSTER_NAME=$cluster" | grep -qx 2
+}
 job_gone() {
-  local p ns i
+  local p i
   for p in /proc/[0-9]*; do
-    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "SLURM_JOB_ID=$1"; then return 1; fi
+    if of_job "${p#/proc/}" "$1"; then return 1; fi
   done
   for ((i = 0; i < NODES; i++)); do
     for p in $(ip netns pids "$(netns_node "$i")"); do
@@ -351,8 +360,7 @@ case_gpt2_crash() {
 agent_pid() { # the `cohort run` process of job $1 in node $2's namespace
   local p
   for p in $(ip netns pids "$(netns_node "$2")"); do
-    if [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -d' ' -f2)" = run ] &&
-      { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "SLURM_JOB_ID=$1"; then
+    if [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -d' ' -f2)" = run ] && of_job "$p" "$1"; then
       echo "$p"
       return
     fi
