@@ -8,7 +8,8 @@
 #      one process with the same global batch;
 #   4, 5. a job in which one rank crashes (a lock-step worker, cohort-gpt2)
 #      ends FAILED, and no process of it is left on any node;
-#   6. the same when a node's `cohort run` agent is killed.
+#   6. the same when a node's `cohort run` agent is killed;
+#   7. scancel ends a running job CANCELLED with nothing left.
 # Every daemon is started by hand (no systemd) and stopped by PID on exit;
 # the namespaces and the private directory are removed.
 # usage: test_slurm.sh BIN_DIR SOURCE_DIR   (BIN_DIR holds cohort, cohort-gpt2)
@@ -243,6 +244,10 @@ case_lockstep() {
   out="$dir/jobs/lockstep-$id.out"
   ended lockstep "$id" 180 COMPLETED
   check "job $id exit code 0:0" [ "$(job_field "$id" ExitCode)" = 0:0 ]
+  # The script's #SBATCH lines were honoured.
+  check "job $id is named lockstep" [ "$(job_field "$id" JobName)" = lockstep ]
+  check "job $id ran on node[0-$((NODES - 1))]" [ "$(job_field "$id" NodeList)" = "node[0-$((NODES - 1))]" ]
+  check "job $id had a 5 min limit" [ "$(job_field "$id" TimeLimit)" = 00:05:00 ]
   # The agents took the rendezvous from srun's environment: node 0 of the
   # step's node list, port 29400 + job id % 1000.
   for ((r = 0; r < NODES; r++)); do
@@ -394,12 +399,32 @@ case_killed() {
   cat "$out"
 }
 
+# 7. scancel (a user's, or a preemption's): the job ends CANCELLED and its
+# processes on every node are gone.
+case_cancel() {
+  local id out
+  submit cancel sh "$src/tests/slurm/lockstep.sh" "$cohort" 1000 || {
+    check "sbatch takes the cancel script" false
+    return
+  }
+  id=$jobid
+  out="$dir/jobs/cancel-$id.out"
+  stepping() { grep -q '^\[r4\] step 2 ' "$out" 2>/dev/null; }
+  check "job $id steps" wait_for 120 stepping
+  check "scancel $id" on_ctl scancel "$id"
+  ended cancel "$id" 60 CANCELLED
+  check "job $id leaves no process" wait_for 15 job_gone "$id"
+  check "no rank finished" not grep -q finished "$out"
+  tail -n 20 "$out"
+}
+
 case_lockstep
 case_ddp
 case_gpt2
 case_crash
 case_gpt2_crash
 case_killed
+case_cancel
 
 check "slurmd, slurmctld and munged stop on SIGTERM" stop_daemons
 nothing_left() { # nothing runs in the nodes' namespaces any more
