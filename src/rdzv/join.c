@@ -230,6 +230,9 @@ static int parse_plan(const char *text, uint64_t my_uid, rdzv_plan *plan, char *
                       size_t errlen) {
   if (strncmp(text, "error ", 6) == 0) {
     snprintf(errbuf, errlen, "%s", text + 6);
+    /* One line, whatever wrote the plan. */
+    for (char *c = errbuf; *c; c++)
+      if (*c == '\n' || *c == '\r') *c = ' ';
     return -EINVAL;
   }
   int n = 0, port = 0;
