@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
-STEPS=40
+STEPS=300
 TRAIN=("$gpt2" --model tiny --batch 2 --steps $STEPS --threads 1 --seed 7 --quiet)
 
 wait_all() { # LIMIT PIDS...: sets $codes
@@ -55,7 +55,7 @@ job() {
   for i in 0 1; do
     netns_exec "$i" env COHORT_TIMEOUT_MS=4000 "$cohort" run --nnodes 2 --node-rank "$i" \
       --master "$M:$port" --job "$name" --net off --join-timeout 30 --heartbeat-timeout 2 "$@" -- \
-      "${TRAIN[@]}" --ckpt-dir "$tmp/$name/ckpt" --ckpt-every 5 --metrics "$tmp/$name/metrics" \
+      "${TRAIN[@]}" --ckpt-dir "$tmp/$name/ckpt" --ckpt-every 50 --metrics "$tmp/$name/metrics" \
       >"$tmp/$name/agent$i" 2>&1 &
     pids+=($!)
     eval "a$i=\$!"
@@ -101,7 +101,7 @@ check "reference run logged every step" [ "$(losses "$tmp/ref/metrics" | wc -l)"
 
 # 1. kill -9 a worker: the job restarts from the last checkpoint, same losses.
 job kw 29501 --max-restarts 2
-wait_step "$tmp/kw/metrics" 12
+wait_step "$tmp/kw/metrics" 60
 kill -9 "$(worker_pid 1)"
 wait_all 300 $a0 $a1
 check "worker kill: restarted and finished ($codes)" [ "$codes" = "0 0" ]
@@ -112,7 +112,7 @@ check "worker kill: losses identical to the uninterrupted run" same_losses "$tmp
 # 2. SIGSTOP a worker (a hang): the collective deadline ends it, the report
 #    names the stopped rank, the restart resumes with identical losses.
 job hang 29502 --max-restarts 1
-wait_step "$tmp/hang/metrics" 12
+wait_step "$tmp/hang/metrics" 60
 kill -STOP "$(worker_pid 1)"
 wait_all 300 $a0 $a1
 check "hang: restarted and finished ($codes)" [ "$codes" = "0 0" ]
@@ -121,7 +121,7 @@ check "hang: losses identical to the uninterrupted run" same_losses "$tmp/ref/me
 
 # 3. kill -9 an agent: a clean failure naming the lost node.
 job ka 29503 --max-restarts 1
-wait_step "$tmp/ka/metrics" 12
+wait_step "$tmp/ka/metrics" 60
 kill -9 "$(agent_pid 1)"
 wait_all 120 $a0
 check "agent kill: node 0 fails cleanly ($codes)" [ "$codes" != "0" ] && [ "$codes" != "timeout" ]
@@ -132,7 +132,7 @@ check "agent kill: node 1's worker is gone" [ -z "$(worker_pid 1)" ]
 
 # 4. link down, then up: both sides stop, rendezvous again, resume.
 job link 29504 --max-restarts 2
-wait_step "$tmp/link/metrics" 12
+wait_step "$tmp/link/metrics" 60
 netns_link 1 down
 sleep 4
 netns_link 1 up
@@ -142,22 +142,30 @@ check "link down/up: a node was reported lost" grep -q "lost" "$tmp/link/agent0"
 check "link down/up: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/link/metrics"
 
 # 5. the checkpoint filesystem fills up during a save: a clean failure, and
-#    the last complete checkpoint still loads.
+#    the last complete checkpoint still loads. The filesystem is left with
+#    room for one checkpoint and a half, so the save at step 50 fits and the
+#    one at step 100 cannot.
+mkdir -p "$tmp/size"
+"${TRAIN[@]}" --steps 1 --ckpt-dir "$tmp/size" --ckpt-every 1 >/dev/null 2>&1
+ckpt_bytes=$(stat -c %s "$tmp"/size/ckpt_*.bin 2>/dev/null | head -1)
+check "full disk: a checkpoint's size is known" [ -n "$ckpt_bytes" ]
 mnt=$tmp/full/ckpt
 mkdir -p "$mnt"
 mount -t tmpfs -o size=16m tmpfs "$mnt"
+free_kb=$(df -k --output=avail "$mnt" | tail -n 1)
+fill_kb=$((free_kb - ckpt_bytes * 3 / 2 / 1024))
+dd if=/dev/zero of="$mnt/.filler" bs=1k count="$fill_kb" 2>/dev/null
 job full 29505
-wait_step "$tmp/full/metrics" 7
-dd if=/dev/zero of="$mnt/filler" bs=64k 2>/dev/null
-wait_all 120 $a0 $a1
+wait_all 300 $a0 $a1
 check "full disk: the job fails ($codes)" [ "$codes" != "0 0" ] && [ "${codes#*timeout}" = "$codes" ]
 check "full disk: the report says the disk is full" grep -qi "no space left" "$tmp/full/agent0" "$tmp/full/agent1"
-rm -f "$mnt/filler"
-ls -la "$mnt" > "$tmp/full/listing"
-check "full disk: no partial checkpoint left behind" [ -z "$(ls -A "$mnt" | grep -v '^ckpt_[0-9]*\.bin$')" ]
+rm -f "$mnt/.filler"
+check "full disk: only complete checkpoints are left" [ -z "$(ls -A "$mnt" | grep -v '^ckpt_[0-9]*\.bin$')" ]
+check "full disk: the step-50 checkpoint survived" [ -s "$mnt/ckpt_000000000050.bin" ]
 job full 29506
 wait_all 300 $a0 $a1
 check "full disk: the run resumes from the last complete checkpoint ($codes)" [ "$codes" = "0 0" ]
+check "full disk: resumed at step 50" grep -q "resumed from .* at step 50" "$tmp/full/agent0"
 check "full disk: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/full/metrics"
 umount "$mnt" && mnt=""
 
