@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_install.sh SOURCE_DIR BUILD_DIR - installs cohort into a temporary
 # prefix and uses the installed copy as a user would: the files and the
-# soname, `cohort --version`, and a program built against libcohort with
-# pkg-config and with CMake's find_package(cohort) (shared and static).
+# soname, `cohort --version`, a program built against libcohort with
+# pkg-config and with CMake's find_package(cohort) (shared and static), and
+# examples/allreduce.c built both ways and run under `cohort run`.
 set -euo pipefail
 src=$1
 build=$2
@@ -94,5 +95,20 @@ sed -i 's/find_package(cohort 0.1 REQUIRED)/find_package(cohort 99 REQUIRED)/' \
 if cmake -S "$tmp/probe" -B "$tmp/probe/build99" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null 2>&1; then
   fail "find_package(cohort 99) succeeded"
 fi
+
+# The example program, built against the installed copy with its Makefile
+# (pkg-config) and its CMakeLists.txt (find_package), run by the installed
+# `cohort run` with two workers: both ranks print the sums 1+2 .. 4+8.
+cp -r "$src/examples" "$tmp/examples"
+make -s -C "$tmp/examples" LDFLAGS="-Wl,-rpath,$libdir" >/dev/null || fail "examples/Makefile"
+cmake -S "$tmp/examples" -B "$tmp/examples/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/examples/build" >/dev/null || fail "examples/CMakeLists.txt"
+for exe in "$tmp/examples/allreduce" "$tmp/examples/build/allreduce"; do
+  out=$(timeout 120 "$prefix/bin/cohort" run --nproc-per-node 2 -- "$exe" 2>&1) ||
+    fail "cohort run --nproc-per-node 2 $exe: $out"
+  for r in 0 1; do
+    grep -q "rank $r of 2: 3 6 9 12\$" <<<"$out" || fail "rank $r of $exe: $out"
+  done
+done
 
 echo "test_install: ok (version $version, $libdir)"
