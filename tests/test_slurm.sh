@@ -351,10 +351,13 @@ case_gpt2_crash() {
   ended gpt2crash "$id" 120 FAILED
   check "job $id leaves no process" wait_for 15 job_gone "$id"
   check "rank 3 was killed" grep -qx "\[r3\] killing rank 3 with SIGKILL" "$out"
-  # Its peers' libcohort errors may reach the agents before node1's report
-  # of the kill: the report names rank 3's SIGKILL, first or as "also".
-  check "cohort's report names rank 3's SIGKILL" \
-    grep -Eq "^cohort: (job failed: node 1 \(node1\): |node 1: )rank 3[ :].*killed by SIGKILL" "$out"
+  # Three paths race: node1's agent sees rank 3 die, the peers' libcohort
+  # errors reach the other agents, and srun (--kill-on-bad-exit) stops the
+  # step when the first agent exits. Node1's agent names rank 3 either as the
+  # failure ("rank 3 (local rank 1, ...) was killed by SIGKILL"), as "also
+  # was killed by SIGKILL", or in "stopped by cohort ... after rank 3 failed".
+  check "cohort's report names rank 3" \
+    grep -Eq "^cohort: .*(rank 3 \(local rank 1, pid [0-9]+\) was killed by SIGKILL|rank 3: also was killed by SIGKILL|after rank 3 failed)" "$out"
   check "training did not finish" not grep -q "summary:" "$out"
   log "job $id: rank 0 printed $(grep -c '^\[r0\] step ' "$out") steps before the crash"
   tail -n 30 "$out"
