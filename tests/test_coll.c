@@ -255,6 +255,7 @@ typedef struct world_opts {
   int timeout_ms;
   const char *threshold; /* COHORT_ALGO_THRESHOLD or NULL */
   const char *slice;     /* COHORT_SLICE or NULL */
+  int cma;               /* COHORT_SHM_CMA=1 */
   int expect_create_fail;
 } world_opts;
 
@@ -668,8 +669,15 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&tcp_ring, rk_matrix, NULL), 0);
   world_opts shm = {.n = 3, .transport = COHORT_TRANSPORT_SHM};
   CHECK_EQ_INT(run_world(&shm, rk_matrix, (void *)1), 0);
+  /* Single-copy transfers of large payloads (process_vm_readv). */
+  world_opts cma = {.n = 3, .cma = 1};
+  CHECK_EQ_INT(run_world(&cma, rk_matrix, (void *)1), 0);
+  world_opts cma_ring = {.n = 4, .cma = 1, .threshold = "0", .slice = "65536"};
+  CHECK_EQ_INT(run_world(&cma_ring, rk_matrix, (void *)1), 0);
   world_opts as = {.n = 3};
   CHECK_EQ_INT(run_world(&as, rk_async, NULL), 0);
+  world_opts asc = {.n = 2, .cma = 1};
+  CHECK_EQ_INT(run_world(&asc, rk_async, NULL), 0);
   world_opts ast = {.n = 2, .transport = COHORT_TRANSPORT_TCP};
   CHECK_EQ_INT(run_world(&ast, rk_async, NULL), 0);
   for (int v = 0; v < 4; v++) {

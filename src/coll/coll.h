@@ -99,6 +99,18 @@ void coll_shm_abort(coll_shm *s, int rank, const char *msg);
 int coll_shm_aborted(coll_shm *s, int *rank, char *msg, size_t msglen);
 /* Wakes this rank's own waits (used by a local abort from another thread). */
 void coll_shm_wake_self(coll_shm *s);
+/* Lets same-user processes read this one (Yama); call before peers probe. */
+void coll_shm_allow_pull(void);
+/* 1 when process_vm_readv() can read every other local rank (all have mapped the segment). */
+int coll_shm_probe_cma(coll_shm *s);
+/* The host-wide decision, published by the creator in the segment. */
+int coll_shm_hdr_cma(coll_shm *s);
+void coll_shm_set_hdr_cma(coll_shm *s, int on);
+/* Large payloads (>= 64 KiB) travel by address and one copy when on; else through the ring. */
+void coll_shm_set_cma(coll_shm *s, int on);
+int coll_shm_cma(coll_shm *s);
+/* How long a waiting rank spins before it sleeps on its futex (microseconds). */
+void coll_shm_set_spin(coll_shm *s, int us);
 /* 1 when the shm transport reaches `peer`. */
 int coll_shm_has(coll_shm *s, int peer);
 

@@ -21,8 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,7 +32,6 @@
 #include "coll/coll.h"
 
 #define SHM_MAGIC 0x636f686f72747368ull /* "cohortsh" */
-#define SHM_SPIN_US 20
 
 typedef struct shm_hdr {
   _Atomic uint64_t magic;
@@ -39,21 +40,50 @@ typedef struct shm_hdr {
   uint64_t chan_bytes;
   _Atomic int32_t abort_owner; /* -1, or the rank that writes abort_msg */
   _Atomic uint32_t abort_flag; /* 1 once abort_msg is complete */
+  _Atomic uint32_t cma_ok;     /* 1: large payloads are pulled with process_vm_readv */
   char abort_msg[400];
 } shm_hdr;
 
 typedef struct shm_bell {
   _Atomic uint32_t seq;
   _Atomic uint32_t sleeping;
-  char pad[56];
+  int32_t pid; /* for process_vm_readv */
+  uint32_t pad0;
+  uint64_t probe_addr; /* address of a known word, to test process_vm_readv at setup */
+  char pad[40];
 } shm_bell;
 
+/*
+ * One ordered pair. Besides the ring, a rendezvous descriptor: a payload of
+ * at least SHM_RDV_MIN bytes is not copied into the ring; the producer
+ * publishes its address at stream position rdv_pos and waits; the consumer,
+ * on reaching that position, pulls it straight from the producer's memory
+ * (process_vm_readv, one copy instead of two) and clears rdv_active.
+ */
 typedef struct shm_ctrl {
   _Atomic uint64_t head; /* bytes written, by the producer */
-  char pad1[56];
+  uint64_t rdv_pos;      /* ring position the remote payload is inserted at */
+  uint64_t rdv_addr;     /* its address in the producer */
+  uint64_t rdv_len;      /* its length (a multiple of 8) */
+  _Atomic uint32_t rdv_active;
+  char pad1[28];
   _Atomic uint64_t tail; /* bytes consumed, by the consumer */
   char pad2[56];
 } shm_ctrl;
+_Static_assert(sizeof(shm_ctrl) == 128, "two cache lines per channel");
+
+#define SHM_RDV_MIN (64u * 1024u)
+#define SHM_STAGE (256u * 1024u)
+
+/* This process's view of one peer's channels. */
+typedef struct shm_peer {
+  size_t tx_rdv;      /* bytes of our payload the peer is pulling now, 0 if none */
+  uint64_t rx_pulled; /* bytes of the peer's current remote payload pulled so far */
+  char *stage;        /* SHM_STAGE bytes for pulled data that will be reduced */
+  size_t stage_pos, stage_len;
+} shm_peer;
+
+static const uint64_t shm_probe_word = 0x70726f6265636d61ull; /* "probecma" */
 
 struct coll_shm {
   char *base;
@@ -62,10 +92,13 @@ struct coll_shm {
   int world_size;
   int *lidx; /* [world_size]: local index of a world rank, -1 when not on this host */
   size_t cap;
+  int spin_us; /* busy-wait this long before sleeping on the doorbell */
   shm_hdr *hdr;
   shm_bell *bells;
   shm_ctrl *ctrl;
   char *data;
+  shm_peer *peers; /* [nlocal] */
+  int cma;
 };
 
 static size_t align_up(size_t x, size_t a) {
@@ -110,12 +143,19 @@ int coll_shm_create(const char *name, int creator, const int *local, int nlocal,
     free(s);
     return -ENOMEM;
   }
+  s->peers = calloc((size_t)nlocal, sizeof *s->peers);
+  if (s->peers == NULL) {
+    free(s->lidx);
+    free(s);
+    return -ENOMEM;
+  }
   for (int i = 0; i < world_size; i++) s->lidx[i] = -1;
   for (int i = 0; i < nlocal; i++) s->lidx[local[i]] = i;
   s->nlocal = nlocal;
   s->me = me;
   s->world_size = world_size;
   s->cap = chan_bytes;
+  s->spin_us = 20;
   int rc = 0;
   int fd = shm_open(name, creator ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
   if (fd < 0) {
@@ -156,6 +196,10 @@ int coll_shm_create(const char *name, int creator, const int *local, int nlocal,
              s->hdr->chan_bytes != chan_bytes) {
     rc = COHORT_EPROTO;
   }
+  if (rc == 0) {
+    s->bells[me].pid = (int32_t)getpid();
+    s->bells[me].probe_addr = (uint64_t)(uintptr_t)&shm_probe_word;
+  }
 out:
   if (fd >= 0) close(fd);
   if (rc != 0) {
@@ -169,8 +213,52 @@ out:
 void coll_shm_destroy(coll_shm *s) {
   if (s == NULL) return;
   if (s->base != NULL) munmap(s->base, s->size);
+  for (int i = 0; s->peers != NULL && i < s->nlocal; i++) free(s->peers[i].stage);
+  free(s->peers);
   free(s->lidx);
   free(s);
+}
+
+static long pull(coll_shm *s, int from, void *dst, uint64_t addr, size_t len) {
+  struct iovec l = {.iov_base = dst, .iov_len = len};
+  struct iovec r = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
+  ssize_t n = process_vm_readv((pid_t)s->bells[from].pid, &l, 1, &r, 1, 0);
+  return n < 0 ? -errno : (long)n;
+}
+
+void coll_shm_allow_pull(void) {
+  /* Under Yama's ptrace_scope=1 a non-descendant may only read us once we allow it. */
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+}
+
+int coll_shm_probe_cma(coll_shm *s) {
+  for (int i = 0; i < s->nlocal; i++) {
+    if (i == s->me) continue;
+    uint64_t w = 0;
+    if (pull(s, i, &w, s->bells[i].probe_addr, sizeof w) != (long)sizeof w || w != shm_probe_word)
+      return 0;
+  }
+  return 1;
+}
+
+void coll_shm_set_cma(coll_shm *s, int on) {
+  s->cma = on;
+}
+
+int coll_shm_cma(coll_shm *s) {
+  return s != NULL && s->cma;
+}
+
+int coll_shm_hdr_cma(coll_shm *s) {
+  return (int)atomic_load(&s->hdr->cma_ok);
+}
+
+void coll_shm_set_hdr_cma(coll_shm *s, int on) {
+  atomic_store(&s->hdr->cma_ok, (uint32_t)on);
+}
+
+void coll_shm_set_spin(coll_shm *s, int us) {
+  s->spin_us = us;
 }
 
 int coll_shm_has(coll_shm *s, int peer) {
@@ -214,13 +302,32 @@ static long shm_send(void *sp, int peer, const struct iovec *iov, int iovcnt) {
   coll_shm *s = sp;
   int to = s->lidx[peer];
   shm_ctrl *c = chan(s, s->me, to);
+  shm_peer *pp = &s->peers[to];
+  if (pp->tx_rdv > 0) {
+    /* A payload handed over by address: done once the peer has pulled all of it. */
+    if (atomic_load(&c->rdv_active)) return 0;
+    size_t n = pp->tx_rdv;
+    pp->tx_rdv = 0;
+    return (long)n;
+  }
   char *d = chan_data(s, s->me, to);
   uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
   uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
   size_t room = s->cap - (size_t)(head - tail);
   size_t done = 0;
-  for (int i = 0; i < iovcnt && room > 0; i++) {
+  for (int i = 0; i < iovcnt; i++) {
     const char *src = iov[i].iov_base;
+    if (s->cma && iov[i].iov_len >= SHM_RDV_MIN) {
+      if (done > 0) break; /* publish what is in the ring first */
+      c->rdv_pos = head;
+      c->rdv_addr = (uint64_t)(uintptr_t)src;
+      c->rdv_len = iov[i].iov_len & ~(size_t)7u;
+      pp->tx_rdv = c->rdv_len;
+      atomic_store(&c->rdv_active, 1);
+      ring_bell(&s->bells[to]);
+      return 0;
+    }
+    if (room == 0) break;
     size_t len = iov[i].iov_len < room ? iov[i].iov_len : room;
     size_t pos = (size_t)(head + done) & (s->cap - 1);
     size_t first = s->cap - pos < len ? s->cap - pos : len;
@@ -237,10 +344,41 @@ static long shm_send(void *sp, int peer, const struct iovec *iov, int iovcnt) {
   return (long)done;
 }
 
+/* 1 when the next bytes from `from` are a remote payload (the ring is drained up to it). */
+static int at_remote(shm_ctrl *c) {
+  if (!atomic_load(&c->rdv_active)) return 0;
+  return atomic_load_explicit(&c->tail, memory_order_relaxed) == c->rdv_pos;
+}
+
+static void remote_done(coll_shm *s, int from, shm_ctrl *c) {
+  shm_peer *pp = &s->peers[from];
+  if (pp->rx_pulled == c->rdv_len && pp->stage_pos == pp->stage_len) {
+    pp->rx_pulled = 0;
+    pp->stage_pos = pp->stage_len = 0;
+    atomic_store(&c->rdv_active, 0);
+    ring_bell(&s->bells[from]);
+  }
+}
+
 static long shm_peek(void *sp, int peer, const void **data) {
   coll_shm *s = sp;
   int from = s->lidx[peer];
   shm_ctrl *c = chan(s, from, s->me);
+  if (at_remote(c)) {
+    /* Pull the next piece into this process's staging buffer for the reduction. */
+    shm_peer *pp = &s->peers[from];
+    if (pp->stage_pos == pp->stage_len) {
+      if (pp->stage == NULL && (pp->stage = malloc(SHM_STAGE)) == NULL) return -ENOMEM;
+      size_t want = c->rdv_len - pp->rx_pulled < SHM_STAGE ? c->rdv_len - pp->rx_pulled : SHM_STAGE;
+      long n = pull(s, from, pp->stage, c->rdv_addr + pp->rx_pulled, want);
+      if (n < 0) return n;
+      pp->stage_pos = 0;
+      pp->stage_len = (size_t)n;
+      pp->rx_pulled += (uint64_t)n;
+    }
+    *data = pp->stage + pp->stage_pos;
+    return (long)(pp->stage_len - pp->stage_pos);
+  }
   uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
   uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
   size_t avail = (size_t)(head - tail);
@@ -254,18 +392,40 @@ static void shm_consume(void *sp, int peer, size_t n) {
   coll_shm *s = sp;
   int from = s->lidx[peer];
   shm_ctrl *c = chan(s, from, s->me);
+  shm_peer *pp = &s->peers[from];
+  if (pp->stage_len > 0) {
+    pp->stage_pos += n;
+    remote_done(s, from, c);
+    return;
+  }
   uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
   atomic_store(&c->tail, tail + n);
   ring_bell(&s->bells[from]);
 }
 
 static long shm_recv(void *sp, int peer, void *buf, size_t len) {
+  coll_shm *s = sp;
+  int from = s->lidx[peer];
+  shm_ctrl *c = chan(s, from, s->me);
+  shm_peer *pp = &s->peers[from];
+  if (pp->stage_len == 0 && at_remote(c)) {
+    /* Straight from the producer's memory into the destination: one copy. */
+    size_t want = c->rdv_len - pp->rx_pulled < len ? c->rdv_len - pp->rx_pulled : len;
+    long n = pull(s, from, buf, c->rdv_addr + pp->rx_pulled, want);
+    if (n < 0) return n;
+    pp->rx_pulled += (uint64_t)n;
+    remote_done(s, from, c);
+    return n;
+  }
   size_t done = 0;
-  /* At most two contiguous pieces (before and after the wrap). */
+  /* At most two contiguous pieces (before and after the wrap), or what is staged. */
   for (int k = 0; k < 2 && done < len; k++) {
     const void *src;
     long n = shm_peek(sp, peer, &src);
-    if (n <= 0) break;
+    if (n <= 0) {
+      if (n < 0 && done == 0) return n;
+      break;
+    }
     size_t m = (size_t)n < len - done ? (size_t)n : len - done;
     memcpy((char *)buf + done, src, m);
     shm_consume(sp, peer, m);
@@ -281,11 +441,17 @@ static int shm_ready(coll_shm *s, const int *peers, const int *want, int n) {
     int p = s->lidx[peers[i]];
     if (want[i] & COLL_WANT_SEND) {
       shm_ctrl *c = chan(s, s->me, p);
-      if (atomic_load(&c->head) - atomic_load(&c->tail) < s->cap) return 1;
+      if (s->peers[p].tx_rdv > 0) {
+        if (!atomic_load(&c->rdv_active)) return 1;
+      } else if (atomic_load(&c->head) - atomic_load(&c->tail) < s->cap) {
+        return 1;
+      }
     }
     if (want[i] & COLL_WANT_RECV) {
       shm_ctrl *c = chan(s, p, s->me);
-      if (atomic_load(&c->head) != atomic_load(&c->tail)) return 1;
+      if (atomic_load(&c->head) != atomic_load(&c->tail) || at_remote(c) ||
+          s->peers[p].stage_pos < s->peers[p].stage_len)
+        return 1;
     }
   }
   return 0;
@@ -303,12 +469,13 @@ static int shm_wait(void *sp, const int *peers, const int *want, int n, int time
                     int *bad_peer) {
   coll_shm *s = sp;
   (void)bad_peer;
-  /* Spin briefly: a peer on another core usually answers within microseconds. */
-  int64_t spin_end = base_now_us() + SHM_SPIN_US;
+  /* Spin briefly: a peer on another core usually answers within microseconds. No sched_yield():
+   * on a loaded machine it hands the core to unrelated processes for whole time slices. */
+  int64_t end = base_now_us() + s->spin_us;
   for (int i = 0;; i++) {
     if (shm_ready(s, peers, want, n)) return 0;
     cpu_relax();
-    if ((i & 63) == 63 && base_now_us() >= spin_end) break;
+    if ((i & 63) == 63 && base_now_us() >= end) break;
   }
   shm_bell *me = &s->bells[s->me];
   atomic_store(&me->sleeping, 1);
