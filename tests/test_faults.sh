@@ -106,6 +106,8 @@ kill -9 "$(worker_pid 1)"
 wait_all 300 $a0 $a1
 check "worker kill: restarted and finished ($codes)" [ "$codes" = "0 0" ]
 check "worker kill: node 0 reports node 1's rank" contains "$tmp/kw/agent0" "job failed: node 1 (node1): rank 1"
+# The killed rank is the root cause, not node 0's rank that lost its peer.
+check "worker kill: the root cause is the SIGKILL" grep -q "job failed: node 1 (node1): rank 1 .*was killed by SIGKILL" "$tmp/kw/agent0"
 check "worker kill: restarted" contains "$tmp/kw/agent0" "restarting all workers (restart 1 of 2)"
 check "worker kill: losses identical to the uninterrupted run" same_losses "$tmp/ref/metrics" "$tmp/kw/metrics"
 

@@ -29,6 +29,9 @@ extern char **environ;
 /* How long the agent keeps reading a finished attempt's pipes: a grandchild
  * that left the process group may hold them open forever. */
 #define DRAIN_MS 500
+/* How long a local error exit waits before it is published as the root
+ * cause, in case another node reports the failure it reacted to. */
+#define PUBLISH_DELAY_MS 300
 
 int agent_run_id_valid(const char *id) {
   size_t n = strlen(id);
@@ -110,6 +113,7 @@ typedef struct job {
   int killed;       /* SIGKILL sent */
   int first_failed; /* index of the first worker that failed, -1 */
   int stop_signal;  /* signal that told the agent to stop, 0 */
+  int64_t publish_at; /* when to publish a local failure held back, 0 none */
   int sigint_count;
   int exec_errno;
   int exec_failed_rank;
@@ -181,7 +185,14 @@ static void reap(job *j) {
           j->stop_signal == 0) {
         j->first_failed = i;
         begin_stop(j);
-        note_local_failure(j, i);
+        if (j->multinode && WIFEXITED(st)) {
+          /* A worker that exits with an error is often reacting to a peer
+           * on another node that was killed: give that node's agent a
+           * moment to publish the signal death as the root cause. */
+          j->publish_at = base_now_ms() + PUBLISH_DELAY_MS;
+        } else {
+          note_local_failure(j, i);
+        }
       }
       /* The worker's own children go with it. */
       kill(-w->pid, SIGKILL);
@@ -196,9 +207,11 @@ static void handle_signal(job *j, int sig) {
   }
   if (sig == WATCH_NOTIFY_BYTE) {
     /* Another node failed or was lost: stop ours, blaming it. */
-    if (j->first_failed < 0 && !j->remote_failed &&
-        watch_failure(j->watch, j->report, sizeof j->report)) {
+    int can_adopt = j->first_failed < 0 || j->publish_at != 0;
+    if (can_adopt && !j->remote_failed && watch_failure(j->watch, j->report, sizeof j->report)) {
       j->remote_failed = 1;
+      j->first_failed = -1; /* a local error exit, if any, becomes a consequence */
+      j->publish_at = 0;
       const char *nl = strchr(j->report, '\n');
       size_t n = nl ? (size_t)(nl - j->report) : strlen(j->report);
       if (n > sizeof j->cause - 1) n = sizeof j->cause - 1;
@@ -465,6 +478,7 @@ static attempt_outcome run_attempt(job *j) {
   j->killed = 0;
   j->first_failed = -1;
   j->remote_failed = 0;
+  j->publish_at = 0;
   j->report[0] = '\0';
   j->cause[0] = '\0';
   j->exec_errno = 0;
@@ -506,7 +520,7 @@ static attempt_outcome run_attempt(job *j) {
     int open_streams = 0;
     for (int i = 0; i < j->nworkers; i++)
       open_streams += (j->workers[i].out.fd >= 0) + (j->workers[i].err.fd >= 0);
-    if (running == 0) {
+    if (running == 0 && j->publish_at == 0) {
       if (open_streams == 0) break;
       if (drain_until == 0) drain_until = base_now_ms() + DRAIN_MS;
       if (base_now_ms() >= drain_until) break;
@@ -514,6 +528,10 @@ static attempt_outcome run_attempt(job *j) {
     if (j->stopping && !j->killed && base_now_ms() >= j->kill_at) {
       signal_groups(j, SIGKILL, 1);
       j->killed = 1;
+    }
+    if (j->publish_at != 0 && base_now_ms() >= j->publish_at) {
+      j->publish_at = 0;
+      if (j->first_failed >= 0) note_local_failure(j, j->first_failed);
     }
 
     struct pollfd pfd[1 + 2 * AGENT_MAX_NPROC];
@@ -537,7 +555,11 @@ static attempt_outcome run_attempt(job *j) {
     }
     int timeout = -1;
     if (j->stopping && !j->killed) timeout = base_deadline_left(j->kill_at);
-    if (running == 0) timeout = base_deadline_left(drain_until);
+    if (running == 0 && drain_until != 0) timeout = base_deadline_left(drain_until);
+    if (j->publish_at != 0) {
+      int left = base_deadline_left(j->publish_at);
+      if (timeout < 0 || left < timeout) timeout = left;
+    }
     int ready = poll(pfd, n, timeout);
     if (ready < 0 && errno != EINTR) {
       base_log(BASE_LOG_ERROR, "poll: %s", strerror(errno));
