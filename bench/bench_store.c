@@ -4,9 +4,10 @@
  * Workloads, each run REPS times and reported as the median:
  *   ping/set/get/add: OPS sequential round trips of one client (64-byte
  *     values), as microseconds per operation;
- *   rendezvous N: N forked processes each connect, add to a counter, set
- *     their own key, wait for all N keys and get them all (what a job start
- *     does), as milliseconds from the first fork to the last exit.
+ *   rendezvous N: N processes, forked beforehand and released together,
+ *     each connect, add to a counter, set their own key, wait for all N keys
+ *     and get them all (what a job start does), as milliseconds from the
+ *     release to the last exit.
  * Both servers run as a thread of the benchmarking process. The peer is run
  * by bench/store_torch.py through /usr/bin/python3 (COHORT_BENCH_PYTHON
  * overrides), so its per-operation figures include the Python call overhead.
@@ -65,13 +66,23 @@ static int one_op(store_client *c, int w, int i) {
   }
 }
 
-static int rendezvous(int port, int n, int round) {
+/*
+ * n processes, forked beforehand and released together through a pipe:
+ * connect, add, set own key, wait for all, get all. Returns the seconds from
+ * the release to the last exit (forking is not timed), or -1.
+ */
+static double rendezvous(int port, int n, int round) {
   char prefix[32];
   snprintf(prefix, sizeof prefix, "r%d/", round);
+  int go[2];
+  if (pipe(go) != 0) return -1;
   pid_t *pids = calloc((size_t)n, sizeof *pids);
   for (int rank = 0; rank < n; rank++) {
     pids[rank] = fork();
     if (pids[rank] == 0) {
+      close(go[1]);
+      char b;
+      if (read(go[0], &b, 1) != 1) _exit(1);
       char(*keys)[48] = calloc((size_t)n, sizeof *keys);
       const char **kp = calloc((size_t)n, sizeof *kp);
       for (int i = 0; i < n; i++) {
@@ -96,15 +107,23 @@ static int rendezvous(int port, int n, int round) {
       _exit(rc == 0 ? 0 : 1);
     }
   }
-  int ok = 1;
+  close(go[0]);
+  int64_t t0 = base_now_us();
+  char *release = malloc((size_t)n);
+  memset(release, 'g', (size_t)n);
+  ssize_t w = write(go[1], release, (size_t)n);
+  free(release);
+  int ok = w == n;
   for (int rank = 0; rank < n; rank++) {
     int st = 0;
     if (pids[rank] < 0 || waitpid(pids[rank], &st, 0) != pids[rank] || !WIFEXITED(st) ||
         WEXITSTATUS(st) != 0)
       ok = 0;
   }
+  double took = (double)(base_now_us() - t0) / 1e6;
+  close(go[1]);
   free(pids);
-  return ok ? 0 : -1;
+  return ok ? took : -1;
 }
 
 /* Runs the peer script; fills out[] (seconds per rep median) or returns -1. */
@@ -191,12 +210,11 @@ int main(int argc, char **argv) {
   int round = 0;
   for (int w = W_FIXED; w < NWORK; w++) {
     for (int r = 0; r < reps; r++) {
-      int64_t t0 = base_now_us();
-      if (rendezvous(port, rdzv_sizes[w - W_FIXED], ++round) != 0) {
+      t[r] = rendezvous(port, rdzv_sizes[w - W_FIXED], ++round);
+      if (t[r] < 0) {
         fprintf(stderr, "bench_store: a rendezvous process failed\n");
         return 1;
       }
-      t[r] = (double)(base_now_us() - t0) / 1e6;
     }
     mine[w] = median(t, reps);
   }

@@ -75,8 +75,16 @@ static int send_all(int fd, const uint8_t *p, size_t len, int64_t deadline_ms) {
   return 0;
 }
 
-/* Receives into c->resp until it holds at least need bytes. */
+/*
+ * Receives into c->resp until it holds at least need bytes. The first wait
+ * comes before the first recv(): right after a request the answer is not
+ * there yet, and a recv() would only say EAGAIN.
+ */
 static int recv_until(store_client *c, size_t *have, size_t need, int64_t deadline_ms) {
+  if (*have == 0) {
+    int rc = wait_ready(c->fd, POLLIN, deadline_ms);
+    if (rc != 0) return rc;
+  }
   while (*have < need) {
     ssize_t n = recv(c->fd, c->resp + *have, c->resp_cap - *have, MSG_DONTWAIT);
     if (n > 0) {
