@@ -89,7 +89,8 @@ struct store_server {
   entry **buckets;
   size_t nbuckets, nentries;
   size_t data_bytes; /* keys + values + overhead held */
-  size_t buf_bytes;  /* read-buffer bytes beyond INBUF_MIN, and parked WAIT keys */
+  size_t buf_bytes;  /* read buffers beyond INBUF_MIN, write buffers beyond OUT_HIGH_WATER, parked
+                        WAIT keys */
   uint64_t seed;
   conn **conns;
   size_t nconns;
