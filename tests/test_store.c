@@ -1004,7 +1004,7 @@ static void test_idle(void) {
   /* ...and a client notices before its next call and reconnects. */
   store_client *c = client(port, NULL);
   CHECK_EQ_INT(store_set(c, "k", "1", 1, in_ms(5000)), 0);
-  base_sleep_ms(400);
+  base_sleep_ms(1000); /* well past the 200 ms, so the server has closed it */
   int64_t r = 0;
   CHECK_EQ_INT(store_add(c, "n", 1, &r, in_ms(5000)), 0);
   CHECK_EQ_INT(r, 1); /* sent exactly once */
@@ -1218,12 +1218,18 @@ static void test_stop_with_clients(void) {
   if (pid == 0) {
     store_client *w = NULL;
     if (store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &w, NULL, 0) != 0) _exit(1);
+    if (store_set(w, "parked", "1", 1, in_ms(5000)) != 0) _exit(1);
     const char *k[] = {"x"};
     int rc = store_wait(w, k, 1, in_ms(20000));
     /* The server went away: an error, well before the deadline. */
     _exit(rc != 0 && rc != -ETIMEDOUT ? 0 : 2);
   }
-  base_sleep_ms(200);
+  /* Stop only once the child is about to park its WAIT (slow machines too). */
+  store_client *c = client(port, NULL);
+  const char *parked[] = {"parked"};
+  CHECK_EQ_INT(store_wait(c, parked, 1, in_ms(10000)), 0);
+  store_client_close(c);
+  base_sleep_ms(100);
   int fd = raw_connect(port); /* a half-done connection too */
   store_server_stop(s);
   int st = 0;
