@@ -46,6 +46,9 @@ trap cleanup EXIT
 
 NODES=3
 netns_up $NODES || { echo "cannot create network namespaces"; exit 1; }
+# netns_up installs its own EXIT trap (netns_down); ours also removes the
+# copied binary and the scratch directory, and calls netns_down itself.
+trap cleanup EXIT
 M=$(netns_addr 0)
 for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/node$i/shm" "$tmp/node$i/tmp"; done
 
