@@ -24,7 +24,8 @@ netns_down() {
 
 netns_up() {
   local n=$1 i ns
-  trap netns_down EXIT
+  # Callers with a cleanup of their own (which calls netns_down) keep it.
+  [ -n "$(trap -p EXIT)" ] || trap netns_down EXIT
   ip netns add "$NETNS_BR" || return 1
   ip -n "$NETNS_BR" link add br0 type bridge || return 1
   ip -n "$NETNS_BR" link set br0 up
