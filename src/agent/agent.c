@@ -108,11 +108,11 @@ typedef struct job {
   char token[STORE_TOKEN_MAX + 1];
   int restart;
   /* per attempt */
-  int stopping;     /* SIGTERM sent to the groups */
-  int64_t kill_at;  /* when the stragglers get SIGKILL */
-  int killed;       /* SIGKILL sent */
-  int first_failed; /* index of the first worker that failed, -1 */
-  int stop_signal;  /* signal that told the agent to stop, 0 */
+  int stopping;       /* SIGTERM sent to the groups */
+  int64_t kill_at;    /* when the stragglers get SIGKILL */
+  int killed;         /* SIGKILL sent */
+  int first_failed;   /* index of the first worker that failed, -1 */
+  int stop_signal;    /* signal that told the agent to stop, 0 */
   int64_t publish_at; /* when to publish a local failure held back, 0 none */
   int sigint_count;
   int exec_errno;

@@ -28,16 +28,16 @@ typedef enum rdzv_method {
 
 typedef struct rdzv_opts {
   rdzv_method method;
-  const char *master;      /* "HOST:PORT" or NULL */
-  int node_rank;           /* --node-rank, -1 when not given */
+  const char *master;         /* "HOST:PORT" or NULL */
+  int node_rank;              /* --node-rank, -1 when not given */
   int nnodes_min, nnodes_max; /* --nnodes N or MIN:MAX; 0 when not given */
-  const char *job_id;      /* --job / --run-id: keeps jobs apart */
-  const char *token;       /* authenticates multicast datagrams; may be NULL */
-  const char *iface;       /* multicast interface name or NULL (default route's) */
-  const char *mcast_group; /* "ADDR:PORT" override or NULL (derived from job_id) */
-  const char *rdzv_file;   /* path for RDZV_FILE */
-  int64_t deadline_ms;     /* absolute base_now_ms() deadline for discovery */
-  int settle_ms;           /* election window when nobody claims rank 0 (mcast) */
+  const char *job_id;         /* --job / --run-id: keeps jobs apart */
+  const char *token;          /* authenticates multicast datagrams; may be NULL */
+  const char *iface;          /* multicast interface name or NULL (default route's) */
+  const char *mcast_group;    /* "ADDR:PORT" override or NULL (derived from job_id) */
+  const char *rdzv_file;      /* path for RDZV_FILE */
+  int64_t deadline_ms;        /* absolute base_now_ms() deadline for discovery */
+  int settle_ms;              /* election window when nobody claims rank 0 (mcast) */
 } rdzv_opts;
 
 typedef struct rdzv_target {
@@ -46,7 +46,7 @@ typedef struct rdzv_target {
   int host_store;           /* 1: this node must host the store on `port` */
   int node_rank;            /* this node's rank, -1 when assigned at join */
   int nnodes_min, nnodes_max;
-  char source[128];         /* one line for the start report, e.g. "slurm job 42, node[01-04]" */
+  char source[128]; /* one line for the start report, e.g. "slurm job 42, node[01-04]" */
 } rdzv_target;
 
 /*
