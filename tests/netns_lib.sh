@@ -66,3 +66,24 @@ netns_exec() {
 
 # Takes node i's link down or up (from the bridge side).
 netns_link() { ip -n "$NETNS_BR" link set "br$1-$$" "$2"; }
+
+# Waits for the given PIDs (children of the calling shell), at most LIMIT
+# seconds in all; kills what is still running then. Sets $codes to their exit
+# codes, or "timeout", in order.
+wait_all() {
+  local limit=$1
+  shift
+  local end=$((SECONDS + limit)) p list=()
+  for p in "$@"; do
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.05; done
+    if kill -0 "$p" 2>/dev/null; then
+      kill -9 "$p"
+      wait "$p" 2>/dev/null
+      list+=(timeout)
+    else
+      wait "$p"
+      list+=($?)
+    fi
+  done
+  codes="${list[*]}"
+}

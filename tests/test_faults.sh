@@ -34,17 +34,6 @@ M=$(netns_addr 0)
 STEPS=300
 TRAIN=("$gpt2" --model tiny --batch 2 --steps $STEPS --threads 1 --seed 7 --quiet)
 
-wait_all() { # LIMIT PIDS...: sets $codes
-  local limit=$1
-  shift
-  local end=$((SECONDS + limit)) p list=()
-  for p in "$@"; do
-    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.1; done
-    if kill -0 "$p" 2>/dev/null; then kill -9 "$p"; wait "$p" 2>/dev/null; list+=(timeout)
-    else wait "$p"; list+=($?); fi
-  done
-  codes="${list[*]}"
-}
 
 # job NAME PORT EXTRA_AGENT_ARGS... : starts both agents of a 2-node job whose
 # checkpoints and metrics live under $tmp/NAME; sets $a0 $a1.

@@ -34,23 +34,6 @@ start_agent() {
   netns_exec "$i" "$cohort" run "$@" >"$out" 2>&1 &
   pids+=($!)
 }
-wait_all() { # wait for the given PIDs, at most $1 seconds in all; sets $codes
-  local limit=$1
-  shift
-  local end=$((SECONDS + limit)) p list=()
-  for p in "$@"; do
-    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.1; done
-    if kill -0 "$p" 2>/dev/null; then
-      kill -9 "$p"
-      wait "$p" 2>/dev/null
-      list+=(timeout)
-    else
-      wait "$p"
-      list+=($?)
-    fi
-  done
-  codes="${list[*]}"
-}
 
 netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)

@@ -63,23 +63,6 @@ start_agent() {
   pids+=($!)
 }
 
-wait_all() { # wait for the given PIDs, at most $1 seconds in all; sets $codes
-  local limit=$1
-  shift
-  local end=$((SECONDS + limit)) p list=()
-  for p in "$@"; do
-    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.05; done
-    if kill -0 "$p" 2>/dev/null; then
-      kill -9 "$p"
-      wait "$p" 2>/dev/null
-      list+=(timeout)
-    else
-      wait "$p"
-      list+=($?)
-    fi
-  done
-  codes="${list[*]}"
-}
 
 # The worker: a short checked allreduce sweep; rank $1 (or none: -1) fails.
 WORKER='[ "$RANK" = "$1" ] && exit 3
