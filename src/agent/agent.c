@@ -52,10 +52,14 @@ static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR
 
 /* While no worker exists (rendezvous), a stop signal ends the agent at once. */
 static volatile sig_atomic_t no_workers = 1;
+/* The error-file directory, empty between attempts; removed (rmdir is
+ * async-signal-safe) when a signal ends the agent. */
+static char sig_err_dir[128];
 
 static void on_signal(int sig) {
   int saved = errno;
   if (no_workers && (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)) {
+    if (sig_err_dir[0] != '\0') rmdir(sig_err_dir);
     signal(sig, SIG_DFL);
     raise(sig);
   }
@@ -485,6 +489,19 @@ static attempt_outcome run_attempt(job *j) {
   j->exec_failed_rank = -1;
   int console = cfg->log_dir == NULL || cfg->tee;
   attempt_outcome outcome = ATTEMPT_OK;
+  if (j->err_dir[0] == '\0') {
+    /* Made only now that workers will run; the guard removes it if the
+     * agent is killed, the signal handler if a signal ends the agent. */
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(j->err_dir, sizeof j->err_dir, "%s/cohort-errors-XXXXXX",
+             tmpdir && tmpdir[0] && strlen(tmpdir) < 64 ? tmpdir : "/tmp");
+    if (mkdtemp(j->err_dir) == NULL) {
+      j->err_dir[0] = '\0';
+    } else {
+      guard_set_dir(&j->guard, j->err_dir);
+      base_strlcpy(sig_err_dir, j->err_dir, sizeof sig_err_dir);
+    }
+  }
   int offset = j->plan.nodes[j->plan.my_index].rank_offset;
 
   for (int i = 0; i < j->nworkers; i++)
@@ -885,6 +902,19 @@ static int setup_store(job *j) {
   return 0;
 }
 
+/* Removes the files in a directory (the error files of an attempt, read by now). */
+static void clear_dir(const char *dir) {
+  if (dir[0] == '\0') return;
+  DIR *d = opendir(dir);
+  if (d == NULL) return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+      unlinkat(dirfd(d), de->d_name, 0);
+  }
+  closedir(d);
+}
+
 /* Removes the error-file directory and the files in it (no subdirectories). */
 static void remove_tree(const char *dir) {
   DIR *d = opendir(dir);
@@ -919,12 +949,6 @@ int agent_run(const agent_config *cfg) {
   j.guard.fd = -1;
   gethostname(j.hostname, sizeof j.hostname - 1);
   if (cfg->run_id != NULL) base_strlcpy(j.run_id, cfg->run_id, sizeof j.run_id);
-  {
-    const char *tmpdir = getenv("TMPDIR");
-    snprintf(j.err_dir, sizeof j.err_dir, "%s/cohort-errors-XXXXXX",
-             tmpdir && tmpdir[0] && strlen(tmpdir) < 64 ? tmpdir : "/tmp");
-    if (mkdtemp(j.err_dir) == NULL) j.err_dir[0] = '\0';
-  }
 
   if (cfg->token != NULL) base_strlcpy(j.token, cfg->token, sizeof j.token);
 
@@ -996,6 +1020,7 @@ int agent_run(const agent_config *cfg) {
         break;
       }
       attempt_outcome o = run_attempt(&j);
+      clear_dir(j.err_dir);
       if (o == ATTEMPT_OK && wait_all_done(&j) != 0)
         o = j.stop_signal ? ATTEMPT_SIGNALED : ATTEMPT_FAILED;
       if (o == ATTEMPT_OK) {
@@ -1030,6 +1055,7 @@ int agent_run(const agent_config *cfg) {
       plan_single_node(&j);
       if (j.restart == 0) derive_network(&j);
       attempt_outcome o = run_attempt(&j);
+      clear_dir(j.err_dir);
       if (o == ATTEMPT_OK) {
         exit_code = AGENT_EXIT_OK;
         break;
@@ -1085,6 +1111,7 @@ out:
   doctor_result_destroy(j.net);
   store_server_stop(j.store);
   if (j.err_dir[0] != '\0') remove_tree(j.err_dir);
+  sig_err_dir[0] = '\0';
   guard_stop(&j.guard);
   signals_restore();
   free(j.workers);

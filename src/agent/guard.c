@@ -1,6 +1,7 @@
 /* guard.c - kills the workers' groups if the agent dies. */
 #include "agent/guard.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,6 +16,8 @@
 
 /* Where to publish the agent's death: one line "r<fields>\n" from the agent. */
 static char report_line[1024];
+/* A directory of the agent's to remove after it died: "d<path>\n". */
+static char dir_line[256];
 
 /* Publishes the agent's death as the job's failure (see guard_set_report). */
 static void publish_death(void) {
@@ -54,7 +57,7 @@ static void guard_main(int fd) {
   size_t numlen = 0;
   char op = 0;
   size_t rlen = 0;
-  int in_report = 0;
+  int in_report = 0; /* 'r' or 'd' while reading that line, else 0 */
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -62,16 +65,18 @@ static void guard_main(int fd) {
     for (ssize_t i = 0; i < n; i++) {
       char c = buf[i];
       if (in_report) {
+        char *line = in_report == 'r' ? report_line : dir_line;
+        size_t cap = in_report == 'r' ? sizeof report_line : sizeof dir_line;
         if (c == '\n') {
-          report_line[rlen] = '\0';
+          line[rlen] = '\0';
           in_report = 0;
-        } else if (rlen < sizeof report_line - 1) {
-          report_line[rlen++] = c;
+        } else if (rlen < cap - 1) {
+          line[rlen++] = c;
         }
         continue;
       }
-      if (c == 'r') {
-        in_report = 1;
+      if (c == 'r' || c == 'd') {
+        in_report = c;
         rlen = 0;
         continue;
       }
@@ -102,6 +107,18 @@ static void guard_main(int fd) {
   /* Say why before the workers' deaths make their peers fail for another reason. */
   if (report_line[0] != '\0' && ngroups > 0) publish_death();
   for (size_t k = 0; k < ngroups; k++) kill(-groups[k], SIGKILL);
+  if (dir_line[0] != '\0') {
+    DIR *d = opendir(dir_line);
+    if (d != NULL) {
+      struct dirent *de;
+      while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+          unlinkat(dirfd(d), de->d_name, 0);
+      }
+      closedir(d);
+    }
+    rmdir(dir_line);
+  }
   _exit(0);
 }
 
@@ -192,4 +209,12 @@ void guard_set_report(guard *g, const char *store_host, int store_port, const ch
     ssize_t k = write(g->fd, line, (size_t)n);
     (void)k;
   }
+}
+
+void guard_set_dir(guard *g, const char *dir) {
+  if (g->fd < 0 || strlen(dir) >= sizeof dir_line || strchr(dir, '\n') != NULL) return;
+  char line[300];
+  int n = snprintf(line, sizeof line, "d%s\n", dir);
+  ssize_t k = write(g->fd, line, (size_t)n);
+  (void)k;
 }

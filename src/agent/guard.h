@@ -31,6 +31,9 @@ void guard_remove(guard *g, pid_t pgid);
 void guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
                       const char *job_id, int round, int node, const char *hostname);
 
+/* A directory of the agent's (its temporary files) to remove if it dies. */
+void guard_set_dir(guard *g, const char *dir);
+
 /* Tells the guard to exit without killing anything and reaps it. */
 void guard_stop(guard *g);
 
