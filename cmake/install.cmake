@@ -6,9 +6,6 @@ include(CMakePackageConfigHelpers)
 
 set(COHORT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/cohort)
 
-# libcohort uses libm (llround, ...); without it the shared library carries
-# undefined references that only a program linking -lm happens to satisfy.
-target_link_libraries(cohort_shared PRIVATE m)
 
 # Consumers of the installed targets find the header under <prefix>/include.
 target_include_directories(cohort_shared INTERFACE
