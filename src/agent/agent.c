@@ -917,15 +917,7 @@ static void clear_dir(const char *dir) {
 
 /* Removes the error-file directory and the files in it (no subdirectories). */
 static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d != NULL) {
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-      if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-        unlinkat(dirfd(d), de->d_name, 0);
-    }
-    closedir(d);
-  }
+  clear_dir(dir);
   rmdir(dir);
 }
 
