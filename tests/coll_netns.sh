@@ -5,6 +5,7 @@
 # other pair talks TCP over the veth links; all check their results against
 # the serial reference (test_coll rank). Then the same world with
 # COHORT_TRANSPORT=shm must refuse to start (the ranks are not on one host).
+# A world of two ranks per node checks the hierarchical allreduce.
 # Everything created is removed on exit, also on failure.
 # Usage: coll_netns.sh TEST_COLL COHORT
 set -u
@@ -64,6 +65,25 @@ done
 grep -q "rank 0: 0 peer(s) over shared memory, 2 over TCP" "$WORK/cn-$$-auto.0.log" || { echo "FAIL: rank 0 transports" >&2; cat "$WORK/cn-$$-auto.0.log" >&2; fail=1; }
 for r in 1 2; do
   grep -Eq "rank $r: 1 peer\(s\) over shared memory( \(single copy\))?, 1 over TCP \(listening on 10.201.0.2:" "$WORK/cn-$$-auto.$r.log" || { echo "FAIL: rank $r transports" >&2; cat "$WORK/cn-$$-auto.$r.log" >&2; fail=1; }
+done
+
+# Two ranks per node, interleaved (ranks 0 and 2 on node 0, 1 and 3 on node 1): the large
+# allreduce runs hierarchically (shared memory inside a node, a ring of the two leaders over
+# TCP); threshold 0 and 4 KiB slices send every size of the matrix through it.
+job=cn-$$-hier pids=()
+for r in 0 1 2 3; do
+  netns_exec $((r % 2)) env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r / 2)) \
+    COHORT_STORE="$A:29400" COHORT_JOB_ID="$job" COHORT_TIMEOUT_MS=30000 \
+    COHORT_ALGO_THRESHOLD=0 COHORT_SLICE=4096 COHORT_LOG_LEVEL=info \
+    timeout 120 "$TEST_COLL" rank >"$WORK/$job.$r.log" 2>&1 &
+  pids+=($!)
+done
+for r in 0 1 2 3; do
+  wait "${pids[$r]}"
+  rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL: hierarchical rank $r exited $rc" >&2; cat "$WORK/$job.$r.log" >&2; fail=1; fi
+  grep -q "rank $r: hierarchical allreduce over 2 hosts (2 rank(s) here)" "$WORK/$job.$r.log" ||
+    { echo "FAIL: rank $r did not run the hierarchical allreduce" >&2; cat "$WORK/$job.$r.log" >&2; fail=1; }
 done
 
 run_world "cn-$$-shm" shm

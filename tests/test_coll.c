@@ -257,6 +257,8 @@ typedef struct world_opts {
   const char *threshold; /* COHORT_ALGO_THRESHOLD or NULL */
   const char *slice;     /* COHORT_SLICE or NULL */
   int cma;               /* COHORT_SHM_CMA=1 */
+  int hosts;             /* > 0: rank r acts as host r % hosts (COHORT_HOST_SALT) */
+  int flat;              /* COHORT_HIER=0 */
   int expect_create_fail;
 } world_opts;
 
@@ -273,6 +275,13 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
     setenv("COHORT_SLICE", o->slice, 1);
   else
     unsetenv("COHORT_SLICE");
+  char salt[16];
+  snprintf(salt, sizeof salt, "h%d", o->hosts > 0 ? rank % o->hosts : 0);
+  setenv("COHORT_HOST_SALT", salt, 1);
+  if (o->flat)
+    setenv("COHORT_HIER", "0", 1);
+  else
+    unsetenv("COHORT_HIER");
   cohort_comm_config cfg = {.rank = rank,
                             .size = o->n,
                             .store_addr = g_store,
@@ -293,6 +302,14 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
   /* Once every rank has returned from create (a barrier later), the name is gone. */
   if (o->n > 1 && cohort_barrier(c) != 0) {
     fprintf(stderr, "rank %d: first barrier failed: %s\n", rank, cohort_comm_error_message(c));
+    cohort_comm_destroy(c);
+    return 1;
+  }
+  /* Several emulated hosts with several ranks on one: the hierarchical allreduce is on. */
+  int want_hier = o->hosts > 1 && o->hosts < o->n && !o->flat;
+  if (c->hier != want_hier || (o->hosts > 0 && c->nhosts != o->hosts)) {
+    fprintf(stderr, "rank %d: hier %d over %d hosts, expected %d over %d\n", rank, c->hier,
+            c->nhosts, want_hier, o->hosts);
     cohort_comm_destroy(c);
     return 1;
   }
@@ -676,6 +693,14 @@ static int unit(void) {
   world_opts tcp_ring = {
       .n = 4, .transport = COHORT_TRANSPORT_TCP, .threshold = "0", .slice = "4096"};
   CHECK_EQ_INT(run_world(&tcp_ring, rk_matrix, NULL), 0);
+  /* Hierarchical allreduce: ranks 0,2,4 on one emulated host, 1,3 on another (TCP between
+   * them over loopback), every size through it (threshold 0, small slices), then defaults. */
+  world_opts hier = {.n = 5, .hosts = 2, .threshold = "0", .slice = "4096"};
+  CHECK_EQ_INT(run_world(&hier, rk_matrix, (void *)1), 0);
+  world_opts hier3 = {.n = 4, .hosts = 3};
+  CHECK_EQ_INT(run_world(&hier3, rk_matrix, (void *)1), 0);
+  world_opts flat = {.n = 4, .hosts = 2, .flat = 1, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&flat, rk_matrix, NULL), 0);
   world_opts shm = {.n = 3, .transport = COHORT_TRANSPORT_SHM};
   CHECK_EQ_INT(run_world(&shm, rk_matrix, (void *)1), 0);
   /* Single-copy transfers of large payloads (process_vm_readv). */

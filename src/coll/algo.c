@@ -1,11 +1,18 @@
 /*
- * algo.c - the collective algorithms. They see ranks, byte ranges and the
- * engine's send/recv/sendrecv(+reduce) calls, nothing of transports.
+ * algo.c - the collective algorithms. They see groups of ranks, byte ranges
+ * and the engine's send/recv/sendrecv(+reduce) calls, nothing of transports.
+ *
+ * Every algorithm runs over a coll_group: the whole communicator, the ranks
+ * of this host, or the host leaders (the lowest rank of every host).
  *
  * Choice by message size (comm->algo_threshold, COHORT_ALGO_THRESHOLD):
  *   allreduce      small: recursive doubling (non-powers of two fold the
  *                  extra ranks in first); large: ring reduce-scatter then
  *                  ring allgather, reducing into the output as bytes arrive.
+ *                  Large, on several hosts with several ranks on some host
+ *                  (comm->hier): reduce to the host's leader over shared
+ *                  memory, ring among the leaders over TCP, broadcast from
+ *                  the leader inside the host.
  *   reduce_scatter ring; out of place it is sliced so partial sums live in
  *                  two slice-sized scratch buffers, not a copy of the input.
  *   allgather      ring.
@@ -14,6 +21,9 @@
  *   barrier        recursive doubling of headers only.
  * Extra memory per rank is bounded: 2 slices of scratch plus, below the
  * threshold, one message-sized temporary (at most the threshold).
+ *
+ * `fin` arguments: the divisor that finishes an average (the world size), or
+ * 0 when the caller finishes (a phase of the hierarchical allreduce).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,6 +43,16 @@ static int mod(int a, int n) {
   return ((a % n) + n) % n;
 }
 
+/* World rank of group member i (i taken modulo the group size). */
+static int at(const coll_group *g, int i) {
+  i = mod(i, g->n);
+  return g->ranks != NULL ? g->ranks[i] : i;
+}
+
+static void finish(coll_ctx *x, void *buf, size_t count, int fin) {
+  if (fin > 0) coll_reduce_finish(x->op->dtype, x->op->op, buf, count, fin);
+}
+
 /* Temporary of up to the threshold for the latency algorithms. */
 static void *small_tmp(coll_ctx *x, size_t bytes) {
   if (bytes <= x->comm->scratch_bytes) return x->comm->scratch;
@@ -44,9 +64,9 @@ static void small_tmp_free(coll_ctx *x, void *p) {
 
 /* ---- allreduce ---- */
 
-static int allreduce_rd(coll_ctx *x, const char *send, char *recv, size_t count) {
-  cohort_comm *c = x->comm;
-  int n = c->size, r = c->rank, rc = 0;
+static int allreduce_rd(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                        size_t count, int fin) {
+  int n = g->n, r = g->me, rc = 0;
   size_t bytes = count * x->es;
   if (send != recv && bytes) memcpy(recv, send, bytes);
   char *tmp = small_tmp(x, bytes);
@@ -57,11 +77,11 @@ static int allreduce_rd(coll_ctx *x, const char *send, char *recv, size_t count)
   /* Fold: among the first 2*rem ranks, evens hand their data to the odd rank above. */
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      rc = coll_send(x, r + 1, recv, bytes);
-      if (rc == 0) rc = coll_recv(x, r + 1, recv, bytes);
+      rc = coll_send(x, at(g, r + 1), recv, bytes);
+      if (rc == 0) rc = coll_recv(x, at(g, r + 1), recv, bytes);
       goto out;
     }
-    rc = coll_recv_reduce(x, r - 1, recv, recv, bytes);
+    rc = coll_recv_reduce(x, at(g, r - 1), recv, recv, bytes);
     if (rc != 0) goto out;
     nid = r / 2;
   } else {
@@ -69,22 +89,22 @@ static int allreduce_rd(coll_ctx *x, const char *send, char *recv, size_t count)
   }
   for (int mask = 1; mask < p; mask <<= 1) {
     int pn = nid ^ mask;
-    int peer = pn < rem ? pn * 2 + 1 : pn + rem;
+    int peer = at(g, pn < rem ? pn * 2 + 1 : pn + rem);
     /* Receive into tmp: recv is being sent at the same time. */
     rc = coll_sendrecv(x, peer, recv, bytes, peer, tmp, bytes);
     if (rc != 0) goto out;
     coll_reduce(x->op->dtype, x->op->op, recv, recv, tmp, count);
   }
-  if (r < 2 * rem) rc = coll_send(x, r - 1, recv, bytes);
+  if (r < 2 * rem) rc = coll_send(x, at(g, r - 1), recv, bytes);
 out:
   small_tmp_free(x, tmp);
-  if (rc == 0) coll_reduce_finish(x->op->dtype, x->op->op, recv, count, n);
+  if (rc == 0) finish(x, recv, count, fin);
   return rc;
 }
 
-static int allreduce_ring(coll_ctx *x, const char *send, char *recv, size_t count) {
-  cohort_comm *c = x->comm;
-  int n = c->size, r = c->rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                          size_t count, int fin) {
+  int n = g->n, r = g->me, next = at(g, r + 1), prev = at(g, r - 1);
   size_t es = x->es;
   /* Reduce-scatter: after step s rank r holds the partial of block r-s-1; it ends owning r+1. */
   for (int s = 0; s < n - 1; s++) {
@@ -99,7 +119,7 @@ static int allreduce_ring(coll_ctx *x, const char *send, char *recv, size_t coun
   }
   size_t oo, ol;
   block(count, n, mod(r + 1, n), &oo, &ol);
-  coll_reduce_finish(x->op->dtype, x->op->op, recv + oo * es, ol, n);
+  finish(x, recv + oo * es, ol, fin);
   /* Allgather of the owned blocks. */
   for (int s = 0; s < n - 1; s++) {
     int sb = mod(r + 1 - s, n), rb = mod(r - s, n);
@@ -114,9 +134,10 @@ static int allreduce_ring(coll_ctx *x, const char *send, char *recv, size_t coun
 
 /* ---- reduce-scatter ---- */
 
-static int reduce_scatter_ring(coll_ctx *x, const char *send, char *recv, size_t rc_count) {
+static int reduce_scatter_ring(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                               size_t rc_count, int fin) {
   cohort_comm *c = x->comm;
-  int n = c->size, r = c->rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  int n = g->n, r = g->me, next = at(g, r + 1), prev = at(g, r - 1);
   size_t es = x->es, bb = rc_count * es; /* block bytes */
   int in_place = send == recv;
   char *out = in_place ? recv + (size_t)r * bb : recv;
@@ -146,15 +167,15 @@ static int reduce_scatter_ring(coll_ctx *x, const char *send, char *recv, size_t
       }
     }
   }
-  coll_reduce_finish(x->op->dtype, x->op->op, out, rc_count, n);
+  finish(x, out, rc_count, fin);
   return 0;
 }
 
 /* ---- allgather ---- */
 
-static int allgather_ring(coll_ctx *x, const char *send, char *recv, size_t sc) {
-  cohort_comm *c = x->comm;
-  int n = c->size, r = c->rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+static int allgather_ring(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                          size_t sc) {
+  int n = g->n, r = g->me, next = at(g, r + 1), prev = at(g, r - 1);
   size_t bb = sc * x->es;
   if (send != recv + (size_t)r * bb && bb) memcpy(recv + (size_t)r * bb, send, bb);
   for (int s = 0; s < n - 1; s++) {
@@ -167,12 +188,11 @@ static int allgather_ring(coll_ctx *x, const char *send, char *recv, size_t sc) 
 
 /* ---- broadcast ---- */
 
-static int broadcast_tree(coll_ctx *x, char *buf, size_t bytes, int root) {
-  cohort_comm *c = x->comm;
-  int n = c->size, vr = mod(c->rank - root, n), mask = 1, rc;
+static int broadcast_tree(coll_ctx *x, const coll_group *g, char *buf, size_t bytes, int root) {
+  int n = g->n, vr = mod(g->me - root, n), mask = 1, rc;
   while (mask < n) {
     if (vr & mask) {
-      rc = coll_recv(x, mod(vr - mask + root, n), buf, bytes);
+      rc = coll_recv(x, at(g, vr - mask + root), buf, bytes);
       if (rc != 0) return rc;
       break;
     }
@@ -180,18 +200,17 @@ static int broadcast_tree(coll_ctx *x, char *buf, size_t bytes, int root) {
   }
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (vr + mask < n) {
-      rc = coll_send(x, mod(vr + mask + root, n), buf, bytes);
+      rc = coll_send(x, at(g, vr + mask + root), buf, bytes);
       if (rc != 0) return rc;
     }
   }
   return 0;
 }
 
-static int broadcast_chain(coll_ctx *x, char *buf, size_t bytes, int root) {
-  cohort_comm *c = x->comm;
-  int n = c->size, vr = mod(c->rank - root, n);
-  int next = mod(c->rank + 1, n), prev = mod(c->rank - 1, n);
-  size_t sl = c->slice_bytes, ns = (bytes + sl - 1) / sl;
+static int broadcast_chain(coll_ctx *x, const coll_group *g, char *buf, size_t bytes, int root) {
+  int n = g->n, vr = mod(g->me - root, n);
+  int next = at(g, g->me + 1), prev = at(g, g->me - 1);
+  size_t sl = x->comm->slice_bytes, ns = (bytes + sl - 1) / sl;
   if (ns == 0) ns = 1; /* count 0 still exchanges headers */
 #define SLICE_LEN(k) ((k)*sl < bytes ? (bytes - (k)*sl < sl ? bytes - (k)*sl : sl) : 0)
   /* Iteration k receives slice k from prev and forwards slice k-1 to next. */
@@ -214,9 +233,9 @@ static int broadcast_chain(coll_ctx *x, char *buf, size_t bytes, int root) {
 
 /* ---- reduce ---- */
 
-static int reduce_tree(coll_ctx *x, const char *send, char *recv, size_t count, int root) {
-  cohort_comm *c = x->comm;
-  int n = c->size, vr = mod(c->rank - root, n), rc = 0;
+static int reduce_tree(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                       size_t count, int root, int fin) {
+  int n = g->n, vr = mod(g->me - root, n), rc = 0;
   size_t bytes = count * x->es;
   char *acc = NULL;
   const char *cur = send; /* what this rank sends up: its input until it has reduced */
@@ -227,7 +246,7 @@ static int reduce_tree(coll_ctx *x, const char *send, char *recv, size_t count, 
   }
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
-      rc = coll_send(x, mod(vr - mask + root, n), cur, bytes);
+      rc = coll_send(x, at(g, vr - mask + root), cur, bytes);
       break;
     }
     if (vr + mask < n) {
@@ -237,20 +256,21 @@ static int reduce_tree(coll_ctx *x, const char *send, char *recv, size_t count, 
         if (bytes) memcpy(acc, send, bytes);
         cur = acc;
       }
-      rc = coll_recv_reduce(x, mod(vr + mask + root, n), acc, acc, bytes);
+      rc = coll_recv_reduce(x, at(g, vr + mask + root), acc, acc, bytes);
       if (rc != 0) break;
     }
   }
   if (acc != NULL && acc != recv) small_tmp_free(x, acc);
-  if (rc == 0 && vr == 0) coll_reduce_finish(x->op->dtype, x->op->op, recv, count, n);
+  if (rc == 0 && vr == 0) finish(x, recv, count, fin);
   return rc;
 }
 
-static int reduce_chain(coll_ctx *x, const char *send, char *recv, size_t count, int root) {
+static int reduce_chain(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                        size_t count, int root, int fin) {
   cohort_comm *c = x->comm;
-  int n = c->size, vr = mod(c->rank - root, n);
+  int n = g->n, vr = mod(g->me - root, n);
   /* Data flows from virtual rank n-1 down to 0 (the root). */
-  int down = mod(c->rank - 1, n), up = mod(c->rank + 1, n);
+  int down = at(g, g->me - 1), up = at(g, g->me + 1);
   size_t es = x->es, bytes = count * es;
   size_t sl = c->slice_bytes / es * es, ns = (bytes + sl - 1) / sl;
   if (ns == 0) ns = 1; /* count 0 still exchanges headers */
@@ -277,18 +297,45 @@ static int reduce_chain(coll_ctx *x, const char *send, char *recv, size_t count,
     }
     if (rc != 0) return rc;
   }
-  if (vr == 0) coll_reduce_finish(x->op->dtype, x->op->op, recv, count, n);
+  if (vr == 0) finish(x, recv, count, fin);
   return 0;
+}
+
+/* ---- hierarchical allreduce ---- */
+
+/*
+ * Reduce to the host leader (local member 0) over shared memory, allreduce
+ * among the leaders (ring: each host sends and receives the message once
+ * over TCP instead of once per local rank), broadcast inside the host.
+ */
+static int allreduce_hier(coll_ctx *x, const char *send, char *recv, size_t count) {
+  cohort_comm *c = x->comm;
+  const coll_group *loc = &c->local, *lead = &c->leaders;
+  size_t bytes = count * x->es;
+  int rc = 0;
+  if (loc->n > 1)
+    rc = reduce_chain(x, loc, send, recv, count, 0, 0);
+  else if (send != recv && bytes)
+    memcpy(recv, send, bytes);
+  if (rc != 0) return rc;
+  if (loc->me == 0) {
+    rc = allreduce_ring(x, lead, recv, recv, count, 0);
+    if (rc != 0) return rc;
+    finish(x, recv, count, c->size);
+  }
+  if (loc->n > 1) rc = broadcast_chain(x, loc, recv, bytes, 0);
+  return rc;
 }
 
 int coll_run_op(coll_ctx *x) {
   cohort_comm *c = x->comm;
+  const coll_group *w = &c->world;
   const coll_op *op = x->op;
   size_t es = x->es, bytes = op->count * es;
   const char *send = op->send;
   char *recv = op->recv;
-  int small = bytes < c->algo_threshold;
-  if (c->size == 1) {
+  int small = bytes < c->algo_threshold, n = c->size;
+  if (n == 1) {
     switch (op->kind) {
     case COLL_ALLREDUCE:
     case COLL_REDUCE:
@@ -304,20 +351,21 @@ int coll_run_op(coll_ctx *x) {
   }
   switch (op->kind) {
   case COLL_ALLREDUCE:
-    return small ? allreduce_rd(x, send, recv, op->count)
-                 : allreduce_ring(x, send, recv, op->count);
+    if (small) return allreduce_rd(x, w, send, recv, op->count, n);
+    if (c->hier) return allreduce_hier(x, send, recv, op->count);
+    return allreduce_ring(x, w, send, recv, op->count, n);
   case COLL_REDUCE_SCATTER:
-    return reduce_scatter_ring(x, send, recv, op->count);
+    return reduce_scatter_ring(x, w, send, recv, op->count, n);
   case COLL_ALLGATHER:
-    return allgather_ring(x, send, recv, op->count);
+    return allgather_ring(x, w, send, recv, op->count);
   case COLL_BROADCAST:
-    return small ? broadcast_tree(x, recv, bytes, op->root)
-                 : broadcast_chain(x, recv, bytes, op->root);
+    return small ? broadcast_tree(x, w, recv, bytes, op->root)
+                 : broadcast_chain(x, w, recv, bytes, op->root);
   case COLL_REDUCE:
-    return small ? reduce_tree(x, send, recv, op->count, op->root)
-                 : reduce_chain(x, send, recv, op->count, op->root);
+    return small ? reduce_tree(x, w, send, recv, op->count, op->root, n)
+                 : reduce_chain(x, w, send, recv, op->count, op->root, n);
   case COLL_BARRIER:
-    return allreduce_rd(x, NULL, NULL, 0);
+    return allreduce_rd(x, w, NULL, NULL, 0, 0);
   default:
     return -EINVAL;
   }

@@ -144,8 +144,20 @@ struct cohort_request {
   struct cohort_request *next;
 };
 
+/* Ranks an algorithm runs over: n members, my index me (-1 when not one), ranks[i] the world rank
+ * of member i (NULL: the identity). */
+typedef struct coll_group {
+  int n, me;
+  int *ranks;
+} coll_group;
+
 struct cohort_comm {
   int rank, size;
+  coll_group world;   /* every rank */
+  coll_group local;   /* the ranks of this host (shared memory), ascending */
+  coll_group leaders; /* the lowest rank of every host, ascending */
+  int nhosts;
+  int hier; /* large allreduce runs hierarchically (several hosts, several ranks on one) */
   int timeout_ms;
   size_t algo_threshold; /* bytes: below, latency algorithms; at or above, ring/chain */
   size_t slice_bytes;    /* pipelining unit of chains and sliced rings */

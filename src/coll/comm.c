@@ -106,8 +106,11 @@ static void host_identity(char *out, size_t outlen) {
   struct stat net = {0}, shm = {0};
   stat("/proc/self/ns/net", &net);
   stat("/dev/shm", &shm);
-  snprintf(out, outlen, "%s|%s|%llu|%llu:%llu", host, boot, (unsigned long long)net.st_ino,
-           (unsigned long long)shm.st_dev, (unsigned long long)shm.st_ino);
+  /* COHORT_HOST_SALT: ranks with different salts count as different hosts (tests emulate
+   * several hosts on one machine with it; they then talk TCP over loopback). */
+  const char *salt = getenv("COHORT_HOST_SALT");
+  snprintf(out, outlen, "%s|%s|%llu|%llu:%llu|%.32s", host, boot, (unsigned long long)net.st_ino,
+           (unsigned long long)shm.st_dev, (unsigned long long)shm.st_ino, salt ? salt : "");
   for (char *p = out; *p; p++)
     if (*p == ' ') *p = '_';
 }
@@ -257,6 +260,37 @@ static int setup_shm(cohort_comm *c, const cohort_comm_config *cfg, int k, const
 
 static void *progress_main(void *arg);
 
+/*
+ * Host groups of the hierarchical allreduce. Ranks with one host identity
+ * share memory and form a host (with COHORT_TRANSPORT=tcp every rank is its
+ * own host); every rank derives the same groups from the published
+ * identities. The leader of a host is its lowest rank.
+ */
+static int make_groups(cohort_comm *c, const peer_info *peers, int by_host, int hier_on) {
+  int n = c->size;
+  c->local.ranks = malloc((size_t)n * sizeof(int));
+  c->leaders.ranks = malloc((size_t)n * sizeof(int));
+  if (c->local.ranks == NULL || c->leaders.ranks == NULL) return -ENOMEM;
+  c->local.n = c->leaders.n = 0;
+  c->local.me = c->leaders.me = -1;
+  for (int i = 0; i < n; i++) {
+    int first = 1;
+    for (int j = 0; j < i && first; j++)
+      if (by_host && strcmp(peers[i].hostid, peers[j].hostid) == 0) first = 0;
+    if (first) {
+      if (i == c->rank) c->leaders.me = c->leaders.n;
+      c->leaders.ranks[c->leaders.n++] = i;
+    }
+    if (i == c->rank || (by_host && strcmp(peers[i].hostid, peers[c->rank].hostid) == 0)) {
+      if (i == c->rank) c->local.me = c->local.n;
+      c->local.ranks[c->local.n++] = i;
+    }
+  }
+  c->nhosts = c->leaders.n;
+  c->hier = hier_on && c->nhosts > 1 && c->nhosts < n;
+  return 0;
+}
+
 static int bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   int64_t deadline = base_deadline_in(c->timeout_ms);
   int n = c->size, rc = 0, lfd = -1, lport = 0;
@@ -363,9 +397,16 @@ static int bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   }
   rc = coll_tcp_create(c->rank, n, fds, c->staging_bytes, &c->tcp);
   if (rc != 0) goto out;
+  size_t hier_on = 1;
+  rc = env_size("COHORT_HIER", 0, 1, &hier_on);
+  if (rc == 0) rc = make_groups(c, peers, cfg->transport != COHORT_TRANSPORT_TCP, (int)hier_on);
+  if (rc != 0) goto out;
   base_log(BASE_LOG_INFO, "rank %d: %d peer(s) over shared memory%s, %d over TCP (listening on %s)",
            c->rank, nlocal > 1 ? nlocal - 1 : 0, coll_shm_cma(c->shm) ? " (single copy)" : "",
            n - (nlocal > 1 ? nlocal : 1), addr);
+  if (c->hier)
+    base_log(BASE_LOG_INFO, "rank %d: hierarchical allreduce over %d hosts (%d rank(s) here)",
+             c->rank, c->nhosts, c->local.n);
   for (int i = 0; i < n; i++) {
     if (coll_shm_has(c->shm, i)) {
       c->peer_ops[i] = &coll_shm_ops;
@@ -401,6 +442,7 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   if (c == NULL) return -ENOMEM;
   c->rank = cfg->rank;
   c->size = cfg->size;
+  c->world = (coll_group){.n = cfg->size, .me = cfg->rank, .ranks = NULL};
   c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
   c->algo_threshold = DEFAULT_THRESHOLD;
   c->slice_bytes = DEFAULT_SLICE;
@@ -465,6 +507,8 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   free(c->scratch);
   free(c->peer_ops);
   free(c->peer_t);
+  free(c->local.ranks);
+  free(c->leaders.ranks);
   pthread_mutex_destroy(&c->err_mu);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
