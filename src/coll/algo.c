@@ -233,8 +233,8 @@ static int broadcast_chain(coll_ctx *x, const coll_group *g, char *buf, size_t b
 
 /* ---- reduce ---- */
 
-static int reduce_tree(coll_ctx *x, const coll_group *g, const char *send, char *recv,
-                       size_t count, int root, int fin) {
+static int reduce_tree(coll_ctx *x, const coll_group *g, const char *send, char *recv, size_t count,
+                       int root, int fin) {
   int n = g->n, vr = mod(g->me - root, n), rc = 0;
   size_t bytes = count * x->es;
   char *acc = NULL;
