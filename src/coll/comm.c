@@ -549,7 +549,7 @@ static int execute(cohort_comm *c, const coll_op *op) {
   coll_ctx x = {.comm = c,
                 .op = op,
                 .seq = c->seq++,
-                .deadline_ms = base_deadline_in(op->timeout_ms),
+                .deadline_ms = 0, /* set when it first waits: no clock read when it never does */
                 .es = cohort_dtype_size(op->dtype)};
   int rc = coll_run_op(&x);
   if (rc != 0 && !atomic_load(&c->failed))
@@ -621,7 +621,9 @@ static int start(cohort_comm *c, coll_op *op, cohort_request **req) {
     rc = execute(c, op);
     pthread_mutex_lock(&c->mu);
     c->busy = 0;
-    pthread_cond_broadcast(&c->cv);
+    /* Only the progress thread waits for `busy` to clear, and only with work queued: waking it
+     * for nothing would cost a context switch per blocking call. */
+    if (c->head != NULL) pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return rc;
   }

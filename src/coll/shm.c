@@ -77,7 +77,9 @@ _Static_assert(sizeof(shm_ctrl) == 128, "two cache lines per channel");
 
 /* This process's view of one peer's channels. */
 typedef struct shm_peer {
-  size_t tx_rdv;      /* bytes of our payload the peer is pulling now, 0 if none */
+  uint64_t
+      tail_seen; /* the consumer's tail when last read: re-read only when the ring looks full */
+  size_t tx_rdv; /* bytes of our payload the peer is pulling now, 0 if none */
   uint64_t rx_pulled; /* bytes of the peer's current remote payload pulled so far */
   char *stage;        /* SHM_STAGE bytes for pulled data that will be reduced */
   size_t stage_pos, stage_len;
@@ -312,8 +314,13 @@ static long shm_send(void *sp, int peer, const struct iovec *iov, int iovcnt) {
   }
   char *d = chan_data(s, s->me, to);
   uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
-  size_t room = s->cap - (size_t)(head - tail);
+  size_t want = 0;
+  for (int i = 0; i < iovcnt; i++) want += iov[i].iov_len;
+  /* The tail's cache line is the consumer's: fetch it only when the cached value leaves too
+   * little room (the common small message then costs no read of it). */
+  if (s->cap - (size_t)(head - pp->tail_seen) < want)
+    pp->tail_seen = atomic_load_explicit(&c->tail, memory_order_acquire);
+  size_t room = s->cap - (size_t)(head - pp->tail_seen);
   size_t done = 0;
   for (int i = 0; i < iovcnt; i++) {
     const char *src = iov[i].iov_base;
@@ -471,11 +478,15 @@ static int shm_wait(void *sp, const int *peers, const int *want, int n, int time
   (void)bad_peer;
   /* Spin briefly: a peer on another core usually answers within microseconds. No sched_yield():
    * on a loaded machine it hands the core to unrelated processes for whole time slices. */
-  int64_t end = base_now_us() + s->spin_us;
+  int64_t end = 0;
   for (int i = 0;; i++) {
     if (shm_ready(s, peers, want, n)) return 0;
     cpu_relax();
-    if ((i & 63) == 63 && base_now_us() >= end) break;
+    if ((i & 63) == 63) { /* the clock is read only once the peer is slow to answer */
+      int64_t now = base_now_us();
+      if (end == 0) end = now + s->spin_us;
+      if (now >= end) break;
+    }
   }
   shm_bell *me = &s->bells[s->me];
   atomic_store(&me->sleeping, 1);
