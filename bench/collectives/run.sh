@@ -8,7 +8,15 @@
 #   two namespaces:      one rank in each of two network namespaces joined by
 #                        veth links (tests/netns_lib.sh, 10.201.0.0/24); all
 #                        three use TCP (Open MPI: --mca btl tcp,self), plus
-#                        the raw single-connection TCP throughput (tcp_raw.c).
+#                        the raw single-connection TCP throughput (tcp_raw.c),
+#                        one way and both ways at once (an allreduce of 2
+#                        ranks moves its whole message in each direction, so
+#                        the both-ways rate is its ceiling).
+#   2 x 2:               two ranks in each of the two namespaces: cohort with
+#                        its hierarchical allreduce (shared memory inside a
+#                        namespace, TCP between them) and with COHORT_HIER=0
+#                        (one flat ring), Open MPI (--mca btl tcp,vader,self)
+#                        and Gloo.
 #
 # Bus bandwidth (nccl-tests: algbw * 2(n-1)/n, = algbw for 2 ranks) at 64 KiB,
 # 4 MiB and 64 MiB, and the 8-byte latency; every number is the median of
@@ -45,8 +53,8 @@ mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
 cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
-# busbw in GB/s from bytes and microseconds (2 ranks: busbw = algbw).
-busbw() { awk -v b="$1" -v t="$2" 'BEGIN {if (t > 0) printf "%.3f", b / t / 1e3; else print "nan"}'; }
+# busbw in GB/s from bytes, microseconds and ranks (default 2: busbw = algbw).
+busbw() { awk -v b="$1" -v t="$2" -v n="${3:-2}" 'BEGIN {if (t > 0) printf "%.3f", b / t / 1e3 * 2 * (n - 1) / n; else print "nan"}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "nan"}'; }
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -138,6 +146,59 @@ raw_ns() {
   local peer=$!
   netns_exec 1 "$WORK/tcp_raw" send "$A" 29600 2147483648
   wait "$peer"
+  # Both directions at once, one connection each way: the mean of the two rates.
+  netns_exec 0 "$WORK/tcp_raw" recv "$A" 29601 1073741824 >"$WORK/raw.ab" &
+  local p1=$!
+  netns_exec 1 "$WORK/tcp_raw" recv "$B" 29602 1073741824 >"$WORK/raw.ba" &
+  local p2=$!
+  netns_exec 1 "$WORK/tcp_raw" send "$A" 29601 1073741824 &
+  local p3=$!
+  netns_exec 0 "$WORK/tcp_raw" send "$B" 29602 1073741824
+  wait "$p1" "$p2" "$p3"
+  cat "$WORK/raw.ab" "$WORK/raw.ba" | awk '{s += $1} END {if (NR == 2) printf "%.3f\n", s / 2}' >>"$WORK/ns.raw2"
+}
+
+# 2 x 2: ranks 0 and 1 in node 0, ranks 2 and 3 in node 1.
+cohort_hier() {
+  local s r pids hier=$1
+  for s in $(size_list); do
+    JOBN=$((JOBN + 1))
+    pids=()
+    for r in 1 2 3; do
+      netns_exec $((r / 2)) env RANK=$r WORLD_SIZE=4 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
+        COHORT_HIER="$hier" timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" >/dev/null &
+      pids+=($!)
+    done
+    netns_exec 0 env RANK=0 WORLD_SIZE=4 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
+      COHORT_HIER="$hier" timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
+      awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
+    wait "${pids[@]}"
+  done
+}
+
+mpi_hier() {
+  local s
+  for s in $(size_list); do
+    netns_exec 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --host "$A:2,$B:2" -np 4 \
+      --mca plm_rsh_agent "$WORK/nsrsh" --mca btl tcp,vader,self \
+      --mca btl_tcp_if_include 10.201.0.0/24 --mca oob_tcp_if_include 10.201.0.0/24 \
+      "$WORK/mpi_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+  done
+}
+
+gloo_hier() {
+  local s r pids
+  for s in $(size_list); do
+    pids=()
+    for r in 1 2 3; do
+      netns_exec $((r / 2)) env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=4 RANK=$r GLOO_SOCKET_IFNAME=eth0 \
+        timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" >/dev/null 2>&1 &
+      pids+=($!)
+    done
+    netns_exec 0 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=4 RANK=0 GLOO_SOCKET_IFNAME=eth0 \
+      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+    wait "${pids[@]}"
+  done
 }
 
 for ((rep = 1; rep <= REPS; rep++)); do
@@ -149,6 +210,10 @@ for ((rep = 1; rep <= REPS; rep++)); do
   mpi_ns >>"$WORK/ns.mpi"
   gloo_ns >>"$WORK/ns.gloo"
   raw_ns
+  cohort_hier 1 >>"$WORK/hier.cohort"
+  cohort_hier 0 >>"$WORK/hier.flat"
+  mpi_hier >>"$WORK/hier.mpi"
+  gloo_hier >>"$WORK/hier.gloo"
 done
 
 # t SETTING TOOL SIZE: median time (us)
@@ -160,16 +225,17 @@ report() {
   echo "== $title: float32 allreduce, 2 ranks, median of $REPS =="
   if [ "$set" = ns ]; then
     raw=$(median <"$WORK/ns.raw")
-    echo "raw TCP, one connection between the namespaces: $raw GB/s"
+    raw2=$(median <"$WORK/ns.raw2")
+    echo "raw TCP between the namespaces: $raw GB/s one way (one connection); $raw2 GB/s each way when both directions run at once"
   fi
   printf "%-10s %12s %12s %12s %11s %11s" size "cohort GB/s" "MPI GB/s" "Gloo GB/s" cohort/MPI cohort/Gloo
-  [ "$set" = ns ] && printf " %11s" cohort/raw
+  [ "$set" = ns ] && printf " %11s %11s" cohort/raw cohort/raw2
   printf "\n"
   for s in "${SIZES[@]}"; do
     tc=$(t "$set" cohort "$s"); tm=$(t "$set" mpi "$s"); tg=$(t "$set" gloo "$s")
     bc=$(busbw "$s" "$tc"); bm=$(busbw "$s" "$tm"); bg=$(busbw "$s" "$tg")
     printf "%-10s %12s %12s %12s %11s %11s" "$((s / 1024)) KiB" "$bc" "$bm" "$bg" "$(ratio "$bc" "$bm")" "$(ratio "$bc" "$bg")"
-    [ "$set" = ns ] && printf " %11s" "$(ratio "$bc" "$raw")"
+    [ "$set" = ns ] && printf " %11s %11s" "$(ratio "$bc" "$raw")" "$(ratio "$bc" "$raw2")"
     printf "\n"
   done
   tc=$(t "$set" cohort 8); tm=$(t "$set" mpi 8); tg=$(t "$set" gloo 8)
@@ -181,3 +247,17 @@ report local "one host"
 echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB"
 report ns "two network namespaces (TCP over veth)"
 echo "targets: cohort >= 1.3x MPI, >= 2x Gloo, >= 0.70x raw TCP at 4 and 64 MiB"
+echo "(raw2: the both-ways rate, the most a 2-rank allreduce can reach: each rank sends and receives the whole message)"
+
+echo
+echo "== 2 x 2: two namespaces, two ranks in each: float32 allreduce, 4 ranks, median of $REPS =="
+printf "%-10s %12s %12s %12s %12s %11s %11s %11s\n" size "hier GB/s" "flat GB/s" "MPI GB/s" "Gloo GB/s" hier/flat hier/MPI hier/Gloo
+for s in "${SIZES[@]}"; do
+  th=$(t hier cohort "$s"); tf=$(t hier flat "$s"); tm=$(t hier mpi "$s"); tg=$(t hier gloo "$s")
+  bh=$(busbw "$s" "$th" 4); bf=$(busbw "$s" "$tf" 4); bm=$(busbw "$s" "$tm" 4); bg=$(busbw "$s" "$tg" 4)
+  printf "%-10s %12s %12s %12s %12s %11s %11s %11s\n" "$((s / 1024)) KiB" "$bh" "$bf" "$bm" "$bg" \
+    "$(ratio "$bh" "$bf")" "$(ratio "$bh" "$bm")" "$(ratio "$bh" "$bg")"
+done
+th=$(t hier cohort 8); tf=$(t hier flat 8); tm=$(t hier mpi 8); tg=$(t hier gloo 8)
+printf "%-10s %10s us %9s us %9s us %9s us\n" "8 B" "$th" "$tf" "$tm" "$tg"
+echo "(hier: COHORT_HIER=1, the default; flat: COHORT_HIER=0; busbw = algbw * 2(n-1)/n; below the 128 KiB threshold both use recursive doubling)"
