@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-torch", action="store_true", help="cohort-gpt2 parts only")
+    ap.add_argument("--only", choices=["all", "scaling"], default="all",
+                    help="scaling: only part 3 (2 ranks against 1)")
     a = ap.parse_args()
     tokens = a.batch * a.seq_len
     tmp = tempfile.mkdtemp(prefix="bench_train.")
@@ -119,7 +121,7 @@ def main():
     res = {c: {"torch": [], "cohort": [], "gflops": []} for c in cases}
     sgemm = []
     rss = None
-    for rep in range(a.reps):
+    for rep in range(a.reps if a.only == "all" else 0):
         for head, opt in cases:
             if not a.skip_torch:
                 res[(head, opt)]["torch"].append(run_torch(a, head, opt, a.threads)["median_step_s"])
@@ -134,6 +136,18 @@ def main():
                              capture_output=True, text=True, timeout=3600)
         sgemm.append(json.loads(out.stdout))
 
+    if a.only == "all":
+        report_throughput(a, cases, res, sgemm, tokens)
+    scaling(a, tmp)
+    if a.only == "all":
+        print("\n## memory (LM head, AdamW, 1 rank)")
+        if rss:
+            print("| peak RSS MiB | params+grads+optimizer+activations MiB | ratio |")
+            print("|---|---|---|")
+            print("| %.1f | %.1f | %.2f |" % (rss[0], rss[1], rss[0] / rss[1]))
+
+
+def report_throughput(a, cases, res, sgemm, tokens):
     print("\n## throughput (median step; tokens/s = B*T/step)")
     print("| head / optimiser | PyTorch s/step | PyTorch tok/s | cohort-gpt2 s/step | cohort-gpt2 tok/s | speed-up |")
     print("|---|---|---|---|---|---|")
@@ -152,7 +166,8 @@ def main():
     print("|---|---|---|---|")
     print("| %.1f | %.1f | %.1f | %.0f%% |" % (model, blas, sliced, 100 * model / blas))
 
-    # 3. scaling
+
+def scaling(a, tmp):
     one, two, hid, comm = [], [], [], []
     for rep in range(a.reps):
         rows, _ = run_cohort(a, tmp, "s1_%d" % rep, "lm", "adamw", 1, world=1)
@@ -167,12 +182,6 @@ def main():
     print("|---|---|---|---|---|")
     print("| %.1f | %.1f | %.0f%% | %.1f | %.0f%% |" % (t1, t2, 100 * t2 / (2 * t1), median(comm),
                                                      100 * median(hid)))
-
-    print("\n## memory (LM head, AdamW, 1 rank)")
-    if rss:
-        print("| peak RSS MiB | params+grads+optimizer+activations MiB | ratio |")
-        print("|---|---|---|")
-        print("| %.1f | %.1f | %.2f |" % (rss[0], rss[1], rss[0] / rss[1]))
 
 
 if __name__ == "__main__":
