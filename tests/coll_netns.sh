@@ -82,7 +82,7 @@ for r in 0 1 2 3; do
   wait "${pids[$r]}"
   rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: hierarchical rank $r exited $rc" >&2; cat "$WORK/$job.$r.log" >&2; fail=1; fi
-  grep -q "rank $r: hierarchical allreduce over 2 hosts (2 rank(s) here)" "$WORK/$job.$r.log" ||
+  grep -q "rank $r: hierarchical allreduce over 2 hosts (2 rank(s) here, reduce-scatter form)" "$WORK/$job.$r.log" ||
     { echo "FAIL: rank $r did not run the hierarchical allreduce" >&2; cat "$WORK/$job.$r.log" >&2; fail=1; }
 done
 

@@ -307,7 +307,9 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
   }
   /* Several emulated hosts with several ranks on one: the hierarchical allreduce is on. */
   int want_hier = o->hosts > 1 && o->hosts < o->n && !o->flat;
-  if (c->hier != want_hier || (o->hosts > 0 && c->nhosts != o->hosts)) {
+  int want_rs = want_hier && o->n % o->hosts == 0;
+  if (c->hier != want_hier || (o->hosts > 0 && c->nhosts != o->hosts) ||
+      (c->cross.ranks != NULL) != want_rs) {
     fprintf(stderr, "rank %d: hier %d over %d hosts, expected %d over %d\n", rank, c->hier,
             c->nhosts, want_hier, o->hosts);
     cohort_comm_destroy(c);
@@ -699,6 +701,11 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&hier, rk_matrix, (void *)1), 0);
   world_opts hier3 = {.n = 4, .hosts = 3};
   CHECK_EQ_INT(run_world(&hier3, rk_matrix, (void *)1), 0);
+  /* Hosts of equal size (0,2 and 1,3): the reduce-scatter form. */
+  world_opts hier_rs = {.n = 4, .hosts = 2, .threshold = "0", .slice = "4096"};
+  CHECK_EQ_INT(run_world(&hier_rs, rk_matrix, (void *)1), 0);
+  world_opts hier_rs2 = {.n = 4, .hosts = 2};
+  CHECK_EQ_INT(run_world(&hier_rs2, rk_matrix, (void *)1), 0);
   world_opts flat = {.n = 4, .hosts = 2, .flat = 1, .threshold = "0"};
   CHECK_EQ_INT(run_world(&flat, rk_matrix, NULL), 0);
   world_opts shm = {.n = 3, .transport = COHORT_TRANSPORT_SHM};

@@ -10,9 +10,8 @@
  *                  extra ranks in first); large: ring reduce-scatter then
  *                  ring allgather, reducing into the output as bytes arrive.
  *                  Large, on several hosts with several ranks on some host
- *                  (comm->hier): reduce to the host's leader over shared
- *                  memory, ring among the leaders over TCP, broadcast from
- *                  the leader inside the host.
+ *                  (comm->hier): hierarchical, shared memory inside a host
+ *                  and TCP between hosts (see allreduce_hier below).
  *   reduce_scatter ring; out of place it is sliced so partial sums live in
  *                  two slice-sized scratch buffers, not a copy of the input.
  *   allgather      ring.
@@ -102,11 +101,13 @@ out:
   return rc;
 }
 
-static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, char *recv,
-                          size_t count, int fin) {
+/* Ring reduce-scatter over the blocks of `count` split n ways: afterwards member r holds the
+ * reduction of block r+1 in recv (the other blocks hold partials). */
+static int ring_rs_blocks(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                          size_t count) {
   int n = g->n, r = g->me, next = at(g, r + 1), prev = at(g, r - 1);
   size_t es = x->es;
-  /* Reduce-scatter: after step s rank r holds the partial of block r-s-1; it ends owning r+1. */
+  /* After step s rank r holds the partial of block r-s-1. */
   for (int s = 0; s < n - 1; s++) {
     int sb = mod(r - s, n), rb = mod(r - s - 1, n);
     size_t so, sl, ro, rl;
@@ -117,10 +118,13 @@ static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, ch
         coll_sendrecv_reduce(x, next, sbuf, sl * es, prev, send + ro * es, recv + ro * es, rl * es);
     if (rc != 0) return rc;
   }
-  size_t oo, ol;
-  block(count, n, mod(r + 1, n), &oo, &ol);
-  finish(x, recv + oo * es, ol, fin);
-  /* Allgather of the owned blocks. */
+  return 0;
+}
+
+/* Ring allgather of the blocks: member r starts with block r+1 and ends with all of them. */
+static int ring_ag_blocks(coll_ctx *x, const coll_group *g, char *recv, size_t count) {
+  int n = g->n, r = g->me, next = at(g, r + 1), prev = at(g, r - 1);
+  size_t es = x->es;
   for (int s = 0; s < n - 1; s++) {
     int sb = mod(r + 1 - s, n), rb = mod(r - s, n);
     size_t so, sl, ro, rl;
@@ -130,6 +134,16 @@ static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, ch
     if (rc != 0) return rc;
   }
   return 0;
+}
+
+static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, char *recv,
+                          size_t count, int fin) {
+  int rc = ring_rs_blocks(x, g, send, recv, count);
+  if (rc != 0) return rc;
+  size_t oo, ol;
+  block(count, g->n, mod(g->me + 1, g->n), &oo, &ol);
+  finish(x, recv + oo * x->es, ol, fin);
+  return ring_ag_blocks(x, g, recv, count);
 }
 
 /* ---- reduce-scatter ---- */
@@ -304,15 +318,41 @@ static int reduce_chain(coll_ctx *x, const coll_group *g, const char *send, char
 /* ---- hierarchical allreduce ---- */
 
 /*
- * Reduce to the host leader (local member 0) over shared memory, allreduce
- * among the leaders (ring: each host sends and receives the message once
- * over TCP instead of once per local rank), broadcast inside the host.
+ * Every host has the same number L of ranks (c->cross is set): reduce-scatter
+ * inside the host over shared memory (local member i ends with block i+1 of
+ * L), allreduce of that block among the ranks with the same local index on
+ * every host (a ring over TCP; L rings run at once and each host sends and
+ * receives the message once in all), allgather inside the host. The work and
+ * the network traffic are spread evenly over the local ranks.
+ */
+static int allreduce_hier_rs(coll_ctx *x, const char *send, char *recv, size_t count) {
+  cohort_comm *c = x->comm;
+  const coll_group *loc = &c->local;
+  size_t es = x->es, oo, ol;
+  int rc = ring_rs_blocks(x, loc, send, recv, count);
+  if (rc != 0) return rc;
+  block(count, loc->n, mod(loc->me + 1, loc->n), &oo, &ol);
+  char *mine = recv + oo * es;
+  if (ol * es >= c->algo_threshold)
+    rc = allreduce_ring(x, &c->cross, mine, mine, ol, c->size);
+  else
+    rc = allreduce_rd(x, &c->cross, mine, mine, ol, c->size);
+  if (rc != 0) return rc;
+  return ring_ag_blocks(x, loc, recv, count);
+}
+
+/*
+ * Hosts with different numbers of ranks: reduce to the host leader (local
+ * member 0) over shared memory, allreduce among the leaders (ring over TCP:
+ * each host sends and receives the message once instead of once per local
+ * rank), broadcast inside the host.
  */
 static int allreduce_hier(coll_ctx *x, const char *send, char *recv, size_t count) {
   cohort_comm *c = x->comm;
   const coll_group *loc = &c->local, *lead = &c->leaders;
   size_t bytes = count * x->es;
   int rc = 0;
+  if (c->cross.ranks != NULL) return allreduce_hier_rs(x, send, recv, count);
   if (loc->n > 1)
     rc = reduce_chain(x, loc, send, recv, count, 0, 0);
   else if (send != recv && bytes)

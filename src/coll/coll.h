@@ -156,6 +156,8 @@ struct cohort_comm {
   coll_group world;   /* every rank */
   coll_group local;   /* the ranks of this host (shared memory), ascending */
   coll_group leaders; /* the lowest rank of every host, ascending */
+  coll_group cross;   /* every host's rank with my local index (ranks NULL unless all hosts have
+                         as many ranks) */
   int nhosts;
   int hier; /* large allreduce runs hierarchically (several hosts, several ranks on one) */
   int timeout_ms;

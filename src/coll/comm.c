@@ -288,6 +288,29 @@ static int make_groups(cohort_comm *c, const peer_info *peers, int by_host, int 
   }
   c->nhosts = c->leaders.n;
   c->hier = hier_on && c->nhosts > 1 && c->nhosts < n;
+  if (!c->hier) return 0;
+  /* Hosts of equal size (every rank counts every host, so all agree): the rank with my local
+   * index on every host, in leader order, for the reduce-scatter form. */
+  c->cross.ranks = malloc((size_t)c->nhosts * sizeof(int));
+  if (c->cross.ranks == NULL) return -ENOMEM;
+  int uniform = 1;
+  for (int h = 0; h < c->nhosts; h++) {
+    int lead = c->leaders.ranks[h], k = 0;
+    for (int i = lead; i < n; i++) {
+      if (strcmp(peers[i].hostid, peers[lead].hostid) != 0) continue;
+      if (k == c->local.me) c->cross.ranks[h] = i;
+      k++;
+    }
+    if (k != c->local.n) uniform = 0;
+  }
+  if (!uniform) {
+    free(c->cross.ranks);
+    c->cross.ranks = NULL;
+    return 0;
+  }
+  c->cross.n = c->nhosts;
+  for (int h = 0; h < c->nhosts; h++)
+    if (c->cross.ranks[h] == c->rank) c->cross.me = h;
   return 0;
 }
 
@@ -405,8 +428,9 @@ static int bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
            c->rank, nlocal > 1 ? nlocal - 1 : 0, coll_shm_cma(c->shm) ? " (single copy)" : "",
            n - (nlocal > 1 ? nlocal : 1), addr);
   if (c->hier)
-    base_log(BASE_LOG_INFO, "rank %d: hierarchical allreduce over %d hosts (%d rank(s) here)",
-             c->rank, c->nhosts, c->local.n);
+    base_log(BASE_LOG_INFO, "rank %d: hierarchical allreduce over %d hosts (%d rank(s) here, %s)",
+             c->rank, c->nhosts, c->local.n,
+             c->cross.ranks != NULL ? "reduce-scatter form" : "leader form");
   for (int i = 0; i < n; i++) {
     if (coll_shm_has(c->shm, i)) {
       c->peer_ops[i] = &coll_shm_ops;
@@ -509,6 +533,7 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   free(c->peer_t);
   free(c->local.ranks);
   free(c->leaders.ranks);
+  free(c->cross.ranks);
   pthread_mutex_destroy(&c->err_mu);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
