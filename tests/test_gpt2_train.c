@@ -279,6 +279,13 @@ static void test_resume(void) {
   free(ja);
   free(jb);
 
+  /* Run again with the job complete: it resumes at the last step, runs none, says so. */
+  CHECK_EQ_INT(run("b2b", b), 0);
+  out = slurp("%s/b2b.out", tmp);
+  CHECK(strstr(out, "0 steps run: the checkpoint resumed is already at step 24 of 24") != NULL);
+  CHECK(strstr(out, "nan") == NULL);
+  free(out);
+
   /* Damage the newest checkpoint (step 24): a rerun with more steps skips
    * it with a message and resumes from the previous one (21, kept by the
    * default --ckpt-keep 2). */

@@ -33,6 +33,12 @@ PY=/usr/bin/python3
 SIZES=(65536 4194304 67108864)
 declare -A ITERS=([8]=2000 [65536]=300 [4194304]=30 [67108864]=6)
 declare -A WARM=([8]=200 [65536]=30 [4194304]=5 [67108864]=2)
+# One host, 8 bytes, cohort and Open MPI (both under a microsecond): 50000 warm-up iterations
+# (about 10 ms; with 200, the first configuration timed in a process ran 15-20 % slower than
+# the next) and 50000 timed ones.
+LAT_ITERS=50000
+lat_it() { if [ "$1" = 8 ]; then echo $LAT_ITERS; else echo "${ITERS[$1]}"; fi; }
+lat_wu() { if [ "$1" = 8 ]; then echo $LAT_ITERS; else echo "${WARM[$1]}"; fi; }
 
 for t in "$COHORT" mpicc mpirun "$PY"; do
   command -v "$t" >/dev/null || { echo "run.sh: $t not found (build first; scripts/deps.sh)" >&2; exit 2; }
@@ -64,7 +70,7 @@ size_list() { echo 8 "${SIZES[@]}"; }
 cohort_local() {
   local s
   for s in $(size_list); do
-    timeout 300 "$COHORT" bench --nproc 2 -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
+    timeout 300 "$COHORT" bench --nproc 2 -b "$s" -e "$s" -n "$(lat_it "$s")" -w "$(lat_wu "$s")" |
       awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
   done
 }
@@ -72,7 +78,7 @@ cohort_local() {
 mpi_local() {
   local s
   for s in $(size_list); do
-    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$WORK/mpi_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$WORK/mpi_allreduce" "$(lat_it "$s")" "$(lat_wu "$s")" "$s" 2>/dev/null
   done
 }
 

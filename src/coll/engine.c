@@ -266,9 +266,14 @@ static int run(coll_ctx *x, xfer *v, int n) {
     v[i].ops = c->peer_ops[v[i].peer];
     v[i].t = c->peer_t[v[i].peer];
     v[i].padded = (v[i].len + 7u) & ~(size_t)7u;
-    /* Shared memory: whole cache lines per message, so a small one moves as a single line. */
-    if (v[i].ops == &coll_shm_ops)
-      v[i].padded = ((sizeof(coll_hdr) + v[i].len + 63u) & ~(size_t)63u) - sizeof(coll_hdr);
+    /* Shared memory: whole cache lines per message; a small one is exactly as long as the
+     * transport's inline copy (48 bytes: the header and up to 16 bytes), so it travels
+     * with the ring's head. */
+    if (v[i].ops == &coll_shm_ops) {
+      size_t t = sizeof(coll_hdr) + v[i].len;
+      t = t <= 48 ? 48 : (t + 63u) & ~(size_t)63u;
+      v[i].padded = t - sizeof(coll_hdr);
+    }
     v[i].pos = 0;
     if (v[i].mode == XF_SEND) fill_hdr(x, &v[i].hdr, v[i].len);
   }

@@ -341,7 +341,11 @@ int gpt2_train(const gpt2_train_opts *o) {
     fprintf(errf, "cohort-gpt2: rank %d: parameters diverged between ranks\n", rank);
     goto out;
   }
-  if (rank == 0) {
+  if (rank == 0 && ntimes == 0) {
+    /* Resumed from a checkpoint of the last step: nothing ran, so there is no loss to show. */
+    fprintf(out, "summary: 0 steps run: the checkpoint resumed is already at step %llu of %lld\n",
+            (unsigned long long)start_step, (long long)o->steps);
+  } else if (rank == 0) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss = (double)ru.ru_maxrss * 1024.0;
