@@ -28,7 +28,8 @@ if(COHORT_FUZZ)
   file(GLOB COHORT_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS
     ${CMAKE_SOURCE_DIR}/src/base/*.c ${CMAKE_SOURCE_DIR}/src/store/*.c
     ${CMAKE_SOURCE_DIR}/src/rdzv/*.c ${CMAKE_SOURCE_DIR}/src/doctor/*.c
-    ${CMAKE_SOURCE_DIR}/src/manifest/*.c ${CMAKE_SOURCE_DIR}/src/plot/*.c)
+    ${CMAKE_SOURCE_DIR}/src/manifest/*.c ${CMAKE_SOURCE_DIR}/src/plot/*.c
+    ${CMAKE_SOURCE_DIR}/src/agent/*.c)
   add_library(cohort_fuzzlib STATIC ${COHORT_FUZZ_LIB_SOURCES}
     ${CMAKE_SOURCE_DIR}/src/gpt2/ckpt.c ${CMAKE_SOURCE_DIR}/src/gpt2/data.c)
   target_compile_options(cohort_fuzzlib PRIVATE -fsanitize=fuzzer-no-link ${COHORT_FUZZ_SAN})
@@ -68,7 +69,8 @@ if(COHORT_FUZZ)
   cohort_fuzz(fuzz_gpt2_data ${CMAKE_SOURCE_DIR}/fuzz/fuzz_gpt2_data.c)
   # Command lines: value parsers and `cohort manifest` (pure: argv to text).
   cohort_fuzz(fuzz_cli ${CMAKE_SOURCE_DIR}/fuzz/fuzz_cli.c
-    SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_manifest.c ARGS -close_fd_mask=3)
+    SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_manifest.c
+            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_run.c ARGS -close_fd_mask=3)
   # `cohort plot`'s metrics parser (the eco helper's target).
   cohort_fuzz(fuzz_plot ${CMAKE_SOURCE_DIR}/fuzz/fuzz_plot.c)
 endif()

@@ -1,13 +1,16 @@
 /*
  * fuzz_cli.c - libFuzzer target for the command lines' parsers.
  *
- * `cohort run` always starts a job, so its argument vector is not fuzzed as
- * a whole here; what it (and the other commands) parse values with is:
- * base_parse_i64/int/size/seconds, base_split_hostport, and the manifest
- * command, which is pure (argv in, text out) and is fuzzed whole.
+ * The value parsers every command uses (base_parse_i64/int/size/seconds,
+ * base_split_hostport, quoting), the manifest command, which is pure (argv
+ * in, text out) and is fuzzed whole, and `cohort run`'s argument parser
+ * (cmd_run_parse, which starts nothing).
  *
- * byte 0 % 2 == 0: the rest, cut at NUL bytes, is the argument vector of
- *   `cohort manifest` (cmd_manifest; its output goes to /dev/null through
+ * byte 0 % 4 == 2: the rest, cut at NUL bytes, is the argument vector of
+ *   `cohort run`. It must answer 0 (then the command after "--" is non-empty
+ *   and the settings are in range), 1 (help) or 2 (usage error).
+ * else byte 0 % 2 == 0: the rest, cut at NUL bytes, is the argument vector
+ *   of `cohort manifest` (cmd_manifest; its output goes to /dev/null through
  *   libFuzzer's -close_fd_mask=3). It must answer 0, 1 or 2.
  * byte 0 % 2 == 1: the rest is one value, given to every value parser.
  *
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/agent.h"
 #include "base/base.h"
 #include "base/net.h"
 #include "doctor/doctor.h"
@@ -30,6 +34,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int cmd_manifest(int argc, char **argv);
+int cmd_run_parse(int argc, char **argv, agent_config *out);
 
 #define MAX_ARGS 64
 
@@ -148,12 +153,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   char *argv[MAX_ARGS + 2];
   int argc = 0;
-  argv[argc++] = (char *)"manifest";
+  int run = data[0] % 4 == 2;
+  argv[argc++] = (char *)(run ? "run" : "manifest");
   for (size_t i = 0; i < size - 1 && argc < MAX_ARGS;) {
     argv[argc++] = text + i;
     i += strlen(text + i) + 1;
   }
   argv[argc] = NULL;
+  if (run) {
+    agent_config cfg;
+    int rc = cmd_run_parse(argc, argv, &cfg);
+    check(rc == 0 || rc == 1 || rc == AGENT_EXIT_USAGE, "run: exit status");
+    if (rc == 0) {
+      check(cfg.argv != NULL && cfg.argv[0] != NULL, "run: no command");
+      check(cfg.nproc >= 1 && cfg.nproc <= AGENT_MAX_NPROC, "run: nproc range");
+      check(cfg.max_restarts >= 0 && cfg.grace_ms >= 0 && cfg.join_timeout_ms > 0,
+            "run: negative setting");
+      check(cfg.rdzv.nnodes_min <= cfg.rdzv.nnodes_max, "run: nnodes MIN > MAX");
+      check(cfg.rdzv.node_rank < 0 || cfg.rdzv.nnodes_max == 0 ||
+                cfg.rdzv.node_rank < cfg.rdzv.nnodes_max,
+            "run: node rank beyond nnodes");
+      check(cfg.token == NULL || (cfg.token[0] != '\0' && strlen(cfg.token) <= 256),
+            "run: token length");
+      check(cfg.run_id == NULL || agent_run_id_valid(cfg.run_id), "run: job id");
+    }
+    free(text);
+    return 0;
+  }
   /* Node counts up to MANIFEST_MAX_NODES are valid and produce one docker
    * line each (megabytes of text): correct but slow under the sanitizers, so
    * such inputs are skipped; counts above the limit still reach its check. */

@@ -228,6 +228,22 @@ put("fuzz_cli", "docker", argv("docker", "--nodes", "2", "--nproc-per-node", "1"
                                "--master-addr", "10.0.0.1", "--port", "29400", "--rdma", "--",
                                "sh", "-c", "echo $HOME"))
 put("fuzz_cli", "bad", argv("k8s", "--nodes", "0", "--", "x"))
+
+
+def run_argv(*a):
+    return b"\x02" + b"\0".join(x.encode() for x in a)
+
+
+put("fuzz_cli", "run_multinode", run_argv("--nnodes", "2:4", "--node-rank", "1", "--master",
+                                          "[::1]:29400", "--nproc-per-node=8", "--max-restarts",
+                                          "3", "--", "python", "train.py"))
+put("fuzz_cli", "run_mcast", run_argv("--discover", "mcast", "--job", "j-1", "--iface", "eth0",
+                                      "--mcast-group", "239.1.2.3:29500", "--heartbeat-timeout",
+                                      "2.5", "--tee", "--", "true"))
+put("fuzz_cli", "run_file", run_argv("--rdzv-file", "/shared/r", "--join-timeout", "60",
+                                     "--last-call", "0", "--grace", "1.5", "--net", "off",
+                                     "--token", "s3cr3t", "--log-dir", "/tmp/l", "--", "x"))
+put("fuzz_cli", "run_bad", run_argv("--nnodes", "4:2", "--", "x"))
 for i, v in enumerate(["123", "-9223372036854775808", "10.0.0.1:29400", "[::1]:80", ":0",
                        "8G", "512Mi", "2.5", "it's a $test", "link=ethernet;hca=mlx5_0:1;gid=3",
                        "link=none;hca=;gid=none"]):

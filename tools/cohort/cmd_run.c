@@ -78,7 +78,13 @@ static int match(const char *arg, const char *name, const char *alt, const char 
   return 0;
 }
 
-int cmd_run(int argc, char **argv) {
+/*
+ * Parses `cohort run`'s arguments into *out. Returns 0 when the job should
+ * start, 1 when --help was printed, or AGENT_EXIT_USAGE after printing a
+ * one-line error. Starts nothing (fuzz/fuzz_cli.c runs it on random argv).
+ */
+int cmd_run_parse(int argc, char **argv, agent_config *out);
+int cmd_run_parse(int argc, char **argv, agent_config *out) {
   agent_config cfg = {
       .nproc = 1,
       .max_restarts = 0,
@@ -103,7 +109,7 @@ int cmd_run(int argc, char **argv) {
     if (strcmp(a, "--") == 0) break;
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       fputs(run_usage, stdout);
-      return 0;
+      return 1;
     }
     if (strcmp(a, "--tee") == 0) {
       cfg.tee = 1;
@@ -255,5 +261,14 @@ int cmd_run(int argc, char **argv) {
   if (cfg.token != NULL && (cfg.token[0] == '\0' || strlen(cfg.token) > 256))
     return usage_error("the job token must have 1 to 256 characters%s", "");
   cfg.argv = argv + i + 1;
+  *out = cfg;
+  return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+  agent_config cfg;
+  int rc = cmd_run_parse(argc, argv, &cfg);
+  if (rc == 1) return 0;
+  if (rc != 0) return rc;
   return agent_run(&cfg);
 }
