@@ -43,7 +43,7 @@ declare -A parser=(
   [fuzz_doctor_tree]="sysfs/proc/dev/lib trees (doctor/probe.c + derive, format)"
   [fuzz_gpt2_ckpt]="checkpoint files (gpt2/ckpt.c)"
   [fuzz_gpt2_data]="token shards and text data (gpt2/data.c)"
-  [fuzz_cli]="command-line values, cohort manifest argv"
+  [fuzz_cli]="command-line values, cohort manifest and cohort run argv"
   [fuzz_plot]="metrics JSONL (plot/plot.c)"
 )
 
