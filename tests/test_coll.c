@@ -627,6 +627,61 @@ static void test_api_errors(void) {
   cohort_comm_destroy(c);
 }
 
+/*
+ * A peer that writes its last bytes into the shared-memory ring and exits
+ * before the receiver has read them: the receiver must still get them. Rank 1
+ * waits in a broadcast and is stopped; rank 0 sends 256 KiB (less than a ring)
+ * and exits; rank 1 continues, finds rank 0's connection closed, and must read
+ * what rank 0 left instead of failing with "lost the connection".
+ */
+static void test_early_exit(void) {
+  char job[64], go[160];
+  g_job++;
+  job_name(job, sizeof job);
+  snprintf(go, sizeof go, "/tmp/cohort-test-coll-go-%d", (int)getpid());
+  unlink(go);
+  enum { N = 64 * 1024 };
+  pid_t p[2];
+  for (int r = 0; r < 2; r++) {
+    p[r] = fork();
+    if (p[r] != 0) continue;
+    cohort_comm_config cfg = {
+        .rank = r, .size = 2, .store_addr = g_store, .job_id = job, .timeout_ms = 20000};
+    cohort_comm *c = NULL;
+    if (cohort_comm_create(&cfg, &c) != 0) _exit(3);
+    float *buf = calloc(N, sizeof(float));
+    if (buf == NULL) _exit(3);
+    if (r == 0) {
+      for (int i = 0; i < N; i++) buf[i] = (float)i;
+      for (int i = 0; i < 20000 && access(go, F_OK) != 0; i++) base_sleep_ms(1);
+      int rc = cohort_broadcast(c, buf, N, COHORT_F32, 0);
+      cohort_comm_destroy(c);
+      _exit(rc == 0 ? 0 : 1);
+    }
+    int rc = cohort_broadcast(c, buf, N, COHORT_F32, 0);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += buf[i] != (float)i;
+    if (rc != 0) fprintf(stderr, "early exit: rank 1: %s\n", cohort_comm_error_message(c));
+    cohort_comm_destroy(c);
+    _exit(rc == 0 && bad == 0 ? 0 : 1);
+  }
+  base_sleep_ms(300); /* rank 1 is waiting for the broadcast by now */
+  kill(p[1], SIGSTOP);
+  FILE *f = fopen(go, "w");
+  if (f) fclose(f);
+  int st0 = -1, st1 = -1;
+  for (int i = 0; i < 20000 && waitpid(p[0], &st0, WNOHANG) != p[0]; i++) base_sleep_ms(1);
+  base_sleep_ms(200);
+  kill(p[1], SIGCONT);
+  for (int i = 0; i < 20000 && waitpid(p[1], &st1, WNOHANG) != p[1]; i++) base_sleep_ms(1);
+  for (int r = 0; r < 2; r++) kill(p[r], SIGKILL); /* no-ops unless something hung */
+  waitpid(p[0], NULL, WNOHANG);
+  waitpid(p[1], NULL, WNOHANG);
+  unlink(go);
+  CHECK(WIFEXITED(st0) && WEXITSTATUS(st0) == 0);
+  CHECK(WIFEXITED(st1) && WEXITSTATUS(st1) == 0);
+}
+
 static int shm_leftovers(void) {
   char prefix[64];
   snprintf(prefix, sizeof prefix, "cohort-tcoll-%d-", (int)getpid());
@@ -736,6 +791,7 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&tot, rk_timeout, NULL), 0);
   world_opts ab = {.n = 3};
   CHECK_EQ_INT(run_world(&ab, rk_abort, NULL), 0);
+  test_early_exit();
   CHECK_EQ_INT(shm_leftovers(), 0);
   return 0;
 }

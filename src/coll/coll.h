@@ -113,6 +113,8 @@ int coll_shm_cma(coll_shm *s);
 void coll_shm_set_spin(coll_shm *s, int us);
 /* 1 when the shm transport reaches `peer`. */
 int coll_shm_has(coll_shm *s, int peer);
+/* 1 when bytes from `peer` wait to be read (in the ring, inline or by address). */
+int coll_shm_readable(coll_shm *s, int peer);
 
 /* ---- the communicator ---- */
 

@@ -354,8 +354,11 @@ static int run(coll_ctx *x, xfer *v, int n) {
     now = base_now_ms();
     if (c->shm != NULL && now - last_live >= 50) {
       last_live = now;
+      /* A peer that finished its part and exited may have left bytes in the ring for us:
+       * it is lost only once nothing of it is left to read. */
       for (int i = 0; i < k; i++)
-        if (c->peer_ops[peers[i]] == &coll_shm_ops && coll_tcp_peer_gone(c->tcp, peers[i]))
+        if (c->peer_ops[peers[i]] == &coll_shm_ops && coll_tcp_peer_gone(c->tcp, peers[i]) &&
+            !(want[i] == COLL_WANT_RECV && coll_shm_readable(c->shm, peers[i])))
           return peer_error(x, peers[i], COHORT_EPEER, "waiting");
     }
   }

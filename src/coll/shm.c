@@ -509,6 +509,14 @@ static int shm_ready(coll_shm *s, const int *peers, const int *want, int n) {
   return 0;
 }
 
+int coll_shm_readable(coll_shm *s, int peer) {
+  if (!coll_shm_has(s, peer)) return 0;
+  int p = s->lidx[peer];
+  shm_ctrl *c = chan(s, p, s->me);
+  return atomic_load(&c->head) != atomic_load(&c->tail) || at_remote(c) ||
+         s->peers[p].stage_pos < s->peers[p].stage_len;
+}
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
