@@ -111,39 +111,53 @@ EOF
 chmod +x "$WORK/nsrsh"
 
 JOBN=0
-cohort_ns() {
-  local s
+# cohort_nodes NP HIER: NP ranks over the two namespaces (rank r in node r*2/NP).
+cohort_nodes() {
+  local np=$1 hier=$2 s r pids
   for s in $(size_list); do
     JOBN=$((JOBN + 1))
-    netns_exec 1 env RANK=1 WORLD_SIZE=2 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
-      timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" >/dev/null &
-    local peer=$!
-    netns_exec 0 env RANK=0 WORLD_SIZE=2 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
-      timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
-      awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
-    wait "$peer"
+    pids=()
+    for ((r = np - 1; r >= 0; r--)); do
+      if [ $r -gt 0 ]; then
+        netns_exec $((r * 2 / np)) env RANK=$r WORLD_SIZE="$np" COHORT_STORE="$A:29400" \
+          COHORT_JOB_ID="b$$-$JOBN" COHORT_HIER="$hier" \
+          timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" >/dev/null &
+        pids+=($!)
+      else
+        netns_exec 0 env RANK=0 WORLD_SIZE="$np" COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
+          COHORT_HIER="$hier" timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
+          awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
+      fi
+    done
+    wait "${pids[@]}"
   done
 }
 
-mpi_ns() {
+# mpi_nodes NP HOSTS BTL
+mpi_nodes() {
   local s
   for s in $(size_list); do
-    netns_exec 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --host "$A,$B" -np 2 \
-      --mca plm_rsh_agent "$WORK/nsrsh" --mca btl tcp,self \
+    netns_exec 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --host "$2" -np "$1" \
+      --mca plm_rsh_agent "$WORK/nsrsh" --mca btl "$3" \
       --mca btl_tcp_if_include 10.201.0.0/24 --mca oob_tcp_if_include 10.201.0.0/24 \
       "$WORK/mpi_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
   done
 }
 
-gloo_ns() {
-  local s
+# gloo_nodes NP
+gloo_nodes() {
+  local np=$1 s r pids
   for s in $(size_list); do
-    netns_exec 1 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=2 RANK=1 GLOO_SOCKET_IFNAME=eth0 \
-      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" >/dev/null 2>&1 &
-    local peer=$!
-    netns_exec 0 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 GLOO_SOCKET_IFNAME=eth0 \
+    pids=()
+    for ((r = np - 1; r >= 1; r--)); do
+      netns_exec $((r * 2 / np)) env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE="$np" RANK=$r \
+        GLOO_SOCKET_IFNAME=eth0 timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" \
+        >/dev/null 2>&1 &
+      pids+=($!)
+    done
+    netns_exec 0 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE="$np" RANK=0 GLOO_SOCKET_IFNAME=eth0 \
       timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
-    wait "$peer"
+    wait "${pids[@]}"
   done
 }
 
@@ -164,62 +178,20 @@ raw_ns() {
   cat "$WORK/raw.ab" "$WORK/raw.ba" | awk '{s += $1} END {if (NR == 2) printf "%.3f\n", s / 2}' >>"$WORK/ns.raw2"
 }
 
-# 2 x 2: ranks 0 and 1 in node 0, ranks 2 and 3 in node 1.
-cohort_hier() {
-  local s r pids hier=$1
-  for s in $(size_list); do
-    JOBN=$((JOBN + 1))
-    pids=()
-    for r in 1 2 3; do
-      netns_exec $((r / 2)) env RANK=$r WORLD_SIZE=4 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
-        COHORT_HIER="$hier" timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" >/dev/null &
-      pids+=($!)
-    done
-    netns_exec 0 env RANK=0 WORLD_SIZE=4 COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
-      COHORT_HIER="$hier" timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
-      awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
-    wait "${pids[@]}"
-  done
-}
-
-mpi_hier() {
-  local s
-  for s in $(size_list); do
-    netns_exec 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --host "$A:2,$B:2" -np 4 \
-      --mca plm_rsh_agent "$WORK/nsrsh" --mca btl tcp,vader,self \
-      --mca btl_tcp_if_include 10.201.0.0/24 --mca oob_tcp_if_include 10.201.0.0/24 \
-      "$WORK/mpi_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
-  done
-}
-
-gloo_hier() {
-  local s r pids
-  for s in $(size_list); do
-    pids=()
-    for r in 1 2 3; do
-      netns_exec $((r / 2)) env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=4 RANK=$r GLOO_SOCKET_IFNAME=eth0 \
-        timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" >/dev/null 2>&1 &
-      pids+=($!)
-    done
-    netns_exec 0 env MASTER_ADDR="$A" MASTER_PORT=29500 WORLD_SIZE=4 RANK=0 GLOO_SOCKET_IFNAME=eth0 \
-      timeout 300 $PY "$HERE/gloo_allreduce.py" "${ITERS[$s]}" "${WARM[$s]}" "$s" 2>/dev/null
-    wait "${pids[@]}"
-  done
-}
-
 for ((rep = 1; rep <= REPS; rep++)); do
   echo "run.sh: repetition $rep/$REPS" >&2
   cohort_local >>"$WORK/local.cohort"
   mpi_local >>"$WORK/local.mpi"
   gloo_local >>"$WORK/local.gloo"
-  cohort_ns >>"$WORK/ns.cohort"
-  mpi_ns >>"$WORK/ns.mpi"
-  gloo_ns >>"$WORK/ns.gloo"
+  cohort_nodes 2 1 >>"$WORK/ns.cohort"
+  mpi_nodes 2 "$A,$B" tcp,self >>"$WORK/ns.mpi"
+  gloo_nodes 2 >>"$WORK/ns.gloo"
   raw_ns
-  cohort_hier 1 >>"$WORK/hier.cohort"
-  cohort_hier 0 >>"$WORK/hier.flat"
-  mpi_hier >>"$WORK/hier.mpi"
-  gloo_hier >>"$WORK/hier.gloo"
+  # 2 x 2: ranks 0 and 1 in node 0, ranks 2 and 3 in node 1.
+  cohort_nodes 4 1 >>"$WORK/hier.cohort"
+  cohort_nodes 4 0 >>"$WORK/hier.flat"
+  mpi_nodes 4 "$A:2,$B:2" tcp,vader,self >>"$WORK/hier.mpi"
+  gloo_nodes 4 >>"$WORK/hier.gloo"
 done
 
 # t SETTING TOOL SIZE: median time (us)

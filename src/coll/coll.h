@@ -42,6 +42,15 @@ uint16_t coll_f32_to_bf16(float f);
 const char *coll_dtype_name(cohort_dtype dt);
 const char *coll_redop_name(cohort_redop op);
 
+/* A pause inside a spin-wait (lets the sibling hyperthread run, saves power). */
+static inline void coll_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 /* ---- transports ---- */
 
 /* Events a transfer waits for on one peer. */

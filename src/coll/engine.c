@@ -245,14 +245,6 @@ static long step(coll_ctx *x, xfer *v) {
   return moved;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* Polls before the full wait path when every pending transfer is on shared memory: a peer on
  * the other core usually answers within a few hundred nanoseconds, and the wait path reads the
  * clock. */
@@ -298,7 +290,7 @@ static int run(coll_ctx *x, xfer *v, int n) {
         if (v[i].pos < sizeof(coll_hdr) + v[i].padded && v[i].ops != &coll_shm_ops) all_shm = 0;
       if (all_shm) {
         polls++;
-        cpu_relax();
+        coll_cpu_relax();
         continue;
       }
     }

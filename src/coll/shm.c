@@ -517,14 +517,6 @@ int coll_shm_readable(coll_shm *s, int peer) {
          s->peers[p].stage_pos < s->peers[p].stage_len;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 static int shm_wait(void *sp, const int *peers, const int *want, int n, int timeout_ms,
                     int *bad_peer) {
   coll_shm *s = sp;
@@ -534,7 +526,7 @@ static int shm_wait(void *sp, const int *peers, const int *want, int n, int time
   int64_t end = 0;
   for (int i = 0;; i++) {
     if (shm_ready(s, peers, want, n)) return 0;
-    cpu_relax();
+    coll_cpu_relax();
     if ((i & 63) == 63) { /* the clock is read only once the peer is slow to answer */
       int64_t now = base_now_us();
       if (end == 0) end = now + s->spin_us;
