@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "doctor/doctor.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -60,19 +61,10 @@ static void cleanup(void) {
   remove_tree(base_dir);
 }
 
-/* A directory for scratch files: /dev/shm if usable, else $TMPDIR or /tmp. */
-static const char *fuzz_tmp_root(void) {
-  if (access("/dev/shm", W_OK) == 0) return "/dev/shm";
-  const char *t = getenv("TMPDIR");
-  return t != NULL && t[0] != '\0' && strlen(t) < 24 ? t : "/tmp";
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  /* tmpfs when there is one: the tree is rebuilt for every input. */
-  snprintf(base_dir, sizeof base_dir, "%s/fuzz-cohort-doctor.XXXXXX", fuzz_tmp_root());
-  check(mkdtemp(base_dir) != NULL, "mkdtemp");
+  fuzz_scratch_dir(base_dir, sizeof base_dir, "doctor");
   atexit(cleanup);
   return 0;
 }

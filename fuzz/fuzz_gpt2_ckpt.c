@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "gpt2/ckpt.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -51,19 +52,10 @@ static void cleanup(void) {
   rmdir(dir);
 }
 
-/* A directory for scratch files: /dev/shm if usable, else $TMPDIR or /tmp. */
-static const char *fuzz_tmp_root(void) {
-  if (access("/dev/shm", W_OK) == 0) return "/dev/shm";
-  const char *t = getenv("TMPDIR");
-  return t != NULL && t[0] != '\0' && strlen(t) < 24 ? t : "/tmp";
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  /* tmpfs when there is one: files are rewritten for every input. */
-  snprintf(dir, sizeof dir, "%s/fuzz-cohort-ckpt.XXXXXX", fuzz_tmp_root());
-  check(mkdtemp(dir) != NULL, "mkdtemp");
+  fuzz_scratch_dir(dir, sizeof dir, "ckpt");
   snprintf(newest, sizeof newest, "%s/ckpt_%012d.bin", dir, 2);
   snprintf(oldest, sizeof oldest, "%s/ckpt_%012d.bin", dir, 1);
   atexit(cleanup);

@@ -24,6 +24,7 @@
 
 #include "store/store.h"
 #include "tests/check.h"
+#include "tests/spawn_files.h"
 
 static const char *bin;
 static char tmp[256];
@@ -32,57 +33,34 @@ static int job_counter;
 
 /* Starts one process of a job: rank < 0 means a plain single-process run. */
 static pid_t spawn(const char *tag, int rank, int world, const char *job, const char **args) {
-  const char *argv[64];
-  int n = 0;
-  argv[n++] = bin;
-  for (int i = 0; args[i] != NULL && n < 63; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  if (pid == 0) {
-    char path[512], num[16];
-    snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    snprintf(path, sizeof(path), "%s/%s.err", tmp, tag);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    if (rank >= 0) {
-      snprintf(num, sizeof(num), "%d", rank);
-      setenv("RANK", num, 1);
-      setenv("LOCAL_RANK", num, 1);
-      snprintf(num, sizeof(num), "%d", world);
-      setenv("WORLD_SIZE", num, 1);
-      setenv("LOCAL_WORLD_SIZE", num, 1);
-      setenv("COHORT_STORE", store_addr, 1);
-      setenv("COHORT_JOB_ID", job, 1);
-      setenv("COHORT_TIMEOUT_MS", "20000", 1);
-    } else {
-      unsetenv("RANK");
-      unsetenv("WORLD_SIZE");
-    }
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
-  return pid;
+  char r[32], lr[32], w[32], lw[32], st[96], jb[96];
+  snprintf(r, sizeof r, "RANK=%d", rank);
+  snprintf(lr, sizeof lr, "LOCAL_RANK=%d", rank);
+  snprintf(w, sizeof w, "WORLD_SIZE=%d", world);
+  snprintf(lw, sizeof lw, "LOCAL_WORLD_SIZE=%d", world);
+  snprintf(st, sizeof st, "COHORT_STORE=%s", store_addr);
+  snprintf(jb, sizeof jb, "COHORT_JOB_ID=%s", job);
+  const char *const ranked[] = {"OMP_NUM_THREADS=1",
+                                "OMP_WAIT_POLICY=passive",
+                                r,
+                                lr,
+                                w,
+                                lw,
+                                st,
+                                jb,
+                                "COHORT_TIMEOUT_MS=20000",
+                                NULL};
+  const char *const single[] = {"OMP_NUM_THREADS=1", "OMP_WAIT_POLICY=passive", "RANK",
+                                "WORLD_SIZE", NULL};
+  return spawn_to_files(bin, tmp, tag, args, rank >= 0 ? ranked : single);
 }
 
 static int wait_status(pid_t pid) {
-  int st = 0;
-  if (waitpid(pid, &st, 0) != pid) return -1;
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return WEXITSTATUS(st);
+  return spawn_wait(pid);
 }
 
 static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return strdup("");
-  char *buf = calloc(1, 1 << 20);
-  size_t n = fread(buf, 1, (1 << 20) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
+  return spawn_slurp(path);
 }
 
 #define MAXSTEPS 64

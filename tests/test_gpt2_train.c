@@ -21,41 +21,18 @@
 #include <unistd.h>
 
 #include "tests/check.h"
+#include "tests/spawn_files.h"
 
 static const char *bin;
 static char tmp[256];
 
-#define MAXARGS 64
-
-/* Starts bin with the given NULL-terminated arguments; stdout and stderr go
- * to files under tmp. */
 static pid_t spawn(const char *tag, const char **args) {
-  const char *argv[MAXARGS];
-  int n = 0;
-  argv[n++] = bin;
-  for (int i = 0; args[i] != NULL && n < MAXARGS - 1; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  if (pid == 0) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    snprintf(path, sizeof(path), "%s/%s.err", tmp, tag);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    setenv("OMP_NUM_THREADS", "2", 1);
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
-  return pid;
+  static const char *const env[] = {"OMP_NUM_THREADS=2", NULL};
+  return spawn_to_files(bin, tmp, tag, args, env);
 }
 
 static int wait_status(pid_t pid) {
-  int st = 0;
-  if (waitpid(pid, &st, 0) != pid) return -1;
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return WEXITSTATUS(st);
+  return spawn_wait(pid);
 }
 
 static int run(const char *tag, const char **args) {
@@ -68,13 +45,7 @@ static char *slurp(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(path, sizeof(path), fmt, ap);
   va_end(ap);
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return strdup("");
-  char *buf = calloc(1, 1 << 20);
-  size_t n = fread(buf, 1, (1 << 20) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
+  return spawn_slurp(path);
 }
 
 static int count_lines(const char *s) {

@@ -1,0 +1,31 @@
+/*
+ * fuzz_util.h - what several libFuzzer harnesses share: a scratch directory
+ * for the files a harness writes for every input.
+ */
+#ifndef COHORT_FUZZ_UTIL_H
+#define COHORT_FUZZ_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * Makes "<root>/fuzz-cohort-<tag>.XXXXXX" in out (at least 64 bytes), root
+ * being /dev/shm when writable (tmpfs: the files are rewritten for every
+ * input), else $TMPDIR or /tmp. Aborts when it cannot.
+ */
+static inline void fuzz_scratch_dir(char *out, size_t len, const char *tag) {
+  const char *root = "/tmp", *t = getenv("TMPDIR");
+  if (access("/dev/shm", W_OK) == 0)
+    root = "/dev/shm";
+  else if (t != NULL && t[0] != '\0' && strlen(t) < 24)
+    root = t;
+  snprintf(out, len, "%s/fuzz-cohort-%s.XXXXXX", root, tag);
+  if (mkdtemp(out) == NULL) {
+    fprintf(stderr, "fuzz: cannot make a scratch directory like %s\n", out);
+    abort();
+  }
+}
+
+#endif
