@@ -12,15 +12,9 @@ gpt2=$(readlink -f "$2")
 src=$(readlink -f "$3")
 . "$src/tests/netns_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-faults-XXXXXX)
-passed=0
-failed=0
 pids=()
 mnt=""
-check() {
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
+. "$src/tests/check_lib.sh"
 contains() { grep -qF -- "$2" "$1"; }
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -115,7 +109,7 @@ job ka 29503 --max-restarts 1
 wait_step "$tmp/ka/metrics" 60
 kill -9 "$(agent_pid 1)"
 wait_all 120 $a0
-check "agent kill: node 0 fails cleanly ($codes)" [ "$codes" != "0" ] && [ "$codes" != "timeout" ]
+check "agent kill: node 0 fails cleanly ($codes)" eval '[ "$codes" != "0" ] && [ "$codes" != "timeout" ]'
 check "agent kill: node 0 names node 1's dead agent" contains "$tmp/ka/agent0" "job failed: node 1 (node1): its agent died"
 wait_all 10 $a1
 sleep 0.5
@@ -148,7 +142,7 @@ fill_kb=$((free_kb - ckpt_bytes * 3 / 2 / 1024))
 dd if=/dev/zero of="$mnt/.filler" bs=1k count="$fill_kb" 2>/dev/null
 job full 29505
 wait_all 300 $a0 $a1
-check "full disk: the job fails ($codes)" [ "$codes" != "0 0" ] && [ "${codes#*timeout}" = "$codes" ]
+check "full disk: the job fails ($codes)" eval '[ "$codes" != "0 0" ] && [ "${codes#*timeout}" = "$codes" ]'
 check "full disk: the report says the disk is full" grep -qi "no space left" "$tmp/full/agent0" "$tmp/full/agent1"
 rm -f "$mnt/.filler"
 check "full disk: only complete checkpoints are left" [ -z "$(ls -A "$mnt" | grep -v '^ckpt_[0-9]*\.bin$')" ]

@@ -8,15 +8,9 @@ cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
 . "$src/tests/netns_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-mn-XXXXXX)
-passed=0
-failed=0
 pids=()
 
-check() { # check "description" command...
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
+. "$src/tests/check_lib.sh"
 contains() { grep -qF -- "$2" "$1"; }
 not_contains() { ! grep -qF -- "$2" "$1"; }
 
@@ -87,7 +81,7 @@ a0=$!
 start_agent 1 "$tmp/t1" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token wrong --join-timeout 8 -- true
 a1=$!
 wait_all 30 $a1
-check "token: wrong token exits non-zero ($codes)" [ "$codes" != "0" ] && [ "$codes" != "timeout" ]
+check "token: wrong token exits non-zero ($codes)" eval '[ "$codes" != "0" ] && [ "$codes" != "timeout" ]'
 check "token: the error names the token" contains "$tmp/t1" "token"
 start_agent 2 "$tmp/t2" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token right -- true
 a2=$!
@@ -158,7 +152,7 @@ sleep 0.5
 netns_link 2 down
 wait_all 40 $a0 $a1 $a2
 netns_link 2 up
-check "link down: every agent stops non-zero ($codes)" [ "${codes#*timeout}" = "$codes" ] && [ "$codes" != "0 0 0" ]
+check "link down: every agent stops non-zero ($codes)" eval '[ "${codes#*timeout}" = "$codes" ] && [ "$codes" != "0 0 0" ]'
 check "link down: node 0 says node 2 lost" contains "$tmp/n0" "node 2 (node2) lost"
 
 # 9. restarts across nodes: rank 1 fails in round 0, everyone runs round 1.
@@ -253,7 +247,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   check "torch: both nodes exit 0 ($codes)" [ "$codes" = "0 0" ]
   d0=$(sed -n 's/^\[r0\] PARAMS //p' "$tmp/p0")
   d1=$(sed -n 's/^\[r1\] PARAMS //p' "$tmp/p1")
-  check "torch: parameters identical across nodes" [ -n "$d0" ] && [ "$d0" = "$d1" ]
+  check "torch: parameters identical across nodes" eval '[ -n "$d0" ] && [ "$d0" = "$d1" ]'
   check "torch: world size 2" contains "$tmp/p0" "world 2"
 else
   check "torch: /usr/bin/python3 imports torch (scripts/deps.sh installs python3-torch)" false

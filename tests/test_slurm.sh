@@ -22,19 +22,7 @@ NPROC=2 # workers per node
 STEPS=5
 world=$((NODES * NPROC))
 
-passed=0
-failed=0
-check() { # check "description" command...
-  local what=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $what"
-    return 1
-  fi
-}
+. "$src/tests/check_lib.sh"
 finish() {
   if [ "$failed" -ne 0 ] && [ -d "${dir:-}/log" ]; then tail -n 30 "$dir"/log/*; fi
   echo "$passed passed, $failed failed"

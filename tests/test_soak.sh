@@ -27,15 +27,9 @@ cohort=$bindir/cohort
 jobs=${3:-${COHORT_SOAK_JOBS:-200}}
 . "$src/tests/netns_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-soak-XXXXXX)
-passed=0
-failed=0
 pids=()
 
-check() { # check "description" command...
-  local what=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $what"; fi
-}
+. "$src/tests/check_lib.sh"
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
