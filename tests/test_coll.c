@@ -308,10 +308,10 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
   /* Several emulated hosts with several ranks on one: the hierarchical allreduce is on. */
   int want_hier = o->hosts > 1 && o->hosts < o->n && !o->flat;
   int want_rs = want_hier && o->n % o->hosts == 0;
-  if (c->hier != want_hier || (o->hosts > 0 && c->nhosts != o->hosts) ||
+  if (c->hier != want_hier || (o->hosts > 0 && c->leaders.n != o->hosts) ||
       (c->cross.ranks != NULL) != want_rs) {
     fprintf(stderr, "rank %d: hier %d over %d hosts, expected %d over %d\n", rank, c->hier,
-            c->nhosts, want_hier, o->hosts);
+            c->leaders.n, want_hier, o->hosts);
     cohort_comm_destroy(c);
     return 1;
   }

@@ -169,7 +169,6 @@ struct cohort_comm {
   coll_group leaders; /* the lowest rank of every host, ascending */
   coll_group cross;   /* every host's rank with my local index (ranks NULL unless all hosts have
                          as many ranks) */
-  int nhosts;
   int hier; /* large allreduce runs hierarchically (several hosts, several ranks on one) */
   int timeout_ms;
   size_t algo_threshold; /* bytes: below, latency algorithms; at or above, ring/chain */

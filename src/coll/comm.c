@@ -286,15 +286,15 @@ static int make_groups(cohort_comm *c, const peer_info *peers, int by_host, int 
       c->local.ranks[c->local.n++] = i;
     }
   }
-  c->nhosts = c->leaders.n;
-  c->hier = hier_on && c->nhosts > 1 && c->nhosts < n;
+  int nhosts = c->leaders.n;
+  c->hier = hier_on && nhosts > 1 && nhosts < n;
   if (!c->hier) return 0;
   /* Hosts of equal size (every rank counts every host, so all agree): the rank with my local
    * index on every host, in leader order, for the reduce-scatter form. */
-  c->cross.ranks = malloc((size_t)c->nhosts * sizeof(int));
+  c->cross.ranks = malloc((size_t)nhosts * sizeof(int));
   if (c->cross.ranks == NULL) return -ENOMEM;
   int uniform = 1;
-  for (int h = 0; h < c->nhosts; h++) {
+  for (int h = 0; h < nhosts; h++) {
     int lead = c->leaders.ranks[h], k = 0;
     for (int i = lead; i < n; i++) {
       if (strcmp(peers[i].hostid, peers[lead].hostid) != 0) continue;
@@ -308,8 +308,8 @@ static int make_groups(cohort_comm *c, const peer_info *peers, int by_host, int 
     c->cross.ranks = NULL;
     return 0;
   }
-  c->cross.n = c->nhosts;
-  for (int h = 0; h < c->nhosts; h++)
+  c->cross.n = nhosts;
+  for (int h = 0; h < nhosts; h++)
     if (c->cross.ranks[h] == c->rank) c->cross.me = h;
   return 0;
 }
@@ -429,7 +429,7 @@ static int bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
            n - (nlocal > 1 ? nlocal : 1), addr);
   if (c->hier)
     base_log(BASE_LOG_INFO, "rank %d: hierarchical allreduce over %d hosts (%d rank(s) here, %s)",
-             c->rank, c->nhosts, c->local.n,
+             c->rank, c->leaders.n, c->local.n,
              c->cross.ranks != NULL ? "reduce-scatter form" : "leader form");
   for (int i = 0; i < n; i++) {
     if (coll_shm_has(c->shm, i)) {

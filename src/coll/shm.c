@@ -486,6 +486,13 @@ static long shm_recv(void *sp, int peer, void *buf, size_t len) {
   return (long)done;
 }
 
+/* 1 when bytes from local peer p wait to be read: in the ring, by address, or pulled. */
+static int rx_ready(coll_shm *s, int p) {
+  shm_ctrl *c = chan(s, p, s->me);
+  return atomic_load(&c->head) != atomic_load(&c->tail) || at_remote(c) ||
+         s->peers[p].stage_pos < s->peers[p].stage_len;
+}
+
 /* 1 when some listed transfer can progress now (or the host's segment is aborted). */
 static int shm_ready(coll_shm *s, const int *peers, const int *want, int n) {
   if (atomic_load(&s->hdr->abort_flag)) return 1;
@@ -499,22 +506,13 @@ static int shm_ready(coll_shm *s, const int *peers, const int *want, int n) {
         return 1;
       }
     }
-    if (want[i] & COLL_WANT_RECV) {
-      shm_ctrl *c = chan(s, p, s->me);
-      if (atomic_load(&c->head) != atomic_load(&c->tail) || at_remote(c) ||
-          s->peers[p].stage_pos < s->peers[p].stage_len)
-        return 1;
-    }
+    if ((want[i] & COLL_WANT_RECV) && rx_ready(s, p)) return 1;
   }
   return 0;
 }
 
 int coll_shm_readable(coll_shm *s, int peer) {
-  if (!coll_shm_has(s, peer)) return 0;
-  int p = s->lidx[peer];
-  shm_ctrl *c = chan(s, p, s->me);
-  return atomic_load(&c->head) != atomic_load(&c->tail) || at_remote(c) ||
-         s->peers[p].stage_pos < s->peers[p].stage_len;
+  return coll_shm_has(s, peer) && rx_ready(s, s->lidx[peer]);
 }
 
 static int shm_wait(void *sp, const int *peers, const int *want, int n, int timeout_ms,
