@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cohort/cohort.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,7 +19,7 @@
 #include "base/base.h"
 #include "base/sha256.h"
 #include "cohort/cohort.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

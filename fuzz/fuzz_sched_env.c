@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

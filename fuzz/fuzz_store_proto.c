@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "store/store_proto.h"
+#include "store/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -36,7 +36,7 @@
 #include "base/base.h"
 #include "base/net.h"
 #include "store/store.h"
-#include "store/store_proto.h"
+#include "store/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -9,7 +9,7 @@ set_tests_properties(doctor PROPERTIES TIMEOUT 120 LABELS "unit")
 # The --json output of every fixture validated against docs/doctor.schema.json.
 find_program(COHORT_PYTHON3 NAMES python3)
 if(COHORT_PYTHON3)
-  add_test(NAME doctor_schema COMMAND ${COHORT_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/doctor_schema_check.py
+  add_test(NAME doctor_schema COMMAND ${COHORT_PYTHON3} ${CMAKE_SOURCE_DIR}/tests/test_doctor_schema.py
            $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR}/tests/fixtures/doctor ${CMAKE_SOURCE_DIR}/docs/doctor.schema.json)
   set_tests_properties(doctor_schema PROPERTIES TIMEOUT 120 LABELS "unit")
 endif()

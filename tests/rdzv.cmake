@@ -8,5 +8,5 @@ set_tests_properties(rdzv PROPERTIES TIMEOUT 120 LABELS "unit")
 add_executable(test_rdzv_mcast ${CMAKE_SOURCE_DIR}/tests/test_rdzv_mcast.c)
 target_link_libraries(test_rdzv_mcast PRIVATE cohort_node)
 add_test(NAME rdzv_mcast
-  COMMAND bash ${CMAKE_SOURCE_DIR}/tests/rdzv_mcast.sh $<TARGET_FILE:test_rdzv_mcast>)
+  COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_rdzv_mcast.sh $<TARGET_FILE:test_rdzv_mcast>)
 set_tests_properties(rdzv_mcast PROPERTIES TIMEOUT 120 LABELS "slow" SKIP_RETURN_CODE 77)

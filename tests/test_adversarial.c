@@ -49,7 +49,7 @@
 #include "cohort/cohort.h"
 #include "proc.h"
 #include "store/store.h"
-#include "store/store_proto.h"
+#include "store/proto.h"
 
 #define TOKEN "adversarial-test-token-7f3a"
 /* The server's limits in this test (docs/reliability.md states the bounds). */

@@ -818,7 +818,7 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "unit";
   signal(SIGPIPE, SIG_IGN);
   if (strcmp(mode, "rank") == 0) {
-    /* One rank of an externally launched job (tests/coll_netns.sh). */
+    /* One rank of an externally launched job (tests/test_coll_netns.sh). */
     cohort_comm *c;
     int rc = cohort_comm_create_from_env(&c);
     if (rc != 0) {

@@ -16,7 +16,7 @@
 
 #include "base/base.h"
 #include "rdzv/discover.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 #include "tests/check.h"
 
 static char tmpdir[256];

@@ -1,5 +1,5 @@
 /*
- * test_rdzv_mcast.c - the node driver of tests/rdzv_mcast.sh, run inside a
+ * test_rdzv_mcast.c - the node driver of tests/test_rdzv_mcast.sh, run inside a
  * network namespace: discovers the store of --job by multicast; a hosting
  * node listens on the chosen address, publishes it and greets --expect
  * joiners with its job id and address; a joining node connects to what it

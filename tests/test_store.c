@@ -17,8 +17,8 @@
 #include "base/net.h"
 #include "base/sha256.h"
 #include "store/store.h"
-#include "store/store_auth.h"
-#include "store/store_proto.h"
+#include "store/auth.h"
+#include "store/proto.h"
 #include "tests/check.h"
 
 /* ---- helpers ---- */

@@ -34,8 +34,8 @@ trap 'rm -rf "$tmp"' EXIT
 val() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" "$1" | head -1; }
 
 declare -A parser=(
-  [fuzz_store_proto]="store frames and messages (store_proto.c)"
-  [fuzz_store_session]="store server, whole sessions over TCP (store_server.c)"
+  [fuzz_store_proto]="store frames and messages (proto.c)"
+  [fuzz_store_session]="store server, whole sessions over TCP (server.c)"
   [fuzz_mcast_dgram]="multicast datagram (rdzv/mcast.c)"
   [fuzz_rdzv_plan]="node records, rank plan (rdzv/join.c via a store)"
   [fuzz_sched_env]="scheduler environment, rendezvous file (rdzv/sched.c, file.c)"

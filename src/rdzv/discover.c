@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 /* How long the static method waits for a name to resolve before calling it "not this host". */
 #define RESOLVE_TIMEOUT_MS 3000

@@ -35,7 +35,7 @@
 
 #include "base/base.h"
 #include "base/net.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 #define FILE_MAX 4096
 #define POLL_MS 100

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 #define HL_MAX_GROUPS 8  /* bracket groups in one entry */
 #define HL_MAX_DIGITS 18 /* fits in uint64_t with room to add */

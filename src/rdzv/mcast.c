@@ -37,7 +37,7 @@
 #include "base/base.h"
 #include "base/net.h"
 #include "base/sha256.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 #define DEFAULT_SETTLE_MS 1000
 #define CANDIDATE_PERIOD_MS 100

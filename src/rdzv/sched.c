@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "rdzv/rdzv_internal.h"
+#include "rdzv/internal.h"
 
 #define MAX_NODES 1000000
 

@@ -1,4 +1,4 @@
-/* util.c - the doctor's string buffer, string lists and natural order. */
+/* strings.c - the doctor's string buffer, string lists and natural order. */
 #include "doctor/internal.h"
 
 #include <ctype.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# coll_netns.sh - libcohort between network namespaces: two emulated nodes
+# test_coll_netns.sh - libcohort between network namespaces: two emulated nodes
 # (tests/netns_lib.sh: namespaces on a private bridge, 10.201.0.0/24), rank 0
 # on node 0 and ranks 1 and 2 on node 1. Ranks 1 and 2 share memory, every
 # other pair talks TCP over the veth links; all check their results against
@@ -7,7 +7,7 @@
 # COHORT_TRANSPORT=shm must refuse to start (the ranks are not on one host).
 # A world of two ranks per node checks the hierarchical allreduce.
 # Everything created is removed on exit, also on failure.
-# Usage: coll_netns.sh TEST_COLL COHORT
+# Usage: test_coll_netns.sh TEST_COLL COHORT
 set -u
 TEST_COLL=$1
 COHORT=$2

@@ -1,5 +1,5 @@
-/* store_auth.c - MAC computation shared by the store's client and server. */
-#include "store/store_auth.h"
+/* auth.c - MAC computation shared by the store's client and server. */
+#include "store/auth.h"
 
 #include <string.h>
 

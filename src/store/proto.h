@@ -1,5 +1,5 @@
 /*
- * store_proto.h - the store's wire format: framing, request and response
+ * proto.h - the store's wire format: framing, request and response
  * encoding and parsing (docs/store-protocol.md).
  *
  * Parsing is pure: bytes in, a parsed message (pointing into the caller's

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validates `cohort doctor --json` against docs/doctor.schema.json.
 
-usage: doctor_schema_check.py COHORT_BINARY FIXTURES_DIR SCHEMA
+usage: test_doctor_schema.py COHORT_BINARY FIXTURES_DIR SCHEMA
 
 A small validator for the subset of JSON Schema the schema uses (type,
 const, enum, pattern, minLength, minimum, properties, required,

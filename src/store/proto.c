@@ -1,5 +1,5 @@
-/* store_proto.c - framing and message encoding of the store protocol. */
-#include "store/store_proto.h"
+/* proto.c - framing and message encoding of the store protocol. */
+#include "store/proto.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * rdzv_internal.h - the pieces of discovery that tests reach directly:
+ * internal.h - the pieces of discovery that tests reach directly:
  * Slurm hostlist expansion, scheduler environment detection, the shared
  * file's format, the multicast datagram codec and group derivation, and the
  * route-table lookup over a proc root.

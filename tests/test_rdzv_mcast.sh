@@ -1,5 +1,5 @@
 #!/bin/bash
-# rdzv_mcast.sh DRIVER - multicast discovery between three network namespaces.
+# test_rdzv_mcast.sh DRIVER - multicast discovery between three network namespaces.
 #
 # Creates three node namespaces joined by a bridge that lives in a fourth
 # namespace (10.77.1.0/24; node 1 has a default route, nodes 2 and 3 a
@@ -7,7 +7,7 @@
 # several start orders, and removes every namespace on exit, also on failure.
 # No traffic leaves these namespaces. Exits 77 (skipped) without root or ip.
 set -u
-DRV=${1:?usage: rdzv_mcast.sh DRIVER}
+DRV=${1:?usage: test_rdzv_mcast.sh DRIVER}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
   echo "skipped: needs root and iproute2 to create network namespaces"
   exit 77

@@ -1,5 +1,5 @@
 /*
- * store_client.c - the store client: blocking calls with deadlines.
+ * client.c - the store client: blocking calls with deadlines.
  *
  * One request is in flight at a time. Any transport failure or timeout in
  * the middle of a call drops the connection (the byte stream can no longer
@@ -19,8 +19,8 @@
 #include "base/net.h"
 #include "base/sha256.h"
 #include "store/store.h"
-#include "store/store_auth.h"
-#include "store/store_proto.h"
+#include "store/auth.h"
+#include "store/proto.h"
 
 /* Connection attempts back off from 10 ms, doubling up to 500 ms. */
 #define BACKOFF_MIN_MS 10

@@ -1,5 +1,5 @@
 /*
- * store_server.c - the store server: one thread, one poll() loop.
+ * server.c - the store server: one thread, one poll() loop.
  *
  * Every connection has a read buffer (at most one frame beyond what has been
  * processed) and a write buffer. Requests are handled in arrival order; a
@@ -26,8 +26,8 @@
 #include "base/net.h"
 #include "base/sha256.h"
 #include "store/store.h"
-#include "store/store_auth.h"
-#include "store/store_proto.h"
+#include "store/auth.h"
+#include "store/proto.h"
 
 #define DEFAULT_MAX_CONNS 1024
 #define DEFAULT_IDLE_MS (600 * 1000)

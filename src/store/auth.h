@@ -1,5 +1,5 @@
 /*
- * store_auth.h - the MACs of the store's challenge-response authentication.
+ * auth.h - the MACs of the store's challenge-response authentication.
  *
  * Both sides send a fresh random nonce; the client proves it knows the
  * token with HMAC-SHA256(token, client label || client nonce || server
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/store_proto.h"
+#include "store/proto.h"
 
 #define STORE_AUTH_CLIENT_LABEL "cohort-store v1 client proof"
 #define STORE_AUTH_SERVER_LABEL "cohort-store v1 server proof"
