@@ -13,6 +13,8 @@ pkgs=(
   clang libclang-rt-14-dev valgrind
   groff-base
   slurm-wlm munge
+  libssl-dev libjansson-dev libcurl4-openssl-dev
+  etcd-server etcd-client openssh-server openssh-client gdb elfutils
 )
 
 missing=()
