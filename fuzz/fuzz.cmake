@@ -33,7 +33,7 @@ if(COHORT_FUZZ)
   add_library(cohort_fuzzlib STATIC ${COHORT_FUZZ_LIB_SOURCES}
     ${CMAKE_SOURCE_DIR}/src/gpt2/ckpt.c ${CMAKE_SOURCE_DIR}/src/gpt2/data.c)
   target_compile_options(cohort_fuzzlib PRIVATE -fsanitize=fuzzer-no-link ${COHORT_FUZZ_SAN})
-  target_link_libraries(cohort_fuzzlib PUBLIC Threads::Threads rt m)
+  target_link_libraries(cohort_fuzzlib PUBLIC Threads::Threads rt m OpenSSL::Crypto PkgConfig::JANSSON)
 
   add_custom_target(fuzz_all)
   # cohort_fuzz(<name> <harness.c> [SOURCES extra.c...] [ARGS libFuzzer flags...])

@@ -71,6 +71,23 @@ deps=$(ldd "$tmp/probe/probe_pc")
 grep -q "libcohort.so.${version%%.*} => $libdir/" <<<"$deps" || \
   fail "pkg-config probe does not use the installed libcohort.so: $deps"
 
+# pkg-config for a static link: a prefix holding only the archive (the .pc
+# derives its prefix from its own place), linked with --static, so that
+# Requires.private and Libs.private alone must bring libcrypto and the system
+# libraries.
+rel=${libdir#"$prefix"/}
+sprefix=$tmp/static-prefix
+mkdir -p "$sprefix/$rel/pkgconfig"
+cp "$libdir/libcohort.a" "$sprefix/$rel/"
+cp "$libdir/pkgconfig/cohort.pc" "$sprefix/$rel/pkgconfig/"
+ln -s "$prefix/include" "$sprefix/include"
+static_flags=$(PKG_CONFIG_PATH=$sprefix/$rel/pkgconfig pkg-config --static --cflags --libs cohort)
+cc -o "$tmp/probe/probe_pc_static" "$tmp/probe/probe.c" $static_flags ||
+  fail "static link with pkg-config --static: $static_flags"
+[ "$("$tmp/probe/probe_pc_static")" = "$want" ] || fail "static pkg-config probe"
+deps=$(ldd "$tmp/probe/probe_pc_static")
+if grep -q libcohort <<<"$deps"; then fail "static pkg-config probe is dynamic: $deps"; fi
+
 # CMake package.
 cat > "$tmp/probe/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.20)
