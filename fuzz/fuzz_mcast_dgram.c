@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "base/sha256.h"
+#include "base/crypto.h"
 #include "cohort/cohort.h"
 #include "rdzv/internal.h"
 
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check(buf != NULL, "out of memory");
   memcpy(buf, data + 1, len);
   if (sign) {
-    base_hmac_sha256(TOKEN, strlen(TOKEN), buf, len, buf + len);
+    check(base_hmac_sha256(TOKEN, strlen(TOKEN), buf, len, buf + len) == 0, "hmac");
     len += RDZV_MAC_LEN;
   }
   rdzv_dgram d;

@@ -1,4 +1,4 @@
-# Tests of src/store (and the SHA-256/HMAC of src/base it uses) and of
+# Tests of src/store (its authentication MACs included) and of
 # `cohort store`, whose binary the test runs.
 add_executable(test_store ${CMAKE_SOURCE_DIR}/tests/test_store.c)
 target_link_libraries(test_store PRIVATE cohort_static)

@@ -1,10 +1,15 @@
-/* test_base.c - parsing, addresses, deadlines and sockets of src/base. */
+/*
+ * test_base.c - parsing, addresses, deadlines, sockets, random bytes and the
+ * libcrypto calls of src/base.
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/crypto.h"
 #include "base/net.h"
 #include "tests/check.h"
 
@@ -92,10 +97,73 @@ static void test_strerror(void) {
   CHECK_STREQ(cohort_strerror(12345), "unknown error");
 }
 
+static void check_hex(const uint8_t d[BASE_SHA256_LEN], const char *want) {
+  char hex[2 * BASE_SHA256_LEN + 1];
+  base_hex(d, BASE_SHA256_LEN, hex);
+  CHECK_STREQ(hex, want);
+}
+
+static void test_sha256(void) {
+  uint8_t d[BASE_SHA256_LEN];
+  /* FIPS 180-4 examples (NIST CSRC "SHA256.pdf"). */
+  CHECK_EQ_INT(base_sha256("abc", 3, d), 0);
+  check_hex(d, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK_EQ_INT(base_sha256("", 0, d), 0);
+  check_hex(d, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  CHECK_EQ_INT(base_sha256(two, strlen(two), d), 0);
+  check_hex(d, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+/* One RFC 4231 case: the MAC, its check, and the check refusing a flipped bit. */
+static void check_hmac(const void *key, size_t keylen, const void *data, size_t len,
+                       const char *want) {
+  uint8_t d[BASE_SHA256_LEN];
+  CHECK_EQ_INT(base_hmac_sha256(key, keylen, data, len, d), 0);
+  check_hex(d, want);
+  CHECK(base_hmac_sha256_ok(key, keylen, data, len, d));
+  d[BASE_SHA256_LEN - 1] ^= 0x80;
+  CHECK(!base_hmac_sha256_ok(key, keylen, data, len, d));
+}
+
+static void test_hmac_sha256(void) {
+  /* RFC 4231 test cases 1, 2, 3, 6 and 7 (6 and 7: a key longer than a block). */
+  uint8_t key[131], data[50];
+  memset(key, 0x0b, 20);
+  check_hmac(key, 20, "Hi There", 8,
+             "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  check_hmac("Jefe", 4, "what do ya want for nothing?", 28,
+             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  memset(key, 0xaa, 20);
+  memset(data, 0xdd, 50);
+  check_hmac(key, 20, data, 50, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  memset(key, 0xaa, 131);
+  const char *t6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  check_hmac(key, 131, t6, strlen(t6),
+             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  const char *t7 = "This is a test using a larger than block-size key and a larger than "
+                   "block-size data. The key needs to be hashed before being used by the HMAC "
+                   "algorithm.";
+  check_hmac(key, 131, t7, strlen(t7),
+             "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+static void test_random_bytes(void) {
+  uint8_t a[32], b[32], zero[32] = {0};
+  CHECK_EQ_INT(base_random_bytes(a, sizeof a), 0);
+  CHECK_EQ_INT(base_random_bytes(b, sizeof b), 0);
+  /* 2^-256 odds of a false failure for each check. */
+  CHECK(memcmp(a, b, sizeof a) != 0);
+  CHECK(memcmp(a, zero, sizeof a) != 0);
+}
+
 int main(void) {
   test_parse();
   test_hostport();
   test_sockets();
   test_strerror();
+  test_sha256();
+  test_hmac_sha256();
+  test_random_bytes();
   return check_report();
 }

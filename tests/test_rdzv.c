@@ -923,8 +923,8 @@ static void test_dgram(void) {
 static void test_group(void) {
   char a[64], b[64];
   int pa, pb;
-  rdzv_mcast_group_for_job("job-1", a, sizeof a, &pa);
-  rdzv_mcast_group_for_job("job-1", b, sizeof b, &pb);
+  CHECK_EQ_INT(rdzv_mcast_group_for_job("job-1", a, sizeof a, &pa), 0);
+  CHECK_EQ_INT(rdzv_mcast_group_for_job("job-1", b, sizeof b, &pb), 0);
   CHECK_STREQ(a, b);
   CHECK_EQ_INT(pa, pb);
   CHECK(strncmp(a, "239.255.", 8) == 0);
@@ -935,7 +935,7 @@ static void test_group(void) {
   for (int i = 0; i < 50; i++) {
     char job[32];
     snprintf(job, sizeof job, "job-%d", i);
-    rdzv_mcast_group_for_job(job, seen[i], sizeof seen[i], &pb);
+    CHECK_EQ_INT(rdzv_mcast_group_for_job(job, seen[i], sizeof seen[i], &pb), 0);
     CHECK(pb >= 29500 && pb < 30500);
     int dup = 0;
     for (int k = 0; k < i; k++) dup |= strcmp(seen[k], seen[i]) == 0;

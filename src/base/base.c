@@ -5,11 +5,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,14 +124,12 @@ size_t base_strlcpy(char *dst, const char *src, size_t dstlen) {
 
 int base_random_bytes(void *buf, size_t len) {
   unsigned char *p = buf;
+  /* RAND_bytes takes an int: large requests go in pieces. */
   while (len > 0) {
-    ssize_t n = getrandom(p, len, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -errno;
-    }
+    size_t n = len < (1u << 30) ? len : (1u << 30);
+    if (RAND_bytes(p, (int)n) != 1) return -EIO;
     p += n;
-    len -= (size_t)n;
+    len -= n;
   }
   return 0;
 }

@@ -46,7 +46,10 @@ int base_parse_seconds(const char *s, double max_seconds, int64_t *out_ms);
 /* Copies at most dstlen-1 bytes and terminates; returns strlen(src). */
 size_t base_strlcpy(char *dst, const char *src, size_t dstlen);
 
-/* Fills buf with random bytes from the kernel. Returns 0 or -errno. */
+/*
+ * Fills buf with random bytes from libcrypto's generator (seeded by the
+ * kernel), fit for tokens and nonces. Returns 0 or -EIO.
+ */
 int base_random_bytes(void *buf, size_t len);
 
 /* Lower-case hex of len bytes into out (2*len+1 bytes). */

@@ -120,8 +120,8 @@ typedef struct rdzv_dgram {
 /*
  * Encodes d into buf (cap >= RDZV_DGRAM_MAX bytes is always enough),
  * appending an HMAC-SHA256 over all bytes before it when token is non-NULL
- * and non-empty. Returns the datagram's length or -EINVAL (a field out of
- * range).
+ * and non-empty. Returns the datagram's length, -EINVAL (a field out of
+ * range) or -ENOMEM (libcrypto could not compute the MAC).
  */
 int rdzv_dgram_encode(const rdzv_dgram *d, const char *token, uint8_t *buf, size_t cap);
 
@@ -135,8 +135,11 @@ int rdzv_dgram_encode(const rdzv_dgram *d, const char *token, uint8_t *buf, size
  */
 int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgram *out);
 
-/* The default group of a job: 239.255.x.y and port 29500 + hash % 1000. */
-void rdzv_mcast_group_for_job(const char *job_id, char *addr, size_t addrlen, int *port);
+/*
+ * The default group of a job: 239.255.x.y and port 29500 + hash % 1000, from
+ * the SHA-256 of the job id. Returns 0 or -ENOMEM.
+ */
+int rdzv_mcast_group_for_job(const char *job_id, char *addr, size_t addrlen, int *port);
 
 /*
  * The interface that routes to the IPv4 address group according to

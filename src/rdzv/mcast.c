@@ -36,7 +36,7 @@
 
 #include "base/base.h"
 #include "base/net.h"
-#include "base/sha256.h"
+#include "base/crypto.h"
 #include "rdzv/internal.h"
 
 #define DEFAULT_SETTLE_MS 1000
@@ -107,7 +107,8 @@ int rdzv_dgram_encode(const rdzv_dgram *d, const char *token, uint8_t *buf, size
   memcpy(buf + RDZV_DGRAM_HEADER, d->job_id, jlen);
   memcpy(buf + RDZV_DGRAM_HEADER + jlen, d->host, hlen);
   size_t body = RDZV_DGRAM_HEADER + jlen + hlen;
-  if (has_token(token)) base_hmac_sha256(token, strlen(token), buf, body, buf + body);
+  if (has_token(token) && base_hmac_sha256(token, strlen(token), buf, body, buf + body) != 0)
+    return -ENOMEM;
   return (int)len;
 }
 
@@ -134,9 +135,7 @@ int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgr
   /* Structure first, then authenticity: a token mismatch is reported only for well-formed bytes. */
   if (has_token(token)) {
     if (!(flags & FLAG_MAC)) return COHORT_EAUTH;
-    uint8_t mac[RDZV_MAC_LEN];
-    base_hmac_sha256(token, strlen(token), buf, body, mac);
-    if (!base_memeq_ct(mac, buf + body, RDZV_MAC_LEN)) return COHORT_EAUTH;
+    if (!base_hmac_sha256_ok(token, strlen(token), buf, body, buf + body)) return COHORT_EAUTH;
     out->authenticated = 1;
   } else if (flags & FLAG_MAC) {
     return COHORT_EAUTH; /* the sender has a token we lack: not our job's configuration */
@@ -154,12 +153,14 @@ int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgr
 
 /* ---- group, route, interface ---- */
 
-void rdzv_mcast_group_for_job(const char *job_id, char *addr, size_t addrlen, int *port) {
+int rdzv_mcast_group_for_job(const char *job_id, char *addr, size_t addrlen, int *port) {
   uint8_t h[BASE_SHA256_LEN];
-  base_sha256(job_id, strlen(job_id), h);
+  int rc = base_sha256(job_id, strlen(job_id), h);
+  if (rc != 0) return rc;
   /* 239.255.0.0/16 is the IPv4 organization-local scope (RFC 2365). */
   snprintf(addr, addrlen, "239.255.%u.%u", h[0], h[1]);
   *port = 29500 + (int)(get_u16(h + 2) % 1000);
+  return 0;
 }
 
 int rdzv_route_iface(const char *proc_root, const char *group, char *ifname, size_t iflen) {
@@ -257,8 +258,8 @@ static int mc_setup(const rdzv_opts *o, const char *proc_root, mc_ctx *c, char *
     if (base_split_hostport(o->mcast_group, host, sizeof host, &port, 0) != 0)
       return rdzv_err(errbuf, errlen, -EINVAL, "multicast group '%.60s' is not ADDR:PORT",
                       o->mcast_group);
-  } else {
-    rdzv_mcast_group_for_job(o->job_id, host, sizeof host, &port);
+  } else if (rdzv_mcast_group_for_job(o->job_id, host, sizeof host, &port) != 0) {
+    return rdzv_err(errbuf, errlen, -ENOMEM, "no memory to derive the multicast group");
   }
   c->group.sin_family = AF_INET;
   c->group.sin_port = htons((uint16_t)port);

@@ -19,8 +19,20 @@
 #define STORE_AUTH_CLIENT_LABEL "cohort-store v1 client proof"
 #define STORE_AUTH_SERVER_LABEL "cohort-store v1 server proof"
 
-void store_auth_mac(const char *token, size_t token_len, const char *label,
-                    const uint8_t cnonce[STORE_NONCE_LEN], const uint8_t snonce[STORE_NONCE_LEN],
-                    uint8_t out[STORE_MAC_LEN]);
+/*
+ * The MAC of one side: HMAC-SHA256(token, label || NUL || client nonce ||
+ * server nonce). Returns 0 or a negative errno (see base/crypto.h).
+ */
+int store_auth_mac(const char *token, size_t token_len, const char *label,
+                   const uint8_t cnonce[STORE_NONCE_LEN], const uint8_t snonce[STORE_NONCE_LEN],
+                   uint8_t out[STORE_MAC_LEN]);
+
+/*
+ * Returns 1 when mac is that MAC (compared in constant time), 0 when it is
+ * not or could not be computed: a failure never lets a peer in.
+ */
+int store_auth_ok(const char *token, size_t token_len, const char *label,
+                  const uint8_t cnonce[STORE_NONCE_LEN], const uint8_t snonce[STORE_NONCE_LEN],
+                  const uint8_t mac[STORE_MAC_LEN]);
 
 #endif

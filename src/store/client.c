@@ -17,7 +17,6 @@
 
 #include "base/base.h"
 #include "base/net.h"
-#include "base/sha256.h"
 #include "store/store.h"
 #include "store/auth.h"
 #include "store/proto.h"
@@ -185,7 +184,8 @@ static int connect_once(store_client *c, int64_t deadline_ms, char *why, size_t 
   f = store_buf_begin_frame(&hs);
   store_buf_u8(&hs, STORE_OP_AUTH);
   if (c->token != NULL) {
-    store_auth_mac(c->token, strlen(c->token), STORE_AUTH_CLIENT_LABEL, cnonce, snonce, mac);
+    rc = store_auth_mac(c->token, strlen(c->token), STORE_AUTH_CLIENT_LABEL, cnonce, snonce, mac);
+    if (rc != 0) goto out;
     store_buf_u8(&hs, STORE_MAC_LEN);
     store_buf_put(&hs, mac, sizeof mac);
   } else {
@@ -206,8 +206,8 @@ static int connect_once(store_client *c, int64_t deadline_ms, char *why, size_t 
     if (rc == COHORT_EAUTH) snprintf(why, whylen, "the server refused our token");
     goto out;
   }
-  store_auth_mac(c->token, strlen(c->token), STORE_AUTH_SERVER_LABEL, cnonce, snonce, mac);
-  if (!base_memeq_ct(mac, r.mac.p, STORE_MAC_LEN)) {
+  if (!store_auth_ok(c->token, strlen(c->token), STORE_AUTH_SERVER_LABEL, cnonce, snonce,
+                     r.mac.p)) {
     snprintf(why, whylen, "the server failed to prove it knows the token");
     rc = COHORT_EAUTH;
   }

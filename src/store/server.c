@@ -24,7 +24,6 @@
 
 #include "base/base.h"
 #include "base/net.h"
-#include "base/sha256.h"
 #include "store/store.h"
 #include "store/auth.h"
 #include "store/proto.h"
@@ -272,11 +271,6 @@ static int parse_counter(const uint8_t *p, size_t n, int64_t *out) {
   return base_parse_i64(tmp, INT64_MIN, INT64_MAX, out) == 0 ? 0 : -EINVAL;
 }
 
-static void auth_mac(const store_server *s, const char *label, const conn *c,
-                     uint8_t out[STORE_MAC_LEN]) {
-  store_auth_mac(s->token, s->token_len, label, c->cnonce, c->snonce, out);
-}
-
 static void handle_hello(store_server *s, conn *c, const store_request *r) {
   if (r->version != STORE_PROTO_VERSION) {
     char why[96];
@@ -304,14 +298,17 @@ static void handle_auth(store_server *s, conn *c, const store_request *r) {
     reject(c, STORE_ST_AUTH, "authentication failed: the client has no token");
     return;
   }
-  uint8_t want[STORE_MAC_LEN];
-  auth_mac(s, STORE_AUTH_CLIENT_LABEL, c, want);
-  if (!base_memeq_ct(want, r->mac.p, STORE_MAC_LEN)) {
+  if (!store_auth_ok(s->token, s->token_len, STORE_AUTH_CLIENT_LABEL, c->cnonce, c->snonce,
+                     r->mac.p)) {
     reject(c, STORE_ST_AUTH, "authentication failed: wrong token (or a replayed message)");
     return;
   }
   uint8_t proof[STORE_MAC_LEN];
-  auth_mac(s, STORE_AUTH_SERVER_LABEL, c, proof);
+  if (store_auth_mac(s->token, s->token_len, STORE_AUTH_SERVER_LABEL, c->cnonce, c->snonce,
+                     proof) != 0) {
+    reject(c, STORE_ST_PROTO, "no memory for the server's proof");
+    return;
+  }
   size_t f = store_buf_begin_frame(&c->out);
   store_buf_u8(&c->out, STORE_ST_OK);
   store_buf_put(&c->out, proof, sizeof proof);
