@@ -70,7 +70,8 @@ if(COHORT_FUZZ)
   # Command lines: value parsers and `cohort manifest` (pure: argv to text).
   cohort_fuzz(fuzz_cli ${CMAKE_SOURCE_DIR}/fuzz/fuzz_cli.c
     SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_manifest.c
-            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_run.c ARGS -close_fd_mask=3)
+            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_run.c ${CMAKE_SOURCE_DIR}/tools/cli.c
+    ARGS -close_fd_mask=3)
   # `cohort plot`'s metrics parser (the eco helper's target).
   cohort_fuzz(fuzz_plot ${CMAKE_SOURCE_DIR}/fuzz/fuzz_plot.c)
 endif()

@@ -31,10 +31,10 @@
 #include "base/net.h"
 #include "doctor/doctor.h"
 #include "manifest/manifest.h"
+#include "tools/cohort/cmd.h"
+#include "tools/cohort/cmd_run.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int cmd_manifest(int argc, char **argv);
-int cmd_run_parse(int argc, char **argv, agent_config *out);
 
 #define MAX_ARGS 64
 

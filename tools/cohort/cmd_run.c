@@ -1,12 +1,14 @@
 /* cmd_run.c - `cohort run`: argument parsing for the node agent. */
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "agent/agent.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "tools/cli.h"
 #include "tools/cohort/cmd.h"
+#include "tools/cohort/cmd_run.h"
 
 static const char run_usage[] =
     "usage: cohort run [options] -- CMD [ARGS...]\n"
@@ -51,224 +53,163 @@ static const char run_usage[] =
     "2 usage error; 3 internal error; 126 command not executable; 127 command not\n"
     "found; 128+N stopped by signal N.\n";
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "cohort run: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "; see 'cohort run --help'\n");
-  return AGENT_EXIT_USAGE;
-}
-
-/* Accepts both --flag VALUE and --flag=VALUE, and torchrun's underscores. */
-static int match(const char *arg, const char *name, const char *alt, const char **inline_val) {
-  const char *names[2] = {name, alt};
-  for (int i = 0; i < 2; i++) {
-    if (names[i] == NULL) continue;
-    size_t n = strlen(names[i]);
-    if (strncmp(arg, names[i], n) == 0) {
-      if (arg[n] == '\0') {
-        *inline_val = NULL;
-        return 1;
-      }
-      if (arg[n] == '=') {
-        *inline_val = arg + n + 1;
-        return 1;
-      }
-    }
-  }
-  return 0;
-}
-
 /*
- * Parses `cohort run`'s arguments into *out. Returns 0 when the job should
- * start, 1 when --help was printed, or AGENT_EXIT_USAGE after printing a
- * one-line error. Starts nothing (fuzz/fuzz_cli.c runs it on random argv).
+ * The settings the table fills: the agent's configuration, and the choices
+ * that are enums there (an int here, converted after parsing).
  */
-int cmd_run_parse(int argc, char **argv, agent_config *out);
-int cmd_run_parse(int argc, char **argv, agent_config *out) {
-  agent_config cfg = {
-      .nproc = 1,
-      .max_restarts = 0,
-      .log_dir = NULL,
-      .tee = 0,
-      .grace_ms = 5000,
-      .run_id = NULL,
-      .role = "default",
-      .argv = NULL,
-      .token = getenv("COHORT_TOKEN"),
-      .rdzv = {.method = RDZV_AUTO, .node_rank = -1, .settle_ms = 1000},
-      .join_timeout_ms = 300000,
-      .last_call_ms = 3000,
-      .heartbeat_ms = 500,
-      .lost_after_ms = 5000,
-      .net_auto = 1,
-  };
-  int i = 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = NULL;
-    if (strcmp(a, "--") == 0) break;
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      fputs(run_usage, stdout);
-      return 1;
-    }
-    if (strcmp(a, "--tee") == 0) {
-      cfg.tee = 1;
-      continue;
-    }
-#define TAKE_VALUE()                                                                               \
-  do {                                                                                             \
-    if (v == NULL) {                                                                               \
-      if (i + 1 >= argc) return usage_error("option %s needs a value", a);                         \
-      v = argv[++i];                                                                               \
-    }                                                                                              \
-  } while (0)
-    if (match(a, "--nproc-per-node", "--nproc_per_node", &v)) {
-      TAKE_VALUE();
-      if (base_parse_int(v, 1, AGENT_MAX_NPROC, &cfg.nproc) != 0)
-        return usage_error("--nproc-per-node takes a whole number from 1 to 1024, not '%s'", v);
-    } else if (match(a, "--max-restarts", "--max_restarts", &v)) {
-      TAKE_VALUE();
-      if (base_parse_int(v, 0, 1000000, &cfg.max_restarts) != 0)
-        return usage_error("--max-restarts takes a whole number from 0 to 1000000, not '%s'", v);
-    } else if (match(a, "--log-dir", "--log_dir", &v)) {
-      TAKE_VALUE();
-      if (v[0] == '\0') return usage_error("--log-dir needs a directory%s", "");
-      cfg.log_dir = v;
-    } else if (match(a, "--grace", NULL, &v)) {
-      TAKE_VALUE();
-      if (base_parse_seconds(v, 3600, &cfg.grace_ms) != 0)
-        return usage_error("--grace takes seconds from 0 to 3600, not '%s'", v);
-    } else if (match(a, "--run-id", "--run_id", &v)) {
-      TAKE_VALUE();
-      if (!agent_run_id_valid(v))
-        return usage_error("--run-id takes 1 to 64 characters of [A-Za-z0-9._-], not '%s'", v);
-      cfg.run_id = v;
-    } else if (match(a, "--role", NULL, &v)) {
-      TAKE_VALUE();
-      if (v[0] == '\0') return usage_error("--role needs a name%s", "");
-      cfg.role = v;
-    } else if (match(a, "--token", NULL, &v)) {
-      TAKE_VALUE();
-      cfg.token = v;
-    } else if (match(a, "--nnodes", NULL, &v)) {
-      TAKE_VALUE();
-      const char *colon = strchr(v, ':');
-      int lo, hi;
-      if (colon == NULL) {
-        if (base_parse_int(v, 1, 4096, &lo) != 0)
-          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'",
-                             v);
-        hi = lo;
-      } else {
-        char minbuf[16];
-        size_t ml = (size_t)(colon - v);
-        if (ml == 0 || ml >= sizeof minbuf)
-          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'",
-                             v);
-        memcpy(minbuf, v, ml);
-        minbuf[ml] = '\0';
-        if (base_parse_int(minbuf, 1, 4096, &lo) != 0 ||
-            base_parse_int(colon + 1, 1, 4096, &hi) != 0 || hi < lo)
-          return usage_error("--nnodes takes N or MIN:MAX with 1 <= MIN <= MAX <= 4096, not '%s'",
-                             v);
-      }
-      cfg.rdzv.nnodes_min = lo;
-      cfg.rdzv.nnodes_max = hi;
-    } else if (match(a, "--node-rank", "--node_rank", &v)) {
-      TAKE_VALUE();
-      if (base_parse_int(v, 0, 4095, &cfg.rdzv.node_rank) != 0)
-        return usage_error("--node-rank takes a whole number from 0 to 4095, not '%s'", v);
-    } else if (match(a, "--master", NULL, &v)) {
-      TAKE_VALUE();
-      char host[BASE_HOST_MAX];
-      int port;
-      if (base_split_hostport(v, host, sizeof host, &port, 0) != 0 || host[0] == '\0')
-        return usage_error("--master takes HOST:PORT (IPv6 as [ADDR]:PORT), not '%s'", v);
-      cfg.rdzv.master = v;
-    } else if (match(a, "--discover", NULL, &v)) {
-      TAKE_VALUE();
-      if (strcmp(v, "auto") == 0)
-        cfg.rdzv.method = RDZV_AUTO;
-      else if (strcmp(v, "static") == 0 || strcmp(v, "dns") == 0)
-        cfg.rdzv.method = RDZV_STATIC;
-      else if (strcmp(v, "mcast") == 0)
-        cfg.rdzv.method = RDZV_MCAST;
-      else if (strcmp(v, "file") == 0)
-        cfg.rdzv.method = RDZV_FILE;
-      else if (strcmp(v, "env") == 0)
-        cfg.rdzv.method = RDZV_ENV;
-      else
-        return usage_error("--discover takes auto, static, dns, mcast, file or env, not '%s'", v);
-    } else if (match(a, "--job", NULL, &v)) {
-      TAKE_VALUE();
-      if (!agent_run_id_valid(v))
-        return usage_error("--job takes 1 to 64 characters of [A-Za-z0-9._-], not '%s'", v);
-      cfg.run_id = v;
-    } else if (match(a, "--iface", NULL, &v)) {
-      TAKE_VALUE();
-      if (v[0] == '\0' || strlen(v) >= 16)
-        return usage_error("--iface takes an interface name, not '%s'", v);
-      cfg.rdzv.iface = v;
-    } else if (match(a, "--mcast-group", NULL, &v)) {
-      TAKE_VALUE();
-      char host[BASE_HOST_MAX];
-      int port;
-      if (base_split_hostport(v, host, sizeof host, &port, 0) != 0)
-        return usage_error("--mcast-group takes ADDR:PORT, not '%s'", v);
-      cfg.rdzv.mcast_group = v;
-    } else if (match(a, "--rdzv-file", NULL, &v)) {
-      TAKE_VALUE();
-      if (v[0] == '\0') return usage_error("--rdzv-file needs a path%s", "");
-      cfg.rdzv.rdzv_file = v;
-    } else if (match(a, "--join-timeout", NULL, &v)) {
-      TAKE_VALUE();
-      if (base_parse_seconds(v, 86400, &cfg.join_timeout_ms) != 0 || cfg.join_timeout_ms <= 0)
-        return usage_error("--join-timeout takes seconds from 0 to 86400, not '%s'", v);
-    } else if (match(a, "--last-call", NULL, &v)) {
-      TAKE_VALUE();
-      if (base_parse_seconds(v, 3600, &cfg.last_call_ms) != 0)
-        return usage_error("--last-call takes seconds from 0 to 3600, not '%s'", v);
-    } else if (match(a, "--heartbeat-timeout", NULL, &v)) {
-      TAKE_VALUE();
-      if (base_parse_seconds(v, 3600, &cfg.lost_after_ms) != 0 || cfg.lost_after_ms < 500)
-        return usage_error("--heartbeat-timeout takes seconds from 0.5 to 3600, not '%s'", v);
-      cfg.heartbeat_ms = cfg.lost_after_ms / 5 < 500 ? cfg.lost_after_ms / 5 : 500;
-    } else if (match(a, "--net", NULL, &v)) {
-      TAKE_VALUE();
-      if (strcmp(v, "auto") == 0)
-        cfg.net_auto = 1;
-      else if (strcmp(v, "off") == 0)
-        cfg.net_auto = 0;
-      else
-        return usage_error("--net takes auto or off, not '%s'", v);
-    } else if (a[0] != '-') {
-      return usage_error("missing '--' before the command '%s'", a);
-    } else {
-      return usage_error("unknown option '%s'", a);
-    }
-#undef TAKE_VALUE
+typedef struct run_args {
+  agent_config cfg;
+  int method;
+} run_args;
+
+#define AT(FIELD, CTYPE) CLI_AT(run_args, FIELD, CTYPE)
+
+static int set_nnodes(void *settings, const char *v) {
+  run_args *a = settings;
+  const char *colon = strchr(v, ':');
+  int lo, hi;
+  if (colon == NULL) {
+    if (base_parse_int(v, 1, 4096, &lo) != 0) return -1;
+    hi = lo;
+  } else {
+    char minbuf[16];
+    size_t ml = (size_t)(colon - v);
+    if (ml == 0 || ml >= sizeof minbuf) return -1;
+    memcpy(minbuf, v, ml);
+    minbuf[ml] = '\0';
+    if (base_parse_int(minbuf, 1, 4096, &lo) != 0 || base_parse_int(colon + 1, 1, 4096, &hi) != 0 ||
+        hi < lo)
+      return -1;
   }
-  if (i >= argc) return usage_error("missing '--' before the command%s", "");
-  if (i + 1 >= argc) return usage_error("no command after '--'%s", "");
-  if (cfg.rdzv.method == RDZV_FILE && cfg.rdzv.rdzv_file == NULL)
-    return usage_error("--discover file needs --rdzv-file PATH%s", "");
-  if (cfg.rdzv.rdzv_file != NULL && cfg.rdzv.method == RDZV_AUTO) cfg.rdzv.method = RDZV_FILE;
-  if (cfg.rdzv.method == RDZV_MCAST && cfg.run_id == NULL)
-    return usage_error("--discover mcast needs --job ID (the same on every node)%s", "");
-  if (cfg.rdzv.node_rank >= 0 && cfg.rdzv.nnodes_max > 0 &&
-      cfg.rdzv.node_rank >= cfg.rdzv.nnodes_max)
-    return usage_error("--node-rank must be below --nnodes%s", "");
-  if (cfg.token != NULL && (cfg.token[0] == '\0' || strlen(cfg.token) > 256))
-    return usage_error("the job token must have 1 to 256 characters%s", "");
-  cfg.argv = argv + i + 1;
-  *out = cfg;
+  a->cfg.rdzv.nnodes_min = lo;
+  a->cfg.rdzv.nnodes_max = hi;
   return 0;
+}
+
+static int set_master(void *settings, const char *v) {
+  char host[BASE_HOST_MAX];
+  int port;
+  if (base_split_hostport(v, host, sizeof host, &port, 0) != 0 || host[0] == '\0') return -1;
+  ((run_args *)settings)->cfg.rdzv.master = v;
+  return 0;
+}
+
+static int set_mcast_group(void *settings, const char *v) {
+  char host[BASE_HOST_MAX];
+  int port;
+  if (base_split_hostport(v, host, sizeof host, &port, 0) != 0) return -1;
+  ((run_args *)settings)->cfg.rdzv.mcast_group = v;
+  return 0;
+}
+
+/* --run-id and --job: one id under two names. */
+static int set_run_id(void *settings, const char *v) {
+  if (!agent_run_id_valid(v)) return -1;
+  ((run_args *)settings)->cfg.run_id = v;
+  return 0;
+}
+
+static int set_iface(void *settings, const char *v) {
+  if (v[0] == '\0' || strlen(v) >= 16) return -1;
+  ((run_args *)settings)->cfg.rdzv.iface = v;
+  return 0;
+}
+
+static const cli_choice discover_methods[] = {{"auto", RDZV_AUTO},
+                                              {"static", RDZV_STATIC},
+                                              {"dns", RDZV_STATIC},
+                                              {"mcast", RDZV_MCAST},
+                                              {"file", RDZV_FILE},
+                                              {"env", RDZV_ENV},
+                                              {NULL, 0}};
+static const cli_choice net_modes[] = {{"auto", 1}, {"off", 0}, {NULL, 0}};
+
+#define RUN_ID_WHAT "1 to 64 characters of [A-Za-z0-9._-]"
+
+static const cli_opt run_opts[] = {
+    {"--help", 'h', .kind = CLI_HELP_OPT},
+    {"--nproc-per-node|--nproc_per_node", 0, CLI_INT, .at = AT(cfg.nproc, int), .min = 1,
+     .max = AGENT_MAX_NPROC},
+    {"--max-restarts|--max_restarts", 0, CLI_INT, .at = AT(cfg.max_restarts, int), .min = 0,
+     .max = 1000000},
+    {"--log-dir|--log_dir", 0, CLI_STR, .at = AT(cfg.log_dir, const char *), .what = "a directory",
+     .flags = CLI_NONEMPTY},
+    {"--tee", 0, CLI_FLAG, .at = AT(cfg.tee, int)},
+    {"--grace", 0, CLI_SECONDS, .at = AT(cfg.grace_ms, int64_t), .min = 0, .max = 3600000},
+    {"--run-id|--run_id", 0, CLI_CUSTOM, .fn = set_run_id, .what = RUN_ID_WHAT},
+    {"--role", 0, CLI_STR, .at = AT(cfg.role, const char *), .what = "a name",
+     .flags = CLI_NONEMPTY},
+    {"--token", 0, CLI_STR, .at = AT(cfg.token, const char *), .env = "COHORT_TOKEN"},
+    {"--nnodes", 0, CLI_CUSTOM, .fn = set_nnodes,
+     .what = "N or MIN:MAX with 1 <= MIN <= MAX <= 4096"},
+    {"--node-rank|--node_rank", 0, CLI_INT, .at = AT(cfg.rdzv.node_rank, int), .min = 0,
+     .max = 4095},
+    {"--master", 0, CLI_CUSTOM, .fn = set_master, .what = "HOST:PORT (IPv6 as [ADDR]:PORT)"},
+    {"--discover", 0, CLI_CHOICE, .at = AT(method, int), .choices = discover_methods},
+    {"--job", 0, CLI_CUSTOM, .fn = set_run_id, .what = RUN_ID_WHAT},
+    {"--iface", 0, CLI_CUSTOM, .fn = set_iface, .what = "an interface name"},
+    {"--mcast-group", 0, CLI_CUSTOM, .fn = set_mcast_group, .what = "ADDR:PORT"},
+    {"--rdzv-file", 0, CLI_STR, .at = AT(cfg.rdzv.rdzv_file, const char *), .what = "a path",
+     .flags = CLI_NONEMPTY},
+    {"--join-timeout", 0, CLI_SECONDS, .at = AT(cfg.join_timeout_ms, int64_t), .min = 1,
+     .max = 86400000},
+    {"--last-call", 0, CLI_SECONDS, .at = AT(cfg.last_call_ms, int64_t), .min = 0, .max = 3600000},
+    {"--heartbeat-timeout", 0, CLI_SECONDS, .at = AT(cfg.lost_after_ms, int64_t), .min = 500,
+     .max = 3600000},
+    {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
+};
+
+static const cli_cmd run_cmd = {"cohort run",       run_usage, run_opts, BASE_ARRAY_LEN(run_opts),
+                                CLI_AFTER_DASHDASH, 0};
+
+/* Checks across options, once all are known. */
+static int check_combination(agent_config *cfg) {
+  const char *prog = run_cmd.prog;
+  if (cfg->rdzv.method == RDZV_FILE && cfg->rdzv.rdzv_file == NULL)
+    return cli_usage_error(prog, "--discover file needs --rdzv-file PATH");
+  if (cfg->rdzv.rdzv_file != NULL && cfg->rdzv.method == RDZV_AUTO) cfg->rdzv.method = RDZV_FILE;
+  if (cfg->rdzv.method == RDZV_MCAST && cfg->run_id == NULL)
+    return cli_usage_error(prog, "--discover mcast needs --job ID (the same on every node)");
+  if (cfg->rdzv.node_rank >= 0 && cfg->rdzv.nnodes_max > 0 &&
+      cfg->rdzv.node_rank >= cfg->rdzv.nnodes_max)
+    return cli_usage_error(prog, "--node-rank must be below --nnodes");
+  if (cfg->token != NULL && (cfg->token[0] == '\0' || strlen(cfg->token) > 256))
+    return cli_usage_error(prog, "the job token must have 1 to 256 characters");
+  return CLI_OK;
+}
+
+int cmd_run_parse(int argc, char **argv, agent_config *out) {
+  run_args a = {
+      .cfg =
+          {
+              .nproc = 1,
+              .grace_ms = 5000,
+              .role = "default",
+              .rdzv = {.node_rank = -1, .settle_ms = 1000},
+              .join_timeout_ms = 300000,
+              .last_call_ms = 3000,
+              .lost_after_ms = 5000,
+              .net_auto = 1,
+          },
+      .method = RDZV_AUTO,
+  };
+  cli_args command;
+  int rc = cli_parse(&run_cmd, argc, argv, &a, &command);
+  if (rc != CLI_OK) return rc;
+  a.cfg.rdzv.method = (rdzv_method)a.method;
+  /* A node is lost after five missed heartbeats, and heartbeats come at least twice a second. */
+  a.cfg.heartbeat_ms = a.cfg.lost_after_ms / 5 < 500 ? a.cfg.lost_after_ms / 5 : 500;
+  rc = check_combination(&a.cfg);
+  if (rc != CLI_OK) return rc;
+  a.cfg.argv = command.argv;
+  *out = a.cfg;
+  return CLI_OK;
 }
 
 int cmd_run(int argc, char **argv) {
   agent_config cfg;
   int rc = cmd_run_parse(argc, argv, &cfg);
-  if (rc == 1) return 0;
-  if (rc != 0) return rc;
+  if (rc == CLI_HELP) return 0;
+  if (rc != CLI_OK) return rc;
   return agent_run(&cfg);
 }
