@@ -4,14 +4,15 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "plot/plot.h"
+#include "tools/cli.h"
 #include "tools/cohort/cmd.h"
 
 /* Metrics files beyond this are certainly not what the trainer wrote. */
@@ -115,92 +116,70 @@ static int write_atomic(const char *path, const char *data, size_t len) {
   return rc;
 }
 
-int cmd_plot(int argc, char **argv) {
-  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  const char *output = NULL;
-  optind = 0;
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'o':
-      output = optarg;
-      break;
-    case 'h':
-      fputs(plot_usage, stdout);
-      return 0;
-    case ':':
-      fprintf(stderr, "cohort plot: %s needs a value; see 'cohort plot --help'\n",
-              argv[optind - 1]);
-      return 2;
-    default:
-      if (optopt > 0 && optopt < 256)
-        fprintf(stderr, "cohort plot: unknown option '-%c'; see 'cohort plot --help'\n", optopt);
-      else
-        fprintf(stderr, "cohort plot: unknown option '%s'; see 'cohort plot --help'\n",
-                argv[optind - 1]);
-      return 2;
-    }
-  }
-  if (argc - optind != 1) {
-    fprintf(stderr, "cohort plot: expected one metrics file, got %d; see 'cohort plot --help'\n",
-            argc - optind);
-    return 2;
-  }
-  const char *input = argv[optind];
-  if (output != NULL && *output == '\0') {
-    fprintf(stderr, "cohort plot: --output is empty; see 'cohort plot --help'\n");
-    return 2;
-  }
+static const char prog[] = "cohort plot";
 
+static const cli_opt plot_opts[] = {
+    {"--help", 'h', .kind = CLI_HELP_OPT},
+    {"--output", 'o', CLI_STR, .at = 0, .what = "a file name or '-'", .flags = CLI_NONEMPTY},
+};
+
+static const cli_cmd plot_cmd = {prog,         plot_usage, plot_opts, BASE_ARRAY_LEN(plot_opts),
+                                 CLI_ANYWHERE, 1};
+
+/* The metrics file as an SVG in *svg; returns the exit status. */
+static int render(const char *input, char **svg, size_t *svg_len, size_t *steps, int *partial) {
   char *data = NULL;
   size_t len = 0;
   int rc = read_file(input, &data, &len);
-  if (rc != 0) {
-    fprintf(stderr, "cohort plot: %s: %s\n", input,
-            rc == -EFBIG ? "larger than 1 GiB, not a metrics file" : strerror(-rc));
-    return 1;
-  }
+  if (rc != 0)
+    return cli_error(prog, 1, "%s: %s", input,
+                     rc == -EFBIG ? "larger than 1 GiB, not a metrics file" : strerror(-rc));
   plot_series s;
   char err[256];
   rc = plot_parse(data, len, &s, err, sizeof err);
   free(data);
-  if (rc != 0) {
-    fprintf(stderr, "cohort plot: %s: %s\n", input, err);
-    return 1;
-  }
-  char *svg = NULL;
-  size_t svg_len = 0;
-  rc = plot_svg(&s, input, &svg, &svg_len);
-  size_t steps = s.n;
-  int partial = s.partial_last;
+  if (rc != 0) return cli_error(prog, 1, "%s: %s", input, err);
+  rc = plot_svg(&s, input, svg, svg_len);
+  *steps = s.n;
+  *partial = s.partial_last;
   free(s.points);
-  if (rc != 0) {
-    fprintf(stderr, "cohort plot: rendering failed: %s\n", strerror(-rc));
-    return 1;
-  }
+  if (rc != 0) return cli_error(prog, 1, "rendering failed: %s", strerror(-rc));
+  return 0;
+}
+
+/* Writes the SVG to output ("-": standard output; NULL: beside the input). */
+static int write_svg(const char *input, const char *output, const char *svg, size_t svg_len,
+                     size_t steps, int partial) {
   if (output != NULL && strcmp(output, "-") == 0) {
-    int bad = fwrite(svg, 1, svg_len, stdout) != svg_len || fflush(stdout) != 0;
-    free(svg);
-    if (bad) {
-      fprintf(stderr, "cohort plot: writing to standard output failed: %s\n", strerror(errno));
-      return 1;
-    }
+    if (fwrite(svg, 1, svg_len, stdout) != svg_len || fflush(stdout) != 0)
+      return cli_error(prog, 1, "writing to standard output failed: %s", strerror(errno));
     return 0;
   }
   char *def = output ? NULL : default_output(input);
   const char *path = output ? output : def;
-  rc = path ? write_atomic(path, svg, svg_len) : -ENOMEM;
-  free(svg);
-  if (rc != 0) {
-    fprintf(stderr, "cohort plot: %s: %s\n", path ? path : input, strerror(-rc));
-    free(def);
-    return 1;
-  }
-  printf("cohort plot: wrote %s (%zu steps%s)\n", path, steps,
-         partial ? ", skipped an incomplete last line" : "");
+  int rc = path ? write_atomic(path, svg, svg_len) : -ENOMEM;
+  if (rc != 0)
+    rc = cli_error(prog, 1, "%s: %s", path ? path : input, strerror(-rc));
+  else
+    printf("%s: wrote %s (%zu steps%s)\n", prog, path, steps,
+           partial ? ", skipped an incomplete last line" : "");
   free(def);
-  return 0;
+  return rc;
+}
+
+int cmd_plot(int argc, char **argv) {
+  const char *output = NULL;
+  cli_args files;
+  int rc = cli_parse(&plot_cmd, argc, argv, &output, &files);
+  if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
+  if (files.argc != 1)
+    return cli_usage_error(prog, "expected one metrics file, got %d", files.argc);
+  char *svg = NULL;
+  size_t svg_len = 0, steps = 0;
+  int partial = 0;
+  rc = render(files.argv[0], &svg, &svg_len, &steps, &partial);
+  if (rc != 0) return rc;
+  rc = write_svg(files.argv[0], output, svg, svg_len, steps, partial);
+  free(svg);
+  return rc;
 }

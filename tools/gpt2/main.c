@@ -2,15 +2,13 @@
  * cohort-gpt2 - GPT-2 trained data-parallel on fake data or real tokens.
  * This file only parses arguments; the work is in src/gpt2/.
  */
-#include <errno.h>
-#include <getopt.h>
-#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "gpt2/train.h"
+#include "tools/cli.h"
 
 static const char usage_text[] =
     "usage: cohort-gpt2 [options]\n"
@@ -53,286 +51,135 @@ static const char usage_text[] =
     "  --quiet              no per-step lines\n"
     "  -h, --help           this text\n";
 
-enum {
-  OPT_MODEL = 256,
-  OPT_LAYERS,
-  OPT_HEADS,
-  OPT_CHANNELS,
-  OPT_VOCAB,
-  OPT_POSITIONS,
-  OPT_SEQLEN,
-  OPT_HEAD,
-  OPT_BATCH,
-  OPT_STEPS,
-  OPT_ACCUM,
-  OPT_OPTIMIZER,
-  OPT_LR,
-  OPT_MOMENTUM,
-  OPT_WD,
-  OPT_BETA1,
-  OPT_BETA2,
-  OPT_SCHEDULE,
-  OPT_WARMUP,
-  OPT_MINLR,
-  OPT_CLIP,
-  OPT_SEED,
-  OPT_THREADS,
-  OPT_DATA,
-  OPT_BUCKET,
-  OPT_ZERO,
-  OPT_METRICS,
-  OPT_CKPTDIR,
-  OPT_CKPTEVERY,
-  OPT_CKPTKEEP,
-  OPT_TB,
-  OPT_QUIET
-};
+static const char prog[] = "cohort-gpt2";
 
-static const struct option long_opts[] = {{"model", required_argument, NULL, OPT_MODEL},
-                                          {"layers", required_argument, NULL, OPT_LAYERS},
-                                          {"heads", required_argument, NULL, OPT_HEADS},
-                                          {"channels", required_argument, NULL, OPT_CHANNELS},
-                                          {"vocab", required_argument, NULL, OPT_VOCAB},
-                                          {"positions", required_argument, NULL, OPT_POSITIONS},
-                                          {"seq-len", required_argument, NULL, OPT_SEQLEN},
-                                          {"head", required_argument, NULL, OPT_HEAD},
-                                          {"batch", required_argument, NULL, OPT_BATCH},
-                                          {"steps", required_argument, NULL, OPT_STEPS},
-                                          {"grad-accum", required_argument, NULL, OPT_ACCUM},
-                                          {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-                                          {"lr", required_argument, NULL, OPT_LR},
-                                          {"momentum", required_argument, NULL, OPT_MOMENTUM},
-                                          {"weight-decay", required_argument, NULL, OPT_WD},
-                                          {"beta1", required_argument, NULL, OPT_BETA1},
-                                          {"beta2", required_argument, NULL, OPT_BETA2},
-                                          {"schedule", required_argument, NULL, OPT_SCHEDULE},
-                                          {"warmup", required_argument, NULL, OPT_WARMUP},
-                                          {"min-lr-ratio", required_argument, NULL, OPT_MINLR},
-                                          {"grad-clip", required_argument, NULL, OPT_CLIP},
-                                          {"seed", required_argument, NULL, OPT_SEED},
-                                          {"threads", required_argument, NULL, OPT_THREADS},
-                                          {"data", required_argument, NULL, OPT_DATA},
-                                          {"bucket-mb", required_argument, NULL, OPT_BUCKET},
-                                          {"zero", required_argument, NULL, OPT_ZERO},
-                                          {"metrics", required_argument, NULL, OPT_METRICS},
-                                          {"ckpt-dir", required_argument, NULL, OPT_CKPTDIR},
-                                          {"ckpt-every", required_argument, NULL, OPT_CKPTEVERY},
-                                          {"ckpt-keep", required_argument, NULL, OPT_CKPTKEEP},
-                                          {"tensorboard", required_argument, NULL, OPT_TB},
-                                          {"quiet", no_argument, NULL, OPT_QUIET},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+/*
+ * The trainer's options, and what is applied after parsing: the model sizes
+ * over the preset, and the optimiser's defaults where -1 says "not given".
+ */
+typedef struct gpt2_args {
+  gpt2_train_opts o;
+  int layers, heads, channels, vocab, positions; /* 0: the preset's */
+  int head, optimizer, schedule;                 /* schedule -1: the optimiser's default */
+  float lr, weight_decay;                        /* -1: the optimiser's default */
+  int64_t warmup, seed;                          /* -1: the default */
+  int bucket_mb;                                 /* 0: the default */
+} gpt2_args;
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "cohort-gpt2: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, " (see --help)\n");
-  return 2;
+#define AT(FIELD, CTYPE) CLI_AT(gpt2_args, FIELD, CTYPE)
+
+static int set_model(void *settings, const char *v) {
+  return gpt2_config_preset(v, &((gpt2_args *)settings)->o.cfg) == 0 ? 0 : -1;
 }
 
-static int parse_float(const char *s, double min, double max, float *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (s[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v < min || v > max) return -1;
-  *out = (float)v;
+static const cli_choice heads[] = {{"lm", GPT2_HEAD_LM}, {"qa", GPT2_HEAD_QA}, {NULL, 0}};
+static const cli_choice optimizers[] = {
+    {"adamw", GPT2_OPT_ADAMW}, {"sgd", GPT2_OPT_SGD}, {NULL, 0}};
+static const cli_choice schedules[] = {
+    {"cosine", GPT2_LR_COSINE}, {"const", GPT2_LR_CONST}, {NULL, 0}};
+
+#define INT_ROW(NAME, FIELD, MIN, MAX)                                                             \
+  { NAME, 0, CLI_INT, .at = AT(FIELD, int), .min = MIN, .max = MAX }
+#define I64_ROW(NAME, FIELD, MIN, MAX)                                                             \
+  { NAME, 0, CLI_I64, .at = AT(FIELD, int64_t), .min = MIN, .max = MAX }
+#define FLOAT_ROW(NAME, FIELD, MIN, MAX)                                                           \
+  { NAME, 0, CLI_FLOAT, .at = AT(FIELD, float), .fmin = MIN, .fmax = MAX }
+#define STR_ROW(NAME, FIELD)                                                                       \
+  { NAME, 0, CLI_STR, .at = AT(FIELD, const char *) }
+
+static const cli_opt gpt2_opts[] = {
+    {"--help", 'h', .kind = CLI_HELP_OPT},
+    {"--model", 0, CLI_CUSTOM, .fn = set_model, .what = "124M, 350M or tiny"},
+    INT_ROW("--layers", layers, 1, 1024),
+    INT_ROW("--heads", heads, 1, 4096),
+    INT_ROW("--channels", channels, 1, 65536),
+    INT_ROW("--vocab", vocab, 2, 1 << 30),
+    INT_ROW("--positions", positions, 1, 1 << 20),
+    INT_ROW("--seq-len", o.T, 1, 1 << 20),
+    {"--head", 0, CLI_CHOICE, .at = AT(head, int), .choices = heads},
+    INT_ROW("--batch", o.B, 1, 1 << 20),
+    I64_ROW("--steps", o.steps, 1, INT64_MAX / 2),
+    INT_ROW("--grad-accum", o.grad_accum, 1, 1 << 20),
+    {"--optimizer", 0, CLI_CHOICE, .at = AT(optimizer, int), .choices = optimizers},
+    FLOAT_ROW("--lr", lr, 0, 1e3),
+    FLOAT_ROW("--momentum", o.opt.momentum, 0, 1),
+    FLOAT_ROW("--weight-decay", weight_decay, 0, 1e3),
+    FLOAT_ROW("--beta1", o.opt.beta1, 0, 0.999999),
+    FLOAT_ROW("--beta2", o.opt.beta2, 0, 0.999999),
+    {"--schedule", 0, CLI_CHOICE, .at = AT(schedule, int), .choices = schedules},
+    I64_ROW("--warmup", warmup, 0, INT64_MAX / 2),
+    FLOAT_ROW("--min-lr-ratio", o.min_lr_ratio, 0, 1),
+    FLOAT_ROW("--grad-clip", o.clip, 0, 1e9),
+    I64_ROW("--seed", seed, 0, INT64_MAX),
+    INT_ROW("--threads", o.threads, 1, 1024),
+    STR_ROW("--data", o.data),
+    INT_ROW("--bucket-mb", bucket_mb, 1, 1 << 16),
+    INT_ROW("--zero", o.zero, 0, 1),
+    STR_ROW("--metrics", o.metrics_path),
+    STR_ROW("--ckpt-dir", o.ckpt_dir),
+    I64_ROW("--ckpt-every", o.ckpt_every, 1, INT64_MAX / 2),
+    INT_ROW("--ckpt-keep", o.ckpt_keep, 1, 1000),
+    STR_ROW("--tensorboard", o.tb_dir),
+    {"--quiet", 0, CLI_FLAG, .at = AT(o.quiet, int)},
+};
+
+static const cli_cmd gpt2_cmd = {
+    prog, usage_text, gpt2_opts, BASE_ARRAY_LEN(gpt2_opts), CLI_NO_OPERANDS, 1};
+
+/* The model: the preset with the sizes given over it, and its head. */
+static int apply_model(gpt2_args *a) {
+  gpt2_config *c = &a->o.cfg;
+  if (a->layers) c->layers = a->layers;
+  if (a->heads) c->heads = a->heads;
+  if (a->channels) c->channels = a->channels;
+  if (a->vocab) c->vocab = a->vocab;
+  if (a->positions) c->npos = a->positions;
+  c->head = (gpt2_head)a->head;
+  const char *why = NULL;
+  if (gpt2_config_check(c, &why) != 0) return cli_usage_error(prog, "%s", why);
+  if (a->o.T > c->npos)
+    return cli_usage_error(prog, "--seq-len %d exceeds the model's %d positions", a->o.T, c->npos);
+  if (c->head == GPT2_HEAD_QA && a->o.data != NULL && strcmp(a->o.data, "fake") != 0)
+    return cli_usage_error(prog, "the qa head trains on fake data only (answer positions)");
   return 0;
 }
 
-int main(int argc, char **argv) {
-  gpt2_train_opts o;
-  gpt2_train_defaults(&o);
-  int set_lr = 0, set_sched = 0, set_wd = 0, set_warmup = 0;
-  int layers = 0, heads = 0, channels = 0, vocab = 0, positions = 0;
-  const char *name = "";
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-    const char *a = optarg;
-    int iv = 0;
-    int64_t lv = 0;
-    switch (c) {
-    case 'h':
-      fputs(usage_text, stdout);
-      return 0;
-    case OPT_MODEL:
-      if (gpt2_config_preset(a, &o.cfg) != 0)
-        return usage_error("unknown --model '%s' (124M, 350M or tiny)", a);
-      break;
-    case OPT_LAYERS:
-      name = "--layers";
-      if (base_parse_int(a, 1, 1024, &layers)) goto bad;
-      break;
-    case OPT_HEADS:
-      name = "--heads";
-      if (base_parse_int(a, 1, 4096, &heads)) goto bad;
-      break;
-    case OPT_CHANNELS:
-      name = "--channels";
-      if (base_parse_int(a, 1, 65536, &channels)) goto bad;
-      break;
-    case OPT_VOCAB:
-      name = "--vocab";
-      if (base_parse_int(a, 2, 1 << 30, &vocab)) goto bad;
-      break;
-    case OPT_POSITIONS:
-      name = "--positions";
-      if (base_parse_int(a, 1, 1 << 20, &positions)) goto bad;
-      break;
-    case OPT_SEQLEN:
-      name = "--seq-len";
-      if (base_parse_int(a, 1, 1 << 20, &o.T)) goto bad;
-      break;
-    case OPT_HEAD:
-      if (strcmp(a, "lm") == 0) {
-        o.cfg.head = GPT2_HEAD_LM;
-      } else if (strcmp(a, "qa") == 0) {
-        o.cfg.head = GPT2_HEAD_QA;
-      } else {
-        return usage_error("unknown --head '%s' (lm or qa)", a);
-      }
-      break;
-    case OPT_BATCH:
-      name = "--batch";
-      if (base_parse_int(a, 1, 1 << 20, &o.B)) goto bad;
-      break;
-    case OPT_STEPS:
-      name = "--steps";
-      if (base_parse_i64(a, 1, INT64_MAX / 2, &lv)) goto bad;
-      o.steps = lv;
-      break;
-    case OPT_ACCUM:
-      name = "--grad-accum";
-      if (base_parse_int(a, 1, 1 << 20, &o.grad_accum)) goto bad;
-      break;
-    case OPT_OPTIMIZER:
-      if (strcmp(a, "adamw") == 0) {
-        o.opt.kind = GPT2_OPT_ADAMW;
-      } else if (strcmp(a, "sgd") == 0) {
-        o.opt.kind = GPT2_OPT_SGD;
-      } else {
-        return usage_error("unknown --optimizer '%s' (adamw or sgd)", a);
-      }
-      break;
-    case OPT_LR:
-      name = "--lr";
-      set_lr = 1;
-      if (parse_float(a, 0, 1e3, &o.lr)) goto bad;
-      break;
-    case OPT_MOMENTUM:
-      name = "--momentum";
-      if (parse_float(a, 0, 1, &o.opt.momentum)) goto bad;
-      break;
-    case OPT_WD:
-      name = "--weight-decay";
-      set_wd = 1;
-      if (parse_float(a, 0, 1e3, &o.opt.weight_decay)) goto bad;
-      break;
-    case OPT_BETA1:
-      name = "--beta1";
-      if (parse_float(a, 0, 0.999999, &o.opt.beta1)) goto bad;
-      break;
-    case OPT_BETA2:
-      name = "--beta2";
-      if (parse_float(a, 0, 0.999999, &o.opt.beta2)) goto bad;
-      break;
-    case OPT_SCHEDULE:
-      set_sched = 1;
-      if (strcmp(a, "cosine") == 0) {
-        o.schedule = GPT2_LR_COSINE;
-      } else if (strcmp(a, "const") == 0) {
-        o.schedule = GPT2_LR_CONST;
-      } else {
-        return usage_error("unknown --schedule '%s' (cosine or const)", a);
-      }
-      break;
-    case OPT_WARMUP:
-      name = "--warmup";
-      set_warmup = 1;
-      if (base_parse_i64(a, 0, INT64_MAX / 2, &o.warmup)) goto bad;
-      break;
-    case OPT_MINLR:
-      name = "--min-lr-ratio";
-      if (parse_float(a, 0, 1, &o.min_lr_ratio)) goto bad;
-      break;
-    case OPT_CLIP:
-      name = "--grad-clip";
-      if (parse_float(a, 0, 1e9, &o.clip)) goto bad;
-      break;
-    case OPT_SEED:
-      name = "--seed";
-      if (base_parse_i64(a, 0, INT64_MAX, &lv)) goto bad;
-      o.seed = (uint64_t)lv;
-      break;
-    case OPT_THREADS:
-      name = "--threads";
-      if (base_parse_int(a, 1, 1024, &o.threads)) goto bad;
-      break;
-    case OPT_DATA:
-      o.data = a;
-      break;
-    case OPT_BUCKET:
-      name = "--bucket-mb";
-      if (base_parse_int(a, 1, 1 << 16, &iv)) goto bad;
-      o.bucket_bytes = (size_t)iv << 20;
-      break;
-    case OPT_ZERO:
-      name = "--zero";
-      if (base_parse_int(a, 0, 1, &o.zero)) goto bad;
-      break;
-    case OPT_METRICS:
-      o.metrics_path = a;
-      break;
-    case OPT_CKPTDIR:
-      o.ckpt_dir = a;
-      break;
-    case OPT_CKPTEVERY:
-      name = "--ckpt-every";
-      if (base_parse_i64(a, 1, INT64_MAX / 2, &o.ckpt_every)) goto bad;
-      break;
-    case OPT_CKPTKEEP:
-      name = "--ckpt-keep";
-      if (base_parse_int(a, 1, 1000, &o.ckpt_keep)) goto bad;
-      break;
-    case OPT_TB:
-      o.tb_dir = a;
-      break;
-    case OPT_QUIET:
-      o.quiet = 1;
-      break;
-    case ':':
-      return usage_error("option %s needs a value", argv[optind - 1]);
-    default:
-      return usage_error("unknown option '%s'", argv[optind - 1]);
-    }
-    continue;
-  bad:
-    fprintf(stderr, "cohort-gpt2: bad value '%s' for %s (see --help)\n", a, name);
-    return 2;
-  }
-  if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+/* The optimiser and what it implies where nothing was given: the seed's SGD
+ * (lr 0.01, constant, no decay, no warm-up) or AdamW's warm-up of steps/10. */
+static void apply_optimizer(gpt2_args *a) {
+  gpt2_train_opts *o = &a->o;
+  o->opt.kind = (gpt2_opt_kind)a->optimizer;
+  int sgd = o->opt.kind == GPT2_OPT_SGD;
+  if (a->lr >= 0)
+    o->lr = a->lr;
+  else if (sgd)
+    o->lr = 0.01f;
+  if (a->schedule >= 0)
+    o->schedule = (gpt2_lr_schedule)a->schedule;
+  else if (sgd)
+    o->schedule = GPT2_LR_CONST;
+  if (a->weight_decay >= 0)
+    o->opt.weight_decay = a->weight_decay;
+  else if (sgd)
+    o->opt.weight_decay = 0.0f;
+  if (a->warmup >= 0)
+    o->warmup = a->warmup;
+  else
+    o->warmup = sgd ? 0 : o->steps / 10 < 100 ? o->steps / 10 : 100;
+}
 
-  if (layers) o.cfg.layers = layers;
-  if (heads) o.cfg.heads = heads;
-  if (channels) o.cfg.channels = channels;
-  if (vocab) o.cfg.vocab = vocab;
-  if (positions) o.cfg.npos = positions;
-  const char *why = NULL;
-  if (gpt2_config_check(&o.cfg, &why) != 0) return usage_error("%s", why);
-  if (o.T > o.cfg.npos) {
-    fprintf(stderr, "cohort-gpt2: --seq-len %d exceeds the model's %d positions (see --help)\n",
-            o.T, o.cfg.npos);
-    return 2;
-  }
-  if (o.cfg.head == GPT2_HEAD_QA && o.data != NULL && strcmp(o.data, "fake") != 0)
-    return usage_error("%s", "the qa head trains on fake data only (answer positions)");
-  if (o.opt.kind == GPT2_OPT_SGD) {
-    if (!set_lr) o.lr = 0.01f;
-    if (!set_sched) o.schedule = GPT2_LR_CONST;
-    if (!set_wd) o.opt.weight_decay = 0.0f;
-    if (!set_warmup) o.warmup = 0;
-  } else if (!set_warmup) {
-    o.warmup = o.steps / 10 < 100 ? o.steps / 10 : 100;
-  }
-  return gpt2_train(&o);
+int main(int argc, char **argv) {
+  gpt2_args a = {.lr = -1, .weight_decay = -1, .schedule = -1, .warmup = -1, .seed = -1};
+  gpt2_train_defaults(&a.o);
+  a.head = a.o.cfg.head;
+  a.optimizer = a.o.opt.kind;
+  cli_args none;
+  int rc = cli_parse(&gpt2_cmd, argc, argv, &a, &none);
+  if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
+  rc = apply_model(&a);
+  if (rc != 0) return rc;
+  apply_optimizer(&a);
+  if (a.seed >= 0) a.o.seed = (uint64_t)a.seed;
+  if (a.bucket_mb > 0) a.o.bucket_bytes = (size_t)a.bucket_mb << 20;
+  return gpt2_train(&a.o);
 }
