@@ -74,4 +74,6 @@ if(COHORT_FUZZ)
     ARGS -close_fd_mask=3)
   # `cohort plot`'s metrics parser (the eco helper's target).
   cohort_fuzz(fuzz_plot ${CMAKE_SOURCE_DIR}/fuzz/fuzz_plot.c)
+  # The agent's reader of PyTorch's error files.
+  cohort_fuzz(fuzz_errfile ${CMAKE_SOURCE_DIR}/fuzz/fuzz_errfile.c)
 endif()

@@ -16,11 +16,13 @@
  *
  * Checks: no crash, leak or undefined behaviour; probe and derive succeed
  * or fail with -ENOMEM only (a damaged tree is facts, not an error); the
- * summary parses back to itself; nothing it sets was in the environment.
+ * summary parses back to itself; the JSON document parses (jansson); nothing
+ * it sets was in the environment.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +208,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(doctor_format_export(r, &text) == 0, "export");
     free(text);
     check(doctor_format_json(r, &text) == 0, "json");
+    json_t *doc = json_loads(text, 0, NULL);
+    check(doc != NULL && json_is_object(doc), "the JSON document does not parse back");
+    json_decref(doc);
     free(text);
     char line[DOCTOR_SUMMARY_MAX];
     check(doctor_summary_format(&r->summary, line, sizeof line) == 0, "summary format");

@@ -253,3 +253,12 @@ for i, v in enumerate(["123", "-9223372036854775808", "10.0.0.1:29400", "[::1]:8
 put("fuzz_plot", "metrics", '{"step": 1, "loss": 2.5, "tokens_per_s": 1000}\n'
     '{"step": 2, "loss": 2.4, "tokens_per_s": 1010.5}\n{"step": 3, "loss": 1e-3}\n')
 put("fuzz_plot", "blank_and_extra", '\n{"step": 0, "loss": 3, "other": [1, {"a": null}]}\n\n')
+put("fuzz_plot", "nonfinite", '{"step": 4, "loss": NaN, "tokens_per_s": Infinity, '
+    '"lr": -Infinity, "note": "NaN \\" \\u00e9"}\n{"step": 5, "loss": 1, "x": "\\u0000"}\n')
+
+# ---- PyTorch error files (agent_error_json_message) ----
+put("fuzz_errfile", "torch", '{"message": {"message": "ValueError: learning rate must be '
+    'positive\\nsecond line\\t\\u00e9", "extraInfo": {"py_callstack": "Traceback ...", '
+    '"timestamp": "1700000000"}}}')
+put("fuzz_errfile", "plain", '{"message": "RuntimeError: \\u001b[31mred"}')
+put("fuzz_errfile", "nested", '{"message": {"message": {"message": 3}}}')

@@ -33,6 +33,11 @@ static void test_lines(void) {
   /* Python's json writes NaN and Infinity. */
   CHECK_EQ_INT(parse("{\"step\":1,\"loss\":NaN,\"tokens_per_s\":Infinity}", &p, err), 0);
   CHECK(isnan(p.loss) && isinf(p.tokens_per_s));
+  CHECK_EQ_INT(parse("{\"step\":1,\"loss\":-Infinity,\"tokens_per_s\":[NaN],"
+                     "\"tokens_per_s\":2,\"s\":\"NaN Infinity\"}",
+                     &p, err),
+               0);
+  CHECK(isinf(p.loss) && p.loss < 0 && p.tokens_per_s == 2);
   /* Repeated member: the last counts. */
   CHECK_EQ_INT(parse("{\"step\":1,\"loss\":1,\"loss\":2,\"tokens_per_s\":1}", &p, err), 0);
   CHECK(p.loss == 2);
@@ -66,6 +71,15 @@ static void test_lines(void) {
       "{step:1,\"loss\":1,\"tokens_per_s\":1}",
       "{\"step\" 1,\"loss\":1,\"tokens_per_s\":1}",
       "{\"step\":1,\"loss\":1,\"tokens_per_s\":1,\"a\":[1,2}",
+      /* The non-finite tokens are values, nothing else; a string is no number. */
+      "{\"step\":1,\"loss\":\"NaN\",\"tokens_per_s\":1}",
+      "{\"step\":1,\"loss\":-NaN,\"tokens_per_s\":1}",
+      "{\"step\":1,\"loss\":NaNa,\"tokens_per_s\":1}",
+      "{NaN:1,\"step\":1,\"loss\":1,\"tokens_per_s\":1}",
+      /* A NUL character, which could spell a rewritten token, is refused. */
+      "{\"step\":1,\"loss\":\"\\u0000N\",\"tokens_per_s\":1}",
+      "{\"step\":1,\"loss\":1,\"tokens_per_s\":1,\"s\":\"\\u0000\"}",
+      "{\"step\":1,\"loss\":1,\"tokens_per_s\":1,\"s\":\"\xff\"}",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     err[0] = '\0';

@@ -1,11 +1,14 @@
 /*
- * format.c - renderings of a doctor result (report, shell exports, JSON) and
+ * format.c - renderings of a doctor result (report, shell exports, JSON with
+ * jansson) and
  * the compact summary agents exchange across nodes.
  */
 #include "doctor/doctor.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,197 +283,173 @@ int doctor_format_export(const doctor_result *r, char **out) {
   return doctor_buf_take(&b, out);
 }
 
-/* ---- JSON ------------------------------------------------------------- */
+/* ---- JSON (jansson) --------------------------------------------------- */
 
-static void js(doctor_buf *b, const char *s) {
-  if (s == NULL) {
-    doctor_buf_puts(b, "null");
-    return;
-  }
-  doctor_buf_puts(b, "\"");
+/*
+ * A string value; NULL is null. Text that is not UTF-8 (sysfs and interface
+ * names are bytes) is read as Latin-1, one character per byte, so that any
+ * input gives a valid document.
+ */
+static json_t *jstr(const char *s) {
+  if (s == NULL) return json_null();
+  json_t *v = json_string(s);
+  if (v != NULL) return v;
+  size_t n = strlen(s), k = 0;
+  char *u = malloc(2 * n + 1);
+  if (u == NULL) return NULL;
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"')
-      doctor_buf_puts(b, "\\\"");
-    else if (*p == '\\')
-      doctor_buf_puts(b, "\\\\");
-    else if (*p == '\n')
-      doctor_buf_puts(b, "\\n");
-    else if (*p == '\t')
-      doctor_buf_puts(b, "\\t");
-    /* Control bytes and bytes above ASCII (sysfs text is ASCII; anything
-     * else must not make the document invalid UTF-8) become escapes. */
-    else if (*p < 0x20 || *p >= 0x7f)
-      doctor_buf_printf(b, "\\u%04x", *p);
-    else
-      doctor_buf_printf(b, "%c", *p);
+    if (*p < 0x80) {
+      u[k++] = (char)*p;
+    } else {
+      u[k++] = (char)(0xc0 | (*p >> 6));
+      u[k++] = (char)(0x80 | (*p & 0x3f));
+    }
   }
-  doctor_buf_puts(b, "\"");
+  u[k] = '\0';
+  v = json_string(u);
+  free(u);
+  return v;
 }
 
 static const char *nonempty(const char *s) {
   return s != NULL && s[0] != '\0' ? s : NULL;
 }
 
-static void js_strings(doctor_buf *b, char *const *list, size_t n) {
-  doctor_buf_puts(b, "[");
-  for (size_t i = 0; i < n; i++) {
-    if (i) doctor_buf_puts(b, ", ");
-    js(b, list[i]);
-  }
-  doctor_buf_puts(b, "]");
+/* An integer, or null when unknown. */
+static json_t *jint_or_null(int known, long long v) {
+  return known ? json_integer(v) : json_null();
 }
 
-static void js_vars(doctor_buf *b, const doctor_var *v, size_t n, int kept) {
-  doctor_buf_puts(b, "[");
-  for (size_t i = 0; i < n; i++) {
-    doctor_buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-    js(b, v[i].name);
-    doctor_buf_puts(b, ", \"value\": ");
-    js(b, v[i].value);
-    if (kept) {
-      doctor_buf_puts(b, ", \"user_value\": ");
-      js(b, v[i].user_value);
-    }
-    doctor_buf_puts(b, ", \"reason\": ");
-    js(b, v[i].reason);
-    doctor_buf_puts(b, "}");
-  }
-  doctor_buf_puts(b, n ? "\n  ]" : "]");
+/* Appends v (a new reference, NULL after a failed allocation) to array a. */
+static int append(json_t *a, json_t *v) {
+  return json_array_append_new(a, v) == 0 ? 0 : -ENOMEM;
 }
 
-static void js_facts(doctor_buf *b, const doctor_facts *f) {
-  char t[256];
-  doctor_buf_puts(b, ",\n  \"rdma\": [");
-  for (size_t i = 0; i < f->nhcas; i++) {
-    const doctor_hca *h = &f->hcas[i];
-    doctor_buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-    js(b, h->name);
-    doctor_buf_puts(b, ", \"pci\": ");
-    js(b, nonempty(h->pci));
-    doctor_buf_puts(b, ", \"netdevs\": [");
-    for (size_t k = 0; k < h->nnetdevs; k++) {
-      if (k) doctor_buf_puts(b, ", ");
-      js(b, h->netdevs[k]);
-    }
-    doctor_buf_puts(b, "], \"ports\": [");
-    for (size_t p = 0; p < h->nports; p++) {
-      const doctor_port *pt = &h->ports[p];
-      doctor_buf_printf(b, "%s\n      {\"port\": %d, \"state\": %d, \"state_name\": ", p ? "," : "",
-                        pt->num, pt->state);
-      js(b, pt->state_name);
-      doctor_buf_printf(b, ", \"phys_state\": %d, \"phys_state_name\": ", pt->phys_state);
-      js(b, pt->phys_state_name);
-      doctor_buf_puts(b, ", \"rate\": ");
-      js(b, pt->rate);
-      doctor_buf_printf(b, ", \"rate_gbps\": %.1f, \"link_layer\": \"%s\", \"active\": %s,",
-                        pt->rate_gbps, doctor_link_name(pt->link),
-                        pt->state == 4 ? "true" : "false");
-      doctor_buf_puts(b, "\n       \"gids\": [");
-      for (size_t g = 0; g < pt->ngids; g++) {
-        const doctor_gid *gd = &pt->gids[g];
-        gid_str(gd, t, sizeof t);
-        doctor_buf_printf(b, "%s\n         {\"index\": %d, \"gid\": ", g ? "," : "", gd->index);
-        js(b, t);
-        doctor_buf_printf(b, ", \"type\": \"%s\", \"ndev\": ", doctor_gid_type_name(gd->type));
-        js(b, nonempty(gd->ndev));
-        char v4[INET_ADDRSTRLEN];
-        doctor_buf_puts(b, ", \"ipv4\": ");
-        js(b, gid_ipv4(gd, v4, sizeof v4) ? v4 : NULL);
-        doctor_buf_puts(b, "}");
-      }
-      doctor_buf_puts(b, pt->ngids ? "]}" : "]}");
-    }
-    doctor_buf_puts(b, "]}");
+static json_t *js_strings(char *const *list, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a != NULL && i < n; i++)
+    if (append(a, jstr(list[i])) != 0) a = (json_decref(a), NULL);
+  return a;
+}
+
+static json_t *js_vars(const doctor_var *v, size_t n, int kept) {
+  json_t *a = json_array();
+  for (size_t i = 0; a != NULL && i < n; i++) {
+    json_t *o =
+        kept ? json_pack("{s:o, s:o, s:o, s:o}", "name", jstr(v[i].name), "value", jstr(v[i].value),
+                         "user_value", jstr(v[i].user_value), "reason", jstr(v[i].reason))
+             : json_pack("{s:o, s:o, s:o}", "name", jstr(v[i].name), "value", jstr(v[i].value),
+                         "reason", jstr(v[i].reason));
+    if (append(a, o) != 0) a = (json_decref(a), NULL);
   }
-  doctor_buf_puts(b, f->nhcas ? "\n  ]" : "]");
+  return a;
+}
 
-  doctor_buf_puts(b, ",\n  \"interfaces\": [");
-  for (size_t i = 0; i < f->nifaces; i++) {
-    const doctor_iface *it = &f->ifaces[i];
-    doctor_buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-    js(b, it->name);
-    if (it->mtu >= 0)
-      doctor_buf_printf(b, ", \"mtu\": %d", it->mtu);
-    else
-      doctor_buf_puts(b, ", \"mtu\": null");
-    doctor_buf_puts(b, ", \"operstate\": ");
-    js(b, nonempty(it->operstate));
-    doctor_buf_puts(b, ", \"addresses\": [");
-    for (size_t k = 0; k < it->naddrs; k++) {
-      addr_str(&it->addrs[k], t, sizeof t);
-      if (k) doctor_buf_puts(b, ", ");
-      js(b, t);
-    }
-    doctor_buf_puts(b, "]}");
+static json_t *js_gid(const doctor_gid *g) {
+  char t[INET6_ADDRSTRLEN], v4[INET_ADDRSTRLEN];
+  gid_str(g, t, sizeof t);
+  return json_pack("{s:i, s:o, s:s, s:o, s:o}", "index", g->index, "gid", jstr(t), "type",
+                   doctor_gid_type_name(g->type), "ndev", jstr(nonempty(g->ndev)), "ipv4",
+                   jstr(gid_ipv4(g, v4, sizeof v4) ? v4 : NULL));
+}
+
+static json_t *js_port(const doctor_port *pt) {
+  json_t *gids = json_array();
+  for (size_t g = 0; gids != NULL && g < pt->ngids; g++)
+    if (append(gids, js_gid(&pt->gids[g])) != 0) gids = (json_decref(gids), NULL);
+  /* One decimal, as the rate is read ("100 Gb/sec"); see the precision in doctor_format_json. */
+  double gbps = round(pt->rate_gbps * 10.0) / 10.0;
+  return json_pack("{s:i, s:i, s:o, s:i, s:o, s:o, s:f, s:s, s:b, s:o}", "port", pt->num, "state",
+                   pt->state, "state_name", jstr(pt->state_name), "phys_state", pt->phys_state,
+                   "phys_state_name", jstr(pt->phys_state_name), "rate", jstr(pt->rate),
+                   "rate_gbps", gbps, "link_layer", doctor_link_name(pt->link), "active",
+                   pt->state == 4, "gids", gids);
+}
+
+static json_t *js_hca(const doctor_hca *h) {
+  json_t *netdevs = json_array(), *ports = json_array();
+  for (size_t k = 0; netdevs != NULL && k < h->nnetdevs; k++)
+    if (append(netdevs, jstr(h->netdevs[k])) != 0) netdevs = (json_decref(netdevs), NULL);
+  for (size_t p = 0; ports != NULL && p < h->nports; p++)
+    if (append(ports, js_port(&h->ports[p])) != 0) ports = (json_decref(ports), NULL);
+  return json_pack("{s:o, s:o, s:o, s:o}", "name", jstr(h->name), "pci", jstr(nonempty(h->pci)),
+                   "netdevs", netdevs, "ports", ports);
+}
+
+static json_t *js_iface(const doctor_iface *it) {
+  json_t *addrs = json_array();
+  for (size_t k = 0; addrs != NULL && k < it->naddrs; k++) {
+    char t[INET6_ADDRSTRLEN + 8];
+    addr_str(&it->addrs[k], t, sizeof t);
+    if (append(addrs, jstr(t)) != 0) addrs = (json_decref(addrs), NULL);
   }
-  doctor_buf_puts(b, f->nifaces ? "\n  ]" : "]");
+  return json_pack("{s:o, s:o, s:o, s:o}", "name", jstr(it->name), "mtu",
+                   jint_or_null(it->mtu >= 0, it->mtu), "operstate", jstr(nonempty(it->operstate)),
+                   "addresses", addrs);
+}
 
-  doctor_buf_puts(b, ",\n  \"routes\": {\"default_interface\": ");
-  js(b, nonempty(f->default_iface));
-  doctor_buf_puts(b, ", \"master\": ");
-  js(b, nonempty(f->master));
-  doctor_buf_puts(b, ", \"master_address\": ");
-  js(b, nonempty(f->master_addr));
-  doctor_buf_puts(b, ", \"master_interface\": ");
-  js(b, nonempty(f->route_iface));
-  doctor_buf_puts(b, "}");
+static json_t *js_limits(const doctor_facts *f) {
+  /* The byte counts fit json_int_t: no file system or limit reaches 2^63. */
+  json_t *memlock = !f->memlock_known      ? json_null()
+                    : f->memlock_unlimited ? json_string("unlimited")
+                                           : json_integer((json_int_t)f->memlock_bytes);
+  return json_pack("{s:o, s:o, s:b, s:i, s:o, s:o}", "memlock", memlock, "shm_bytes",
+                   jint_or_null(f->shm_known, (long long)f->shm_bytes), "dev_infiniband",
+                   f->dev_infiniband, "uverbs", f->uverbs_count, "hugepages_total",
+                   jint_or_null(f->hugepages_known, f->hugepages_total), "hugepage_kb",
+                   jint_or_null(f->hugepages_known, f->hugepage_kb));
+}
 
-  doctor_buf_puts(b, ",\n  \"limits\": {\"memlock\": ");
-  if (!f->memlock_known)
-    doctor_buf_puts(b, "null");
-  else if (f->memlock_unlimited)
-    doctor_buf_puts(b, "\"unlimited\"");
-  else
-    doctor_buf_printf(b, "%llu", (unsigned long long)f->memlock_bytes);
-  doctor_buf_puts(b, ", \"shm_bytes\": ");
-  if (f->shm_known)
-    doctor_buf_printf(b, "%llu", (unsigned long long)f->shm_bytes);
-  else
-    doctor_buf_puts(b, "null");
-  doctor_buf_printf(b, ", \"dev_infiniband\": %s, \"uverbs\": %d, \"hugepages_total\": ",
-                    f->dev_infiniband ? "true" : "false", f->uverbs_count);
-  if (f->hugepages_known)
-    doctor_buf_printf(b, "%ld, \"hugepage_kb\": %ld}", f->hugepages_total, f->hugepage_kb);
-  else
-    doctor_buf_puts(b, "null, \"hugepage_kb\": null}");
-
-  doctor_buf_printf(
-      b, ",\n  \"nccl\": {\"found\": %s, \"version\": ", f->nccl_found ? "true" : "false");
-  nccl_version(f, t, sizeof t);
-  js(b, f->nccl_found && f->nccl_major >= 0 ? t : NULL);
-  doctor_buf_puts(b, ", \"path\": ");
-  js(b, f->nccl_found ? f->nccl_path : NULL);
-  doctor_buf_puts(b, "}");
+/* The facts' members, added to the document o. */
+static int js_facts(json_t *o, const doctor_facts *f) {
+  json_t *rdma = json_array(), *ifaces = json_array();
+  for (size_t i = 0; rdma != NULL && i < f->nhcas; i++)
+    if (append(rdma, js_hca(&f->hcas[i])) != 0) rdma = (json_decref(rdma), NULL);
+  for (size_t i = 0; ifaces != NULL && i < f->nifaces; i++)
+    if (append(ifaces, js_iface(&f->ifaces[i])) != 0) ifaces = (json_decref(ifaces), NULL);
+  json_t *routes =
+      json_pack("{s:o, s:o, s:o, s:o}", "default_interface", jstr(nonempty(f->default_iface)),
+                "master", jstr(nonempty(f->master)), "master_address",
+                jstr(nonempty(f->master_addr)), "master_interface", jstr(nonempty(f->route_iface)));
+  char version[64];
+  nccl_version(f, version, sizeof version);
+  json_t *nccl = json_pack("{s:b, s:o, s:o}", "found", f->nccl_found, "version",
+                           jstr(f->nccl_found && f->nccl_major >= 0 ? version : NULL), "path",
+                           jstr(f->nccl_found ? f->nccl_path : NULL));
+  json_t *facts = json_pack("{s:o, s:o, s:o, s:o, s:o}", "rdma", rdma, "interfaces", ifaces,
+                            "routes", routes, "limits", js_limits(f), "nccl", nccl);
+  int rc = facts != NULL && json_object_update(o, facts) == 0 ? 0 : -ENOMEM;
+  json_decref(facts);
+  return rc;
 }
 
 int doctor_format_json(const doctor_result *r, char **out) {
   if (r == NULL || out == NULL) return -EINVAL;
-  doctor_buf b = {0};
   char sum[DOCTOR_SUMMARY_MAX];
   doctor_summary_format(&r->summary, sum, sizeof sum);
-  doctor_buf_printf(&b, "{\n  \"schema\": \"cohort-doctor/1\",\n  \"ok\": %s,\n  \"settings\": ",
-                    r->nerrors == 0 ? "true" : "false");
-  js_vars(&b, r->set, r->nset, 0);
-  doctor_buf_puts(&b, ",\n  \"kept\": ");
-  js_vars(&b, r->kept, r->nkept, 1);
-  doctor_buf_puts(&b, ",\n  \"notes\": ");
-  js_strings(&b, r->notes, r->nnotes);
-  doctor_buf_puts(&b, ",\n  \"warnings\": ");
-  js_strings(&b, r->warnings, r->nwarnings);
-  doctor_buf_puts(&b, ",\n  \"errors\": ");
-  js_strings(&b, r->errors, r->nerrors);
-  doctor_buf_puts(&b, ",\n  \"summary\": {\"link\": ");
-  js(&b, r->summary.link);
-  doctor_buf_puts(&b, ", \"hca\": ");
-  js(&b, r->summary.hca);
-  if (r->summary.gid_index >= 0)
-    doctor_buf_printf(&b, ", \"gid_index\": %d", r->summary.gid_index);
-  else
-    doctor_buf_puts(&b, ", \"gid_index\": null");
-  doctor_buf_puts(&b, ", \"text\": ");
-  js(&b, sum);
-  doctor_buf_puts(&b, "}");
-  if (r->facts != NULL) js_facts(&b, r->facts);
-  doctor_buf_puts(&b, "\n}\n");
-  return doctor_buf_take(&b, out);
+  json_t *summary =
+      json_pack("{s:o, s:o, s:o, s:o}", "link", jstr(r->summary.link), "hca", jstr(r->summary.hca),
+                "gid_index", jint_or_null(r->summary.gid_index >= 0, r->summary.gid_index), "text",
+                jstr(sum));
+  json_t *doc = json_pack("{s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", "cohort-doctor/1",
+                          "ok", r->nerrors == 0, "settings", js_vars(r->set, r->nset, 0), "kept",
+                          js_vars(r->kept, r->nkept, 1), "notes", js_strings(r->notes, r->nnotes),
+                          "warnings", js_strings(r->warnings, r->nwarnings), "errors",
+                          js_strings(r->errors, r->nerrors), "summary", summary);
+  int rc = doc != NULL ? 0 : -ENOMEM;
+  if (rc == 0 && r->facts != NULL) rc = js_facts(doc, r->facts);
+  /* One line, ASCII only (escapes beyond it); "name": value pairs apart by ", ". */
+  char *text = rc == 0 ? json_dumps(doc, JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15)) : NULL;
+  json_decref(doc);
+  if (text == NULL) return -ENOMEM;
+  /* A newline ends the document, as every line the command prints. */
+  size_t n = strlen(text);
+  char *line = realloc(text, n + 2);
+  if (line == NULL) {
+    free(text);
+    return -ENOMEM;
+  }
+  memcpy(line + n, "\n", 2);
+  *out = line;
+  return 0;
 }

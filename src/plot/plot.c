@@ -1,197 +1,91 @@
-/* plot.c - metrics JSONL parser and SVG renderer for `cohort plot`. */
+/* plot.c - metrics JSONL reader (jansson) and SVG renderer for `cohort plot`. */
 #include "plot/plot.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- JSON: just enough to read one object per line, strictly ---- */
-
-#define JSON_MAX_DEPTH 64
-#define JSON_MAX_NUMBER 400
-
-typedef struct json_cursor {
-  const char *p, *end;
-  const char *err; /* static text of the first error */
-} json_cursor;
-
-enum { JV_ERROR = -1, JV_OTHER = 0, JV_NUMBER = 1 };
-
-static void json_ws(json_cursor *c) {
-  while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')) c->p++;
-}
-
-static int json_fail(json_cursor *c, const char *why) {
-  if (c->err == NULL) c->err = why;
-  return JV_ERROR;
-}
-
-static int json_lit(json_cursor *c, const char *word) {
-  size_t n = strlen(word);
-  if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
-  c->p += n;
-  return 1;
-}
-
-static int hexval(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
-}
+/* ---- one metrics line, read with jansson ---- */
 
 /*
- * Parses a string at c->p (which is at '"'). The decoded text goes into key
- * (up to keylen-1 bytes) when key is not NULL; *key_exact is cleared when
- * the text did not fit or held an escape beyond ASCII, so that it can never
- * equal a member name looked for.
+ * Python's json module writes the bare tokens NaN, Infinity and -Infinity,
+ * which JSON (and so jansson) lacks. Outside strings they are rewritten into
+ * strings that no input can spell: a NUL character and one letter, since an
+ * input's own \u0000 is refused here (a metrics line has no use for it).
  */
-static int json_string(json_cursor *c, char *key, size_t keylen, int *key_exact) {
-  size_t k = 0;
-  if (key_exact) *key_exact = 1;
-  c->p++; /* opening quote */
-  while (c->p < c->end) {
-    unsigned char ch = (unsigned char)*c->p++;
-    if (ch == '"') {
-      if (key) key[k] = '\0';
-      return JV_OTHER;
-    }
-    if (ch < 0x20) return json_fail(c, "control character in a string");
-    if (ch == '\\') {
-      if (c->p >= c->end) break;
-      char e = *c->p++;
-      const char *map = strchr("\"\\/bfnrt", e);
-      if (e == 'u') {
-        if (c->end - c->p < 4) return json_fail(c, "bad \\u escape");
-        int v = 0;
-        for (int i = 0; i < 4; i++) {
-          int h = hexval(c->p[i]);
-          if (h < 0) return json_fail(c, "bad \\u escape");
-          v = v * 16 + h;
-        }
-        c->p += 4;
-        if (v < 0x80 && v > 0)
-          ch = (unsigned char)v;
-        else if (key_exact)
-          *key_exact = 0;
-      } else if (map != NULL && e != '\0') {
-        ch = (unsigned char)"\"\\/\b\f\n\r\t"[map - "\"\\/bfnrt"];
-      } else {
-        return json_fail(c, "bad escape in a string");
-      }
-    }
-    if (key) {
-      if (k + 1 < keylen)
-        key[k++] = (char)ch;
-      else if (key_exact)
-        *key_exact = 0;
-    }
+static const struct {
+  const char *token;
+  char letter; /* the rewrite is the string "\u0000<letter>" */
+  double value;
+} nonfinite[] = {{"-Infinity", '-', -INFINITY}, {"Infinity", 'I', INFINITY}, {"NaN", 'N', NAN}};
+#define NONFINITE_N (sizeof nonfinite / sizeof nonfinite[0])
+/* A rewrite is 10 bytes for a token of at least 3: out needs 4 * len bytes. */
+#define REWRITE_GROWTH 4
+
+static size_t nonfinite_at(const char *p, size_t left) {
+  for (size_t k = 0; k < NONFINITE_N; k++) {
+    size_t n = strlen(nonfinite[k].token);
+    if (left >= n && memcmp(p, nonfinite[k].token, n) == 0) return k;
   }
-  return json_fail(c, "unterminated string");
+  return NONFINITE_N;
 }
 
-static int is_digit(char ch) {
-  return ch >= '0' && ch <= '9';
+/* One step of the rewrite inside a string: copies an escape whole. */
+static int copy_in_string(const char *line, size_t len, size_t *i, char *out, size_t *o,
+                          int *in_string) {
+  char ch = line[*i];
+  if (ch == '\\' && *i + 1 < len) {
+    if (line[*i + 1] == 'u' && len - *i >= 6 && memcmp(line + *i + 2, "0000", 4) == 0) return -1;
+    out[(*o)++] = line[(*i)++];
+  } else if (ch == '"') {
+    *in_string = 0;
+  }
+  out[(*o)++] = line[(*i)++];
+  return 0;
 }
 
-static int json_number(json_cursor *c, double *out) {
-  const char *s = c->p;
-  if (json_lit(c, "NaN")) {
-    *out = NAN;
-    return JV_NUMBER;
-  }
-  if (json_lit(c, "Infinity")) {
-    *out = INFINITY;
-    return JV_NUMBER;
-  }
-  if (json_lit(c, "-Infinity")) {
-    *out = -INFINITY;
-    return JV_NUMBER;
-  }
-  const char *p = s;
-  if (p < c->end && *p == '-') p++;
-  if (p >= c->end || !is_digit(*p)) return json_fail(c, "bad number");
-  if (*p == '0')
-    p++;
-  else
-    while (p < c->end && is_digit(*p)) p++;
-  if (p < c->end && *p == '.') {
-    p++;
-    if (p >= c->end || !is_digit(*p)) return json_fail(c, "bad number");
-    while (p < c->end && is_digit(*p)) p++;
-  }
-  if (p < c->end && (*p == 'e' || *p == 'E')) {
-    p++;
-    if (p < c->end && (*p == '+' || *p == '-')) p++;
-    if (p >= c->end || !is_digit(*p)) return json_fail(c, "bad number");
-    while (p < c->end && is_digit(*p)) p++;
-  }
-  size_t n = (size_t)(p - s);
-  if (n > JSON_MAX_NUMBER) return json_fail(c, "number too long");
-  char buf[JSON_MAX_NUMBER + 1];
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  *out = strtod(buf, NULL); /* the grammar above is a subset of strtod's */
-  c->p = p;
-  return JV_NUMBER;
-}
-
-static int json_value(json_cursor *c, int depth, double *num);
-
-static int json_container(json_cursor *c, int depth, char close) {
-  if (depth >= JSON_MAX_DEPTH) return json_fail(c, "nested too deeply");
-  c->p++; /* '[' or '{' */
-  json_ws(c);
-  if (c->p < c->end && *c->p == close) {
-    c->p++;
-    return JV_OTHER;
-  }
-  for (;;) {
-    double ignored;
-    json_ws(c);
-    if (close == '}') {
-      if (c->p >= c->end || *c->p != '"') return json_fail(c, "expected a member name");
-      if (json_string(c, NULL, 0, NULL) == JV_ERROR) return JV_ERROR;
-      json_ws(c);
-      if (c->p >= c->end || *c->p != ':') return json_fail(c, "expected ':'");
-      c->p++;
-    }
-    if (json_value(c, depth + 1, &ignored) == JV_ERROR) return JV_ERROR;
-    json_ws(c);
-    if (c->p < c->end && *c->p == ',') {
-      c->p++;
+/* Returns 1 when a token was rewritten, 0 when none was, -1 for a \u0000 in the input. */
+static int rewrite_nonfinite(const char *line, size_t len, char *out, size_t *outlen) {
+  size_t o = 0;
+  int in_string = 0, rewritten = 0;
+  for (size_t i = 0; i < len;) {
+    if (in_string) {
+      if (copy_in_string(line, len, &i, out, &o, &in_string) != 0) return -1;
       continue;
     }
-    if (c->p < c->end && *c->p == close) {
-      c->p++;
-      return JV_OTHER;
+    size_t k = nonfinite_at(line + i, len - i);
+    if (k < NONFINITE_N) {
+      o += (size_t)sprintf(out + o, "\"\\u0000%c\"", nonfinite[k].letter);
+      i += strlen(nonfinite[k].token);
+      rewritten = 1;
+      continue;
     }
-    return json_fail(c, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    in_string = line[i] == '"';
+    out[o++] = line[i++];
   }
+  *outlen = o;
+  return rewritten;
 }
 
-static int json_value(json_cursor *c, int depth, double *num) {
-  json_ws(c);
-  if (c->p >= c->end) return json_fail(c, "unexpected end of line");
-  switch (*c->p) {
-  case '"':
-    return json_string(c, NULL, 0, NULL);
-  case '{':
-    return json_container(c, depth, '}');
-  case '[':
-    return json_container(c, depth, ']');
-  case 't':
-    return json_lit(c, "true") ? JV_OTHER : json_fail(c, "bad literal");
-  case 'f':
-    return json_lit(c, "false") ? JV_OTHER : json_fail(c, "bad literal");
-  case 'n':
-    return json_lit(c, "null") ? JV_OTHER : json_fail(c, "bad literal");
-  default:
-    return json_number(c, num);
+/* The number a member holds: a JSON number or a rewritten token. */
+static int member_number(const json_t *v, double *out) {
+  if (json_is_number(v)) {
+    *out = json_number_value(v);
+    return 0;
   }
+  if (json_is_string(v) && json_string_length(v) == 2 && json_string_value(v)[0] == '\0') {
+    for (size_t k = 0; k < NONFINITE_N; k++)
+      if (json_string_value(v)[1] == nonfinite[k].letter) {
+        *out = nonfinite[k].value;
+        return 0;
+      }
+  }
+  return -EINVAL;
 }
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -204,80 +98,69 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
+static int is_blank(const char *line, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\n') return 0;
+  return 1;
+}
+
+/* Decodes the line into a JSON object; the reason of a failure goes to err. */
+static json_t *load_object(const char *line, size_t len, char *err, size_t errlen) {
+  if (len > SIZE_MAX / REWRITE_GROWTH) {
+    set_err(err, errlen, "line too long");
+    return NULL;
+  }
+  char *text = malloc(len * REWRITE_GROWTH + 1);
+  if (text == NULL) {
+    set_err(err, errlen, "out of memory");
+    return NULL;
+  }
+  size_t n = 0;
+  int rewritten = rewrite_nonfinite(line, len, text, &n);
+  json_t *root = NULL;
+  json_error_t e;
+  if (rewritten < 0) {
+    set_err(err, errlen, "NUL character (\\u0000) in a string");
+  } else if ((root = json_loadb(text, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL,
+                                &e)) == NULL) {
+    if (json_error_code(&e) == json_error_stack_overflow)
+      set_err(err, errlen, "nested too deeply");
+    else if (rewritten == 0) /* columns of the rewritten text are the line's own */
+      set_err(err, errlen, "%s at column %d", e.text, e.column);
+    else
+      set_err(err, errlen, "%s", e.text);
+  } else if (!json_is_object(root)) {
+    set_err(err, errlen, "not a JSON object");
+    json_decref(root);
+    root = NULL;
+  }
+  free(text);
+  return root;
+}
+
 int plot_parse_line(const char *line, size_t len, plot_point *out, char *err, size_t errlen) {
   if (memchr(line, '\0', len) != NULL) {
     set_err(err, errlen, "NUL byte in the line");
     return -EINVAL;
   }
-  json_cursor c = {line, line + len, NULL};
-  json_ws(&c);
-  if (c.p == c.end) return PLOT_BLANK;
-  if (*c.p != '{') {
-    set_err(err, errlen, "not a JSON object");
-    return -EINVAL;
-  }
+  if (is_blank(line, len)) return PLOT_BLANK;
+  json_t *root = load_object(line, len, err, errlen);
+  if (root == NULL) return -EINVAL;
   static const char *const names[3] = {"step", "loss", "tokens_per_s"};
-  double vals[3] = {0, 0, 0};
-  int seen[3] = {0, 0, 0};
-  c.p++;
-  json_ws(&c);
-  int empty = c.p < c.end && *c.p == '}';
-  if (empty) c.p++;
-  while (!empty) {
-    json_ws(&c);
-    if (c.p >= c.end || *c.p != '"') {
-      json_fail(&c, "expected a member name");
-      break;
-    }
-    char key[32];
-    int exact;
-    if (json_string(&c, key, sizeof key, &exact) == JV_ERROR) break;
-    json_ws(&c);
-    if (c.p >= c.end || *c.p != ':') {
-      json_fail(&c, "expected ':'");
-      break;
-    }
-    c.p++;
-    double v = 0;
-    int kind = json_value(&c, 1, &v);
-    if (kind == JV_ERROR) break;
-    for (int i = 0; i < 3; i++) {
-      if (exact && strcmp(key, names[i]) == 0) {
-        if (kind != JV_NUMBER) {
-          set_err(err, errlen, "\"%s\" is not a number", names[i]);
-          return -EINVAL;
-        }
-        vals[i] = v;
-        seen[i] = 1; /* a repeated member: the last one counts, as in most parsers */
-      }
-    }
-    json_ws(&c);
-    if (c.p < c.end && *c.p == ',') {
-      c.p++;
-      continue;
-    }
-    if (c.p < c.end && *c.p == '}') {
-      c.p++;
-      break;
-    }
-    json_fail(&c, "expected ',' or '}'");
-    break;
-  }
-  if (c.err != NULL) {
-    set_err(err, errlen, "%s at column %zu", c.err, (size_t)(c.p - line) + 1);
-    return -EINVAL;
-  }
-  json_ws(&c);
-  if (c.p != c.end) {
-    set_err(err, errlen, "text after the JSON object at column %zu", (size_t)(c.p - line) + 1);
-    return -EINVAL;
-  }
-  for (int i = 0; i < 3; i++) {
-    if (!seen[i]) {
+  double vals[3];
+  int rc = 0;
+  for (int i = 0; i < 3 && rc == 0; i++) {
+    json_t *v = json_object_get(root, names[i]);
+    if (v == NULL) {
       set_err(err, errlen, "missing \"%s\"", names[i]);
-      return -EINVAL;
+      rc = -EINVAL;
+    } else if (member_number(v, &vals[i]) != 0) {
+      set_err(err, errlen, "\"%s\" is not a number", names[i]);
+      rc = -EINVAL;
     }
   }
+  json_decref(root);
+  if (rc != 0) return rc;
   /* 2^53: every integer up to it is exact in a double. */
   if (!(vals[0] >= 0 && vals[0] <= 9007199254740992.0) || vals[0] != floor(vals[0])) {
     set_err(err, errlen, "\"step\" must be an integer >= 0");

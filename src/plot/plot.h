@@ -27,9 +27,10 @@ typedef struct plot_point {
 /*
  * Parses one line (len bytes, no newline needed, NUL bytes are an error)
  * holding one JSON object. Returns 0 and fills *out, PLOT_BLANK, or -EINVAL
- * with the reason in err. Strict JSON, except that the number tokens NaN,
- * Infinity and -Infinity (which Python's json module writes) are accepted.
- * "step" must be an integer in 0..2^53.
+ * with the reason in err. Strict JSON read by jansson, except that the
+ * number tokens NaN, Infinity and -Infinity (which Python's json module
+ * writes) are accepted and that a \u0000 escape is refused. A repeated
+ * member: the last one counts. "step" must be an integer in 0..2^53.
  */
 int plot_parse_line(const char *line, size_t len, plot_point *out, char *err, size_t errlen);
 
