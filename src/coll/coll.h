@@ -14,8 +14,9 @@
  *   (tcp.c, shm.c)        receive and peek of a byte stream to a peer rank,
  *                         and a blocking wait with a timeout.
  *
- * comm.c holds the public API, the bootstrap through the rendezvous store and
- * the progress thread that executes queued operations in order.
+ * comm.c holds the public API and the progress thread that executes queued
+ * operations in order; bootstrap.c connects the ranks through the rendezvous
+ * store, sets the transports up and derives the host groups.
  */
 #ifndef COHORT_COLL_COLL_H
 #define COHORT_COLL_COLL_H
@@ -57,6 +58,12 @@ static inline void coll_cpu_relax(void) {
 #define COLL_WANT_SEND 1
 #define COLL_WANT_RECV 2
 
+/*
+ * A transport is an ops table and an instance (the `void *t` every op takes);
+ * the engine reaches each peer through the table the communicator chose for
+ * it and never names a transport. A new transport is one file that fills such
+ * a table, plus the lines of bootstrap.c that set it up and pick its peers.
+ */
 typedef struct coll_tport_ops {
   const char *name;
   /* Non-blocking: accepts up to the iov's bytes for peer; returns bytes taken (0 when full) or a
@@ -72,6 +79,25 @@ typedef struct coll_tport_ops {
   /* Blocks until one of peers[i] may make progress on want[i], or timeout_ms passes. Returns 0
    * or an error; *bad_peer names the peer an error concerns. */
   int (*wait)(void *t, const int *peers, const int *want, int n, int timeout_ms, int *bad_peer);
+  /* Liveness, for transports whose wait cannot see a peer die (NULL when wait reports it): 1 when
+   * peer is gone, checked without waiting. */
+  int (*peer_gone)(void *t, int peer);
+  /* 1 when bytes from peer wait to be read (a peer that exited may have left some). */
+  int (*pending)(void *t, int peer);
+  /* Makes every waiter on this transport, here and at the peers, give up with `why` (rank: who
+   * aborts). Idempotent; callable from any thread. */
+  void (*abort)(void *t, int rank, const char *why);
+  /* When a peer aborted through this transport: 1 and its rank and reason (NULL: never). */
+  int (*aborted)(void *t, int *rank, char *msg, size_t msglen);
+  /* Framing: a message (32-byte header and payload) is padded to a multiple of frame_align and
+   * to at least frame_min bytes. */
+  unsigned frame_align, frame_min;
+  /* Messages up to this many bytes are received whole through one peek when they are (0: no). */
+  unsigned peek_whole_max;
+  /* 1 when progress shows up in memory rather than in the kernel: a waiter polls a few times
+   * before its clocked wait, and in a wait that spans transports it is re-polled, not blocked on.
+   */
+  int polled;
 } coll_tport_ops;
 
 extern const coll_tport_ops coll_tcp_ops;
@@ -80,19 +106,22 @@ extern const coll_tport_ops coll_shm_ops;
 typedef struct coll_tcp coll_tcp;
 typedef struct coll_shm coll_shm;
 
+/* 1 when the connection on fd saw a hang-up or an error (poll with no wait). */
+int coll_fd_gone(int fd);
+
 /* TCP: one connected socket per peer (fds[peer], -1 for self). Takes ownership of the fds. */
 int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out);
 void coll_tcp_destroy(coll_tcp *t);
-/* shutdown() of every connection: peers see EOF at once, blocked waits wake. */
-void coll_tcp_shutdown(coll_tcp *t);
 int coll_tcp_fd(coll_tcp *t, int peer);
-/* 1 when the connection to peer saw a hang-up or error (poll with no wait). */
-int coll_tcp_peer_gone(coll_tcp *t, int peer);
+
+/* How long a waiting shared-memory rank spins before it sleeps on its futex (microseconds);
+ * COHORT_SHM_SPIN_US overrides it. */
+#define COLL_SHM_SPIN_US 10
 
 /*
  * Shared memory among the ranks of one host. `local` lists the world ranks
  * on this host (ascending), my index is `me`. The segment is created by
- * local[0] and opened by the others; see comm.c for the handshake.
+ * local[0] and opened by the others; see bootstrap.c for the handshake.
  */
 typedef struct coll_shm_layout {
   int nlocal;
@@ -102,12 +131,9 @@ size_t coll_shm_segment_size(const coll_shm_layout *l);
 int coll_shm_create(const char *name, int creator, const int *local, int nlocal, int me,
                     int world_size, size_t chan_bytes, coll_shm **out);
 void coll_shm_destroy(coll_shm *s);
-/* Marks the host's segment aborted with a reason and wakes every local rank. */
-void coll_shm_abort(coll_shm *s, int rank, const char *msg);
-/* When some local rank aborted: returns 1 and copies who and why. */
-int coll_shm_aborted(coll_shm *s, int *rank, char *msg, size_t msglen);
-/* Wakes this rank's own waits (used by a local abort from another thread). */
-void coll_shm_wake_self(coll_shm *s);
+/* Shared memory says nothing when a peer dies; the TCP connection to it does. watch_fds[rank]
+ * (world ranks, not owned) is polled for the peer_gone op. */
+void coll_shm_watch(coll_shm *s, const int *watch_fds);
 /* Lets same-user processes read this one (Yama); call before peers probe. */
 void coll_shm_allow_pull(void);
 /* 1 when process_vm_readv() can read every other local rank (all have mapped the segment). */
@@ -118,12 +144,9 @@ void coll_shm_set_hdr_cma(coll_shm *s, int on);
 /* Large payloads (>= 64 KiB) travel by address and one copy when on; else through the ring. */
 void coll_shm_set_cma(coll_shm *s, int on);
 int coll_shm_cma(coll_shm *s);
-/* How long a waiting rank spins before it sleeps on its futex (microseconds). */
 void coll_shm_set_spin(coll_shm *s, int us);
 /* 1 when the shm transport reaches `peer`. */
 int coll_shm_has(coll_shm *s, int peer);
-/* 1 when bytes from `peer` wait to be read (in the ring, inline or by address). */
-int coll_shm_readable(coll_shm *s, int peer);
 
 /* ---- the communicator ---- */
 
@@ -178,8 +201,11 @@ struct cohort_comm {
   coll_shm *shm;
   const coll_tport_ops **peer_ops; /* [size] transport of each peer */
   void **peer_t;                   /* [size] its instance */
-  uint32_t seq;                    /* collectives executed so far */
-  void *scratch;                   /* 2 * slice_bytes (bounded staging of algorithms) */
+  int ntports;                     /* the instances in use (for abort) */
+  const coll_tport_ops *tport_ops[2];
+  void *tport_t[2];
+  uint32_t seq;  /* collectives executed so far */
+  void *scratch; /* 2 * slice_bytes (bounded staging of algorithms) */
   size_t scratch_bytes;
 
   /* Failure state: the first error wins. */
@@ -197,10 +223,19 @@ struct cohort_comm {
   int thread_started;
 };
 
+/* Reads a size from the environment variable name into *out (unchanged when unset); COHORT_ENOENV
+ * when it is not a size within [min, max]. */
+int coll_env_size(const char *name, uint64_t min, uint64_t max, size_t *out);
+/* Connects the ranks of c (rank, size, timeout and sizes set) through the store named in cfg and
+ * sets up its transports and groups (bootstrap.c). */
+int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg);
+
 /* Records the first failure (formatted message) and aborts every transport. Returns err. */
 int coll_fail(cohort_comm *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Shuts transports down so peers notice; idempotent. */
 void coll_abort_transports(cohort_comm *c, const char *why);
+/* When a peer aborted the communicator through a transport: 1 and who and why. */
+int coll_peer_aborted(cohort_comm *c, int *rank, char *msg, size_t msglen);
 
 /* ---- engine: what algorithms use ---- */
 

@@ -136,7 +136,7 @@ static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
   cohort_comm *c = x->comm;
   int arank;
   char amsg[400];
-  if (coll_shm_aborted(c->shm, &arank, amsg, sizeof amsg))
+  if (coll_peer_aborted(c, &arank, amsg, sizeof amsg))
     return coll_fail(c, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
   if (err == COHORT_EPEER)
     return coll_fail(c, COHORT_EPEER,
@@ -147,65 +147,77 @@ static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
                    coll_kind_name(x->op->kind), x->seq, cohort_strerror(err));
 }
 
-/* One non-blocking step of a transfer: bytes moved (>= 0) or an error. */
-static long step(coll_ctx *x, xfer *v) {
+/* One non-blocking step of a send: bytes moved (>= 0) or an error. */
+static long step_send(coll_ctx *x, xfer *v) {
   size_t total = sizeof(coll_hdr) + v->padded;
-  if (v->mode == XF_SEND) {
-    if (v->pos == 0 && total <= 64) {
-      /* A small message as one piece: one copy into the ring instead of three. */
-      char line[64];
-      memcpy(line, &v->hdr, sizeof(coll_hdr));
-      if (v->len) memcpy(line + sizeof(coll_hdr), v->sbuf, v->len);
-      memset(line + sizeof(coll_hdr) + v->len, 0, v->padded - v->len);
-      struct iovec one = {.iov_base = line, .iov_len = total};
-      long n = v->ops->send(v->t, v->peer, &one, 1);
-      if (n < 0) return peer_error(x, v->peer, (int)n, "sending");
-      v->pos += (size_t)n; /* partly taken: the rest goes out from the pieces below */
-      return n;
-    }
-    struct iovec iov[3];
-    int k = 0;
-    size_t pos = v->pos;
-    if (pos < sizeof(coll_hdr)) {
-      iov[k].iov_base = (char *)&v->hdr + pos;
-      iov[k++].iov_len = sizeof(coll_hdr) - pos;
-      pos = sizeof(coll_hdr);
-    }
-    size_t off = pos - sizeof(coll_hdr);
-    if (off < v->len) {
-      iov[k].iov_base = (void *)(v->sbuf + off);
-      iov[k++].iov_len = v->len - off;
-      off = v->len;
-    }
-    if (off < v->padded) {
-      iov[k].iov_base = (void *)(zero_pad + (off - v->len));
-      iov[k++].iov_len = v->padded - off;
-    }
-    long n = v->ops->send(v->t, v->peer, iov, k);
+  if (v->pos == 0 && total <= 64) {
+    /* A small message as one piece: one copy into the ring instead of three. */
+    char line[64];
+    memcpy(line, &v->hdr, sizeof(coll_hdr));
+    if (v->len) memcpy(line + sizeof(coll_hdr), v->sbuf, v->len);
+    memset(line + sizeof(coll_hdr) + v->len, 0, v->padded - v->len);
+    struct iovec one = {.iov_base = line, .iov_len = total};
+    long n = v->ops->send(v->t, v->peer, &one, 1);
     if (n < 0) return peer_error(x, v->peer, (int)n, "sending");
-    v->pos += (size_t)n;
+    v->pos += (size_t)n; /* partly taken: the rest goes out from the pieces below */
     return n;
   }
-  if (v->pos == 0 && v->ops == &coll_shm_ops && total <= 4096) {
-    /* Small message already whole in the ring: header check, copy or reduce, and one release of
-     * the ring space (each release is a cache line the sender must fetch back). */
-    const void *data;
-    long n = v->ops->peek(v->t, v->peer, &data);
-    if (n < 0) return peer_error(x, v->peer, (int)n, "receiving");
-    if ((size_t)n >= total) {
-      memcpy(&v->hdr, data, sizeof(coll_hdr));
-      int rc = check_hdr(x, v);
-      if (rc != 0) return rc;
-      const char *payload = (const char *)data + sizeof(coll_hdr);
-      if (v->mode == XF_RECV) {
-        if (v->len) memcpy(v->dst, payload, v->len);
-      } else if (v->len) {
-        coll_reduce(x->op->dtype, x->op->op, v->dst, v->local, payload, v->len / x->es);
-      }
-      v->ops->consume(v->t, v->peer, total);
-      v->pos = total;
-      return (long)total;
+  struct iovec iov[3];
+  int k = 0;
+  size_t pos = v->pos;
+  if (pos < sizeof(coll_hdr)) {
+    iov[k].iov_base = (char *)&v->hdr + pos;
+    iov[k++].iov_len = sizeof(coll_hdr) - pos;
+    pos = sizeof(coll_hdr);
+  }
+  size_t off = pos - sizeof(coll_hdr);
+  if (off < v->len) {
+    iov[k].iov_base = (void *)(v->sbuf + off);
+    iov[k++].iov_len = v->len - off;
+    off = v->len;
+  }
+  if (off < v->padded) {
+    iov[k].iov_base = (void *)(zero_pad + (off - v->len));
+    iov[k++].iov_len = v->padded - off;
+  }
+  long n = v->ops->send(v->t, v->peer, iov, k);
+  if (n < 0) return peer_error(x, v->peer, (int)n, "sending");
+  v->pos += (size_t)n;
+  return n;
+}
+
+/* A small message already whole in the transport: header check, copy or reduce, and one release
+ * of the transport's space (each release is a cache line the sender must fetch back). Returns
+ * bytes taken (0: not whole yet) or an error. */
+static long step_recv_whole(coll_ctx *x, xfer *v) {
+  size_t total = sizeof(coll_hdr) + v->padded;
+  const void *data;
+  long n = v->ops->peek(v->t, v->peer, &data);
+  if (n < 0) return peer_error(x, v->peer, (int)n, "receiving");
+  if ((size_t)n >= total) {
+    memcpy(&v->hdr, data, sizeof(coll_hdr));
+    int rc = check_hdr(x, v);
+    if (rc != 0) return rc;
+    const char *payload = (const char *)data + sizeof(coll_hdr);
+    if (v->mode == XF_RECV) {
+      if (v->len) memcpy(v->dst, payload, v->len);
+    } else if (v->len) {
+      coll_reduce(x->op->dtype, x->op->op, v->dst, v->local, payload, v->len / x->es);
     }
+    v->ops->consume(v->t, v->peer, total);
+    v->pos = total;
+    return (long)total;
+  }
+  return 0;
+}
+
+/* One non-blocking step of a receive (reducing or not): bytes moved (>= 0) or an error. */
+static long step(coll_ctx *x, xfer *v) {
+  if (v->mode == XF_SEND) return step_send(x, v);
+  size_t total = sizeof(coll_hdr) + v->padded;
+  if (v->pos == 0 && total <= v->ops->peek_whole_max) {
+    long n = step_recv_whole(x, v);
+    if (n != 0) return n;
   }
   long moved = 0;
   while (v->pos < total) {
@@ -245,113 +257,150 @@ static long step(coll_ctx *x, xfer *v) {
   return moved;
 }
 
-/* Polls before the full wait path when every pending transfer is on shared memory: a peer on
- * the other core usually answers within a few hundred nanoseconds, and the wait path reads the
- * clock. */
+/* Polls before the full wait path when every pending transfer is on a polled transport (shared
+ * memory): a peer on the other core usually answers within a few hundred nanoseconds, and the
+ * wait path reads the clock. */
 #define QUICK_POLLS 64
+/* How often (ms) the peers of a wait are checked for liveness when their transport needs it. */
+#define LIVENESS_MS 50
+
+static int xfer_done(const xfer *v) {
+  return v->pos == sizeof(coll_hdr) + v->padded;
+}
+
+static void xfer_start(coll_ctx *x, xfer *v) {
+  cohort_comm *c = x->comm;
+  v->ops = c->peer_ops[v->peer];
+  v->t = c->peer_t[v->peer];
+  size_t t = sizeof(coll_hdr) + v->len, a = v->ops->frame_align;
+  t = t <= v->ops->frame_min ? v->ops->frame_min : (t + a - 1) / a * a;
+  v->padded = t - sizeof(coll_hdr);
+  v->pos = 0;
+  if (v->mode == XF_SEND) fill_hdr(x, &v->hdr, v->len);
+}
+
+static int all_polled(const xfer *v, int n) {
+  for (int i = 0; i < n; i++)
+    if (!xfer_done(&v[i]) && !v[i].ops->polled) return 0;
+  return 1;
+}
+
+/* The pending transfers as (peer, want) lists; returns their number. */
+static int pending_list(const xfer *v, int n, int *peers, int *want) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (xfer_done(&v[i])) continue;
+    peers[k] = v[i].peer;
+    want[k++] = v[i].mode == XF_SEND ? COLL_WANT_SEND : COLL_WANT_RECV;
+  }
+  return k;
+}
+
+/* Blocks on the transport(s) of the pending transfers for at most `left` ms. */
+static int block(coll_ctx *x, const int *peers, const int *want, int k, int left) {
+  cohort_comm *c = x->comm;
+  const coll_tport_ops *ops = c->peer_ops[peers[0]];
+  int mixed = 0, bad = -1, rc = 0;
+  for (int i = 1; i < k; i++)
+    if (c->peer_ops[peers[i]] != ops) mixed = 1;
+  if (!mixed) {
+    rc = ops->wait(c->peer_t[peers[0]], peers, want, k, left < 100 ? left : 100, &bad);
+  } else {
+    /* Rare (hierarchies): wait briefly on the transports that block in the kernel, then retry
+     * everything (the polled ones are re-polled by the caller). */
+    for (int j = 0; j < c->ntports && rc == 0; j++) {
+      if (c->tport_ops[j]->polled) continue;
+      int tp[MAX_XFER], tw[MAX_XFER], tk = 0;
+      for (int i = 0; i < k; i++)
+        if (c->peer_ops[peers[i]] == c->tport_ops[j]) {
+          tp[tk] = peers[i];
+          tw[tk++] = want[i];
+        }
+      if (tk > 0) rc = c->tport_ops[j]->wait(c->tport_t[j], tp, tw, tk, 1, &bad);
+    }
+  }
+  return rc < 0 ? peer_error(x, bad >= 0 ? bad : peers[0], rc, "waiting") : 0;
+}
+
+/* Some transports cannot see a peer die: ask theirs. A peer that finished its part and exited
+ * may have left bytes for us: it is lost only once nothing of it is left to read. */
+static int check_liveness(coll_ctx *x, const int *peers, const int *want, int k) {
+  cohort_comm *c = x->comm;
+  for (int i = 0; i < k; i++) {
+    const coll_tport_ops *ops = c->peer_ops[peers[i]];
+    void *t = c->peer_t[peers[i]];
+    if (ops->peer_gone != NULL && ops->peer_gone(t, peers[i]) &&
+        !(want[i] == COLL_WANT_RECV && ops->pending(t, peers[i])))
+      return peer_error(x, peers[i], COHORT_EPEER, "waiting");
+  }
+  return 0;
+}
+
+static int timed_out(coll_ctx *x, const xfer *v, int n) {
+  int first = 0;
+  while (first < n - 1 && xfer_done(&v[first])) first++;
+  return coll_fail(x->comm, -ETIMEDOUT, "rank %d: %s #%u timed out after %d ms %s rank %d",
+                   x->comm->rank, coll_kind_name(x->op->kind), x->seq, x->op->timeout_ms,
+                   v[first].mode == XF_SEND ? "sending to" : "waiting for data from",
+                   v[first].peer);
+}
+
+/* One pass over the transfers: 1 when one moved bytes, 0 when none did, or an error. *pending
+ * counts the unfinished. */
+static int advance(coll_ctx *x, xfer *v, int n, int *pending) {
+  int progressed = 0;
+  *pending = 0;
+  for (int i = 0; i < n; i++) {
+    if (xfer_done(&v[i])) continue;
+    long r = step(x, &v[i]);
+    if (r < 0) return (int)r;
+    if (r > 0) progressed = 1;
+    if (!xfer_done(&v[i])) (*pending)++;
+  }
+  return progressed;
+}
 
 static int run(coll_ctx *x, xfer *v, int n) {
   cohort_comm *c = x->comm;
   int64_t last_live = 0;
   int polls = 0;
-  for (int i = 0; i < n; i++) {
-    v[i].ops = c->peer_ops[v[i].peer];
-    v[i].t = c->peer_t[v[i].peer];
-    v[i].padded = (v[i].len + 7u) & ~(size_t)7u;
-    /* Shared memory: whole cache lines per message; a small one is exactly as long as the
-     * transport's inline copy (48 bytes: the header and up to 16 bytes), so it travels
-     * with the ring's head. */
-    if (v[i].ops == &coll_shm_ops) {
-      size_t t = sizeof(coll_hdr) + v[i].len;
-      t = t <= 48 ? 48 : (t + 63u) & ~(size_t)63u;
-      v[i].padded = t - sizeof(coll_hdr);
-    }
-    v[i].pos = 0;
-    if (v[i].mode == XF_SEND) fill_hdr(x, &v[i].hdr, v[i].len);
-  }
+  for (int i = 0; i < n; i++) xfer_start(x, &v[i]);
   for (;;) {
-    int pending = 0, progressed = 0;
-    for (int i = 0; i < n; i++) {
-      if (v[i].pos == sizeof(coll_hdr) + v[i].padded) continue;
-      long r = step(x, &v[i]);
-      if (r < 0) return (int)r;
-      if (r > 0) progressed = 1;
-      if (v[i].pos < sizeof(coll_hdr) + v[i].padded) pending++;
-    }
+    int pending, rc = advance(x, v, n, &pending);
+    if (rc < 0) return rc;
     if (pending == 0) return 0;
     if (atomic_load(&c->failed)) return COHORT_EABORTED;
-    if (progressed) {
+    if (rc > 0) {
       polls = 0;
       continue;
     }
-    if (polls < QUICK_POLLS) {
-      int all_shm = 1;
-      for (int i = 0; i < n; i++)
-        if (v[i].pos < sizeof(coll_hdr) + v[i].padded && v[i].ops != &coll_shm_ops) all_shm = 0;
-      if (all_shm) {
-        polls++;
-        coll_cpu_relax();
-        continue;
-      }
+    if (polls < QUICK_POLLS && all_polled(v, n)) {
+      polls++;
+      coll_cpu_relax();
+      continue;
     }
     polls = 0;
 
     int arank;
     char amsg[400];
-    if (coll_shm_aborted(c->shm, &arank, amsg, sizeof amsg))
+    if (coll_peer_aborted(c, &arank, amsg, sizeof amsg))
       return coll_fail(c, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
     int64_t now = base_now_ms();
     /* The deadline starts when the operation first has to wait (see execute()). */
     if (x->deadline_ms == 0) x->deadline_ms = now + x->op->timeout_ms;
     if (last_live == 0) last_live = now;
-    int first = -1;
-    for (int i = 0; i < n && first < 0; i++)
-      if (v[i].pos < sizeof(coll_hdr) + v[i].padded) first = i;
-    if (now >= x->deadline_ms)
-      return coll_fail(c, -ETIMEDOUT, "rank %d: %s #%u timed out after %d ms %s rank %d", c->rank,
-                       coll_kind_name(x->op->kind), x->seq, x->op->timeout_ms,
-                       v[first].mode == XF_SEND ? "sending to" : "waiting for data from",
-                       v[first].peer);
+    if (now >= x->deadline_ms) return timed_out(x, v, n);
 
-    /* Block on the transport(s) of the pending transfers. */
-    int peers[MAX_XFER], want[MAX_XFER], k = 0, mixed = 0;
-    const coll_tport_ops *ops = NULL;
-    void *t = NULL;
-    for (int i = 0; i < n; i++) {
-      if (v[i].pos == sizeof(coll_hdr) + v[i].padded) continue;
-      if (ops != NULL && ops != v[i].ops) mixed = 1;
-      ops = v[i].ops;
-      t = v[i].t;
-      peers[k] = v[i].peer;
-      want[k++] = v[i].mode == XF_SEND ? COLL_WANT_SEND : COLL_WANT_RECV;
-    }
-    int64_t left64 = x->deadline_ms - now;
-    int left = left64 > 100 ? 100 : (int)left64;
-    int slice = mixed ? 1 : (left < 100 ? left : 100);
-    int bad = -1, rc;
-    if (mixed) {
-      /* Rare (hierarchies): poll the TCP side briefly, then retry everything. */
-      int tp[MAX_XFER], tw[MAX_XFER], tk = 0;
-      for (int i = 0; i < k; i++)
-        if (c->peer_ops[peers[i]] == &coll_tcp_ops) {
-          tp[tk] = peers[i];
-          tw[tk++] = want[i];
-        }
-      rc = coll_tcp_ops.wait(c->tcp, tp, tw, tk, slice, &bad);
-    } else {
-      rc = ops->wait(t, peers, want, k, slice, &bad);
-    }
-    if (rc < 0) return peer_error(x, bad >= 0 ? bad : peers[0], rc, "waiting");
-    /* Shared memory says nothing when a peer dies: its TCP connection does. */
+    int peers[MAX_XFER], want[MAX_XFER];
+    int k = pending_list(v, n, peers, want);
+    int64_t left = x->deadline_ms - now;
+    rc = block(x, peers, want, k, left > 100 ? 100 : (int)left);
+    if (rc != 0) return rc;
     now = base_now_ms();
-    if (c->shm != NULL && now - last_live >= 50) {
+    if (now - last_live >= LIVENESS_MS) {
       last_live = now;
-      /* A peer that finished its part and exited may have left bytes in the ring for us:
-       * it is lost only once nothing of it is left to read. */
-      for (int i = 0; i < k; i++)
-        if (c->peer_ops[peers[i]] == &coll_shm_ops && coll_tcp_peer_gone(c->tcp, peers[i]) &&
-            !(want[i] == COLL_WANT_RECV && coll_shm_readable(c->shm, peers[i])))
-          return peer_error(x, peers[i], COHORT_EPEER, "waiting");
+      rc = check_liveness(x, peers, want, k);
+      if (rc != 0) return rc;
     }
   }
 }
@@ -402,10 +451,13 @@ int coll_fail(cohort_comm *c, int err, const char *fmt, ...) {
 }
 
 void coll_abort_transports(cohort_comm *c, const char *why) {
-  if (c->shm != NULL) {
-    char msg[400];
-    snprintf(msg, sizeof msg, "%s", why);
-    coll_shm_abort(c->shm, c->rank, msg);
-  }
-  coll_tcp_shutdown(c->tcp);
+  for (int j = 0; j < c->ntports; j++) c->tport_ops[j]->abort(c->tport_t[j], c->rank, why);
+}
+
+int coll_peer_aborted(cohort_comm *c, int *rank, char *msg, size_t msglen) {
+  for (int j = 0; j < c->ntports; j++)
+    if (c->tport_ops[j]->aborted != NULL &&
+        c->tport_ops[j]->aborted(c->tport_t[j], rank, msg, msglen))
+      return 1;
+  return 0;
 }

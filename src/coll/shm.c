@@ -121,6 +121,7 @@ struct coll_shm {
   char *data;
   shm_peer *peers; /* [nlocal] */
   int cma;
+  int *watch; /* [nlocal]: fd whose hang-up means the peer is gone (not owned), -1 for me */
 };
 
 static size_t align_up(size_t x, size_t a) {
@@ -166,18 +167,24 @@ int coll_shm_create(const char *name, int creator, const int *local, int nlocal,
     return -ENOMEM;
   }
   s->peers = calloc((size_t)nlocal, sizeof *s->peers);
-  if (s->peers == NULL) {
+  s->watch = malloc((size_t)nlocal * sizeof *s->watch);
+  if (s->peers == NULL || s->watch == NULL) {
+    free(s->peers);
+    free(s->watch);
     free(s->lidx);
     free(s);
     return -ENOMEM;
   }
   for (int i = 0; i < world_size; i++) s->lidx[i] = -1;
-  for (int i = 0; i < nlocal; i++) s->lidx[local[i]] = i;
+  for (int i = 0; i < nlocal; i++) {
+    s->lidx[local[i]] = i;
+    s->watch[i] = -1;
+  }
   s->nlocal = nlocal;
   s->me = me;
   s->world_size = world_size;
   s->cap = chan_bytes;
-  s->spin_us = 20;
+  s->spin_us = COLL_SHM_SPIN_US;
   int rc = 0;
   int fd = shm_open(name, creator ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
   if (fd < 0) {
@@ -237,8 +244,14 @@ void coll_shm_destroy(coll_shm *s) {
   if (s->base != NULL) munmap(s->base, s->size);
   for (int i = 0; s->peers != NULL && i < s->nlocal; i++) free(s->peers[i].stage);
   free(s->peers);
+  free(s->watch);
   free(s->lidx);
   free(s);
+}
+
+void coll_shm_watch(coll_shm *s, const int *watch_fds) {
+  for (int r = 0; r < s->world_size; r++)
+    if (s->lidx[r] >= 0 && s->lidx[r] != s->me) s->watch[s->lidx[r]] = watch_fds[r];
 }
 
 static long pull(coll_shm *s, int from, void *dst, uint64_t addr, size_t len) {
@@ -287,7 +300,9 @@ int coll_shm_has(coll_shm *s, int peer) {
   return s != NULL && peer >= 0 && peer < s->world_size && s->lidx[peer] >= 0;
 }
 
-void coll_shm_abort(coll_shm *s, int rank, const char *msg) {
+/* Marks the host's segment aborted with a reason and wakes every local rank, this one included. */
+static void shm_abort(void *sp, int rank, const char *msg) {
+  coll_shm *s = sp;
   int32_t expect = -1;
   if (atomic_compare_exchange_strong(&s->hdr->abort_owner, &expect, rank)) {
     snprintf(s->hdr->abort_msg, sizeof s->hdr->abort_msg, "%s", msg);
@@ -299,17 +314,12 @@ void coll_shm_abort(coll_shm *s, int rank, const char *msg) {
   }
 }
 
-int coll_shm_aborted(coll_shm *s, int *rank, char *msg, size_t msglen) {
-  if (s == NULL || atomic_load(&s->hdr->abort_flag) == 0) return 0;
+static int shm_aborted(void *sp, int *rank, char *msg, size_t msglen) {
+  coll_shm *s = sp;
+  if (atomic_load(&s->hdr->abort_flag) == 0) return 0;
   *rank = atomic_load(&s->hdr->abort_owner);
   snprintf(msg, msglen, "%s", s->hdr->abort_msg);
   return 1;
-}
-
-void coll_shm_wake_self(coll_shm *s) {
-  if (s == NULL) return;
-  atomic_fetch_add(&s->bells[s->me].seq, 1);
-  futex(&s->bells[s->me].seq, FUTEX_WAKE, 0x7fffffff, NULL);
 }
 
 static shm_ctrl *chan(coll_shm *s, int from, int to) {
@@ -511,8 +521,14 @@ static int shm_ready(coll_shm *s, const int *peers, const int *want, int n) {
   return 0;
 }
 
-int coll_shm_readable(coll_shm *s, int peer) {
+static int shm_pending(void *sp, int peer) {
+  coll_shm *s = sp;
   return coll_shm_has(s, peer) && rx_ready(s, s->lidx[peer]);
+}
+
+static int shm_peer_gone(void *sp, int peer) {
+  coll_shm *s = sp;
+  return coll_fd_gone(s->watch[s->lidx[peer]]);
 }
 
 static int shm_wait(void *sp, const int *peers, const int *want, int n, int timeout_ms,
@@ -550,4 +566,14 @@ const coll_tport_ops coll_shm_ops = {
     .peek = shm_peek,
     .consume = shm_consume,
     .wait = shm_wait,
+    .peer_gone = shm_peer_gone,
+    .pending = shm_pending,
+    .abort = shm_abort,
+    .aborted = shm_aborted,
+    /* Whole cache lines per message; a small one is exactly as long as the inline copy (the
+     * header and up to 16 bytes), so it travels with the ring's head. */
+    .frame_align = 64,
+    .frame_min = SHM_INL_BYTES,
+    .peek_whole_max = 4096,
+    .polled = 1,
 };

@@ -62,8 +62,11 @@ void coll_tcp_destroy(coll_tcp *t) {
   free(t);
 }
 
-void coll_tcp_shutdown(coll_tcp *t) {
-  if (t == NULL) return;
+/* shutdown() of every connection: peers see EOF at once, blocked waits wake. */
+static void tcp_abort(void *tp, int rank, const char *why) {
+  coll_tcp *t = tp;
+  (void)rank;
+  (void)why; /* a TCP peer learns only that the connection ended; shm carries the reason */
   for (int i = 0; i < t->size; i++)
     if (t->peers[i].fd >= 0) shutdown(t->peers[i].fd, SHUT_RDWR);
 }
@@ -72,8 +75,8 @@ int coll_tcp_fd(coll_tcp *t, int peer) {
   return t->peers[peer].fd;
 }
 
-int coll_tcp_peer_gone(coll_tcp *t, int peer) {
-  struct pollfd p = {.fd = t->peers[peer].fd, .events = POLLRDHUP};
+int coll_fd_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
   if (p.fd < 0) return 1;
   if (poll(&p, 1, 0) <= 0) return 0;
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
@@ -153,6 +156,15 @@ static long tcp_peek(void *tp, int peer, const void **data) {
   return (long)(p->wpos - p->rpos);
 }
 
+/* Bytes in staging, or in the socket's receive queue. */
+static int tcp_pending(void *tp, int peer) {
+  coll_tcp *t = tp;
+  tcp_peer *p = &t->peers[peer];
+  if (p->wpos > p->rpos) return 1;
+  struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+  return p->fd >= 0 && poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN);
+}
+
 static void tcp_consume(void *tp, int peer, size_t n) {
   coll_tcp *t = tp;
   tcp_peer *p = &t->peers[peer];
@@ -192,4 +204,12 @@ const coll_tport_ops coll_tcp_ops = {
     .peek = tcp_peek,
     .consume = tcp_consume,
     .wait = tcp_wait,
+    .peer_gone = NULL, /* tcp_wait reports a hang-up itself */
+    .pending = tcp_pending,
+    .abort = tcp_abort,
+    .aborted = NULL,
+    .frame_align = 8,
+    .frame_min = 0,
+    .peek_whole_max = 0,
+    .polled = 0,
 };
