@@ -1,4 +1,3 @@
 # src/launch: `cohort launch` below the command line (host lists, ssh
-# fan-out, pre-flight). Part of the node-side library the tools link.
-file(GLOB COHORT_LAUNCH_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/launch/*.c)
-target_sources(cohort_node PRIVATE ${COHORT_LAUNCH_SOURCES})
+# fan-out, pre-flight). Part of the node library (cohort_node).
+cohort_module(cohort_node)

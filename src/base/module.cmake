@@ -1,0 +1,2 @@
+# src/base: part of libcohort.
+cohort_module(cohort_objects)

@@ -1,0 +1,2 @@
+# src/plot: part of the node library (cohort_node).
+cohort_module(cohort_node)

@@ -1,0 +1,2 @@
+# src/store: part of libcohort.
+cohort_module(cohort_objects)
