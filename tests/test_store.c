@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "store/auth.h"
 #include "store/proto.h"
 #include "tests/check.h"
+#include "tests/proc.h"
 
 /* ---- helpers ---- */
 
@@ -1355,9 +1357,105 @@ static void test_cli(const char *bin) {
   rmdir(dir);
 }
 
+/* ---- job tokens: made, read from files, printed by `cohort token` ---- */
+
+static int write_mode(const char *path, const char *text, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return -1;
+  fputs(text, f);
+  fclose(f);
+  return chmod(path, mode);
+}
+
+static int all_hex(const char *s, size_t n) {
+  return strlen(s) == n && strspn(s, "0123456789abcdef") == n;
+}
+
+static void test_token_files(void) {
+  char a[STORE_TOKEN_NEW_LEN + 1], b[STORE_TOKEN_NEW_LEN + 1];
+  CHECK_EQ_INT(store_token_new(a), 0);
+  CHECK_EQ_INT(store_token_new(b), 0);
+  CHECK(all_hex(a, STORE_TOKEN_NEW_LEN) && strcmp(a, b) != 0);
+
+  char dir[] = "/tmp/cohort-token-test-XXXXXX", path[64], buf[16];
+  if (mkdtemp(dir) == NULL) {
+    CHECK(0);
+    return;
+  }
+  snprintf(path, sizeof path, "%s/t", dir);
+  CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), -ENOENT);
+  CHECK_EQ_INT(write_mode(path, "s3cret\nsecond line\n", 0600), 0);
+  CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), 0);
+  CHECK_STREQ(buf, "s3cret");
+  /* Readable or writable by anyone but the owner: refused, whatever it holds. */
+  const mode_t open_modes[] = {0644, 0640, 0604, 0620, 0602};
+  for (size_t i = 0; i < sizeof open_modes / sizeof open_modes[0]; i++) {
+    CHECK_EQ_INT(chmod(path, open_modes[i]), 0);
+    CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), -EPERM);
+  }
+  CHECK_EQ_INT(store_token_read_file(dir, buf, sizeof buf), -EPERM); /* a directory */
+  CHECK_EQ_INT(write_mode(path, "\nlater\n", 0400), 0);
+  CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), -ENODATA);
+  CHECK_EQ_INT(chmod(path, 0600), 0);
+  CHECK_EQ_INT(write_mode(path, "0123456789abcdef", 0600), 0); /* 16 bytes: no room for the NUL */
+  CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), -E2BIG);
+  CHECK_EQ_INT(write_mode(path, "0123456789abcde", 0600), 0); /* 15 fit, without a newline */
+  CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), 0);
+  CHECK_STREQ(buf, "0123456789abcde");
+  unlink(path);
+  rmdir(dir);
+}
+
+static void test_token_cli(const char *bin) {
+  char dir[] = "/tmp/cohort-token-cli-XXXXXX", path[64];
+  if (mkdtemp(dir) == NULL) {
+    CHECK(0);
+    return;
+  }
+  snprintf(path, sizeof path, "%s/token", dir);
+  proc_result r[2];
+  for (int i = 0; i < 2; i++) {
+    char *argv[] = {(char *)bin, "token", NULL};
+    CHECK_EQ_INT(proc_run(argv, NULL, 10000, &r[i]), 0);
+    CHECK_EQ_INT(proc_exit_code(&r[i]), 0);
+    CHECK(r[i].out != NULL && r[i].outlen == STORE_TOKEN_NEW_LEN + 1 &&
+          r[i].out[STORE_TOKEN_NEW_LEN] == '\n');
+    if (r[i].out != NULL) r[i].out[STORE_TOKEN_NEW_LEN] = '\0';
+  }
+  CHECK(r[0].out && r[1].out && all_hex(r[0].out, STORE_TOKEN_NEW_LEN) &&
+        strcmp(r[0].out, r[1].out) != 0);
+  for (int i = 0; i < 2; i++) proc_result_free(&r[i]);
+
+  /* --file: a new file of mode 0600 that the token reader accepts as is. */
+  char *file_argv[] = {(char *)bin, "token", "--file", path, NULL};
+  CHECK_EQ_INT(proc_run(file_argv, NULL, 10000, &r[0]), 0);
+  CHECK_EQ_INT(proc_exit_code(&r[0]), 0);
+  CHECK(r[0].outlen == 0);
+  proc_result_free(&r[0]);
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+  char buf[64];
+  CHECK_EQ_INT(store_token_read_file(path, buf, sizeof buf), 0);
+  CHECK(all_hex(buf, STORE_TOKEN_NEW_LEN));
+  /* An existing file is not overwritten (exit 1); an operand is a usage error (2). */
+  CHECK_EQ_INT(proc_run(file_argv, NULL, 10000, &r[0]), 0);
+  CHECK_EQ_INT(proc_exit_code(&r[0]), 1);
+  CHECK(r[0].err && strstr(r[0].err, "File exists") != NULL);
+  proc_result_free(&r[0]);
+  char buf2[64];
+  CHECK(store_token_read_file(path, buf2, sizeof buf2) == 0 && strcmp(buf, buf2) == 0);
+  char *bad_argv[] = {(char *)bin, "token", "extra", NULL};
+  CHECK_EQ_INT(proc_run(bad_argv, NULL, 10000, &r[0]), 0);
+  CHECK_EQ_INT(proc_exit_code(&r[0]), 2);
+  proc_result_free(&r[0]);
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_auth_mac();
+  test_token_files();
   test_proto();
   test_parser_mutations();
   test_operations();
@@ -1378,5 +1476,6 @@ int main(int argc, char **argv) {
   test_stop_with_clients();
   /* The build passes the path of the `cohort` binary. */
   if (argc > 1) test_cli(argv[1]);
+  if (argc > 1) test_token_cli(argv[1]);
   return check_report();
 }

@@ -2,8 +2,12 @@
 #include "store/auth.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/base.h"
 #include "base/crypto.h"
 
 _Static_assert(STORE_MAC_LEN == BASE_SHA256_LEN, "a store MAC is one HMAC-SHA256");
@@ -40,4 +44,35 @@ int store_auth_ok(const char *token, size_t token_len, const char *label,
   size_t len;
   if (auth_message(label, cnonce, snonce, msg, &len) != 0) return 0;
   return base_hmac_sha256_ok(token, token_len, msg, len, mac);
+}
+
+int store_token_new(char out[STORE_TOKEN_NEW_LEN + 1]) {
+  unsigned char raw[STORE_TOKEN_NEW_BYTES];
+  int rc = base_random_bytes(raw, sizeof raw);
+  if (rc != 0) return rc;
+  base_hex(raw, sizeof raw, out);
+  return 0;
+}
+
+int store_token_read_file(const char *path, char *buf, size_t buflen) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return -errno;
+  struct stat st;
+  ssize_t n = 0;
+  char more;
+  int rc = 0;
+  if (fstat(fd, &st) != 0)
+    rc = -errno;
+  else if (!S_ISREG(st.st_mode) || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+    rc = -EPERM;
+  else if ((n = read(fd, buf, buflen - 1)) < 0)
+    rc = -errno;
+  buf[rc == 0 ? n : 0] = '\0';
+  size_t line = strcspn(buf, "\r\n");
+  /* A full buffer without a line break: the token fits only if the file ends there. */
+  if (rc == 0 && line == buflen - 1 && read(fd, &more, 1) != 0) rc = -E2BIG;
+  close(fd);
+  if (rc != 0) return rc;
+  buf[line] = '\0';
+  return line == 0 ? -ENODATA : 0;
 }

@@ -35,4 +35,21 @@ int store_auth_ok(const char *token, size_t token_len, const char *label,
                   const uint8_t cnonce[STORE_NONCE_LEN], const uint8_t snonce[STORE_NONCE_LEN],
                   const uint8_t mac[STORE_MAC_LEN]);
 
+/* A fresh job token: STORE_TOKEN_NEW_BYTES random bytes in lower-case hex. */
+#define STORE_TOKEN_NEW_BYTES 16
+#define STORE_TOKEN_NEW_LEN (2 * STORE_TOKEN_NEW_BYTES)
+
+/* Writes a fresh token (STORE_TOKEN_NEW_LEN characters and a NUL). Returns 0 or -EIO. */
+int store_token_new(char out[STORE_TOKEN_NEW_LEN + 1]);
+
+/*
+ * Reads a token file into buf (buflen >= 2): its first line without the line
+ * break. The file must be a regular file that neither its group nor other
+ * users may read or write, since anyone who reads the token can join or stop
+ * the job. Returns 0; -errno when it cannot be opened or read; -EPERM for
+ * its mode (or not a regular file); -ENODATA when the first line is empty;
+ * -E2BIG when it does not fit buf.
+ */
+int store_token_read_file(const char *path, char *buf, size_t buflen);
+
 #endif

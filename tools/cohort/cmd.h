@@ -15,5 +15,6 @@ COHORT_WEAK int cmd_bench(int argc, char **argv);
 COHORT_WEAK int cmd_store(int argc, char **argv);
 COHORT_WEAK int cmd_manifest(int argc, char **argv);
 COHORT_WEAK int cmd_plot(int argc, char **argv);
+COHORT_WEAK int cmd_token(int argc, char **argv);
 
 #endif

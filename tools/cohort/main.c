@@ -22,6 +22,7 @@ static subcommand subcommands[] = {
     {"store", cmd_store, "host or query a rendezvous store"},
     {"manifest", cmd_manifest, "Kubernetes, Slurm and docker job templates"},
     {"plot", cmd_plot, "SVG plot of a training metrics file"},
+    {"token", cmd_token, "print a fresh random job token"},
 };
 
 static void usage(FILE *f) {
