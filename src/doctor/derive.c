@@ -357,44 +357,50 @@ static void check_mtus(derive_ctx *c, const active_port *act, size_t nact) {
   free(b.data);
 }
 
-int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
-                  doctor_result **out) {
-  if (f == NULL || out == NULL) return -EINVAL;
-  *out = NULL;
-  doctor_result *r = calloc(1, sizeof *r);
-  if (r == NULL) return -ENOMEM;
-  derive_ctx cx = {f, envp, r, 0}, *c = &cx;
-  r->summary.gid_index = -1;
-  int set_gid = cfg != NULL && cfg->set_gid_index;
+/* The RDMA ports of the facts, sorted into what derive uses; the rest held for the steps below. */
+typedef struct port_sets {
+  size_t nports;    /* every port of every HCA */
+  active_port *act; /* ACTIVE and selected by the user's NCCL_IB_HCA, if any */
+  active_port *eth; /* those of them with an Ethernet link layer (RoCE) */
+  size_t nact, neth, nib, nexcluded;
+  const char *user_hca; /* the user's NCCL_IB_HCA, or NULL */
+  doctor_buf hcas;      /* "mlx5_0:1,mlx5_1:1" */
+  int exact;            /* a listed name prefixes one left out: NCCL must match exactly */
+} port_sets;
 
-  size_t nports = 0;
-  for (size_t i = 0; i < f->nhcas; i++) nports += f->hcas[i].nports;
-  active_port *act = calloc(nports ? nports : 1, sizeof *act);
-  active_port *eth = calloc(nports ? nports : 1, sizeof *eth);
-  const char **hca_names = calloc(f->nhcas ? f->nhcas : 1, sizeof *hca_names);
-  if (act == NULL || eth == NULL || hca_names == NULL) {
-    c->rc = -ENOMEM;
-    goto out;
-  }
-  size_t nact = 0, neth = 0, nib = 0, nexcluded = 0;
-  const char *user_hca = env_get(envp, "NCCL_IB_HCA");
+static int ports_alloc(const doctor_facts *f, port_sets *ps) {
+  for (size_t i = 0; i < f->nhcas; i++) ps->nports += f->hcas[i].nports;
+  ps->act = calloc(ps->nports ? ps->nports : 1, sizeof *ps->act);
+  ps->eth = calloc(ps->nports ? ps->nports : 1, sizeof *ps->eth);
+  return ps->act == NULL || ps->eth == NULL ? -ENOMEM : 0;
+}
+
+static void ports_free(port_sets *ps) {
+  free(ps->act);
+  free(ps->eth);
+  free(ps->hcas.data);
+}
+
+/* Sorts every port: left out by the user, active (Ethernet or InfiniBand), or down (a warning). */
+static void select_ports(derive_ctx *c, port_sets *ps) {
+  const doctor_facts *f = c->f;
+  ps->user_hca = env_get(c->envp, "NCCL_IB_HCA");
   for (size_t i = 0; i < f->nhcas; i++) {
-    hca_names[i] = f->hcas[i].name;
     for (size_t p = 0; p < f->hcas[i].nports; p++) {
       const doctor_port *pt = &f->hcas[i].ports[p];
-      if (pt->state == PORT_ACTIVE && !hca_selected(user_hca, f->hcas[i].name, pt->num)) {
+      if (pt->state == PORT_ACTIVE && !hca_selected(ps->user_hca, f->hcas[i].name, pt->num)) {
         /* The user's NCCL_IB_HCA narrows what NCCL uses: follow it. */
-        nexcluded++;
+        ps->nexcluded++;
         NOTE(c, "%s port %d is ACTIVE but your NCCL_IB_HCA '%s' leaves it out", f->hcas[i].name,
-             pt->num, user_hca);
+             pt->num, ps->user_hca);
         continue;
       }
       if (pt->state == PORT_ACTIVE) {
-        act[nact++] = (active_port){&f->hcas[i], pt};
+        ps->act[ps->nact++] = (active_port){&f->hcas[i], pt};
         if (pt->link == DOCTOR_LINK_ETH)
-          eth[neth++] = (active_port){&f->hcas[i], pt};
+          ps->eth[ps->neth++] = (active_port){&f->hcas[i], pt};
         else
-          nib++; /* kernels without link_layer files predate RoCE: InfiniBand */
+          ps->nib++; /* kernels without link_layer files predate RoCE: InfiniBand */
         continue;
       }
       WARN(c, "%s port %d is %s (physical state %s): left out of NCCL_IB_HCA; %s", f->hcas[i].name,
@@ -404,142 +410,147 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
                                   : "check the cable and the switch port");
     }
   }
+}
 
-  /*
-   * A master at a loopback address is this node (Debian maps the host name
-   * to 127.0.1.1): "lo" would serve only this node, so the default route's
-   * interface is used, which serves this node and reaches the others too.
-   */
-  int master_loop = is_loopback(f->master_addr);
-  int via_master = f->master[0] && !(master_loop && f->default_iface[0]);
-  const char *ref = via_master ? (f->route_iface[0] ? f->route_iface : NULL)
-                               : (f->default_iface[0] ? f->default_iface : NULL);
-  const char *sock = via_master ? f->route_iface : f->default_iface;
-  if (f->master_error[0]) ERROR(c, "%s", f->master_error);
-
-  /* Summary and the HCA list. */
-  doctor_buf hl = {0};
-  int exact = 0;
-  for (size_t i = 0; i < nact; i++) {
-    doctor_buf_printf(&hl, "%s%s:%d", i ? "," : "", act[i].hca->name, act[i].port->num);
-    /* A listed name that prefixes a device left out would select it too. */
+/* The HCA list, and whether a listed name prefixes a device left out (it would select it too). */
+static void list_hcas(derive_ctx *c, port_sets *ps) {
+  const doctor_facts *f = c->f;
+  for (size_t i = 0; i < ps->nact; i++) {
+    doctor_buf_printf(&ps->hcas, "%s%s:%d", i ? "," : "", ps->act[i].hca->name,
+                      ps->act[i].port->num);
     for (size_t h = 0; h < f->nhcas; h++) {
       const char *other = f->hcas[h].name;
       int listed = 0;
-      for (size_t k = 0; k < nact; k++) listed |= act[k].hca == &f->hcas[h];
-      if (!listed && prefix_clash(act[i].hca->name, &other, 1)) exact = 1;
+      for (size_t k = 0; k < ps->nact; k++) listed |= ps->act[k].hca == &f->hcas[h];
+      if (!listed && prefix_clash(ps->act[i].hca->name, &other, 1)) ps->exact = 1;
     }
   }
-  if (hl.oom) c->rc = -ENOMEM;
-  const char *hcas = hl.data ? hl.data : "";
-  base_strlcpy(r->summary.hca, hcas, sizeof r->summary.hca);
+  if (ps->hcas.oom) c->rc = -ENOMEM;
+  doctor_result *r = c->r;
+  base_strlcpy(r->summary.hca, ps->hcas.data ? ps->hcas.data : "", sizeof r->summary.hca);
   base_strlcpy(r->summary.link,
-               nact == 0       ? "none"
-               : (neth && nib) ? "mixed"
-               : neth          ? "ethernet"
-               : nib           ? "infiniband"
-                               : "mixed",
+               ps->nact == 0           ? "none"
+               : (ps->neth && ps->nib) ? "mixed"
+               : ps->neth              ? "ethernet"
+               : ps->nib               ? "infiniband"
+                                       : "mixed",
                sizeof r->summary.link);
+}
 
-  if (nact == 0 && nexcluded > 0)
+/* NCCL_IB_DISABLE or NCCL_IB_HCA. */
+static void derive_hca(derive_ctx *c, const port_sets *ps) {
+  const char *hcas = ps->hcas.data ? ps->hcas.data : "";
+  if (ps->nact == 0 && ps->nexcluded > 0)
     WARN(c, "your NCCL_IB_HCA '%s' selects none of the %zu ACTIVE RDMA ports: NCCL will use TCP",
-         user_hca, nexcluded);
-  if (nact == 0 && nexcluded == 0) {
-    if (f->nhcas == 0)
+         ps->user_hca, ps->nexcluded);
+  if (ps->nact == 0 && ps->nexcluded == 0) {
+    if (c->f->nhcas == 0)
       setvar(c, "NCCL_IB_DISABLE", "1",
              "no RDMA device under class/infiniband: NCCL must use TCP sockets");
     else
       setvar(c, "NCCL_IB_DISABLE", "1",
-             "none of the %zu RDMA ports is ACTIVE: NCCL must use TCP sockets", nports);
-  } else if (nact > 0) {
-    char val[sizeof r->summary.hca + 1];
-    snprintf(val, sizeof val, "%s%s", exact ? "=" : "", hcas);
-    const char *rate = act[0].port->rate[0] ? act[0].port->rate : "rate unknown";
+             "none of the %zu RDMA ports is ACTIVE: NCCL must use TCP sockets", ps->nports);
+  } else if (ps->nact > 0) {
+    char val[sizeof c->r->summary.hca + 1];
+    snprintf(val, sizeof val, "%s%s", ps->exact ? "=" : "", hcas);
+    const char *rate = ps->act[0].port->rate[0] ? ps->act[0].port->rate : "rate unknown";
     char left_out[64] = "";
-    if (nports > nact + nexcluded)
-      snprintf(left_out, sizeof left_out, "; %zu not ACTIVE left out", nports - nact - nexcluded);
-    if (nact == 1)
+    if (ps->nports > ps->nact + ps->nexcluded)
+      snprintf(left_out, sizeof left_out, "; %zu not ACTIVE left out",
+               ps->nports - ps->nact - ps->nexcluded);
+    if (ps->nact == 1)
       setvar(c, "NCCL_IB_HCA", val, "the only ACTIVE RDMA port, %s%s%s", rate, left_out,
-             exact ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
+             ps->exact ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
     else
-      setvar(c, "NCCL_IB_HCA", val, "all %zu ACTIVE RDMA ports, the first at %s%s%s", nact, rate,
-             left_out, exact ? "; '=' makes NCCL match the names exactly, not as prefixes" : "");
+      setvar(c, "NCCL_IB_HCA", val, "all %zu ACTIVE RDMA ports, the first at %s%s%s", ps->nact,
+             rate, left_out,
+             ps->exact ? "; '=' makes NCCL match the names exactly, not as prefixes" : "");
   }
-  if (neth && nib)
+  if (ps->neth && ps->nib)
     WARN(c,
          "the active ports mix InfiniBand and Ethernet (RoCE) link layers: peers must share one; "
          "limit NCCL_IB_HCA to the ports of the fabric the other nodes are on");
+}
 
-  if (neth > 0) {
-    char why[256];
-    const char *user_gid = env_get(envp, "NCCL_IB_GID_INDEX");
-    int g = choose_gid(c, eth, neth, ref, via_master, user_gid != NULL, why, sizeof why);
-    /* The summary is what NCCL will use: the user's index when they set one. */
-    r->summary.gid_index = user_gid ? check_user_gid(c, eth, neth, user_gid, g) : g;
-    int auto_gid = f->nccl_found && f->nccl_major >= 0 &&
-                   (f->nccl_major > NCCL_AUTO_GID_MAJOR ||
-                    (f->nccl_major == NCCL_AUTO_GID_MAJOR && f->nccl_minor >= NCCL_AUTO_GID_MINOR));
-    if (g >= 0) {
-      char val[16], version[32];
-      snprintf(val, sizeof val, "%d", g);
-      if (f->nccl_patch >= 0)
-        snprintf(version, sizeof version, "%d.%d.%d", f->nccl_major, f->nccl_minor, f->nccl_patch);
-      else
-        snprintf(version, sizeof version, "%d.%d", f->nccl_major, f->nccl_minor);
-      if (auto_gid && !set_gid && user_gid == NULL) {
-        NOTE(c,
-             "NCCL %s (%s) selects the RoCE GID itself: NCCL_IB_GID_INDEX left unset "
-             "(doctor would choose %d, the %s; --set-gid-index sets it)",
-             version, f->nccl_path, g, why);
-      } else {
-        setvar(c, "NCCL_IB_GID_INDEX", val, "%s%s", why,
-               auto_gid && set_gid ? " (asked for with --set-gid-index)"
-               : auto_gid          ? ""
-               : f->nccl_found     ? ""
-                                   : "; NCCL not found, so it may not pick one itself");
-      }
-    }
+/* NCCL_IB_GID_INDEX for the RoCE ports (or the note that NCCL picks it itself). */
+static void derive_gid(derive_ctx *c, const port_sets *ps, const char *ref, int via_master,
+                       int set_gid) {
+  const doctor_facts *f = c->f;
+  char why[256];
+  const char *user_gid = env_get(c->envp, "NCCL_IB_GID_INDEX");
+  int g = choose_gid(c, ps->eth, ps->neth, ref, via_master, user_gid != NULL, why, sizeof why);
+  /* The summary is what NCCL will use: the user's index when they set one. */
+  c->r->summary.gid_index = user_gid ? check_user_gid(c, ps->eth, ps->neth, user_gid, g) : g;
+  int auto_gid = f->nccl_found && f->nccl_major >= 0 &&
+                 (f->nccl_major > NCCL_AUTO_GID_MAJOR ||
+                  (f->nccl_major == NCCL_AUTO_GID_MAJOR && f->nccl_minor >= NCCL_AUTO_GID_MINOR));
+  if (g < 0) return;
+  char val[16], version[32];
+  snprintf(val, sizeof val, "%d", g);
+  if (f->nccl_patch >= 0)
+    snprintf(version, sizeof version, "%d.%d.%d", f->nccl_major, f->nccl_minor, f->nccl_patch);
+  else
+    snprintf(version, sizeof version, "%d.%d", f->nccl_major, f->nccl_minor);
+  if (auto_gid && !set_gid && user_gid == NULL) {
+    NOTE(c,
+         "NCCL %s (%s) selects the RoCE GID itself: NCCL_IB_GID_INDEX left unset "
+         "(doctor would choose %d, the %s; --set-gid-index sets it)",
+         version, f->nccl_path, g, why);
+  } else {
+    setvar(c, "NCCL_IB_GID_INDEX", val, "%s%s", why,
+           auto_gid && set_gid ? " (asked for with --set-gid-index)"
+           : auto_gid          ? ""
+           : f->nccl_found     ? ""
+                               : "; NCCL not found, so it may not pick one itself");
   }
+}
 
-  if (sock != NULL && sock[0] != '\0') {
-    char because[512];
-    if (via_master)
-      snprintf(because, sizeof because, "the interface that reaches the master %s (%s)", f->master,
-               f->master_addr);
-    else if (f->master[0])
-      snprintf(because, sizeof because,
-               "the master %s (%s) is this node's loopback: the default route's interface serves "
-               "this node and reaches the others",
-               f->master, f->master_addr);
-    else
-      snprintf(because, sizeof because, "the interface of the default route");
-    const char *names[256];
-    size_t nn = 0;
-    for (size_t i = 0; i < f->nifaces && nn < BASE_ARRAY_LEN(names); i++)
-      names[nn++] = f->ifaces[i].name;
-    int clash = prefix_clash(sock, names, nn);
-    char val[DOCTOR_NAME_MAX + 1];
-    snprintf(val, sizeof val, "%s%s", clash ? "=" : "", sock);
-    setvar(c, "NCCL_SOCKET_IFNAME", val, "%s%s", because,
-           clash ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
-    setvar(c, "GLOO_SOCKET_IFNAME", sock, "%s", because);
-    if (nact == 0) setvar(c, "UCX_NET_DEVICES", sock, "no active RDMA port: %s", because);
-  } else if (!f->master_error[0]) {
-    WARN(c, "no default route and no --master: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME not "
-            "derived; pass --master HOST");
-  }
-  if (nact > 0) setvar(c, "UCX_NET_DEVICES", hcas, "UCX's names for the same ACTIVE RDMA ports");
-  if (nact == 0) {
+/* The socket interface settings (NCCL, Gloo, UCX without RDMA) on interface sock. */
+static void derive_socket(derive_ctx *c, const port_sets *ps, const char *sock, int via_master) {
+  const doctor_facts *f = c->f;
+  char because[512];
+  if (via_master)
+    snprintf(because, sizeof because, "the interface that reaches the master %s (%s)", f->master,
+             f->master_addr);
+  else if (f->master[0])
+    snprintf(because, sizeof because,
+             "the master %s (%s) is this node's loopback: the default route's interface serves "
+             "this node and reaches the others",
+             f->master, f->master_addr);
+  else
+    snprintf(because, sizeof because, "the interface of the default route");
+  const char *names[256];
+  size_t nn = 0;
+  for (size_t i = 0; i < f->nifaces && nn < BASE_ARRAY_LEN(names); i++)
+    names[nn++] = f->ifaces[i].name;
+  int clash = prefix_clash(sock, names, nn);
+  char val[DOCTOR_NAME_MAX + 1];
+  snprintf(val, sizeof val, "%s%s", clash ? "=" : "", sock);
+  setvar(c, "NCCL_SOCKET_IFNAME", val, "%s%s", because,
+         clash ? "; '=' makes NCCL match the name exactly, not as a prefix" : "");
+  setvar(c, "GLOO_SOCKET_IFNAME", sock, "%s", because);
+  if (ps->nact == 0) setvar(c, "UCX_NET_DEVICES", sock, "no active RDMA port: %s", because);
+}
+
+/* UCX's devices and the TCP-only socket tuning. */
+static void derive_transport(derive_ctx *c, const port_sets *ps) {
+  if (ps->nact > 0)
+    setvar(c, "UCX_NET_DEVICES", ps->hcas.data ? ps->hcas.data : "",
+           "UCX's names for the same ACTIVE RDMA ports");
+  if (ps->nact == 0) {
     setvar(c, "NCCL_SOCKET_NTHREADS", "4",
            "TCP only: 4 helper threads per peer connection, each with 8 sockets (the seeds' "
            "values), raise socket bandwidth; NCCL caps threads x sockets at 64");
     setvar(c, "NCCL_NSOCKS_PERTHREAD", "8",
            "TCP only: more sockets per thread spread the traffic (4 x 8 = 32 sockets per peer)");
   }
+}
 
-  /* Limits that break RDMA and NCCL at run time. */
+/* Limits that break RDMA and NCCL at run time, the probe's notes, NCCL's presence. */
+static void check_limits(derive_ctx *c, const port_sets *ps) {
+  const doctor_facts *f = c->f;
   char size[32];
-  if (nact > 0 && f->memlock_known && !f->memlock_unlimited) {
+  if (ps->nact > 0 && f->memlock_known && !f->memlock_unlimited) {
     format_bytes(f->memlock_bytes, size, sizeof size);
     WARN(c,
          "the locked-memory limit is %s: RDMA pins NCCL's buffers and registration fails "
@@ -562,16 +573,47 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
          "RDMA devices are in sysfs but %s: the container was started without "
          "--device=/dev/infiniband, so NCCL cannot open the HCAs and falls back to TCP",
          f->dev_infiniband ? "/dev/infiniband has no uverbs files" : "/dev/infiniband is missing");
-  if (nact > 0) check_mtus(c, act, nact);
+  if (ps->nact > 0) check_mtus(c, ps->act, ps->nact);
   for (size_t i = 0; i < f->nnotes; i++) WARN(c, "%s", f->notes[i]);
   if (!f->nccl_found)
     NOTE(c, "NCCL not found under the library root (a PyTorch wheel may carry its own)");
-  free(hl.data);
+}
 
-out:
-  free(act);
-  free(eth);
-  free(hca_names);
+int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
+                  doctor_result **out) {
+  if (f == NULL || out == NULL) return -EINVAL;
+  *out = NULL;
+  doctor_result *r = calloc(1, sizeof *r);
+  if (r == NULL) return -ENOMEM;
+  derive_ctx cx = {f, envp, r, 0}, *c = &cx;
+  r->summary.gid_index = -1;
+  port_sets ps = {0};
+  c->rc = ports_alloc(f, &ps);
+  if (c->rc == 0) {
+    select_ports(c, &ps);
+    /*
+     * A master at a loopback address is this node (Debian maps the host name
+     * to 127.0.1.1): "lo" would serve only this node, so the default route's
+     * interface is used, which serves this node and reaches the others too.
+     */
+    int master_loop = is_loopback(f->master_addr);
+    int via_master = f->master[0] && !(master_loop && f->default_iface[0]);
+    const char *ref = via_master ? (f->route_iface[0] ? f->route_iface : NULL)
+                                 : (f->default_iface[0] ? f->default_iface : NULL);
+    const char *sock = via_master ? f->route_iface : f->default_iface;
+    if (f->master_error[0]) ERROR(c, "%s", f->master_error);
+    list_hcas(c, &ps);
+    derive_hca(c, &ps);
+    if (ps.neth > 0) derive_gid(c, &ps, ref, via_master, cfg != NULL && cfg->set_gid_index);
+    if (sock != NULL && sock[0] != '\0')
+      derive_socket(c, &ps, sock, via_master);
+    else if (!f->master_error[0])
+      WARN(c, "no default route and no --master: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME not "
+              "derived; pass --master HOST");
+    derive_transport(c, &ps);
+    check_limits(c, &ps);
+  }
+  ports_free(&ps);
   if (c->rc != 0) {
     doctor_result_destroy(r);
     return c->rc;

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
 #include "gpt2/ckpt.h"
 #include "gpt2/kernels.h"
 
@@ -139,7 +138,7 @@ static void push_req(gpt2_ddp *d, int rc, cohort_request *req, const char *what)
     fail(d, rc, what);
     return;
   }
-  if (d->t_first_us == 0) d->t_first_us = base_now_us();
+  if (d->t_first_us == 0) d->t_first_us = gpt2_now_us();
   d->req_done_us[d->nreqs] = 0;
   d->reqs[d->nreqs++] = req;
 }
@@ -170,7 +169,7 @@ static void poll_done(gpt2_ddp *d) {
     if (d->req_done_us[i] != 0) continue;
     int done = 0;
     if (cohort_request_test(d->reqs[i], &done) != 0 || !done) break;
-    d->req_done_us[i] = base_now_us();
+    d->req_done_us[i] = gpt2_now_us();
   }
 }
 
@@ -198,7 +197,7 @@ void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer) {
 }
 
 static int wait_all(gpt2_ddp *d, double *exposed_ms, int64_t *end_us) {
-  int64_t t0 = base_now_us();
+  int64_t t0 = gpt2_now_us();
   int64_t last_seen = 0;
   int unseen = 0;
   for (int i = 0; i < d->nreqs; i++) {
@@ -207,7 +206,7 @@ static int wait_all(gpt2_ddp *d, double *exposed_ms, int64_t *end_us) {
     int rc = cohort_request_wait(d->reqs[i]);
     if (rc != 0) fail(d, rc, "gradient exchange");
   }
-  int64_t t1 = base_now_us();
+  int64_t t1 = gpt2_now_us();
   d->nreqs = 0;
   *exposed_ms = (double)(t1 - t0) * 1e-3;
   /* Requests that finished before we looked ended at the latest when the
@@ -272,7 +271,7 @@ int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
   for (int i = 0; i < d->nshards; i++)
     gpt2_optim_step(&d->shards[i], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
   if (!d->zero) return 0;
-  int64_t t0 = base_now_us();
+  int64_t t0 = gpt2_now_us();
   float *p = d->m->params;
   for (int i = 0; i < d->nbuckets && !d->err; i++) {
     const gpt2_bucket *b = &d->buckets[i];
@@ -285,7 +284,7 @@ int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
   double exposed = 0.0;
   int64_t end_us = 0;
   wait_all(d, &exposed, &end_us);
-  double ms = (double)(base_now_us() - t0) * 1e-3;
+  double ms = (double)(gpt2_now_us() - t0) * 1e-3;
   d->comm_ms += ms;
   d->exposed_ms += ms;
   return d->err;

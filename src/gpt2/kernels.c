@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 
 #ifdef _OPENMP
@@ -459,4 +460,10 @@ void *gpt2_big_alloc(size_t bytes) {
 
 void gpt2_big_free(void *p, size_t bytes) {
   if (p != NULL) munmap(p, bytes ? bytes : 1);
+}
+
+int64_t gpt2_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }

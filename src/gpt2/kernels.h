@@ -143,4 +143,7 @@ void gpt2_add_inplace(float *dst, const float *src, size_t n);
 void *gpt2_big_alloc(size_t bytes);
 void gpt2_big_free(void *p, size_t bytes);
 
+/* Microseconds of the monotonic clock. */
+int64_t gpt2_now_us(void);
+
 #endif

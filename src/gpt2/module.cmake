@@ -7,18 +7,37 @@ find_library(GPT2_OPENBLAS NAMES openblas REQUIRED)
 find_path(GPT2_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu REQUIRED)
 
 file(GLOB GPT2_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/gpt2/*.c)
-add_library(gpt2 STATIC ${GPT2_SOURCES})
-target_include_directories(gpt2 PUBLIC ${GPT2_CBLAS_INCLUDE})
-target_link_libraries(gpt2 PUBLIC cohort_static OpenMP::OpenMP_C ${GPT2_OPENBLAS} m)
+add_library(gpt2_objects OBJECT ${GPT2_SOURCES})
+set_target_properties(gpt2_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(gpt2_objects PUBLIC ${GPT2_CBLAS_INCLUDE})
+target_link_libraries(gpt2_objects PUBLIC OpenMP::OpenMP_C PkgConfig::JANSSON)
 # The kernels are the hot loops of the trainer: optimise them fully even in
 # RelWithDebInfo builds (not in Debug, which the sanitizer build uses).
 # -fno-math-errno and -fno-trapping-math let sqrtf and the selects of the
 # element-wise kernels vectorise (nothing here reads errno or FP exception
 # flags); rounding is unchanged.
 if(NOT CMAKE_BUILD_TYPE STREQUAL "Debug")
-  target_compile_options(gpt2 PRIVATE -O3)
+  target_compile_options(gpt2_objects PRIVATE -O3)
 endif()
-target_compile_options(gpt2 PRIVATE -fno-math-errno -fno-trapping-math)
+target_compile_options(gpt2_objects PRIVATE -fno-math-errno -fno-trapping-math)
+
+add_library(gpt2 STATIC $<TARGET_OBJECTS:gpt2_objects>)
+target_include_directories(gpt2 PUBLIC ${GPT2_CBLAS_INCLUDE})
+target_link_libraries(gpt2 PUBLIC cohort_static OpenMP::OpenMP_C PkgConfig::JANSSON
+  ${GPT2_OPENBLAS} m)
+
+# The trainer is an ordinary libcohort user (include/cohort/cohort.h only).
+# The same objects linked as a shared library against the shared libcohort,
+# which exports only the COHORT_API functions, with no undefined symbol
+# allowed: a call into libcohort's internals fails this link. (The sanitizer
+# runtime is linked into executables only, so the check is off there.)
+add_library(gpt2_public_api_check SHARED $<TARGET_OBJECTS:gpt2_objects>)
+target_link_libraries(gpt2_public_api_check PRIVATE cohort_shared OpenMP::OpenMP_C
+  PkgConfig::JANSSON ${GPT2_OPENBLAS} m)
+if(NOT COHORT_SANITIZE)
+  target_link_options(gpt2_public_api_check PRIVATE -Wl,--no-undefined)
+endif()
+add_dependencies(gpt2 gpt2_public_api_check)
 
 add_executable(cohort-gpt2 ${CMAKE_SOURCE_DIR}/tools/gpt2/main.c)
 target_link_libraries(cohort-gpt2 PRIVATE gpt2)

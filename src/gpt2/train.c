@@ -9,6 +9,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "gpt2/ckpt.h"
 #include "gpt2/data.h"
 #include "gpt2/ddp.h"
@@ -49,9 +51,7 @@ void gpt2_train_defaults(gpt2_train_opts *o) {
 }
 
 static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  return (double)gpt2_now_us() * 1e-6;
 }
 
 double gpt2_train_estimate_bytes(const gpt2_train_opts *o, int world) {
@@ -87,24 +87,56 @@ static int make_comm(cohort_comm **comm, FILE *errf) {
   return 0;
 }
 
-int gpt2_train(const gpt2_train_opts *o) {
-  FILE *out = o->out, *errf = o->err;
-  int status = 1;
-  int rank = 0, world = 1;
-  cohort_comm *comm = NULL;
+/* What the phases of a run return: 0 to go on, else the reason to stop (the run's exit status is
+ * 1 for RUN_FAIL and RUN_COMM, 2 for RUN_USAGE; RUN_COMM also prints the communicator's error). */
+enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 2, RUN_COMM = 3 };
+
+/* Everything one run holds; zero-initialised, and train_free() is safe at any point of set-up. */
+typedef struct train_run {
+  const gpt2_train_opts *o;
+  FILE *out, *errf;
+  int rank, world, threads;
+  cohort_comm *comm;
   gpt2_model model;
   gpt2_data data;
   gpt2_batch_buf bb;
   gpt2_ddp ddp;
-  FILE *metrics = NULL;
-  gpt2_tb_writer *tb = NULL;
-  double *step_times = NULL;
-  float *full_state = NULL;
-  size_t nfull = 0;
-  char err[512] = "";
-  int have_model = 0, have_data = 0, have_bb = 0, have_ddp = 0;
+  /* The checkpoint's optimiser state is the whole state; with ZeRO it is assembled in full_state
+   * (nfull floats), else state points into the optimiser. */
+  float *state, *full_state;
+  size_t nfull;
+  gpt2_ckpt_header want; /* what a checkpoint of this run must match */
+  uint64_t start_step;
+  FILE *metrics;
+  gpt2_tb_writer *tb;
+  uint64_t global_batch; /* sequences per optimiser step over all ranks */
+  double tokens_per_step, flops_micro;
+  double *step_times; /* [steps + 1] */
+  size_t ntimes;
+  double last_loss, comm_total, exposed_total;
+  char err[512];
+} train_run;
 
-  int threads = o->threads;
+/* One optimiser step's figures, for the step report. */
+typedef struct step_stats {
+  uint64_t step; /* 1-based */
+  double loss, gnorm, step_s, tok_s, gflops, comm_ms, hidden;
+  float lr;
+} step_stats;
+
+static void train_free(train_run *r) {
+  gpt2_tb_close(r->tb);
+  free(r->step_times);
+  gpt2_big_free(r->full_state, r->nfull * sizeof(float));
+  gpt2_ddp_free(&r->ddp);
+  gpt2_batch_buf_free(&r->bb);
+  gpt2_data_close(&r->data);
+  gpt2_model_free(&r->model);
+  cohort_comm_destroy(r->comm);
+  memset(r, 0, sizeof *r);
+}
+
+static int set_threads(int threads) {
 #ifdef _OPENMP
   if (threads > 0) omp_set_num_threads(threads);
   threads = omp_get_max_threads();
@@ -113,276 +145,335 @@ int gpt2_train(const gpt2_train_opts *o) {
 #endif
   /* OpenBLAS runs single-threaded inside our OpenMP slices (kernels.c). */
   openblas_set_num_threads(1);
+  return threads;
+}
 
-  int rc = make_comm(&comm, errf);
-  if (rc != 0) return 1;
-  if (comm != NULL) {
-    rank = cohort_comm_rank(comm);
-    world = cohort_comm_size(comm);
+/* The communicator, model, data, batch buffers and data parallelism. */
+static int train_setup(train_run *r) {
+  const gpt2_train_opts *o = r->o;
+  r->threads = set_threads(o->threads);
+  if (make_comm(&r->comm, r->errf) != 0) return RUN_FAIL;
+  r->world = 1;
+  if (r->comm != NULL) {
+    r->rank = cohort_comm_rank(r->comm);
+    r->world = cohort_comm_size(r->comm);
   }
-  rc = gpt2_model_init(&model, &o->cfg, o->B, o->T);
+  int rc = gpt2_model_init(&r->model, &o->cfg, o->B, o->T);
   if (rc != 0) {
-    fprintf(errf, "cohort-gpt2: cannot allocate the model: %s\n", strerror(-rc));
-    goto out;
+    fprintf(r->errf, "cohort-gpt2: cannot allocate the model: %s\n", strerror(-rc));
+    return RUN_FAIL;
   }
-  have_model = 1;
-  rc = gpt2_data_open(&data, o->data, o->cfg.head, o->cfg.vocab, o->B, o->T, o->seed, err,
-                      sizeof(err));
+  rc = gpt2_data_open(&r->data, o->data, o->cfg.head, o->cfg.vocab, o->B, o->T, o->seed, r->err,
+                      sizeof r->err);
   if (rc != 0) {
-    fprintf(errf, "cohort-gpt2: %s\n", err);
-    status = 2;
-    goto out;
+    fprintf(r->errf, "cohort-gpt2: %s\n", r->err);
+    return RUN_USAGE;
   }
-  have_data = 1;
-  if (gpt2_batch_buf_alloc(&bb, o->B, o->T) != 0) {
-    fprintf(errf, "cohort-gpt2: out of memory\n");
-    goto out;
+  if (gpt2_batch_buf_alloc(&r->bb, o->B, o->T) != 0) {
+    fprintf(r->errf, "cohort-gpt2: out of memory\n");
+    return RUN_FAIL;
   }
-  have_bb = 1;
-  rc = gpt2_ddp_init(&ddp, comm, &model, &o->opt, o->bucket_bytes, o->zero, o->grad_accum);
+  rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, o->bucket_bytes, o->zero, o->grad_accum);
   if (rc != 0) {
-    fprintf(errf, "cohort-gpt2: cannot allocate the optimiser state: %s\n", strerror(-rc));
-    goto out;
+    fprintf(r->errf, "cohort-gpt2: cannot allocate the optimiser state: %s\n", strerror(-rc));
+    return RUN_FAIL;
   }
-  have_ddp = 1;
-  gpt2_model_init_weights(&model, o->seed);
-
-  /* The checkpoint's optimiser state is the whole state; with ZeRO it is
-   * assembled in a temporary buffer. */
-  nfull = gpt2_ddp_full_state_floats(&ddp);
-  float *state = gpt2_ddp_whole_state(&ddp);
-  if (state == NULL && o->ckpt_dir != NULL) {
-    full_state = gpt2_big_alloc(nfull * sizeof(float));
-    if (full_state == NULL) {
-      fprintf(errf, "cohort-gpt2: out of memory\n");
-      goto out;
+  gpt2_model_init_weights(&r->model, o->seed);
+  r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
+  r->tokens_per_step = (double)r->global_batch * o->T;
+  r->flops_micro = gpt2_flops_per_step(&o->cfg, o->B, o->T);
+  r->last_loss = NAN;
+  r->step_times = calloc((size_t)o->steps + 1, sizeof(double));
+  if (r->step_times == NULL) return RUN_FAIL;
+  r->nfull = gpt2_ddp_full_state_floats(&r->ddp);
+  r->state = gpt2_ddp_whole_state(&r->ddp);
+  if (r->state == NULL && o->ckpt_dir != NULL) {
+    r->full_state = gpt2_big_alloc(r->nfull * sizeof(float));
+    if (r->full_state == NULL) {
+      fprintf(r->errf, "cohort-gpt2: out of memory\n");
+      return RUN_FAIL;
     }
-    state = full_state;
+    r->state = r->full_state;
   }
+  return RUN_OK;
+}
 
-  /* Rank 0 resumes from the newest complete checkpoint and hands it out. */
-  uint64_t start_step = 0;
-  gpt2_ckpt_header want = {.vocab = o->cfg.vocab,
-                           .npos = o->cfg.npos,
-                           .layers = o->cfg.layers,
-                           .heads = o->cfg.heads,
-                           .channels = o->cfg.channels,
-                           .head = (int32_t)o->cfg.head,
-                           .opt_kind = (int32_t)o->opt.kind,
-                           .world = world,
-                           .nparams = model.nparams,
-                           .nstate = nfull};
-  double resume[2] = {0.0, 0.0}; /* found, step: summed over ranks = rank 0's */
-  if (o->ckpt_dir != NULL && rank == 0) {
+/* Rank 0 loads the newest complete checkpoint, if any; every rank learns its step. */
+static int load_checkpoint(train_run *r, double resume[2]) {
+  const gpt2_train_opts *o = r->o;
+  r->want = (gpt2_ckpt_header){.vocab = o->cfg.vocab,
+                               .npos = o->cfg.npos,
+                               .layers = o->cfg.layers,
+                               .heads = o->cfg.heads,
+                               .channels = o->cfg.channels,
+                               .head = (int32_t)o->cfg.head,
+                               .opt_kind = (int32_t)o->opt.kind,
+                               .world = r->world,
+                               .nparams = r->model.nparams,
+                               .nstate = r->nfull};
+  if (o->ckpt_dir != NULL && r->rank == 0) {
     gpt2_ckpt_header got;
     char note[1024];
-    rc = gpt2_ckpt_load_latest(o->ckpt_dir, &want, &got, model.params, state, err, sizeof(err),
-                               note, sizeof(note));
-    if (note[0]) fprintf(errf, "cohort-gpt2: %s\n", note);
+    int rc = gpt2_ckpt_load_latest(o->ckpt_dir, &r->want, &got, r->model.params, r->state, r->err,
+                                   sizeof r->err, note, sizeof note);
+    if (note[0]) fprintf(r->errf, "cohort-gpt2: %s\n", note);
     if (rc < 0) {
-      fprintf(errf, "cohort-gpt2: %s\n", err);
-      goto out;
+      fprintf(r->errf, "cohort-gpt2: %s\n", r->err);
+      return RUN_FAIL;
     }
     if (rc == 1) {
       resume[0] = 1.0;
       resume[1] = (double)got.step;
     }
   }
-  if (gpt2_ddp_sum(&ddp, resume, 2) != 0) goto comm_failed;
-  start_step = (uint64_t)resume[1];
-  /* Identical parameters everywhere before the first step. */
-  if (gpt2_ddp_broadcast(&ddp, model.params, model.nparams) != 0) goto comm_failed;
+  /* found, step: summed over ranks = rank 0's */
+  return gpt2_ddp_sum(&r->ddp, resume, 2) != 0 ? RUN_COMM : RUN_OK;
+}
+
+/* Resumes from a checkpoint (rank 0's, handed out), and makes the parameters identical on every
+ * rank before the first step. */
+static int train_resume(train_run *r) {
+  double resume[2] = {0.0, 0.0};
+  int st = load_checkpoint(r, resume);
+  if (st != RUN_OK) return st;
+  r->start_step = (uint64_t)resume[1];
+  if (gpt2_ddp_broadcast(&r->ddp, r->model.params, r->model.nparams) != 0) return RUN_COMM;
   if (resume[0] != 0.0) {
-    if (gpt2_ddp_broadcast(&ddp, state, nfull) != 0) goto comm_failed;
-    if (state == full_state) gpt2_ddp_state_set(&ddp, full_state);
+    if (gpt2_ddp_broadcast(&r->ddp, r->state, r->nfull) != 0) return RUN_COMM;
+    if (r->state == r->full_state) gpt2_ddp_state_set(&r->ddp, r->full_state);
     const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
-    if (rank == 0)
-      fprintf(out, "resumed from %s at step %llu%s%s%s\n", o->ckpt_dir,
-              (unsigned long long)start_step, restarts ? " (restart " : "",
+    if (r->rank == 0)
+      fprintf(r->out, "resumed from %s at step %llu%s%s%s\n", r->o->ckpt_dir,
+              (unsigned long long)r->start_step, restarts ? " (restart " : "",
               restarts ? restarts : "", restarts ? ")" : "");
   }
   int same = 0;
-  if (gpt2_ddp_check_params(&ddp, &same) != 0) goto comm_failed;
+  if (gpt2_ddp_check_params(&r->ddp, &same) != 0) return RUN_COMM;
   if (!same) {
-    fprintf(errf, "cohort-gpt2: rank %d: parameters differ between ranks after the broadcast\n",
-            rank);
-    goto out;
+    fprintf(r->errf, "cohort-gpt2: rank %d: parameters differ between ranks after the broadcast\n",
+            r->rank);
+    return RUN_FAIL;
   }
+  return RUN_OK;
+}
 
-  if (o->metrics_path != NULL && rank == 0) {
-    metrics = fopen(o->metrics_path, start_step > 0 ? "ae" : "we");
-    if (metrics == NULL) {
-      fprintf(errf, "cohort-gpt2: cannot open %s: %s\n", o->metrics_path, strerror(errno));
-      goto out;
+/* Rank 0's metrics file (appended to on resume) and TensorBoard events, and the banner. */
+static int open_outputs(train_run *r) {
+  const gpt2_train_opts *o = r->o;
+  if (r->rank != 0) return RUN_OK;
+  if (o->metrics_path != NULL) {
+    r->metrics = fopen(o->metrics_path, r->start_step > 0 ? "ae" : "we");
+    if (r->metrics == NULL) {
+      fprintf(r->errf, "cohort-gpt2: cannot open %s: %s\n", o->metrics_path, strerror(errno));
+      return RUN_FAIL;
     }
   }
-  if (o->tb_dir != NULL && rank == 0) {
-    rc = gpt2_tb_open(o->tb_dir, &tb);
+  if (o->tb_dir != NULL) {
+    int rc = gpt2_tb_open(o->tb_dir, &r->tb);
     if (rc != 0) {
-      fprintf(errf, "cohort-gpt2: cannot write TensorBoard events to %s: %s\n", o->tb_dir,
+      fprintf(r->errf, "cohort-gpt2: cannot write TensorBoard events to %s: %s\n", o->tb_dir,
               strerror(-rc));
-      goto out;
+      return RUN_FAIL;
     }
   }
+  fprintf(r->out,
+          "cohort-gpt2: %s head, %zu parameters (L=%d H=%d C=%d V=%d), B=%d T=%d accum=%d "
+          "world=%d%s, %s, %d threads, parameters identical on all ranks\n",
+          o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", r->model.nparams, o->cfg.layers, o->cfg.heads,
+          o->cfg.channels, o->cfg.vocab, o->B, o->T, o->grad_accum, r->world,
+          r->ddp.zero ? " zero-1" : "", o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD",
+          r->threads);
+  fflush(r->out);
+  return RUN_OK;
+}
 
+/* Forward and backward of the K micro-steps (gradients exchanged as backward goes), the global
+ * loss, clipping and the optimiser update. */
+static int train_step(train_run *r, uint64_t step, step_stats *st) {
+  const gpt2_train_opts *o = r->o;
   const int K = o->grad_accum;
-  const uint64_t global_batch = (uint64_t)o->B * (uint64_t)K * (uint64_t)world;
-  const double tokens_per_step = (double)global_batch * o->T;
-  const double flops_micro = gpt2_flops_per_step(&o->cfg, o->B, o->T);
-  const int64_t warmup = o->warmup >= 0 ? o->warmup : 0;
-  step_times = calloc((size_t)o->steps + 1, sizeof(double));
-  if (step_times == NULL) goto out;
-  size_t ntimes = 0;
-  double last_loss = NAN, comm_total = 0.0, exposed_total = 0.0;
-
-  if (rank == 0) {
-    fprintf(out,
-            "cohort-gpt2: %s head, %zu parameters (L=%d H=%d C=%d V=%d), B=%d T=%d accum=%d "
-            "world=%d%s, %s, %d threads, parameters identical on all ranks\n",
-            o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", model.nparams, o->cfg.layers, o->cfg.heads,
-            o->cfg.channels, o->cfg.vocab, o->B, o->T, K, world, ddp.zero ? " zero-1" : "",
-            o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", threads);
-    fflush(out);
+  double t0 = now_s();
+  gpt2_zero_grad(&r->model);
+  double loss_sum = 0.0;
+  for (int k = 0; k < K; k++) {
+    gpt2_batch batch;
+    uint64_t g0 = step * r->global_batch + ((uint64_t)r->rank * K + (uint64_t)k) * (uint64_t)o->B;
+    gpt2_data_fill(&r->data, g0, &r->bb, &batch);
+    loss_sum += gpt2_forward(&r->model, &batch);
+    int scatter = gpt2_ddp_begin_backward(&r->ddp, k == K - 1, batch.tokens);
+    gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
   }
-
-  for (uint64_t step = start_step; step < (uint64_t)o->steps; step++) {
-    double t0 = now_s();
-    gpt2_zero_grad(&model);
-    double loss_sum = 0.0;
-    for (int k = 0; k < K; k++) {
-      gpt2_batch batch;
-      uint64_t g0 = step * global_batch + ((uint64_t)rank * K + (uint64_t)k) * (uint64_t)o->B;
-      gpt2_data_fill(&data, g0, &bb, &batch);
-      loss_sum += gpt2_forward(&model, &batch);
-      int scatter = gpt2_ddp_begin_backward(&ddp, k == K - 1, batch.tokens);
-      gpt2_backward(&model, &batch, 1.0f / (float)(K * world), gpt2_ddp_hook, &ddp, scatter);
-    }
-    if (gpt2_ddp_finish_backward(&ddp) != 0) goto comm_failed;
-    double loss = loss_sum / K;
-    if (gpt2_ddp_sum(&ddp, &loss, 1) != 0) goto comm_failed;
-    loss /= world;
-    if (!isfinite(loss)) {
-      if (rank == 0)
-        fprintf(errf, "cohort-gpt2: loss is %f at step %llu; stopping\n", loss,
-                (unsigned long long)step + 1);
-      goto out;
-    }
-    double gnorm = 0.0;
-    if (gpt2_ddp_grad_norm(&ddp, &gnorm) != 0) goto comm_failed;
-    float gscale = 1.0f;
-    if (o->clip > 0.0f && gnorm > o->clip) gscale = (float)(o->clip / (gnorm + 1e-6));
-    float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
-    if (gpt2_ddp_step(&ddp, gscale, lr, (int64_t)step + 1) != 0) goto comm_failed;
-    double t1 = now_s();
-    double step_s = t1 - t0;
-    double tok_s = tokens_per_step / step_s;
-    double gflops = flops_micro * K / step_s * 1e-9;
-    double comm_ms = ddp.comm_ms;
-    /* The share of the communication window that backward covered. */
-    double hidden = comm_ms > 0.0 ? 1.0 - ddp.exposed_ms / comm_ms : 1.0;
-    if (hidden < 0.0) hidden = 0.0;
-    step_times[ntimes++] = step_s;
-    if (step > start_step) {
-      comm_total += comm_ms;
-      exposed_total += ddp.exposed_ms;
-    }
-    last_loss = loss;
-    if (rank == 0) {
-      if (!o->quiet) {
-        fprintf(out,
-                "step %5llu/%lld | loss %.6f | lr %.3e | norm %.3f | %8.1f ms | %9.1f tok/s | "
-                "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden)\n",
-                (unsigned long long)step + 1, (long long)o->steps, loss, lr, gnorm, step_s * 1e3,
-                tok_s, gflops, comm_ms, hidden * 100.0);
-        fflush(out);
-      }
-      if (metrics != NULL) {
-        fprintf(metrics,
-                "{\"step\":%llu,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,"
-                "\"tokens_per_s\":%.3f,\"gflops\":%.3f,\"comm_ms\":%.3f,\"hidden_frac\":%.4f,"
-                "\"world\":%d}\n",
-                (unsigned long long)step + 1, loss, lr, gnorm, step_s * 1e3, tok_s, gflops, comm_ms,
-                hidden, world);
-        fflush(metrics);
-      }
-      if (tb != NULL) {
-        static const char *const tags[] = {"train/loss",   "train/lr",          "train/grad_norm",
-                                           "perf/step_ms", "perf/tokens_per_s", "perf/gflops",
-                                           "comm/comm_ms", "comm/hidden_frac"};
-        const float vals[] = {(float)loss,           lr,           (float)gnorm,
-                              (float)(step_s * 1e3), (float)tok_s, (float)gflops,
-                              (float)comm_ms,        (float)hidden};
-        rc = gpt2_tb_add_scalars(tb, (int64_t)step + 1, 8, tags, vals);
-        if (rc != 0) {
-          fprintf(errf, "cohort-gpt2: writing %s: %s\n", gpt2_tb_path(tb), strerror(-rc));
-          goto out;
-        }
-      }
-    }
-    if (o->ckpt_dir != NULL && o->ckpt_every > 0 &&
-        ((step + 1) % (uint64_t)o->ckpt_every == 0 || step + 1 == (uint64_t)o->steps)) {
-      if (state == full_state && gpt2_ddp_state_get(&ddp, full_state) != 0) goto comm_failed;
-      if (rank == 0) {
-        gpt2_ckpt_header h = want;
-        h.step = step + 1;
-        h.data_pos = (step + 1) * global_batch;
-        h.rng = o->seed; /* batches and weights derive from the seed alone */
-        rc = gpt2_ckpt_save(o->ckpt_dir, &h, model.params, state, o->ckpt_keep, err, sizeof(err));
-        if (rc != 0) {
-          fprintf(errf, "cohort-gpt2: %s\n", err);
-          goto out;
-        }
-      }
-    }
+  if (gpt2_ddp_finish_backward(&r->ddp) != 0) return RUN_COMM;
+  double loss = loss_sum / K;
+  if (gpt2_ddp_sum(&r->ddp, &loss, 1) != 0) return RUN_COMM;
+  loss /= r->world;
+  if (!isfinite(loss)) {
+    if (r->rank == 0)
+      fprintf(r->errf, "cohort-gpt2: loss is %f at step %llu; stopping\n", loss,
+              (unsigned long long)step + 1);
+    return RUN_FAIL;
   }
-
-  if (gpt2_ddp_check_params(&ddp, &same) != 0) goto comm_failed;
-  if (!same) {
-    fprintf(errf, "cohort-gpt2: rank %d: parameters diverged between ranks\n", rank);
-    goto out;
+  double gnorm = 0.0;
+  if (gpt2_ddp_grad_norm(&r->ddp, &gnorm) != 0) return RUN_COMM;
+  float gscale = 1.0f;
+  if (o->clip > 0.0f && gnorm > o->clip) gscale = (float)(o->clip / (gnorm + 1e-6));
+  int64_t warmup = o->warmup >= 0 ? o->warmup : 0;
+  float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
+  if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
+  double step_s = now_s() - t0;
+  double comm_ms = r->ddp.comm_ms;
+  /* The share of the communication window that backward covered. */
+  double hidden = comm_ms > 0.0 ? 1.0 - r->ddp.exposed_ms / comm_ms : 1.0;
+  *st = (step_stats){.step = step + 1,
+                     .loss = loss,
+                     .gnorm = gnorm,
+                     .step_s = step_s,
+                     .tok_s = r->tokens_per_step / step_s,
+                     .gflops = r->flops_micro * K / step_s * 1e-9,
+                     .comm_ms = comm_ms,
+                     .hidden = hidden < 0.0 ? 0.0 : hidden,
+                     .lr = lr};
+  r->step_times[r->ntimes++] = step_s;
+  if (step > r->start_step) {
+    r->comm_total += comm_ms;
+    r->exposed_total += r->ddp.exposed_ms;
   }
-  if (rank == 0 && ntimes == 0) {
+  r->last_loss = loss;
+  return RUN_OK;
+}
+
+/* One JSON object per line, the step first (what `cohort plot` and the tests key on). */
+static int write_metrics(train_run *r, const step_stats *st) {
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "step", (json_int_t)st->step,
+                        "loss", st->loss, "lr", (double)st->lr, "grad_norm", st->gnorm, "step_ms",
+                        st->step_s * 1e3, "tokens_per_s", st->tok_s, "gflops", st->gflops,
+                        "comm_ms", st->comm_ms, "hidden_frac", st->hidden, "world", r->world);
+  int rc = j == NULL ? -1 : json_dumpf(j, r->metrics, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  if (rc != 0 || fputc('\n', r->metrics) == EOF || fflush(r->metrics) != 0) {
+    fprintf(r->errf, "cohort-gpt2: writing %s: %s\n", r->o->metrics_path,
+            j == NULL ? "a figure is not finite" : strerror(errno));
+    return RUN_FAIL;
+  }
+  return RUN_OK;
+}
+
+static int write_tb(train_run *r, const step_stats *st) {
+  static const char *const tags[] = {"train/loss",   "train/lr",          "train/grad_norm",
+                                     "perf/step_ms", "perf/tokens_per_s", "perf/gflops",
+                                     "comm/comm_ms", "comm/hidden_frac"};
+  const float vals[] = {(float)st->loss,           st->lr,           (float)st->gnorm,
+                        (float)(st->step_s * 1e3), (float)st->tok_s, (float)st->gflops,
+                        (float)st->comm_ms,        (float)st->hidden};
+  int rc = gpt2_tb_add_scalars(r->tb, (int64_t)st->step, 8, tags, vals);
+  if (rc != 0) {
+    fprintf(r->errf, "cohort-gpt2: writing %s: %s\n", gpt2_tb_path(r->tb), strerror(-rc));
+    return RUN_FAIL;
+  }
+  return RUN_OK;
+}
+
+/* Rank 0 reports a step: a line on stdout, a JSON line, TensorBoard scalars. */
+static int report_step(train_run *r, const step_stats *st) {
+  if (r->rank != 0) return RUN_OK;
+  if (!r->o->quiet) {
+    fprintf(r->out,
+            "step %5llu/%lld | loss %.6f | lr %.3e | norm %.3f | %8.1f ms | %9.1f tok/s | "
+            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden)\n",
+            (unsigned long long)st->step, (long long)r->o->steps, st->loss, st->lr, st->gnorm,
+            st->step_s * 1e3, st->tok_s, st->gflops, st->comm_ms, st->hidden * 100.0);
+    fflush(r->out);
+  }
+  int rc = r->metrics != NULL ? write_metrics(r, st) : RUN_OK;
+  if (rc == RUN_OK && r->tb != NULL) rc = write_tb(r, st);
+  return rc;
+}
+
+/* Every ckpt_every steps and at the last: the whole state is gathered on every rank (ZeRO), rank 0
+ * writes it. */
+static int maybe_checkpoint(train_run *r, uint64_t done) {
+  const gpt2_train_opts *o = r->o;
+  if (o->ckpt_dir == NULL || o->ckpt_every <= 0 ||
+      (done % (uint64_t)o->ckpt_every != 0 && done != (uint64_t)o->steps))
+    return RUN_OK;
+  if (r->state == r->full_state && gpt2_ddp_state_get(&r->ddp, r->full_state) != 0) return RUN_COMM;
+  if (r->rank != 0) return RUN_OK;
+  gpt2_ckpt_header h = r->want;
+  h.step = done;
+  h.data_pos = done * r->global_batch;
+  h.rng = o->seed; /* batches and weights derive from the seed alone */
+  if (gpt2_ckpt_save(o->ckpt_dir, &h, r->model.params, r->state, o->ckpt_keep, r->err,
+                     sizeof r->err) != 0) {
+    fprintf(r->errf, "cohort-gpt2: %s\n", r->err);
+    return RUN_FAIL;
+  }
+  return RUN_OK;
+}
+
+/* Rank 0's last line: medians over the steps run (the first pays for page faults and thread
+ * start-up, so it is left out when there are others), memory against the estimate. */
+static void print_summary(train_run *r) {
+  const gpt2_train_opts *o = r->o;
+  if (r->ntimes == 0) {
     /* Resumed from a checkpoint of the last step: nothing ran, so there is no loss to show. */
-    fprintf(out, "summary: 0 steps run: the checkpoint resumed is already at step %llu of %lld\n",
-            (unsigned long long)start_step, (long long)o->steps);
-  } else if (rank == 0) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double rss = (double)ru.ru_maxrss * 1024.0;
-    double est = gpt2_train_estimate_bytes(o, world);
-    /* The first step pays for page faults and thread start-up. */
-    double *times = ntimes > 1 ? step_times + 1 : step_times;
-    size_t nt = ntimes > 1 ? ntimes - 1 : ntimes;
-    double med = median(times, nt);
-    fprintf(out,
-            "summary: %zu steps, final loss %.6f, median step %.1f ms, %.1f tok/s (global), %.1f "
-            "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), peak RSS %.1f MiB (estimate %.1f "
-            "MiB = params+grads+optimizer+activations, ratio %.2f)\n",
-            ntimes, last_loss, med * 1e3, med > 0 ? tokens_per_step / med : 0.0,
-            med > 0 ? flops_micro * K / med * 1e-9 : 0.0, nt > 0 ? comm_total / (double)nt : 0.0,
-            comm_total > 0 ? 100.0 * (1.0 - exposed_total / comm_total) : 100.0, rss / 1048576.0,
-            est / 1048576.0, rss / est);
+    fprintf(r->out,
+            "summary: 0 steps run: the checkpoint resumed is already at step %llu of %lld\n",
+            (unsigned long long)r->start_step, (long long)o->steps);
+    return;
   }
-  status = 0;
-  goto out;
-comm_failed:
-  fprintf(errf, "cohort-gpt2: rank %d: %s\n", rank,
-          ddp.errmsg[0] ? ddp.errmsg : "communication failed");
-  status = 1;
-out:
-  if (metrics != NULL && fclose(metrics) != 0 && status == 0) {
-    fprintf(errf, "cohort-gpt2: writing %s: %s\n", o->metrics_path, strerror(errno));
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double rss = (double)ru.ru_maxrss * 1024.0;
+  double est = gpt2_train_estimate_bytes(o, r->world);
+  double *times = r->ntimes > 1 ? r->step_times + 1 : r->step_times;
+  size_t nt = r->ntimes > 1 ? r->ntimes - 1 : r->ntimes;
+  double med = median(times, nt);
+  fprintf(r->out,
+          "summary: %zu steps, final loss %.6f, median step %.1f ms, %.1f tok/s (global), %.1f "
+          "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), peak RSS %.1f MiB (estimate %.1f "
+          "MiB = params+grads+optimizer+activations, ratio %.2f)\n",
+          r->ntimes, r->last_loss, med * 1e3, med > 0 ? r->tokens_per_step / med : 0.0,
+          med > 0 ? r->flops_micro * o->grad_accum / med * 1e-9 : 0.0,
+          nt > 0 ? r->comm_total / (double)nt : 0.0,
+          r->comm_total > 0 ? 100.0 * (1.0 - r->exposed_total / r->comm_total) : 100.0,
+          rss / 1048576.0, est / 1048576.0, rss / est);
+}
+
+static int train_loop(train_run *r) {
+  for (uint64_t step = r->start_step; step < (uint64_t)r->o->steps; step++) {
+    step_stats st;
+    int rc = train_step(r, step, &st);
+    if (rc == RUN_OK) rc = report_step(r, &st);
+    if (rc == RUN_OK) rc = maybe_checkpoint(r, step + 1);
+    if (rc != RUN_OK) return rc;
+  }
+  int same = 0;
+  if (gpt2_ddp_check_params(&r->ddp, &same) != 0) return RUN_COMM;
+  if (!same) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: parameters diverged between ranks\n", r->rank);
+    return RUN_FAIL;
+  }
+  if (r->rank == 0) print_summary(r);
+  return RUN_OK;
+}
+
+int gpt2_train(const gpt2_train_opts *o) {
+  train_run r = {.o = o, .out = o->out, .errf = o->err};
+  int rc = train_setup(&r);
+  if (rc == RUN_OK) rc = train_resume(&r);
+  if (rc == RUN_OK) rc = open_outputs(&r);
+  if (rc == RUN_OK) rc = train_loop(&r);
+  if (rc == RUN_COMM)
+    fprintf(r.errf, "cohort-gpt2: rank %d: %s\n", r.rank,
+            r.ddp.errmsg[0] ? r.ddp.errmsg : "communication failed");
+  int status = rc == RUN_USAGE ? 2 : rc != RUN_OK ? 1 : 0;
+  if (r.metrics != NULL && fclose(r.metrics) != 0 && status == 0) {
+    fprintf(r.errf, "cohort-gpt2: writing %s: %s\n", o->metrics_path, strerror(errno));
     status = 1;
   }
-  gpt2_tb_close(tb);
-  free(step_times);
-  if (full_state) gpt2_big_free(full_state, nfull * sizeof(float));
-  if (have_ddp) gpt2_ddp_free(&ddp);
-  if (have_bb) gpt2_batch_buf_free(&bb);
-  if (have_data) gpt2_data_close(&data);
-  if (have_model) gpt2_model_free(&model);
+  r.metrics = NULL;
   /* A failing rank aborts the communicator so its peers fail fast too. */
-  if (comm != NULL && status != 0) cohort_comm_abort(comm);
-  cohort_comm_destroy(comm);
+  if (r.comm != NULL && status != 0) cohort_comm_abort(r.comm);
+  train_free(&r);
   return status;
 }
