@@ -209,18 +209,8 @@ static int check_user_gid(derive_ctx *c, const active_port *eth, size_t neth, co
   return idx;
 }
 
-/*
- * Chooses NCCL_IB_GID_INDEX for the active RoCE ports: an index whose entry
- * is RoCE v2 with an IPv4-mapped address on every such port; among those,
- * first one whose IPv4 address is on the reference interface (the one that
- * reaches the master, else the default route's), then one whose address is
- * on any interface of this network namespace, then any; ties go to the
- * numerically lowest index. Returns the index or -1 (errors recorded
- * unless quiet: the user chose the index, and it is checked instead).
- */
-static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const char *ref,
-                      int via_master, int quiet, char *why, size_t whylen) {
-  const doctor_facts *f = c->f;
+/* Every port has some qualifying GID; else errors name what each lacks (unless quiet). */
+static int ports_qualify(derive_ctx *c, const active_port *eth, size_t neth, int quiet) {
   int bad = 0;
   for (size_t i = 0; i < neth; i++) {
     const doctor_port *p = eth[i].port;
@@ -231,24 +221,28 @@ static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const 
       v4 += is_v4mapped(p->gids[k].raw);
       any |= qualifies(&p->gids[k]);
     }
-    if (!any) {
-      const char *ndev = p->ngids > 0 && p->gids[0].ndev[0] ? p->gids[0].ndev : NULL;
-      char dev[DOCTOR_NAME_MAX + 4] = "";
-      if (ndev) snprintf(dev, sizeof dev, " (%s)", ndev);
-      if (!quiet)
-        ERROR(c,
-              "%s port %d (RoCE): no GID qualifies for NCCL_IB_GID_INDEX: of %zu entries %zu are "
-              "RoCE v2 and %zu carry an IPv4 address (::ffff:a.b.c.d), none both; %s%s",
-              eth[i].hca->name, p->num, p->ngids, v2, v4,
-              v4 == 0 ? "give its network device an IPv4 address" : "enable RoCE v2 on the device",
-              dev);
-      bad = 1;
-    }
+    if (any) continue;
+    const char *ndev = p->ngids > 0 && p->gids[0].ndev[0] ? p->gids[0].ndev : NULL;
+    char dev[DOCTOR_NAME_MAX + 4] = "";
+    if (ndev) snprintf(dev, sizeof dev, " (%s)", ndev);
+    if (!quiet)
+      ERROR(c,
+            "%s port %d (RoCE): no GID qualifies for NCCL_IB_GID_INDEX: of %zu entries %zu are "
+            "RoCE v2 and %zu carry an IPv4 address (::ffff:a.b.c.d), none both; %s%s",
+            eth[i].hca->name, p->num, p->ngids, v2, v4,
+            v4 == 0 ? "give its network device an IPv4 address" : "enable RoCE v2 on the device",
+            dev);
+    bad = 1;
   }
-  if (bad) return -1;
+  return !bad;
+}
 
-  int best = -1, best_rank = 3;
-  const doctor_gid *best_gid = NULL;
+/* The best index that qualifies on every port (see choose_gid), its rank (0 on ref, 1 on some
+ * interface, 2 on none) and its GID on the best port; -1 when none qualifies everywhere. */
+static int best_common_gid(const doctor_facts *f, const active_port *eth, size_t neth,
+                           const char *ref, int *best_rank, const doctor_gid **best_gid) {
+  int best = -1;
+  *best_rank = 3;
   const doctor_port *p0 = eth[0].port;
   for (size_t k = 0; k < p0->ngids; k++) {
     int idx = p0->gids[k].index;
@@ -268,26 +262,48 @@ static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const 
       }
     }
     if (!everywhere) continue;
-    if (rank < best_rank || (rank == best_rank && idx < best)) {
+    if (rank < *best_rank || (rank == *best_rank && idx < best)) {
       best = idx;
-      best_rank = rank;
-      best_gid = g0;
+      *best_rank = rank;
+      *best_gid = g0;
     }
   }
+  return best;
+}
+
+static void no_common_gid(derive_ctx *c, const active_port *eth, size_t neth) {
+  doctor_buf b = {0};
+  for (size_t i = 0; i < neth; i++) {
+    doctor_buf_printf(&b, "%s%s:%d has", i ? "; " : "", eth[i].hca->name, eth[i].port->num);
+    for (size_t k = 0; k < eth[i].port->ngids; k++)
+      if (qualifies(&eth[i].port->gids[k]))
+        doctor_buf_printf(&b, " %d", eth[i].port->gids[k].index);
+  }
+  ERROR(c,
+        "no single GID index is RoCE v2 with an IPv4 address on every active RoCE port (%s): "
+        "limit NCCL_IB_HCA to ports that agree",
+        b.data ? b.data : "");
+  free(b.data);
+}
+
+/*
+ * Chooses NCCL_IB_GID_INDEX for the active RoCE ports: an index whose entry
+ * is RoCE v2 with an IPv4-mapped address on every such port; among those,
+ * first one whose IPv4 address is on the reference interface (the one that
+ * reaches the master, else the default route's), then one whose address is
+ * on any interface of this network namespace, then any; ties go to the
+ * numerically lowest index. Returns the index or -1 (errors recorded
+ * unless quiet: the user chose the index, and it is checked instead).
+ */
+static int choose_gid(derive_ctx *c, const active_port *eth, size_t neth, const char *ref,
+                      int via_master, int quiet, char *why, size_t whylen) {
+  const doctor_facts *f = c->f;
+  if (!ports_qualify(c, eth, neth, quiet)) return -1;
+  int best_rank;
+  const doctor_gid *best_gid = NULL;
+  int best = best_common_gid(f, eth, neth, ref, &best_rank, &best_gid);
   if (best < 0) {
-    doctor_buf b = {0};
-    for (size_t i = 0; i < neth; i++) {
-      doctor_buf_printf(&b, "%s%s:%d has", i ? "; " : "", eth[i].hca->name, eth[i].port->num);
-      for (size_t k = 0; k < eth[i].port->ngids; k++)
-        if (qualifies(&eth[i].port->gids[k]))
-          doctor_buf_printf(&b, " %d", eth[i].port->gids[k].index);
-    }
-    if (!quiet)
-      ERROR(c,
-            "no single GID index is RoCE v2 with an IPv4 address on every active RoCE port (%s): "
-            "limit NCCL_IB_HCA to ports that agree",
-            b.data ? b.data : "");
-    free(b.data);
+    if (!quiet) no_common_gid(c, eth, neth);
     return -1;
   }
   char addr[INET_ADDRSTRLEN];
