@@ -154,6 +154,27 @@ static void ring_bell(shm_bell *b) {
   }
 }
 
+/* Opens (or creates, exclusively) the segment `name` of `total` bytes and maps it at s->base. */
+static int shm_map(coll_shm *s, const char *name, int creator, size_t total) {
+  int fd = shm_open(name, creator ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
+  if (fd < 0) return -errno;
+  int rc = 0;
+  struct stat st;
+  if (creator && ftruncate(fd, (off_t)total) != 0)
+    rc = -errno;
+  else if (fstat(fd, &st) != 0)
+    rc = -errno;
+  else if ((size_t)st.st_size != total)
+    rc = COHORT_EPROTO;
+  void *p = rc == 0 ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (rc == 0 && p == MAP_FAILED) rc = -errno;
+  close(fd);
+  if (rc != 0) return rc;
+  s->base = p;
+  s->size = total;
+  return 0;
+}
+
 int coll_shm_create(const char *name, int creator, const int *local, int nlocal, int me,
                     int world_size, size_t chan_bytes, coll_shm **out) {
   *out = NULL;
@@ -161,80 +182,45 @@ int coll_shm_create(const char *name, int creator, const int *local, int nlocal,
   layout(nlocal, chan_bytes, &boff, &coff, &doff, &total);
   coll_shm *s = calloc(1, sizeof *s);
   if (s == NULL) return -ENOMEM;
-  s->lidx = malloc((size_t)world_size * sizeof(int));
-  if (s->lidx == NULL) {
-    free(s);
-    return -ENOMEM;
-  }
-  s->peers = calloc((size_t)nlocal, sizeof *s->peers);
-  s->watch = malloc((size_t)nlocal * sizeof *s->watch);
-  if (s->peers == NULL || s->watch == NULL) {
-    free(s->peers);
-    free(s->watch);
-    free(s->lidx);
-    free(s);
-    return -ENOMEM;
-  }
-  for (int i = 0; i < world_size; i++) s->lidx[i] = -1;
-  for (int i = 0; i < nlocal; i++) {
-    s->lidx[local[i]] = i;
-    s->watch[i] = -1;
-  }
   s->nlocal = nlocal;
   s->me = me;
   s->world_size = world_size;
   s->cap = chan_bytes;
   s->spin_us = COLL_SHM_SPIN_US;
-  int rc = 0;
-  int fd = shm_open(name, creator ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
-  if (fd < 0) {
-    rc = -errno;
-    goto out;
-  }
-  if (creator && ftruncate(fd, (off_t)total) != 0) {
-    rc = -errno;
-    goto out;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    goto out;
-  }
-  if ((size_t)st.st_size != total) {
-    rc = COHORT_EPROTO;
-    goto out;
-  }
-  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    rc = -errno;
-    goto out;
-  }
-  s->base = p;
-  s->size = total;
-  s->hdr = p;
-  s->bells = (shm_bell *)(s->base + boff);
-  s->ctrl = (shm_ctrl *)(s->base + coff);
-  s->data = s->base + doff;
-  if (creator) {
-    /* ftruncate zero-filled everything; only the non-zero fields need setting. */
-    s->hdr->nlocal = (uint32_t)nlocal;
-    s->hdr->chan_bytes = chan_bytes;
-    atomic_store(&s->hdr->abort_owner, -1);
-    atomic_store(&s->hdr->magic, SHM_MAGIC);
-  } else if (atomic_load(&s->hdr->magic) != SHM_MAGIC || s->hdr->nlocal != (uint32_t)nlocal ||
-             s->hdr->chan_bytes != chan_bytes) {
-    rc = COHORT_EPROTO;
+  s->lidx = malloc((size_t)world_size * sizeof(int));
+  s->peers = calloc((size_t)nlocal, sizeof *s->peers);
+  s->watch = malloc((size_t)nlocal * sizeof *s->watch);
+  int rc = s->lidx == NULL || s->peers == NULL || s->watch == NULL ? -ENOMEM : 0;
+  if (rc == 0) {
+    for (int i = 0; i < world_size; i++) s->lidx[i] = -1;
+    for (int i = 0; i < nlocal; i++) {
+      s->lidx[local[i]] = i;
+      s->watch[i] = -1;
+    }
+    rc = shm_map(s, name, creator, total);
   }
   if (rc == 0) {
-    s->bells[me].pid = (int32_t)getpid();
-    s->bells[me].probe_addr = (uint64_t)(uintptr_t)&shm_probe_word;
+    s->hdr = (shm_hdr *)s->base;
+    s->bells = (shm_bell *)(s->base + boff);
+    s->ctrl = (shm_ctrl *)(s->base + coff);
+    s->data = s->base + doff;
+    if (creator) {
+      /* ftruncate zero-filled everything; only the non-zero fields need setting. */
+      s->hdr->nlocal = (uint32_t)nlocal;
+      s->hdr->chan_bytes = chan_bytes;
+      atomic_store(&s->hdr->abort_owner, -1);
+      atomic_store(&s->hdr->magic, SHM_MAGIC);
+    } else if (atomic_load(&s->hdr->magic) != SHM_MAGIC || s->hdr->nlocal != (uint32_t)nlocal ||
+               s->hdr->chan_bytes != chan_bytes) {
+      rc = COHORT_EPROTO;
+    }
   }
-out:
-  if (fd >= 0) close(fd);
   if (rc != 0) {
     coll_shm_destroy(s);
     return rc;
   }
+  s->bells[me].pid = (int32_t)getpid();
+  s->bells[me].probe_addr = (uint64_t)(uintptr_t)&shm_probe_word;
   *out = s;
   return 0;
 }
