@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "bench/reference.h"
 #include "check.h"
 #include "coll/coll.h"
 #include "cohort/cohort.h"
@@ -39,101 +40,18 @@ static char g_ready[96]; /* created by rank 0 of rk_failure once collectives run
 static char g_store[64];
 static int g_job;
 
-/* ---- typed values ---- */
+/* ---- typed values: the inputs and serial reference `cohort bench` checks with ---- */
 
 static void put(cohort_dtype dt, void *buf, size_t i, double v) {
-  switch (dt) {
-  case COHORT_F32:
-    ((float *)buf)[i] = (float)v;
-    break;
-  case COHORT_F64:
-    ((double *)buf)[i] = v;
-    break;
-  case COHORT_F16:
-    ((uint16_t *)buf)[i] = coll_f32_to_f16((float)v);
-    break;
-  case COHORT_BF16:
-    ((uint16_t *)buf)[i] = coll_f32_to_bf16((float)v);
-    break;
-  case COHORT_I32:
-    ((int32_t *)buf)[i] = (int32_t)v;
-    break;
-  case COHORT_I64:
-    ((int64_t *)buf)[i] = (int64_t)v;
-    break;
-  case COHORT_U8:
-    ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v;
-    break;
-  default:
-    break;
-  }
+  bench_put(dt, buf, i, v);
 }
 
-/* Input of rank r at element i: small integers chosen per operator. */
 static double input(cohort_redop op, cohort_dtype dt, int r, size_t i) {
-  size_t h = (size_t)r * 7919u + i * 104729u + (size_t)op * 13u;
-  switch (op) {
-  case COHORT_PROD: {
-    int k = (int)(h % 5);
-    return k == 0 ? 2 : (k == 1 && dt != COHORT_U8 ? -1 : 1);
-  }
-  case COHORT_MIN:
-  case COHORT_MAX:
-    return dt == COHORT_U8 ? (double)(h % 101) : (double)(h % 101) - 50;
-  default:
-    return dt == COHORT_U8 ? (double)(h % 7) : (double)(h % 7) - 3;
-  }
+  return bench_input(op, dt, r, i);
 }
 
-/* The reference: reduction over ranks of input(), finished like the library's AVG. */
 static void reference(cohort_redop op, cohort_dtype dt, int n, size_t i, void *out, size_t j) {
-  double acc = input(op, dt, 0, i);
-  for (int r = 1; r < n; r++) {
-    double v = input(op, dt, r, i);
-    switch (op) {
-    case COHORT_PROD:
-      acc *= v;
-      break;
-    case COHORT_MIN:
-      acc = v < acc ? v : acc;
-      break;
-    case COHORT_MAX:
-      acc = v > acc ? v : acc;
-      break;
-    default:
-      acc += v;
-      break;
-    }
-  }
-  if (dt == COHORT_U8) acc = (double)((uint64_t)(int64_t)acc & 0xffu);
-  if (op == COHORT_AVG) {
-    switch (dt) {
-    case COHORT_F32:
-      ((float *)out)[j] = (float)acc / (float)n;
-      return;
-    case COHORT_F64:
-      ((double *)out)[j] = acc / (double)n;
-      return;
-    case COHORT_F16:
-      ((uint16_t *)out)[j] = coll_f32_to_f16((float)acc / (float)n);
-      return;
-    case COHORT_BF16:
-      ((uint16_t *)out)[j] = coll_f32_to_bf16((float)acc / (float)n);
-      return;
-    case COHORT_I32:
-      ((int32_t *)out)[j] = (int32_t)acc / n;
-      return;
-    case COHORT_I64:
-      ((int64_t *)out)[j] = (int64_t)acc / n;
-      return;
-    case COHORT_U8:
-      ((uint8_t *)out)[j] = (uint8_t)((uint8_t)acc / n);
-      return;
-    default:
-      return;
-    }
-  }
-  put(dt, out, j, acc);
+  bench_reference(op, dt, n, i, out, j);
 }
 
 /* Counts elements of got[0..n) that differ from want (bytewise per element). */

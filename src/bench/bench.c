@@ -1,0 +1,268 @@
+/* bench.c - the collective benchmark and its local ranks (see bench.h). */
+#include "bench/bench.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "bench/reference.h"
+#include "store/store.h"
+
+struct bench {
+  cohort_comm *comm;
+  bench_opts o;
+  char *send, *recv, *want;
+  size_t bytes; /* capacity of each buffer */
+};
+
+const char *bench_op_name(bench_op op) {
+  static const char *const names[BENCH_NOPS] = {"allreduce", "reduce_scatter", "allgather",
+                                                "broadcast", "reduce"};
+  return (unsigned)op < BENCH_NOPS ? names[op] : "?";
+}
+
+int bench_create(cohort_comm *c, const bench_opts *o, bench **out) {
+  int n = cohort_comm_size(c);
+  if (o->root >= n) return -EINVAL;
+  bench *b = calloc(1, sizeof *b);
+  if (b == NULL) return -ENOMEM;
+  b->comm = c;
+  b->o = *o;
+  b->bytes = (size_t)o->maxb + cohort_dtype_size(o->dtype) * (size_t)n + 64;
+  b->send = calloc(1, b->bytes);
+  b->recv = calloc(1, b->bytes);
+  b->want = malloc(b->bytes);
+  if (b->send == NULL || b->recv == NULL || b->want == NULL) {
+    bench_destroy(b);
+    return -ENOMEM;
+  }
+  *out = b;
+  return 0;
+}
+
+void bench_destroy(bench *b) {
+  if (b == NULL) return;
+  free(b->send);
+  free(b->recv);
+  free(b->want);
+  free(b);
+}
+
+/* Runs one collective; inplace selects the in-place form. count as nccl-tests (total). */
+static int run_op(bench *b, bench_op op, size_t count, int inplace) {
+  cohort_comm *c = b->comm;
+  const bench_opts *o = &b->o;
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c);
+  size_t es = cohort_dtype_size(o->dtype), per = count / (size_t)n;
+  switch (op) {
+  case BENCH_ALLREDUCE:
+    return cohort_allreduce(c, inplace ? b->recv : b->send, b->recv, count, o->dtype, o->redop);
+  case BENCH_REDUCE_SCATTER:
+    return cohort_reduce_scatter(c, inplace ? b->recv : b->send, b->recv, per, o->dtype, o->redop);
+  case BENCH_ALLGATHER:
+    return cohort_allgather(c, inplace ? b->recv + (size_t)r * per * es : b->send, b->recv, per,
+                            o->dtype);
+  case BENCH_BROADCAST:
+    return cohort_broadcast(c, b->recv, count, o->dtype, o->root);
+  case BENCH_REDUCE:
+    return cohort_reduce(c, inplace ? b->recv : b->send, b->recv, count, o->dtype, o->redop,
+                         o->root);
+  default:
+    return -EINVAL;
+  }
+}
+
+/* Fills this rank's input (and, in place, the receive buffer) for a checked run. */
+static void fill_inputs(bench *b, bench_op op, cohort_redop rop, size_t count, int inplace) {
+  const bench_opts *o = &b->o;
+  int n = cohort_comm_size(b->comm), r = cohort_comm_rank(b->comm);
+  size_t es = cohort_dtype_size(o->dtype), per = count / (size_t)n;
+  memset(b->recv, 0xa5, count * es);
+  size_t nin = op == BENCH_ALLGATHER ? per : count;
+  for (size_t i = 0; i < nin; i++)
+    bench_put(o->dtype, b->send, i, bench_input(rop, o->dtype, r, i));
+  if (op == BENCH_BROADCAST) {
+    if (r == o->root) memcpy(b->recv, b->send, count * es);
+  } else if (inplace) {
+    if (op == BENCH_ALLGATHER)
+      memcpy(b->recv + (size_t)r * per * es, b->send, per * es);
+    else
+      memcpy(b->recv, b->send, count * es);
+  }
+}
+
+/* Writes what this rank must hold after op into b->want; returns how many elements. */
+static size_t expected(bench *b, bench_op op, cohort_redop rop, size_t count) {
+  const bench_opts *o = &b->o;
+  int n = cohort_comm_size(b->comm), r = cohort_comm_rank(b->comm);
+  size_t per = count / (size_t)n;
+  switch (op) {
+  case BENCH_ALLREDUCE:
+    for (size_t i = 0; i < count; i++) bench_reference(rop, o->dtype, n, i, b->want, i);
+    return count;
+  case BENCH_REDUCE_SCATTER:
+    for (size_t j = 0; j < per; j++)
+      bench_reference(rop, o->dtype, n, (size_t)r * per + j, b->want, j);
+    return per;
+  case BENCH_ALLGATHER:
+    for (int q = 0; q < n; q++)
+      for (size_t j = 0; j < per; j++)
+        bench_put(o->dtype, b->want, (size_t)q * per + j, bench_input(rop, o->dtype, q, j));
+    return per * (size_t)n;
+  case BENCH_BROADCAST:
+    for (size_t i = 0; i < count; i++)
+      bench_put(o->dtype, b->want, i, bench_input(rop, o->dtype, o->root, i));
+    return count;
+  case BENCH_REDUCE:
+    if (r != o->root) return 0;
+    for (size_t i = 0; i < count; i++) bench_reference(rop, o->dtype, n, i, b->want, i);
+    return count;
+  default:
+    return 0;
+  }
+}
+
+/* Fills inputs, runs once, compares with the reference; returns wrong elements (or < 0). */
+static int64_t checked_run(bench *b, bench_op op, size_t count, int inplace) {
+  int r = cohort_comm_rank(b->comm), n = cohort_comm_size(b->comm);
+  size_t es = cohort_dtype_size(b->o.dtype), per = count / (size_t)n;
+  cohort_redop rop = op == BENCH_ALLGATHER || op == BENCH_BROADCAST ? COHORT_SUM : b->o.redop;
+  fill_inputs(b, op, rop, count, inplace);
+  int rc = run_op(b, op, count, inplace);
+  if (rc != 0) return rc;
+  const char *got = b->recv;
+  if (op == BENCH_REDUCE_SCATTER && inplace) got = b->recv + (size_t)r * per * es;
+  size_t nres = expected(b, op, rop, count);
+  int64_t wrong = 0;
+  for (size_t i = 0; i < nres; i++)
+    if (memcmp(got + i * es, b->want + i * es, es) != 0) wrong++;
+  return wrong;
+}
+
+/* Mean time per iteration in us of the slowest rank (warm-up first). */
+static int timed(bench *b, bench_op op, size_t count, int inplace, double *us) {
+  for (int i = 0; i < b->o.warmup; i++) {
+    int rc = run_op(b, op, count, inplace);
+    if (rc != 0) return rc;
+  }
+  int rc = cohort_barrier(b->comm);
+  if (rc != 0) return rc;
+  int64_t t0 = base_now_us();
+  for (int i = 0; i < b->o.iters; i++) {
+    rc = run_op(b, op, count, inplace);
+    if (rc != 0) return rc;
+  }
+  double t = (double)(base_now_us() - t0) / b->o.iters;
+  return cohort_allreduce(b->comm, &t, us, 1, COHORT_F64, COHORT_MAX);
+}
+
+/* The bus bandwidth factor of nccl-tests: what each rank moves relative to the size. */
+static double bus_factor(bench_op op, int n) {
+  if (op == BENCH_ALLREDUCE) return 2.0 * (n - 1) / n;
+  if (op == BENCH_ALLGATHER || op == BENCH_REDUCE_SCATTER) return (double)(n - 1) / n;
+  return 1.0;
+}
+
+/* One form (out of place or in place) of one row. */
+static int measure(bench *b, bench_row *row, int inplace) {
+  int64_t w = 0;
+  double us = 0;
+  int rc = timed(b, row->op, row->count, inplace, &us);
+  if (rc == 0 && b->o.check) {
+    w = checked_run(b, row->op, row->count, inplace);
+    if (w < 0) rc = (int)w;
+  }
+  if (rc == 0) rc = cohort_allreduce(b->comm, &w, &row->wrong[inplace], 1, COHORT_I64, COHORT_SUM);
+  if (rc != 0) return rc;
+  if (!b->o.check) row->wrong[inplace] = -1;
+  row->has[inplace] = 1;
+  row->us[inplace] = us;
+  row->algbw[inplace] = us > 0 ? (double)row->bytes / us / 1e3 : 0;
+  row->busbw[inplace] = row->algbw[inplace] * bus_factor(row->op, cohort_comm_size(b->comm));
+  return 0;
+}
+
+int bench_op_run(bench *b, bench_op op, bench_row_fn fn, void *ctx, size_t *failed_bytes) {
+  int n = cohort_comm_size(b->comm);
+  size_t es = cohort_dtype_size(b->o.dtype);
+  int per_rank = op == BENCH_ALLGATHER || op == BENCH_REDUCE_SCATTER;
+  for (uint64_t size = b->o.minb; size <= b->o.maxb; size = size * b->o.factor) {
+    bench_row row = {.op = op, .count = (size_t)(size / es)};
+    if (per_rank) row.count = row.count / (size_t)n * (size_t)n;
+    row.bytes = row.count * es;
+    row.reduces = op == BENCH_ALLREDUCE || op == BENCH_REDUCE_SCATTER || op == BENCH_REDUCE;
+    row.rooted = op == BENCH_BROADCAST || op == BENCH_REDUCE;
+    /* broadcast has one buffer: it is in place by definition. */
+    for (int inplace = op == BENCH_BROADCAST; inplace < 2; inplace++) {
+      int rc = measure(b, &row, inplace);
+      if (rc != 0) {
+        *failed_bytes = row.bytes;
+        return rc;
+      }
+    }
+    fn(&row, ctx);
+    if (size > UINT64_MAX / b->o.factor) break;
+  }
+  return 0;
+}
+
+/* In the child: the environment of rank r of n, then rank_main. Never returns. */
+static void rank_child(int r, int n, const char *store, const char *job, const char *transport,
+                       int (*rank_main)(void *arg), void *arg) {
+  char num[16];
+  snprintf(num, sizeof num, "%d", r);
+  setenv("RANK", num, 1);
+  setenv("LOCAL_RANK", num, 1);
+  snprintf(num, sizeof num, "%d", n);
+  setenv("WORLD_SIZE", num, 1);
+  setenv("LOCAL_WORLD_SIZE", num, 1);
+  setenv("COHORT_STORE", store, 1);
+  setenv("COHORT_JOB_ID", job, 1);
+  unsetenv("COHORT_TOKEN");
+  if (transport != NULL) setenv("COHORT_TRANSPORT", transport, 1);
+  int status = rank_main(arg);
+  fflush(NULL); /* _exit() does not flush what rank_main printed */
+  _exit(status);
+}
+
+/* Waits for the n children in pids (0: not started); returns the highest exit status. */
+static int wait_ranks(const pid_t *pids, int n) {
+  int status = 0;
+  for (int r = 0; r < n; r++) {
+    int st;
+    if (pids[r] <= 0 || waitpid(pids[r], &st, 0) < 0) continue;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    if (code > status) status = code;
+  }
+  return status;
+}
+
+int bench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg) {
+  store_server *srv = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  int rc = store_server_start(&so, &srv);
+  if (rc != 0) return rc;
+  pid_t *pids = calloc((size_t)n, sizeof *pids);
+  if (pids == NULL) {
+    store_server_stop(srv);
+    return -ENOMEM;
+  }
+  char store[64], job[64];
+  snprintf(store, sizeof store, "127.0.0.1:%d", store_server_port(srv));
+  snprintf(job, sizeof job, "bench-%d", (int)getpid());
+  fflush(NULL); /* nothing buffered is written twice by the children */
+  int err = 0;
+  for (int r = 0; r < n && err == 0; r++) {
+    pids[r] = fork();
+    if (pids[r] < 0) err = -errno;
+    if (pids[r] == 0) rank_child(r, n, store, job, transport, rank_main, arg);
+  }
+  int status = wait_ranks(pids, n);
+  free(pids);
+  store_server_stop(srv);
+  return err != 0 ? err : status;
+}

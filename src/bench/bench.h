@@ -1,0 +1,77 @@
+/*
+ * bench.h - the collective benchmark behind `cohort bench`: nccl-tests
+ * style timings of libcohort's collectives, each result checked against the
+ * serial reference (bench/reference.h).
+ *
+ * Runs collectives through the public API (cohort/cohort.h) only; the local
+ * ranks meet at the internal store server. Prints nothing: rows go to the
+ * caller's function, which formats them.
+ */
+#ifndef COHORT_BENCH_BENCH_H
+#define COHORT_BENCH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+typedef enum bench_op {
+  BENCH_ALLREDUCE,
+  BENCH_REDUCE_SCATTER,
+  BENCH_ALLGATHER,
+  BENCH_BROADCAST,
+  BENCH_REDUCE,
+  BENCH_NOPS
+} bench_op;
+
+/* "allreduce", "reduce_scatter", ... as nccl-tests names them. */
+const char *bench_op_name(bench_op op);
+
+typedef struct bench_opts {
+  uint64_t minb, maxb; /* total bytes of the first and last row */
+  uint64_t factor;     /* size multiplier between rows, >= 2 */
+  cohort_dtype dtype;
+  cohort_redop redop;
+  int iters, warmup; /* timed and untimed iterations per size */
+  int root;          /* of broadcast and reduce */
+  int check;         /* 1: a separate run per size is compared with the reference */
+} bench_opts;
+
+/* One size of one collective: out of place [0] and in place [1]. */
+typedef struct bench_row {
+  bench_op op;
+  size_t bytes, count;       /* as nccl-tests: total bytes and elements */
+  int reduces, rooted;       /* whether redop and root apply */
+  int has[2];                /* broadcast has no out-of-place form */
+  double us[2];              /* the slowest rank's mean time per iteration */
+  double algbw[2], busbw[2]; /* GB/s */
+  int64_t wrong[2];          /* elements that differ from the reference, over all ranks */
+} bench_row;
+
+/* Called on every rank with the same row (times and counts are agreed over ranks). */
+typedef void (*bench_row_fn)(const bench_row *row, void *ctx);
+
+typedef struct bench bench;
+
+/* Buffers for o on communicator c. Returns 0 or -ENOMEM, -EINVAL (root beyond the ranks). */
+int bench_create(cohort_comm *c, const bench_opts *o, bench **out);
+void bench_destroy(bench *b); /* NULL: no-op */
+
+/*
+ * Runs op for every size of the options on every rank (a collective call)
+ * and passes each row to fn. Returns 0, or the failed collective's error
+ * (then *failed_bytes is its size and cohort_comm_error_message() says more).
+ */
+int bench_op_run(bench *b, bench_op op, bench_row_fn fn, void *ctx, size_t *failed_bytes);
+
+/*
+ * Runs rank_main(arg) in n forked processes on this machine, as ranks of
+ * one job around a store server on loopback: each child finds RANK,
+ * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, COHORT_STORE and COHORT_JOB_ID
+ * in its environment, and COHORT_TRANSPORT = transport unless NULL.
+ * Returns the highest exit status of the ranks, or -errno when the store or
+ * a fork failed (the ranks started are still waited for).
+ */
+int bench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg);
+
+#endif
