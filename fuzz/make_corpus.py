@@ -244,6 +244,13 @@ put("fuzz_cli", "run_file", run_argv("--rdzv-file", "/shared/r", "--join-timeout
                                      "--last-call", "0", "--grace", "1.5", "--net", "off",
                                      "--token", "s3cr3t", "--log-dir", "/tmp/l", "--", "x"))
 put("fuzz_cli", "run_bad", run_argv("--nnodes", "4:2", "--", "x"))
+# torchrun's spellings and the --opt=value form (rows of the option table).
+put("fuzz_cli", "run_aliases", run_argv("--nproc_per_node=2", "--node_rank=0", "--max_restarts",
+                                        "1", "--run_id=job-1", "--log_dir=/tmp/l", "--role=r",
+                                        "--", "python", "-u", "train.py"))
+# Unique prefixes of long options (as getopt_long) and an ambiguous one.
+put("fuzz_cli", "abbrev", argv("slurm", "--nod", "2", "--nproc=4", "--part", "gpu", "--j", "x",
+                               "--", "true"))
 for i, v in enumerate(["123", "-9223372036854775808", "10.0.0.1:29400", "[::1]:80", ":0",
                        "8G", "512Mi", "2.5", "it's a $test", "link=ethernet;hca=mlx5_0:1;gid=3",
                        "link=none;hca=;gid=none"]):

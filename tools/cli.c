@@ -165,6 +165,19 @@ static int store(void *settings, const cli_opt *o, const char *v) {
   }
 }
 
+/* The error for a prefix that several options share, naming them. */
+static int ambiguous(const cli_cmd *cmd, const char *arg, size_t len) {
+  char names[512] = "";
+  size_t n = 0;
+  for (size_t r = 0; r < cmd->nopts && n < sizeof names; r++) {
+    const cli_opt *o = &cmd->opts[r];
+    if (spelling_match(o, arg, len) == 0) continue;
+    n += (size_t)snprintf(names + n, sizeof names - n, "%s%.*s", n ? ", " : "", main_name_len(o),
+                          o->names);
+  }
+  return cli_usage_error(cmd->prog, "option '%.*s' is ambiguous (%s)", (int)len, arg, names);
+}
+
 /* The row that argument a names, and its value when written into it ("--x=v", "-xv"). */
 static int lookup(const parser *p, const char *a, int *row, const char **inline_value) {
   const cli_cmd *cmd = p->cmd;
@@ -174,7 +187,7 @@ static int lookup(const parser *p, const char *a, int *row, const char **inline_
     size_t len = eq != NULL ? (size_t)(eq - a) : strlen(a);
     if (eq != NULL) *inline_value = eq + 1;
     *row = find_long(cmd, a, len);
-    if (*row == -2) return cli_usage_error(cmd->prog, "option '%.*s' is ambiguous", (int)len, a);
+    if (*row == -2) return ambiguous(cmd, a, len);
     if (*row < 0) return cli_usage_error(cmd->prog, "unknown option '%.*s'", (int)len, a);
     return CLI_OK;
   }
