@@ -17,3 +17,9 @@ set_tests_properties(agent_multinode PROPERTIES TIMEOUT 600 LABELS "slow")
 add_test(NAME agent_torchrun_env COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_env.sh
   $<TARGET_FILE:cohort>)
 set_tests_properties(agent_torchrun_env PROPERTIES TIMEOUT 300 LABELS "slow")
+
+# The worker environment as a pure function, against docs/torchrun-env.md.
+add_executable(test_agent_env ${CMAKE_SOURCE_DIR}/tests/test_agent_env.c)
+target_link_libraries(test_agent_env PRIVATE cohort_node)
+add_test(NAME agent_env COMMAND test_agent_env)
+set_tests_properties(agent_env PROPERTIES TIMEOUT 60 LABELS "unit")

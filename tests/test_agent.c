@@ -19,10 +19,17 @@
 static const char *cohort;
 static char tmpdir[256];
 
-static int run(char *const argv[], int timeout_ms, proc_result *r) {
-  int rc = proc_run(argv, NULL, timeout_ms, r);
+/* Runs argv to its end with extra_env added; a failure to start is a failed
+ * check, and the caller reads r only when this returned 0. */
+static int run_env(char *const argv[], char *const extra_env[], int timeout_ms, proc_result *r) {
+  int rc = proc_run(argv, extra_env, timeout_ms, r);
   if (rc != 0) fprintf(stderr, "cannot start %s\n", argv[0]);
+  CHECK_EQ_INT(rc, 0);
   return rc;
+}
+
+static int run(char *const argv[], int timeout_ms, proc_result *r) {
+  return run_env(argv, NULL, timeout_ms, r);
 }
 
 /* Counts lines of text equal to or starting with `prefix`. */
@@ -83,7 +90,7 @@ static void test_env(void) {
   char *argv2[] = {(char *)cohort, "run", "--nproc-per-node",        "2", "--",
                    "sh",           "-c",  "echo T=$OMP_NUM_THREADS", NULL};
   char *env[] = {"OMP_NUM_THREADS=7", NULL};
-  proc_run(argv2, env, 20000, &r);
+  if (run_env(argv2, env, 20000, &r) != 0) return;
   CHECK(strstr(r.out, "[r0] T=7\n") != NULL);
   CHECK(strstr(r.out, "[r1] T=7\n") != NULL);
   proc_result_free(&r);
@@ -97,7 +104,7 @@ static void test_env(void) {
                    "echo \"N=$NCCL_SOCKET_IFNAME D=${NCCL_IB_DISABLE:-unset}\"",
                    NULL};
   char *env3[] = {"NCCL_SOCKET_IFNAME=mine0", NULL};
-  proc_run(argv3, env3, 20000, &r);
+  if (run_env(argv3, env3, 20000, &r) != 0) return;
   CHECK(strstr(r.out, "[r0] N=mine0 D=1\n") != NULL);
   proc_result_free(&r);
   char *argv4[] = {(char *)cohort,
@@ -109,7 +116,7 @@ static void test_env(void) {
                    "-c",
                    "echo \"D=${NCCL_IB_DISABLE:-unset}\"",
                    NULL};
-  proc_run(argv4, NULL, 20000, &r);
+  if (run(argv4, 20000, &r) != 0) return;
   CHECK(strstr(r.out, "[r0] D=unset\n") != NULL);
   proc_result_free(&r);
 }
@@ -194,7 +201,7 @@ static void test_log_dir(void) {
   proc_result_free(&r);
   char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--log-dir", dir, "--tee", "--",
                    "sh",           "-c",  "echo hello-$RANK", NULL};
-  run(argv2, 20000, &r);
+  if (run(argv2, 20000, &r) != 0) return;
   CHECK(strstr(r.out, "[r1] hello-1\n") != NULL);
   proc_result_free(&r);
 }
@@ -486,14 +493,15 @@ static void test_usage(void) {
   char *a10[] = {(char *)cohort, "run", "--", "true", NULL};
   char *bad_env[] = {"SLURM_JOB_ID=x", "SLURM_NODEID=0", NULL};
   proc_result rs;
-  proc_run(a10, bad_env, 10000, &rs);
-  CHECK(proc_exit_code(&rs) != 0);
-  CHECK(strstr(rs.err, "SLURM_JOB_ID='x' is not a job number") != NULL);
-  CHECK_EQ_INT(count_lines(rs.err, "cohort"), 1);
-  proc_result_free(&rs);
+  if (run_env(a10, bad_env, 10000, &rs) == 0) {
+    CHECK(proc_exit_code(&rs) != 0);
+    CHECK(rs.err != NULL && strstr(rs.err, "SLURM_JOB_ID='x' is not a job number") != NULL);
+    CHECK_EQ_INT(count_lines(rs.err, "cohort"), 1);
+    proc_result_free(&rs);
+  }
   char *a9[] = {(char *)cohort, "run", "--help", NULL};
   proc_result r;
-  run(a9, 10000, &r);
+  if (run(a9, 10000, &r) != 0) return;
   CHECK_EQ_INT(proc_exit_code(&r), 0);
   CHECK(strstr(r.out, "--nproc-per-node") != NULL);
   proc_result_free(&r);

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/env.h"
 #include "agent/guard.h"
 #include "agent/watch.h"
 #include "agent/worker.h"
@@ -259,110 +259,37 @@ static int open_log(const agent_config *cfg, int restart, int rank) {
 
 /* ---- the workers' environment ---- */
 
-typedef struct envbuf {
-  char **v;
-  size_t n, cap;
-} envbuf;
-
-static int env_push(envbuf *e, char *s) {
-  if (s == NULL) return -ENOMEM;
-  if (e->n + 2 > e->cap) {
-    size_t cap = e->cap ? e->cap * 2 : 64;
-    char **v = realloc(e->v, cap * sizeof *v);
-    if (v == NULL) {
-      free(s);
-      return -ENOMEM;
-    }
-    e->v = v;
-    e->cap = cap;
-  }
-  e->v[e->n++] = s;
-  e->v[e->n] = NULL;
-  return 0;
-}
-
-static void env_free(envbuf *e) {
-  for (size_t i = 0; i < e->n; i++) free(e->v[i]);
-  free(e->v);
-  e->v = NULL;
-  e->n = e->cap = 0;
-}
-
-static int env_setf(envbuf *e, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int env_setf(envbuf *e, const char *name, const char *fmt, ...) {
-  size_t nl = strlen(name);
-  for (size_t i = 0; i < e->n; i++) {
-    if (strncmp(e->v[i], name, nl) == 0 && e->v[i][nl] == '=') {
-      free(e->v[i]);
-      e->v[i] = e->v[--e->n];
-      e->v[e->n] = NULL;
-      break;
-    }
-  }
-  char val[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(val, sizeof val, fmt, ap);
-  va_end(ap);
-  char *s = NULL;
-  if (asprintf(&s, "%s=%s", name, val) < 0) return -ENOMEM;
-  return env_push(e, s);
-}
-
-/* The environment torchrun gives its workers, plus cohort's own. */
-static int build_env(const job *j, const worker *w, envbuf *e) {
-  const agent_config *cfg = j->cfg;
-  for (char **p = environ; *p != NULL; p++) {
-    int rc = env_push(e, strdup(*p));
-    if (rc != 0) return rc;
-  }
-  int rc = 0;
-  const rdzv_plan *p = &j->plan;
-  /* Derived network settings first, so that the agent's own values (the
-   * interface it actually reached node 0 on) take precedence. Doctor never
-   * lists a variable the user set. */
-  for (size_t i = 0; j->net != NULL && i < j->net->nset; i++)
-    rc |= env_setf(e, j->net->set[i].name, "%s", j->net->set[i].value);
-  rc |= env_setf(e, "RANK", "%d", w->rank);
-  rc |= env_setf(e, "LOCAL_RANK", "%d", w->local_rank);
-  rc |= env_setf(e, "WORLD_SIZE", "%d", p->world_size);
-  rc |= env_setf(e, "LOCAL_WORLD_SIZE", "%d", cfg->nproc);
-  rc |= env_setf(e, "GROUP_RANK", "%d", p->my_index);
-  rc |= env_setf(e, "GROUP_WORLD_SIZE", "%d", p->nnodes);
-  rc |= env_setf(e, "ROLE_RANK", "%d", w->rank);
-  rc |= env_setf(e, "ROLE_WORLD_SIZE", "%d", p->world_size);
-  rc |= env_setf(e, "ROLE_NAME", "%s", cfg->role);
-  rc |= env_setf(e, "MASTER_ADDR", "%s", p->master_addr);
-  rc |= env_setf(e, "MASTER_PORT", "%d", p->master_port);
-  rc |= env_setf(e, "TORCHELASTIC_RESTART_COUNT", "%d", j->restart);
-  rc |= env_setf(e, "TORCHELASTIC_MAX_RESTARTS", "%d", cfg->max_restarts);
-  rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", j->run_id);
-  if (getenv("OMP_NUM_THREADS") == NULL && cfg->nproc > 1)
-    rc |= env_setf(e, "OMP_NUM_THREADS", "%d", 1);
-  if (getenv("NCCL_ASYNC_ERROR_HANDLING") == NULL)
-    rc |= env_setf(e, "NCCL_ASYNC_ERROR_HANDLING", "%d", 1);
-  /* PyTorch's env:// init hosts its own store on MASTER_PORT (rank 0). */
-  rc |= env_setf(e, "TORCHELASTIC_USE_AGENT_STORE", "%s", "False");
-  /* Where torch.distributed.elastic's @record writes a worker's exception;
-   * the failure report quotes it. */
+/* Where rank's TORCHELASTIC_ERROR_FILE is in this attempt ("" when none). */
+static void error_file_path(const job *j, int rank, char *out, size_t outlen) {
+  out[0] = '\0';
   if (j->err_dir[0] != '\0')
-    rc |= env_setf(e, "TORCHELASTIC_ERROR_FILE", "%s/attempt%d-rank%d.json", j->err_dir, j->restart,
-                   w->rank);
-  /* The interface that reaches node 0 (loopback on one node), so that
-   * Gloo and NCCL need no hand-set variables. */
-  if (j->iface[0] != '\0') {
-    if (getenv("GLOO_SOCKET_IFNAME") == NULL)
-      rc |= env_setf(e, "GLOO_SOCKET_IFNAME", "%s", j->iface);
-    if (getenv("NCCL_SOCKET_IFNAME") == NULL)
-      rc |= env_setf(e, "NCCL_SOCKET_IFNAME", "%s", j->iface);
-  }
-  rc |= env_setf(e, "COHORT_STORE", "%s", j->store_env);
-  rc |= env_setf(e, "COHORT_JOB_ID", "%s", j->run_id);
-  if (j->token[0] != '\0') rc |= env_setf(e, "COHORT_TOKEN", "%s", j->token);
-  rc |= env_setf(e, "COHORT_NODE_RANK", "%d", p->my_index);
-  rc |= env_setf(e, "COHORT_NNODES", "%d", p->nnodes);
-  return rc ? -ENOMEM : 0;
+    snprintf(out, outlen, "%s/attempt%d-rank%d.json", j->err_dir, j->restart, rank);
+}
+
+static int build_env(const job *j, const worker *w, agent_env *e) {
+  const rdzv_plan *p = &j->plan;
+  char errfile[256];
+  error_file_path(j, w->rank, errfile, sizeof errfile);
+  agent_env_in in = {.parent = environ,
+                     .rank = w->rank,
+                     .local_rank = w->local_rank,
+                     .world_size = p->world_size,
+                     .local_world_size = j->cfg->nproc,
+                     .group_rank = p->my_index,
+                     .group_world_size = p->nnodes,
+                     .role = j->cfg->role,
+                     .master_addr = p->master_addr,
+                     .master_port = p->master_port,
+                     .restart = j->restart,
+                     .max_restarts = j->cfg->max_restarts,
+                     .run_id = j->run_id,
+                     .error_file = errfile[0] ? errfile : NULL,
+                     .iface = j->iface,
+                     .store = j->store_env,
+                     .token = job_token(j),
+                     .net = j->net ? j->net->set : NULL,
+                     .nnet = j->net ? j->net->nset : 0};
+  return agent_env_build(&in, e);
 }
 
 /* Removes shared-memory segments a crashed job of this run id left behind. */
@@ -407,9 +334,9 @@ static void compose_local_report(job *j, int index) {
   char where[BASE_HOST_MAX + 32] = "";
   if (j->multinode) snprintf(where, sizeof where, "node %d (%s): ", j->plan.my_index, j->hostname);
   char exc[1024] = "";
-  if (j->err_dir[0] != '\0') {
-    char path[256];
-    snprintf(path, sizeof path, "%s/attempt%d-rank%d.json", j->err_dir, j->restart, f->rank);
+  char path[256];
+  error_file_path(j, f->rank, path, sizeof path);
+  if (path[0] != '\0') {
     char msg[900];
     if (agent_error_file_message(path, msg, sizeof msg) == 0)
       snprintf(exc, sizeof exc, "\nexception: %s", msg);
@@ -510,11 +437,11 @@ static attempt_outcome run_attempt(job *j) {
 
   for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
     worker *w = &j->workers[i];
-    envbuf env = {0};
+    agent_env env = {0};
     int rc = build_env(j, w, &env);
     int exec_errno = 0;
     if (rc == 0) rc = worker_spawn(w, cfg->argv, env.v, &exec_errno);
-    env_free(&env);
+    agent_env_free(&env);
     if (rc != 0) {
       base_log(BASE_LOG_ERROR, "cannot start rank %d: %s", w->rank, strerror(-rc));
       outcome = ATTEMPT_INTERNAL;

@@ -1,0 +1,123 @@
+/* env.c - the worker environment torchrun's workers get, plus cohort's own. */
+#include "agent/env.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int env_push(agent_env *e, char *s) {
+  if (s == NULL) return -ENOMEM;
+  if (e->n + 2 > e->cap) {
+    size_t cap = e->cap ? e->cap * 2 : 64;
+    char **v = realloc(e->v, cap * sizeof *v);
+    if (v == NULL) {
+      free(s);
+      return -ENOMEM;
+    }
+    e->v = v;
+    e->cap = cap;
+  }
+  e->v[e->n++] = s;
+  e->v[e->n] = NULL;
+  return 0;
+}
+
+void agent_env_free(agent_env *e) {
+  for (size_t i = 0; i < e->n; i++) free(e->v[i]);
+  free(e->v);
+  e->v = NULL;
+  e->n = e->cap = 0;
+}
+
+const char *agent_env_get(char *const *env, const char *name) {
+  size_t nl = strlen(name);
+  for (char *const *p = env; p != NULL && *p != NULL; p++)
+    if (strncmp(*p, name, nl) == 0 && (*p)[nl] == '=') return *p + nl + 1;
+  return NULL;
+}
+
+/* Sets name, replacing an earlier value. */
+static int env_setf(agent_env *e, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int env_setf(agent_env *e, const char *name, const char *fmt, ...) {
+  size_t nl = strlen(name);
+  for (size_t i = 0; i < e->n; i++) {
+    if (strncmp(e->v[i], name, nl) == 0 && e->v[i][nl] == '=') {
+      free(e->v[i]);
+      e->v[i] = e->v[--e->n];
+      e->v[e->n] = NULL;
+      break;
+    }
+  }
+  char val[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(val, sizeof val, fmt, ap);
+  va_end(ap);
+  char *s = NULL;
+  if (asprintf(&s, "%s=%s", name, val) < 0) return -ENOMEM;
+  return env_push(e, s);
+}
+
+/* Sets name unless the user's environment has it. */
+static int env_default(agent_env *e, const agent_env_in *in, const char *name, const char *value) {
+  if (agent_env_get(in->parent, name) != NULL) return 0;
+  return env_setf(e, name, "%s", value);
+}
+
+/* The variables torchrun sets, with its names and meanings. */
+static int env_torchrun(agent_env *e, const agent_env_in *in) {
+  int rc = 0;
+  rc |= env_setf(e, "RANK", "%d", in->rank);
+  rc |= env_setf(e, "LOCAL_RANK", "%d", in->local_rank);
+  rc |= env_setf(e, "WORLD_SIZE", "%d", in->world_size);
+  rc |= env_setf(e, "LOCAL_WORLD_SIZE", "%d", in->local_world_size);
+  rc |= env_setf(e, "GROUP_RANK", "%d", in->group_rank);
+  rc |= env_setf(e, "GROUP_WORLD_SIZE", "%d", in->group_world_size);
+  rc |= env_setf(e, "ROLE_RANK", "%d", in->rank);
+  rc |= env_setf(e, "ROLE_WORLD_SIZE", "%d", in->world_size);
+  rc |= env_setf(e, "ROLE_NAME", "%s", in->role);
+  rc |= env_setf(e, "MASTER_ADDR", "%s", in->master_addr);
+  rc |= env_setf(e, "MASTER_PORT", "%d", in->master_port);
+  rc |= env_setf(e, "TORCHELASTIC_RESTART_COUNT", "%d", in->restart);
+  rc |= env_setf(e, "TORCHELASTIC_MAX_RESTARTS", "%d", in->max_restarts);
+  rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", in->run_id);
+  if (in->local_world_size > 1) rc |= env_default(e, in, "OMP_NUM_THREADS", "1");
+  rc |= env_default(e, in, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  /* PyTorch's env:// init hosts its own store on MASTER_PORT (rank 0). */
+  rc |= env_setf(e, "TORCHELASTIC_USE_AGENT_STORE", "%s", "False");
+  /* Where torch.distributed.elastic's @record writes a worker's exception;
+   * the failure report quotes it. */
+  if (in->error_file != NULL) rc |= env_setf(e, "TORCHELASTIC_ERROR_FILE", "%s", in->error_file);
+  return rc;
+}
+
+int agent_env_build(const agent_env_in *in, agent_env *out) {
+  int rc = 0;
+  for (char *const *p = in->parent; p != NULL && *p != NULL && rc == 0; p++)
+    rc = env_push(out, strdup(*p));
+  /* Derived network settings first, so that the agent's own values (the
+   * interface it actually reached node 0 on) take precedence. Doctor never
+   * lists a variable the user set. */
+  for (size_t i = 0; rc == 0 && i < in->nnet; i++)
+    rc |= env_setf(out, in->net[i].name, "%s", in->net[i].value);
+  if (rc == 0) rc |= env_torchrun(out, in);
+  /* The interface that reaches node 0 (loopback on one node), so that
+   * Gloo and NCCL need no hand-set variables. */
+  if (rc == 0 && in->iface != NULL && in->iface[0] != '\0') {
+    rc |= env_default(out, in, "GLOO_SOCKET_IFNAME", in->iface);
+    rc |= env_default(out, in, "NCCL_SOCKET_IFNAME", in->iface);
+  }
+  if (rc == 0) {
+    rc |= env_setf(out, "COHORT_STORE", "%s", in->store);
+    rc |= env_setf(out, "COHORT_JOB_ID", "%s", in->run_id);
+    if (in->token != NULL) rc |= env_setf(out, "COHORT_TOKEN", "%s", in->token);
+    rc |= env_setf(out, "COHORT_NODE_RANK", "%d", in->group_rank);
+    rc |= env_setf(out, "COHORT_NNODES", "%d", in->group_world_size);
+  }
+  if (rc == 0) return 0;
+  agent_env_free(out);
+  return -ENOMEM;
+}

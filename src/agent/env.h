@@ -1,0 +1,59 @@
+/*
+ * env.h - the environment of one worker: what torchrun gives its workers
+ * (docs/torchrun-env.md has the table), plus cohort's own variables.
+ *
+ * A pure function of its inputs: it reads no process state (the parent
+ * environment is an input too), so it is tested variable by variable
+ * against the documented table (tests/test_agent_env.c).
+ *
+ * Thread safety: no shared state.
+ */
+#ifndef COHORT_AGENT_ENV_H
+#define COHORT_AGENT_ENV_H
+
+#include <stddef.h>
+
+#include "doctor/doctor.h"
+
+/* What a worker's environment is made of. Strings are borrowed. */
+typedef struct agent_env_in {
+  char *const *parent; /* the agent's environment, NULL-terminated; copied first */
+  int rank, local_rank;
+  int world_size, local_world_size;
+  int group_rank, group_world_size; /* node index and node count */
+  const char *role;
+  const char *master_addr;
+  int master_port;
+  int restart, max_restarts;
+  const char *run_id;
+  const char *error_file; /* TORCHELASTIC_ERROR_FILE, or NULL for none */
+  const char *iface;      /* interface toward node 0, "" or NULL unknown */
+  const char *store;      /* COHORT_STORE, host:port */
+  const char *token;      /* COHORT_TOKEN, or NULL */
+  const doctor_var *net;  /* derived network settings (--net auto), nnet of them */
+  size_t nnet;
+} agent_env_in;
+
+/* A NULL-terminated list of NAME=VALUE strings the list owns. */
+typedef struct agent_env {
+  char **v; /* NULL until something was added */
+  size_t n, cap;
+} agent_env;
+
+/*
+ * Builds the worker's environment into out (zeroed by the caller). A
+ * variable set both in the parent and by the agent appears once, with the
+ * agent's value, except those the user's value wins for (OMP_NUM_THREADS,
+ * NCCL_ASYNC_ERROR_HANDLING, GLOO/NCCL_SOCKET_IFNAME; the derived network
+ * settings never name a variable the parent set). Returns 0 or -ENOMEM
+ * (out is then freed).
+ */
+int agent_env_build(const agent_env_in *in, agent_env *out);
+
+/* The value of name in a NULL-terminated NAME=VALUE list, or NULL. */
+const char *agent_env_get(char *const *env, const char *name);
+
+/* Frees the list; safe on a zeroed or freed one. */
+void agent_env_free(agent_env *e);
+
+#endif
