@@ -46,6 +46,7 @@
 #include "base/base.h"
 #include "base/net.h"
 #include "check.h"
+#include "store_fork.h"
 #include "cohort/cohort.h"
 #include "proc.h"
 #include "store/store.h"
@@ -556,41 +557,6 @@ static int fd_count(pid_t pid) {
   return n;
 }
 
-static pid_t start_server(int *stop_fd) {
-  int ready[2], stop[2];
-  if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(stop, O_CLOEXEC) != 0) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(ready[0]);
-    close(stop[1]);
-    base_log_set_level(BASE_LOG_ERROR); /* one warn line per cut connection otherwise */
-    store_server_opts o = {.bind_host = "127.0.0.1",
-                           .token = TOKEN,
-                           .max_conns = MAX_CONNS,
-                           .io_timeout_ms = IO_MS,
-                           .max_bytes = MAX_BYTES};
-    store_server *s = NULL;
-    int p = store_server_start(&o, &s) == 0 ? store_server_port(s) : -1;
-    if (write(ready[1], &p, sizeof p) != (ssize_t)sizeof p) _exit(1);
-    char c;
-    while (read(stop[0], &c, 1) < 0 && errno == EINTR) {
-    }
-    store_server_stop(s);
-    _exit(0);
-  }
-  close(ready[1]);
-  close(stop[0]);
-  int p = -1;
-  if (read(ready[0], &p, sizeof p) != (ssize_t)sizeof p || p <= 0) {
-    close(ready[0]);
-    return -1;
-  }
-  close(ready[0]);
-  port = p;
-  *stop_fd = stop[1];
-  return pid;
-}
-
 typedef int (*role_fn)(void);
 
 static pid_t spawn(role_fn fn) {
@@ -619,10 +585,17 @@ int main(int argc, char **argv) {
   }
   snprintf(replay_path, sizeof replay_path, "/tmp/cohort-adv-replay.%d", (int)getpid());
 
-  int stop_fd = -1;
-  pid_t srv = start_server(&stop_fd);
-  CHECK(srv > 0);
-  if (srv <= 0) return check_report();
+  store_server_opts so = {.bind_host = "127.0.0.1",
+                          .token = TOKEN,
+                          .max_conns = MAX_CONNS,
+                          .io_timeout_ms = IO_MS,
+                          .max_bytes = MAX_BYTES};
+  store_fork server;
+  int started = store_fork_start(&so, 1, &server) == 0;
+  CHECK(started);
+  if (!started) return check_report();
+  pid_t srv = server.pid;
+  port = server.port;
   base_sleep_ms(200);
   long rss0 = vm_rss_kb(srv);
   int fds0 = fd_count(srv);
@@ -746,10 +719,7 @@ int main(int argc, char **argv) {
     fclose(fig);
   }
 
-  close(stop_fd);
-  st = 0;
-  waitpid(srv, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK_EQ_INT(store_fork_stop(&server), 0);
   unlink(replay_path);
   return check_report();
 }

@@ -34,8 +34,8 @@
 #include "coll/coll.h"
 #include "cohort/cohort.h"
 #include "store/store.h"
+#include "store_fork.h"
 
-static store_server *g_srv;
 static char g_ready[96]; /* created by rank 0 of rk_failure once collectives run */
 static char g_store[64];
 static int g_job;
@@ -616,37 +616,13 @@ static int shm_leftovers(void) {
  * thread: forking rank processes from a multithreaded parent can leave a
  * lock (the sanitizers' allocator) held forever in the child.
  */
-static pid_t g_store_pid = -1;
+static store_fork g_store_server;
 
 static int start_store(void) {
-  int p[2];
-  if (pipe(p) != 0) return -1;
-  g_store_pid = fork();
-  if (g_store_pid < 0) return -1;
-  if (g_store_pid == 0) {
-    close(p[0]);
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    store_server_opts o = {.bind_host = "127.0.0.1"};
-    int port = -1;
-    if (store_server_start(&o, &g_srv) == 0) port = store_server_port(g_srv);
-    if (write(p[1], &port, sizeof port) != (ssize_t)sizeof port || port < 0) _exit(1);
-    close(p[1]);
-    for (;;) pause(); /* serve until stop_store() or the parent's death */
-  }
-  close(p[1]);
-  int port = -1;
-  ssize_t n = read(p[0], &port, sizeof port);
-  close(p[0]);
-  if (n != (ssize_t)sizeof port || port < 0) return -1;
-  snprintf(g_store, sizeof g_store, "127.0.0.1:%d", port);
+  store_server_opts o = {.bind_host = "127.0.0.1"};
+  if (store_fork_start(&o, 0, &g_store_server) != 0) return -1;
+  snprintf(g_store, sizeof g_store, "127.0.0.1:%d", g_store_server.port);
   return 0;
-}
-
-static void stop_store(void) {
-  if (g_store_pid > 0) {
-    kill(g_store_pid, SIGTERM);
-    waitpid(g_store_pid, NULL, 0);
-  }
 }
 
 static int unit(void) {
@@ -761,6 +737,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_coll [unit|failure|rank]\n");
     return 2;
   }
-  stop_store();
+  store_fork_stop(&g_store_server);
   return check_report();
 }
