@@ -57,11 +57,47 @@ netns_up() {
 }
 
 # Runs a command inside node i's namespace with its own hosts file.
-# It gets its own hostname (node<i>) so that reports name it.
+# It gets its own hostname (node<i>) so that reports name it. With
+# NETNS_PRIVATE=DIR set, node i also gets DIR/node<i>/shm and DIR/node<i>/tmp
+# as its /dev/shm and /tmp (created here; ip netns exec gives each command a
+# mount namespace of its own), so that a test can see what a node leaves.
 netns_exec() {
   local i=$1
   shift
-  ip netns exec "$(netns_node "$i")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$i" "$@"
+  if [ -n "${NETNS_PRIVATE:-}" ]; then
+    mkdir -p "$NETNS_PRIVATE/node$i/shm" "$NETNS_PRIVATE/node$i/tmp"
+    ip netns exec "$(netns_node "$i")" unshare --uts sh -c \
+      'hostname "$0" && mount --bind "$1/shm" /dev/shm && mount --bind "$1/tmp" /tmp && shift 2 && exec "$@"' \
+      "node$i" "$NETNS_PRIVATE/node$i" -- "$@"
+  else
+    ip netns exec "$(netns_node "$i")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$i" "$@"
+  fi
+}
+
+# netns_bg NODE OUTFILE CMD... : CMD on node i in the background, stdout and
+# stderr to OUTFILE. Its PID is $! and joins the caller's pids array (which
+# the caller's cleanup kills).
+netns_bg() {
+  local i=$1 out=$2
+  shift 2
+  netns_exec "$i" "$@" >"$out" 2>&1 &
+  pids+=($!)
+}
+
+# netns_agent NODE OUTFILE ARGS... : `$cohort run ARGS` on node i, as netns_bg.
+netns_agent() {
+  local i=$1 out=$2
+  shift 2
+  netns_bg "$i" "$out" "$cohort" run "$@"
+}
+
+# netns_pid NODE COMM: the PID of a process named COMM in node i's namespace.
+netns_pid() {
+  local p
+  for p in $(ip netns pids "$(netns_node "$1")"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ] && echo "$p" && return 0
+  done
+  return 1
 }
 
 # Takes node i's link down or up (from the bridge side).

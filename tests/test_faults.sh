@@ -15,7 +15,6 @@ tmp=$(mktemp -d /tmp/cohort-faults-XXXXXX)
 pids=()
 mnt=""
 . "$src/tests/check_lib.sh"
-contains() { grep -qF -- "$2" "$1"; }
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   netns_down
@@ -36,11 +35,10 @@ job() {
   shift 2
   mkdir -p "$tmp/$name/ckpt"
   for i in 0 1; do
-    netns_exec "$i" env COHORT_TIMEOUT_MS=4000 "$cohort" run --nnodes 2 --node-rank "$i" \
-      --master "$M:$port" --job "$name" --net off --join-timeout 30 --heartbeat-timeout 2 "$@" -- \
-      "${TRAIN[@]}" --ckpt-dir "$tmp/$name/ckpt" --ckpt-every 50 --metrics "$tmp/$name/metrics" \
-      >"$tmp/$name/agent$i" 2>&1 &
-    pids+=($!)
+    netns_bg "$i" "$tmp/$name/agent$i" env COHORT_TIMEOUT_MS=4000 "$cohort" run --nnodes 2 \
+      --node-rank "$i" --master "$M:$port" --job "$name" --net off --join-timeout 30 \
+      --heartbeat-timeout 2 "$@" -- \
+      "${TRAIN[@]}" --ckpt-dir "$tmp/$name/ckpt" --ckpt-every 50 --metrics "$tmp/$name/metrics"
     eval "a$i=\$!"
   done
 }
@@ -65,16 +63,8 @@ wait_step() {
   done
   return 1
 }
-worker_pid() { # NODE: the pid of that node's cohort-gpt2
-  ip netns pids "$(netns_node "$1")" | while read -r p; do
-    [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort-gpt2 ] && echo "$p"
-  done | head -1
-}
-agent_pid() {
-  ip netns pids "$(netns_node "$1")" | while read -r p; do
-    [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] && echo "$p"
-  done | head -1
-}
+worker_pid() { netns_pid "$1" cohort-gpt2; } # NODE: the pid of that node's cohort-gpt2
+agent_pid() { netns_pid "$1" cohort; }
 
 # 0. The uninterrupted reference run.
 job ref 29500

@@ -14,7 +14,6 @@ src=$(readlink -f "$3")
 . "$src/tests/check_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-launch-XXXXXX)
 chmod 755 "$tmp"
-contains() { grep -qF -- "$2" "$1"; }
 
 cleanup() {
   sshd_down

@@ -11,8 +11,6 @@ tmp=$(mktemp -d /tmp/cohort-mn-XXXXXX)
 pids=()
 
 . "$src/tests/check_lib.sh"
-contains() { grep -qF -- "$2" "$1"; }
-not_contains() { ! grep -qF -- "$2" "$1"; }
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -21,25 +19,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_agent NODE OUTFILE ARGS... : an agent in the background; PID in $!
-start_agent() {
-  local i=$1 out=$2
-  shift 2
-  netns_exec "$i" "$cohort" run "$@" >"$out" 2>&1 &
-  pids+=($!)
-}
-
 netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
 ENVCMD='echo "R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK G=$GROUP_RANK GW=$GROUP_WORLD_SIZE M=$MASTER_ADDR I=$GLOO_SOCKET_IFNAME N=$NCCL_SOCKET_IFNAME"'
 
 # 1. static master, three nodes, node 0 last; ranks and environment.
-start_agent 1 "$tmp/s1" --nnodes 3 --node-rank 1 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/s1" --nnodes 3 --node-rank 1 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
 a1=$!
-start_agent 2 "$tmp/s2" --nnodes 3 --node-rank 2 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
+netns_agent 2 "$tmp/s2" --nnodes 3 --node-rank 2 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
 a2=$!
 sleep 1
-start_agent 0 "$tmp/s0" --nnodes 3 --node-rank 0 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/s0" --nnodes 3 --node-rank 0 --master "$M:29400" --job s --nproc-per-node 2 -- sh -c "$ENVCMD"
 a0=$!
 wait_all 60 $a0 $a1 $a2
 check "static: all agents exit 0 ($codes)" [ "$codes" = "0 0 0" ]
@@ -49,12 +39,12 @@ for r in 0 1 2 3 4 5; do
 done
 
 # 2. node ranks by join order, node 0 first, one node 5 s late.
-start_agent 0 "$tmp/j0" --nnodes 3 --node-rank 0 --master "$M:29401" --job j -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/j0" --nnodes 3 --node-rank 0 --master "$M:29401" --job j -- sh -c "$ENVCMD"
 a0=$!
-start_agent 2 "$tmp/j2" --nnodes 3 --master "$M:29401" --job j -- sh -c "$ENVCMD"
+netns_agent 2 "$tmp/j2" --nnodes 3 --master "$M:29401" --job j -- sh -c "$ENVCMD"
 a2=$!
 sleep 5
-start_agent 1 "$tmp/j1" --nnodes 3 --master "$M:29401" --job j -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/j1" --nnodes 3 --master "$M:29401" --job j -- sh -c "$ENVCMD"
 a1=$!
 wait_all 60 $a0 $a1 $a2
 check "join order: all exit 0 ($codes)" [ "$codes" = "0 0 0" ]
@@ -63,11 +53,11 @@ check "join order: the late node is node 2" contains "$tmp/j1" "[r2] R=2 W=3 L=0
 
 # 3. DNS: the master's name resolves only 2 s after the others start.
 for i in 1 2; do printf '127.0.0.1 localhost\n' >"/etc/netns/$(netns_node $i)/hosts"; done
-start_agent 1 "$tmp/d1" --nnodes 3 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/d1" --nnodes 3 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
 a1=$!
-start_agent 2 "$tmp/d2" --nnodes 3 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
+netns_agent 2 "$tmp/d2" --nnodes 3 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
 a2=$!
-start_agent 0 "$tmp/d0" --nnodes 3 --node-rank 0 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/d0" --nnodes 3 --node-rank 0 --master "master.cohort.test:29402" --job d -- sh -c "$ENVCMD"
 a0=$!
 sleep 2
 for i in 1 2; do printf '%s master.cohort.test\n' "$M" >>"/etc/netns/$(netns_node $i)/hosts"; done
@@ -76,24 +66,24 @@ check "dns: late name, all exit 0 ($codes)" [ "$codes" = "0 0 0" ]
 check "dns: MASTER_ADDR is node 0's address" contains "$tmp/d1" "M=$M I=eth0"
 
 # 4. a wrong token is refused with a clear error; the right ones run.
-start_agent 0 "$tmp/t0" --nnodes 2 --node-rank 0 --master "$M:29403" --job t --token right --join-timeout 8 -- true
+netns_agent 0 "$tmp/t0" --nnodes 2 --node-rank 0 --master "$M:29403" --job t --token right --join-timeout 8 -- true
 a0=$!
-start_agent 1 "$tmp/t1" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token wrong --join-timeout 8 -- true
+netns_agent 1 "$tmp/t1" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token wrong --join-timeout 8 -- true
 a1=$!
 wait_all 30 $a1
 check "token: wrong token exits non-zero ($codes)" eval '[ "$codes" != "0" ] && [ "$codes" != "timeout" ]'
 check "token: the error names the token" contains "$tmp/t1" "token"
-start_agent 2 "$tmp/t2" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token right -- true
+netns_agent 2 "$tmp/t2" --nnodes 2 --node-rank 1 --master "$M:29403" --job t --token right -- true
 a2=$!
 wait_all 30 $a0 $a2
 check "token: right token joins ($codes)" [ "$codes" = "0 0" ]
 
 # 5. kill -9 of a worker on node 2: every node stops, same root cause everywhere.
-start_agent 0 "$tmp/k0" --nnodes 3 --node-rank 0 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; echo $$ > /tmp/cohort-mn-pid-$RANK; exec sleep 60'
+netns_agent 0 "$tmp/k0" --nnodes 3 --node-rank 0 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; exec sleep 60'
 a0=$!
-start_agent 1 "$tmp/k1" --nnodes 3 --node-rank 1 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 1 "$tmp/k1" --nnodes 3 --node-rank 1 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; exec sleep 60'
 a1=$!
-start_agent 2 "$tmp/k2" --nnodes 3 --node-rank 2 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; echo $$ > '"$tmp"'/victim-$RANK; exec sleep 60'
+netns_agent 2 "$tmp/k2" --nnodes 3 --node-rank 2 --master "$M:29404" --job k --nproc-per-node 2 -- sh -c 'echo ready; echo $$ > '"$tmp"'/victim-$RANK; exec sleep 60'
 a2=$!
 for _ in $(seq 100); do [ -s "$tmp/victim-5" ] && break; sleep 0.1; done
 sleep 0.5
@@ -108,18 +98,17 @@ for i in 0 1 2; do
   check "worker kill: node $i names the signal" contains "$tmp/k$i" "was killed by SIGKILL"
 done
 check "worker kill: node 0 marks its ranks as stopped by cohort" contains "$tmp/k0" "node 0: rank 0: stopped by cohort (SIGTERM)"
-rm -f /tmp/cohort-mn-pid-*
 
 # 6. kill -9 of node 1's agent: the others stop with "node 1 (node1) lost".
-start_agent 0 "$tmp/l0" --nnodes 3 --node-rank 0 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 0 "$tmp/l0" --nnodes 3 --node-rank 0 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
 a0=$!
-start_agent 1 "$tmp/l1" --nnodes 3 --node-rank 1 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo $$ > '"$tmp"'/lw; echo ready; exec sleep 60'
+netns_agent 1 "$tmp/l1" --nnodes 3 --node-rank 1 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo $$ > '"$tmp"'/lw; echo ready; exec sleep 60'
 a1=$!
-start_agent 2 "$tmp/l2" --nnodes 3 --node-rank 2 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 2 "$tmp/l2" --nnodes 3 --node-rank 2 --master "$M:29405" --job l --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
 a2=$!
 for _ in $(seq 100); do grep -q ready "$tmp/l2" 2>/dev/null && [ -s "$tmp/lw" ] && break; sleep 0.1; done
 sleep 0.5
-agent1=$(ip netns pids "$(netns_node 1)" | while read -r p; do [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] && echo "$p"; done | head -1)
+agent1=$(netns_pid 1 cohort)
 kill -9 "$agent1"
 wait_all 30 $a0 $a2
 check "agent kill: the others exit 1 ($codes)" [ "$codes" = "1 1" ]
@@ -129,23 +118,23 @@ sleep 0.5
 check "agent kill: node 1's worker died with its agent" [ ! -d "/proc/$(cat "$tmp/lw")" ]
 
 # 7. kill -9 of node 0's agent (the store): the others stop quickly.
-start_agent 0 "$tmp/m0" --nnodes 2 --node-rank 0 --master "$M:29406" --job m -- sh -c 'echo ready; exec sleep 60'
+netns_agent 0 "$tmp/m0" --nnodes 2 --node-rank 0 --master "$M:29406" --job m -- sh -c 'echo ready; exec sleep 60'
 a0=$!
-start_agent 1 "$tmp/m1" --nnodes 2 --node-rank 1 --master "$M:29406" --job m -- sh -c 'echo ready; exec sleep 60'
+netns_agent 1 "$tmp/m1" --nnodes 2 --node-rank 1 --master "$M:29406" --job m -- sh -c 'echo ready; exec sleep 60'
 a1=$!
 for _ in $(seq 100); do grep -q ready "$tmp/m1" 2>/dev/null && grep -q ready "$tmp/m0" && break; sleep 0.1; done
-agent0=$(ip netns pids "$(netns_node 0)" | while read -r p; do [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] && echo "$p"; done | head -1)
+agent0=$(netns_pid 0 cohort)
 kill -9 "$agent0"
 wait_all 30 $a1
 check "master kill: node 1 exits 1 ($codes)" [ "$codes" = "1" ]
 check "master kill: node 1 says node 0 lost" contains "$tmp/m1" "node 0 (node0) lost"
 
 # 8. link down: node 2 is cut off; node 0 and 1 stop with "node 2 lost", node 2 stops too.
-start_agent 0 "$tmp/n0" --nnodes 3 --node-rank 0 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 0 "$tmp/n0" --nnodes 3 --node-rank 0 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
 a0=$!
-start_agent 1 "$tmp/n1" --nnodes 3 --node-rank 1 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 1 "$tmp/n1" --nnodes 3 --node-rank 1 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
 a1=$!
-start_agent 2 "$tmp/n2" --nnodes 3 --node-rank 2 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 2 "$tmp/n2" --nnodes 3 --node-rank 2 --master "$M:29407" --job n --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
 a2=$!
 for _ in $(seq 100); do grep -q ready "$tmp/n2" 2>/dev/null && break; sleep 0.1; done
 sleep 0.5
@@ -156,9 +145,9 @@ check "link down: every agent stops non-zero ($codes)" eval '[ "${codes#*timeout
 check "link down: node 0 says node 2 lost" contains "$tmp/n0" "node 2 (node2) lost"
 
 # 9. restarts across nodes: rank 1 fails in round 0, everyone runs round 1.
-start_agent 0 "$tmp/r0" --nnodes 2 --node-rank 0 --master "$M:29408" --job r --max-restarts 1 -- sh -c 'echo round=$TORCHELASTIC_RESTART_COUNT; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $RANK = 1 ] && exit 3; sleep 0.3'
+netns_agent 0 "$tmp/r0" --nnodes 2 --node-rank 0 --master "$M:29408" --job r --max-restarts 1 -- sh -c 'echo round=$TORCHELASTIC_RESTART_COUNT; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $RANK = 1 ] && exit 3; sleep 0.3'
 a0=$!
-start_agent 1 "$tmp/r1" --nnodes 2 --node-rank 1 --master "$M:29408" --job r --max-restarts 1 -- sh -c 'echo round=$TORCHELASTIC_RESTART_COUNT; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $RANK = 1 ] && exit 3; sleep 0.3'
+netns_agent 1 "$tmp/r1" --nnodes 2 --node-rank 1 --master "$M:29408" --job r --max-restarts 1 -- sh -c 'echo round=$TORCHELASTIC_RESTART_COUNT; [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $RANK = 1 ] && exit 3; sleep 0.3'
 a1=$!
 wait_all 60 $a0 $a1
 check "restart: both exit 0 after one restart ($codes)" [ "$codes" = "0 0" ]
@@ -171,12 +160,10 @@ slurm_env() { # node index
   echo SLURM_JOB_ID=4242 SLURM_NNODES=2 SLURM_NODEID=$1 SLURM_PROCID=$1 SLURM_JOB_NODELIST="node[0-1]"
 }
 for i in 0 1; do printf '%s node0\n%s node1\n' "$M" "$(netns_addr 1)" >>"/etc/netns/$(netns_node $i)/hosts"; done
-netns_exec 0 env $(slurm_env 0) "$cohort" run -- sh -c "$ENVCMD" >"$tmp/sl0" 2>&1 &
+netns_bg 0 "$tmp/sl0" env $(slurm_env 0) "$cohort" run -- sh -c "$ENVCMD"
 a0=$!
-pids+=($a0)
-netns_exec 1 env $(slurm_env 1) "$cohort" run -- sh -c "$ENVCMD" >"$tmp/sl1" 2>&1 &
+netns_bg 1 "$tmp/sl1" env $(slurm_env 1) "$cohort" run -- sh -c "$ENVCMD"
 a1=$!
-pids+=($a1)
 wait_all 60 $a0 $a1
 check "slurm: both exit 0 ($codes)" [ "$codes" = "0 0" ]
 check "slurm: detected and reported" contains "$tmp/sl0" "slurm"
@@ -184,9 +171,9 @@ check "slurm: node 1 is rank 1 of 2" contains "$tmp/sl1" "[r1] R=1 W=2 L=0 G=1 G
 
 # 11. shared file: node 0 publishes the store's address in a file.
 rm -f "$tmp/rdzv"
-start_agent 1 "$tmp/f1" --nnodes 2 --node-rank 1 --rdzv-file "$tmp/rdzv" --job f -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/f1" --nnodes 2 --node-rank 1 --rdzv-file "$tmp/rdzv" --job f -- sh -c "$ENVCMD"
 a1=$!
-start_agent 0 "$tmp/f0" --nnodes 2 --rdzv-file "$tmp/rdzv" --job f --node-rank 0 -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/f0" --nnodes 2 --rdzv-file "$tmp/rdzv" --job f --node-rank 0 -- sh -c "$ENVCMD"
 a0=$!
 wait_all 60 $a0 $a1
 check "file: both complete ($codes)" [ "$codes" = "0 0" ]
@@ -197,37 +184,33 @@ check "file: node 1 reached node 0" contains "$tmp/f1" "[r1] R=1 W=2 L=0 G=1 GW=
 # node 0's is warned about, naming both; --net off adds nothing.
 fx=$src/tests/fixtures/doctor
 NETCMD='echo "HCA=${NCCL_IB_HCA:-none} DIS=${NCCL_IB_DISABLE:-none}"'
-netns_exec 0 env COHORT_DOCTOR_ROOT="$fx/roce_bond" "$cohort" run --nnodes 2 --node-rank 0 --master "$M:29410" --job net -- sh -c "$NETCMD" >"$tmp/e0" 2>&1 &
+netns_bg 0 "$tmp/e0" env COHORT_DOCTOR_ROOT="$fx/roce_bond" "$cohort" run --nnodes 2 --node-rank 0 --master "$M:29410" --job net -- sh -c "$NETCMD"
 a0=$!
-pids+=($a0)
-netns_exec 1 env COHORT_DOCTOR_ROOT="$fx/ib_hdr4" "$cohort" run --nnodes 2 --node-rank 1 --master "$M:29410" --job net -- sh -c "$NETCMD" >"$tmp/e1" 2>&1 &
+netns_bg 1 "$tmp/e1" env COHORT_DOCTOR_ROOT="$fx/ib_hdr4" "$cohort" run --nnodes 2 --node-rank 1 --master "$M:29410" --job net -- sh -c "$NETCMD"
 a1=$!
-pids+=($a1)
 wait_all 60 $a0 $a1
 check "net: both exit 0 ($codes)" [ "$codes" = "0 0" ]
 check "net: node 0 gets its bond device" contains "$tmp/e0" "[r0] HCA=mlx5_bond_0:1 DIS=none"
 check "net: node 1 gets its four HCAs" grep -q '^\[r1\] HCA=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1 DIS=none' "$tmp/e1"
 check "net: node 1 is warned, naming both nodes" grep -q 'warning: .*node 0 (node0).*node 1 (node1)' "$tmp/e1"
-netns_exec 0 "$cohort" run --nnodes 2 --node-rank 0 --master "$M:29411" --job net2 --net off -- sh -c "$NETCMD" >"$tmp/o0" 2>&1 &
+netns_agent 0 "$tmp/o0" --nnodes 2 --node-rank 0 --master "$M:29411" --job net2 --net off -- sh -c "$NETCMD"
 a0=$!
-pids+=($a0)
-netns_exec 1 "$cohort" run --nnodes 2 --node-rank 1 --master "$M:29411" --job net2 --net off -- sh -c "$NETCMD" >"$tmp/o1" 2>&1 &
+netns_agent 1 "$tmp/o1" --nnodes 2 --node-rank 1 --master "$M:29411" --job net2 --net off -- sh -c "$NETCMD"
 a1=$!
-pids+=($a1)
 wait_all 60 $a0 $a1
 check "net off: nothing added" contains "$tmp/o1" "[r1] HCA=none DIS=none"
 
 # 13. UDP multicast: nobody knows node 0's address; node 0 starts last; a
 # second job on the same segment, whose nodes claim no rank and elect a host,
 # is not confused with the first.
-start_agent 1 "$tmp/u1" --nnodes 2 --discover mcast --job mc-a --node-rank 1 -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/u1" --nnodes 2 --discover mcast --job mc-a --node-rank 1 -- sh -c "$ENVCMD"
 a1=$!
-start_agent 2 "$tmp/u2" --nnodes 2 --discover mcast --job mc-b -- sh -c "$ENVCMD"
+netns_agent 2 "$tmp/u2" --nnodes 2 --discover mcast --job mc-b -- sh -c "$ENVCMD"
 b0=$!
-start_agent 3 "$tmp/u3" --nnodes 2 --discover mcast --job mc-b -- sh -c "$ENVCMD"
+netns_agent 3 "$tmp/u3" --nnodes 2 --discover mcast --job mc-b -- sh -c "$ENVCMD"
 b1=$!
 sleep 1
-start_agent 0 "$tmp/u0" --nnodes 2 --discover mcast --job mc-a --node-rank 0 -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/u0" --nnodes 2 --discover mcast --job mc-a --node-rank 0 -- sh -c "$ENVCMD"
 a0=$!
 wait_all 60 $a0 $a1 $b0 $b1
 check "mcast: both jobs complete ($codes)" [ "$codes" = "0 0 0 0" ]
@@ -239,9 +222,9 @@ check "mcast: job b's ranks differ" [ "$(cat "$tmp/u2" "$tmp/u3" | grep -o 'R=. 
 # 14. an unmodified PyTorch DDP script (gloo) across two nodes, no hand-set
 # interface variables: parameters end identical on every rank.
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  start_agent 0 "$tmp/p0" --nnodes 2 --node-rank 0 --master "$M:29412" --job torch -- /usr/bin/python3 "$src/tests/torch/ddp_train.py"
+  netns_agent 0 "$tmp/p0" --nnodes 2 --node-rank 0 --master "$M:29412" --job torch -- /usr/bin/python3 "$src/tests/torch/ddp_train.py"
   a0=$!
-  start_agent 1 "$tmp/p1" --nnodes 2 --node-rank 1 --master "$M:29412" --job torch -- /usr/bin/python3 "$src/tests/torch/ddp_train.py"
+  netns_agent 1 "$tmp/p1" --nnodes 2 --node-rank 1 --master "$M:29412" --job torch -- /usr/bin/python3 "$src/tests/torch/ddp_train.py"
   a1=$!
   wait_all 180 $a0 $a1
   check "torch: both nodes exit 0 ($codes)" [ "$codes" = "0 0" ]
@@ -255,18 +238,18 @@ fi
 
 # 15. elastic --nnodes MIN:MAX: with 3 of 2:3 nodes everyone joins; with 2,
 # the job starts after the last-call window with the two it has.
-start_agent 0 "$tmp/el0" --nnodes 2:3 --node-rank 0 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/el0" --nnodes 2:3 --node-rank 0 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
 a0=$!
-start_agent 1 "$tmp/el1" --nnodes 2:3 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/el1" --nnodes 2:3 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
 a1=$!
-start_agent 2 "$tmp/el2" --nnodes 2:3 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
+netns_agent 2 "$tmp/el2" --nnodes 2:3 --master "$M:29413" --job el --last-call 3 -- sh -c "$ENVCMD"
 a2=$!
 wait_all 60 $a0 $a1 $a2
 check "elastic 3 of 2:3: all exit 0 ($codes)" [ "$codes" = "0 0 0" ]
 check "elastic 3 of 2:3: world of 3" contains "$tmp/el0" "[r0] R=0 W=3 L=0 G=0 GW=3"
-start_agent 0 "$tmp/em0" --nnodes 2:3 --node-rank 0 --master "$M:29414" --job em --last-call 1 -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/em0" --nnodes 2:3 --node-rank 0 --master "$M:29414" --job em --last-call 1 -- sh -c "$ENVCMD"
 a0=$!
-start_agent 1 "$tmp/em1" --nnodes 2:3 --master "$M:29414" --job em --last-call 1 -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/em1" --nnodes 2:3 --master "$M:29414" --job em --last-call 1 -- sh -c "$ENVCMD"
 a1=$!
 wait_all 60 $a0 $a1
 check "elastic 2 of 2:3: both exit 0 ($codes)" [ "$codes" = "0 0" ]
@@ -274,9 +257,9 @@ check "elastic 2 of 2:3: world of 2" contains "$tmp/em1" "[r1] R=1 W=2 L=0 G=1 G
 
 # 16. IPv6: the master given as [address]:port.
 for i in 0 1; do ip -n "$(netns_node $i)" addr add "fd00:201::$((i + 1))/64" dev eth0 nodad; done
-start_agent 1 "$tmp/v1" --nnodes 2 --node-rank 1 --master "[fd00:201::1]:29415" --job v6 -- sh -c "$ENVCMD"
+netns_agent 1 "$tmp/v1" --nnodes 2 --node-rank 1 --master "[fd00:201::1]:29415" --job v6 -- sh -c "$ENVCMD"
 a1=$!
-start_agent 0 "$tmp/v0" --nnodes 2 --node-rank 0 --master "[fd00:201::1]:29415" --job v6 -- sh -c "$ENVCMD"
+netns_agent 0 "$tmp/v0" --nnodes 2 --node-rank 0 --master "[fd00:201::1]:29415" --job v6 -- sh -c "$ENVCMD"
 a0=$!
 wait_all 60 $a0 $a1
 check "ipv6: both exit 0 ($codes)" [ "$codes" = "0 0" ]

@@ -29,7 +29,6 @@ finish() {
   [ "$failed" -eq 0 ]
   exit $?
 }
-not() { ! "$@"; }
 log() { echo "[$(date +%T)] $*"; }
 
 for tool in slurmctld slurmd sbatch scontrol munged mungekey; do

@@ -44,19 +44,9 @@ netns_up $NODES || { echo "cannot create network namespaces"; exit 1; }
 # copied binary and the scratch directory, and calls netns_down itself.
 trap cleanup EXIT
 M=$(netns_addr 0)
+# Each node's /dev/shm and /tmp are $tmp/node<i>/shm and tmp (netns_lib.sh).
+NETNS_PRIVATE=$tmp
 for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/node$i/shm" "$tmp/node$i/tmp"; done
-
-# An agent in node i's namespace with the node's private /dev/shm and /tmp
-# (ip netns exec gives each command a mount namespace of its own).
-start_agent() {
-  local i=$1 out=$2
-  shift 2
-  ip netns exec "$(netns_node "$i")" unshare --uts sh -c \
-    'hostname "$0" && mount --bind "$1/shm" /dev/shm && mount --bind "$1/tmp" /tmp && shift 2 && exec "$@"' \
-    "node$i" "$tmp/node$i" -- "$cohort" run "$@" >"$out" 2>&1 &
-  pids+=($!)
-}
-
 
 # The worker: a short checked allreduce sweep; rank $1 (or none: -1) fails.
 WORKER='[ "$RANK" = "$1" ] && exit 3
@@ -70,7 +60,7 @@ for ((j = 0; j < jobs; j++)); do
   if [ $((j % 5)) -eq 4 ]; then fail=$((j % 6)); fi
   ags=()
   for ((i = 0; i < NODES; i++)); do
-    start_agent $i "$tmp/out$i" --nnodes $NODES --node-rank $i --master "$M:$port" \
+    netns_agent $i "$tmp/out$i" --nnodes $NODES --node-rank $i --master "$M:$port" \
       --job "soak$$-$j" --nproc-per-node 2 --heartbeat-timeout 5 --join-timeout 60 \
       -- sh -c "$WORKER" "$cohort" "$fail"
     ags+=($!)
