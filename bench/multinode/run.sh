@@ -5,8 +5,10 @@
 #  - rendezvous: from the last agent's start until every worker is running;
 #  - failure: from a worker's kill -9 until the last process of the job is
 #    gone on every node (torchrun: capped at CAP seconds).
-# Median of REPS repetitions. Run as root.
+# Median of REPS repetitions. Run as root. A run whose workers did not all
+# start gives no figure: it is counted as "fail", and the script exits 1.
 # usage: bench/multinode/run.sh [COHORT_BINARY] [REPS] [NODE_COUNTS...]
+#   BENCH_TOOLS="cohort" measures cohort alone (default "cohort torch").
 set -u
 cohort=$(readlink -f "${1:-build/cohort}")
 reps=${2:-3}
@@ -75,7 +77,19 @@ fail_once() { # prints seconds until every agent and worker is gone, or ">CAP"
   local tool=$1 n=$2 port=$3 r
   rm -f "$tmp"/start-* "$tmp"/pid-*
   launch "$tool" "$n" "$port" wait "fl$port"
-  for _ in $(seq 600); do [ "$(ls "$tmp"/pid-* 2>/dev/null | wc -l)" -ge "$n" ] && break; sleep 0.05; done
+  local started=0
+  for _ in $(seq 600); do
+    started=$(ls "$tmp"/pid-* 2>/dev/null | wc -l)
+    [ "$started" -ge "$n" ] && break
+    wait_agents 0 && break # every agent has exited: nothing more will start
+    sleep 0.05
+  done
+  if [ "$started" -lt "$n" ]; then # nothing to propagate: no figure
+    for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    echo fail
+    return
+  fi
   sleep 0.5
   local victim
   victim=$(cat "$tmp/pid-$((n - 1))")
@@ -101,21 +115,45 @@ fail_once() { # prints seconds until every agent and worker is gone, or ">CAP"
 }
 
 port=30000
+tools=(${BENCH_TOOLS:-cohort torch})
+# measure KIND TOOL N FILE: one repetition of rdzv_once or fail_once into FILE
+# ("fail" when the workers did not start), or "-" for a tool not measured.
+measure() {
+  port=$((port + 1))
+  if [[ " ${tools[*]} " == *" $2 "* ]]; then "$1_once" "$2" "$3" $port >>"$4"; else echo - >>"$4"; fi
+}
+# figure FILE: the median of the runs that gave a time; "fail" when none did,
+# ">CAP" when every run hit the cap, "-" when the tool was not measured.
+figure() {
+  local m
+  m=$(grep -E '^[0-9.]+$' "$1" | median)
+  if [ -n "$m" ]; then printf "%.4f\n" "$m"
+  elif grep -q '^>' "$1"; then echo ">$CAP"
+  elif grep -q '^-$' "$1"; then echo -
+  else echo fail; fi
+}
+ratio() { # ratio COHORT TORCH: torch/cohort when both are times
+  if [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; then printf '%.1fx' "$(echo "$2/$1" | bc -l)"
+  elif [[ $1 =~ ^[0-9.]+$ && $2 == ">"* ]]; then echo ">$(echo "$CAP/$1" | bc)x"
+  else echo n/a; fi
+}
 printf '%-6s %-22s %12s %12s %10s\n' nodes "median of $reps (s)" cohort torchrun ratio
 for n in "${counts[@]}"; do
   : >"$tmp/rc"; : >"$tmp/rt"; : >"$tmp/fc"; : >"$tmp/ft"
   for ((k = 0; k < reps; k++)); do
-    port=$((port + 1)); rdzv_once cohort "$n" $port >>"$tmp/rc"
-    port=$((port + 1)); rdzv_once torch "$n" $port >>"$tmp/rt"
-    port=$((port + 1)); fail_once cohort "$n" $port >>"$tmp/fc"
-    port=$((port + 1)); fail_once torch "$n" $port >>"$tmp/ft"
+    measure rdzv cohort "$n" "$tmp/rc"
+    measure rdzv torch "$n" "$tmp/rt"
+    measure fail cohort "$n" "$tmp/fc"
+    measure fail torch "$n" "$tmp/ft"
   done
-  rc=$(grep -v fail "$tmp/rc" | median); rt=$(grep -v fail "$tmp/rt" | median)
-  fc=$(grep -v '>' "$tmp/fc" | median); ftv=$(grep -v '>' "$tmp/ft" | median)
-  [ -n "$ftv" ] || ftv=">$CAP"
-  [ -n "$fc" ] || fc=">$CAP"
-  ratio() { if [[ $1 == ">"* || $2 == ">"* || -z $1 || -z $2 ]]; then echo "$3"; else printf '%.1fx' "$(echo "$2/$1" | bc -l)"; fi; }
-  printf '%-6s %-22s %12s %12s %10s\n' "$n" "rendezvous" "${rc:-fail}" "${rt:-fail}" "$(ratio "$rc" "$rt" n/a)"
-  printf '%-6s %-22s %12s %12s %10s\n' "$n" "failure propagation" "$fc" "$ftv" "$(ratio "$fc" "$ftv" ">$(echo "$CAP/${fc#>}" | bc 2>/dev/null)x")"
+  rc=$(figure "$tmp/rc"); rt=$(figure "$tmp/rt"); fc=$(figure "$tmp/fc"); ftv=$(figure "$tmp/ft")
+  printf '%-6s %-22s %12s %12s %10s\n' "$n" "rendezvous" "$rc" "$rt" "$(ratio "$rc" "$rt")"
+  printf '%-6s %-22s %12s %12s %10s\n' "$n" "failure propagation" "$fc" "$ftv" "$(ratio "$fc" "$ftv")"
   echo "  raw: rdzv cohort [$(tr '\n' ' ' <"$tmp/rc")] torchrun [$(tr '\n' ' ' <"$tmp/rt")] fail cohort [$(tr '\n' ' ' <"$tmp/fc")] torchrun [$(tr '\n' ' ' <"$tmp/ft")]"
+  cat "$tmp/rc" "$tmp/rt" "$tmp/fc" "$tmp/ft" >>"$tmp/all"
 done
+bad=$(grep -c '^fail$' "$tmp/all")
+if [ "$bad" -gt 0 ]; then
+  echo "bench/multinode: $bad runs did not start all their workers (see the raw lines): no figure from them" >&2
+  exit 1
+fi

@@ -7,7 +7,8 @@
 #   soak      jobs run, outcomes, leftovers;
 #   valgrind / tsan  summaries of bench/reliability/{valgrind,tsan}.sh.
 # Only the text between the "figures:begin" and "figures:end" markers is
-# replaced; the fault-injection section (the lead's) is left alone.
+# replaced; the fault-injection section (the lead's) is left alone. A run
+# that failed gives no figures, only its exit status (and the script exits 1).
 #
 # usage: bench/reliability/figures.sh BUILD_DIR FUZZ_RESULTS_DIR [--no-tsan | --tsan-log FILE]
 #          [--soak-jobs N]
@@ -28,6 +29,13 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# No figure from a run that did not happen: the programs must be there and
+# the fuzz results must exist before anything is run or written.
+for f in "$build/cohort" "$build/test_adversarial"; do
+  [ -x "$f" ] || { echo "figures: $f is not there; build first" >&2; exit 2; }
+done
+ls "$fuzzres"/fuzz_*.txt >/dev/null 2>&1 ||
+  { echo "figures: no fuzz results (fuzz_*.txt) in $2" >&2; exit 2; }
 doc=docs/reliability.md
 tmp=$(mktemp -d /tmp/cohort-fig-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -90,7 +98,7 @@ fi
   cat "$tmp/fuzz.md"
   echo "### Faults injected and survived: adversarial store clients"
   echo
-  if [ -s "$tmp/adv" ]; then
+  if [ -s "$tmp/adv" ] && [ $advrc = 0 ]; then
     a=$tmp/adv
     echo "| what | value |"
     echo "|---|---|"
@@ -100,20 +108,19 @@ fi
     echo "| concurrent \`cohort run --nproc-per-node 2\` job succeeded | $( [ "$(val $a job_ok)" = 1 ] && echo yes || echo no) |"
     echo "| server VmRSS: baseline / peak (KiB) | $(val $a rss0_kb) / $(val $a rss_max_kb) |"
     echo "| server fds: baseline / peak / after the attack | $(val $a fds0) / $(val $a fds_max) / $(val $a fds_after) |"
-    echo "| test result | $( [ $advrc = 0 ] && echo pass || echo FAIL) |"
   else
-    echo "The adversarial test did not run (exit $advrc)."
+    echo "The adversarial test failed or did not run (exit $advrc): no figures."
   fi
   echo
   echo "### Soak"
   echo
-  if [ -s "$tmp/soak" ]; then
+  if [ -s "$tmp/soak" ] && [ $soakrc = 0 ]; then
     s=$tmp/soak
     echo "| jobs | seconds | good jobs exit 0 | failing jobs exit 1 naming the rank | processes left | sockets left | /dev/shm left | /tmp left |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
     echo "| $(val $s jobs) | $(val $s seconds) | $(val $s good_ok)/$(val $s good) | $(val $s bad_ok)/$(val $s bad) | $(val $s left_procs) | $(val $s left_socks) | $(val $s left_shm) | $(val $s left_tmp) |"
   else
-    echo "The soak did not run (exit $soakrc)."
+    echo "The soak failed or did not run (exit $soakrc): no figures."
   fi
   echo
   echo "### Leak and race checkers"

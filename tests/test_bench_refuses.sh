@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The benchmarks print no figure for a run whose workers did not start or did
+# not do their work. Each is given a "cohort" that is not cohort (/bin/true:
+# exits 0 at once, starts nothing) and must exit non-zero with every figure
+# replaced by "fail"; bench_store given a Python that fails prints no peer
+# figure; the reliability figures refuse a build without its programs and
+# leave docs/reliability.md alone. (Root: bench/multinode uses namespaces.)
+# usage: test_bench_refuses.sh BENCH_STORE_BINARY SOURCE_DIR
+set -u
+bench_store=$(readlink -f "$1")
+src=$(readlink -f "$2")
+. "$src/tests/check_lib.sh"
+tmp=$(mktemp -d /tmp/cohort-bench-refuses-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+number='[0-9]\.[0-9]'
+
+BENCH_TOOLS=cohort "$src/bench/launch/run.sh" /bin/true 1 >"$tmp/launch" 2>&1
+rc=$?
+check "bench/launch: a job that never started exits non-zero ($rc)" [ $rc != 0 ]
+check "bench/launch: both rows say fail" [ "$(grep -cE '^(launch|failure):.* fail ' "$tmp/launch")" = 2 ]
+check "bench/launch: no figure" not grep -q "$number" "$tmp/launch"
+
+BENCH_TOOLS=cohort "$src/bench/multinode/run.sh" /bin/true 1 2 >"$tmp/mn" 2>&1
+rc=$?
+check "bench/multinode: a job that never started exits non-zero ($rc)" [ $rc != 0 ]
+check "bench/multinode: both rows say fail" [ "$(grep -cE '^2 +(rendezvous|failure propagation) +fail ' "$tmp/mn")" = 2 ]
+check "bench/multinode: no figure (no 'failure propagation' time)" not grep -q "$number" "$tmp/mn"
+
+COHORT_BENCH_PYTHON=/bin/false "$bench_store" 1 20 >"$tmp/store" 2>&1
+rc=$?
+check "bench_store: its own figures with a failed peer ($rc)" [ $rc = 0 ]
+check "bench_store: the peer is said to have failed" contains "$tmp/store" "not available"
+check "bench_store: no peer figure on any row" \
+  not grep -E '^(ping|set|get|add|rdzv).*[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+' "$tmp/store"
+
+sum=$(sha256sum "$src/docs/reliability.md")
+"$src/bench/reliability/figures.sh" "$tmp/nobuild" "$tmp/noresults" --no-tsan >"$tmp/fig" 2>&1
+rc=$?
+check "reliability figures: refused without the programs ($rc)" [ $rc = 2 ]
+check "reliability figures: docs/reliability.md untouched" [ "$(sha256sum "$src/docs/reliability.md")" = "$sum" ]
+
+if [ $failed -ne 0 ]; then
+  for f in "$tmp"/*; do echo "== $f"; cat "$f"; done
+fi
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
