@@ -1,5 +1,6 @@
 # Convenience front end over CMake. The README's two commands:
 #   make demo   installs what is missing, builds, and runs the main job
+#               (DEMO=qa: the seed's fake-data stress test instead)
 #   make test   installs what is missing, builds, and runs every test
 # (also an ASan+UBSan build of the tests).
 PREFIX ?= /usr/local
@@ -21,7 +22,7 @@ build:
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: deps build
-	./scripts/demo.sh $(BUILD)
+	./scripts/demo.sh $(if $(filter qa,$(DEMO)),--qa) $(BUILD)
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j 1
