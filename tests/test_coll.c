@@ -368,6 +368,105 @@ static int rk_async(cohort_comm *c, void *arg) {
   return fails;
 }
 
+/* ---- compressed reductions (a 16-bit wire type for an f32 buffer) ---- */
+
+/* Small integers: exact in bf16 and f16, and so are their sums over a few ranks. */
+static float wire_exact_in(int r, size_t i) {
+  return (float)((int)((r * 7 + i * 3) % 9) - 4);
+}
+
+/* Fractions that bf16 and f16 round: the result cannot be exact by accident. */
+static float wire_frac_in(int r, size_t i) {
+  uint32_t h = (uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u;
+  h ^= h >> 13;
+  return (float)(h % 20001) / 10000.0f - 1.0f + 1.0f / 3.0f;
+}
+
+/* Runs one compressed collective (kind, in place or not, blocking or not) and returns the f32
+ * result of this rank (count elements; an allreduce's whole vector, a reduce-scatter's block). */
+static int wire_run(cohort_comm *c, int kind, int inplace, int async, cohort_dtype wire,
+                    float (*in)(int, size_t), size_t count, float *out) {
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c);
+  size_t nin = kind == COLL_REDUCE_SCATTER ? count * (size_t)n : count;
+  float *send = malloc((nin + 1) * sizeof(float)), *recv = malloc((nin + 1) * sizeof(float));
+  for (size_t i = 0; i < nin; i++) send[i] = in(r, i);
+  float *dst = inplace ? send : recv;
+  cohort_request *req = NULL;
+  int rc;
+  if (kind == COLL_ALLREDUCE)
+    rc = async ? cohort_iallreduce_wire(c, send, dst, count, COHORT_F32, wire, COHORT_SUM, &req)
+               : cohort_allreduce_wire(c, send, dst, count, COHORT_F32, wire, COHORT_SUM);
+  else
+    rc = async
+             ? cohort_ireduce_scatter_wire(c, send, dst, count, COHORT_F32, wire, COHORT_SUM, &req)
+             : cohort_reduce_scatter_wire(c, send, dst, count, COHORT_F32, wire, COHORT_SUM);
+  if (rc == 0 && async) rc = cohort_request_wait(req);
+  const float *res = dst;
+  if (kind == COLL_REDUCE_SCATTER && inplace) res = send + (size_t)r * count;
+  if (rc == 0 && count > 0) memcpy(out, res, count * sizeof(float));
+  free(send);
+  free(recv);
+  return rc;
+}
+
+/* Every kind, placement and mode against the f32 sum: exact for exact inputs; for fractions
+ * within (n + 1) roundings of the wire type (2^-8 relative for bf16, 2^-11 for f16) of the sum
+ * of magnitudes, and not all exact (the values did travel in 16 bits). */
+static int rk_wire(cohort_comm *c, void *arg) {
+  (void)arg;
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c), fails = 0;
+  size_t counts[] = {0, 1, 1531, 70001};
+  cohort_dtype wires[] = {COHORT_BF16, COHORT_F16};
+  float *got = malloc(70001 * sizeof(float));
+  for (int w = 0; w < 2; w++)
+    for (int mode = 0; mode < 8; mode++)
+      for (size_t ci = 0; ci < BASE_ARRAY_LEN(counts); ci++) {
+        int kind = mode & 4 ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE;
+        size_t count = kind == COLL_REDUCE_SCATTER ? counts[ci] / (size_t)n + 1 : counts[ci];
+        size_t base = kind == COLL_REDUCE_SCATTER ? (size_t)r * count : 0;
+        double eps = wires[w] == COHORT_BF16 ? 1.0 / 256 : 1.0 / 2048;
+        for (int frac = 0; frac < 2; frac++) {
+          float (*in)(int, size_t) = frac ? wire_frac_in : wire_exact_in;
+          if (wire_run(c, kind, mode & 1, mode & 2, wires[w], in, count, got) != 0) {
+            fails++;
+            continue;
+          }
+          size_t bad = 0, inexact = 0;
+          for (size_t i = 0; i < count; i++) {
+            double want = 0, mag = 0;
+            for (int q = 0; q < n; q++) {
+              want += in(q, base + i);
+              mag += fabs(in(q, base + i));
+            }
+            double err = fabs((double)got[i] - want);
+            if (err > 0) inexact++;
+            if (frac ? err > (n + 1) * eps * mag : err != 0) bad++;
+          }
+          if (bad || (frac && count >= 1531 && inexact == 0)) {
+            fprintf(stderr, "rank %d: wire %s mode %d count %zu %s: %zu wrong, %zu inexact\n", r,
+                    wires[w] == COHORT_BF16 ? "bf16" : "f16", mode, count,
+                    frac ? "fractions" : "integers", bad, inexact);
+            fails++;
+          }
+        }
+      }
+  free(got);
+  /* Only an f32 buffer and a 16-bit wire type: anything else is refused on every rank. */
+  double d = 1;
+  if (cohort_allreduce_wire(c, &d, &d, 1, COHORT_F64, COHORT_BF16, COHORT_SUM) != -EINVAL) fails++;
+  return fails;
+}
+
+/* Rank 1 calls the plain f32 allreduce where rank 0 calls the compressed one: both fail. */
+static int rk_wire_mismatch(cohort_comm *c, void *arg) {
+  (void)arg;
+  float x[64] = {0};
+  int rc = cohort_comm_rank(c) == 0
+               ? cohort_allreduce_wire(c, x, x, 64, COHORT_F32, COHORT_BF16, COHORT_SUM)
+               : cohort_allreduce(c, x, x, 64, COHORT_F32, COHORT_SUM);
+  return rc == COHORT_EMISMATCH || rc == COHORT_EPEER ? 0 : 1;
+}
+
 /* Rank 1 calls a different collective; every rank must fail, none hang. */
 typedef struct mm_arg {
   int variant;
@@ -666,6 +765,15 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&cma_ring, rk_matrix, (void *)1), 0);
   world_opts as = {.n = 3};
   CHECK_EQ_INT(run_world(&as, rk_async, NULL), 0);
+  /* Compressed reductions over shared memory, TCP rings and the hierarchy. */
+  world_opts wshm = {.n = 3};
+  CHECK_EQ_INT(run_world(&wshm, rk_wire, NULL), 0);
+  world_opts wtcp = {.n = 4, .transport = COHORT_TRANSPORT_TCP, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&wtcp, rk_wire, NULL), 0);
+  world_opts whier = {.n = 4, .hosts = 2};
+  CHECK_EQ_INT(run_world(&whier, rk_wire, NULL), 0);
+  world_opts wmm = {.n = 2, .timeout_ms = 30000};
+  CHECK_EQ_INT(run_world(&wmm, rk_wire_mismatch, NULL), 0);
   world_opts asc = {.n = 2, .cma = 1};
   CHECK_EQ_INT(run_world(&asc, rk_async, NULL), 0);
   world_opts ast = {.n = 2, .transport = COHORT_TRANSPORT_TCP};

@@ -185,6 +185,34 @@ COHORT_API int cohort_iallgather(cohort_comm *comm, const void *send, void *recv
 COHORT_API int cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
                                  int root, cohort_request **req);
 
+/*
+ * Compressed reductions: an allreduce or reduce-scatter of a COHORT_F32
+ * buffer whose bytes travel as `wire`, COHORT_BF16 or COHORT_F16 (half the
+ * bytes of the f32 collective). Each rank's input is rounded to the wire
+ * type (to nearest even), every partial result is computed in f32 and
+ * rounded to the wire type as it travels, and the result is widened back to
+ * f32 in recv: values exactly representable in the wire type, with sums that
+ * are too, come out exact; otherwise the error is that of the wire type's
+ * rounding at each of the algorithm's steps (about 2^-8 relative per step
+ * for bf16, 2^-11 for f16, whose range is also only +-65504). The library
+ * holds a temporary buffer of the wire type (half of send's bytes) while the
+ * operation runs. All ranks must call it with the same wire type (a peer
+ * calling the f32 collective fails with COHORT_EMISMATCH). wire == dtype is
+ * the plain collective; any other combination is -EINVAL. Semantics,
+ * in-place use and ordering are those of the plain functions above.
+ */
+COHORT_API int cohort_allreduce_wire(cohort_comm *comm, const void *send, void *recv, size_t count,
+                                     cohort_dtype dtype, cohort_dtype wire, cohort_redop op);
+COHORT_API int cohort_iallreduce_wire(cohort_comm *comm, const void *send, void *recv, size_t count,
+                                      cohort_dtype dtype, cohort_dtype wire, cohort_redop op,
+                                      cohort_request **req);
+COHORT_API int cohort_reduce_scatter_wire(cohort_comm *comm, const void *send, void *recv,
+                                          size_t recvcount, cohort_dtype dtype, cohort_dtype wire,
+                                          cohort_redop op);
+COHORT_API int cohort_ireduce_scatter_wire(cohort_comm *comm, const void *send, void *recv,
+                                           size_t recvcount, cohort_dtype dtype, cohort_dtype wire,
+                                           cohort_redop op, cohort_request **req);
+
 /* Sets *done to 1 when the request has finished (then wait returns at once). */
 COHORT_API int cohort_request_test(cohort_request *req, int *done);
 

@@ -40,6 +40,9 @@ float coll_f16_to_f32(uint16_t h);
 uint16_t coll_f32_to_f16(float f);
 float coll_bf16_to_f32(uint16_t h);
 uint16_t coll_f32_to_bf16(float f);
+/* f32 <-> a 16-bit wire type (COHORT_BF16 or COHORT_F16), rounding to nearest even. */
+void coll_to_wire(cohort_dtype wire, uint16_t *dst, const float *src, size_t n);
+void coll_from_wire(cohort_dtype wire, float *dst, const uint16_t *src, size_t n);
 const char *coll_dtype_name(cohort_dtype dt);
 const char *coll_redop_name(cohort_redop op);
 
@@ -165,6 +168,7 @@ typedef struct coll_op {
   void *recv;
   size_t count; /* allreduce/bcast/reduce: count; rs: recvcount; ag: sendcount */
   cohort_dtype dtype;
+  cohort_dtype wire; /* the type on the wire: dtype, or a 16-bit type for an f32 buffer */
   cohort_redop op;
   int root;
   int timeout_ms;

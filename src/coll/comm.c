@@ -170,8 +170,7 @@ COHORT_API const char *cohort_comm_error_message(const cohort_comm *c) {
 
 /* ---- execution ---- */
 
-static int execute(cohort_comm *c, const coll_op *op) {
-  if (atomic_load(&c->failed)) return COHORT_EABORTED;
+static int execute_plain(cohort_comm *c, const coll_op *op) {
   coll_ctx x = {.comm = c,
                 .op = op,
                 .seq = c->seq++,
@@ -182,6 +181,39 @@ static int execute(cohort_comm *c, const coll_op *op) {
     coll_fail(c, rc, "rank %d: %s #%u failed: %s", c->rank, coll_kind_name(op->kind), x.seq,
               cohort_strerror(rc));
   return rc;
+}
+
+/*
+ * An f32 allreduce or reduce-scatter whose bytes travel in 16 bits: the
+ * input is rounded into a temporary buffer of the wire type (half the
+ * input's size, held while the operation runs), reduced there in place (the
+ * kernels accumulate in f32 and round every partial result to the wire
+ * type), and the result widened into recv. The peers see an ordinary
+ * collective of the wire type.
+ */
+static int execute_wire(cohort_comm *c, const coll_op *op) {
+  int rs = op->kind == COLL_REDUCE_SCATTER;
+  size_t nin = rs ? op->count * (size_t)c->size : op->count;
+  uint16_t *w = malloc(nin ? nin * sizeof *w : 1);
+  if (w == NULL) return coll_fail(c, -ENOMEM, "rank %d: out of memory", c->rank);
+  coll_to_wire(op->wire, w, op->send, nin);
+  coll_op inner = *op;
+  inner.dtype = op->wire;
+  inner.send = inner.recv = w;
+  int rc = execute_plain(c, &inner);
+  if (rc == 0) {
+    /* In place, a reduce-scatter's result lands in block `rank` of the buffer. */
+    float *dst = rs && op->recv == op->send ? (float *)op->recv + (size_t)c->rank * op->count
+                                            : (float *)op->recv;
+    coll_from_wire(op->wire, dst, rs ? w + (size_t)c->rank * op->count : w, op->count);
+  }
+  free(w);
+  return rc;
+}
+
+static int execute(cohort_comm *c, const coll_op *op) {
+  if (atomic_load(&c->failed)) return COHORT_EABORTED;
+  return op->wire != op->dtype ? execute_wire(c, op) : execute_plain(c, op);
 }
 
 static void *progress_main(void *arg) {
@@ -208,6 +240,10 @@ static void *progress_main(void *arg) {
 
 static int check_op(cohort_comm *c, coll_op *op) {
   if ((unsigned)op->dtype >= COHORT_DTYPE_COUNT || (unsigned)op->op >= COHORT_REDOP_COUNT)
+    return -EINVAL;
+  if (op->wire != op->dtype &&
+      (op->dtype != COHORT_F32 || (op->wire != COHORT_BF16 && op->wire != COHORT_F16) ||
+       (op->kind != COLL_ALLREDUCE && op->kind != COLL_REDUCE_SCATTER)))
     return -EINVAL;
   size_t es = cohort_dtype_size(op->dtype);
   size_t total = op->count;
@@ -300,10 +336,12 @@ COHORT_API int cohort_request_wait(cohort_request *req) {
 
 /* ---- the collectives ---- */
 
-#define OP(k, s, r, n, dt, o, rt)                                                                  \
+#define OPW(k, s, r, n, dt, w, o, rt)                                                              \
   (coll_op) {                                                                                      \
-    .kind = (k), .send = (s), .recv = (r), .count = (n), .dtype = (dt), .op = (o), .root = (rt)    \
+    .kind = (k), .send = (s), .recv = (r), .count = (n), .dtype = (dt), .wire = (w), .op = (o),    \
+    .root = (rt)                                                                                   \
   }
+#define OP(k, s, r, n, dt, o, rt) OPW(k, s, r, n, dt, dt, o, rt)
 
 COHORT_API int cohort_allreduce(cohort_comm *c, const void *send, void *recv, size_t count,
                                 cohort_dtype dtype, cohort_redop op) {
@@ -366,5 +404,34 @@ COHORT_API int cohort_ibroadcast(cohort_comm *c, void *buf, size_t count, cohort
                                  int root, cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OP(COLL_BROADCAST, buf, buf, count, dtype, COHORT_SUM, root);
+  return start(c, &o, req);
+}
+
+COHORT_API int cohort_allreduce_wire(cohort_comm *c, const void *send, void *recv, size_t count,
+                                     cohort_dtype dtype, cohort_dtype wire, cohort_redop op) {
+  coll_op o = OPW(COLL_ALLREDUCE, send, recv, count, dtype, wire, op, -1);
+  return start(c, &o, NULL);
+}
+
+COHORT_API int cohort_iallreduce_wire(cohort_comm *c, const void *send, void *recv, size_t count,
+                                      cohort_dtype dtype, cohort_dtype wire, cohort_redop op,
+                                      cohort_request **req) {
+  if (req == NULL) return -EINVAL;
+  coll_op o = OPW(COLL_ALLREDUCE, send, recv, count, dtype, wire, op, -1);
+  return start(c, &o, req);
+}
+
+COHORT_API int cohort_reduce_scatter_wire(cohort_comm *c, const void *send, void *recv,
+                                          size_t recvcount, cohort_dtype dtype, cohort_dtype wire,
+                                          cohort_redop op) {
+  coll_op o = OPW(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, wire, op, -1);
+  return start(c, &o, NULL);
+}
+
+COHORT_API int cohort_ireduce_scatter_wire(cohort_comm *c, const void *send, void *recv,
+                                           size_t recvcount, cohort_dtype dtype, cohort_dtype wire,
+                                           cohort_redop op, cohort_request **req) {
+  if (req == NULL) return -EINVAL;
+  coll_op o = OPW(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, wire, op, -1);
   return start(c, &o, req);
 }

@@ -245,3 +245,17 @@ const char *coll_redop_name(cohort_redop op) {
   static const char *names[] = {"sum", "prod", "min", "max", "avg"};
   return (unsigned)op < COHORT_REDOP_COUNT ? names[op] : "?";
 }
+
+void coll_to_wire(cohort_dtype wire, uint16_t *dst, const float *src, size_t n) {
+  if (wire == COHORT_BF16)
+    for (size_t i = 0; i < n; i++) dst[i] = coll_f32_to_bf16(src[i]);
+  else
+    for (size_t i = 0; i < n; i++) dst[i] = coll_f32_to_f16(src[i]);
+}
+
+void coll_from_wire(cohort_dtype wire, float *dst, const uint16_t *src, size_t n) {
+  if (wire == COHORT_BF16)
+    for (size_t i = 0; i < n; i++) dst[i] = coll_bf16_to_f32(src[i]);
+  else
+    for (size_t i = 0; i < n; i++) dst[i] = coll_f16_to_f32(src[i]);
+}
