@@ -129,6 +129,7 @@ int gpt2_ddp_begin_backward(gpt2_ddp *d, int last, const int32_t *tokens) {
   d->t_first_us = 0;
   d->t_last_done_us = 0;
   d->exposed_ms = d->comm_ms = 0.0;
+  d->wire_bytes = d->f32_bytes = 0.0;
   /* Outside the communicating micro-step the model does the whole dwte. */
   return !(d->active && d->gather_embed);
 }
@@ -143,24 +144,34 @@ static void push_req(gpt2_ddp *d, int rc, cohort_request *req, const char *what)
   d->reqs[d->nreqs++] = req;
 }
 
+void gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire) {
+  d->wire = wire;
+}
+
+/* Counts n floats handed to a collective, travelling as `wire`. */
+static void count_bytes(gpt2_ddp *d, size_t n, cohort_dtype wire) {
+  d->wire_bytes += (double)n * (double)cohort_dtype_size(wire);
+  d->f32_bytes += (double)n * sizeof(float);
+}
+
+/* Starts a bucket's reduction (in the wire type; the divisible part reduce-scattered with ZeRO). */
 static void launch(gpt2_ddp *d, const gpt2_bucket *b) {
   float *g = d->m->grads;
   cohort_request *req = NULL;
   if (d->err) return;
+  size_t all = b->lo;
   if (d->zero && b->per > 0) {
-    int rc =
-        cohort_ireduce_scatter(d->comm, g + b->lo, g + b->lo, b->per, COHORT_F32, COHORT_SUM, &req);
+    int rc = cohort_ireduce_scatter_wire(d->comm, g + b->lo, g + b->lo, b->per, COHORT_F32, d->wire,
+                                         COHORT_SUM, &req);
     push_req(d, rc, req, "reduce-scatter of gradients");
-    size_t rem = b->lo + b->per * (size_t)d->world;
-    if (rem < b->hi) {
-      rc = cohort_iallreduce(d->comm, g + rem, g + rem, b->hi - rem, COHORT_F32, COHORT_SUM, &req);
-      push_req(d, rc, req, "allreduce of gradients");
-    }
-  } else {
-    int rc = cohort_iallreduce(d->comm, g + b->lo, g + b->lo, b->hi - b->lo, COHORT_F32, COHORT_SUM,
-                               &req);
+    all = b->lo + b->per * (size_t)d->world;
+  }
+  if (all < b->hi) {
+    int rc = cohort_iallreduce_wire(d->comm, g + all, g + all, b->hi - all, COHORT_F32, d->wire,
+                                    COHORT_SUM, &req);
     push_req(d, rc, req, "allreduce of gradients");
   }
+  count_bytes(d, b->hi - b->lo, d->wire);
 }
 
 /* Notes completion times of finished requests (for the hidden fraction). */
@@ -181,6 +192,7 @@ void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer) {
   if (ev == GPT2_EV_HEAD && d->gather_embed) {
     cohort_request *req = NULL;
     int rc = cohort_iallgather(d->comm, d->tokens, d->gath_tok, BT, COHORT_I32, &req);
+    count_bytes(d, BT, COHORT_I32);
     push_req(d, rc, req, "allgather of tokens");
   }
   for (int i = 0; i < d->nbuckets; i++) {
@@ -191,6 +203,7 @@ void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer) {
     cohort_request *req = NULL;
     int rc = cohort_iallgather(d->comm, m->dres, d->gath_rows, BT * (size_t)m->cfg.channels,
                                COHORT_F32, &req);
+    count_bytes(d, BT * (size_t)m->cfg.channels, COHORT_F32);
     push_req(d, rc, req, "allgather of embedding gradients");
   }
   poll_done(d);
@@ -279,6 +292,7 @@ int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
     cohort_request *req = NULL;
     int rc = cohort_iallgather(d->comm, p + b->lo + (size_t)d->rank * b->per, p + b->lo, b->per,
                                COHORT_F32, &req);
+    count_bytes(d, b->per, COHORT_F32);
     push_req(d, rc, req, "allgather of parameters");
   }
   double exposed = 0.0;

@@ -65,6 +65,12 @@ typedef struct gpt2_ddp {
   int32_t *gath_tok; // (world, B*T)
   int64_t t_first_us, t_last_done_us;
   double exposed_ms, comm_ms; /* of the last step */
+  /* Gradient compression: the wire type of the gradient reductions (COHORT_F32: none, or
+   * COHORT_BF16 / COHORT_F16, see cohort_allreduce_wire). */
+  cohort_dtype wire;
+  /* Payload bytes this rank handed to the collectives in the last step, as sent and as they
+   * would have been in f32 (their ratio is the compression). */
+  double wire_bytes, f32_bytes;
   int err;
   char errmsg[256];
 } gpt2_ddp;
@@ -72,6 +78,8 @@ typedef struct gpt2_ddp {
 int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_optim_config *ocfg,
                   size_t bucket_bytes, int zero, int accum);
 void gpt2_ddp_free(gpt2_ddp *d);
+/* Gradients travel as `wire` (COHORT_F32, COHORT_BF16 or COHORT_F16) from the next step on. */
+void gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);
 
 /* Call before each micro-step's backward; last != 0 on the last micro-step
  * of an optimiser step; tokens (B, T) of this micro-step stay valid until

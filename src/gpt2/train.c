@@ -114,6 +114,7 @@ typedef struct train_run {
   double *step_times; /* [steps + 1] */
   size_t ntimes;
   double last_loss, comm_total, exposed_total;
+  double wire_total, f32_total; /* bytes handed to the collectives over the steps run */
   char err[512];
 } train_run;
 
@@ -121,6 +122,7 @@ typedef struct train_run {
 typedef struct step_stats {
   uint64_t step; /* 1-based */
   double loss, gnorm, step_s, tok_s, gflops, comm_ms, hidden;
+  double wire_mb, ratio; /* MB this rank handed to the collectives; f32 bytes / wire bytes */
   float lr;
 } step_stats;
 
@@ -178,6 +180,9 @@ static int train_setup(train_run *r) {
     fprintf(r->errf, "cohort-gpt2: cannot allocate the optimiser state: %s\n", strerror(-rc));
     return RUN_FAIL;
   }
+  gpt2_ddp_set_wire(&r->ddp, o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
+                             : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
+                                                                      : COHORT_F32);
   gpt2_model_init_weights(&r->model, o->seed);
   r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
   r->tokens_per_step = (double)r->global_batch * o->T;
@@ -332,7 +337,11 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
                      .gflops = r->flops_micro * K / step_s * 1e-9,
                      .comm_ms = comm_ms,
                      .hidden = hidden < 0.0 ? 0.0 : hidden,
+                     .wire_mb = r->ddp.wire_bytes * 1e-6,
+                     .ratio = r->ddp.wire_bytes > 0 ? r->ddp.f32_bytes / r->ddp.wire_bytes : 1.0,
                      .lr = lr};
+  r->wire_total += r->ddp.wire_bytes;
+  r->f32_total += r->ddp.f32_bytes;
   r->step_times[r->ntimes++] = step_s;
   if (step > r->start_step) {
     r->comm_total += comm_ms;
@@ -344,10 +353,11 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
 
 /* One JSON object per line, the step first (what `cohort plot` and the tests key on). */
 static int write_metrics(train_run *r, const step_stats *st) {
-  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "step", (json_int_t)st->step,
-                        "loss", st->loss, "lr", (double)st->lr, "grad_norm", st->gnorm, "step_ms",
-                        st->step_s * 1e3, "tokens_per_s", st->tok_s, "gflops", st->gflops,
-                        "comm_ms", st->comm_ms, "hidden_frac", st->hidden, "world", r->world);
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f}", "step",
+                        (json_int_t)st->step, "loss", st->loss, "lr", (double)st->lr, "grad_norm",
+                        st->gnorm, "step_ms", st->step_s * 1e3, "tokens_per_s", st->tok_s, "gflops",
+                        st->gflops, "comm_ms", st->comm_ms, "hidden_frac", st->hidden, "world",
+                        r->world, "wire_mb", st->wire_mb, "compress_ratio", st->ratio);
   int rc = j == NULL ? -1 : json_dumpf(j, r->metrics, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   if (rc != 0 || fputc('\n', r->metrics) == EOF || fflush(r->metrics) != 0) {
@@ -379,9 +389,10 @@ static int report_step(train_run *r, const step_stats *st) {
   if (!r->o->quiet) {
     fprintf(r->out,
             "step %5llu/%lld | loss %.6f | lr %.3e | norm %.3f | %8.1f ms | %9.1f tok/s | "
-            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden)\n",
+            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden) | wire %.1f MB (%.2fx)\n",
             (unsigned long long)st->step, (long long)r->o->steps, st->loss, st->lr, st->gnorm,
-            st->step_s * 1e3, st->tok_s, st->gflops, st->comm_ms, st->hidden * 100.0);
+            st->step_s * 1e3, st->tok_s, st->gflops, st->comm_ms, st->hidden * 100.0, st->wire_mb,
+            st->ratio);
     fflush(r->out);
   }
   int rc = r->metrics != NULL ? write_metrics(r, st) : RUN_OK;
@@ -430,13 +441,16 @@ static void print_summary(train_run *r) {
   double med = median(times, nt);
   fprintf(r->out,
           "summary: %zu steps, final loss %.6f, median step %.1f ms, %.1f tok/s (global), %.1f "
-          "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), peak RSS %.1f MiB (estimate %.1f "
-          "MiB = params+grads+optimizer+activations, ratio %.2f)\n",
+          "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), wire %.1f MB/step (compression "
+          "%.2fx), peak RSS %.1f MiB (estimate %.1f MiB = params+grads+optimizer+activations, "
+          "ratio %.2f)\n",
           r->ntimes, r->last_loss, med * 1e3, med > 0 ? r->tokens_per_step / med : 0.0,
           med > 0 ? r->flops_micro * o->grad_accum / med * 1e-9 : 0.0,
           nt > 0 ? r->comm_total / (double)nt : 0.0,
           r->comm_total > 0 ? 100.0 * (1.0 - r->exposed_total / r->comm_total) : 100.0,
-          rss / 1048576.0, est / 1048576.0, rss / est);
+          r->wire_total * 1e-6 / (double)r->ntimes,
+          r->wire_total > 0 ? r->f32_total / r->wire_total : 1.0, rss / 1048576.0, est / 1048576.0,
+          rss / est);
 }
 
 static int train_loop(train_run *r) {

@@ -17,6 +17,14 @@
 #include "gpt2/model.h"
 #include "gpt2/optim.h"
 
+/* Gradient compression: the 16-bit types halve the bytes of the gradient reductions (reduced in
+ * f32, rounded to the type on the wire; cohort_allreduce_wire). */
+typedef enum gpt2_compress {
+  GPT2_COMPRESS_NONE = 0,
+  GPT2_COMPRESS_BF16,
+  GPT2_COMPRESS_FP16,
+} gpt2_compress;
+
 typedef struct gpt2_train_opts {
   gpt2_config cfg;
   int B, T;       /* per-rank micro-batch */
@@ -33,8 +41,9 @@ typedef struct gpt2_train_opts {
   int64_t ckpt_every;
   int ckpt_keep;
   const char *tb_dir;
-  int zero;            /* 0 or 1 */
-  size_t bucket_bytes; /* gradient bucket size */
+  int zero;                    /* 0 or 1 */
+  gpt2_compress grad_compress; /* how gradients travel between ranks */
+  size_t bucket_bytes;         /* gradient bucket size */
   int threads;
   int quiet; /* no per-step lines */
   FILE *out, *err;

@@ -42,6 +42,8 @@ static const char usage_text[] =
     "data parallelism:\n"
     "  --bucket-mb N        gradient bucket size in MiB (default 25)\n"
     "  --zero 0|1           1 shards the optimiser state across ranks (ZeRO-1)\n"
+    "  --grad-compress none|bf16|fp16\n"
+    "                       gradients travel in 16 bits (half the bytes; reduced in f32)\n"
     "output and checkpoints:\n"
     "  --metrics FILE       one JSON object per step\n"
     "  --tensorboard DIR    also write TensorBoard scalars to an event file in DIR\n"
@@ -61,6 +63,7 @@ typedef struct gpt2_args {
   gpt2_train_opts o;
   int layers, heads, channels, vocab, positions; /* 0: the preset's */
   int head, optimizer, schedule;                 /* schedule -1: the optimiser's default */
+  int compress;                                  /* gpt2_compress */
   float lr, weight_decay;                        /* -1: the optimiser's default */
   int64_t warmup, seed;                          /* -1: the default */
   int bucket_mb;                                 /* 0: the default */
@@ -75,6 +78,10 @@ static int set_model(void *settings, const char *v) {
 static const cli_choice heads[] = {{"lm", GPT2_HEAD_LM}, {"qa", GPT2_HEAD_QA}, {NULL, 0}};
 static const cli_choice optimizers[] = {
     {"adamw", GPT2_OPT_ADAMW}, {"sgd", GPT2_OPT_SGD}, {NULL, 0}};
+static const cli_choice compressions[] = {{"none", GPT2_COMPRESS_NONE},
+                                          {"bf16", GPT2_COMPRESS_BF16},
+                                          {"fp16", GPT2_COMPRESS_FP16},
+                                          {NULL, 0}};
 static const cli_choice schedules[] = {
     {"cosine", GPT2_LR_COSINE}, {"const", GPT2_LR_CONST}, {NULL, 0}};
 
@@ -115,6 +122,7 @@ static const cli_opt gpt2_opts[] = {
     STR_ROW("--data", o.data),
     INT_ROW("--bucket-mb", bucket_mb, 1, 1 << 16),
     INT_ROW("--zero", o.zero, 0, 1),
+    {"--grad-compress", 0, CLI_CHOICE, .at = AT(compress, int), .choices = compressions},
     STR_ROW("--metrics", o.metrics_path),
     STR_ROW("--ckpt-dir", o.ckpt_dir),
     I64_ROW("--ckpt-every", o.ckpt_every, 1, INT64_MAX / 2),
@@ -181,5 +189,6 @@ int main(int argc, char **argv) {
   apply_optimizer(&a);
   if (a.seed >= 0) a.o.seed = (uint64_t)a.seed;
   if (a.bucket_mb > 0) a.o.bucket_bytes = (size_t)a.bucket_mb << 20;
+  a.o.grad_compress = (gpt2_compress)a.compress;
   return gpt2_train(&a.o);
 }
