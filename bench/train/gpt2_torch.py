@@ -4,17 +4,22 @@ causal attention, GELU tanh, tied embeddings; LM head or the
 GPT2ForQuestionAnswering head with an attention mask), the same fake data
 shapes, optimiser and thread count, trained on the CPU in float32.
 
-Prints one JSON object: {"step_s": [...], "tokens_per_s": median, ...}.
+Prints one JSON object: {"step_s": [...], "tokens_per_s": median, ...}
+(global tokens/s; rank 0 only when run as several ranks with DDP).
 """
 import argparse
 import json
+import os
 import math
 import statistics
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 PRESETS = {
     "124M": dict(vocab=50257, npos=1024, layers=12, heads=12, channels=768),
@@ -90,11 +95,20 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ddp-hook", default="none", choices=["none", "fp16"],
+                    help="with WORLD_SIZE > 1 (torchrun's environment): DDP over gloo, with "
+                         "no comm hook or fp16_compress_hook")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     cfg = PRESETS[a.model]
     model = GPT2(cfg, a.head)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        dist.init_process_group("gloo")
+        model = DDP(model)
+        if a.ddp_hook == "fp16":
+            model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     if a.optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     else:
@@ -115,8 +129,13 @@ def main():
         opt.step()
         times.append(time.perf_counter() - t0)
     med = statistics.median(times[1:] if len(times) > 1 else times)
-    print(json.dumps({"step_s": times, "median_step_s": med, "tokens_per_s": B * T / med,
-                      "loss": loss.item(), "threads": a.threads}))
+    if world > 1:
+        dist.barrier()
+        if dist.get_rank() != 0:
+            return
+    print(json.dumps({"step_s": times, "median_step_s": med, "tokens_per_s": world * B * T / med,
+                      "loss": loss.item(), "threads": a.threads, "world": world,
+                      "ddp_hook": a.ddp_hook if world > 1 else "none"}))
 
 
 if __name__ == "__main__":

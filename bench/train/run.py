@@ -12,9 +12,19 @@ its steps after the first):
      per-rank batch (a store on loopback, ranks started with the
      environment `cohort run` gives them), with the hidden share of the
      communication;
-  4. memory: peak RSS against params+grads+optimizer+activations.
+  4. memory: peak RSS against params+grads+optimizer+activations;
+  5. shaped links (root; --only shaped, or part of all): two network
+     namespaces joined by a veth pair shaped with tc (tbf) at each rate of
+     --rates, set up and removed here; one rank against two ranks (one per
+     namespace) for cohort-gpt2 with each --grad-compress of --compress, and
+     PyTorch DDP (gloo) with no hook and fp16_compress_hook, all in the same
+     run: tokens/s, scaling, allreduce time and hidden share, bytes on the
+     wire. A run that did not do its work (a rank failed, fewer steps, no
+     bytes on the wire, no compression where asked) stops the benchmark
+     instead of printing a figure.
 
 usage: bench/train/run.py [--build DIR] [--reps N] [--steps N] [--model M]
+                          [--only all|scaling|shaped] [--rates 1gbit,10gbit]
 """
 import argparse
 import json
@@ -46,26 +56,45 @@ def step_median(rows):
     return median(ms) / 1e3
 
 
-def run_cohort(a, tmp, tag, head, opt, threads, world=1):
-    """Runs cohort-gpt2 on `world` ranks; returns rank 0's metrics and output."""
+def checked_metrics(path, a, world, compress="none"):
+    """Rank 0's metrics, refused unless the run did its work: every step, on `world` ranks, and
+    with several ranks bytes on the wire compressed as asked."""
+    rows = read_metrics(path)
+    if len(rows) != a.steps or any(r["world"] != world for r in rows):
+        sys.exit("%s: %d steps on world %s, expected %d on %d: no figure" % (
+            path, len(rows), sorted({r["world"] for r in rows}), a.steps, world))
+    if world > 1:
+        ratio = median([r["compress_ratio"] for r in rows])
+        if min(r["wire_mb"] for r in rows) <= 0 or (compress != "none") != (ratio > 1.5):
+            sys.exit("%s: wire %s MB, compression %.2fx with --grad-compress %s: no figure" % (
+                path, min(r["wire_mb"] for r in rows), ratio, compress))
+    return rows
+
+
+def run_cohort(a, tmp, tag, head, opt, threads, world=1, ns=None, compress="none"):
+    """Runs cohort-gpt2 on `world` ranks (rank r in namespace ns[r] when given, the store in
+    ns[0] at ns_addr(0)); returns rank 0's checked metrics and output."""
     metrics = os.path.join(tmp, tag + ".jsonl")
     args = [os.path.join(a.build, "cohort-gpt2"), "--model", a.model, "--batch", str(a.batch),
             "--seq-len", str(a.seq_len), "--steps", str(a.steps), "--head", head,
-            "--optimizer", opt, "--quiet", "--metrics", metrics]
+            "--optimizer", opt, "--quiet", "--metrics", metrics, "--grad-compress", compress]
+    pre = (lambda r: ["ip", "netns", "exec", ns[r]]) if ns else (lambda r: [])
+    host = ns_addr(0) if ns else "127.0.0.1"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
     for k in ("RANK", "WORLD_SIZE"):
         env.pop(k, None)
     if world == 1:
-        out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+        out = subprocess.run(pre(0) + args, env=env, capture_output=True, text=True,
+                             timeout=3600)
         if out.returncode != 0:
             sys.exit("cohort-gpt2 failed: " + out.stderr.strip())
-        return read_metrics(metrics), out.stdout
-    store = subprocess.Popen([os.path.join(a.build, "cohort"), "store", "serve", "--host",
-                              "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE,
+        return checked_metrics(metrics, a, 1), out.stdout
+    store = subprocess.Popen(pre(0) + [os.path.join(a.build, "cohort"), "store", "serve",
+                                       "--host", host, "--port", "0"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
     try:
         line = store.stdout.readline()
-        m = re.search(r"(127\.0\.0\.1:\d+)", line)
+        m = re.search(r"(%s:\d+)" % re.escape(host), line)
         if not m:
             sys.exit("cannot start a store: " + line)
         procs = []
@@ -75,13 +104,13 @@ def run_cohort(a, tmp, tag, head, opt, threads, world=1):
                      LOCAL_WORLD_SIZE=str(world), COHORT_STORE=m.group(1),
                      COHORT_JOB_ID=job)
             rargs = args if r == 0 else [x if x != metrics else metrics + ".r%d" % r for x in args]
-            procs.append(subprocess.Popen(rargs, env=e, stdout=subprocess.PIPE,
+            procs.append(subprocess.Popen(pre(r) + rargs, env=e, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=3600) for p in procs]
         for p, (o, e) in zip(procs, outs):
             if p.returncode != 0:
                 sys.exit("cohort-gpt2 rank failed: " + e.strip())
-        return read_metrics(metrics), outs[0][0]
+        return checked_metrics(metrics, a, world, compress), outs[0][0]
     finally:
         store.terminate()
         store.wait()
@@ -108,8 +137,11 @@ def main():
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-torch", action="store_true", help="cohort-gpt2 parts only")
-    ap.add_argument("--only", choices=["all", "scaling"], default="all",
-                    help="scaling: only part 3 (2 ranks against 1)")
+    ap.add_argument("--only", choices=["all", "scaling", "shaped"], default="all",
+                    help="scaling: only part 3 (2 ranks against 1); shaped: only part 5")
+    ap.add_argument("--rates", default="1gbit,10gbit", help="shaped links: tc rates")
+    ap.add_argument("--compress", default="none,bf16",
+                    help="shaped links: cohort-gpt2 --grad-compress values")
     a = ap.parse_args()
     tokens = a.batch * a.seq_len
     tmp = tempfile.mkdtemp(prefix="bench_train.")
@@ -138,13 +170,16 @@ def main():
 
     if a.only == "all":
         report_throughput(a, cases, res, sgemm, tokens)
-    scaling(a, tmp)
+    if a.only in ("all", "scaling"):
+        scaling(a, tmp)
     if a.only == "all":
         print("\n## memory (LM head, AdamW, 1 rank)")
         if rss:
             print("| peak RSS MiB | params+grads+optimizer+activations MiB | ratio |")
             print("|---|---|---|")
             print("| %.1f | %.1f | %.2f |" % (rss[0], rss[1], rss[0] / rss[1]))
+    if a.only in ("all", "shaped"):
+        shaped(a, tmp)
 
 
 def report_throughput(a, cases, res, sgemm, tokens):
@@ -182,6 +217,114 @@ def scaling(a, tmp):
     print("|---|---|---|---|---|")
     print("| %.1f | %.1f | %.0f%% | %.1f | %.0f%% |" % (t1, t2, 100 * t2 / (2 * t1), median(comm),
                                                      100 * median(hid)))
+
+
+# ---- 5. shaped links ----
+
+NS = ["cbt%d_a" % os.getpid(), "cbt%d_b" % os.getpid()]
+
+
+def ns_addr(i):
+    return "10.203.%d.%d" % (os.getpid() % 250, i + 1)
+
+
+def sh(*cmd):
+    subprocess.run(cmd, check=True, timeout=30)
+
+
+def ns_down():
+    for ns in NS:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL, timeout=30)
+
+
+def ns_up(rate):
+    """Two namespaces joined by a veth pair (eth0 in each), each end shaped to `rate`."""
+    ns_down()
+    for ns in NS:
+        sh("ip", "netns", "add", ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "link", "add", "cbt%da" % os.getpid(), "netns", NS[0], "type", "veth", "peer",
+       "name", "cbt%db" % os.getpid(), "netns", NS[1])
+    for i, ns in enumerate(NS):
+        sh("ip", "-n", ns, "link", "set", "cbt%d%s" % (os.getpid(), "ab"[i]), "name", "eth0")
+        sh("ip", "-n", ns, "addr", "add", ns_addr(i) + "/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst",
+           "256kb", "latency", "50ms")
+
+
+def run_torch_ns(a, world, hook):
+    """PyTorch on one rank (namespace 0) or DDP on two (one per namespace); checked."""
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "gpt2_torch.py"), "--model", a.model,
+           "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--steps", str(a.steps),
+           "--threads", "1", "--ddp-hook", hook]
+    env = dict(os.environ, MASTER_ADDR=ns_addr(0), MASTER_PORT=str(29500 + os.getpid() % 1000),
+               WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(["ip", "netns", "exec", NS[r]] + cmd,
+                              env=dict(env, RANK=str(r), LOCAL_RANK="0"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(world)]
+    outs = [p.communicate(timeout=7200) for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        sys.exit("PyTorch DDP failed: " + " | ".join(e.strip()[-300:] for _, e in outs))
+    res = json.loads(outs[0][0])
+    if res["world"] != world or len(res["step_s"]) != a.steps:
+        sys.exit("PyTorch run did not do its work: %r: no figure" % res)
+    return res["tokens_per_s"]
+
+
+def shaped(a, tmp):
+    print("\n## shaped links (LM head, AdamW, B=%d per rank, 1 thread per rank, 2 namespaces "
+          "joined by a veth pair, tbf on each end)" % a.batch)
+    if os.geteuid() != 0:
+        print("skipped: network namespaces and tc need root")
+        return
+    comps = a.compress.split(",")
+    rows = []
+    for rate in a.rates.split(","):
+        ns_up(rate)
+        try:
+            r = {"c1": [], "t1": []}
+            for c in comps:
+                r["c2" + c], r["hid" + c], r["comm" + c], r["mb" + c] = [], [], [], []
+            for h in ("none", "fp16"):
+                r["t2" + h] = []
+            for rep in range(a.reps):
+                rows1, _ = run_cohort(a, tmp, "sh1_%s_%d" % (rate, rep), "lm", "adamw", 1,
+                                      world=1, ns=NS)
+                r["c1"].append(a.batch * a.seq_len / step_median(rows1))
+                for c in comps:
+                    rows2, _ = run_cohort(a, tmp, "sh2_%s_%s_%d" % (rate, c, rep), "lm", "adamw",
+                                          1, world=2, ns=NS, compress=c)
+                    r["c2" + c].append(2 * a.batch * a.seq_len / step_median(rows2))
+                    r["hid" + c].append(median([x["hidden_frac"] for x in rows2[1:]]))
+                    r["comm" + c].append(median([x["comm_ms"] for x in rows2[1:]]))
+                    r["mb" + c].append(median([x["wire_mb"] for x in rows2[1:]]))
+                if not a.skip_torch:
+                    r["t1"].append(run_torch_ns(a, 1, "none"))
+                    for h in ("none", "fp16"):
+                        r["t2" + h].append(run_torch_ns(a, 2, h))
+            rows.append((rate, r))
+        finally:
+            ns_down()
+    print("| link | run | 1 rank tok/s | 2 ranks tok/s | scaling | allreduce ms/step | hidden "
+          "| wire MB/step/rank |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rate, r in rows:
+        c1 = median(r["c1"])
+        for c in comps:
+            c2 = median(r["c2" + c])
+            print("| %s | cohort-gpt2 --grad-compress %s | %.1f | %.1f | %.2f | %.1f | %.0f%% | "
+                  "%.1f |" % (rate, c, c1, c2, c2 / (2 * c1), median(r["comm" + c]),
+                              100 * median(r["hid" + c]), median(r["mb" + c])))
+        if not a.skip_torch:
+            t1 = median(r["t1"])
+            for h in ("none", "fp16"):
+                t2 = median(r["t2" + h])
+                print("| %s | PyTorch DDP gloo, %s | %.1f | %.1f | %.2f | | | |" % (
+                    rate, "fp16_compress_hook" if h == "fp16" else "no hook", t1, t2,
+                    t2 / (2 * t1)))
+    print("(medians of %d reps, each the median of its steps after the first; scaling = 2-rank "
+          "tok/s / (2 x 1-rank tok/s) in the same run)" % a.reps)
 
 
 if __name__ == "__main__":
