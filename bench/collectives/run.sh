@@ -4,7 +4,11 @@
 # mpi_allreduce.c) and PyTorch Gloo (torch.distributed, gloo_allreduce.py).
 #
 #   one host:            2 processes; cohort uses shared memory, Open MPI its
-#                        default (vader shared memory), Gloo TCP over loopback.
+#                        default (vader shared memory), Gloo TCP over loopback;
+#                        beside them the memory bound (mem_bound.c: two
+#                        threads reducing their halves of two buffers in
+#                        place, every input read and every output written
+#                        once), measured in the same run.
 #   two namespaces:      one rank in each of two network namespaces joined by
 #                        veth links (tests/netns_lib.sh, 10.201.0.0/24); all
 #                        three use TCP (Open MPI: --mca btl tcp,self), plus
@@ -57,6 +61,7 @@ trap cleanup EXIT
 
 mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
 cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
+cc -O3 -pthread -o "$WORK/mem_bound" "$HERE/mem_bound.c" || exit 1
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
 # busbw in GB/s from bytes, microseconds and ranks (default 2: busbw = algbw).
@@ -71,7 +76,15 @@ cohort_local() {
   local s
   for s in $(size_list); do
     timeout 300 "$COHORT" bench --nproc 2 -b "$s" -e "$s" -n "$(lat_it "$s")" -w "$(lat_wu "$s")" |
-      awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
+      awk -v s="$s" '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG: no figure" > "/dev/stderr"; else print s, $6}'
+  done
+}
+
+# The bound: no figure when its sums are wrong (it prints nothing then).
+bound_local() {
+  local s
+  for s in "${SIZES[@]}"; do
+    timeout 300 "$WORK/mem_bound" "${ITERS[$s]}" "${WARM[$s]}" "$s"
   done
 }
 
@@ -126,7 +139,7 @@ cohort_nodes() {
       else
         netns_exec 0 env RANK=0 WORLD_SIZE="$np" COHORT_STORE="$A:29400" COHORT_JOB_ID="b$$-$JOBN" \
           COHORT_HIER="$hier" timeout 300 "$COHORT" bench -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" |
-          awk -v s="$s" '!/^#/ && NF >= 13 {print s, $6; if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"}'
+          awk -v s="$s" '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG: no figure" > "/dev/stderr"; else print s, $6}'
       fi
     done
     wait "${pids[@]}"
@@ -181,6 +194,7 @@ raw_ns() {
 for ((rep = 1; rep <= REPS; rep++)); do
   echo "run.sh: repetition $rep/$REPS" >&2
   cohort_local >>"$WORK/local.cohort"
+  bound_local >>"$WORK/local.bound"
   mpi_local >>"$WORK/local.mpi"
   gloo_local >>"$WORK/local.gloo"
   cohort_nodes 2 1 >>"$WORK/ns.cohort"
@@ -208,12 +222,17 @@ report() {
   fi
   printf "%-10s %12s %12s %12s %11s %11s" size "cohort GB/s" "MPI GB/s" "Gloo GB/s" cohort/MPI cohort/Gloo
   [ "$set" = ns ] && printf " %11s %11s" cohort/raw cohort/raw2
+  [ "$set" = local ] && printf " %11s %12s" "bound GB/s" cohort/bound
   printf "\n"
   for s in "${SIZES[@]}"; do
     tc=$(t "$set" cohort "$s"); tm=$(t "$set" mpi "$s"); tg=$(t "$set" gloo "$s")
     bc=$(busbw "$s" "$tc"); bm=$(busbw "$s" "$tm"); bg=$(busbw "$s" "$tg")
     printf "%-10s %12s %12s %12s %11s %11s" "$((s / 1024)) KiB" "$bc" "$bm" "$bg" "$(ratio "$bc" "$bm")" "$(ratio "$bc" "$bg")"
     [ "$set" = ns ] && printf " %11s %11s" "$(ratio "$bc" "$raw")" "$(ratio "$bc" "$raw2")"
+    if [ "$set" = local ]; then
+      bb=$(busbw "$s" "$(t local bound "$s")")
+      printf " %11s %12s" "$bb" "$(ratio "$bc" "$bb")"
+    fi
     printf "\n"
   done
   tc=$(t "$set" cohort 8); tm=$(t "$set" mpi 8); tg=$(t "$set" gloo 8)
@@ -222,7 +241,8 @@ report() {
 }
 
 report local "one host"
-echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB"
+echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB; cohort >= 0.80x the bound at 64 MiB and >= 0.60x at 4 MiB"
+echo "(bound: two threads reducing their halves of two buffers in place, the least memory traffic a 2-rank allreduce can have)"
 report ns "two network namespaces (TCP over veth)"
 echo "targets: cohort >= 1.3x MPI, >= 2x Gloo, >= 0.70x raw TCP at 4 and 64 MiB"
 echo "(raw2: the both-ways rate, the most a 2-rank allreduce can reach: each rank sends and receives the whole message)"
