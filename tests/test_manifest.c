@@ -96,6 +96,7 @@ static int k8s_rc(const char *name, int nodes, const char *image, const char *se
                          .nproc_per_node = 2,
                          .port = MANIFEST_DEFAULT_PORT,
                          .token_secret = secret,
+                         .token = "0123456789abcdef0123456789abcdef",
                          .cmd = cmd_default,
                          .ncmd = 2};
   manifest_buf b;
@@ -130,6 +131,7 @@ static void test_k8s_validation(void) {
   CHECK_EQ_INT(k8s_rc("train", 2, "img", "Bad_Secret", err), -EINVAL);
   CHECK(strstr(err, "--token-secret") != NULL);
   CHECK_EQ_INT(k8s_rc("train", 2, "img", "a..b", err), -EINVAL);
+  CHECK(strstr(err, "--token-secret") != NULL);
 
   char *bad_utf8[] = {"python3", "\xff"};
   manifest_k8s_opts o = {.name = "t",
@@ -137,6 +139,7 @@ static void test_k8s_validation(void) {
                          .nodes = 1,
                          .nproc_per_node = 1,
                          .port = 1,
+                         .token = "t",
                          .cmd = bad_utf8,
                          .ncmd = 2};
   manifest_buf b;
@@ -146,6 +149,16 @@ static void test_k8s_validation(void) {
   o.ncmd = 0;
   CHECK_EQ_INT(manifest_k8s(&o, &b, err, sizeof err), -EINVAL);
   CHECK(strstr(err, "--") != NULL);
+  /* Without --token-secret the Secret needs a token: the job is never left open. */
+  o.cmd = cmd_default;
+  o.ncmd = 2;
+  const char *no_token[] = {NULL, "", "a b", "t\n"};
+  for (size_t i = 0; i < sizeof no_token / sizeof no_token[0]; i++) {
+    o.token = no_token[i];
+    CHECK_EQ_INT(manifest_k8s(&o, &b, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "token") != NULL);
+  }
+  CHECK_EQ_INT(b.len, 0);
   manifest_buf_free(&b);
 }
 
@@ -179,13 +192,14 @@ static void test_slurm_validation(void) {
   CHECK_EQ_INT(slurm_rc(NULL, NULL, "a\nb"), -EINVAL);
 }
 
-static int docker_rc(const char *master, const char *gpus, int port) {
+static int docker_rc(const char *master, const char *gpus, int port, const char *token) {
   manifest_docker_opts o = {.nodes = 2,
                             .nproc_per_node = 4,
                             .image = "img",
                             .master_addr = master,
                             .port = port,
                             .gpus = gpus,
+                            .token = token,
                             .cmd = cmd_default,
                             .ncmd = 2};
   manifest_buf b;
@@ -197,15 +211,17 @@ static int docker_rc(const char *master, const char *gpus, int port) {
 }
 
 static void test_docker_validation(void) {
-  CHECK_EQ_INT(docker_rc("10.0.0.1", "all", 29400), 0);
-  CHECK_EQ_INT(docker_rc("node-0.cluster", NULL, 1), 0);
-  CHECK_EQ_INT(docker_rc("fd00::1", NULL, 29400), 0);
-  CHECK_EQ_INT(docker_rc("a b", NULL, 29400), -EINVAL);
-  CHECK_EQ_INT(docker_rc("a;b", NULL, 29400), -EINVAL);
-  CHECK_EQ_INT(docker_rc(NULL, NULL, 29400), -EINVAL);
-  CHECK_EQ_INT(docker_rc("h", NULL, 0), -EINVAL);
-  CHECK_EQ_INT(docker_rc("h", NULL, 65536), -EINVAL);
-  CHECK_EQ_INT(docker_rc("h", "", 29400), -EINVAL);
+  CHECK_EQ_INT(docker_rc("10.0.0.1", "all", 29400, "tok"), 0);
+  CHECK_EQ_INT(docker_rc("node-0.cluster", NULL, 1, "tok"), 0);
+  CHECK_EQ_INT(docker_rc("fd00::1", NULL, 29400, "tok"), 0);
+  CHECK_EQ_INT(docker_rc("a b", NULL, 29400, "tok"), -EINVAL);
+  CHECK_EQ_INT(docker_rc("a;b", NULL, 29400, "tok"), -EINVAL);
+  CHECK_EQ_INT(docker_rc(NULL, NULL, 29400, "tok"), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", NULL, 0, "tok"), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", NULL, 65536, "tok"), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", "", 29400, "tok"), -EINVAL);
+  CHECK_EQ_INT(docker_rc("h", NULL, 29400, NULL), -EINVAL); /* no token, no lines */
+  CHECK_EQ_INT(docker_rc("h", NULL, 29400, "a b"), -EINVAL);
 }
 
 static void test_docker_ipv6_master(void) {
@@ -216,6 +232,7 @@ static void test_docker_ipv6_master(void) {
                             .port = 29400,
                             .cmd = cmd_default,
                             .ncmd = 2,
+                            .token = "t0k",
                             .shm_bytes = 3ull << 40};
   manifest_buf b;
   manifest_buf_init(&b);
@@ -224,6 +241,8 @@ static void test_docker_ipv6_master(void) {
   CHECK(b.data != NULL && strstr(b.data, "--master '[fd00::1]:29400'") != NULL);
   /* docker's --shm-size has no "t" unit. */
   CHECK(b.data != NULL && strstr(b.data, "--shm-size 3072g ") != NULL);
+  CHECK(b.data != NULL &&
+        strstr(b.data, "printf 'COHORT_TOKEN=%s\\n' t0k > cohort-job.env") != NULL);
   manifest_buf_free(&b);
 }
 

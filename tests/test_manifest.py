@@ -16,7 +16,7 @@ import tempfile
 
 import yaml
 
-COHORT = sys.argv[1]
+COHORT = os.path.abspath(sys.argv[1])
 failures = 0
 passed = 0
 
@@ -120,14 +120,29 @@ def test_k8s():
     check(master_host == "%s-0.%s" % (job["metadata"]["name"], ps["subdomain"]),
           "master is pod 0's DNS name")
 
-    # The minimal form: no GPUs, RDMA, shm limit or token.
+    check("Secret" not in [d["kind"] for d in docs], "no Secret beside --token-secret")
+
+    # The minimal form: no GPUs, RDMA or shm limit; a Secret with a generated token.
     rc, out, err = run("k8s", "--name", "j", "--nodes", "1", "--nproc-per-node", "2", "--image",
                        "img", "--", "python3", "t.py")
     check(rc == 0, "minimal k8s: " + err)
-    job = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job"][0]
+    docs = [d for d in yaml.safe_load_all(out) if d is not None]
+    check([d["kind"] for d in docs] == ["Secret", "Service", "Job"], "Secret, Service and Job")
+    job = [d for d in docs if d["kind"] == "Job"][0]
     c = job["spec"]["template"]["spec"]["containers"][0]
-    check("resources" not in c and "securityContext" not in c and "env" not in c,
-          "minimal k8s has no resources, capabilities or token")
+    check("resources" not in c and "securityContext" not in c,
+          "minimal k8s has no resources or capabilities")
+    secret = [d for d in docs if d["kind"] == "Secret"][0]
+    check(secret["metadata"]["name"] == "j-token" and secret["type"] == "Opaque" and
+          secret["metadata"]["labels"] == {"cohort.job": "j"}, "the Secret j-token")
+    token = secret["stringData"]["token"]
+    check(re.fullmatch(r"[0-9a-f]{32}", token) is not None, "a generated token: %r" % token)
+    check(c["env"] == [{"name": "COHORT_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "j-token", "key": "token"}}}], "the pods read COHORT_TOKEN from the Secret")
+    rc, again, err = run("k8s", "--name", "j", "--nodes", "1", "--nproc-per-node", "2", "--image",
+                         "img", "--", "python3", "t.py")
+    other = [d for d in yaml.safe_load_all(again) if d and d["kind"] == "Secret"][0]
+    check(other["stringData"]["token"] != token, "every manifest has a token of its own")
     check("annotations" not in job["spec"]["template"]["metadata"], "no network annotation")
     check(job["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory"},
           "memory-backed /dev/shm without limit")
@@ -156,6 +171,15 @@ with open(os.environ["RECORD"], "a") as f:
 """
 
 
+# A recorder that also notes the COHORT_TOKEN it was given.
+RECORDER_TOKEN = """#!/usr/bin/python3
+import json, os, sys
+with open(os.environ["RECORD"], "a") as f:
+    f.write(json.dumps([os.environ.get("COHORT_TOKEN"), os.path.basename(sys.argv[0])]
+                       + sys.argv[1:]) + "\\n")
+"""
+
+
 def test_slurm():
     rc, out, err = run("slurm", "--nodes", "4", "--nproc-per-node", "8", "--time", "1-12:00:00",
                        "--partition", "gpu", "--job-name", "gpt2", "--gpus-per-node", "8", "--",
@@ -177,16 +201,26 @@ def test_slurm():
             f.write(out)
         p = subprocess.run(["bash", "-n", script], capture_output=True, timeout=30)
         check(p.returncode == 0, "bash -n accepts the script: %s" % p.stderr)
-        # Run it with a recording srun: what reaches srun is what each node runs.
-        write_exe(os.path.join(d, "srun"), RECORDER)
-        env = dict(os.environ, PATH=d + ":" + os.environ["PATH"], RECORD=os.path.join(d, "rec"))
-        p = subprocess.run(["bash", script], env=env, capture_output=True, timeout=30)
-        check(p.returncode == 0, "script runs: %s" % p.stderr)
+        # Run it with a recording srun: what reaches srun is what each node runs,
+        # with the token srun passes on (made by `cohort token` unless exported).
+        write_exe(os.path.join(d, "srun"), RECORDER_TOKEN)
+        path = os.path.dirname(COHORT) + ":" + d + ":" + os.environ["PATH"]
+        env = dict(os.environ, PATH=path, RECORD=os.path.join(d, "rec"))
+        env.pop("COHORT_TOKEN", None)
+        for exported in [None, "exported-token"]:
+            if exported:
+                env["COHORT_TOKEN"] = exported
+            p = subprocess.run(["bash", script], env=env, capture_output=True, timeout=30)
+            check(p.returncode == 0, "script runs: %s" % p.stderr)
         with open(os.path.join(d, "rec")) as f:
             calls = [json.loads(l) for l in f]
         want = ["srun", "--nodes=4", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "cohort",
                 "run", "--nproc-per-node", "8", "--"] + AWKWARD
-        check(calls == [want], "srun line round-trips:\n%r\n%r" % (calls, [want]))
+        check([c[1:] for c in calls] == [want, want],
+              "srun line round-trips:\n%r\n%r" % (calls, [want]))
+        check(re.fullmatch(r"[0-9a-f]{32}", calls[0][0] or "") is not None,
+              "a fresh token when none is exported: %r" % calls[0][0])
+        check(calls[1][0] == "exported-token", "the exported token is kept")
     rc, out, err = run("slurm", "--nodes", "1", "--nproc-per-node", "2", "--", "t")
     check(rc == 0 and "--time" not in out and "--partition" not in out and "--job-name" not in out,
           "optional #SBATCH lines absent")
@@ -215,7 +249,12 @@ def test_docker():
                        "--shm", "8G", "--rdma", "--", *AWKWARD)
     check(rc == 0 and err == "", "docker exits 0 silently: " + err)
     runs = shell_commands(out)
-    check(len(runs) == 3, "one docker line per node")
+    check(len(runs) == 4, "the env file's line, then one docker line per node")
+    envline, runs = runs[0][1], runs[1:]
+    check(envline[:5] == ["(umask", "077", "&&", "printf", "COHORT_TOKEN=%s\\n"] and
+          envline[6:] == [">", "cohort-job.env)"] and
+          re.fullmatch(r"[0-9a-f]{32}", envline[5]) is not None, "the env file's line: %r" % envline)
+    check(envline[5] not in "".join(line for line, _ in runs), "no token on docker's lines")
     for rank, (line, a) in enumerate(runs):
         check(a[:2] == ["docker", "run"], "docker run")
         i = a.index("egoldne7/pytorch:latest")
@@ -223,7 +262,7 @@ def test_docker():
         check("--ipc" not in flags, "node %d: no --ipc host beside --shm-size" % rank)
         for f in [["--network", "host"], ["--ulimit", "memlock=-1:-1"],
                   ["--shm-size", "8g"], ["--gpus", "all"], ["--device", "/dev/infiniband"],
-                  ["--cap-add", "IPC_LOCK"], ["--env", "COHORT_TOKEN"]]:
+                  ["--cap-add", "IPC_LOCK"], ["--env-file", "cohort-job.env"]]:
             check(any(flags[k:k + 2] == f for k in range(len(flags))), "node %d: %r" % (rank, f))
         want = ["cohort", "run", "--nnodes", "3", "--node-rank", str(rank), "--master",
                 "10.1.2.3:29400", "--nproc-per-node", "8", "--"] + AWKWARD
@@ -232,14 +271,18 @@ def test_docker():
     with tempfile.TemporaryDirectory() as d:
         write_exe(os.path.join(d, "docker"), RECORDER)
         env = dict(os.environ, PATH=d + ":" + os.environ["PATH"], RECORD=os.path.join(d, "rec"))
-        p = subprocess.run(["bash", "-c", out], env=env, capture_output=True, timeout=30)
+        p = subprocess.run(["bash", "-c", out], env=env, capture_output=True, timeout=30, cwd=d)
         check(p.returncode == 0, "docker lines run in bash: %s" % p.stderr)
         with open(os.path.join(d, "rec")) as f:
             calls = [json.loads(l) for l in f]
         check(calls == [a for _, a in runs], "bash and shlex agree")
+        envfile = os.path.join(d, "cohort-job.env")
+        with open(envfile) as f:
+            check(f.read() == "COHORT_TOKEN=%s\n" % envline[5], "the env file holds the token")
+        check(os.stat(envfile).st_mode & 0o777 == 0o600, "the env file is private")
     rc, out, err = run("docker", "--nodes", "2", "--nproc-per-node", "1", "--image", "i",
                        "--master-addr", "head", "--port", "1234", "--", "t")
-    runs = [a for _, a in shell_commands(out)]
+    runs = [a for _, a in shell_commands(out)][1:]
     check(rc == 0 and all("--gpus" not in r and "--device" not in r and "--shm-size" not in r
                           for r in runs), "docker without gpus, rdma, shm")
     check(all(r[r.index("--master") + 1] == "head:1234" for r in runs), "docker --port")
@@ -326,9 +369,10 @@ def test_random_roundtrip():
             check(rc == 0, "random %s %d: %s" % (kind, trial, err))
             with tempfile.TemporaryDirectory() as d:
                 write_exe(os.path.join(d, "srun" if kind == "slurm" else "docker"), RECORDER)
-                env = dict(os.environ, PATH=d + ":" + os.environ["PATH"],
-                           RECORD=os.path.join(d, "rec"))
-                p = subprocess.run(["bash", "-c", out], env=env, capture_output=True, timeout=30)
+                path = d + ":" + os.path.dirname(COHORT) + ":" + os.environ["PATH"]
+                env = dict(os.environ, PATH=path, RECORD=os.path.join(d, "rec"))
+                p = subprocess.run(["bash", "-c", out], env=env, capture_output=True, timeout=30,
+                                   cwd=d)
                 with open(os.path.join(d, "rec")) as f:
                     call = json.loads(f.readline())
             check(p.returncode == 0 and call[len(call) - len(args):] == args and

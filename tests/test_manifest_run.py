@@ -12,6 +12,12 @@ only for the scheduler:
           does, with pod 0's DNS name pointed at 127.0.0.1 (no cluster DNS).
 Every worker prints its RANK, WORLD_SIZE and argv; the test asserts four
 distinct ranks of a world of four and the exact awkward argv on each.
+
+No token is set by the test: each template authenticates its job by itself
+(Slurm's script makes one, the docker lines read the env file the template
+writes, the pods read the Secret the manifest holds). While the workers wait,
+an intruder without the token tries to read a key, to set the failure key
+and to join as a node: all three are refused, and the job then finishes.
 """
 import json
 import os
@@ -21,10 +27,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import yaml
 
-BINDIR = sys.argv[1]
+BINDIR = os.path.abspath(sys.argv[1])
 COHORT = os.path.join(BINDIR, "cohort")
 failures = passed = 0
 
@@ -39,9 +46,13 @@ def check(cond, what):
 
 
 ARGS = ["it's", 'say "hi": now', "$(HOME)", "$$", "a b\tc", "", "ünï ☃", "--", "-h"]
+# Each worker prints, then waits (bounded) for the file $GO_FILE before it ends,
+# so that the job is running while the intruder tries its luck.
 WORKER = ["/usr/bin/python3", "-c",
-          "import json, os, sys; print('WORKER ' + json.dumps([os.environ['RANK'], "
-          "os.environ['WORLD_SIZE'], sys.argv[1:]]), flush=True)"] + ARGS
+          "import json, os, sys, time; print('WORKER ' + json.dumps([os.environ['RANK'], "
+          "os.environ['WORLD_SIZE'], sys.argv[1:]]), flush=True); t = time.time()\n"
+          "while not os.path.exists(os.environ['GO_FILE']) and time.time() - t < 60: "
+          "time.sleep(0.05)"] + ARGS
 
 
 def free_port():
@@ -58,11 +69,43 @@ def manifest(*args):
     return p.stdout
 
 
-def run_group(cmds, envs, timeout=120):
-    """Starts each argv in its own process group, as on separate machines;
-    returns their (exit status, output). Bounded: all are killed at timeout."""
+def intrude(kind, port, go_file):
+    """While the job runs: a client without the token can neither read a key
+    nor set the failure key, and an agent without it cannot join. Then lets
+    the workers end."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
+    addr = "127.0.0.1:%d" % port
+    # The job is up once its store answers (refusing us, since we lack the token).
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        p = subprocess.run([COHORT, "store", "ping", "--addr", addr, "--timeout", "2"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        if "token" in p.stderr:
+            break
+        time.sleep(0.2)
+    for what, argv in [("read a key", ["store", "get", "--addr", addr, "--timeout", "5", "plan"]),
+                       ("set the failure key", ["store", "set", "--addr", addr, "--timeout", "5",
+                                                "j/0/fail", "intruder says stop"])]:
+        p = subprocess.run([COHORT] + argv, env=env, capture_output=True, text=True, timeout=30)
+        check(p.returncode != 0 and "token" in p.stderr,
+              "%s: an intruder without the token cannot %s: %d %s" %
+              (kind, what, p.returncode, p.stderr))
+    p = subprocess.run([COHORT, "run", "--nnodes", "2", "--node-rank", "1", "--master", addr,
+                        "--nproc-per-node", "1", "--", "/bin/true"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode != 0 and "token" in p.stderr,
+          "%s: an agent without the token cannot join: %d %s" % (kind, p.returncode, p.stderr))
+    open(go_file, "w").close()
+
+
+def run_group(cmds, envs, timeout=120, during=None):
+    """Starts each argv in its own process group, as on separate machines,
+    runs during() while they run, and returns their (exit status, output).
+    Bounded: all are killed at timeout."""
     procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True) for c, e in zip(cmds, envs)]
+    if during is not None:
+        during()
     outs = []
     for p in procs:
         try:
@@ -114,7 +157,8 @@ for node in range(2):
 sys.exit(max(p.wait() for p in procs))
 '''
 
-# docker run: skip the container options, run the command here.
+# docker run: skip the container options but for the env file (whose
+# variables the container gets), run the command here.
 FAKE_DOCKER = r'''#!/usr/bin/python3
 import os, sys
 args = sys.argv[1:]
@@ -123,22 +167,27 @@ with_value = {"--network", "--ipc", "--ulimit", "--shm-size", "--gpus", "--devic
               "--cap-add", "--env"}
 while args[0].startswith("--"):
     opt = args.pop(0)
-    if opt in with_value:
+    if opt == "--env-file":
+        with open(args.pop(0)) as f:
+            for line in f.read().splitlines():
+                name, value = line.split("=", 1)
+                os.environ[name] = value
+    elif opt in with_value:
         args.pop(0)
 args.pop(0)  # the image
 os.execvp(args[0], args)
 '''
 
 
-def main():
-    env = dict(os.environ, PATH=BINDIR + ":" + os.environ["PATH"], COHORT_TOKEN="test-token")
+def run_slurm(env):
     with tempfile.TemporaryDirectory() as d:
         # Slurm: the agents put the store on port 29400 + job id % 1000.
-        jobid = None
+        jobid = port = None
         for j in range(1000):
             sock = socket.socket()
             try:
-                sock.bind(("127.0.0.1", 29400 + (os.getpid() + j) % 1000))
+                port = 29400 + (os.getpid() + j) % 1000
+                sock.bind(("127.0.0.1", port))
                 jobid = 7000000 + (os.getpid() + j) % 1000
                 break
             except OSError:
@@ -148,31 +197,44 @@ def main():
         check(jobid is not None, "a free Slurm-derived port")
         script = manifest("slurm", "--nodes", "2", "--nproc-per-node", "2", "--", *WORKER)
         write_exe(os.path.join(d, "srun"), FAKE_SRUN)
-        senv = dict(env, PATH=d + ":" + env["PATH"], SLURM_JOB_ID=str(jobid))
-        (rc, out), = run_group([["bash", "-c", script]], [senv])
+        go = os.path.join(d, "go")
+        senv = dict(env, PATH=d + ":" + env["PATH"], SLURM_JOB_ID=str(jobid), GO_FILE=go)
+        (rc, out), = run_group([["bash", "-c", script]], [senv],
+                               during=lambda: intrude("slurm", port, go))
         check(rc == 0, "slurm script exit %s\n%s" % (rc, out))
         check_workers("slurm", out)
 
+
+def run_docker(env):
     with tempfile.TemporaryDirectory() as d:
         port = free_port()
         lines = manifest("docker", "--nodes", "2", "--nproc-per-node", "2", "--image", "img",
                          "--master-addr", "127.0.0.1", "--port", str(port), "--", *WORKER)
         write_exe(os.path.join(d, "docker"), FAKE_DOCKER)
-        denv = dict(env, PATH=d + ":" + env["PATH"])
-        # Each node's line, as a separate shell on its own "machine".
-        cmds = []
-        for block in lines.split("# node ")[1:]:
-            cmds.append(["bash", "-c", block.split("\n", 1)[1]])
+        go = os.path.join(d, "go")
+        denv = dict(env, PATH=d + ":" + env["PATH"], GO_FILE=go)
+        # The env file's line once (the file is then "copied" to every node: the
+        # nodes share d), then each node's line as a separate shell on its own
+        # "machine".
+        blocks = lines.split("# node ")
+        p = subprocess.run(["bash", "-c", blocks[0]], env=denv, cwd=d, timeout=30)
+        check(p.returncode == 0, "docker: the env file's line runs")
+        cmds = [["bash", "-c", "cd %s && %s" % (d, b.split("\n", 1)[1])] for b in blocks[1:]]
         check(len(cmds) == 2, "two docker lines")
-        outs = run_group(cmds, [denv, denv])
+        outs = run_group(cmds, [denv, denv], during=lambda: intrude("docker", port, go))
         check(all(rc == 0 for rc, _ in outs), "docker nodes exit %r" % [o for o in outs])
         check_workers("docker", "\n".join(o for _, o in outs))
 
+
+def run_k8s(env):
     port = free_port()
     text = manifest("k8s", "--name", "cj", "--nodes", "2", "--nproc-per-node", "2", "--image",
                     "img", "--port", str(port), "--", *WORKER)
-    job = [doc for doc in yaml.safe_load_all(text) if doc and doc["kind"] == "Job"][0]
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    job = [doc for doc in docs if doc["kind"] == "Job"][0]
+    secrets = {doc["metadata"]["name"]: doc["stringData"] for doc in docs if doc["kind"] == "Secret"}
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
     cmds = []
     for index in range(job["spec"]["completions"]):
         argv = []
@@ -183,10 +245,27 @@ def main():
             argv.append(a.replace("cj-0.cj:", "127.0.0.1:"))  # stands in for cluster DNS
         cmds.append(argv)
     check(cmds[0][0] == "cohort", "k8s runs cohort")
-    kenvs = [dict(env, JOB_COMPLETION_INDEX=str(i)) for i in range(2)]
-    procs_out = run_group(cmds, kenvs)
+    # The kubelet's env: each secretKeyRef from the Secret the manifest holds.
+    penv = {}
+    for e in container.get("env", []):
+        ref = e["valueFrom"]["secretKeyRef"]
+        penv[e["name"]] = secrets[ref["name"]][ref["key"]]
+    check("COHORT_TOKEN" in penv, "k8s: the pods get COHORT_TOKEN from the Secret")
+    with tempfile.TemporaryDirectory() as d:
+        go = os.path.join(d, "go")
+        kenvs = [dict(env, JOB_COMPLETION_INDEX=str(i), GO_FILE=go, **penv) for i in range(2)]
+        procs_out = run_group(cmds, kenvs, during=lambda: intrude("k8s", port, go))
     check(all(rc == 0 for rc, _ in procs_out), "k8s pods exit %r" % procs_out)
     check_workers("k8s", "\n".join(o for _, o in procs_out))
+
+
+def main():
+    # No token from the user: the templates make their own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
+    env["PATH"] = BINDIR + ":" + os.environ["PATH"]
+    run_slurm(env)
+    run_docker(env)
+    run_k8s(env)
 
     print("%d passed, %d failed" % (passed, failures))
     return 1 if failures else 0

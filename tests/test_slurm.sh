@@ -9,7 +9,10 @@
 #   4, 5. a job in which one rank crashes (a lock-step worker, cohort-gpt2)
 #      ends FAILED, and no process of it is left on any node;
 #   6. the same when a node's `cohort run` agent is killed;
-#   7. scancel ends a running job CANCELLED with nothing left.
+#   7. scancel ends a running job CANCELLED with nothing left; before, with
+#      the job submitted without a token (the script makes one), a client on
+#      the login node without it can neither read the job's store, nor set
+#      its failure key, nor join it as a node, and the job steps on.
 # Every daemon is started by hand (no systemd) and stopped by PID on exit;
 # the namespaces and the private directory are removed.
 # usage: test_slurm.sh BIN_DIR SOURCE_DIR   (BIN_DIR holds cohort, cohort-gpt2)
@@ -401,6 +404,24 @@ case_cancel() {
   out="$dir/jobs/cancel-$id.out"
   stepping() { grep -q '^\[r4\] step 2 ' "$out" 2>/dev/null; }
   check "job $id steps" wait_for 120 stepping
+  # No token was exported to sbatch: the script made one. The login node (the
+  # controller's namespace) reaches node0's store, but without the token:
+  local port=$((29400 + id % 1000)) said
+  refused() { # refused CMD...: the command fails because the store requires a token
+    said=$(on_ctl env -u COHORT_TOKEN timeout 60 "$@" 2>&1)
+    [ $? -ne 0 ] && grep -q "requires a token" <<<"$said"
+  }
+  check "without the token the job's store cannot be read" \
+    refused "$cohort" store get --timeout 5 --addr "node0:$port" plan
+  check "without the token the failure key cannot be set" \
+    refused "$cohort" store set --timeout 5 --addr "node0:$port" "j/0/fail" "intruder says stop"
+  check "without the token an agent cannot join" \
+    refused "$cohort" run --nnodes "$NODES" --node-rank 1 --master "node0:$port" -- /bin/true
+  local steps_before
+  steps_before=$(grep -c '^\[r4\] step ' "$out")
+  more_steps() { [ "$(grep -c '^\[r4\] step ' "$out")" -gt "$steps_before" ]; }
+  check "job $id steps on after the intruder" wait_for 60 more_steps
+  check "job $id is still running" [ "$(job_state "$id")" = RUNNING ]
   check "scancel $id" on_ctl scancel "$id"
   ended cancel "$id" 60 CANCELLED
   check "job $id leaves no process" wait_for 15 job_gone "$id"

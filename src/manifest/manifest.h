@@ -14,6 +14,11 @@
  *    $(VAR) references and turns "$$" back into "$".
  *  - shell (Slurm script, docker lines): POSIX single quotes.
  *
+ * Job tokens: every template authenticates its job without the user doing
+ * anything. The renderers take a token the caller generated (store_token_new)
+ * where the template carries one (a Kubernetes Secret, docker's env file);
+ * the Slurm script makes its own at run time unless one is exported.
+ *
  * Thread safety: no shared state; a buffer belongs to one thread.
  */
 #ifndef COHORT_MANIFEST_MANIFEST_H
@@ -74,12 +79,15 @@ typedef struct manifest_k8s_opts {
   int port;                 /* rendezvous port of pod 0 */
   manifest_rdma rdma;       /* RDMA resource, annotation and IPC_LOCK */
   uint64_t shm_bytes;       /* sizeLimit of /dev/shm, 0 for no limit */
-  const char *token_secret; /* Secret with key "token", or NULL */
+  const char *token_secret; /* existing Secret with key "token", or NULL */
+  const char *token;        /* without token_secret: the token of the Secret NAME-token
+                               that the output then holds (printable ASCII) */
   char *const *cmd;         /* the training command, ncmd >= 1 */
   size_t ncmd;
 } manifest_k8s_opts;
 
-/* An Indexed Job plus the headless Service that names its pods. */
+/* An Indexed Job plus the headless Service that names its pods, and the
+ * Secret with the job's token unless token_secret names one. */
 int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
 
 typedef struct manifest_slurm_opts {
@@ -93,7 +101,8 @@ typedef struct manifest_slurm_opts {
   size_t ncmd;
 } manifest_slurm_opts;
 
-/* An sbatch script that starts one agent per node with srun. */
+/* An sbatch script that starts one agent per node with srun, with a fresh
+ * token (`cohort token`) unless COHORT_TOKEN is exported to it. */
 int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, size_t errlen);
 
 typedef struct manifest_docker_opts {
@@ -105,11 +114,16 @@ typedef struct manifest_docker_opts {
   const char *gpus;        /* value of docker's --gpus, or NULL */
   uint64_t shm_bytes;      /* --shm-size, 0 to leave docker's default */
   int rdma;                /* pass /dev/infiniband and IPC_LOCK */
+  const char *token;       /* the job's token, written into the env file MANIFEST_DOCKER_ENV */
   char *const *cmd;
   size_t ncmd;
 } manifest_docker_opts;
 
-/* One `docker run` line per node (node i runs line i). */
+/* The env file every docker line reads the job's token from. */
+#define MANIFEST_DOCKER_ENV "cohort-job.env"
+
+/* The command that writes the env file, then one `docker run` line per node
+ * (node i runs line i). */
 int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err, size_t errlen);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "manifest/manifest.h"
+#include "store/auth.h"
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"
 
@@ -41,7 +42,9 @@ static const char k8s_usage[] =
     "  --rdma roce|ib        request rdma/rdma and IPC_LOCK; roce also attaches the\n"
     "                        kube-system/roce network\n"
     "  --shm SIZE            size limit of the memory-backed /dev/shm (e.g. 8G)\n"
-    "  --token-secret NAME   Secret whose key \"token\" becomes COHORT_TOKEN\n"
+    "  --token-secret NAME   existing Secret whose key \"token\" becomes COHORT_TOKEN\n"
+    "                        (default: the output holds a Secret NAME-token with a\n"
+    "                        token generated now; keep the file private)\n"
     "  --port PORT           rendezvous port of pod 0 (default 29400)\n"
     "  -h, --help            show this help\n";
 
@@ -49,7 +52,8 @@ static const char slurm_usage[] =
     "usage: cohort manifest slurm --nodes N --nproc-per-node G [options] -- COMMAND [ARG...]\n"
     "\n"
     "Prints an sbatch script that starts one `cohort run` agent per node with srun;\n"
-    "the agents take the rendezvous from Slurm's environment.\n"
+    "the agents take the rendezvous from Slurm's environment. The job's token is\n"
+    "the exported COHORT_TOKEN, or a fresh one the script makes (cohort token).\n"
     "\n"
     "options:\n"
     "  --nodes N             number of nodes\n"
@@ -66,7 +70,9 @@ static const char docker_usage[] =
     "\n"
     "Prints one `docker run` line per node (run line i on node i) with host\n"
     "networking, the host's IPC namespace (or --shm), unlimited locked memory, and\n"
-    "`cohort run` joining node 0.\n"
+    "`cohort run` joining node 0. The lines read COHORT_TOKEN from the env file\n"
+    "cohort-job.env, which the first line writes with a token generated now: run\n"
+    "it once and copy the file to every node.\n"
     "\n"
     "options:\n"
     "  --nodes N             number of nodes\n"
@@ -153,8 +159,17 @@ static const cli_opt docker_opts[] = {
 typedef int (*build_fn)(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
                         size_t errlen);
 
+/* A fresh job token for the templates that carry one. */
+static int new_token(char token[STORE_TOKEN_NEW_LEN + 1], char *err, size_t errlen) {
+  if (store_token_new(token) == 0) return 0;
+  snprintf(err, errlen, "no random bytes for the job token");
+  return -EIO;
+}
+
 static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
                      size_t errlen) {
+  char token[STORE_TOKEN_NEW_LEN + 1] = "";
+  if (a->token_secret == NULL && new_token(token, err, errlen) != 0) return -EIO;
   manifest_k8s_opts o = {.name = a->name,
                          .image = a->image,
                          .nodes = a->nodes,
@@ -164,6 +179,7 @@ static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *
                          .rdma = (manifest_rdma)a->rdma,
                          .shm_bytes = a->shm,
                          .token_secret = a->token_secret,
+                         .token = token,
                          .cmd = cmd->argv,
                          .ncmd = (size_t)cmd->argc};
   return manifest_k8s(&o, out, err, errlen);
@@ -184,6 +200,8 @@ static int build_slurm(const manifest_args *a, const cli_args *cmd, manifest_buf
 
 static int build_docker(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
                         size_t errlen) {
+  char token[STORE_TOKEN_NEW_LEN + 1];
+  if (new_token(token, err, errlen) != 0) return -EIO;
   manifest_docker_opts o = {.nodes = a->nodes,
                             .nproc_per_node = a->nproc,
                             .image = a->image,
@@ -192,6 +210,7 @@ static int build_docker(const manifest_args *a, const cli_args *cmd, manifest_bu
                             .gpus = a->gpus_str,
                             .shm_bytes = a->shm,
                             .rdma = a->rdma_flag,
+                            .token = token,
                             .cmd = cmd->argv,
                             .ncmd = (size_t)cmd->argc};
   return manifest_docker(&o, out, err, errlen);
@@ -234,8 +253,9 @@ static int manifest_run(const manifest_kind *k, int argc, char **argv) {
   rc = k->build(&a, &cmd, &out, err, sizeof err);
   if (rc != 0) {
     manifest_buf_free(&out);
-    /* Out of memory is a failure; anything else the templates refuse is bad input. */
-    return cli_error(k->cli.prog, rc == -ENOMEM ? 1 : CLI_USAGE, "%s", err);
+    /* Out of memory or random bytes is a failure; anything else the templates refuse is bad input.
+     */
+    return cli_error(k->cli.prog, rc == -ENOMEM || rc == -EIO ? 1 : CLI_USAGE, "%s", err);
   }
   rc = write_all(&out);
   manifest_buf_free(&out);
