@@ -143,6 +143,59 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* The files of a directory (hidden ones left out), sorted: *names (n of them), each allocated. */
+static int list_dir(const char *path, char ***names, int *n, char *err, size_t errlen) {
+  DIR *dir = opendir(path);
+  if (dir == NULL) {
+    int e = errno;
+    snprintf(err, errlen, "data: %s: %s", path, strerror(e));
+    return -e;
+  }
+  int rc = 0;
+  struct dirent *de;
+  while ((de = readdir(dir)) != NULL) {
+    if (de->d_name[0] == '.') continue;
+    char **nn = realloc(*names, (size_t)(*n + 1) * sizeof(char *));
+    if (nn == NULL) {
+      rc = -ENOMEM;
+      break;
+    }
+    *names = nn;
+    size_t len = strlen(path) + strlen(de->d_name) + 2;
+    nn[*n] = malloc(len);
+    if (nn[*n] == NULL) {
+      rc = -ENOMEM;
+      break;
+    }
+    snprintf(nn[*n], len, "%s/%s", path, de->d_name);
+    (*n)++;
+  }
+  closedir(dir);
+  if (rc == 0 && *n == 0) {
+    snprintf(err, errlen, "data: %s: directory has no data files", path);
+    rc = -ENOENT;
+  }
+  if (rc == 0) qsort(*names, (size_t)*n, sizeof(char *), cmp_str);
+  return rc;
+}
+
+/* The data files under path: the file itself, or a directory's files. */
+static int list_files(const char *path, char ***names, int *n, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    int e = errno;
+    snprintf(err, errlen, "data: %s: %s", path, strerror(e));
+    return -e;
+  }
+  if (S_ISDIR(st.st_mode)) return list_dir(path, names, n, err, errlen);
+  *names = malloc(sizeof(char *));
+  if (*names == NULL) return -ENOMEM;
+  (*names)[0] = strdup(path);
+  if ((*names)[0] == NULL) return -ENOMEM;
+  *n = 1;
+  return 0;
+}
+
 int gpt2_data_open(gpt2_data *d, const char *path, gpt2_head head, int V, int B, int T,
                    uint64_t seed, char *err, size_t errlen) {
   memset(d, 0, sizeof(*d));
@@ -156,61 +209,13 @@ int gpt2_data_open(gpt2_data *d, const char *path, gpt2_head head, int V, int B,
     return 0;
   }
   char **names = NULL;
-  int n = 0, rc = 0;
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    int e = errno;
-    snprintf(err, errlen, "data: %s: %s", path, strerror(e));
-    return -e;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    DIR *dir = opendir(path);
-    if (dir == NULL) {
-      int e = errno;
-      snprintf(err, errlen, "data: %s: %s", path, strerror(e));
-      return -e;
-    }
-    struct dirent *de;
-    while ((de = readdir(dir)) != NULL) {
-      if (de->d_name[0] == '.') continue;
-      char **nn = realloc(names, (size_t)(n + 1) * sizeof(char *));
-      if (nn == NULL) {
-        rc = -ENOMEM;
-        break;
-      }
-      names = nn;
-      size_t len = strlen(path) + strlen(de->d_name) + 2;
-      names[n] = malloc(len);
-      if (names[n] == NULL) {
-        rc = -ENOMEM;
-        break;
-      }
-      snprintf(names[n], len, "%s/%s", path, de->d_name);
-      n++;
-    }
-    closedir(dir);
-    if (rc == 0 && n == 0) {
-      snprintf(err, errlen, "data: %s: directory has no data files", path);
-      rc = -ENOENT;
-    }
-    if (rc == 0) qsort(names, (size_t)n, sizeof(char *), cmp_str);
-  } else {
-    names = malloc(sizeof(char *));
-    if (names) names[0] = strdup(path);
-    if (!names || !names[0]) {
-      rc = -ENOMEM;
-    } else {
-      n = 1;
-    }
-  }
-  if (rc == -ENOMEM) snprintf(err, errlen, "data: out of memory");
+  int n = 0;
+  int rc = list_files(path, &names, &n, err, errlen);
   if (rc == 0) {
     d->shards = calloc((size_t)n, sizeof(gpt2_shard));
-    if (d->shards == NULL) {
-      snprintf(err, errlen, "data: out of memory");
-      rc = -ENOMEM;
-    }
+    if (d->shards == NULL) rc = -ENOMEM;
   }
+  if (rc == -ENOMEM) snprintf(err, errlen, "data: out of memory");
   for (int i = 0; rc == 0 && i < n; i++) {
     rc = open_shard(&d->shards[i], names[i], V, T, err, errlen);
     d->nshards = i + 1;

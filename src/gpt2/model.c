@@ -159,45 +159,11 @@ static void build_tensor_table(gpt2_model *m) {
   }
 }
 
-int gpt2_model_init(gpt2_model *m, const gpt2_config *cfg, int Bi, int Ti) {
-  const char *why;
-  memset(m, 0, sizeof(*m));
-  if (gpt2_config_check(cfg, &why) != 0 || Bi < 1 || Ti < 1 || Ti > cfg->npos) return -EINVAL;
-  m->cfg = *cfg;
-  m->B = Bi;
-  m->T = Ti;
+/* The activations: views into m->acts in llm.c's order, layer by layer. */
+static void set_act_views(gpt2_model *m) {
+  const gpt2_config *cfg = &m->cfg;
   size_t C = (size_t)cfg->channels, L = (size_t)cfg->layers, NH = (size_t)cfg->heads;
-  size_t B = (size_t)Bi, T = (size_t)Ti, BT = B * T;
-  size_t ls[GPT2_LAYER_TENSORS];
-  layer_sizes(C, ls);
-  m->layer_size = 0;
-  for (int i = 0; i < GPT2_LAYER_TENSORS; i++) m->layer_size += ls[i];
-  m->layer_offset0 = ((size_t)cfg->vocab + (size_t)cfg->npos) * C;
-  m->tail_offset = m->layer_offset0 + L * m->layer_size;
-  m->nparams = gpt2_param_count(cfg);
-  m->nacts = gpt2_act_count(cfg, Bi, Ti);
-
-  /* Page-aligned anonymous mappings (zeroed by the kernel). */
-  size_t pbytes = (m->nparams * sizeof(float) + 63) / 64 * 64;
-  size_t abytes = (m->nacts * sizeof(float) + 63) / 64 * 64;
-  m->params = gpt2_big_alloc(pbytes);
-  m->grads = gpt2_big_alloc(pbytes);
-  m->acts = gpt2_big_alloc(abytes);
-  m->param_bytes = pbytes;
-  m->act_bytes = abytes;
-  m->p.layer = calloc(L, sizeof(gpt2_layer));
-  m->g.layer = calloc(L, sizeof(gpt2_layer));
-  m->tensors = calloc(4 + L * GPT2_LAYER_TENSORS + 2, sizeof(gpt2_tensor));
-  m->layer_ptrs = calloc(L * 13, sizeof(float *));
-  if (!m->params || !m->grads || !m->acts || !m->p.layer || !m->g.layer || !m->tensors ||
-      !m->layer_ptrs) {
-    gpt2_model_free(m);
-    return -ENOMEM;
-  }
-  set_views(m, m->params, &m->p);
-  set_views(m, m->grads, &m->g);
-  build_tensor_table(m);
-
+  size_t B = (size_t)m->B, T = (size_t)m->T, BT = B * T;
   float **lp = m->layer_ptrs;
   m->ln1 = lp;
   m->ln1_mean = lp + L;
@@ -248,6 +214,47 @@ int gpt2_model_init(gpt2_model *m, const gpt2_config *cfg, int Bi, int Ti) {
   m->dqkv = TAKE(BT * 3 * C);
   m->attscratch = TAKE(B * NH * T);
 #undef TAKE
+}
+
+int gpt2_model_init(gpt2_model *m, const gpt2_config *cfg, int Bi, int Ti) {
+  const char *why;
+  memset(m, 0, sizeof(*m));
+  if (gpt2_config_check(cfg, &why) != 0 || Bi < 1 || Ti < 1 || Ti > cfg->npos) return -EINVAL;
+  m->cfg = *cfg;
+  m->B = Bi;
+  m->T = Ti;
+  size_t C = (size_t)cfg->channels, L = (size_t)cfg->layers;
+  size_t ls[GPT2_LAYER_TENSORS];
+  layer_sizes(C, ls);
+  m->layer_size = 0;
+  for (int i = 0; i < GPT2_LAYER_TENSORS; i++) m->layer_size += ls[i];
+  m->layer_offset0 = ((size_t)cfg->vocab + (size_t)cfg->npos) * C;
+  m->tail_offset = m->layer_offset0 + L * m->layer_size;
+  m->nparams = gpt2_param_count(cfg);
+  m->nacts = gpt2_act_count(cfg, Bi, Ti);
+
+  /* Page-aligned anonymous mappings (zeroed by the kernel). */
+  size_t pbytes = (m->nparams * sizeof(float) + 63) / 64 * 64;
+  size_t abytes = (m->nacts * sizeof(float) + 63) / 64 * 64;
+  m->params = gpt2_big_alloc(pbytes);
+  m->grads = gpt2_big_alloc(pbytes);
+  m->acts = gpt2_big_alloc(abytes);
+  m->param_bytes = pbytes;
+  m->act_bytes = abytes;
+  m->p.layer = calloc(L, sizeof(gpt2_layer));
+  m->g.layer = calloc(L, sizeof(gpt2_layer));
+  m->tensors = calloc(4 + L * GPT2_LAYER_TENSORS + 2, sizeof(gpt2_tensor));
+  m->layer_ptrs = calloc(L * 13, sizeof(float *));
+  if (!m->params || !m->grads || !m->acts || !m->p.layer || !m->g.layer || !m->tensors ||
+      !m->layer_ptrs) {
+    gpt2_model_free(m);
+    return -ENOMEM;
+  }
+  set_views(m, m->params, &m->p);
+  set_views(m, m->grads, &m->g);
+  build_tensor_table(m);
+
+  set_act_views(m);
   gpt2_zero_grad(m);
   return 0;
 }
