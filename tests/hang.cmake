@@ -1,0 +1,6 @@
+# Hung jobs: stack collection and classification, progress and stragglers
+# (src/agent/stacks.c, src/agent/progress.c) on real processes.
+add_executable(test_hang ${CMAKE_SOURCE_DIR}/tests/test_hang.c)
+target_link_libraries(test_hang PRIVATE cohort_node)
+add_test(NAME hang COMMAND test_hang ${CMAKE_SOURCE_DIR})
+set_tests_properties(hang PROPERTIES TIMEOUT 120 LABELS "unit")

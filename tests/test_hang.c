@@ -1,0 +1,400 @@
+/*
+ * test_hang.c - stack collection and classification (src/agent/stacks.c)
+ * and progress tracking (src/agent/progress.c), on real processes: Python
+ * workers sleeping, spinning and blocked on a pipe (through cohort's
+ * start-up hook), this program's own children, debuggers that hang, and no
+ * debugger at all.
+ *
+ * Usage: test_hang SOURCE_DIR
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/stacks.h"
+#include "base/base.h"
+#include "tests/check.h"
+#include "tests/proc.h"
+
+static const char *src_dir;
+static char tmp_dir[] = "/tmp/cohort-test-hang-XXXXXX";
+
+/* The line of the fixture that carries `marker`. */
+static int fixture_line(const char *marker) {
+  char path[4096], buf[512];
+  snprintf(path, sizeof path, "%s/tests/torch/hang_fixture.py", src_dir);
+  FILE *f = fopen(path, "r");
+  int n = 0, found = 0;
+  while (f && fgets(buf, sizeof buf, f)) {
+    n++;
+    if (strstr(buf, marker)) found = n;
+  }
+  if (f) fclose(f);
+  return found;
+}
+
+/* Reads the child's stdout until "ready" (or 10 s). */
+static int wait_ready(proc_handle *h) {
+  char buf[256];
+  size_t len = 0;
+  int64_t until = base_now_ms() + 10000;
+  while (base_now_ms() < until && len < sizeof buf - 1) {
+    struct pollfd p = {.fd = h->outfd, .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t k = read(h->outfd, buf + len, sizeof buf - 1 - len);
+    if (k <= 0) return 0;
+    len += (size_t)k;
+    buf[len] = '\0';
+    if (strstr(buf, "ready")) {
+      base_sleep_ms(300); /* from the print to the call it announces */
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static char env_path[4200], env_file[4200], env_sig[64];
+
+/* Starts the fixture in `mode` with the hook on PYTHONPATH (hook = 1). */
+static int start_fixture(const char *mode, int hook, int rank, proc_handle *h) {
+  char script[4096];
+  snprintf(script, sizeof script, "%s/tests/torch/hang_fixture.py", src_dir);
+  snprintf(env_path, sizeof env_path, "PYTHONPATH=%s/src/agent/python", src_dir);
+  snprintf(env_file, sizeof env_file, "COHORT_STACKS_FILE=%s/py%d.txt", tmp_dir, rank);
+  snprintf(env_sig, sizeof env_sig, "COHORT_STACKS_SIGNAL=%d", stacks_py_signal());
+  char *env[] = {env_path, env_file, env_sig, NULL};
+  char *argv[] = {"/usr/bin/python3", script, (char *)mode, NULL};
+  if (proc_start(argv, hook ? env : NULL, h) != 0) return 0;
+  return wait_ready(h);
+}
+
+static void stop(proc_handle *h) {
+  kill(-h->pid, SIGKILL);
+  waitpid(h->pid, NULL, 0);
+  close(h->outfd);
+  close(h->errfd);
+}
+
+static stacks_opts opts(const char *path, int64_t ms) {
+  static char dir[4200];
+  snprintf(dir, sizeof dir, "%s/stacks", tmp_dir);
+  stacks_opts o = {
+      .dir = dir, .path = path, .proc_root = "/proc", .deadline_ms = base_deadline_in(ms)};
+  return o;
+}
+
+/* A Python worker in each of its three ways of hanging: the traceback names
+ * the fixture's line and function, it is no collective, and it goes on. */
+static void test_python_modes(void) {
+  const char *modes[3] = {"sleep", "spin", "pipe"};
+  const char *funcs[3] = {"load_batch", "busy_loop", "read_pipe"};
+  const char *marks[3] = {"LINE-SLEEP", "LINE-SPIN", "LINE-PIPE"};
+  proc_handle h[3];
+  stacks_target t[3];
+  char files[3][4200];
+  int ok = 1;
+  for (int i = 0; i < 3; i++) {
+    ok &= start_fixture(modes[i], 1, i, &h[i]);
+    snprintf(files[i], sizeof files[i], "%s/py%d.txt", tmp_dir, i);
+    t[i] = (stacks_target){.rank = i, .pid = h[i].pid, .py_file = files[i]};
+  }
+  CHECK(ok);
+  stacks_dump d[3];
+  int64_t t0 = base_now_ms();
+  stacks_opts o = opts(getenv("PATH"), 10000);
+  CHECK_EQ_INT(stacks_collect(t, 3, &o, d), 0);
+  CHECK(base_now_ms() - t0 < 3000);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(d[i].kind, STACKS_PYTHON);
+    stacks_verdict v;
+    stacks_classify(&d[i], &v);
+    char want[256];
+    snprintf(want, sizeof want, "%s, hang_fixture.py:%d", funcs[i], fixture_line(marks[i]));
+    CHECK_EQ_INT(v.collected, 1);
+    CHECK_EQ_INT(v.in_collective, 0);
+    if (strcmp(v.where, want) != 0) fprintf(stderr, "where '%s', want '%s'\n", v.where, want);
+    CHECK(strcmp(v.where, want) == 0);
+    CHECK(strstr(v.frames, "hang_fixture.py") != NULL);
+    /* The file in the log directory has the whole traceback. */
+    char path[4300];
+    snprintf(path, sizeof path, "%s/stacks/rank%d.txt", tmp_dir, i);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size > 50);
+    /* Dumping does not stop the worker. */
+    CHECK(kill(h[i].pid, 0) == 0 && !proc_gone(h[i].pid, 200));
+  }
+  /* A second request gives one dump again, not two appended. */
+  stacks_dump d2[1];
+  CHECK_EQ_INT(stacks_collect(t, 1, &o, d2), 0);
+  CHECK_EQ_INT(d2[0].kind, STACKS_PYTHON);
+  const char *first = strstr(d2[0].text, "load_batch");
+  CHECK(first != NULL && strstr(first + 1, "load_batch") == NULL);
+  stacks_dump_free(d2, 1);
+  stacks_dump_free(d, 3);
+  for (int i = 0; i < 3; i++) stop(&h[i]);
+}
+
+/* Where this program's child waits: a function of its own, by name. */
+__attribute__((noinline)) static void child_waits_here(void) {
+  for (;;) pause(); /* LINE-C-WAIT */
+}
+
+static pid_t fork_waiting_child(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    child_waits_here();
+    _exit(0);
+  }
+  base_sleep_ms(100);
+  return pid;
+}
+
+static void reap_child(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+/* A symlink dir holding only `name` -> target, as a search path. */
+static const char *tool_dir(const char *sub, const char *name, const char *target) {
+  static char dir[4200];
+  snprintf(dir, sizeof dir, "%s/%s", tmp_dir, sub);
+  mkdir(dir, 0755);
+  char link[4300];
+  snprintf(link, sizeof link, "%s/%s", dir, name);
+  unlink(link);
+  CHECK(symlink(target, link) == 0);
+  return dir;
+}
+
+/* A native process through eu-stack, then through gdb: the frame of this
+ * file is found in the main thread. */
+static void test_native(void) {
+  const char *paths[2] = {"/usr/bin", tool_dir("gdbonly", "gdb", "/usr/bin/gdb")};
+  for (int k = 0; k < 2; k++) {
+    pid_t pid = fork_waiting_child();
+    stacks_target t = {.rank = 5, .pid = pid};
+    stacks_dump d;
+    stacks_opts o = opts(paths[k], 20000);
+    CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+    CHECK_EQ_INT(d.kind, STACKS_NATIVE);
+    stacks_verdict v;
+    stacks_classify(&d, &v);
+    CHECK_EQ_INT(v.in_collective, 0);
+    if (strstr(v.where, "test_hang.c:") == NULL || strstr(v.frames, "child_waits_here") == NULL)
+      fprintf(stderr, "%s: where '%s'\nframes:\n%s\ntext:\n%s\n", paths[k], v.where, v.frames,
+              d.text);
+    CHECK(strstr(v.where, "test_hang.c:") != NULL);
+    CHECK(strstr(v.frames, "child_waits_here") != NULL);
+    stacks_dump_free(&d, 1);
+    reap_child(pid);
+  }
+}
+
+/* No debugger on the path: the process state, its wait channel and what
+ * to install. A Python worker without the hook falls to the same path. */
+static void test_no_debugger(void) {
+  proc_handle h;
+  CHECK(start_fixture("sleep", 0, 9, &h));
+  char file[4200];
+  snprintf(file, sizeof file, "%s/py9.txt", tmp_dir);
+  stacks_target t = {.rank = 9, .pid = h.pid, .py_file = file};
+  stacks_dump d;
+  stacks_opts o = opts("", 5000);
+  CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+  CHECK_EQ_INT(d.kind, STACKS_PROC_STATE);
+  if (strstr(d.text, "process state S") == NULL) fprintf(stderr, "text: %s\n", d.text);
+  CHECK(strstr(d.text, "process state S") != NULL);
+  CHECK(strstr(d.text, "install gdb or elfutils") != NULL);
+  stacks_verdict v;
+  stacks_classify(&d, &v);
+  CHECK_EQ_INT(v.collected, 0);
+  stacks_dump_free(&d, 1);
+  stop(&h);
+}
+
+/* A debugger that never finishes is killed at the deadline. */
+static void test_stuck_debugger(void) {
+  char script[4300];
+  snprintf(script, sizeof script, "%s/stuck", tmp_dir);
+  mkdir(script, 0755);
+  snprintf(script, sizeof script, "%s/stuck/eu-stack", tmp_dir);
+  FILE *f = fopen(script, "w");
+  fprintf(f, "#!/bin/sh\necho '#0 0x1 partial_frame'\nexec sleep 60\n");
+  fclose(f);
+  chmod(script, 0755);
+  char dir[4300];
+  snprintf(dir, sizeof dir, "%s/stuck", tmp_dir);
+  pid_t pid = fork_waiting_child();
+  stacks_target t = {.rank = 1, .pid = pid};
+  stacks_dump d;
+  int64_t t0 = base_now_ms();
+  stacks_opts o = opts(dir, 1000);
+  CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+  int64_t took = base_now_ms() - t0;
+  CHECK(took >= 900 && took < 2500);
+  CHECK(strstr(d.text, "did not finish before the deadline") != NULL);
+  CHECK(strstr(d.text, "partial_frame") != NULL);
+  stacks_dump_free(&d, 1);
+  reap_child(pid);
+}
+
+/* The hook runs the sitecustomize it shadows, and a program that installs
+ * its own handler for the same signal still gets its signals. */
+static void test_hook_chains(void) {
+  char dir[4300], path[4400];
+  snprintf(dir, sizeof dir, "%s/site", tmp_dir);
+  mkdir(dir, 0755);
+  snprintf(path, sizeof path, "%s/sitecustomize.py", dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f, "import os\nopen(os.environ['MARK'], 'w').write('ran')\n");
+  fclose(f);
+  char pp[4600], mark[4400], file[4400], sig[64];
+  snprintf(pp, sizeof pp, "PYTHONPATH=%s/src/agent/python:%s", src_dir, dir);
+  snprintf(mark, sizeof mark, "MARK=%s/marked", tmp_dir);
+  snprintf(file, sizeof file, "COHORT_STACKS_FILE=%s/chain.txt", tmp_dir);
+  snprintf(sig, sizeof sig, "COHORT_STACKS_SIGNAL=%d", stacks_py_signal());
+  char *env[] = {pp, mark, file, sig, NULL};
+  /* A program with its own handler for the signal: after the hook, it
+   * still gets its signal, and the dump is written too. */
+  char prog[512];
+  snprintf(prog, sizeof prog,
+           "import os, signal, time\n"
+           "hits = []\n"
+           "signal.signal(%d, lambda s, f: hits.append(s))\n"
+           "os.kill(os.getpid(), %d)\n"
+           "time.sleep(0.3)\n"
+           "print('hits', len(hits), flush=True)\n",
+           stacks_py_signal(), stacks_py_signal());
+  char *argv[] = {"/usr/bin/python3", "-c", prog, NULL};
+  proc_result r;
+  CHECK_EQ_INT(proc_run(argv, env, 20000, &r), 0);
+  CHECK_EQ_INT(proc_exit_code(&r), 0);
+  snprintf(path, sizeof path, "%s/marked", tmp_dir);
+  struct stat st;
+  CHECK(stat(path, &st) == 0);
+  CHECK(strstr(r.out, "hits 1") != NULL);
+  proc_result_free(&r);
+}
+
+/* Native texts as gdb and eu-stack print them for a libcohort worker
+ * waiting in an allreduce: a victim, the collective and the caller named. */
+static void test_classify_native_texts(void) {
+  const char *gdb =
+      "Thread 2 (Thread 0x7f00 (LWP 101) \"cohort-progress\"):\n"
+      "#0  0x00007f in poll () from /lib/libc.so.6\n"
+      "#1  0x000055 in progress_main (arg=0x1) at /src/coll/engine.c:80\n"
+      "Thread 1 (Thread 0x7f01 (LWP 100) \"worker\"):\n"
+      "#0  0x00007f in __GI___clock_nanosleep (a=1) at ../sysdeps/clock_nanosleep.c:48\n"
+      "#1  0x000055 in coll_wait (c=0x1) at /src/coll/comm.c:300\n"
+      "#2  0x000055 in cohort_allreduce (comm=0x1, send=0x2) at /src/coll/comm.c:400\n"
+      "#3  0x000055 in train_step (i=5) at /src/tests/test_hang_worker.c:41\n"
+      "#4  0x000055 in main () at /src/tests/test_hang_worker.c:60\n";
+  stacks_dump d = {.rank = 2, .pid = 100, .kind = STACKS_NATIVE, .text = (char *)gdb};
+  stacks_verdict v;
+  stacks_classify(&d, &v);
+  CHECK_EQ_INT(v.in_collective, 1);
+  CHECK_STREQ(v.where, "cohort_allreduce, test_hang_worker.c:41");
+  const char *eu = "PID 100 - process\n"
+                   "TID 101:\n#0  0x00007f poll\n"
+                   "TID 100:\n"
+                   "#0  0x00007f __GI___poll\n    ../sysdeps/poll.c:29:10\n"
+                   "#1  0x000055 cohort_barrier\n    /src/coll/comm.c:500:3\n"
+                   "#2  0x000055 main\n    /src/tests/test_hang_worker.c:77:5\n";
+  d.text = (char *)eu;
+  stacks_classify(&d, &v);
+  CHECK_EQ_INT(v.in_collective, 1);
+  CHECK_STREQ(v.where, "cohort_barrier, test_hang_worker.c:77");
+  CHECK(strstr(v.frames, "__GI___poll at ../sysdeps/poll.c:29") != NULL);
+  /* A Python rank in torch.distributed, and one in DDP's backward. */
+  const char *py = "Thread 0x7f02 (most recent call first):\n"
+                   "  File \"/usr/lib/python3.11/threading.py\", line 320 in wait\n"
+                   "  File \"/usr/lib/python3.11/threading.py\", line 995 in _bootstrap\n\n"
+                   "Current thread 0x7f01 (most recent call first):\n"
+                   "  File \"/usr/lib/python3/dist-packages/torch/distributed/"
+                   "distributed_c10d.py\", line 1536 in all_reduce\n"
+                   "  File \"/job/train.py\", line 41 in step\n"
+                   "  File \"/job/train.py\", line 60 in <module>\n";
+  d.kind = STACKS_PYTHON;
+  d.text = (char *)py;
+  stacks_classify(&d, &v);
+  CHECK_EQ_INT(v.in_collective, 1);
+  CHECK_STREQ(v.where, "all_reduce, train.py:41");
+  const char *ddp = "Thread 0x7f01 (most recent call first):\n"
+                    "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", "
+                    "line 197 in backward\n"
+                    "  File \"/usr/lib/python3/dist-packages/torch/_tensor.py\", line 487 in "
+                    "backward\n"
+                    "  File \"/job/train.py\", line 33 in main\n"
+                    "  File \"/job/train.py\", line 70 in <module>\n";
+  d.text = (char *)ddp;
+  stacks_classify(&d, &v);
+  CHECK_EQ_INT(v.in_collective, 1);
+  CHECK_STREQ(v.where, "backward (DDP's gradient all_reduce), train.py:33");
+  /* Garbage is no stack, not a crash. */
+  d.text = (char *)"#\n#x\nThread \n  File \"\n  File \"a\", line \nTID :\n\x01\xff";
+  stacks_classify(&d, &v);
+  CHECK_EQ_INT(v.in_collective, 0);
+}
+
+static stacks_verdict verdict(int rank, int collected, int coll, const char *where) {
+  stacks_verdict v;
+  memset(&v, 0, sizeof v);
+  v.rank = rank;
+  v.collected = collected;
+  v.in_collective = coll;
+  snprintf(v.where, sizeof v.where, "%s", where);
+  return v;
+}
+
+/* The cause is the rank not in a collective, not the first to fall silent;
+ * then the odd one out; the others grouped by place. */
+static void test_blame(void) {
+  stacks_verdict v[4] = {
+      verdict(3, 1, 1, "all_reduce, t.py:41"), verdict(0, 1, 1, "all_reduce, t.py:41"),
+      verdict(2, 1, 0, "load_batch, t.py:12"), verdict(1, 1, 1, "all_reduce, t.py:41")};
+  int64_t silent[4] = {30000, 20000, 10000, 25000};
+  const char *why = NULL;
+  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 2);
+  CHECK_STREQ(why, "is not in a collective");
+  char lines[1024];
+  stacks_group_lines(v, 4, 2, lines, sizeof lines);
+  CHECK_STREQ(lines, "ranks 0-1,3 waiting in all_reduce, t.py:41");
+  /* Everyone waits, one in another collective. */
+  v[2] = verdict(2, 1, 1, "barrier, t.py:50");
+  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 2);
+  CHECK(strstr(why, "different collective") != NULL);
+  /* Everyone waits in the same one; one gave no stack. */
+  v[2] = verdict(2, 0, 0, "unknown (no debugger)");
+  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 2);
+  stacks_group_lines(v, 4, -1, lines, sizeof lines);
+  CHECK_STREQ(lines, "ranks 0-1,3 waiting in all_reduce, t.py:41\nrank 2  unknown (no debugger)");
+  /* All the same: the longest silent. */
+  v[2] = verdict(2, 1, 1, "all_reduce, t.py:41");
+  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 0);
+  int ranks[6] = {0, 1, 2, 4, 6, 7};
+  stacks_rank_list(ranks, 6, lines, sizeof lines);
+  CHECK_STREQ(lines, "0-2,4,6-7");
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_hang SOURCE_DIR\n");
+    return 2;
+  }
+  src_dir = argv[1];
+  if (mkdtemp(tmp_dir) == NULL) return 1;
+  test_classify_native_texts();
+  test_blame();
+  test_python_modes();
+  test_native();
+  test_no_debugger();
+  test_stuck_debugger();
+  test_hook_chains();
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp_dir);
+  return check_report();
+}
