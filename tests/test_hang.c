@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/progress.h"
 #include "agent/stacks.h"
 #include "base/base.h"
 #include "tests/check.h"
@@ -379,6 +380,125 @@ static void test_blame(void) {
   CHECK_STREQ(lines, "0-2,4,6-7");
 }
 
+/* Runs a shell command (beats from a real process), waits for it. */
+static void sh(const char *fmt, const char *path) {
+  char cmd[8400];
+  snprintf(cmd, sizeof cmd, fmt, path, path);
+  CHECK_EQ_INT(system(cmd), 0);
+}
+
+/* Beats by writing, by touching, by a rename over it; output counts only
+ * until the first beat; step numbers are read. */
+static void test_heartbeat(void) {
+  char path[512], msg[8400];
+  snprintf(path, sizeof path, "%s/hb0", tmp_dir);
+  progress p;
+  CHECK_EQ_INT(progress_init(&p, 0, path, 1000), 0);
+  CHECK_EQ_INT(progress_poll(&p, 1500, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 1500), 500); /* creation is no beat */
+  progress_output(&p, 2000);
+  CHECK_EQ_INT(progress_silent_ms(&p, 2500), 500);
+  sh(": > %s", path);
+  base_sleep_ms(20);
+  sh("touch %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 3000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 3000), 0);
+  progress_output(&p, 4000); /* beaten: output no longer counts */
+  CHECK_EQ_INT(progress_silent_ms(&p, 4000), 1000);
+  base_sleep_ms(20);
+  sh("touch %s", path);
+  progress_poll(&p, 4100, msg, sizeof msg);
+  CHECK_EQ_INT(progress_silent_ms(&p, 4100), 0);
+  sh("/usr/bin/python3 -c \"import sys; open(sys.argv[1], 'w').write('17')\" %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 5000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(p.step, 17);
+  char mv[2048];
+  snprintf(mv, sizeof mv, "echo 19 > %s.tmp && mv %s.tmp %s", path, path, path);
+  CHECK_EQ_INT(system(mv), 0);
+  CHECK_EQ_INT(progress_poll(&p, 6000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(p.step, 19);
+  CHECK_EQ_INT(progress_silent_ms(&p, 6000), 0);
+  /* Not moving: no beat. */
+  CHECK_EQ_INT(progress_poll(&p, 7000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 7000), 1000);
+}
+
+/* Deleted, a directory, garbage: one line each, once; beats resume. */
+static void test_heartbeat_bad(void) {
+  char path[512], msg[8400];
+  snprintf(path, sizeof path, "%s/hb1", tmp_dir);
+  progress p;
+  CHECK_EQ_INT(progress_init(&p, 3, path, 0), 0);
+  sh("rm %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 100, msg, sizeof msg), 1);
+  CHECK(strstr(msg, "rank 3: heartbeat file") && strstr(msg, "was deleted"));
+  CHECK(strchr(msg, '\n') == NULL);
+  CHECK_EQ_INT(progress_poll(&p, 200, msg, sizeof msg), 0);
+  sh("mkdir %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 300, msg, sizeof msg), 1);
+  CHECK(strstr(msg, "not a regular file") != NULL);
+  CHECK_EQ_INT(progress_poll(&p, 400, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 400), 400);
+  sh("rmdir %s && head -c 300 /dev/urandom > %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 500, msg, sizeof msg), 1);
+  CHECK(strstr(msg, "holds no step number") != NULL);
+  CHECK_EQ_INT(progress_silent_ms(&p, 500), 0); /* a write is still a beat */
+  sh("head -c 100 /dev/urandom > %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 600, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 600), 0);
+  sh("echo 5 > %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 700, msg, sizeof msg), 0);
+  CHECK_EQ_INT(p.step, 5);
+  /* A path that cannot be created is an error, not a crash. */
+  CHECK(progress_init(&p, 0, "/nonexistent-dir/hb", 0) < 0);
+}
+
+/* Four ranks beating step numbers, one sleeping longer per step: it alone
+ * is a straggler, reported once; an even job has none. */
+static void test_stragglers(void) {
+  progress p[4];
+  char path[4][512], cmd[4][2048];
+  for (int i = 0; i < 4; i++) {
+    snprintf(path[i], sizeof path[i], "%s/st%d", tmp_dir, i);
+    CHECK_EQ_INT(progress_init(&p[i], i, path[i], base_now_ms()), 0);
+    snprintf(cmd[i], sizeof cmd[i],
+             "/usr/bin/python3 -c \"import sys, time\nfor s in range(7):\n"
+             "  open(sys.argv[1], 'w').write(str(s)); time.sleep(%s)\" %s &",
+             i == 2 ? "0.25" : "0.08", path[i]);
+    CHECK_EQ_INT(system(cmd[i]), 0);
+  }
+  char msg[8400];
+  int64_t until = base_now_ms() + 15000;
+  while (base_now_ms() < until) {
+    int more = 0;
+    for (int i = 0; i < 4; i++) {
+      progress_poll(&p[i], base_now_ms(), msg, sizeof msg);
+      more += p[i].step < 6;
+    }
+    if (!more) break;
+    base_sleep_ms(5);
+  }
+  double ms[4];
+  for (int i = 0; i < 4; i++) ms[i] = progress_step_ms(&p[i]);
+  CHECK(ms[2] > 200 && ms[0] > 50 && ms[0] < 150);
+  int flagged[4] = {0}, out[4];
+  double ratio[4];
+  CHECK_EQ_INT(progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 1);
+  CHECK_EQ_INT(out[0], 2);
+  CHECK(ratio[0] > 2.0);
+  /* Once per episode; over when it catches up; 0 turns it off. */
+  CHECK_EQ_INT(progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 0);
+  CHECK_EQ_INT(progress_stragglers(ms, 4, 0, flagged, out, ratio), 0);
+  double even[4] = {100, 104, 97, 101};
+  CHECK_EQ_INT(progress_stragglers(even, 4, 1.5, flagged, out, ratio), 0);
+  CHECK_EQ_INT(flagged[2], 0);
+  double two[2] = {100, 300}, unknown[3] = {0, 100, 0};
+  int f2[3] = {0};
+  CHECK_EQ_INT(progress_stragglers(two, 2, 1.5, f2, out, ratio), 1);
+  CHECK_EQ_INT(out[0], 1);
+  CHECK_EQ_INT(progress_stragglers(unknown, 3, 1.5, f2, out, ratio), 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_hang SOURCE_DIR\n");
@@ -393,6 +513,9 @@ int main(int argc, char **argv) {
   test_no_debugger();
   test_stuck_debugger();
   test_hook_chains();
+  test_heartbeat();
+  test_heartbeat_bad();
+  test_stragglers();
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp_dir);
