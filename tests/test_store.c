@@ -607,6 +607,116 @@ static void test_wait(void) {
   store_server_stop(s);
 }
 
+/* Pipelined reads: present, absent and large (shared) values, more answers than the output window.
+ */
+static void test_get_many(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  store_client *c = client(store_server_port(s), NULL);
+  enum { N = 3000 };
+  static char names[N][16];
+  static const char *keys[N];
+  static void *vals[N];
+  static size_t lens[N];
+  uint8_t *big = malloc(200 * 1024);
+  for (size_t i = 0; i < 200 * 1024; i++) big[i] = (uint8_t)(i * 7);
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "m/%d", i);
+    keys[i] = names[i];
+    if (i % 3 == 1) continue; /* absent */
+    if (i % 500 == 0)
+      CHECK_EQ_INT(store_set(c, keys[i], big, 200 * 1024, in_ms(5000)), 0);
+    else
+      CHECK_EQ_INT(store_set(c, keys[i], names[i], strlen(names[i]), in_ms(5000)), 0);
+  }
+  CHECK_EQ_INT(store_get_many(c, keys, N, vals, lens, in_ms(10000)), 0);
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    if (i % 3 == 1)
+      bad += vals[i] != NULL;
+    else if (i % 500 == 0)
+      bad += lens[i] != 200 * 1024 || memcmp(vals[i], big, lens[i]) != 0;
+    else
+      bad += lens[i] != strlen(names[i]) || memcmp(vals[i], names[i], lens[i]) != 0;
+    free(vals[i]);
+  }
+  CHECK_EQ_INT(bad, 0);
+  /* A value replaced while answers still refer to the old one: each reader gets a whole value. */
+  CHECK_EQ_INT(store_get_many(c, keys, 1, vals, lens, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_set(c, keys[0], "new", 3, in_ms(5000)), 0);
+  CHECK(lens[0] == 200 * 1024 && memcmp(vals[0], big, lens[0]) == 0);
+  free(vals[0]);
+  CHECK_EQ_INT(get_str(c, keys[0], (char[8]){0}, 8), 0);
+  CHECK_EQ_INT(store_get_many(c, keys, 0, vals, lens, in_ms(5000)), 0);
+  const char *empty[] = {""};
+  CHECK_EQ_INT(store_get_many(c, empty, 1, vals, lens, in_ms(5000)), -EINVAL);
+  free(big);
+  store_client_close(c);
+  store_server_stop(s);
+}
+
+/* Sends a WAIT for one key on a raw connection (after HELLO). */
+static void raw_wait(int fd, const char *key, uint32_t timeout_ms) {
+  store_buf b = {0};
+  size_t f = store_buf_begin_frame(&b);
+  store_buf_u8(&b, STORE_OP_WAIT);
+  store_buf_u32(&b, timeout_ms);
+  store_buf_u32(&b, 1);
+  store_buf_key(&b, key, strlen(key));
+  store_buf_end_frame(&b, f);
+  CHECK_EQ_INT(base_write_full(fd, b.p, b.len, in_ms(5000)), 0);
+  store_buf_free(&b);
+}
+
+/*
+ * Many parked WAITs on different keys: a SET answers exactly the waiters of
+ * its key, and deadlines fire in their own order whatever the order of arrival.
+ */
+static void test_many_waiters(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c = client(port, NULL);
+  enum { N = 60 };
+  int fds[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(port);
+    CHECK_EQ_INT(raw_hello(fds[i]), 0);
+    /* Odd ones wait on "b"; even ones on "a" with deadlines 1.5 s apart by halves. */
+    raw_wait(fds[i], i % 2 ? "b" : "a", i % 2 ? 30000 : (i % 4 ? 400 : 2000));
+  }
+  base_sleep_ms(100);
+  CHECK_EQ_INT(store_set(c, "b", "1", 1, in_ms(5000)), 0);
+  uint8_t r[64];
+  int ok_b = 0, early = 0;
+  for (int i = 1; i < N; i += 2) {
+    long n = raw_read_frame(fds[i], r, sizeof r, in_ms(2000));
+    ok_b += n == 1 && r[0] == STORE_ST_OK;
+  }
+  CHECK_EQ_INT(ok_b, N / 2);
+  /* The short deadlines pass first, the long ones are still parked. */
+  base_sleep_ms(700);
+  for (int i = 0; i < N; i += 2) {
+    struct pollfd p = {.fd = fds[i], .events = POLLIN};
+    int ready = poll(&p, 1, 0) > 0;
+    if (i % 4 ? !ready : ready) early++;
+    if (i % 4 && ready) CHECK_EQ_INT(raw_read_frame(fds[i], r, sizeof r, in_ms(100)), 1);
+    if (i % 4 && ready) CHECK_EQ_INT(r[0], STORE_ST_TIMEOUT);
+  }
+  CHECK_EQ_INT(early, 0);
+  CHECK_EQ_INT(store_set(c, "a", "1", 1, in_ms(5000)), 0);
+  int ok_a = 0;
+  for (int i = 0; i < N; i += 4) {
+    long n = raw_read_frame(fds[i], r, sizeof r, in_ms(2000));
+    ok_a += n == 1 && r[0] == STORE_ST_OK;
+  }
+  CHECK_EQ_INT(ok_a, N / 4);
+  for (int i = 0; i < N; i++) close(fds[i]);
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
+  store_client_close(c);
+  store_server_stop(s);
+}
+
 static void test_counters(void) {
   store_server *s = start(NULL);
   if (s == NULL) return;
@@ -1461,6 +1571,8 @@ int main(int argc, char **argv) {
   test_operations();
   test_cas();
   test_wait();
+  test_get_many();
+  test_many_waiters();
   test_counters();
   test_late_server();
   test_unreachable();

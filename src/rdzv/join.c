@@ -69,6 +69,18 @@ out:
   return rc;
 }
 
+void rdzv_record_format(char *out, size_t outlen, uint64_t uid, const rdzv_join_opts *o,
+                        const char *hostname) {
+  char name[BASE_HOST_MAX];
+  base_strlcpy(name, hostname, sizeof name);
+  for (char *h = name; *h; h++)
+    if (*h == ' ') *h = '_';
+  snprintf(out, outlen, "uid=%016llx claim=%d nproc=%d host=%s hostname=%s sees=%s",
+           (unsigned long long)uid, o->is_host ? 0 : o->claimed_rank, o->nproc,
+           o->my_host && o->my_host[0] ? o->my_host : "-", name[0] ? name : "unknown",
+           o->is_host ? "-" : (o->master_host && o->master_host[0] ? o->master_host : "?"));
+}
+
 static int parse_record(const char *text, rdzv_node *node, int *claim, char *sees, size_t seeslen) {
   char host[BASE_HOST_MAX], hostname[BASE_HOST_MAX], seen[BASE_HOST_MAX];
   unsigned long long uid;
@@ -111,6 +123,9 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   rdzv_node *nodes = NULL;
   int *claims = NULL;
   char *plan = NULL;
+  void **vals = NULL;
+  size_t *lens = NULL;
+  int64_t n = o->nnodes_min;
   /* Wait for MIN records (keys node/1..node/MIN). */
   const char **keys = calloc((size_t)o->nnodes_min, sizeof *keys);
   char(*keybuf)[STORE_KEY_MAX] = calloc((size_t)o->nnodes_max, sizeof *keybuf);
@@ -134,7 +149,6 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     goto out;
   }
   /* Elastic: give late nodes a last call, up to MAX. */
-  int64_t n = o->nnodes_min;
   rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
   if (o->nnodes_max > o->nnodes_min) {
     int64_t until = base_now_ms() + o->last_call_ms;
@@ -163,13 +177,25 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   }
   int host_index = -1;
   char master[BASE_HOST_MAX] = "";
+  /* One pipelined read of all records: one round trip, not one per node. */
+  vals = calloc((size_t)n, sizeof *vals);
+  lens = calloc((size_t)n, sizeof *lens);
+  const char **rkeys = (const char **)calloc((size_t)n, sizeof *rkeys);
+  if (vals == NULL || lens == NULL || rkeys == NULL) {
+    free(rkeys);
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (int64_t i = 0; i < n; i++) rkeys[i] = keybuf[i];
+  rc = store_get_many(c, rkeys, (size_t)n, vals, lens, o->deadline_ms);
+  free(rkeys);
+  if (rc != 0) goto out;
   for (int64_t i = 0; i < n; i++) {
-    char *text = NULL;
-    rc = get_text(c, keybuf[i], &text, o->deadline_ms);
-    if (rc != 0) goto out;
-    char sees[BASE_HOST_MAX];
+    char text[1024], sees[BASE_HOST_MAX];
+    size_t k = lens[i] < sizeof text - 1 ? lens[i] : sizeof text - 1;
+    if (vals[i] != NULL) memcpy(text, vals[i], k);
+    text[vals[i] != NULL ? k : 0] = '\0';
     rc = parse_record(text, &nodes[i], &claims[i], sees, sizeof sees);
-    free(text);
     if (rc != 0) {
       snprintf(errbuf, errlen, "malformed node record %s", keybuf[i]);
       goto out;
@@ -218,6 +244,9 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   int src = store_set(c, pkey, plan, strlen(plan), o->deadline_ms);
   if (rc == 0) rc = src;
 out:
+  for (int64_t i = 0; vals != NULL && i < n; i++) free(vals[i]);
+  free(vals);
+  free(lens);
   free(keys);
   free(keybuf);
   free(nodes);
@@ -226,8 +255,8 @@ out:
   return rc;
 }
 
-static int parse_plan(const char *text, uint64_t my_uid, rdzv_plan *plan, char *errbuf,
-                      size_t errlen) {
+int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *errbuf,
+                    size_t errlen) {
   if (strncmp(text, "error ", 6) == 0) {
     snprintf(errbuf, errlen, "%s", text + 6);
     /* One line, whatever wrote the plan. */
@@ -298,13 +327,8 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   }
   char hostname[BASE_HOST_MAX] = "unknown";
   gethostname(hostname, sizeof hostname - 1);
-  for (char *h = hostname; *h; h++)
-    if (*h == ' ') *h = '_';
   char record[1024];
-  snprintf(record, sizeof record, "uid=%016llx claim=%d nproc=%d host=%s hostname=%s sees=%s",
-           (unsigned long long)uid, o->is_host ? 0 : o->claimed_rank, o->nproc,
-           o->my_host && o->my_host[0] ? o->my_host : "-", hostname,
-           o->is_host ? "-" : (o->master_host && o->master_host[0] ? o->master_host : "?"));
+  rdzv_record_format(record, sizeof record, uid, o, hostname);
   char suffix[32];
   snprintf(suffix, sizeof suffix, "node/%lld", (long long)seq);
   rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
@@ -329,7 +353,7 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   char *text = NULL;
   rc = get_text(c, key, &text, o->deadline_ms);
   if (rc != 0) return rc;
-  rc = parse_plan(text, uid, plan, errbuf, errlen);
+  rc = rdzv_plan_parse(text, uid, plan, errbuf, errlen);
   free(text);
   return rc;
 }

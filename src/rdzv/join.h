@@ -61,6 +61,20 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
 
 void rdzv_plan_free(rdzv_plan *plan);
 
+/*
+ * The wire forms rdzv_join() uses, for programs that speak the protocol
+ * without it (bench/scale's swarm of simulated nodes):
+ * rdzv_record_format() writes the node record a joining agent stores under
+ * "J/R/node/<seq>" (one line, at most 1024 bytes); rdzv_plan_parse() reads
+ * the plan text published under "J/R/plan" and finds the node with my_uid
+ * (-EINVAL with errbuf for an error plan or a node left out, -EPROTO when
+ * malformed).
+ */
+void rdzv_record_format(char *out, size_t outlen, uint64_t uid, const rdzv_join_opts *o,
+                        const char *hostname);
+int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *errbuf,
+                    size_t errlen);
+
 /* Key "J/R/<suffix>" into out. */
 void rdzv_key(char *out, size_t outlen, const char *job_id, int round, const char *suffix);
 

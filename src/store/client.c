@@ -460,3 +460,104 @@ int store_ping(store_client *c, int64_t deadline_ms) {
   int rc = call(c, STORE_OP_PING, deadline_ms, deadline_ms, &r);
   return rc != 0 ? rc : store_proto_status_err(r.status);
 }
+
+/* Sends what the socket takes of c->req from *off on, without waiting. */
+static int send_some(store_client *c, size_t *off) {
+  while (*off < c->req.len) {
+    ssize_t n = send(c->fd, c->req.p + *off, c->req.len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      *off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    return -errno;
+  }
+  return 0;
+}
+
+/* Takes the complete GET answers at the start of c->resp; returns the bytes used or an error. */
+static long take_answers(store_client *c, size_t have, void **vals, size_t *lens, size_t n,
+                         size_t *done) {
+  size_t off = 0;
+  uint32_t blen;
+  while (*done < n) {
+    int rc = store_proto_frame(c->resp + off, have - off, STORE_FRAME_MAX, &blen, NULL, 0);
+    if (rc < 0) return rc;
+    if (rc == 0) break;
+    store_response r;
+    rc = store_proto_parse_response(STORE_OP_GET, c->resp + off + STORE_HEADER_LEN, blen, &r, NULL,
+                                    0);
+    if (rc == 0 && r.status == STORE_ST_OK)
+      rc = copy_out(&r.value, &vals[*done], &lens[*done]);
+    else if (rc == 0 && r.status != STORE_ST_NOTFOUND)
+      rc = store_proto_status_err(r.status);
+    if (rc != 0) return rc;
+    (*done)++;
+    off += STORE_HEADER_LEN + blen;
+  }
+  return (long)off;
+}
+
+/* Sends c->req (n GET frames) while reading the n answers, until the deadline. */
+static int pipeline_gets(store_client *c, void **vals, size_t *lens, size_t n,
+                         int64_t deadline_ms) {
+  size_t sent = 0, have = 0, done = 0;
+  int rc = grow_resp(c, 65536);
+  while (rc == 0 && done < n) {
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | (sent < c->req.len ? POLLOUT : 0)};
+    int k = poll(&p, 1, base_deadline_left(deadline_ms));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k == 0 ? -ETIMEDOUT : -errno;
+    if ((p.revents & POLLOUT) && (rc = send_some(c, &sent)) != 0) break;
+    if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    if (have == c->resp_cap && (rc = grow_resp(c, 2 * c->resp_cap)) != 0) break;
+    ssize_t got = recv(c->fd, c->resp + have, c->resp_cap - have, MSG_DONTWAIT);
+    if (got == 0) return -ECONNRESET;
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return -errno;
+    }
+    have += (size_t)got;
+    long used = take_answers(c, have, vals, lens, n, &done);
+    if (used < 0) return (int)used;
+    memmove(c->resp, c->resp + used, have - (size_t)used);
+    have -= (size_t)used;
+  }
+  /* One request, one answer: anything more is not this protocol. */
+  return rc != 0 ? rc : have != 0 ? COHORT_EPROTO : 0;
+}
+
+int store_get_many(store_client *c, const char *const *keys, size_t n, void **vals, size_t *lens,
+                   int64_t deadline_ms) {
+  for (size_t i = 0; i < n; i++) {
+    vals[i] = NULL;
+    lens[i] = 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_key(keys[i]);
+    if (rc != 0) return rc;
+  }
+  if (n == 0) return 0;
+  c->req.len = 0;
+  c->req.oom = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t f = store_buf_begin_frame(&c->req);
+    store_buf_u8(&c->req, STORE_OP_GET);
+    store_buf_key(&c->req, keys[i], strlen(keys[i]));
+    store_buf_end_frame(&c->req, f);
+  }
+  if (c->req.oom) return -ENOMEM;
+  if (c->fd >= 0 && peer_closed(c->fd)) drop(c);
+  int rc = c->fd < 0 ? connect_retry(c, deadline_ms, NULL, 0) : 0;
+  if (rc == 0) rc = pipeline_gets(c, vals, lens, n, deadline_ms);
+  if (rc != 0) {
+    drop(c);
+    for (size_t i = 0; i < n; i++) {
+      free(vals[i]);
+      vals[i] = NULL;
+      lens[i] = 0;
+    }
+  }
+  return rc;
+}

@@ -1,81 +1,113 @@
 /*
- * server.c - the store server: one thread, one poll() loop.
+ * server.c - the store server: one thread, one epoll loop.
  *
- * Every connection has a read buffer (at most one frame beyond what has been
- * processed) and a write buffer. Requests are handled in arrival order; a
- * WAIT that cannot be answered yet parks its connection (its later requests
- * stay buffered) until the keys exist or its deadline passes. The thread is
+ * The cost of an event does not depend on how many connections are open:
+ * epoll reports only the sockets that are ready, a key's creation wakes only
+ * the WAITs parked on that key (table.h), and every connection's next time
+ * limit sits in a min-heap, so nothing walks the list of connections.
+ *
+ * Memory per connection: an idle connection holds its struct (about 0.4 KiB)
+ * and a small output buffer; input is read into one shared scratch buffer
+ * and only the rest of an incomplete frame (or requests held back behind a
+ * parked WAIT) is copied into a buffer of its own, freed once processed.
+ * GET answers of values above INLINE_MAX refer to the stored value instead
+ * of copying it. Input beyond INBUF_FREE bytes, output beyond OUT_HIGH_WATER
+ * and parked WAIT keys count against max_bytes with the data.
+ *
+ * Requests are handled in arrival order; a WAIT that cannot be answered yet
+ * parks its connection (its later requests stay unread in the kernel or
+ * buffered) until the keys exist or its deadline passes. The thread is
  * stopped through a self-pipe. Misbehaving connections are closed with one
  * warning line naming the peer and the reason; nothing a peer sends can stop
  * the loop.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include "base/base.h"
 #include "base/net.h"
-#include "store/store.h"
 #include "store/auth.h"
 #include "store/proto.h"
+#include "store/store.h"
+#include "store/table.h"
 
-#define DEFAULT_MAX_CONNS 1024
+#define DEFAULT_MAX_CONNS 16384
 #define DEFAULT_IDLE_MS (600 * 1000)
 #define DEFAULT_IO_MS (10 * 1000)
 #define DEFAULT_MAX_BYTES ((size_t)256 << 20)
-/* Read buffers have this size; bigger frames grow them for their duration. */
-#define INBUF_MIN 4096
+#define LISTEN_BACKLOG 4096
+/* The shared read buffer; a connection reads at most this much per turn. */
+#define SCRATCH_LEN (64 * 1024)
+/* Input buffers up to this size are not charged: every client gets one. */
+#define INBUF_FREE 4096
 /* Stop handling a connection's requests while this much output is unsent. */
 #define OUT_HIGH_WATER (64 * 1024)
-/* Bytes charged per entry besides its key and value (node, table slot). */
-#define ENTRY_OVERHEAD 64
-
-typedef struct entry {
-  struct entry *next;
-  uint64_t hash;
-  uint8_t *val;
-  uint32_t vlen;
-  uint16_t klen;
-  char key[]; /* klen bytes + NUL */
-} entry;
+/* GET answers with values up to this size are copied; bigger ones are shared. */
+#define INLINE_MAX 512
+#define MAX_EVENTS 256
+#define ACCEPT_BATCH 256
 
 enum { CONN_HELLO, CONN_AUTH, CONN_READY };
+
+/* A shared value queued in the output after the buffer's first `at` bytes. */
+typedef struct out_seg {
+  size_t at;
+  store_blob *blob;
+} out_seg;
 
 typedef struct conn {
   int fd;
   int state;
-  char peer[BASE_HOST_MAX + 8];
+  int closing;     /* 1: flush the output, then close (after an error reply); 2: close now */
+  uint32_t events; /* registered with epoll */
+  size_t index;    /* in s->conns */
+  char peer[64];
+  /* Input not processed yet: the rest of a frame, or requests behind a WAIT. */
   uint8_t *in;
   size_t in_len, in_cap;
+  /* Output: bytes, with shared values interleaved at their offsets. */
   store_buf out;
-  size_t out_off;
+  size_t out_off; /* bytes of out sent */
+  out_seg *segs;
+  size_t nsegs, segs_cap;
+  size_t seg_off;     /* bytes of segs[0] sent */
+  size_t seg_bytes;   /* total length of the queued values */
   size_t out_charged; /* bytes of out's capacity counted in buf_bytes */
-  int closing;        /* flush the output, then close (after an error reply) */
   int64_t accepted_ms;
   int64_t last_active_ms; /* last byte read or response completed */
   int64_t frame_start_ms; /* first byte of an incomplete frame; 0: none */
   int64_t write_stall_ms; /* since output has been pending without progress */
   uint8_t cnonce[STORE_NONCE_LEN];
   uint8_t snonce[STORE_NONCE_LEN];
-  /* A parked WAIT: its key fields, how many, and the first not yet present. */
+  /* A parked WAIT: its key fields, and the first not yet seen. */
   int waiting;
   int64_t wait_deadline_ms;
   uint8_t *wait_keys;
   size_t wait_keys_len;
   size_t wait_pos;
+  store_waiter waiter;
+  /* The loop's bookkeeping. */
+  size_t heap_pos; /* in s->heap, SIZE_MAX when not there */
+  int64_t heap_at; /* never later than conn_next_time() */
+  struct conn *next_dirty;
+  int dirty;
 } conn;
 
 struct store_server {
-  int lfd;
+  int lfd, epfd;
   int port;
   int pipe_rd, pipe_wr;
   pthread_t thread;
@@ -84,121 +116,90 @@ struct store_server {
   size_t token_len;
   int max_conns;
   int idle_ms, io_ms;
-  size_t max_bytes;
-  entry **buckets;
-  size_t nbuckets, nentries;
-  size_t data_bytes; /* keys + values + overhead held */
-  size_t buf_bytes;  /* read buffers beyond INBUF_MIN, write buffers beyond OUT_HIGH_WATER, parked
-                        WAIT keys */
-  uint64_t seed;
+  store_table table;
+  size_t buf_bytes; /* charged input and output buffers, parked WAIT keys */
   conn **conns;
-  size_t nconns;
-  int again; /* a parked connection was answered: look at its buffered input soon */
+  size_t nconns, conns_cap;
+  conn **heap;
+  size_t nheap;
+  conn *dirty; /* connections to settle before the next wait */
   int64_t accept_pause_until;
+  uint8_t *scratch;
 };
 
-/* ---- the table ---- */
+static int can_process(const conn *c);
 
-static uint64_t hash_key(const store_server *s, const uint8_t *k, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ s->seed;
-  for (size_t i = 0; i < n; i++) {
-    h ^= k[i];
-    h *= 0x100000001b3ull;
+/* ---- timers: a min-heap of connections by their next time limit ---- */
+
+static void heap_set(store_server *s, size_t i, conn *c) {
+  s->heap[i] = c;
+  c->heap_pos = i;
+}
+
+static void heap_up(store_server *s, size_t i) {
+  conn *c = s->heap[i];
+  while (i > 0 && s->heap[(i - 1) / 2]->heap_at > c->heap_at) {
+    heap_set(s, i, s->heap[(i - 1) / 2]);
+    i = (i - 1) / 2;
   }
-  return h ^ (h >> 29);
+  heap_set(s, i, c);
 }
 
-static entry **find_slot(store_server *s, const uint8_t *k, size_t n, uint64_t h) {
-  entry **pp = &s->buckets[h & (s->nbuckets - 1)];
-  for (; *pp != NULL; pp = &(*pp)->next) {
-    entry *e = *pp;
-    if (e->hash == h && e->klen == n && memcmp(e->key, k, n) == 0) return pp;
+static void heap_down(store_server *s, size_t i) {
+  conn *c = s->heap[i];
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+    int64_t at = c->heap_at;
+    if (l < s->nheap && s->heap[l]->heap_at < at) m = l, at = s->heap[l]->heap_at;
+    if (l + 1 < s->nheap && s->heap[l + 1]->heap_at < at) m = l + 1;
+    if (m == i) break;
+    heap_set(s, i, s->heap[m]);
+    i = m;
   }
-  return pp;
+  heap_set(s, i, c);
 }
 
-static entry *lookup(store_server *s, store_bytes key) {
-  return *find_slot(s, key.p, key.len, hash_key(s, key.p, key.len));
+static void heap_remove(store_server *s, conn *c) {
+  size_t i = c->heap_pos;
+  if (i == SIZE_MAX) return;
+  c->heap_pos = SIZE_MAX;
+  conn *last = s->heap[--s->nheap];
+  if (last == c) return;
+  heap_set(s, i, last);
+  heap_up(s, i);
+  heap_down(s, last->heap_pos);
 }
 
-static size_t entry_cost(size_t klen, size_t vlen) {
-  return ENTRY_OVERHEAD + klen + 1 + vlen;
-}
-
-static void grow_table(store_server *s) {
-  size_t nb = s->nbuckets * 2;
-  entry **b = calloc(nb, sizeof *b);
-  if (b == NULL) return; /* longer chains, still correct */
-  for (size_t i = 0; i < s->nbuckets; i++) {
-    entry *e = s->buckets[i];
-    while (e != NULL) {
-      entry *next = e->next;
-      e->next = b[e->hash & (nb - 1)];
-      b[e->hash & (nb - 1)] = e;
-      e = next;
-    }
+/* The heap has room for every connection (it grows with s->conns). */
+static void heap_schedule(store_server *s, conn *c, int64_t at) {
+  if (c->heap_pos != SIZE_MAX) {
+    /* A later limit is left as it is: the entry fires early and is recomputed. */
+    if (at >= c->heap_at) return;
+    c->heap_at = at;
+    heap_up(s, c->heap_pos);
+    return;
   }
-  free(s->buckets);
-  s->buckets = b;
-  s->nbuckets = nb;
-}
-
-/*
- * Sets key to value. Returns 1 when the key was created, 0 when replaced,
- * COHORT_ELIMIT when the memory limit would be passed, -ENOMEM.
- */
-static int put(store_server *s, store_bytes key, const void *val, size_t vlen) {
-  uint64_t h = hash_key(s, key.p, key.len);
-  entry **pp = find_slot(s, key.p, key.len, h);
-  entry *e = *pp;
-  size_t old = e ? entry_cost(e->klen, e->vlen) : 0;
-  size_t cost = entry_cost(key.len, vlen);
-  if (s->data_bytes - old + cost > s->max_bytes) return COHORT_ELIMIT;
-  uint8_t *copy = malloc(vlen ? vlen : 1);
-  if (copy == NULL) return -ENOMEM;
-  if (vlen) memcpy(copy, val, vlen);
-  if (e != NULL) {
-    free(e->val);
-    e->val = copy;
-    e->vlen = (uint32_t)vlen;
-    s->data_bytes = s->data_bytes - old + cost;
-    return 0;
-  }
-  e = malloc(sizeof *e + key.len + 1);
-  if (e == NULL) {
-    free(copy);
-    return -ENOMEM;
-  }
-  e->next = NULL;
-  e->hash = h;
-  e->val = copy;
-  e->vlen = (uint32_t)vlen;
-  e->klen = (uint16_t)key.len;
-  memcpy(e->key, key.p, key.len);
-  e->key[key.len] = '\0';
-  *pp = e;
-  s->nentries++;
-  s->data_bytes += cost;
-  if (s->nentries > s->nbuckets) grow_table(s);
-  return 1;
-}
-
-static int del(store_server *s, store_bytes key) {
-  entry **pp = find_slot(s, key.p, key.len, hash_key(s, key.p, key.len));
-  entry *e = *pp;
-  if (e == NULL) return -ENOENT;
-  *pp = e->next;
-  s->data_bytes -= entry_cost(e->klen, e->vlen);
-  s->nentries--;
-  free(e->val);
-  free(e);
-  return 0;
+  if (at == INT64_MAX) return;
+  c->heap_at = at;
+  heap_set(s, s->nheap++, c);
+  heap_up(s, c->heap_pos);
 }
 
 /* ---- connections ---- */
 
 static void conn_log(const conn *c, const char *what) {
   base_log(BASE_LOG_WARN, "store: closing connection from %s: %s", c->peer, what);
+}
+
+static size_t unsent(const conn *c) {
+  return c->out.len - c->out_off + c->seg_bytes - c->seg_off;
+}
+
+static void mark_dirty(store_server *s, conn *c) {
+  if (c->dirty) return;
+  c->dirty = 1;
+  c->next_dirty = s->dirty;
+  s->dirty = c;
 }
 
 /* Counts a big write buffer against the memory limit (small ones are free). */
@@ -208,14 +209,43 @@ static void charge_out(store_server *s, conn *c) {
   c->out_charged = want;
 }
 
-static void conn_free(store_server *s, conn *c) {
-  close(c->fd);
-  s->buf_bytes -= c->out_charged;
-  if (c->in_cap > INBUF_MIN) s->buf_bytes -= c->in_cap - INBUF_MIN;
-  if (c->waiting) s->buf_bytes -= c->wait_keys_len;
+static size_t in_charge(size_t cap) {
+  return cap > INBUF_FREE ? cap - INBUF_FREE : 0;
+}
+
+static void set_input(store_server *s, conn *c, uint8_t *p, size_t cap) {
+  s->buf_bytes = s->buf_bytes - in_charge(c->in_cap) + in_charge(cap);
+  c->in = p;
+  c->in_cap = cap;
+}
+
+static void free_input(store_server *s, conn *c) {
   free(c->in);
+  set_input(s, c, NULL, 0);
+  c->in_len = 0;
+}
+
+static void end_wait(store_server *s, conn *c) {
+  store_table_unwait(&s->table, &c->waiter);
+  s->buf_bytes -= c->wait_keys_len;
   free(c->wait_keys);
+  c->wait_keys = NULL;
+  c->wait_keys_len = 0;
+  c->waiting = 0;
+}
+
+static void conn_free(store_server *s, conn *c) {
+  close(c->fd); /* also removes it from the epoll set */
+  heap_remove(s, c);
+  if (c->waiting) end_wait(s, c);
+  free_input(s, c);
+  for (size_t i = 0; i < c->nsegs; i++) store_blob_unref(&s->table, c->segs[i].blob);
+  free(c->segs);
+  s->buf_bytes -= c->out_charged;
   store_buf_free(&c->out);
+  conn *last = s->conns[--s->nconns];
+  s->conns[c->index] = last;
+  last->index = c->index;
   free(c);
 }
 
@@ -233,12 +263,32 @@ static void reject(conn *c, uint8_t st, const char *why) {
   c->closing = 1;
 }
 
-static int wait_satisfied(store_server *s, conn *c) {
-  store_request fake = {.keys = {c->wait_keys, c->wait_keys_len}};
-  store_bytes k;
+/* Queues a shared value after the bytes already in the output. */
+static int queue_blob(conn *c, store_blob *b) {
+  if (c->nsegs == c->segs_cap) {
+    size_t cap = c->segs_cap ? 2 * c->segs_cap : 4;
+    out_seg *p = realloc(c->segs, cap * sizeof *p);
+    if (p == NULL) return -ENOMEM;
+    c->segs = p;
+    c->segs_cap = cap;
+  }
+  c->segs[c->nsegs++] = (out_seg){.at = c->out.len, .blob = store_blob_ref(b)};
+  c->seg_bytes += b->len;
+  return 0;
+}
+
+/* ---- WAIT ---- */
+
+/*
+ * Advances a WAIT over the keys that exist. Returns 1 when all exist, else
+ * 0 with c->wait_pos at the first absent key, whose name is put in *missing.
+ */
+static int wait_advance(store_server *s, conn *c, const uint8_t *keys, size_t len,
+                        store_bytes *missing) {
+  store_request view = {.keys = {keys, len}};
   size_t pos = c->wait_pos;
-  while (store_proto_next_key(&fake, &pos, &k)) {
-    if (lookup(s, k) == NULL) return 0;
+  while (store_proto_next_key(&view, &pos, missing)) {
+    if (store_table_get(&s->table, *missing) == NULL) return 0;
     c->wait_pos = pos;
   }
   return 1;
@@ -246,21 +296,52 @@ static int wait_satisfied(store_server *s, conn *c) {
 
 static void unpark(store_server *s, conn *c, uint8_t st) {
   reply_status(c, st);
-  s->buf_bytes -= c->wait_keys_len;
-  free(c->wait_keys);
-  c->wait_keys = NULL;
-  c->wait_keys_len = 0;
-  c->waiting = 0;
-  s->again = 1;
+  end_wait(s, c);
+  mark_dirty(s, c);
 }
 
-/* A key appeared: answer every parked WAIT whose keys now all exist. */
-static void wake_waiters(store_server *s) {
-  for (size_t i = 0; i < s->nconns; i++) {
-    conn *c = s->conns[i];
-    if (c->waiting && wait_satisfied(s, c)) unpark(s, c, STORE_ST_OK);
+/* Parks c on its first absent key, or answers it when none is left. */
+static void park_next(store_server *s, conn *c) {
+  store_bytes missing;
+  if (wait_advance(s, c, c->wait_keys, c->wait_keys_len, &missing)) {
+    unpark(s, c, STORE_ST_OK);
+    return;
+  }
+  if (store_table_wait(&s->table, missing, &c->waiter) != 0) unpark(s, c, STORE_ST_LIMIT);
+}
+
+/* A key was created: its waiters move on to their next absent key, or are answered. */
+static void key_created(store_server *s, store_bytes key) {
+  store_waiter *w = store_table_take_waiters(&s->table, key);
+  while (w != NULL) {
+    store_waiter *next = w->next;
+    conn *c = (conn *)((char *)w - offsetof(conn, waiter));
+    park_next(s, c);
+    w = next;
   }
 }
+
+static void handle_wait(store_server *s, conn *c, const store_request *r) {
+  store_bytes missing;
+  c->wait_pos = 0;
+  if (wait_advance(s, c, r->keys.p, r->keys.len, &missing) || r->timeout_ms == 0) {
+    reply_status(c, c->wait_pos == r->keys.len ? STORE_ST_OK : STORE_ST_TIMEOUT);
+    return;
+  }
+  if (s->buf_bytes + r->keys.len > s->table.max_bytes ||
+      (c->wait_keys = malloc(r->keys.len)) == NULL) {
+    reply_status(c, STORE_ST_LIMIT);
+    return;
+  }
+  memcpy(c->wait_keys, r->keys.p, r->keys.len);
+  c->wait_keys_len = r->keys.len;
+  s->buf_bytes += r->keys.len;
+  c->waiting = 1;
+  c->wait_deadline_ms = base_now_ms() + r->timeout_ms;
+  if (store_table_wait(&s->table, missing, &c->waiter) != 0) unpark(s, c, STORE_ST_LIMIT);
+}
+
+/* ---- requests ---- */
 
 /* Parses a stored decimal counter: optional '-', 1..19 digits, nothing else. */
 static int parse_counter(const uint8_t *p, size_t n, int64_t *out) {
@@ -316,113 +397,104 @@ static void handle_auth(store_server *s, conn *c, const store_request *r) {
   c->state = CONN_READY;
 }
 
-static void handle_request(store_server *s, conn *c, const store_request *r) {
+/* Stores a value and answers status-only; wakes the key's waiters when it is new. */
+static int store_value(store_server *s, conn *c, store_bytes key, const void *val, size_t len) {
+  int rc = store_table_put(&s->table, key, val, len);
+  if (rc < 0) {
+    reply_status(c, STORE_ST_LIMIT);
+    return rc;
+  }
+  if (rc == 1) key_created(s, key);
+  return 0;
+}
+
+static void handle_get(conn *c, store_blob *b) {
   store_buf *o = &c->out;
-  size_t f;
-  entry *e;
-  int rc;
+  if (b == NULL) {
+    reply_status(c, STORE_ST_NOTFOUND);
+    return;
+  }
+  size_t f = store_buf_begin_frame(o);
+  store_buf_u8(o, STORE_ST_OK);
+  if (b->len <= INLINE_MAX) {
+    store_buf_value(o, b->data, b->len);
+    store_buf_end_frame(o, f);
+    return;
+  }
+  store_buf_u32(o, b->len);
+  /* The frame's length covers the value that follows from the shared blob. */
+  store_buf_end_frame(o, f);
+  if (!o->oom) {
+    uint32_t n = (uint32_t)(o->len - f - STORE_HEADER_LEN) + b->len;
+    o->p[f] = (uint8_t)(n >> 24);
+    o->p[f + 1] = (uint8_t)(n >> 16);
+    o->p[f + 2] = (uint8_t)(n >> 8);
+    o->p[f + 3] = (uint8_t)n;
+  }
+  if (queue_blob(c, b) != 0) o->oom = 1;
+}
+
+static void handle_add(store_server *s, conn *c, const store_request *r) {
+  int64_t cur = 0;
+  store_blob *b = store_table_get(&s->table, r->key);
+  if (b != NULL && parse_counter(b->data, b->len, &cur) != 0) {
+    reply_status(c, STORE_ST_INVALID);
+    return;
+  }
+  int64_t next;
+  if (__builtin_add_overflow(cur, r->delta, &next)) {
+    reply_status(c, STORE_ST_RANGE);
+    return;
+  }
+  /* Counters are stored as decimal text, so GET shows them readably. */
+  char text[24];
+  int n = snprintf(text, sizeof text, "%lld", (long long)next);
+  if (store_value(s, c, r->key, text, (size_t)n) != 0) return;
+  size_t f = store_buf_begin_frame(&c->out);
+  store_buf_u8(&c->out, STORE_ST_OK);
+  store_buf_u64(&c->out, (uint64_t)next);
+  store_buf_end_frame(&c->out, f);
+}
+
+static void handle_cas(store_server *s, conn *c, const store_request *r) {
+  store_blob *b = store_table_get(&s->table, r->key);
+  int match = r->has_expected ? (b != NULL && b->len == r->expected.len &&
+                                 memcmp(b->data, r->expected.p, b->len) == 0)
+                              : b == NULL;
+  if (match) {
+    if (store_value(s, c, r->key, r->value.p, r->value.len) != 0) return;
+    b = store_table_get(&s->table, r->key);
+  }
+  size_t f = store_buf_begin_frame(&c->out);
+  store_buf_u8(&c->out, STORE_ST_OK);
+  store_buf_u8(&c->out, b != NULL);
+  if (b != NULL) store_buf_value(&c->out, b->data, b->len);
+  store_buf_end_frame(&c->out, f);
+}
+
+static void handle_request(store_server *s, conn *c, const store_request *r) {
   switch (r->op) {
   case STORE_OP_PING:
     reply_status(c, STORE_ST_OK);
     return;
   case STORE_OP_SET:
-    rc = put(s, r->key, r->value.p, r->value.len);
-    if (rc < 0) {
-      reply_status(c, STORE_ST_LIMIT);
-      return;
-    }
-    reply_status(c, STORE_ST_OK);
-    if (rc == 1) wake_waiters(s);
+    if (store_value(s, c, r->key, r->value.p, r->value.len) == 0) reply_status(c, STORE_ST_OK);
     return;
   case STORE_OP_GET:
-    e = lookup(s, r->key);
-    if (e == NULL) {
-      reply_status(c, STORE_ST_NOTFOUND);
-      return;
-    }
-    if (e->vlen > OUT_HIGH_WATER && s->buf_bytes + e->vlen > s->max_bytes) {
-      reply_status(c, STORE_ST_LIMIT); /* too many big answers are waiting to be sent */
-      return;
-    }
-    f = store_buf_begin_frame(o);
-    store_buf_u8(o, STORE_ST_OK);
-    store_buf_value(o, e->val, e->vlen);
-    store_buf_end_frame(o, f);
+    handle_get(c, store_table_get(&s->table, r->key));
     return;
-  case STORE_OP_ADD: {
-    int64_t cur = 0;
-    e = lookup(s, r->key);
-    if (e != NULL && parse_counter(e->val, e->vlen, &cur) != 0) {
-      reply_status(c, STORE_ST_INVALID);
-      return;
-    }
-    int64_t next;
-    if (__builtin_add_overflow(cur, r->delta, &next)) {
-      reply_status(c, STORE_ST_RANGE);
-      return;
-    }
-    /* Counters are stored as decimal text, so GET shows them readably. */
-    char text[24];
-    int n = snprintf(text, sizeof text, "%lld", (long long)next);
-    rc = put(s, r->key, text, (size_t)n);
-    if (rc < 0) {
-      reply_status(c, STORE_ST_LIMIT);
-      return;
-    }
-    f = store_buf_begin_frame(o);
-    store_buf_u8(o, STORE_ST_OK);
-    store_buf_u64(o, (uint64_t)next);
-    store_buf_end_frame(o, f);
-    if (rc == 1) wake_waiters(s);
+  case STORE_OP_ADD:
+    handle_add(s, c, r);
     return;
-  }
-  case STORE_OP_CAS: {
-    e = lookup(s, r->key);
-    int match = r->has_expected ? (e != NULL && e->vlen == r->expected.len &&
-                                   memcmp(e->val, r->expected.p, e->vlen) == 0)
-                                : e == NULL;
-    rc = 0;
-    if (match) {
-      rc = put(s, r->key, r->value.p, r->value.len);
-      if (rc < 0) {
-        reply_status(c, STORE_ST_LIMIT);
-        return;
-      }
-      e = lookup(s, r->key);
-    }
-    f = store_buf_begin_frame(o);
-    store_buf_u8(o, STORE_ST_OK);
-    store_buf_u8(o, e != NULL);
-    if (e != NULL) store_buf_value(o, e->val, e->vlen);
-    store_buf_end_frame(o, f);
-    if (rc == 1) wake_waiters(s);
+  case STORE_OP_CAS:
+    handle_cas(s, c, r);
     return;
-  }
   case STORE_OP_DELETE:
-    reply_status(c, del(s, r->key) == 0 ? STORE_ST_OK : STORE_ST_NOTFOUND);
+    reply_status(c, store_table_del(&s->table, r->key) == 0 ? STORE_ST_OK : STORE_ST_NOTFOUND);
     return;
-  case STORE_OP_WAIT: {
-    c->wait_keys = (uint8_t *)r->keys.p; /* borrowed for the first check only */
-    c->wait_keys_len = r->keys.len;
-    c->wait_pos = 0;
-    int done = wait_satisfied(s, c);
-    c->wait_keys = NULL;
-    if (done || r->timeout_ms == 0) {
-      c->wait_keys_len = 0;
-      reply_status(c, done ? STORE_ST_OK : STORE_ST_TIMEOUT);
-      return;
-    }
-    if (s->buf_bytes + r->keys.len > s->max_bytes || (c->wait_keys = malloc(r->keys.len)) == NULL) {
-      c->wait_keys_len = 0;
-      reply_status(c, STORE_ST_LIMIT);
-      return;
-    }
-    memcpy(c->wait_keys, r->keys.p, r->keys.len);
-    s->buf_bytes += r->keys.len;
-    c->waiting = 1;
-    c->wait_deadline_ms = base_now_ms() + r->timeout_ms;
+  case STORE_OP_WAIT:
+    handle_wait(s, c, r);
     return;
-  }
   default:
     reject(c, STORE_ST_PROTO, "unexpected request type");
     return;
@@ -462,70 +534,53 @@ static void handle_frame(store_server *s, conn *c, const uint8_t *body, size_t l
   }
 }
 
-/* Handles the complete frames in the read buffer while the connection may. */
-static void process_input(store_server *s, conn *c, int64_t now) {
+/* ---- input ---- */
+
+static int can_process(const conn *c) {
+  return !c->closing && !c->waiting && unsent(c) < OUT_HIGH_WATER;
+}
+
+/* Handles the complete frames at the start of buf while the connection may; returns the bytes used.
+ */
+static size_t process_bytes(store_server *s, conn *c, const uint8_t *buf, size_t len) {
   size_t off = 0;
-  while (!c->closing && !c->waiting && c->out.len - c->out_off < OUT_HIGH_WATER) {
+  while (can_process(c)) {
     uint32_t blen;
     char why[128];
-    int rc =
-        store_proto_frame(c->in + off, c->in_len - off, STORE_FRAME_MAX, &blen, why, sizeof why);
+    int rc = store_proto_frame(buf + off, len - off, STORE_FRAME_MAX, &blen, why, sizeof why);
     if (rc < 0) {
       reject(c, STORE_ST_PROTO, why);
       break;
     }
     if (rc == 0) break;
-    handle_frame(s, c, c->in + off + STORE_HEADER_LEN, blen);
+    handle_frame(s, c, buf + off + STORE_HEADER_LEN, blen);
     off += STORE_HEADER_LEN + blen;
   }
   if (c->out.oom) {
     conn_log(c, "out of memory for the response");
-    c->closing = 2; /* close at once */
+    c->closing = 2;
   }
   charge_out(s, c);
-  if (off > 0) {
-    memmove(c->in, c->in + off, c->in_len - off);
-    c->in_len -= off;
-    c->frame_start_ms = 0;
-  }
-  /* Give back a big buffer once the big frame is gone. */
-  if (c->in_cap > INBUF_MIN && c->in_len <= INBUF_MIN) {
-    uint8_t *p = realloc(c->in, INBUF_MIN);
-    if (p != NULL) {
-      s->buf_bytes -= c->in_cap - INBUF_MIN;
-      c->in = p;
-      c->in_cap = INBUF_MIN;
-    }
-  }
-  if (c->in_len > 0 && c->frame_start_ms == 0) c->frame_start_ms = now;
-  if (c->in_len == 0) c->frame_start_ms = 0;
-}
-
-/* Is a whole frame buffered (so a stall is ours, not the client's)? */
-static int have_frame(const conn *c) {
-  uint32_t blen;
-  return store_proto_frame(c->in, c->in_len, STORE_FRAME_MAX, &blen, NULL, 0) != 0;
+  return off;
 }
 
 /*
- * Makes room for the frame being received. Returns 0, or -1 when the
- * connection must close (the reason is logged).
+ * Makes c->in hold `extra` more bytes, or the whole frame being received,
+ * whichever is more. Returns 0, or -1 when the connection must close (the
+ * reason is logged).
  */
-static int reserve_input(store_server *s, conn *c) {
-  size_t want = INBUF_MIN;
+static int reserve_input(store_server *s, conn *c, size_t extra) {
   uint32_t blen = 0;
   char why[128];
-  int rc = store_proto_frame(c->in, c->in_len, STORE_FRAME_MAX, &blen, why, sizeof why);
-  if (rc < 0) {
-    /* Sent right away: nothing else is read from this client. */
-    reject(c, STORE_ST_PROTO, why);
+  size_t want = c->in_len + extra;
+  if (store_proto_frame(c->in, c->in_len, STORE_FRAME_MAX, &blen, why, sizeof why) < 0) {
+    reject(c, STORE_ST_PROTO, why); /* answered at once: nothing more is read */
     return 0;
   }
   if (blen > 0 && STORE_HEADER_LEN + (size_t)blen > want) want = STORE_HEADER_LEN + blen;
+  if (want < INBUF_FREE) want = INBUF_FREE;
   if (c->in_cap >= want) return 0;
-  /* Only growth beyond INBUF_MIN is charged, so every client gets a small buffer. */
-  size_t extra = want - (c->in_cap > INBUF_MIN ? c->in_cap : INBUF_MIN);
-  if (extra > 0 && s->buf_bytes + extra > s->max_bytes) {
+  if (s->buf_bytes - in_charge(c->in_cap) + in_charge(want) > s->table.max_bytes) {
     conn_log(c, "server buffer memory limit reached");
     return -1;
   }
@@ -534,21 +589,63 @@ static int reserve_input(store_server *s, conn *c) {
     conn_log(c, "out of memory for the request");
     return -1;
   }
-  s->buf_bytes += extra;
-  c->in = p;
-  c->in_cap = want;
+  set_input(s, c, p, want);
   return 0;
 }
 
-/* Reads what the socket has. Returns 0, or -1 when the connection must close. */
+/* Handles what c->in holds, keeps the rest, frees the buffer once empty. */
+static size_t process_input(store_server *s, conn *c, int64_t now) {
+  if (c->in_len == 0) return 0;
+  size_t used = process_bytes(s, c, c->in, c->in_len);
+  if (used > 0) {
+    memmove(c->in, c->in + used, c->in_len - used);
+    c->in_len -= used;
+    c->frame_start_ms = c->in_len > 0 ? now : 0;
+  }
+  if (c->in_len == 0) free_input(s, c);
+  return used;
+}
+
+/* What a read step returns besides a byte count (> 0) and 0 for the end of the stream. */
+enum { READ_ERRNO = -1, READ_CLOSE = -2, READ_STOP = -3 };
+
+/* Reads the rest of a frame into c->in; *drained when the socket had no more. */
+static ssize_t read_into_input(store_server *s, conn *c, int *drained) {
+  if (reserve_input(s, c, 0) != 0) return READ_CLOSE;
+  if (c->closing) return READ_STOP;
+  size_t space = c->in_cap - c->in_len;
+  ssize_t n = recv(c->fd, c->in + c->in_len, space, 0);
+  if (n < 0) return READ_ERRNO;
+  c->in_len += (size_t)n;
+  *drained = (size_t)n < space;
+  return n;
+}
+
+/* Reads into the scratch buffer, handles whole frames there, keeps the rest. */
+static ssize_t read_scratch(store_server *s, conn *c, int64_t now, int *drained) {
+  ssize_t n = recv(c->fd, s->scratch, SCRATCH_LEN, 0);
+  if (n <= 0) return n < 0 ? READ_ERRNO : 0;
+  *drained = n < SCRATCH_LEN;
+  size_t used = process_bytes(s, c, s->scratch, (size_t)n);
+  size_t rest = (size_t)n - used;
+  if (rest == 0 || c->closing) return n;
+  if (reserve_input(s, c, rest) != 0) return READ_CLOSE;
+  if (c->closing) return n; /* a bad header, answered: the rest is dropped */
+  memcpy(c->in, s->scratch + used, rest);
+  c->in_len = rest;
+  c->frame_start_ms = now;
+  /* Size the buffer for the frame now (or refuse it), not at its next bytes. */
+  return reserve_input(s, c, 0) == 0 ? n : READ_CLOSE;
+}
+
+/* Reads what the socket has while requests may be handled. Returns 0, or -1 to close. */
 static int conn_read(store_server *s, conn *c, int64_t now) {
-  for (int rounds = 0; rounds < 16; rounds++) {
-    if (c->closing) return 0;
-    if (reserve_input(s, c) != 0) return -1;
-    if (c->closing) return 0;
-    if (c->in_len == c->in_cap) return 0;
-    ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
-    if (n < 0) {
+  for (int rounds = 0; rounds < 16 && can_process(c); rounds++) {
+    int partial = c->in_len > 0, drained = 0;
+    ssize_t n = partial ? read_into_input(s, c, &drained) : read_scratch(s, c, now, &drained);
+    if (n == READ_STOP) return 0;
+    if (n == READ_CLOSE) return -1;
+    if (n == READ_ERRNO) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
       base_log(BASE_LOG_INFO, "store: connection from %s: %s", c->peer, cohort_strerror(-errno));
@@ -559,25 +656,62 @@ static int conn_read(store_server *s, conn *c, int64_t now) {
         base_log(BASE_LOG_INFO, "store: %s closed the connection mid-frame", c->peer);
       return -1;
     }
-    size_t space = c->in_cap - c->in_len;
-    if (c->in_len == 0) c->frame_start_ms = now;
-    c->in_len += (size_t)n;
     c->last_active_ms = now;
-    if (have_frame(c)) process_input(s, c, now);
-    /*
-     * A short read drained the socket: save the recv() that would say EAGAIN,
-     * but size the buffer for the frame now (or refuse it) so that the next
-     * poll() waits for the right thing.
-     */
-    if ((size_t)n < space) return c->closing || reserve_input(s, c) == 0 ? 0 : -1;
+    if (partial) process_input(s, c, now);
+    if (drained) return 0; /* saves the recv() that would say EAGAIN */
   }
   return 0;
 }
 
+/* ---- output ---- */
+
+/* Marks n bytes as sent and drops the shared values that are done. */
+static void consume_output(store_server *s, conn *c, size_t n) {
+  for (;;) {
+    while (c->nsegs > 0 && c->out_off == c->segs[0].at && c->seg_off == c->segs[0].blob->len) {
+      c->seg_bytes -= c->segs[0].blob->len;
+      store_blob_unref(&s->table, c->segs[0].blob);
+      memmove(c->segs, c->segs + 1, (c->nsegs - 1) * sizeof *c->segs);
+      c->nsegs--;
+      c->seg_off = 0;
+    }
+    if (n == 0) return;
+    size_t lim = c->nsegs > 0 ? c->segs[0].at : c->out.len;
+    size_t k;
+    if (c->out_off < lim) {
+      k = lim - c->out_off < n ? lim - c->out_off : n;
+      c->out_off += k;
+    } else {
+      size_t left = c->segs[0].blob->len - c->seg_off;
+      k = left < n ? left : n;
+      c->seg_off += k;
+    }
+    n -= k;
+  }
+}
+
+/* The output as an iovec: bytes and shared values in order. */
+static int output_iov(const conn *c, struct iovec *iov, int max) {
+  int n = 0;
+  size_t pos = c->out_off;
+  size_t i = 0;
+  for (; i < c->nsegs && n + 2 <= max; i++) {
+    if (c->segs[i].at > pos) iov[n++] = (struct iovec){c->out.p + pos, c->segs[i].at - pos};
+    pos = c->segs[i].at;
+    size_t skip = i == 0 ? c->seg_off : 0;
+    iov[n++] = (struct iovec){c->segs[i].blob->data + skip, c->segs[i].blob->len - skip};
+  }
+  if (i == c->nsegs && c->out.len > pos && n < max)
+    iov[n++] = (struct iovec){c->out.p + pos, c->out.len - pos};
+  return n;
+}
+
 /* Writes pending output. Returns 0, or -1 when the connection must close. */
 static int conn_write(store_server *s, conn *c, int64_t now) {
-  while (c->out_off < c->out.len) {
-    ssize_t n = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+  while (unsent(c) > 0) {
+    struct iovec iov[16];
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)output_iov(c, iov, 16)};
+    ssize_t n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -586,27 +720,28 @@ static int conn_write(store_server *s, conn *c, int64_t now) {
       }
       return -1;
     }
-    c->out_off += (size_t)n;
+    consume_output(s, c, (size_t)n);
     c->write_stall_ms = now;
   }
+  consume_output(s, c, 0);
   c->out.len = 0;
   c->out_off = 0;
   c->write_stall_ms = 0;
   c->last_active_ms = now;
-  /* Requests held back while the output was full can go on now. */
-  if (c->in_len > 0) s->again = 1;
-  if (c->out.cap > OUT_HIGH_WATER) {
+  if (c->out.cap > INBUF_FREE) {
     store_buf_free(&c->out);
     charge_out(s, c);
   }
   return c->closing ? -1 : 0;
 }
 
+/* ---- time limits ---- */
+
 /* Applies the time limits. Returns -1 when the connection must close. */
 static int conn_check_time(store_server *s, conn *c, int64_t now) {
   char why[128];
   if (c->waiting && now >= c->wait_deadline_ms) unpark(s, c, STORE_ST_TIMEOUT);
-  if (c->out.len > c->out_off) {
+  if (unsent(c) > 0) {
     if (c->write_stall_ms != 0 && now - c->write_stall_ms >= s->io_ms) {
       snprintf(why, sizeof why, "client did not read its responses for %d ms", s->io_ms);
       conn_log(c, why);
@@ -620,7 +755,7 @@ static int conn_check_time(store_server *s, conn *c, int64_t now) {
     conn_log(c, why);
     return -1;
   }
-  if (c->in_len > 0 && !have_frame(c)) {
+  if (c->in_len > 0 && can_process(c)) {
     if (now - c->frame_start_ms >= s->io_ms) {
       snprintf(why, sizeof why, "incomplete frame (%zu bytes) for %d ms: slow or stalled client",
                c->in_len, s->io_ms);
@@ -641,14 +776,14 @@ static int conn_check_time(store_server *s, conn *c, int64_t now) {
 static int64_t conn_next_time(const store_server *s, const conn *c) {
   int64_t t = INT64_MAX;
   if (c->waiting) t = c->wait_deadline_ms;
-  if (c->out.len > c->out_off) {
+  if (unsent(c) > 0) {
     if (c->write_stall_ms != 0 && c->write_stall_ms + s->io_ms < t)
       t = c->write_stall_ms + s->io_ms;
     return t;
   }
   if (c->closing) return t;
   if (c->state != CONN_READY && c->accepted_ms + s->io_ms < t) t = c->accepted_ms + s->io_ms;
-  if (c->in_len > 0 && !have_frame(c)) {
+  if (c->in_len > 0 && can_process(c)) {
     if (c->frame_start_ms + s->io_ms < t) t = c->frame_start_ms + s->io_ms;
   } else if (!c->waiting && c->in_len == 0 && c->last_active_ms + s->idle_ms < t) {
     t = c->last_active_ms + s->idle_ms;
@@ -656,8 +791,128 @@ static int64_t conn_next_time(const store_server *s, const conn *c) {
   return t;
 }
 
+/* ---- the loop ---- */
+
+/* Registers the events c needs now: input while requests may be handled, output while pending. */
+static void update_events(store_server *s, conn *c) {
+  uint32_t ev = 0;
+  if (can_process(c)) ev |= EPOLLIN;
+  if (unsent(c) > 0) ev |= EPOLLOUT;
+  /* A parked client that goes away is noticed without reading its requests. */
+  if (c->waiting) ev |= EPOLLRDHUP;
+  if (ev == c->events) return;
+  struct epoll_event e = {.events = ev, .data.ptr = c};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0) c->events = ev;
+}
+
+/* Brings a connection up to date: buffered requests, output, events, timer. Frees it if done. */
+static void conn_settle(store_server *s, conn *c, int64_t now) {
+  c->dirty = 0;
+  /* Requests held back by a full output go on once it is written. */
+  for (int i = 0; i < 64 && c->closing != 2; i++) {
+    size_t used = can_process(c) ? process_input(s, c, now) : 0;
+    size_t before = unsent(c);
+    if (before > 0 && conn_write(s, c, now) != 0) {
+      conn_free(s, c);
+      return;
+    }
+    if (used == 0 && unsent(c) == before) break;
+  }
+  if (c->closing == 2) {
+    conn_free(s, c);
+    return;
+  }
+  update_events(s, c);
+  heap_schedule(s, c, conn_next_time(s, c));
+}
+
+static void drain_dirty(store_server *s, int64_t now) {
+  while (s->dirty != NULL) {
+    conn *c = s->dirty;
+    s->dirty = c->next_dirty;
+    conn_settle(s, c, now);
+  }
+}
+
+static void run_timers(store_server *s, int64_t now) {
+  while (s->nheap > 0 && s->heap[0]->heap_at <= now) {
+    conn *c = s->heap[0];
+    heap_remove(s, c);
+    if (conn_check_time(s, c, now) != 0) c->closing = 2;
+    mark_dirty(s, c); /* settling computes its next limit */
+  }
+}
+
+static void conn_event(store_server *s, conn *c, uint32_t ev, int64_t now) {
+  if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+    if (can_process(c)) {
+      if (conn_read(s, c, now) != 0) c->closing = 2;
+    } else if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+      /* Not reading (parked, or closing): the peer is gone, answer what can be. */
+      if (unsent(c) > 0) conn_write(s, c, now);
+      c->closing = 2;
+    }
+  }
+  mark_dirty(s, c);
+}
+
+static int grow_conns(store_server *s) {
+  if (s->nconns < s->conns_cap) return 0;
+  size_t cap = s->conns_cap ? 2 * s->conns_cap : 64;
+  conn **a = realloc(s->conns, cap * sizeof *a);
+  if (a == NULL) return -ENOMEM;
+  s->conns = a;
+  conn **h = realloc(s->heap, cap * sizeof *h);
+  if (h == NULL) return -ENOMEM;
+  s->heap = h;
+  s->conns_cap = cap;
+  return 0;
+}
+
+static void refuse(int fd, const char *peer, const char *why) {
+  /* Say why before closing, so the client reports the limit, not a reset. */
+  uint8_t frame[5] = {0, 0, 0, 1, STORE_ST_LIMIT};
+  ssize_t w = send(fd, frame, sizeof frame, MSG_NOSIGNAL);
+  (void)w;
+  close(fd);
+  base_log(BASE_LOG_WARN, "store: refusing connection from %s: %s", peer, why);
+}
+
+static void add_conn(store_server *s, int fd, const char *peer, int64_t now) {
+  char why[64];
+  if (s->nconns >= (size_t)s->max_conns) {
+    snprintf(why, sizeof why, "connection limit (%d) reached", s->max_conns);
+    refuse(fd, peer, why);
+    return;
+  }
+  conn *c = calloc(1, sizeof *c);
+  if (c == NULL || grow_conns(s) != 0) {
+    free(c);
+    refuse(fd, peer, "out of memory");
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->fd = fd;
+  c->state = CONN_HELLO;
+  c->heap_pos = SIZE_MAX;
+  base_strlcpy(c->peer, peer, sizeof c->peer);
+  c->accepted_ms = now;
+  c->last_active_ms = now;
+  c->events = EPOLLIN;
+  struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+    free(c);
+    refuse(fd, peer, "cannot watch the socket");
+    return;
+  }
+  c->index = s->nconns;
+  s->conns[s->nconns++] = c;
+  heap_schedule(s, c, conn_next_time(s, c));
+}
+
 static void accept_all(store_server *s, int64_t now) {
-  for (int i = 0; i < 64; i++) {
+  for (int i = 0; i < ACCEPT_BATCH; i++) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -667,134 +922,88 @@ static void accept_all(store_server *s, int64_t now) {
         /* The pending connection stays queued; retry shortly instead of spinning. */
         base_log(BASE_LOG_WARN, "store: accept: %s", cohort_strerror(-errno));
         s->accept_pause_until = now + 100;
+        struct epoll_event e = {.events = 0, .data.ptr = NULL};
+        epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &e);
       }
       return;
     }
     char host[BASE_HOST_MAX] = "?";
     int port = 0;
     base_sockaddr_str((struct sockaddr *)&ss, host, sizeof host, &port);
-    char peer[BASE_HOST_MAX + 8];
+    char peer[64];
     base_join_hostport(host, port, peer, sizeof peer);
-    if (s->nconns >= (size_t)s->max_conns) {
-      /* Say why before closing, so the client reports the limit, not a reset. */
-      uint8_t frame[5] = {0, 0, 0, 1, STORE_ST_LIMIT};
-      ssize_t w = send(fd, frame, sizeof frame, MSG_NOSIGNAL);
-      (void)w;
-      close(fd);
-      base_log(BASE_LOG_WARN, "store: refusing connection from %s: connection limit (%d) reached",
-               peer, s->max_conns);
-      continue;
-    }
-    conn *c = calloc(1, sizeof *c);
-    uint8_t *in = malloc(INBUF_MIN);
-    conn **arr = realloc(s->conns, (s->nconns + 1) * sizeof *arr);
-    if (c == NULL || in == NULL || arr == NULL) {
-      free(c);
-      free(in);
-      if (arr != NULL) s->conns = arr;
-      close(fd);
-      base_log(BASE_LOG_WARN, "store: refusing connection from %s: out of memory", peer);
-      continue;
-    }
-    s->conns = arr;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    c->fd = fd;
-    c->in = in;
-    c->in_cap = INBUF_MIN;
-    c->state = CONN_HELLO;
-    base_strlcpy(c->peer, peer, sizeof c->peer);
-    c->accepted_ms = now;
-    c->last_active_ms = now;
-    s->conns[s->nconns++] = c;
+    add_conn(s, fd, peer, now);
   }
+}
+
+/* The listening socket and the stop pipe are told apart by their data pointers. */
+static char tag_listen, tag_stop;
+
+static int loop_timeout(const store_server *s, int64_t now) {
+  int64_t next = s->accept_pause_until > now ? s->accept_pause_until : INT64_MAX;
+  if (s->nheap > 0 && s->heap[0]->heap_at < next) next = s->heap[0]->heap_at;
+  return next == INT64_MAX ? -1 : base_deadline_left(next);
 }
 
 static void *server_main(void *arg) {
   store_server *s = arg;
-  struct pollfd *pfds = NULL;
-  size_t pfds_cap = 0;
+  struct epoll_event evs[MAX_EVENTS];
   for (;;) {
     int64_t now = base_now_ms();
-    /* Time limits first: they may answer WAITs or drop connections. */
-    for (size_t i = 0; i < s->nconns;) {
-      conn *c = s->conns[i];
-      if (conn_check_time(s, c, now) != 0) {
-        conn_free(s, c);
-        s->conns[i] = s->conns[--s->nconns];
-        continue;
-      }
-      i++;
+    if (s->accept_pause_until != 0 && now >= s->accept_pause_until) {
+      s->accept_pause_until = 0;
+      struct epoll_event e = {.events = EPOLLIN, .data.ptr = &tag_listen};
+      epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &e);
     }
-    /* Connections answered while parked may have requests queued. */
-    while (s->again) {
-      s->again = 0;
-      for (size_t i = 0; i < s->nconns; i++) process_input(s, s->conns[i], now);
-    }
-    for (size_t i = 0; i < s->nconns;) {
-      conn *c = s->conns[i];
-      if (c->closing == 2 || (c->out.len > c->out_off && conn_write(s, c, now) != 0)) {
-        conn_free(s, c);
-        s->conns[i] = s->conns[--s->nconns];
-        continue;
-      }
-      i++;
-    }
-
-    size_t need = s->nconns + 2;
-    if (need > pfds_cap) {
-      struct pollfd *np = realloc(pfds, need * sizeof *np);
-      if (np == NULL) {
-        base_sleep_ms(10);
-        continue;
-      }
-      pfds = np;
-      pfds_cap = need;
-    }
-    pfds[0] = (struct pollfd){.fd = s->pipe_rd, .events = POLLIN};
-    pfds[1] = (struct pollfd){.fd = now >= s->accept_pause_until ? s->lfd : -1, .events = POLLIN};
-    int64_t next = now >= s->accept_pause_until ? INT64_MAX : s->accept_pause_until;
-    for (size_t i = 0; i < s->nconns; i++) {
-      conn *c = s->conns[i];
-      short ev = 0;
-      if (!c->closing && c->in_len < c->in_cap) ev |= POLLIN;
-      if (c->out.len > c->out_off) ev |= POLLOUT;
-      pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
-      int64_t t = conn_next_time(s, c);
-      if (t < next) next = t;
-    }
-    int timeout = next == INT64_MAX ? -1 : base_deadline_left(next);
-    if (s->again) timeout = 0;
-    int n = poll(pfds, s->nconns + 2, timeout);
+    run_timers(s, now);
+    drain_dirty(s, now);
+    int n = epoll_wait(s->epfd, evs, MAX_EVENTS, loop_timeout(s, now));
     if (n < 0) {
       if (errno == EINTR) continue;
-      base_log(BASE_LOG_ERROR, "store: poll: %s", cohort_strerror(-errno));
+      base_log(BASE_LOG_ERROR, "store: epoll_wait: %s", cohort_strerror(-errno));
       base_sleep_ms(10);
       continue;
     }
     now = base_now_ms();
-    if (pfds[0].revents) break;
-    size_t nc = s->nconns; /* accepted connections are polled next round */
-    for (size_t i = nc; i-- > 0;) {
-      conn *c = s->conns[i];
-      short re = pfds[i + 2].revents;
-      int drop = 0;
-      if (re & (POLLIN | POLLHUP | POLLERR)) drop = conn_read(s, c, now) != 0;
-      /* A reset socket we cannot read from any more would wake poll() forever. */
-      if (!drop && (re & (POLLHUP | POLLERR | POLLNVAL)) && !(re & POLLIN)) drop = 1;
-      if (!drop && (re & (POLLHUP | POLLERR)) && c->in_len == c->in_cap) drop = 1;
-      if (!drop) process_input(s, c, now);
-      if (!drop && c->out.len > c->out_off) drop = conn_write(s, c, now) != 0;
-      if (!drop && c->closing == 2) drop = 1;
-      if (drop) {
-        conn_free(s, c);
-        s->conns[i] = s->conns[--s->nconns];
-      }
+    int accept_ready = 0;
+    for (int i = 0; i < n; i++) {
+      void *p = evs[i].data.ptr;
+      if (p == &tag_stop) return NULL;
+      if (p == &tag_listen)
+        accept_ready = 1;
+      else if (p != NULL)
+        conn_event(s, p, evs[i].events, now);
     }
-    if (pfds[1].revents) accept_all(s, now);
+    drain_dirty(s, now);
+    if (accept_ready) accept_all(s, now);
   }
-  free(pfds);
-  return NULL;
+}
+
+/* Lets the process open as many descriptors as the server may hold connections. */
+static void raise_fd_limit(int max_conns) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = (rlim_t)max_conns + 256;
+  if (rl.rlim_cur >= want || rl.rlim_cur == RLIM_INFINITY) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+static int setup_loop(store_server *s, const store_server_opts *opts) {
+  int rc = base_tcp_listen(opts->bind_host, opts->port, LISTEN_BACKLOG, &s->lfd, &s->port);
+  if (rc != 0) return rc;
+  if ((rc = base_set_nonblock(s->lfd, 1)) != 0) return rc;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
+  s->pipe_rd = p[0];
+  s->pipe_wr = p[1];
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (s->epfd < 0) return -errno;
+  struct epoll_event e = {.events = EPOLLIN, .data.ptr = &tag_listen};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &e) != 0) return -errno;
+  e.data.ptr = &tag_stop;
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->pipe_rd, &e) != 0) return -errno;
+  return 0;
 }
 
 int store_server_start(const store_server_opts *opts, store_server **out) {
@@ -805,37 +1014,22 @@ int store_server_start(const store_server_opts *opts, store_server **out) {
   if (opts->max_conns < 0 || opts->idle_timeout_ms < 0 || opts->io_timeout_ms < 0) return -EINVAL;
   store_server *s = calloc(1, sizeof *s);
   if (s == NULL) return -ENOMEM;
-  s->lfd = s->pipe_rd = s->pipe_wr = -1;
+  s->lfd = s->epfd = s->pipe_rd = s->pipe_wr = -1;
   s->max_conns = opts->max_conns ? opts->max_conns : DEFAULT_MAX_CONNS;
   s->idle_ms = opts->idle_timeout_ms ? opts->idle_timeout_ms : DEFAULT_IDLE_MS;
   s->io_ms = opts->io_timeout_ms ? opts->io_timeout_ms : DEFAULT_IO_MS;
-  s->max_bytes = opts->max_bytes ? opts->max_bytes : DEFAULT_MAX_BYTES;
-  int rc;
+  int rc = store_table_init(&s->table, opts->max_bytes ? opts->max_bytes : DEFAULT_MAX_BYTES);
+  if (rc != 0) goto fail;
   if (opts->token != NULL && opts->token[0] != '\0') {
     s->token = strdup(opts->token);
-    if (s->token == NULL) {
-      rc = -ENOMEM;
-      goto fail;
-    }
+    rc = -ENOMEM;
+    if (s->token == NULL) goto fail;
     s->token_len = strlen(s->token);
   }
-  s->nbuckets = 256;
-  s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
-  if (s->buckets == NULL) {
-    rc = -ENOMEM;
-    goto fail;
-  }
-  if ((rc = base_random_bytes(&s->seed, sizeof s->seed)) != 0) goto fail;
-  rc = base_tcp_listen(opts->bind_host, opts->port, 512, &s->lfd, &s->port);
-  if (rc != 0) goto fail;
-  if ((rc = base_set_nonblock(s->lfd, 1)) != 0) goto fail;
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-    rc = -errno;
-    goto fail;
-  }
-  s->pipe_rd = p[0];
-  s->pipe_wr = p[1];
+  rc = -ENOMEM;
+  if ((s->scratch = malloc(SCRATCH_LEN)) == NULL) goto fail;
+  raise_fd_limit(s->max_conns);
+  if ((rc = setup_loop(s, opts)) != 0) goto fail;
   /* The loop thread takes no signals: they belong to the host program's thread. */
   sigset_t all, old;
   sigfillset(&all);
@@ -866,21 +1060,13 @@ void store_server_stop(store_server *s) {
     (void)w;
     pthread_join(s->thread, NULL);
   }
-  for (size_t i = 0; i < s->nconns; i++) conn_free(s, s->conns[i]);
+  while (s->nconns > 0) conn_free(s, s->conns[s->nconns - 1]);
   free(s->conns);
-  if (s->buckets != NULL) {
-    for (size_t i = 0; i < s->nbuckets; i++) {
-      entry *e = s->buckets[i];
-      while (e != NULL) {
-        entry *next = e->next;
-        free(e->val);
-        free(e);
-        e = next;
-      }
-    }
-  }
-  free(s->buckets);
+  free(s->heap);
+  store_table_free(&s->table);
+  free(s->scratch);
   if (s->lfd >= 0) close(s->lfd);
+  if (s->epfd >= 0) close(s->epfd);
   if (s->pipe_rd >= 0) close(s->pipe_rd);
   if (s->pipe_wr >= 0) close(s->pipe_wr);
   if (s->token) memset(s->token, 0, s->token_len);

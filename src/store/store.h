@@ -92,6 +92,15 @@ int store_add(store_client *c, const char *key, int64_t delta, int64_t *result,
 int store_cas(store_client *c, const char *key, const void *expected, size_t elen,
               const void *desired, size_t dlen, void **current, size_t *curlen,
               int64_t deadline_ms);
+/*
+ * Reads n keys in one go: the GET requests are pipelined (sent without
+ * waiting for the answers, which are read meanwhile), so n keys cost about
+ * one round trip instead of n. vals[i] receives a malloc'ed copy (caller
+ * frees) and lens[i] its length, or NULL and 0 when the key is absent. On
+ * any error every vals[i] is NULL.
+ */
+int store_get_many(store_client *c, const char *const *keys, size_t n, void **vals, size_t *lens,
+                   int64_t deadline_ms);
 /* Deletes key; -ENOENT when absent. */
 int store_delete(store_client *c, const char *key, int64_t deadline_ms);
 int store_ping(store_client *c, int64_t deadline_ms);

@@ -1,0 +1,7 @@
+# bench/scale: simulated nodes against the built-in store (bench/scale/run.sh
+# runs the whole comparison). The swarm also runs in CI at a small size as a
+# check of the protocol (its figures are not judged there).
+add_executable(swarm ${CMAKE_SOURCE_DIR}/bench/scale/swarm.c)
+target_link_libraries(swarm PRIVATE cohort_node)
+add_test(NAME scale_swarm COMMAND swarm --nodes 64 --hold 1 --timeout 30)
+set_tests_properties(scale_swarm PROPERTIES TIMEOUT 60 LABELS "unit")
