@@ -393,8 +393,8 @@ static void plan_read(swarm *w, node *nd, const store_response *r) {
 /* Reads what arrived and hands complete frames to on_response. */
 static void conn_input(swarm *w, sconn *c, int64_t now) {
   for (;;) {
-    if (c->in_cap - c->in_len < 65536) {
-      size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
+    if (c->in_len == c->in_cap) {
+      size_t cap = c->in_cap ? c->in_cap * 2 : 4096;
       uint8_t *p = realloc(c->in, cap);
       if (p == NULL) return;
       c->in = p;
@@ -420,7 +420,7 @@ static void conn_input(swarm *w, sconn *c, int64_t now) {
       memmove(c->in, c->in + total, c->in_len - total);
       c->in_len -= total;
     }
-    if (c->in_len == 0 && c->in_cap > 65536) {
+    if (c->in_len == 0 && c->in_cap > 4096) {
       free(c->in);
       c->in = NULL;
       c->in_cap = 0;
@@ -726,6 +726,22 @@ static int check_ranks(swarm *w) {
   return ok;
 }
 
+static void conn_free(sconn *c) {
+  if (c->fd >= 0) close(c->fd);
+  store_buf_free(&c->out);
+  free(c->in);
+}
+
+static void swarm_free(swarm *w) {
+  for (int i = 0; w->nodes != NULL && i < w->o.nodes; i++) {
+    conn_free(&w->nodes[i].join);
+    conn_free(&w->nodes[i].watch);
+  }
+  free(w->nodes);
+  free(w->plan);
+  if (w->epfd >= 0) close(w->epfd);
+}
+
 static void raise_nofile(void) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
@@ -766,6 +782,7 @@ int main(int argc, char **argv) {
   if (rc == 0) rc = phase_fail(&w, &fmax, &fmed);
   close(ctl);
   waitpid(store, NULL, 0);
+  swarm_free(&w);
   if (rc != 0) {
     printf("incomplete nodes=%d joined=%d watching=%d failed=%d: %s\n", w.o.nodes, w.joined + 1,
            w.watching, w.failed,

@@ -235,7 +235,9 @@ static void end_wait(store_server *s, conn *c) {
 }
 
 static void conn_free(store_server *s, conn *c) {
-  close(c->fd); /* also removes it from the epoll set */
+  /* Explicitly: a forked child holding a copy of the socket would keep it in the set. */
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
   heap_remove(s, c);
   if (c->waiting) end_wait(s, c);
   free_input(s, c);
