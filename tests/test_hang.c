@@ -375,6 +375,21 @@ static void test_blame(void) {
   /* All the same: the longest silent. */
   v[2] = verdict(2, 1, 1, "all_reduce, t.py:41");
   CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 0);
+  /* The report: the cause, its frames, the others grouped, the files. */
+  v[2] = verdict(2, 1, 0, "load_batch, t.py:12");
+  snprintf(v[2].frames, sizeof v[2].frames, "    load_batch at /j/t.py:12\n");
+  stacks_place at[4] = {
+      {1, "h1", 40, 30000}, {0, "h0", 10, 20000}, {1, "h1", 30, 10000}, {0, "h0", 20, 25000}};
+  char rep[2048];
+  CHECK_EQ_INT(stacks_report(v, at, 4, "logs/attempt0/stacks", rep, sizeof rep), 2);
+  CHECK_STREQ(rep, "job hung: rank 2 (node 1, h1, pid 30) made no progress for 10.0 s and is not "
+                   "in a collective: load_batch, t.py:12\n"
+                   "    load_batch at /j/t.py:12\n"
+                   "ranks 0-1,3 waiting in all_reduce, t.py:41\n"
+                   "full stacks: logs/attempt0/stacks/rank<R>.txt on each node");
+  CHECK_EQ_INT(stacks_report(v, at, 0, NULL, rep, sizeof rep), -1);
+  CHECK_EQ_INT(stacks_report(v, at, 4, NULL, rep, 16), 2);
+  CHECK_EQ_INT((int)strlen(rep), 15);
   int ranks[6] = {0, 1, 2, 4, 6, 7};
   stacks_rank_list(ranks, 6, lines, sizeof lines);
   CHECK_STREQ(lines, "0-2,4,6-7");

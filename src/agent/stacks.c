@@ -630,3 +630,28 @@ out:
   free(ranks);
   free(done);
 }
+
+int stacks_report(const stacks_verdict *v, const stacks_place *at, int n, const char *stacks_dir,
+                  char *out, size_t outlen) {
+  out[0] = '\0';
+  int64_t *silent = calloc((size_t)(n > 0 ? n : 1), sizeof *silent);
+  if (silent == NULL || n <= 0) {
+    free(silent);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) silent[i] = at[i].silent_ms;
+  const char *why = "";
+  int c = stacks_blame(v, silent, n, &why);
+  free(silent);
+  size_t off = (size_t)snprintf(
+      out, outlen,
+      "job hung: rank %d (node %d, %s, pid %d) made no progress for %.1f s and %s: %s\n%s",
+      v[c].rank, at[c].node, at[c].host, (int)at[c].pid, (double)at[c].silent_ms / 1000, why,
+      v[c].where, v[c].frames);
+  if (off < outlen) stacks_group_lines(v, n, c, out + off, outlen - off);
+  off = strlen(out);
+  if (stacks_dir != NULL && off < outlen)
+    snprintf(out + off, outlen - off, "%sfull stacks: %s/rank<R>.txt on each node",
+             off && out[off - 1] != '\n' ? "\n" : "", stacks_dir);
+  return c;
+}

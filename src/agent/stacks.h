@@ -103,6 +103,23 @@ int stacks_blame(const stacks_verdict *v, const int64_t *silent_ms, int n, const
  */
 void stacks_group_lines(const stacks_verdict *v, int n, int skip, char *out, size_t outlen);
 
+/* Where a rank runs and how long it has been silent, for the report. */
+typedef struct stacks_place {
+  int node;
+  const char *host;
+  pid_t pid;
+  int64_t silent_ms;
+} stacks_place;
+
+/*
+ * The hang report, the same text wherever the same verdicts are given:
+ * the cause (rank, node, host, pid, silence, why, where) and its first
+ * frames, the others grouped by place, and where the full stacks are
+ * (stacks_dir, or NULL). Returns the index of the cause, -1 when n is 0.
+ */
+int stacks_report(const stacks_verdict *v, const stacks_place *at, int n, const char *stacks_dir,
+                  char *out, size_t outlen);
+
 /* "0-2,5" for a sorted list of ranks. */
 void stacks_rank_list(const int *ranks, int n, char *out, size_t outlen);
 
