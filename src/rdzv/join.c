@@ -116,6 +116,23 @@ static int get_text(store_client *c, const char *key, char **out, int64_t deadli
   return 0;
 }
 
+/*
+ * Appends the plan's node lines from off on, in node-rank order; the ranks
+ * are a permutation of 0..n-1 (rdzv_assign_ranks), so one pass places them.
+ */
+static int format_nodes(const rdzv_node *nodes, int n, char *plan, size_t off, size_t cap) {
+  int *at = malloc((size_t)n * sizeof *at);
+  if (at == NULL) return -ENOMEM;
+  for (int i = 0; i < n; i++) at[nodes[i].node_rank] = i;
+  for (int r = 0; r < n; r++) {
+    const rdzv_node *nd = &nodes[at[r]];
+    off += (size_t)snprintf(plan + off, cap - off, "%d %016llx %d %s %s\n", r,
+                            (unsigned long long)nd->uid, nd->nproc, nd->host, nd->hostname);
+  }
+  free(at);
+  return 0;
+}
+
 /* The host's part: wait for the nodes, plan, publish. */
 static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, size_t errlen) {
   char key[STORE_KEY_MAX];
@@ -230,13 +247,9 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     if (base_free_port(NULL, &port) != 0) port = 29500;
     size_t off = (size_t)snprintf(plan, cap, "ok nnodes=%lld master=%s port=%d\n", (long long)n,
                                   master, port);
-    for (int r = 0; r < n; r++) {
-      for (int64_t i = 0; i < n; i++) {
-        if (nodes[i].node_rank != r) continue;
-        off += (size_t)snprintf(plan + off, cap - off, "%d %016llx %d %s %s\n", r,
-                                (unsigned long long)nodes[i].uid, nodes[i].nproc, nodes[i].host,
-                                nodes[i].hostname);
-      }
+    if (format_nodes(nodes, (int)n, plan, off, cap) != 0) {
+      rc = -ENOMEM;
+      goto out;
     }
   }
   char pkey[STORE_KEY_MAX];
