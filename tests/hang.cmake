@@ -4,3 +4,8 @@ add_executable(test_hang ${CMAKE_SOURCE_DIR}/tests/test_hang.c)
 target_link_libraries(test_hang PRIVATE cohort_node)
 add_test(NAME hang COMMAND test_hang ${CMAKE_SOURCE_DIR})
 set_tests_properties(hang PROPERTIES TIMEOUT 120 LABELS "unit")
+
+# The same on real PyTorch gloo DDP ranks (needs python3-torch): the stuck
+# rank's traceback names the script's line, the other waits in backward.
+add_test(NAME hang_torch COMMAND test_hang ${CMAKE_SOURCE_DIR} --torch)
+set_tests_properties(hang_torch PROPERTIES TIMEOUT 400 LABELS "slow")

@@ -17,6 +17,7 @@
 #include "agent/progress.h"
 #include "agent/stacks.h"
 #include "base/base.h"
+#include "base/net.h"
 #include "tests/check.h"
 #include "tests/proc.h"
 
@@ -514,13 +515,105 @@ static void test_stragglers(void) {
   CHECK_EQ_INT(progress_stragglers(unknown, 3, 1.5, f2, out, ratio), 0);
 }
 
+/* The line of a fixture under tests/torch/ that carries `marker`. */
+static int line_of(const char *file, const char *marker) {
+  char path[4096], buf[512];
+  snprintf(path, sizeof path, "%s/tests/torch/%s", src_dir, file);
+  FILE *f = fopen(path, "r");
+  int n = 0, found = 0;
+  while (f && fgets(buf, sizeof buf, f)) {
+    n++;
+    if (strstr(buf, marker)) found = n;
+  }
+  if (f) fclose(f);
+  return found;
+}
+
+/* Two gloo DDP ranks, rank 1 stuck in `mode`: its Python traceback names
+ * the script's line, rank 0 waits in the gradient all_reduce, and the
+ * report blames rank 1 although rank 0 fell silent too. */
+static void test_torch_mode(const char *mode, const char *marker) {
+  int port = 0;
+  CHECK_EQ_INT(base_free_port("127.0.0.1", &port), 0);
+  char script[4096];
+  snprintf(script, sizeof script, "%s/tests/torch/ddp_hang.py", src_dir);
+  proc_handle h[2];
+  stacks_target t[2];
+  char files[2][512];
+  for (int r = 0; r < 2; r++) {
+    static char env[2][10][512];
+    snprintf(env[r][0], 512, "PYTHONPATH=%s/src/agent/python", src_dir);
+    snprintf(files[r], sizeof files[r], "%s/torch%d.txt", tmp_dir, r);
+    snprintf(env[r][1], 512, "COHORT_STACKS_FILE=%s", files[r]);
+    snprintf(env[r][2], 512, "COHORT_STACKS_SIGNAL=%d", stacks_py_signal());
+    snprintf(env[r][3], 512, "RANK=%d", r);
+    snprintf(env[r][4], 512, "WORLD_SIZE=2");
+    snprintf(env[r][5], 512, "MASTER_ADDR=127.0.0.1");
+    snprintf(env[r][6], 512, "MASTER_PORT=%d", port);
+    snprintf(env[r][7], 512, "HANG_RANK=1");
+    snprintf(env[r][8], 512, "HANG_MODE=%s", mode);
+    snprintf(env[r][9], 512, "GLOO_SOCKET_IFNAME=lo");
+    char *envp[11];
+    for (int k = 0; k < 10; k++) envp[k] = env[r][k];
+    envp[10] = NULL;
+    char *argv[] = {"/usr/bin/python3", script, NULL};
+    CHECK_EQ_INT(proc_start(argv, envp, &h[r]), 0);
+    t[r] = (stacks_target){.rank = r, .pid = h[r].pid, .py_file = files[r]};
+  }
+  /* The stuck rank says so; give the other time to reach its wait. */
+  char buf[4096];
+  size_t len = 0;
+  int64_t until = base_now_ms() + 60000;
+  buf[0] = '\0';
+  while (base_now_ms() < until && !strstr(buf, "hanging") && len < sizeof buf - 1) {
+    struct pollfd p = {.fd = h[1].outfd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) continue;
+    ssize_t k = read(h[1].outfd, buf + len, sizeof buf - 1 - len);
+    if (k <= 0) break;
+    len += (size_t)k;
+    buf[len] = '\0';
+  }
+  CHECK(strstr(buf, "hanging") != NULL);
+  base_sleep_ms(1500);
+  stacks_dump d[2];
+  stacks_opts o = opts(getenv("PATH"), 10000);
+  CHECK_EQ_INT(stacks_collect(t, 2, &o, d), 0);
+  stacks_verdict v[2];
+  for (int r = 0; r < 2; r++) {
+    CHECK_EQ_INT(d[r].kind, STACKS_PYTHON);
+    stacks_classify(&d[r], &v[r]);
+  }
+  char want[256];
+  snprintf(want, sizeof want, "get_batch, ddp_hang.py:%d", line_of("ddp_hang.py", marker));
+  CHECK_STREQ(v[1].where, want);
+  CHECK_EQ_INT(v[0].in_collective, 1);
+  snprintf(want, sizeof want, "ddp_hang.py:%d", line_of("ddp_hang.py", "DDP-BACKWARD"));
+  CHECK(strstr(v[0].where, want) != NULL);
+  stacks_place at[2] = {{0, "h", h[0].pid, 9000}, {0, "h", h[1].pid, 8000}};
+  char rep[4096];
+  CHECK_EQ_INT(stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);
+  fprintf(stderr, "%s: %s\n", mode, rep);
+  stacks_dump_free(d, 2);
+  for (int r = 0; r < 2; r++) stop(&h[r]);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: test_hang SOURCE_DIR\n");
+  if (argc < 2 || (argc == 3 && strcmp(argv[2], "--torch") != 0) || argc > 3) {
+    fprintf(stderr, "usage: test_hang SOURCE_DIR [--torch]\n");
     return 2;
   }
   src_dir = argv[1];
   if (mkdtemp(tmp_dir) == NULL) return 1;
+  char cmd[4200];
+  if (argc == 3) {
+    /* PyTorch (python3-torch): only in the slow label. */
+    test_torch_mode("sleep", "HANG-SLEEP");
+    test_torch_mode("spin", "HANG-SPIN");
+    test_torch_mode("pipe", "HANG-PIPE");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp_dir);
+    return check_report();
+  }
   test_classify_native_texts();
   test_blame();
   test_python_modes();
@@ -531,7 +624,6 @@ int main(int argc, char **argv) {
   test_heartbeat();
   test_heartbeat_bad();
   test_stragglers();
-  char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp_dir);
   return check_report();
