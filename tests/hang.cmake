@@ -2,7 +2,11 @@
 # (src/agent/stacks.c, src/agent/progress.c) on real processes.
 add_executable(test_hang ${CMAKE_SOURCE_DIR}/tests/test_hang.c)
 target_link_libraries(test_hang PRIVATE cohort_node)
-add_test(NAME hang COMMAND test_hang ${CMAKE_SOURCE_DIR})
+# A libcohort worker of which one rank skips an allreduce, under cohort run.
+add_executable(test_hang_worker ${CMAKE_SOURCE_DIR}/tests/test_hang_worker.c)
+target_link_libraries(test_hang_worker PRIVATE cohort_static)
+add_test(NAME hang COMMAND test_hang ${CMAKE_SOURCE_DIR} $<TARGET_FILE:cohort>
+  $<TARGET_FILE:test_hang_worker>)
 set_tests_properties(hang PROPERTIES TIMEOUT 120 LABELS "unit")
 
 # The same on real PyTorch gloo DDP ranks (needs python3-torch): the stuck

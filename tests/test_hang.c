@@ -597,9 +597,71 @@ static void test_torch_mode(const char *mode, const char *marker) {
   for (int r = 0; r < 2; r++) stop(&h[r]);
 }
 
+/* Reads lines of the agent's output into buf until `want` shows (or 60 s). */
+static int read_until(int fd, char *buf, size_t cap, size_t *len, const char *want) {
+  int64_t until = base_now_ms() + 60000;
+  while (base_now_ms() < until && !strstr(buf, want) && *len < cap - 1) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) continue;
+    ssize_t k = read(fd, buf + *len, cap - 1 - *len);
+    if (k <= 0) break;
+    *len += (size_t)k;
+    buf[*len] = '\0';
+  }
+  return strstr(buf, want) != NULL;
+}
+
+/* Two libcohort ranks under `cohort run`, rank 1 skipping an allreduce:
+ * native backtraces show rank 0 in cohort_allreduce called from the
+ * worker's line, and rank 1 asleep, to blame. */
+static void test_native_collective(const char *cohort, const char *worker) {
+  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", (char *)worker, NULL};
+  static char hang[] = "HANG_RANK=1";
+  char *env[] = {hang, NULL};
+  proc_handle h;
+  CHECK_EQ_INT(proc_start(argv, env, &h), 0);
+  char buf[8192] = "";
+  size_t len = 0;
+  CHECK(read_until(h.outfd, buf, sizeof buf, &len, "[r1] hanging"));
+  base_sleep_ms(1000);
+  stacks_target t[2];
+  for (int r = 0; r < 2; r++) {
+    char tag[32];
+    snprintf(tag, sizeof tag, "[r%d] pid ", r);
+    const char *p = strstr(buf, tag);
+    t[r] = (stacks_target){.rank = r, .pid = p ? atoi(p + strlen(tag)) : 0};
+  }
+  CHECK(t[0].pid > 0 && t[1].pid > 0);
+  stacks_dump d[2];
+  stacks_verdict v[2];
+  stacks_opts o = opts(getenv("PATH"), 15000);
+  if (t[0].pid > 0 && t[1].pid > 0 && stacks_collect(t, 2, &o, d) == 0) {
+    for (int r = 0; r < 2; r++) stacks_classify(&d[r], &v[r]);
+    char want[256];
+    snprintf(want, sizeof want, "cohort_allreduce, test_hang_worker.c:%d",
+             line_of("../test_hang_worker.c", "WORKER-ALLREDUCE"));
+    if (strcmp(v[0].where, want) != 0) fprintf(stderr, "rank 0:\n%s\n", d[0].text);
+    CHECK_STREQ(v[0].where, want);
+    CHECK_EQ_INT(v[0].in_collective, 1);
+    CHECK_EQ_INT(v[1].in_collective, 0);
+    snprintf(want, sizeof want, "test_hang_worker.c:%d",
+             line_of("../test_hang_worker.c", "WORKER-SLEEP"));
+    CHECK(strstr(v[1].where, want) != NULL);
+    stacks_place at[2] = {{0, "h", t[0].pid, 2000}, {0, "h", t[1].pid, 1000}};
+    char rep[4096];
+    CHECK_EQ_INT(stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);
+    fprintf(stderr, "native: %s\n", rep);
+    stacks_dump_free(d, 2);
+  }
+  kill(h.pid, SIGTERM);
+  proc_result r;
+  proc_wait(&h, 20000, &r);
+  proc_result_free(&r);
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2 || (argc == 3 && strcmp(argv[2], "--torch") != 0) || argc > 3) {
-    fprintf(stderr, "usage: test_hang SOURCE_DIR [--torch]\n");
+  if (argc < 2 || (argc == 3 && strcmp(argv[2], "--torch") != 0) || argc > 4) {
+    fprintf(stderr, "usage: test_hang SOURCE_DIR [--torch | COHORT WORKER]\n");
     return 2;
   }
   src_dir = argv[1];
@@ -624,6 +686,7 @@ int main(int argc, char **argv) {
   test_heartbeat();
   test_heartbeat_bad();
   test_stragglers();
+  if (argc == 4) test_native_collective(argv[2], argv[3]);
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp_dir);
   return check_report();
