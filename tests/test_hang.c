@@ -24,10 +24,10 @@
 static const char *src_dir;
 static char tmp_dir[] = "/tmp/cohort-test-hang-XXXXXX";
 
-/* The line of the fixture that carries `marker`. */
-static int fixture_line(const char *marker) {
+/* The line of a fixture under tests/torch/ that carries `marker`. */
+static int line_of(const char *file, const char *marker) {
   char path[4096], buf[512];
-  snprintf(path, sizeof path, "%s/tests/torch/hang_fixture.py", src_dir);
+  snprintf(path, sizeof path, "%s/tests/torch/%s", src_dir, file);
   FILE *f = fopen(path, "r");
   int n = 0, found = 0;
   while (f && fgets(buf, sizeof buf, f)) {
@@ -38,24 +38,27 @@ static int fixture_line(const char *marker) {
   return found;
 }
 
-/* Reads the child's stdout until "ready" (or 10 s). */
-static int wait_ready(proc_handle *h) {
-  char buf[256];
-  size_t len = 0;
-  int64_t until = base_now_ms() + 10000;
-  while (base_now_ms() < until && len < sizeof buf - 1) {
-    struct pollfd p = {.fd = h->outfd, .events = POLLIN};
-    if (poll(&p, 1, 100) <= 0) continue;
-    ssize_t k = read(h->outfd, buf + len, sizeof buf - 1 - len);
-    if (k <= 0) return 0;
-    len += (size_t)k;
-    buf[len] = '\0';
-    if (strstr(buf, "ready")) {
-      base_sleep_ms(300); /* from the print to the call it announces */
-      return 1;
-    }
+/* Reads what fd gives into buf until `want` shows in it (or 60 s). */
+static int read_until(int fd, char *buf, size_t cap, size_t *len, const char *want) {
+  int64_t until = base_now_ms() + 60000;
+  while (base_now_ms() < until && !strstr(buf, want) && *len < cap - 1) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) continue;
+    ssize_t k = read(fd, buf + *len, cap - 1 - *len);
+    if (k <= 0) break;
+    *len += (size_t)k;
+    buf[*len] = '\0';
   }
-  return 0;
+  return strstr(buf, want) != NULL;
+}
+
+/* Waits for the fixture's "ready", then for the call it announces. */
+static int wait_ready(proc_handle *h) {
+  char buf[256] = "";
+  size_t len = 0;
+  if (!read_until(h->outfd, buf, sizeof buf, &len, "ready")) return 0;
+  base_sleep_ms(300);
+  return 1;
 }
 
 static char env_path[4200], env_file[4200], env_sig[64];
@@ -114,7 +117,8 @@ static void test_python_modes(void) {
     stacks_verdict v;
     stacks_classify(&d[i], &v);
     char want[256];
-    snprintf(want, sizeof want, "%s, hang_fixture.py:%d", funcs[i], fixture_line(marks[i]));
+    snprintf(want, sizeof want, "%s, hang_fixture.py:%d", funcs[i],
+             line_of("hang_fixture.py", marks[i]));
     CHECK_EQ_INT(v.collected, 1);
     CHECK_EQ_INT(v.in_collective, 0);
     if (strcmp(v.where, want) != 0) fprintf(stderr, "where '%s', want '%s'\n", v.where, want);
@@ -515,20 +519,6 @@ static void test_stragglers(void) {
   CHECK_EQ_INT(progress_stragglers(unknown, 3, 1.5, f2, out, ratio), 0);
 }
 
-/* The line of a fixture under tests/torch/ that carries `marker`. */
-static int line_of(const char *file, const char *marker) {
-  char path[4096], buf[512];
-  snprintf(path, sizeof path, "%s/tests/torch/%s", src_dir, file);
-  FILE *f = fopen(path, "r");
-  int n = 0, found = 0;
-  while (f && fgets(buf, sizeof buf, f)) {
-    n++;
-    if (strstr(buf, marker)) found = n;
-  }
-  if (f) fclose(f);
-  return found;
-}
-
 /* Two gloo DDP ranks, rank 1 stuck in `mode`: its Python traceback names
  * the script's line, rank 0 waits in the gradient all_reduce, and the
  * report blames rank 1 although rank 0 fell silent too. */
@@ -561,18 +551,9 @@ static void test_torch_mode(const char *mode, const char *marker) {
     t[r] = (stacks_target){.rank = r, .pid = h[r].pid, .py_file = files[r]};
   }
   /* The stuck rank says so; give the other time to reach its wait. */
-  char buf[4096];
+  char buf[4096] = "";
   size_t len = 0;
-  int64_t until = base_now_ms() + 60000;
-  buf[0] = '\0';
-  while (base_now_ms() < until && !strstr(buf, "hanging") && len < sizeof buf - 1) {
-    struct pollfd p = {.fd = h[1].outfd, .events = POLLIN};
-    if (poll(&p, 1, 200) <= 0) continue;
-    ssize_t k = read(h[1].outfd, buf + len, sizeof buf - 1 - len);
-    if (k <= 0) break;
-    len += (size_t)k;
-    buf[len] = '\0';
-  }
+  read_until(h[1].outfd, buf, sizeof buf, &len, "hanging");
   CHECK(strstr(buf, "hanging") != NULL);
   base_sleep_ms(1500);
   stacks_dump d[2];
@@ -595,20 +576,6 @@ static void test_torch_mode(const char *mode, const char *marker) {
   fprintf(stderr, "%s: %s\n", mode, rep);
   stacks_dump_free(d, 2);
   for (int r = 0; r < 2; r++) stop(&h[r]);
-}
-
-/* Reads lines of the agent's output into buf until `want` shows (or 60 s). */
-static int read_until(int fd, char *buf, size_t cap, size_t *len, const char *want) {
-  int64_t until = base_now_ms() + 60000;
-  while (base_now_ms() < until && !strstr(buf, want) && *len < cap - 1) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) <= 0) continue;
-    ssize_t k = read(fd, buf + *len, cap - 1 - *len);
-    if (k <= 0) break;
-    *len += (size_t)k;
-    buf[*len] = '\0';
-  }
-  return strstr(buf, want) != NULL;
 }
 
 /* Two libcohort ranks under `cohort run`, rank 1 skipping an allreduce:
