@@ -16,6 +16,7 @@
 
 #include "agent/progress.h"
 #include "agent/stacks.h"
+#include "agent/worker.h"
 #include "base/base.h"
 #include "base/net.h"
 #include "tests/check.h"
@@ -243,6 +244,15 @@ static void test_stuck_debugger(void) {
   CHECK(took >= 900 && took < 2500);
   CHECK(strstr(d.text, "did not finish before the deadline") != NULL);
   CHECK(strstr(d.text, "partial_frame") != NULL);
+  stacks_dump_free(&d, 1);
+  reap_child(pid);
+  /* A real debugger killed while attached: the target runs on. */
+  pid = fork_waiting_child();
+  t.pid = pid;
+  o = opts("/usr/bin", 1);
+  CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+  base_sleep_ms(100);
+  CHECK(!worker_is_frozen(pid));
   stacks_dump_free(&d, 1);
   reap_child(pid);
 }
@@ -581,8 +591,8 @@ static void test_torch_mode(const char *mode, const char *marker) {
 /* Two libcohort ranks under `cohort run`, rank 1 skipping an allreduce:
  * native backtraces show rank 0 in cohort_allreduce called from the
  * worker's line, and rank 1 asleep, to blame. */
-static void test_native_collective(const char *cohort, const char *worker) {
-  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", (char *)worker, NULL};
+static void test_native_collective(const char *cohort, const char *worker_bin) {
+  char *argv[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--", (char *)worker_bin, NULL};
   static char hang[] = "HANG_RANK=1";
   char *env[] = {hang, NULL};
   proc_handle h;

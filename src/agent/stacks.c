@@ -163,8 +163,10 @@ static void python_wait(const stacks_target *t, int n, const stacks_opts *o, slo
   }
 }
 
-/* Waits for the debuggers until the deadline, then kills what is left. */
-static void tools_wait(int n, const stacks_opts *o, slot *s) {
+/* Waits for the debuggers until the deadline, then kills what is left: a
+ * debugger killed while attached may leave its target stopped, so the
+ * target is continued (the dump must never stop the job). */
+static void tools_wait(const stacks_target *t, int n, const stacks_opts *o, slot *s) {
   for (;;) {
     int running = 0;
     for (int i = 0; i < n; i++) {
@@ -183,6 +185,7 @@ static void tools_wait(int n, const stacks_opts *o, slot *s) {
     if (s[i].tool <= 0) continue;
     kill(-s[i].tool, SIGKILL);
     waitpid(s[i].tool, NULL, 0);
+    kill(t[i].pid, SIGCONT);
     s[i].tool = -1; /* killed: its output is partial */
   }
 }
@@ -286,7 +289,7 @@ int stacks_collect(const stacks_target *t, int n, const stacks_opts *o, stacks_d
     int rc = start_tool(tool, name, t[i].pid, &s[i]);
     if (rc != 0) base_log(BASE_LOG_WARN, "cannot start %s: %s", name, strerror(-rc));
   }
-  tools_wait(n, o, s);
+  tools_wait(t, n, o, s);
   if (o->dir != NULL) mkdir(o->dir, 0755);
   for (int i = 0; i < n; i++) {
     finish_one(&t[i], o, &s[i], &out[i]);
