@@ -18,6 +18,8 @@ import re
 import subprocess
 import sys
 
+from checks import check, report
+
 ANNOTATIONS = {"$schema", "$id", "title", "description"}
 KNOWN = ANNOTATIONS | {"type", "const", "enum", "pattern", "minLength", "minimum", "properties",
                        "required", "additionalProperties", "items", "anyOf"}
@@ -69,18 +71,6 @@ def validate(v, s, path="$"):
     if "anyOf" in s and not any(not validate(v, alt, path) for alt in s["anyOf"]):
         errs.append("%s: %r matches none of anyOf" % (path, v))
     return errs
-
-
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL: %s" % what, file=sys.stderr)
 
 
 def run(binary, args, env=None):
@@ -192,8 +182,7 @@ def main():
     except ValueError as e:
         check(False, "real machine: output is JSON (%s)" % e)
 
-    print("%d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+    return report()
 
 
 if __name__ == "__main__":

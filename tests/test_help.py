@@ -14,18 +14,9 @@ import re
 import subprocess
 import sys
 
+from checks import check, report
+
 mandir, bindir = sys.argv[1], sys.argv[2]
-
-failures = passed = 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def man_options(lines):
@@ -119,5 +110,4 @@ for page in pages:
             check(any(w[:1] == (cmd,) for w in sections),
                   "command %s has a subsection in cohort.1" % cmd)
 
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+sys.exit(report())

@@ -16,18 +16,9 @@ import tempfile
 
 import yaml
 
+from checks import check, report
+
 COHORT = os.path.abspath(sys.argv[1])
-failures = 0
-passed = 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def run(*args):
@@ -385,5 +376,4 @@ test_random_roundtrip()
 test_slurm()
 test_docker()
 test_bad_flags()
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+sys.exit(report())

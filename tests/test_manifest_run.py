@@ -31,18 +31,10 @@ import time
 
 import yaml
 
+from checks import check, report
+
 BINDIR = os.path.abspath(sys.argv[1])
 COHORT = os.path.join(BINDIR, "cohort")
-failures = passed = 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 ARGS = ["it's", 'say "hi": now', "$(HOME)", "$$", "a b\tc", "", "ünï ☃", "--", "-h"]
@@ -267,8 +259,7 @@ def main():
     run_docker(env)
     run_k8s(env)
 
-    print("%d passed, %d failed" % (passed, failures))
-    return 1 if failures else 0
+    return report()
 
 
 sys.exit(main())

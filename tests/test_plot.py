@@ -10,18 +10,10 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+from checks import check, report
+
 COHORT = sys.argv[1]
-failures = passed = 0
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print("FAIL:", what, file=sys.stderr)
 
 
 def plot(*args):
@@ -108,5 +100,4 @@ with tempfile.TemporaryDirectory() as d:
     p = plot("--help")
     check(p.returncode == 0 and p.stdout.startswith("usage: cohort plot"), "--help")
 
-print("%d passed, %d failed" % (passed, failures))
-sys.exit(1 if failures else 0)
+sys.exit(report())
