@@ -12,6 +12,9 @@ netns_node() { echo "${NETNS_PREFIX}n$1"; }
 netns_addr() { echo "${NETNS_SUBNET}.$(($1 + 1))"; }
 
 netns_down() {
+  # The caller's background processes (netns_bg), then what runs in the namespaces.
+  local p
+  for p in ${pids[@]+"${pids[@]}"}; do kill -9 "$p" 2>/dev/null; done
   for ns in "${NETNS_NODES[@]}"; do
     # End what still runs in the namespace, by PID.
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
@@ -75,8 +78,8 @@ netns_exec() {
 }
 
 # netns_bg NODE OUTFILE CMD... : CMD on node i in the background, stdout and
-# stderr to OUTFILE. Its PID is $! and joins the caller's pids array (which
-# the caller's cleanup kills).
+# stderr to OUTFILE. Its PID is $! and joins the caller's pids array, whose
+# processes netns_down kills.
 netns_bg() {
   local i=$1 out=$2
   shift 2

@@ -16,7 +16,6 @@ pids=()
 mnt=""
 . "$src/tests/check_lib.sh"
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   netns_down
   [ -n "$mnt" ] && umount "$mnt" 2>/dev/null
   rm -rf "$tmp"

@@ -67,6 +67,12 @@ finish() {
 }
 field() { sed -n "s/.*$2=\([^ ]*\).*/\1/p" "$OUT/$1.out"; }
 status() { cut -d' ' -f1 "$OUT/$1.out"; }
+# the_host NODE...: prints the one node that hosted; fails unless exactly one did.
+the_host() {
+  local n found=()
+  for n in "$@"; do [ "$(status "$n")" = HOSTED ] && found+=("$n"); done
+  [ ${#found[@]} = 1 ] && echo "${found[0]}"
+}
 dump() {
   for name in "$@"; do
     echo "  [$name] $(cat "$OUT/$name.out") / $(tr '\n' ' ' <"$OUT/$name.err")"
@@ -128,12 +134,10 @@ run d2 2 --job jobD --settle 800 --expect 2 $T
 sleep 0.15
 run d3 3 --job jobD --settle 800 --expect 2 $T
 finish d1 d2 d3
-hosts=0
-for n in d1 d2 d3; do [ "$(status $n)" = HOSTED ] && hosts=$((hosts + 1)) && h=$n; done
-if [ $hosts = 1 ]; then
+if h=$(the_host d1 d2 d3); then
   check "election, exactly one host ($h)" "$h" $(echo d1 d2 d3 | tr ' ' '\n' | grep -v "^$h$")
 else
-  echo "FAIL: election gave $hosts hosts"
+  echo "FAIL: election did not give exactly one host"
   dump d1 d2 d3
   FAILED=1
 fi
@@ -144,12 +148,10 @@ run e2 2 --job jobE --settle 600 --expect 2 $T
 sleep 2
 run e3 3 --job jobE --settle 600 --expect 2 $T
 finish e1 e2 e3
-hosts=0
-for n in e1 e2 e3; do [ "$(status $n)" = HOSTED ] && hosts=$((hosts + 1)) && h=$n; done
-if [ $hosts = 1 ] && [ "$h" != e3 ]; then
+if h=$(the_host e1 e2 e3) && [ "$h" != e3 ]; then
   check "late starter joins the elected host ($h)" "$h" $(echo e1 e2 e3 | tr ' ' '\n' | grep -v "^$h$")
 else
-  echo "FAIL: late starter: $hosts hosts (last: ${h:-none})"
+  echo "FAIL: late starter: not exactly one host, or the late node (${h:-none})"
   dump e1 e2 e3
   FAILED=1
 fi

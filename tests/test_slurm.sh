@@ -364,20 +364,28 @@ agent_pid() { # the `cohort run` process of job $1 in node $2's namespace
     fi
   done
 }
+
+# start_lockstep NAME: submits a long lockstep job (1000 steps) named NAME
+# and waits until it steps; sets $id and $out (the caller's locals).
+start_lockstep() {
+  submit "$1" sh "$src/tests/slurm/lockstep.sh" "$cohort" 1000 || {
+    check "sbatch takes the $1 script" false
+    return 1
+  }
+  id=$jobid
+  out="$dir/jobs/$1-$id.out"
+  stepping() { grep -q '^\[r4\] step 2 ' "$out" 2>/dev/null; }
+  check "job $id steps" wait_for 120 stepping
+  return 0 # the case goes on either way, as its checks say what happened
+}
+
 case_killed() {
   local id out victim
   # As the generated script says: COHORT_TOKEN exported before sbatch
   # authenticates every store connection of the job.
   local token port
   token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-  COHORT_TOKEN=$token submit killed sh "$src/tests/slurm/lockstep.sh" "$cohort" 1000 || {
-    check "sbatch takes the killed script" false
-    return
-  }
-  id=$jobid
-  out="$dir/jobs/killed-$id.out"
-  stepping() { grep -q '^\[r4\] step 2 ' "$out" 2>/dev/null; }
-  check "job $id steps" wait_for 120 stepping
+  COHORT_TOKEN=$token start_lockstep killed || return
   check "job $id is seen running on the nodes" not job_gone "$id"
   port=$((29400 + id % 1000))
   check "the job's store takes the token given to sbatch" \
@@ -396,14 +404,7 @@ case_killed() {
 # processes on every node are gone.
 case_cancel() {
   local id out
-  submit cancel sh "$src/tests/slurm/lockstep.sh" "$cohort" 1000 || {
-    check "sbatch takes the cancel script" false
-    return
-  }
-  id=$jobid
-  out="$dir/jobs/cancel-$id.out"
-  stepping() { grep -q '^\[r4\] step 2 ' "$out" 2>/dev/null; }
-  check "job $id steps" wait_for 120 stepping
+  start_lockstep cancel || return
   # No token was exported to sbatch: the script made one. The login node (the
   # controller's namespace) reaches node0's store, but without the token:
   local port=$((29400 + id % 1000)) said

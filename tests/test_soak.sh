@@ -32,7 +32,6 @@ pids=()
 . "$src/tests/check_lib.sh"
 
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   netns_down
   rm -rf "$tmp" "$bindir"
 }
