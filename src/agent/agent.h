@@ -3,9 +3,15 @@
  * relays their output, stops them all when one fails, restarts the group,
  * and reports the root cause.
  *
- * The agent is single-threaded apart from the store server it hosts: one
- * poll() loop over a self-pipe (signals), the workers' output pipes and
- * timers. Signal handlers only write to the self-pipe.
+ * What runs where: the main thread runs one poll() loop (agent.c) over a
+ * self-pipe (signals.h), the workers' output pipes and timers; signal
+ * handlers only write to the self-pipe. Beside it run the store server's
+ * thread when this node hosts the store (store/), with --rdzv mcast the
+ * announcer's thread until the first round is joined (rdzv/), and in a multi-node job
+ * the watcher's thread (watch.h), which tells the loop about other nodes'
+ * failures by writing to the same self-pipe. A separate guard process
+ * (guard.h) kills the workers if the agent dies. agent_run() is called once
+ * per process.
  */
 #ifndef COHORT_AGENT_AGENT_H
 #define COHORT_AGENT_AGENT_H

@@ -1,7 +1,6 @@
 /* guard.c - kills the workers' groups if the agent dies. */
 #include "agent/guard.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/dirs.h"
 #include "agent/watch.h"
 #include "base/base.h"
 
@@ -47,78 +47,80 @@ static void publish_death(void) {
   watch_publish_failure(host, port, tok, job, round, report, winner, sizeof winner);
 }
 
+/* The guard's reading of the agent's lines: "+PGID" and "-PGID" register
+ * and forget a group, "r..." and "d..." set report_line and dir_line, "q"
+ * says the agent is ending on its own. */
+typedef struct guard_reader {
+  pid_t groups[AGENT_MAX_NPROC * 2];
+  size_t ngroups;
+  char op; /* '+' or '-' while reading a group line, else 0 */
+  char num[32];
+  size_t numlen;
+  int in_text; /* 'r' or 'd' while reading that line, else 0 */
+  size_t textlen;
+} guard_reader;
+
+static void read_text_char(guard_reader *r, char c) {
+  char *line = r->in_text == 'r' ? report_line : dir_line;
+  size_t cap = r->in_text == 'r' ? sizeof report_line : sizeof dir_line;
+  if (c == '\n') {
+    line[r->textlen] = '\0';
+    r->in_text = 0;
+  } else if (r->textlen < cap - 1) {
+    line[r->textlen++] = c;
+  }
+}
+
+static void add_or_forget(guard_reader *r, pid_t p) {
+  if (r->op == '+' && r->ngroups < BASE_ARRAY_LEN(r->groups)) {
+    r->groups[r->ngroups++] = p;
+    return;
+  }
+  for (size_t k = 0; r->op == '-' && k < r->ngroups; k++) {
+    if (r->groups[k] == p) {
+      r->groups[k] = r->groups[--r->ngroups];
+      break;
+    }
+  }
+}
+
+static void read_char(guard_reader *r, char c) {
+  if (r->in_text) {
+    read_text_char(r, c);
+  } else if (c == 'r' || c == 'd') {
+    r->in_text = c;
+    r->textlen = 0;
+  } else if (c == 'q') {
+    _exit(0);
+  } else if (c == '+' || c == '-') {
+    r->op = c;
+    r->numlen = 0;
+  } else if (c >= '0' && c <= '9' && r->numlen < sizeof r->num - 1) {
+    r->num[r->numlen++] = c;
+  } else if (c == '\n' && r->op != 0 && r->numlen > 0) {
+    pid_t p = 0;
+    for (size_t k = 0; k < r->numlen; k++) p = p * 10 + (r->num[k] - '0');
+    add_or_forget(r, p);
+    r->op = 0;
+    r->numlen = 0;
+  }
+}
+
 /* Runs in the forked child, which was forked before the agent started any
  * thread, so ordinary library calls are safe here. */
 static void guard_main(int fd) {
-  static pid_t groups[AGENT_MAX_NPROC * 2];
-  size_t ngroups = 0;
+  static guard_reader r;
   char buf[256];
-  char num[32];
-  size_t numlen = 0;
-  char op = 0;
-  size_t rlen = 0;
-  int in_report = 0; /* 'r' or 'd' while reading that line, else 0 */
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break; /* the agent is gone: kill what it left */
-    for (ssize_t i = 0; i < n; i++) {
-      char c = buf[i];
-      if (in_report) {
-        char *line = in_report == 'r' ? report_line : dir_line;
-        size_t cap = in_report == 'r' ? sizeof report_line : sizeof dir_line;
-        if (c == '\n') {
-          line[rlen] = '\0';
-          in_report = 0;
-        } else if (rlen < cap - 1) {
-          line[rlen++] = c;
-        }
-        continue;
-      }
-      if (c == 'r' || c == 'd') {
-        in_report = c;
-        rlen = 0;
-        continue;
-      }
-      if (c == 'q') _exit(0);
-      if (c == '+' || c == '-') {
-        op = c;
-        numlen = 0;
-      } else if (c >= '0' && c <= '9' && numlen < sizeof num - 1) {
-        num[numlen++] = c;
-      } else if (c == '\n' && op != 0 && numlen > 0) {
-        pid_t p = 0;
-        for (size_t k = 0; k < numlen; k++) p = p * 10 + (num[k] - '0');
-        if (op == '+' && ngroups < sizeof groups / sizeof groups[0]) {
-          groups[ngroups++] = p;
-        } else if (op == '-') {
-          for (size_t k = 0; k < ngroups; k++) {
-            if (groups[k] == p) {
-              groups[k] = groups[--ngroups];
-              break;
-            }
-          }
-        }
-        op = 0;
-        numlen = 0;
-      }
-    }
+    for (ssize_t i = 0; i < n; i++) read_char(&r, buf[i]);
   }
   /* Say why before the workers' deaths make their peers fail for another reason. */
-  if (report_line[0] != '\0' && ngroups > 0) publish_death();
-  for (size_t k = 0; k < ngroups; k++) kill(-groups[k], SIGKILL);
-  if (dir_line[0] != '\0') {
-    DIR *d = opendir(dir_line);
-    if (d != NULL) {
-      struct dirent *de;
-      while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-          unlinkat(dirfd(d), de->d_name, 0);
-      }
-      closedir(d);
-    }
-    rmdir(dir_line);
-  }
+  if (report_line[0] != '\0' && r.ngroups > 0) publish_death();
+  for (size_t k = 0; k < r.ngroups; k++) kill(-r.groups[k], SIGKILL);
+  if (dir_line[0] != '\0') dirs_remove(dir_line);
   _exit(0);
 }
 

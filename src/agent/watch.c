@@ -78,81 +78,112 @@ static int publish(store_client *c, const char *job_id, int round, const char *r
   return rc;
 }
 
+/* A node that finished its work stops beating without being lost. */
+static int node_done(agent_watch *w, int k) {
+  char key[STORE_KEY_MAX], suffix[32];
+  snprintf(suffix, sizeof suffix, "done/%d", k);
+  rdzv_key(key, sizeof key, w->o.job_id, w->o.round, suffix);
+  void *val = NULL;
+  size_t len = 0;
+  if (store_get(w->client, key, &val, &len, base_deadline_in(OP_TIMEOUT_MS)) != 0) return 0;
+  free(val);
+  return 1;
+}
+
+/*
+ * Reads the other nodes' heartbeat counters. A counter that has not moved
+ * for lost_after_ms (its node not done) is published as the failure, and
+ * the report that counts is returned in text: 1, else 0.
+ */
+static int check_nodes(agent_watch *w, char *text, size_t len) {
+  const watch_opts *o = &w->o;
+  for (int k = 0; k < o->nnodes; k++) {
+    if (k == o->my_node) continue;
+    char key[STORE_KEY_MAX], suffix[32];
+    snprintf(suffix, sizeof suffix, "hb/%d", k);
+    rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
+    int64_t v = 0;
+    if (store_add(w->client, key, 0, &v, base_deadline_in(OP_TIMEOUT_MS)) != 0) continue;
+    int64_t now = base_now_ms();
+    if (v != w->last_value[k]) {
+      w->last_value[k] = v;
+      w->last_change[k] = now;
+      continue;
+    }
+    if (now - w->last_change[k] < o->lost_after_ms) continue;
+    if (node_done(w, k)) {
+      w->last_change[k] = now;
+      continue;
+    }
+    char report[WATCH_REPORT_MAX];
+    snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k,
+             o->hostnames[k], (double)(now - w->last_change[k]) / 1000.0);
+    publish(w->client, o->job_id, o->round, report, text, len);
+    return 1;
+  }
+  return 0;
+}
+
+/* The watcher's state between two turns of its loop. */
+typedef struct watch_clock {
+  int64_t next_hb, next_check;
+  int64_t last_ok; /* last answer from the store */
+} watch_clock;
+
+/*
+ * Bumps this node's heartbeat when due. Returns 1 with the report in text
+ * when the store has not answered for lost_after_ms: cut off from node 0
+ * (its agent gone or our link down).
+ */
+static int beat(agent_watch *w, const char *my_hb, watch_clock *t, char *text, size_t len) {
+  const watch_opts *o = &w->o;
+  if (base_now_ms() < t->next_hb) return 0;
+  int64_t v;
+  if (store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS)) == 0)
+    t->last_ok = base_now_ms();
+  int64_t now = base_now_ms();
+  t->next_hb = now + o->heartbeat_ms;
+  if (now - t->last_ok < o->lost_after_ms) return 0;
+  snprintf(text, len, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
+           o->hostnames[0], (double)(now - t->last_ok) / 1000.0);
+  return 1;
+}
+
+/* One slice of waiting on the fail key: 1 with the report in text when
+ * there is a failure (or the store is gone), else 0. */
+static int wait_fail_key(agent_watch *w, const char *fail_key, char *text, size_t len) {
+  const char *keys[1] = {fail_key};
+  int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
+  if (rc == -ETIMEDOUT) return 0;
+  if (rc != 0)
+    snprintf(text, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
+             w->o.hostnames[0], cohort_strerror(rc));
+  else if (read_text(w->client, fail_key, text, len) != 0)
+    base_strlcpy(text, "the job failed on another node (its report could not be read)", len);
+  return 1;
+}
+
 static void *watch_main(void *arg) {
   agent_watch *w = arg;
   const watch_opts *o = &w->o;
-  char fail_key[STORE_KEY_MAX], my_hb[STORE_KEY_MAX];
+  char fail_key[STORE_KEY_MAX], my_hb[STORE_KEY_MAX], suffix[64];
   rdzv_key(fail_key, sizeof fail_key, o->job_id, o->round, "fail");
-  char suffix[64];
   snprintf(suffix, sizeof suffix, "hb/%d", o->my_node);
   rdzv_key(my_hb, sizeof my_hb, o->job_id, o->round, suffix);
-  const char *keys[1] = {fail_key};
-  int64_t next_hb = 0, next_check = base_now_ms() + o->heartbeat_ms;
-  int64_t last_ok = base_now_ms(); /* last answer from the store */
+  int64_t now = base_now_ms();
+  watch_clock t = {.next_hb = 0, .next_check = now + o->heartbeat_ms, .last_ok = now};
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
-    int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
-    if (rc == 0) {
-      if (read_text(w->client, fail_key, text, sizeof text) == 0)
-        set_failure(w, text);
-      else
-        set_failure(w, "the job failed on another node (its report could not be read)");
-      break;
-    }
-    if (rc != -ETIMEDOUT) {
-      snprintf(text, sizeof text, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
-               o->hostnames[0], cohort_strerror(rc));
+    if (wait_fail_key(w, fail_key, text, sizeof text) || beat(w, my_hb, &t, text, sizeof text)) {
       set_failure(w, text);
       break;
     }
-    int64_t now = base_now_ms();
-    if (now >= next_hb) {
-      int64_t v;
-      if (store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS)) == 0)
-        last_ok = base_now_ms();
-      now = base_now_ms();
-      next_hb = now + o->heartbeat_ms;
-      if (now - last_ok >= o->lost_after_ms) {
-        /* Cut off from node 0 (its agent gone or our link down). */
-        snprintf(text, sizeof text,
-                 "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
-                 o->hostnames[0], (double)(now - last_ok) / 1000.0);
-        set_failure(w, text);
-        break;
-      }
-    }
-    if (now < next_check) continue;
-    next_check = now + o->heartbeat_ms;
-    for (int k = 0; k < o->nnodes; k++) {
-      if (k == o->my_node) continue;
-      char key[STORE_KEY_MAX];
-      snprintf(suffix, sizeof suffix, "hb/%d", k);
-      rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
-      int64_t v = 0;
-      if (store_add(w->client, key, 0, &v, base_deadline_in(OP_TIMEOUT_MS)) != 0) continue;
-      now = base_now_ms();
-      if (v != w->last_value[k]) {
-        w->last_value[k] = v;
-        w->last_change[k] = now;
-        continue;
-      }
-      if (now - w->last_change[k] < o->lost_after_ms) continue;
-      /* A node that finished its work stops beating without being lost. */
-      snprintf(suffix, sizeof suffix, "done/%d", k);
-      rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
-      void *val = NULL;
-      size_t len = 0;
-      if (store_get(w->client, key, &val, &len, base_deadline_in(OP_TIMEOUT_MS)) == 0) {
-        free(val);
-        w->last_change[k] = now;
-        continue;
-      }
-      char report[WATCH_REPORT_MAX];
-      snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k,
-               o->hostnames[k], (double)(now - w->last_change[k]) / 1000.0);
-      publish(w->client, o->job_id, o->round, report, text, sizeof text);
+    now = base_now_ms();
+    if (now < t.next_check) continue;
+    t.next_check = now + o->heartbeat_ms;
+    if (check_nodes(w, text, sizeof text)) {
       set_failure(w, text);
-      return NULL;
+      break;
     }
   }
   return NULL;

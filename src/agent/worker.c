@@ -115,6 +115,31 @@ void worker_close_streams(worker *w) {
   w->log_fd = -1;
 }
 
+/* The forked child: its own group, dies with the agent, stdin from
+ * /dev/null, output on the pipes; a failed exec's errno goes to ex_w.
+ * Only async-signal-safe calls until exec. */
+static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const argv[],
+                       char *const envp[]) __attribute__((noreturn));
+static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const argv[],
+                       char *const envp[]) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127); /* the agent died before we got here */
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+  dup2(out_w, STDOUT_FILENO);
+  dup2(err_w, STDERR_FILENO);
+  execvpe(argv[0], argv, envp);
+  int e = errno;
+  ssize_t k = write(ex_w, &e, sizeof e);
+  (void)k;
+  _exit(127);
+}
+
 int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_errno) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, ex[2] = {-1, -1};
   int rc = 0;
@@ -129,25 +154,7 @@ int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_er
     rc = -errno;
     goto out;
   }
-  if (pid == 0) {
-    /* Child: only async-signal-safe calls until exec. */
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127); /* the agent died before we got here */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    dup2(out[1], STDOUT_FILENO);
-    dup2(err[1], STDERR_FILENO);
-    execvpe(argv[0], argv, envp);
-    int e = errno;
-    ssize_t k = write(ex[1], &e, sizeof e);
-    (void)k;
-    _exit(127);
-  }
+  if (pid == 0) exec_child(parent, out[1], err[1], ex[1], argv, envp);
   /* Parent: set the group here too so that it exists before we signal it. */
   setpgid(pid, pid);
   close(out[1]);

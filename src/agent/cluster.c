@@ -1,0 +1,360 @@
+/* cluster.c - store, run id, join, watch and the done/exit keys between agents. */
+#include "agent/cluster.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/signals.h"
+
+extern char **environ;
+
+const char *cluster_token(const cluster *c) {
+  return c->token[0] != '\0' ? c->token : NULL;
+}
+
+/* Starts the store this agent hosts on bind_host:port. */
+static int host_store(cluster *c, const char *bind_host, int port) {
+  store_server_opts so = {.bind_host = bind_host, .port = port, .token = cluster_token(c)};
+  int rc = store_server_start(&so, &c->store);
+  if (rc != 0) {
+    if (port != 0)
+      fprintf(stderr, "cohort: cannot host the rendezvous store on port %d: %s\n", port,
+              cohort_strerror(rc));
+    else
+      fprintf(stderr, "cohort: cannot start the rendezvous store: %s\n", cohort_strerror(rc));
+    return rc;
+  }
+  c->store_port = store_server_port(c->store);
+  base_strlcpy(c->store_host, "127.0.0.1", sizeof c->store_host);
+  return 0;
+}
+
+/* This node alone: the store on loopback, no rendezvous, and a random token
+ * unless one was given, so other local users cannot join. */
+static int open_alone(cluster *c) {
+  if (c->run_id[0] == '\0') {
+    unsigned char raw[6];
+    if (base_random_bytes(raw, sizeof raw) != 0) return -EIO;
+    base_hex(raw, sizeof raw, c->run_id);
+  }
+  if (c->token[0] == '\0') {
+    unsigned char raw[16];
+    if (base_random_bytes(raw, sizeof raw) != 0) {
+      fprintf(stderr, "cohort: cannot read random bytes for the job token\n");
+      return -EIO;
+    }
+    base_hex(raw, sizeof raw, c->token);
+  }
+  c->multinode = 0;
+  return host_store(c, "127.0.0.1", 0);
+}
+
+/* Every node must use the same id: derive it from what they share, the
+ * store's address (and Slurm's job and step when there). */
+static void derive_run_id(cluster *c, const rdzv_target *t) {
+  const char *sj = getenv("SLURM_JOB_ID");
+  const char *ss = getenv("SLURM_STEP_ID");
+  char basis[BASE_HOST_MAX + 64];
+  snprintf(basis, sizeof basis, "%s:%d/%s/%s", t->host, t->port, sj ? sj : "", ss ? ss : "");
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *p = basis; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  snprintf(c->run_id, sizeof c->run_id, "j%016llx", (unsigned long long)h);
+}
+
+/* Several nodes: the counts and this node's rank, then host or find the store. */
+static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t) {
+  c->multinode = 1;
+  if (t->source[0]) fprintf(stderr, "cohort: rendezvous via %s\n", t->source);
+  if (c->run_id[0] == '\0') derive_run_id(c, t);
+  c->ropts.job_id = c->run_id;
+  /* The job's node counts come from discovery when the flags did not say. */
+  c->nnodes_min = cfg->rdzv.nnodes_min;
+  c->nnodes_max = cfg->rdzv.nnodes_max;
+  if (c->nnodes_max <= 0) {
+    c->nnodes_min = t->nnodes_min > 0 ? t->nnodes_min : 1;
+    c->nnodes_max = t->nnodes_max > 0 ? t->nnodes_max : c->nnodes_min;
+  }
+  c->node_rank = cfg->rdzv.node_rank;
+  if (c->node_rank < 0 && t->node_rank >= 0) c->node_rank = t->node_rank;
+  if (t->host_store) return host_store(c, strchr(t->host, ':') ? "::" : "0.0.0.0", t->port);
+  base_strlcpy(c->store_host, t->host, sizeof c->store_host);
+  c->store_port = t->port;
+  return 0;
+}
+
+/* Decides one node or several and starts (or finds) the store. */
+static int setup_store(cluster *c, const agent_config *cfg) {
+  const rdzv_opts *ro = &cfg->rdzv;
+  int explicit_multi = ro->method != RDZV_AUTO || ro->master != NULL || ro->nnodes_max > 0 ||
+                       ro->node_rank >= 0 || ro->rdzv_file != NULL;
+  rdzv_target t;
+  memset(&t, 0, sizeof t);
+  char err[512] = "";
+  c->ropts = *ro;
+  c->ropts.job_id = c->run_id[0] ? c->run_id : NULL;
+  c->ropts.token = cluster_token(c);
+  c->ropts.deadline_ms = base_deadline_in(cfg->join_timeout_ms);
+  int rc = rdzv_discover(&c->ropts, environ, &t, err, sizeof err);
+  if (rc != 0 && (explicit_multi || rc != -ENOENT)) {
+    /* A scheduler environment that is there but malformed is an error, not
+     * a reason to run alone. */
+    fprintf(stderr, "cohort: rendezvous: %s\n", err[0] ? err : cohort_strerror(rc));
+    return rc;
+  }
+  if (rc != 0 || (!explicit_multi && t.nnodes_max <= 1)) return open_alone(c);
+  return open_multi(c, cfg, &t);
+}
+
+int cluster_open(cluster *c, const agent_config *cfg) {
+  gethostname(c->hostname, sizeof c->hostname - 1);
+  if (cfg->run_id != NULL) base_strlcpy(c->run_id, cfg->run_id, sizeof c->run_id);
+  if (cfg->token != NULL) base_strlcpy(c->token, cfg->token, sizeof c->token);
+  if (setup_store(c, cfg) != 0) return AGENT_EXIT_INTERNAL;
+  if (!c->multinode) return AGENT_EXIT_OK;
+  char err[512] = "";
+  if (c->store != NULL) {
+    int rc = rdzv_publish_start(&c->ropts, NULL, c->store_port, &c->pub, err, sizeof err);
+    if (rc != 0) {
+      fprintf(stderr, "cohort: cannot announce the store: %s\n",
+              err[0] ? err : cohort_strerror(rc));
+      return AGENT_EXIT_INTERNAL;
+    }
+  }
+  int rc =
+      store_client_connect(c->store_host, c->store_port, cluster_token(c),
+                           base_deadline_in(cfg->join_timeout_ms), &c->client, err, sizeof err);
+  if (rc != 0) {
+    fprintf(stderr, "cohort: cannot reach the rendezvous store: %s\n",
+            err[0] ? err : cohort_strerror(rc));
+    return rc == COHORT_EAUTH ? AGENT_EXIT_WORKER_FAILED : AGENT_EXIT_INTERNAL;
+  }
+  return AGENT_EXIT_OK;
+}
+
+/* One node: a plan of its own, with a fresh master port. */
+static int join_alone(cluster *c, const agent_config *cfg) {
+  rdzv_plan_free(&c->plan);
+  c->plan.nodes = calloc(1, sizeof *c->plan.nodes);
+  if (c->plan.nodes == NULL) return -ENOMEM;
+  c->plan.nnodes = 1;
+  c->plan.world_size = cfg->nproc;
+  c->plan.my_index = 0;
+  c->plan.nodes[0].nproc = cfg->nproc;
+  base_strlcpy(c->plan.master_addr, "127.0.0.1", sizeof c->plan.master_addr);
+  if (base_free_port("127.0.0.1", &c->plan.master_port) != 0) c->plan.master_port = 29500;
+  base_strlcpy(c->iface, "lo", sizeof c->iface);
+  base_join_hostport("127.0.0.1", c->store_port, c->store_env, sizeof c->store_env);
+  return 0;
+}
+
+/* The interface holding a local address, for GLOO/NCCL_SOCKET_IFNAME. */
+static void find_iface(const char *addr, char *out, size_t outlen) {
+  out[0] = '\0';
+  if (addr == NULL || addr[0] == '\0') return;
+  base_iface_of_addr(addr, out, outlen);
+}
+
+/* Where the workers find node 0: its interface and COHORT_STORE. */
+static void locate_master(cluster *c, const char *local, const char *remote) {
+  const rdzv_plan *p = &c->plan;
+  if (c->store == NULL) {
+    find_iface(local, c->iface, sizeof c->iface);
+    base_join_hostport(remote[0] ? remote : c->store_host, c->store_port, c->store_env,
+                       sizeof c->store_env);
+  } else if (p->nnodes == 1) {
+    base_strlcpy(c->iface, "lo", sizeof c->iface);
+    base_join_hostport("127.0.0.1", c->store_port, c->store_env, sizeof c->store_env);
+  } else {
+    find_iface(p->master_addr, c->iface, sizeof c->iface);
+    base_join_hostport(p->master_addr, c->store_port, c->store_env, sizeof c->store_env);
+  }
+}
+
+static int join_multi(cluster *c, const agent_config *cfg, int round) {
+  char err[512] = "";
+  rdzv_join_opts jo = {
+      .job_id = c->run_id,
+      .round = round,
+      .is_host = c->store != NULL,
+      .claimed_rank = c->node_rank,
+      .nproc = cfg->nproc,
+      .nnodes_min = c->nnodes_min,
+      .nnodes_max = c->nnodes_max,
+      .last_call_ms = cfg->last_call_ms,
+      .deadline_ms = base_deadline_in(cfg->join_timeout_ms),
+  };
+  char local[BASE_HOST_MAX] = "", remote[BASE_HOST_MAX] = "";
+  if (c->store == NULL) {
+    /* Which of our addresses reaches node 0, and node 0's address as we see it. */
+    base_route_addrs(c->store_host, c->store_port, local, sizeof local, remote, sizeof remote);
+    jo.my_host = local;
+    jo.master_host = remote;
+  }
+  rdzv_plan_free(&c->plan);
+  int rc = rdzv_join(c->client, &jo, &c->plan, err, sizeof err);
+  if (rc != 0) {
+    fprintf(stderr, "cohort: rendezvous failed (round %d): %s\n", round,
+            err[0] ? err : cohort_strerror(rc));
+    return rc;
+  }
+  locate_master(c, local, remote);
+  const rdzv_plan *p = &c->plan;
+  const rdzv_node *me = &p->nodes[p->my_index];
+  fprintf(stderr,
+          "cohort: node %d of %d (%s), ranks %d-%d of %d, master %s:%d, interface %s, round %d\n",
+          p->my_index, p->nnodes, c->hostname, me->rank_offset, me->rank_offset + me->nproc - 1,
+          p->world_size, p->master_addr, p->master_port, c->iface[0] ? c->iface : "?", round);
+  /* Everyone has joined: no more announcements needed. */
+  rdzv_publish_stop(c->pub);
+  c->pub = NULL;
+  return 0;
+}
+
+int cluster_join(cluster *c, const agent_config *cfg, int round) {
+  return c->multinode ? join_multi(c, cfg, round) : join_alone(c, cfg);
+}
+
+/* The round's key for `what` followed by node k ("done/3"). */
+static void node_key(const cluster *c, int round, const char *what, int k, char *key, size_t len) {
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, "%s/%d", what, k);
+  rdzv_key(key, len, c->run_id, round, suffix);
+}
+
+void cluster_compare_network(cluster *c, int round, const doctor_result *net) {
+  char mine[DOCTOR_SUMMARY_MAX], key[STORE_KEY_MAX];
+  if (!c->multinode || net == NULL) return;
+  if (doctor_summary_format(&net->summary, mine, sizeof mine) != 0) return;
+  node_key(c, round, "net", c->plan.my_index, key, sizeof key);
+  store_set(c->client, key, mine, strlen(mine), base_deadline_in(2000));
+  if (c->plan.my_index == 0) return;
+  node_key(c, round, "net", 0, key, sizeof key);
+  const char *keys[1] = {key};
+  void *val = NULL;
+  size_t len = 0;
+  if (store_wait(c->client, keys, 1, base_deadline_in(5000)) != 0 ||
+      store_get(c->client, key, &val, &len, base_deadline_in(2000)) != 0)
+    return;
+  char theirs[DOCTOR_SUMMARY_MAX];
+  size_t n = len < sizeof theirs - 1 ? len : sizeof theirs - 1;
+  memcpy(theirs, val, n);
+  theirs[n] = '\0';
+  free(val);
+  doctor_summary other;
+  char msg[1024], me_name[BASE_HOST_MAX + 16], n0_name[BASE_HOST_MAX + 16];
+  snprintf(me_name, sizeof me_name, "node %d (%s)", c->plan.my_index, c->hostname);
+  snprintf(n0_name, sizeof n0_name, "node 0 (%s)", c->plan.nodes[0].hostname);
+  if (doctor_summary_parse(theirs, &other) == 0 &&
+      doctor_summary_compare(n0_name, &other, me_name, &net->summary, msg, sizeof msg) == 1)
+    fprintf(stderr, "cohort: warning: %s\n", msg);
+}
+
+int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd) {
+  if (!c->multinode) return 0;
+  c->watch_names = calloc((size_t)c->plan.nnodes, sizeof *c->watch_names);
+  int rc = -ENOMEM;
+  if (c->watch_names != NULL) {
+    for (int k = 0; k < c->plan.nnodes; k++) c->watch_names[k] = c->plan.nodes[k].hostname;
+    watch_opts wo = {.store_host = c->store_host,
+                     .store_port = c->store_port,
+                     .token = cluster_token(c),
+                     .job_id = c->run_id,
+                     .round = round,
+                     .my_node = c->plan.my_index,
+                     .nnodes = c->plan.nnodes,
+                     .hostnames = c->watch_names,
+                     .heartbeat_ms = cfg->heartbeat_ms,
+                     .lost_after_ms = cfg->lost_after_ms,
+                     .notify_fd = notify_fd};
+    rc = watch_start(&wo, &c->watch);
+  }
+  if (rc != 0) {
+    cluster_unwatch(c);
+    fprintf(stderr, "cohort: cannot watch the other nodes: %s\n", cohort_strerror(rc));
+  }
+  return rc;
+}
+
+int cluster_failure(cluster *c, char *report, size_t len) {
+  return watch_failure(c->watch, report, len);
+}
+
+void cluster_unwatch(cluster *c) {
+  watch_stop(c->watch);
+  c->watch = NULL;
+  free(c->watch_names);
+  c->watch_names = NULL;
+}
+
+void cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
+                             size_t winner_len) {
+  if (!c->multinode) {
+    base_strlcpy(winner, report, winner_len);
+    return;
+  }
+  watch_publish_failure(c->store_host, c->store_port, cluster_token(c), c->run_id, round, report,
+                        winner, winner_len);
+}
+
+/* Waits for node k's done key; -1 on a failure or a stop signal. */
+static int wait_node_done(cluster *c, const char *key, char *report, size_t len, int *stop_signal) {
+  const char *keys[1] = {key};
+  for (;;) {
+    if (cluster_failure(c, report, len)) return -1;
+    int rc = store_wait(c->client, keys, 1, base_deadline_in(200));
+    if (rc == 0) return 0;
+    if (rc != -ETIMEDOUT) {
+      snprintf(report, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
+               c->plan.nodes[0].hostname, cohort_strerror(rc));
+      return -1;
+    }
+    /* Signals still count while we wait. */
+    unsigned char sigs[64];
+    ssize_t got = signals_read(sigs, sizeof sigs);
+    for (ssize_t i = 0; i < got; i++) {
+      if (signals_is_stop(sigs[i])) {
+        *stop_signal = sigs[i];
+        return -1;
+      }
+    }
+  }
+}
+
+int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal) {
+  if (!c->multinode) return 0;
+  char key[STORE_KEY_MAX];
+  node_key(c, round, "done", c->plan.my_index, key, sizeof key);
+  store_set(c->client, key, "1", 1, base_deadline_in(5000));
+  for (int k = 0; k < c->plan.nnodes; k++) {
+    node_key(c, round, "done", k, key, sizeof key);
+    if (wait_node_done(c, key, report, len, stop_signal) != 0) return -1;
+  }
+  return 0;
+}
+
+void cluster_leave(cluster *c, int round) {
+  if (!c->multinode || c->client == NULL) return;
+  char key[STORE_KEY_MAX];
+  node_key(c, round, "exit", c->plan.my_index, key, sizeof key);
+  store_set(c->client, key, "1", 1, base_deadline_in(2000));
+  if (c->store == NULL) return;
+  for (int k = 0; k < c->plan.nnodes; k++) {
+    node_key(c, round, "exit", k, key, sizeof key);
+    const char *keys[1] = {key};
+    if (store_wait(c->client, keys, 1, base_deadline_in(3000)) != 0) break;
+  }
+}
+
+void cluster_close(cluster *c) {
+  cluster_unwatch(c);
+  rdzv_publish_stop(c->pub);
+  c->pub = NULL;
+  store_client_close(c->client);
+  c->client = NULL;
+  rdzv_plan_free(&c->plan);
+  store_server_stop(c->store);
+  c->store = NULL;
+}

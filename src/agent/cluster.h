@@ -1,0 +1,88 @@
+/*
+ * cluster.h - the agent's view of the other nodes: finding or hosting the
+ * store, the job's id and token, joining a round, watching the other nodes,
+ * publishing a failure, and the done/exit keys that end a job together.
+ *
+ * A job on this node alone is the one-node case of the same calls (no
+ * rendezvous, no watcher, nothing to publish), so the agent's loop has one
+ * path. Everything the loop needs from the others goes through here: a
+ * rendezvous backend other than the built-in store (etcd), job status
+ * snapshots and `cohort stop` belong behind these calls too.
+ *
+ * Main thread only (the watcher runs its own thread, see watch.h).
+ * Functions print their one-line errors to stderr.
+ */
+#ifndef COHORT_AGENT_CLUSTER_H
+#define COHORT_AGENT_CLUSTER_H
+
+#include <stddef.h>
+
+#include "agent/agent.h"
+#include "agent/watch.h"
+#include "base/base.h"
+#include "base/net.h"
+#include "doctor/doctor.h"
+#include "rdzv/join.h"
+#include "store/store.h"
+
+typedef struct cluster {
+  int multinode;            /* 0: this node alone */
+  store_server *store;      /* the store hosted here (node 0, or alone), else NULL */
+  store_client *client;     /* the main thread's connection (multi-node) */
+  rdzv_publisher *pub;      /* announces the store until the first round is joined */
+  agent_watch *watch;       /* this round's watcher (multi-node) */
+  const char **watch_names; /* the hostnames the watcher reports with */
+  rdzv_opts ropts;          /* discovery options as used, for publishing */
+  /* The node counts and this node's rank: the flags', else discovery's. */
+  int nnodes_min, nnodes_max, node_rank;
+  char token[STORE_TOKEN_MAX + 1]; /* "" for a multi-node job started without one */
+  char run_id[AGENT_RUN_ID_MAX + 1];
+  char hostname[BASE_HOST_MAX];
+  char store_host[BASE_HOST_MAX]; /* the store as this agent reaches it */
+  int store_port;
+  char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
+  char iface[64];                     /* interface toward node 0, "" unknown */
+  rdzv_plan plan;                     /* this round's nodes and ranks */
+} cluster;
+
+/*
+ * Decides one node or several, starts (or finds) the store, announces it
+ * and connects. Returns AGENT_EXIT_OK or the exit status to end with.
+ */
+int cluster_open(cluster *c, const agent_config *cfg);
+
+/* The job's token, or NULL for a multi-node job started without one. */
+const char *cluster_token(const cluster *c);
+
+/* Joins round `round` and fills c->plan (one node: a plan of its own). */
+int cluster_join(cluster *c, const agent_config *cfg, int round);
+
+/* Multi-node: publishes this node's network summary and warns when node 0's differs. */
+void cluster_compare_network(cluster *c, int round, const doctor_result *net);
+
+/* Starts watching the other nodes for this round; notify_fd as in watch_opts. */
+int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd);
+/* 1 and the report when another node failed (or was lost) this round. */
+int cluster_failure(cluster *c, char *report, size_t len);
+void cluster_unwatch(cluster *c);
+
+/*
+ * Publishes report as the round's failure unless another node was first;
+ * either way winner receives the report that counts (one node: report).
+ */
+void cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
+                             size_t winner_len);
+
+/*
+ * After local success: says this node is done and waits until every node
+ * is, or a failure (report filled) or a stop signal (*stop_signal set).
+ * Returns 0 when all are done, -1 otherwise.
+ */
+int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal);
+
+/* Says goodbye; node 0 keeps the store up until everyone has read the end. */
+void cluster_leave(cluster *c, int round);
+
+void cluster_close(cluster *c);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * internal.h - the state of `cohort run` on this node, shared by the agent's
+ * files (agent.c: the loop; report.c: the failure report).
+ *
+ * Main thread only.
+ */
+#ifndef COHORT_AGENT_INTERNAL_H
+#define COHORT_AGENT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "agent/agent.h"
+#include "agent/cluster.h"
+#include "agent/guard.h"
+#include "agent/watch.h"
+#include "agent/worker.h"
+#include "doctor/doctor.h"
+
+/* How one attempt (or round) ended; agent.c maps each to one exit status. */
+typedef enum attempt_outcome {
+  ATTEMPT_OK,
+  ATTEMPT_FAILED,     /* a worker failed, here or on another node */
+  ATTEMPT_EXEC_ERROR, /* the command could not be executed */
+  ATTEMPT_SIGNALED,   /* the agent was told to stop */
+  ATTEMPT_INTERNAL    /* the agent itself could not go on */
+} attempt_outcome;
+
+typedef struct job {
+  const agent_config *cfg;
+  worker *workers; /* this node's, cfg->nproc of them */
+  int nworkers;
+  guard guard;
+  cluster cl;         /* the store and the other nodes */
+  doctor_result *net; /* derived network settings (--net auto), or NULL */
+  int restart;        /* the attempt (and rendezvous round), from 0 */
+  char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
+  /* per attempt */
+  int stopping;       /* SIGTERM sent to the groups */
+  int64_t kill_at;    /* when the stragglers get SIGKILL */
+  int killed;         /* SIGKILL sent */
+  int first_failed;   /* index of the first worker that failed here, -1 */
+  int stop_signal;    /* signal that told the agent to stop, 0 */
+  int64_t publish_at; /* when to publish a local failure held back, 0 none */
+  int sigint_count;
+  int exec_errno;                /* the command could not be executed: why */
+  int remote_failed;             /* another node failed (or was lost) first */
+  char report[WATCH_REPORT_MAX]; /* the root cause, as every node prints it */
+} job;
+
+/* Where rank's TORCHELASTIC_ERROR_FILE is in this attempt ("" when none). */
+void job_error_file(const job *j, int rank, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,21 @@
+/*
+ * network.h - `--net auto`: the NCCL/UCX/Gloo settings cohort doctor
+ * derives for this node, added to the workers' environment (env.h).
+ *
+ * Main thread only.
+ */
+#ifndef COHORT_AGENT_NETWORK_H
+#define COHORT_AGENT_NETWORK_H
+
+#include "doctor/doctor.h"
+
+/*
+ * Derives the settings toward master (NULL on one node) and logs doctor's
+ * warnings; across nodes also prints the settings added. Returns the
+ * result, or NULL when nothing could be derived (a warning says why).
+ * COHORT_DOCTOR_ROOT, when set, names a directory holding sys/, proc/,
+ * dev/, lib/ and an ifaddrs file that stand for this machine.
+ */
+doctor_result *network_derive(int multinode, const char *master);
+
+#endif

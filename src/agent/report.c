@@ -1,0 +1,120 @@
+/* report.c - composing and printing the failure report. */
+#include "agent/report.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+
+static void tail_lines(const worker *w, char *out, size_t outlen) {
+  size_t off = 0;
+  out[0] = '\0';
+  if (w->tail_count == 0) return;
+  off += (size_t)snprintf(out, outlen, "last lines of rank %d:", w->rank);
+  int start = (w->tail_next - w->tail_count + AGENT_TAIL_LINES) % AGENT_TAIL_LINES;
+  for (int k = 0; k < w->tail_count && off < outlen; k++)
+    off += (size_t)snprintf(out + off, outlen - off, "\n  | %s",
+                            w->tail[(start + k) % AGENT_TAIL_LINES]);
+}
+
+/* "node N (host): " across nodes, "" on one. */
+static void node_prefix(const job *j, char *out, size_t outlen) {
+  out[0] = '\0';
+  if (j->cl.multinode) snprintf(out, outlen, "node %d (%s): ", j->cl.plan.my_index, j->cl.hostname);
+}
+
+void report_worker_failure(job *j, int index) {
+  worker *f = &j->workers[index];
+  /* The worker has exited: what it printed last is already in the pipes. */
+  worker_stream_read(f, &f->out);
+  worker_stream_read(f, &f->err);
+  char how[128], tail[WATCH_REPORT_MAX / 2];
+  worker_describe_status(f->status, how, sizeof how);
+  tail_lines(f, tail, sizeof tail);
+  char where[BASE_HOST_MAX + 32];
+  node_prefix(j, where, sizeof where);
+  char exc[1024] = "", path[256];
+  job_error_file(j, f->rank, path, sizeof path);
+  if (path[0] != '\0') {
+    char msg[900];
+    if (agent_error_file_message(path, msg, sizeof msg) == 0)
+      snprintf(exc, sizeof exc, "\nexception: %s", msg);
+  }
+  snprintf(j->report, sizeof j->report, "%srank %d (local rank %d, pid %d) %s%s%s%s", where,
+           f->rank, f->local_rank, (int)f->pid, how, exc, tail[0] ? "\n" : "", tail);
+}
+
+void report_outcome(job *j, attempt_outcome o) {
+  char where[BASE_HOST_MAX + 32];
+  node_prefix(j, where, sizeof where);
+  const char *sn = sigabbrev_np(j->stop_signal);
+  if (o == ATTEMPT_EXEC_ERROR)
+    snprintf(j->report, sizeof j->report, "%scannot execute '%s': %s", where, j->cfg->argv[0],
+             strerror(j->exec_errno));
+  else if (o == ATTEMPT_SIGNALED)
+    snprintf(j->report, sizeof j->report, "%scohort run was stopped by SIG%s", where,
+             sn ? sn : "?");
+  else
+    snprintf(j->report, sizeof j->report, "%sinternal error of the agent", where);
+}
+
+void report_cause(const job *j, char *out, size_t outlen) {
+  if (!j->remote_failed && j->first_failed >= 0) {
+    snprintf(out, outlen, "rank %d failed", j->workers[j->first_failed].rank);
+    return;
+  }
+  const char *nl = strchr(j->report, '\n');
+  size_t n = nl ? (size_t)(nl - j->report) : strlen(j->report);
+  snprintf(out, outlen, "%.*s", (int)n, j->report);
+}
+
+/* The root cause: the same text on every node. */
+static void print_cause(const job *j) {
+  const char *p = j->report;
+  int first = 1;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    int n = nl ? (int)(nl - p) : (int)strlen(p);
+    fprintf(stderr, "cohort: %s%.*s\n", first ? "job failed: " : "", n, p);
+    first = 0;
+    p += n;
+    if (*p == '\n') p++;
+  }
+}
+
+/* What this node did about it: one line per worker that did not just succeed. */
+static void print_workers(const job *j) {
+  char node[32] = "", cause[256];
+  if (j->cl.multinode) snprintf(node, sizeof node, "node %d: ", j->cl.plan.my_index);
+  report_cause(j, cause, sizeof cause);
+  for (int i = 0; i < j->nworkers; i++) {
+    const worker *w = &j->workers[i];
+    if (i == j->first_failed || w->pid <= 0) continue;
+    char st[128];
+    worker_describe_status(w->status, st, sizeof st);
+    if (w->was_frozen)
+      fprintf(
+          stderr,
+          "cohort: %srank %d: was stopped (SIGSTOP or traced) when the job failed: a hung worker\n",
+          node, w->rank);
+    if (w->stopped_by != 0) {
+      const char *sn = sigabbrev_np(w->stopped_by);
+      fprintf(stderr, "cohort: %srank %d: stopped by cohort (SIG%s) after %s; %s\n", node, w->rank,
+              sn ? sn : "?", cause, st);
+    } else if (!worker_succeeded(w)) {
+      fprintf(stderr, "cohort: %srank %d: also %s\n", node, w->rank, st);
+    }
+  }
+}
+
+void report_print(const job *j, attempt_outcome o) {
+  if (!j->cl.multinode && o != ATTEMPT_FAILED) {
+    /* The agent's own end on one node: one line says it all. */
+    fprintf(stderr, "cohort: %s\n", j->report);
+  } else {
+    print_cause(j);
+    print_workers(j);
+  }
+  fflush(stderr);
+}
