@@ -43,7 +43,9 @@ typedef struct agent_config {
   const char *run_id;  /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
   const char *role;    /* ROLE_NAME, "default" */
   char *const *argv;   /* the worker command, argv[0] searched in PATH */
-  const char *token;   /* job token, NULL: a random one is made */
+  const char *token;   /* job token, NULL: a random one is made on one node; several
+                          nodes without one run an open store (with a warning) */
+  int require_token;   /* refuse a multi-node job without a token (AGENT_EXIT_USAGE) */
 
   /*
    * Multi-node. With rdzv.method RDZV_AUTO and no master, node count or

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/secure.h"
 #include "agent/signals.h"
+#include "store/auth.h"
 
 extern char **environ;
 
@@ -53,22 +55,25 @@ static int open_alone(cluster *c) {
 }
 
 /* Every node must use the same id: derive it from what they share, the
- * store's address (and Slurm's job and step when there). */
-static void derive_run_id(cluster *c, const rdzv_target *t) {
+ * store's address (and Slurm's job and step when there), keyed by the token
+ * so that the job's keys cannot be named without it. */
+static int derive_run_id(cluster *c, const rdzv_target *t) {
   const char *sj = getenv("SLURM_JOB_ID");
   const char *ss = getenv("SLURM_STEP_ID");
   char basis[BASE_HOST_MAX + 64];
   snprintf(basis, sizeof basis, "%s:%d/%s/%s", t->host, t->port, sj ? sj : "", ss ? ss : "");
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const char *p = basis; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  snprintf(c->run_id, sizeof c->run_id, "j%016llx", (unsigned long long)h);
+  int rc = store_job_id(basis, cluster_token(c), c->run_id);
+  if (rc != 0) fprintf(stderr, "cohort: cannot derive the job id: %s\n", cohort_strerror(rc));
+  return rc;
 }
 
 /* Several nodes: the counts and this node's rank, then host or find the store. */
 static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t) {
   c->multinode = 1;
   if (t->source[0]) fprintf(stderr, "cohort: rendezvous via %s\n", t->source);
-  if (c->run_id[0] == '\0') derive_run_id(c, t);
+  int rc = agent_token_policy(cfg, cluster_token(c), t->host, t->port);
+  if (rc == 0 && c->run_id[0] == '\0') rc = derive_run_id(c, t);
+  if (rc != 0) return rc;
   c->ropts.job_id = c->run_id;
   /* The job's node counts come from discovery when the flags did not say. */
   c->nnodes_min = cfg->rdzv.nnodes_min;
@@ -112,7 +117,8 @@ int cluster_open(cluster *c, const agent_config *cfg) {
   gethostname(c->hostname, sizeof c->hostname - 1);
   if (cfg->run_id != NULL) base_strlcpy(c->run_id, cfg->run_id, sizeof c->run_id);
   if (cfg->token != NULL) base_strlcpy(c->token, cfg->token, sizeof c->token);
-  if (setup_store(c, cfg) != 0) return AGENT_EXIT_INTERNAL;
+  int src = setup_store(c, cfg);
+  if (src != 0) return src == AGENT_TOKEN_REFUSED ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
   if (!c->multinode) return AGENT_EXIT_OK;
   char err[512] = "";
   if (c->store != NULL) {

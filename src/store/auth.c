@@ -46,6 +46,21 @@ int store_auth_ok(const char *token, size_t token_len, const char *label,
   return base_hmac_sha256_ok(token, token_len, msg, len, mac);
 }
 
+int store_job_id(const char *basis, const char *token, char out[STORE_JOB_ID_LEN + 1]) {
+  uint8_t d[BASE_SHA256_LEN];
+  if (token != NULL && token[0] != '\0') {
+    int rc = base_hmac_sha256(token, strlen(token), basis, strlen(basis), d);
+    if (rc != 0) return rc;
+  } else {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = basis; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (int i = 0; i < 8; i++) d[i] = (uint8_t)(h >> (56 - 8 * i));
+  }
+  out[0] = 'j';
+  base_hex(d, 8, out + 1);
+  return 0;
+}
+
 int store_token_new(char out[STORE_TOKEN_NEW_LEN + 1]) {
   unsigned char raw[STORE_TOKEN_NEW_BYTES];
   int rc = base_random_bytes(raw, sizeof raw);
@@ -55,7 +70,8 @@ int store_token_new(char out[STORE_TOKEN_NEW_LEN + 1]) {
 }
 
 int store_token_read_file(const char *path, char *buf, size_t buflen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO must not block the open; it is refused below. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) return -errno;
   struct stat st;
   ssize_t n = 0;

@@ -35,6 +35,17 @@ int store_auth_ok(const char *token, size_t token_len, const char *label,
                   const uint8_t cnonce[STORE_NONCE_LEN], const uint8_t snonce[STORE_NONCE_LEN],
                   const uint8_t mac[STORE_MAC_LEN]);
 
+/*
+ * The id that names a job's keys in the store, the same on every node: "j"
+ * and 16 hex digits of a digest of basis (what the nodes share: the store's
+ * address, the scheduler's job and step). With a token (non-NULL, non-empty)
+ * the digest is HMAC-SHA256 keyed by it, so a client without the token
+ * cannot compute the job's key names from the address; without one it is
+ * FNV-1a. Returns 0 or a negative errno (see base/crypto.h).
+ */
+#define STORE_JOB_ID_LEN 17
+int store_job_id(const char *basis, const char *token, char out[STORE_JOB_ID_LEN + 1]);
+
 /* A fresh job token: STORE_TOKEN_NEW_BYTES random bytes in lower-case hex. */
 #define STORE_TOKEN_NEW_BYTES 16
 #define STORE_TOKEN_NEW_LEN (2 * STORE_TOKEN_NEW_BYTES)

@@ -1,11 +1,15 @@
 /* cmd_run.c - `cohort run`: argument parsing for the node agent. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent/agent.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "store/auth.h"
+#include "store/store.h"
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"
 #include "tools/cohort/cmd_run.h"
@@ -29,6 +33,10 @@ static const char run_usage[] =
     "  --role NAME          ROLE_NAME of the workers (default \"default\")\n"
     "  --token SECRET       job token (default: $COHORT_TOKEN, else random); with it every\n"
     "                       store connection and multicast datagram is authenticated\n"
+    "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE), which\n"
+    "                       only its owner may read; unlike --token, not shown by ps\n"
+    "  --require-token      refuse to run a multi-node job without a token (also\n"
+    "                       COHORT_REQUIRE_TOKEN=1) instead of warning\n"
     "\n"
     "multi-node (run one agent per node):\n"
     "  --nnodes N|MIN:MAX   number of nodes (elastic range: start with MIN, wait --last-call\n"
@@ -60,6 +68,7 @@ static const char run_usage[] =
 typedef struct run_args {
   agent_config cfg;
   int method;
+  const char *token_file;
 } run_args;
 
 #define AT(FIELD, CTYPE) CLI_AT(run_args, FIELD, CTYPE)
@@ -140,6 +149,9 @@ static const cli_opt run_opts[] = {
     {"--role", 0, CLI_STR, .at = AT(cfg.role, const char *), .what = "a name",
      .flags = CLI_NONEMPTY},
     {"--token", 0, CLI_STR, .at = AT(cfg.token, const char *), .env = "COHORT_TOKEN"},
+    {"--token-file", 0, CLI_STR, .at = AT(token_file, const char *), .what = "a file",
+     .env = "COHORT_TOKEN_FILE", .flags = CLI_NONEMPTY},
+    {"--require-token", 0, CLI_FLAG, .at = AT(cfg.require_token, int)},
     {"--nnodes", 0, CLI_CUSTOM, .fn = set_nnodes,
      .what = "N or MIN:MAX with 1 <= MIN <= MAX <= 4096"},
     {"--node-rank|--node_rank", 0, CLI_INT, .at = AT(cfg.rdzv.node_rank, int), .min = 0,
@@ -178,6 +190,40 @@ static int check_combination(agent_config *cfg) {
   return CLI_OK;
 }
 
+/*
+ * The token from --token-file (or COHORT_TOKEN_FILE) when no --token was
+ * given. The token outlives the parse: it is kept in static storage.
+ */
+static int load_token_file(run_args *a) {
+  static char token[STORE_TOKEN_MAX + 2];
+  const char *prog = run_cmd.prog, *f = a->token_file;
+  if (f == NULL) return CLI_OK;
+  if (a->cfg.token != NULL) return cli_usage_error(prog, "give --token or --token-file, not both");
+  int rc = store_token_read_file(f, token, sizeof token);
+  if (rc == -EPERM)
+    return cli_usage_error(prog,
+                           "token file %s may be read by others (or is not a regular file): "
+                           "run chmod 600 %s",
+                           f, f);
+  if (rc == -E2BIG || rc == -ENODATA)
+    return cli_usage_error(prog, "token file %s: %s", f,
+                           rc == -E2BIG ? "the token is longer than 256 bytes"
+                                        : "no token on its first line");
+  if (rc != 0) return cli_usage_error(prog, "cannot read token file %s: %s", f, strerror(-rc));
+  a->cfg.token = token;
+  return CLI_OK;
+}
+
+/* COHORT_REQUIRE_TOKEN: 1 requires a token as --require-token does, 0 or empty not. */
+static int require_token_env(agent_config *cfg) {
+  const char *v = getenv("COHORT_REQUIRE_TOKEN");
+  if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return CLI_OK;
+  if (strcmp(v, "1") != 0)
+    return cli_usage_error(run_cmd.prog, "COHORT_REQUIRE_TOKEN must be 1 or 0, not '%s'", v);
+  cfg->require_token = 1;
+  return CLI_OK;
+}
+
 int cmd_run_parse(int argc, char **argv, agent_config *out) {
   run_args a = {
       .cfg =
@@ -199,6 +245,7 @@ int cmd_run_parse(int argc, char **argv, agent_config *out) {
   a.cfg.rdzv.method = (rdzv_method)a.method;
   /* A node is lost after five missed heartbeats, and heartbeats come at least twice a second. */
   a.cfg.heartbeat_ms = a.cfg.lost_after_ms / 5 < 500 ? a.cfg.lost_after_ms / 5 : 500;
+  if ((rc = load_token_file(&a)) != CLI_OK || (rc = require_token_env(&a.cfg)) != CLI_OK) return rc;
   rc = check_combination(&a.cfg);
   if (rc != CLI_OK) return rc;
   a.cfg.argv = command.argv;

@@ -19,12 +19,12 @@ static const char token_usage[] =
     "usage: cohort token [--file PATH]\n"
     "\n"
     "Prints a fresh random job token (32 hex characters: 128 bits from OpenSSL's\n"
-    "generator). Give every node of a job the same token (COHORT_TOKEN or --token);\n"
-    "without it nothing can read, write or join the job's store.\n"
+    "generator). Give every node of a job the same token (COHORT_TOKEN, --token or\n"
+    "COHORT_TOKEN_FILE); without it nothing can read, write or join the job's store.\n"
     "\n"
     "options:\n"
     "  --file PATH           write the token to PATH, a new file readable only by\n"
-    "                        you, instead of printing it\n"
+    "                        you (for COHORT_TOKEN_FILE), instead of printing it\n"
     "  -h, --help            show this help\n";
 
 typedef struct token_args {
