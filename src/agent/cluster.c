@@ -42,13 +42,9 @@ static int open_alone(cluster *c) {
     if (base_random_bytes(raw, sizeof raw) != 0) return -EIO;
     base_hex(raw, sizeof raw, c->run_id);
   }
-  if (c->token[0] == '\0') {
-    unsigned char raw[16];
-    if (base_random_bytes(raw, sizeof raw) != 0) {
-      fprintf(stderr, "cohort: cannot read random bytes for the job token\n");
-      return -EIO;
-    }
-    base_hex(raw, sizeof raw, c->token);
+  if (c->token[0] == '\0' && store_token_new(c->token) != 0) {
+    fprintf(stderr, "cohort: cannot read random bytes for the job token\n");
+    return -EIO;
   }
   c->multinode = 0;
   return host_store(c, "127.0.0.1", 0);
