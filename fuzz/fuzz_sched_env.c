@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cohort/cohort.h"
 #include "rdzv/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -45,7 +46,17 @@ static void fuzz_file(const uint8_t *p, size_t n) {
               back.port == info.port && strcmp(back.job_id, info.job_id) == 0 &&
               strcmp(back.host, info.host) == 0,
           "file: accepted text does not format and parse back to the same values");
+    /* Sealed under a token it opens to the same values; under another it is refused. */
+    int sealed = rdzv_file_seal("tok", buf, (size_t)len, sizeof buf);
+    check(sealed > len && rdzv_file_open("tok", buf, (size_t)sealed, &back) == 0 &&
+              back.port == info.port && strcmp(back.host, info.host) == 0,
+          "file: a sealed record does not open");
+    check(rdzv_file_open("tok2", buf, (size_t)sealed, &back) == COHORT_EAUTH,
+          "file: a record sealed under another token opens");
   }
+  /* The same bytes as a sealed record: opened only with a valid MAC, never a crash. */
+  rc = rdzv_file_open("tok", (const char *)p, n, &info);
+  check(rc == 0 || rc == -EINVAL || rc == COHORT_EAUTH, "file: unexpected error when sealed");
 }
 
 static void fuzz_env(uint8_t flags, const uint8_t *p, size_t n) {

@@ -10,3 +10,7 @@ target_link_libraries(test_rdzv_mcast PRIVATE cohort_node)
 add_test(NAME rdzv_mcast
   COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_rdzv_mcast.sh $<TARGET_FILE:test_rdzv_mcast>)
 set_tests_properties(rdzv_mcast PROPERTIES TIMEOUT 120 LABELS "slow" SKIP_RETURN_CODE 77)
+
+# Two agents on loopback through a rendezvous file signed with their token.
+add_test(NAME rdzv_file COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_rdzv_file.sh $<TARGET_FILE:cohort>)
+set_tests_properties(rdzv_file PROPERTIES TIMEOUT 120 LABELS "slow")

@@ -507,6 +507,38 @@ static void test_file_format(void) {
   CHECK_EQ_INT(rdzv_file_parse(nul, sizeof nul - 1, &out), -EINVAL);
 }
 
+/* With a token, a record carries a MAC: only a writer holding the token makes one a reader takes.
+ */
+static void test_file_sealed(void) {
+  rdzv_file_info in = {0}, out;
+  strcpy(in.job_id, "job-7");
+  in.node_id = 0xab;
+  in.ready = 1;
+  strcpy(in.host, "10.0.0.1");
+  in.port = 4000;
+  char buf[1024];
+  int n = rdzv_file_format(&in, buf, sizeof buf);
+  CHECK(n > 0);
+  CHECK_EQ_INT(rdzv_file_seal(NULL, buf, (size_t)n, sizeof buf), n); /* no token: unchanged */
+  int sealed = rdzv_file_seal("s3cret", buf, (size_t)n, sizeof buf);
+  CHECK_EQ_INT(sealed, n + 69);
+  CHECK(strncmp(buf + n, "mac=", 4) == 0 && buf[sealed - 1] == '\n');
+  CHECK_EQ_INT(rdzv_file_open("s3cret", buf, (size_t)sealed, &out), 0);
+  CHECK_STREQ(out.host, "10.0.0.1");
+  CHECK_EQ_INT(out.port, 4000);
+  /* Another token, no token, a changed byte, an unsigned record, a cut MAC: refused. */
+  CHECK_EQ_INT(rdzv_file_open("other", buf, (size_t)sealed, &out), COHORT_EAUTH);
+  CHECK_EQ_INT(rdzv_file_open(NULL, buf, (size_t)sealed, &out), COHORT_EAUTH);
+  CHECK_EQ_INT(rdzv_file_open("s3cret", buf, (size_t)n, &out), COHORT_EAUTH);
+  CHECK_EQ_INT(rdzv_file_open("s3cret", buf, (size_t)sealed - 1, &out), COHORT_EAUTH);
+  char forged[1024];
+  memcpy(forged, buf, (size_t)sealed);
+  forged[strstr(forged, "10.0.0.1") - forged + 7] = '9'; /* host 10.0.0.9 */
+  CHECK_EQ_INT(rdzv_file_open("s3cret", forged, (size_t)sealed, &out), COHORT_EAUTH);
+  /* Too small a buffer for the MAC line. */
+  CHECK_EQ_INT(rdzv_file_seal("s3cret", buf, (size_t)n, (size_t)n + 10), COHORT_ELIMIT);
+}
+
 /* Random bytes and random corruption of valid files: parsed or refused, never a crash. */
 static void test_file_random(void) {
   rdzv_file_info in = {0}, out;
@@ -580,6 +612,13 @@ static void test_file_method(void) {
   write_raw(path, "cohort-rdzv 1\njob=j1\nnode=0000000000000001\nstate=ready\nhost=10.0.0.9\n");
   CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
   CHECK(strstr(err, "malformed") != NULL);
+  /* With a token, a well-formed record of this job without its MAC (an intruder's) is not taken. */
+  write_raw(path, "cohort-rdzv 1\njob=j1\nnode=0000000000000001\nstate=ready\nhost=10.0.0.9\n"
+                  "port=4000\n");
+  o.token = "s3cret";
+  CHECK_EQ_INT(disc(&o, NULL, &t, err), -ETIMEDOUT);
+  CHECK(strstr(err, "not signed with this job") != NULL);
+  o.token = NULL;
 
   /* Rank 0 hosts at once and replaces whatever was there with its claim. */
   o = file_opts(path, "j1", 0, 1000);
@@ -1062,6 +1101,7 @@ int main(void) {
   test_no_env();
   test_static();
   test_file_format();
+  test_file_sealed();
   test_file_random();
   test_file_method();
   test_file_race();

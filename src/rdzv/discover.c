@@ -287,7 +287,8 @@ int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int st
     return rdzv_err(errbuf, errlen, -EINVAL, "no host name to write into %s: give an address",
                     opts->rdzv_file);
   }
-  int rc = rdzv_file_publish(opts->rdzv_file, opts->job_id, host, store_port, errbuf, errlen);
+  int rc = rdzv_file_publish(opts->rdzv_file, opts->job_id, host, store_port, opts->token, errbuf,
+                             errlen);
   if (rc != 0) return rc;
   rdzv_publisher *p = calloc(1, sizeof *p);
   if (p == NULL) return rdzv_err(errbuf, errlen, -ENOMEM, "out of memory");

@@ -32,7 +32,7 @@ typedef struct rdzv_opts {
   int node_rank;              /* --node-rank, -1 when not given */
   int nnodes_min, nnodes_max; /* --nnodes N or MIN:MAX; 0 when not given */
   const char *job_id;         /* --job / --run-id: keeps jobs apart */
-  const char *token;          /* authenticates multicast datagrams; may be NULL */
+  const char *token;          /* authenticates multicast datagrams and file records; may be NULL */
   const char *iface;          /* multicast interface name or NULL (default route's) */
   const char *mcast_group;    /* "ADDR:PORT" override or NULL (derived from job_id) */
   const char *rdzv_file;      /* path for RDZV_FILE */

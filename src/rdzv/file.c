@@ -9,6 +9,11 @@
  *   state=claimed | ready
  *   host=<store host>        (ready only)
  *   port=<store port>        (ready only)
+ *   mac=<64 hex digits>      (with a job token: HMAC-SHA256 of all before it)
+ *
+ * With a token, a record without this job's MAC (forged, or written under
+ * another token) counts as foreign: a joiner never takes a store address
+ * from it, and a claimant replaces it as it replaces a stale file.
  *
  * Every write is a temporary file in the same directory, fsync'd, then
  * renamed (or hard-linked) into place, so a reader sees an old or a new file
@@ -34,6 +39,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/crypto.h"
 #include "base/net.h"
 #include "rdzv/internal.h"
 
@@ -121,6 +127,56 @@ int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out) {
   return 0;
 }
 
+static int has_token(const char *token) {
+  return token != NULL && token[0] != '\0';
+}
+
+#define MAC_LINE_LEN (4 + 2 * BASE_SHA256_LEN + 1) /* "mac=" hex "\n" */
+
+int rdzv_file_seal(const char *token, char *buf, size_t len, size_t cap) {
+  if (!has_token(token)) return (int)len;
+  if (len + MAC_LINE_LEN + 1 > cap) return COHORT_ELIMIT;
+  uint8_t mac[BASE_SHA256_LEN];
+  int rc = base_hmac_sha256(token, strlen(token), buf, len, mac);
+  if (rc != 0) return rc;
+  memcpy(buf + len, "mac=", 4);
+  base_hex(mac, sizeof mac, buf + len + 4);
+  buf[len + MAC_LINE_LEN - 1] = '\n';
+  buf[len + MAC_LINE_LEN] = '\0';
+  return (int)(len + MAC_LINE_LEN);
+}
+
+/* Reads 2*n hex digits into out; returns 0 or -EINVAL. */
+static int unhex(const char *s, uint8_t *out, size_t n) {
+  for (size_t i = 0; i < 2 * n; i++) {
+    char ch = s[i];
+    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+    if (d < 0) return -EINVAL;
+    out[i / 2] = (uint8_t)(i % 2 ? out[i / 2] | d : d << 4);
+  }
+  return 0;
+}
+
+int rdzv_file_open(const char *token, const char *buf, size_t len, rdzv_file_info *out) {
+  if (!has_token(token)) {
+    int rc = rdzv_file_parse(buf, len, out);
+    /* A MAC line is the only thing an unsigned parse refuses that a signer writes. */
+    if (rc == -EINVAL && len >= MAC_LINE_LEN && memcmp(buf + len - MAC_LINE_LEN, "mac=", 4) == 0)
+      return COHORT_EAUTH;
+    return rc;
+  }
+  memset(out, 0, sizeof *out);
+  if (len < MAC_LINE_LEN) return COHORT_EAUTH;
+  const char *line = buf + len - MAC_LINE_LEN;
+  uint8_t mac[BASE_SHA256_LEN];
+  if (memcmp(line, "mac=", 4) != 0 || line[MAC_LINE_LEN - 1] != '\n' ||
+      (len > MAC_LINE_LEN && line[-1] != '\n') || unhex(line + 4, mac, sizeof mac) != 0)
+    return COHORT_EAUTH;
+  size_t body = len - MAC_LINE_LEN;
+  if (!base_hmac_sha256_ok(token, strlen(token), buf, body, mac)) return COHORT_EAUTH;
+  return rdzv_file_parse(buf, body, out);
+}
+
 /* fsyncs the directory holding path so a rename or link survives a crash. */
 static void sync_dir(const char *path) {
   char *copy = strdup(path);
@@ -134,9 +190,11 @@ static void sync_dir(const char *path) {
 }
 
 /* Writes info into a new temporary file next to path; its name goes to tmp. */
-static int write_temp(const char *path, const rdzv_file_info *info, char *tmp, size_t tmplen) {
+static int write_temp(const char *path, const rdzv_file_info *info, const char *token, char *tmp,
+                      size_t tmplen) {
   char text[FILE_MAX];
   int len = rdzv_file_format(info, text, sizeof text);
+  if (len >= 0) len = rdzv_file_seal(token, text, (size_t)len, sizeof text);
   if (len < 0) return len;
   uint8_t rnd[6];
   char hex[13];
@@ -163,9 +221,9 @@ static int write_temp(const char *path, const rdzv_file_info *info, char *tmp, s
   return rc;
 }
 
-int rdzv_file_write(const char *path, const rdzv_file_info *info) {
+int rdzv_file_write(const char *path, const rdzv_file_info *info, const char *token) {
   char tmp[4096];
-  int rc = write_temp(path, info, tmp, sizeof tmp);
+  int rc = write_temp(path, info, token, tmp, sizeof tmp);
   if (rc != 0) return rc;
   if (rename(tmp, path) != 0) {
     rc = -errno;
@@ -178,9 +236,10 @@ int rdzv_file_write(const char *path, const rdzv_file_info *info) {
 
 /*
  * Reads and parses path. Returns 0 (parsed), -ENOENT (absent), -EINVAL
- * (malformed) or -errno; *st receives the inode that was read.
+ * (malformed), COHORT_EAUTH (not signed with token) or -errno; *st receives
+ * the inode that was read.
  */
-static int read_file(const char *path, rdzv_file_info *info, struct stat *st) {
+static int read_file(const char *path, const char *token, rdzv_file_info *info, struct stat *st) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return -errno;
   int rc = 0;
@@ -201,7 +260,7 @@ static int read_file(const char *path, rdzv_file_info *info, struct stat *st) {
     len += (size_t)r;
     if (len == sizeof buf) break; /* too long: malformed */
   }
-  rc = rdzv_file_parse(buf, len, info);
+  rc = rdzv_file_open(token, buf, len, info);
 out:
   close(fd);
   return rc;
@@ -226,16 +285,17 @@ static int link_ok(const char *from, const char *to, nlink_t links) {
  * Tries once to make this node the host. Returns 1 (hosting), 0 (another node
  * of this job claimed it: join), -EAGAIN (retry shortly) or -errno.
  */
-static int try_claim(const char *path, const char *job_id, const char *claim_tmp) {
+static int try_claim(const char *path, const char *job_id, const char *token,
+                     const char *claim_tmp) {
   if (link_ok(claim_tmp, path, 2)) return 1;
   if (errno != EEXIST) return -errno;
   rdzv_file_info cur;
   struct stat st;
-  int rc = read_file(path, &cur, &st);
+  int rc = read_file(path, token, &cur, &st);
   if (rc == -ENOENT) return -EAGAIN; /* removed between link and open */
   if (rc == 0 && strcmp(cur.job_id, job_id) == 0) return 0;
-  if (rc != 0 && rc != -EINVAL) return rc;
-  /* Stale (another job) or malformed: replace it, under a lock only one node can take. */
+  if (rc != 0 && rc != -EINVAL && rc != COHORT_EAUTH) return rc;
+  /* Stale (another job), malformed or unsigned: replace it, under a lock only one node can take. */
   char lock[4096];
   int n = snprintf(lock, sizeof lock, "%s.replace.%llx.%llx", path, (unsigned long long)st.st_dev,
                    (unsigned long long)st.st_ino);
@@ -273,17 +333,17 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
   int hosting = 0;
   if (o->node_rank == 0) {
     /* Replace whatever is there, so joiners stop trusting an old run's address at once. */
-    rc = rdzv_file_write(path, &claim);
+    rc = rdzv_file_write(path, &claim, o->token);
     if (rc != 0)
       return rdzv_err(errbuf, errlen, rc, "cannot write %s: %s", path, cohort_strerror(rc));
     hosting = 1;
   } else if (o->node_rank < 0) {
     char tmp[4096];
-    rc = write_temp(path, &claim, tmp, sizeof tmp);
+    rc = write_temp(path, &claim, o->token, tmp, sizeof tmp);
     if (rc != 0)
       return rdzv_err(errbuf, errlen, rc, "cannot write next to %s: %s", path, cohort_strerror(rc));
     for (;;) {
-      rc = try_claim(path, o->job_id, tmp);
+      rc = try_claim(path, o->job_id, o->token, tmp);
       if (rc != -EAGAIN) break;
       if (base_deadline_left(deadline) == 0) {
         rc = -ETIMEDOUT;
@@ -309,7 +369,7 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
         base_sleep_ms(left < POLL_MS ? left : POLL_MS);
         rdzv_file_info cur;
         struct stat st;
-        if (read_file(path, &cur, &st) == 0 && strcmp(cur.job_id, o->job_id) == 0 &&
+        if (read_file(path, o->token, &cur, &st) == 0 && strcmp(cur.job_id, o->job_id) == 0 &&
             cur.node_id != claim.node_id)
           hosting = 0;
       }
@@ -330,7 +390,7 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
   for (;;) {
     rdzv_file_info cur;
     struct stat st;
-    rc = read_file(path, &cur, &st);
+    rc = read_file(path, o->token, &cur, &st);
     if (rc == 0 && strcmp(cur.job_id, o->job_id) == 0 && cur.ready) {
       base_strlcpy(t->host, cur.host, sizeof t->host);
       t->port = cur.port;
@@ -346,6 +406,8 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
       base_strlcpy(other, cur.job_id, sizeof other);
     } else if (rc == -EINVAL)
       seen = "malformed contents";
+    else if (rc == COHORT_EAUTH)
+      seen = "a record not signed with this job's token";
     else if (rc == -ENOENT)
       seen = "no file";
     else
@@ -361,11 +423,12 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
 }
 
 int rdzv_file_publish(const char *path, const char *job_id, const char *host, int port,
-                      char *errbuf, size_t errlen) {
+                      const char *token, char *errbuf, size_t errlen) {
   rdzv_file_info cur, info = {0};
   struct stat st;
   uint64_t self = rdzv_node_id();
-  if (read_file(path, &cur, &st) == 0 && strcmp(cur.job_id, job_id) == 0 && cur.node_id != self)
+  if (read_file(path, token, &cur, &st) == 0 && strcmp(cur.job_id, job_id) == 0 &&
+      cur.node_id != self)
     return rdzv_err(errbuf, errlen, -EEXIST,
                     "%.80s was claimed for job %.40s by another node (%016llx%s%.60s): give every "
                     "node a --node-rank, or none",
@@ -376,7 +439,7 @@ int rdzv_file_publish(const char *path, const char *job_id, const char *host, in
   info.ready = 1;
   base_strlcpy(info.host, host, sizeof info.host);
   info.port = port;
-  int rc = rdzv_file_write(path, &info);
+  int rc = rdzv_file_write(path, &info, token);
   if (rc != 0)
     return rdzv_err(errbuf, errlen, rc, "cannot write %s: %s", path, cohort_strerror(rc));
   return 0;

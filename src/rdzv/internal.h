@@ -86,15 +86,26 @@ typedef struct rdzv_file_info {
 int rdzv_file_format(const rdzv_file_info *info, char *buf, size_t cap);
 /* Parses the file's text (len bytes). Returns 0 or -EINVAL (malformed). */
 int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out);
-/* Writes info to path atomically (temporary file, fsync, rename). */
-int rdzv_file_write(const char *path, const rdzv_file_info *info);
+/*
+ * With a token (non-empty), appends the "mac=" line to the len bytes of text
+ * in buf (cap bytes); returns the new length, or COHORT_ELIMIT. Without one,
+ * returns len.
+ */
+int rdzv_file_seal(const char *token, char *buf, size_t len, size_t cap);
+/*
+ * rdzv_file_parse of text sealed under token: COHORT_EAUTH when the MAC is
+ * missing or wrong, or when the text carries a MAC and there is no token.
+ */
+int rdzv_file_open(const char *token, const char *buf, size_t len, rdzv_file_info *out);
+/* Writes info, sealed under token, to path atomically (temporary file, fsync, rename). */
+int rdzv_file_write(const char *path, const rdzv_file_info *info, const char *token);
 /*
  * Publishes the store's address for job_id in path, unless the file holds a
  * claim or address of this job written by another node (-EEXIST, errbuf
  * says which). Returns 0 or a negative code.
  */
 int rdzv_file_publish(const char *path, const char *job_id, const char *host, int port,
-                      char *errbuf, size_t errlen);
+                      const char *token, char *errbuf, size_t errlen);
 int rdzv_file_discover(const rdzv_opts *opts, rdzv_target *out, char *errbuf, size_t errlen);
 
 /* ---- multicast ---- */
