@@ -10,7 +10,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-asan test-fuzz install clean
+.PHONY: all deps build demo test test-asan test-fuzz install install-torchrun clean
 
 all: build
 
@@ -41,6 +41,10 @@ test-asan:
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# cohort, and a link named torchrun to it (`cohort run` under torchrun's name).
+install-torchrun: install
+	cmake --install $(BUILD) --prefix $(PREFIX) --component torchrun
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -72,3 +72,11 @@ function(cohort_install_gpt2)
   endif()
 endfunction()
 cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL cohort_install_gpt2)
+
+# `make install-torchrun`: a link named torchrun to cohort, which then runs as
+# `cohort run` with torchrun's help and defaults (tools/cohort/main.c). Only
+# when asked: the component is left out of a plain install.
+install(CODE "execute_process(COMMAND \${CMAKE_COMMAND} -E create_symlink cohort
+  \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/torchrun\")
+  message(STATUS \"Installing: \${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/torchrun -> cohort\")"
+  COMPONENT torchrun EXCLUDE_FROM_ALL)

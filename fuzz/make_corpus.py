@@ -239,7 +239,7 @@ put("fuzz_cli", "run_multinode", run_argv("--nnodes", "2:4", "--node-rank", "1",
                                           "3", "--", "python", "train.py"))
 put("fuzz_cli", "run_mcast", run_argv("--discover", "mcast", "--job", "j-1", "--iface", "eth0",
                                       "--mcast-group", "239.1.2.3:29500", "--heartbeat-timeout",
-                                      "2.5", "--tee", "--", "true"))
+                                      "2.5", "--tee", "3", "--", "true"))
 put("fuzz_cli", "run_file", run_argv("--rdzv-file", "/shared/r", "--join-timeout", "60",
                                      "--last-call", "0", "--grace", "1.5", "--net", "off",
                                      "--token", "s3cr3t", "--log-dir", "/tmp/l", "--", "x"))
@@ -248,6 +248,22 @@ put("fuzz_cli", "run_bad", run_argv("--nnodes", "4:2", "--", "x"))
 put("fuzz_cli", "run_aliases", run_argv("--nproc_per_node=2", "--node_rank=0", "--max_restarts",
                                         "1", "--run_id=job-1", "--log_dir=/tmp/l", "--role=r",
                                         "--", "python", "-u", "train.py"))
+# torchrun's command lines: the seeds' (Run:ai static, GreenNode c10d), PyTorch's elastic form,
+# the program through Python (-m, --run-path, a script with option-like arguments), notes and
+# refusals.
+put("fuzz_cli", "run_torchrun_static", run_argv("--nproc-per-node", "4", "--nnodes", "3",
+                                                "--node_rank", "1", "--master_addr", "10.0.0.1",
+                                                "--master_port", "23456", "main.py"))
+put("fuzz_cli", "run_torchrun_c10d", run_argv("--nnodes=1:4", "--nproc-per-node=2",
+                                              "--max-restarts=3", "--rdzv-id=J",
+                                              "--rdzv-backend=c10d", "--rdzv-endpoint=h:0",
+                                              "--rdzv-conf=join_timeout=5,is_host=true",
+                                              "train.py", "--backend", "gloo"))
+put("fuzz_cli", "run_torchrun_prog", run_argv("--standalone", "-m", "-r", "3", "-t=0",
+                                              "--monitor-interval", "1", "--start_method=fork",
+                                              "--log-dir", "/tmp/l", "pkg.mod", "--nnodes", "x"))
+put("fuzz_cli", "run_torchrun_refused", run_argv("--run-path", "--no-python", "--rdzv-backend",
+                                                 "etcd", "--tee", "0:3,1:1", "s.py"))
 # Unique prefixes of long options (as getopt_long) and an ambiguous one.
 put("fuzz_cli", "abbrev", argv("slurm", "--nod", "2", "--nproc=4", "--part", "gpu", "--j", "x",
                                "--", "true"))

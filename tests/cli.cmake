@@ -3,3 +3,9 @@ add_executable(test_cli ${CMAKE_SOURCE_DIR}/tests/test_cli.c ${CMAKE_SOURCE_DIR}
 target_link_libraries(test_cli PRIVATE cohort_static)
 add_test(NAME cli COMMAND test_cli)
 set_tests_properties(cli PROPERTIES TIMEOUT 60 LABELS "unit")
+
+# `cohort run` with torchrun's command line, the torchrun link and seed 004's
+# single-node c10d line training a DDP script (needs python3-torch).
+add_test(NAME torchrun_cli COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_cli.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(torchrun_cli PROPERTIES TIMEOUT 300 LABELS "slow")

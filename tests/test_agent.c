@@ -199,8 +199,9 @@ static void test_log_dir(void) {
     CHECK(strstr(buf, want) != NULL);
   }
   proc_result_free(&r);
-  char *argv2[] = {(char *)cohort, "run", "--nproc-per-node", "2", "--log-dir", dir, "--tee", "--",
-                   "sh",           "-c",  "echo hello-$RANK", NULL};
+  char *argv2[] = {
+      (char *)cohort, "run", "--nproc-per-node", "2", "--log-dir", dir, "--tee", "3", "--",
+      "sh",           "-c",  "echo hello-$RANK", NULL};
   if (run(argv2, 20000, &r) != 0) return;
   CHECK(strstr(r.out, "[r1] hello-1\n") != NULL);
   proc_result_free(&r);

@@ -134,9 +134,12 @@ static int store(void *settings, const cli_opt *o, const char *v) {
   int64_t i64;
   uint64_t u64;
   switch (o->kind) {
-  case CLI_FLAG:
-    *(int *)dst = 1;
-    return 0;
+  case CLI_FLAG: /* v is NULL on the command line, the variable's value from the environment */
+    if (v == NULL) {
+      *(int *)dst = 1;
+      return 0;
+    }
+    return base_parse_int(v, 0, 1, (int *)dst) == 0 ? 0 : -1;
   case CLI_STR:
     if ((o->flags & CLI_NONEMPTY) && v[0] == '\0') return -1;
     *(const char **)dst = v;
@@ -160,6 +163,8 @@ static int store(void *settings, const cli_opt *o, const char *v) {
     return parse_choice(o->choices, v, (int *)dst);
   case CLI_CUSTOM:
     return o->fn(settings, v) == 0 ? 0 : -1;
+  case CLI_NOTE:
+    return 0;
   default:
     return -1;
   }
@@ -197,6 +202,13 @@ static int lookup(const parser *p, const char *a, int *row, const char **inline_
   return CLI_OK;
 }
 
+/* The line a CLI_NOTE row prints when given. */
+static void note(const parser *p, const cli_opt *o) {
+  if (o->kind == CLI_NOTE)
+    fprintf(stderr, "%s: note: %.*s has no effect (%s)\n", p->cmd->prog, main_name_len(o), o->names,
+            o->what != NULL ? o->what : "accepted for compatibility");
+}
+
 /* Handles the option at argv[*i] (and its value at argv[*i + 1] when not written into it). */
 static int option(parser *p, int argc, char **argv, int *i) {
   int row;
@@ -217,7 +229,9 @@ static int option(parser *p, int argc, char **argv, int *i) {
     v = argv[++*i];
   }
   p->seen[row] = 1;
-  return store(p->settings, o, v) == 0 ? CLI_OK : bad_value(p, o, v, NULL);
+  if (store(p->settings, o, v) != 0) return bad_value(p, o, v, NULL);
+  note(p, o);
+  return CLI_OK;
 }
 
 /* After the command line: values from the environment, then the required options. */
@@ -229,6 +243,7 @@ static int finish(parser *p) {
     if (v == NULL) continue;
     if (store(p->settings, o, v) != 0) return bad_value(p, o, v, o->env);
     p->seen[r] = 1;
+    note(p, o);
   }
   for (size_t r = 0; r < cmd->nopts; r++) {
     const cli_opt *o = &cmd->opts[r];
@@ -246,6 +261,7 @@ static int operand(const parser *p, char **argv, int i, int *w) {
     return CLI_OK;
   case CLI_AFTER_DASHDASH:
     return cli_usage_error(p->cmd->prog, "missing '--' before the command '%s'", argv[i]);
+  case CLI_COMMAND: /* not reached: the command starts here (cli_parse) */
   default:
     return cli_usage_error(p->cmd->prog, "unexpected argument '%s'", argv[i]);
   }
@@ -259,6 +275,12 @@ static int operands_after(const parser *p, int argc, char **argv, int i, int das
   case CLI_AFTER_DASHDASH:
     if (!dashdash) return cli_usage_error(prog, "missing '--' before the command");
     if (i >= argc) return cli_usage_error(prog, "no command after '--'");
+    rest->argc = argc - i;
+    rest->argv = argv + i;
+    return CLI_OK;
+  case CLI_COMMAND:
+    if (i >= argc)
+      return cli_usage_error(prog, dashdash ? "no command after '--'" : "no program to run");
     rest->argc = argc - i;
     rest->argv = argv + i;
     return CLI_OK;
@@ -290,10 +312,13 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, void *settings, cli_arg
     }
     if (a[0] == '-' && a[1] != '\0')
       rc = option(&p, argc, argv, &i);
+    else if (cmd->operands == CLI_COMMAND)
+      break; /* the program and its arguments start here */
     else
       rc = operand(&p, argv, i, &w);
   }
   if (rc != CLI_OK) return rc;
+  rest->dashdash = dashdash;
   rc = operands_after(&p, argc, argv, i, dashdash, w, rest);
   if (rc != CLI_OK) return rc;
   return finish(&p);

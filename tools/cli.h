@@ -31,9 +31,11 @@ typedef enum cli_kind {
   CLI_FLOAT,    /* float in [fmin, fmax], finite */
   CLI_CHOICE,   /* one of the names in choices, into an int */
   CLI_CUSTOM,   /* fn(settings, value) decides; returns 0 or -1 for a bad value */
+  CLI_NOTE,     /* takes a value and stores nothing: accepted for compatibility, with one
+                   line "PROG: note: OPT has no effect (WHAT)" on stderr */
 } cli_kind;
 
-/* Row flags. */
+/* Row flags. A CLI_FLAG row read from its environment variable takes 1 or 0 there. */
 #define CLI_NONEMPTY 1u /* CLI_STR: the empty string is a bad value */
 #define CLI_REQUIRED 2u /* the option must be given (on the command line or by env) */
 
@@ -71,6 +73,9 @@ typedef enum cli_operands {
   CLI_ANYWHERE,       /* before, between and after the options, as GNU getopt permutes them;
                          everything after "--" is an operand too */
   CLI_AFTER_DASHDASH, /* options, then "--" and a command (at least one word) taken whole */
+  CLI_COMMAND,        /* options, then a command taken whole: the words after "--", or the
+                         first operand and everything after it (torchrun's script and its
+                         arguments, which may look like options) */
 } cli_operands;
 
 typedef struct cli_cmd {
@@ -86,6 +91,7 @@ typedef struct cli_cmd {
 typedef struct cli_args {
   int argc;
   char **argv;
+  int dashdash; /* 1: the operands came after "--" */
 } cli_args;
 
 /*

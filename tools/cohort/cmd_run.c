@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
 #include "base/base.h"
@@ -14,61 +15,110 @@
 #include "tools/cohort/cmd.h"
 #include "tools/cohort/cmd_run.h"
 
+#define RUN_USAGE_OPTIONS                                                                          \
+  "options:\n"                                                                                     \
+  "  --nproc-per-node N|cpu  workers on this node (default 1, at most 1024; cpu: one per CPU)\n"   \
+  "  --max-restarts K     restart the whole group up to K times after a failure (default 0)\n"     \
+  "  --log-dir DIR        also write DIR/attempt<K>/rank<R>.log per worker; without -r/-t the\n"   \
+  "                       console then gets nothing\n"                                             \
+  "  -r, --redirects S    with --log-dir: 3 (or 0:3,1:3,...) output to the files only, 0 console " \
+  "only\n"                                                                                         \
+  "  -t, --tee S          with --log-dir: 3 output to the files and the console\n"                 \
+  "  --grace SECONDS      time between SIGTERM and SIGKILL when stopping (default 5)\n"            \
+  "  --run-id ID          job id, [A-Za-z0-9._-]{1,64} (default: random on one node;\n"            \
+  "                       on several, derived from the store address); also --rdzv-id\n"           \
+  "  --role NAME          ROLE_NAME of the workers (default \"default\")\n"                        \
+  "  --token SECRET       job token (default: $COHORT_TOKEN, else random); with it every\n"        \
+  "                       store connection and multicast datagram is authenticated\n"              \
+  "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE), which\n"         \
+  "                       only its owner may read; unlike --token, not shown by ps\n"              \
+  "  --require-token      refuse to run a multi-node job without a token (also\n"                  \
+  "                       COHORT_REQUIRE_TOKEN=1) instead of warning\n"                            \
+  "  -m, --module         run the program as a Python module (python3 -u -m MODULE)\n"             \
+  "  --no-python          run the program itself, not through Python\n"                            \
+  "  --run-path           run the script with Python's runpy.run_path\n"                           \
+  "\n"                                                                                             \
+  "multi-node (run one agent per node):\n"                                                         \
+  "  --nnodes N|MIN:MAX   number of nodes (elastic range: start with MIN, wait --last-call\n"      \
+  "                       seconds for more up to MAX)\n"                                           \
+  "  --node-rank R        this node's rank (default: the scheduler's index, else join order)\n"    \
+  "  --master HOST:PORT   node 0's agent (a DNS name may resolve late; retried until\n"            \
+  "                       --join-timeout); node 0 hosts the rendezvous store on PORT\n"            \
+  "  --master-addr HOST  torchrun's static form of --master (default 127.0.0.1; used\n"            \
+  "                       with --nnodes above 1, --node-rank or --master-port)\n"                  \
+  "  --master-port PORT   the port of --master-addr (default 29500)\n"                             \
+  "  --rdzv-backend static|c10d  c10d: the same command on every node; the node owning\n"          \
+  "                       --rdzv-endpoint's address hosts the store\n"                             \
+  "  --rdzv-endpoint HOST[:PORT]  the store (port 29400 when left out; port 0: a free one,\n"      \
+  "                       one node only)\n"                                                        \
+  "  --rdzv-conf K=V,...  join_timeout, last_call_timeout (seconds), is_host (true: this\n"        \
+  "                       node hosts the store); other keys are noted as without effect\n"         \
+  "  --standalone         one node with a private store (any --rdzv-* given is ignored)\n"         \
+  "  --discover METHOD    auto (default: scheduler environment, else --master), static,\n"         \
+  "                       mcast (UDP multicast, needs --job), file (needs --rdzv-file), env\n"     \
+  "  --job ID             job id (same as --run-id; separates concurrent jobs)\n"                  \
+  "  --iface NAME         interface for multicast (default: the default route's)\n"                \
+  "  --mcast-group A:P    multicast group and port (default: derived from the job id)\n"           \
+  "  --rdzv-file PATH     rendezvous file on a shared filesystem\n"                                \
+  "  --join-timeout SEC   give up the rendezvous after SEC seconds (default 300)\n"                \
+  "  --last-call SEC      elastic: extra wait for nodes beyond MIN (default 3)\n"                  \
+  "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"                       \
+  "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
+  "                       node (never overriding what you set; default auto)\n"                    \
+  "  -h, --help           this text\n"                                                             \
+  "\n"                                                                                             \
+  "Every option also takes --opt=value, the underscore spelling (--nproc_per_node) and,\n"         \
+  "as in torchrun, its PET_ variable (PET_NPROC_PER_NODE). Accepted without effect, with a\n"      \
+  "note: --monitor-interval, --start-method, --event-log-handler, --local-addr, --logs-specs,\n"   \
+  "--signals-to-handle. docs/torchrun.md lists the differences from torchrun.\n"                   \
+  "\n"                                                                                             \
+  "exit status: 0 every worker succeeded; 1 a worker failed (a report names it);\n"                \
+  "2 usage error; 3 internal error; 126 command not executable; 127 command not\n"                 \
+  "found; 128+N stopped by signal N.\n"
+
 static const char run_usage[] =
     "usage: cohort run [options] -- CMD [ARGS...]\n"
+    "       cohort run [options] SCRIPT.py [ARGS...]   (torchrun's form: python3 -u SCRIPT.py)\n"
     "\n"
     "Starts one worker per slot on this node with the environment torchrun gives\n"
     "(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), relays their\n"
-    "output with a rank prefix, and stops them all when one fails.\n"
+    "output with a rank prefix, and stops them all when one fails. The program is\n"
+    "run through $PYTHON_EXEC (else python3 on PATH) unless it follows '--' or\n"
+    "--no-python is given.\n"
+    "\n" RUN_USAGE_OPTIONS;
+
+static const char torchrun_usage[] =
+    "usage: torchrun [options] SCRIPT.py [ARGS...]\n"
     "\n"
-    "options:\n"
-    "  --nproc-per-node N   workers on this node (default 1, at most 1024)\n"
-    "  --max-restarts K     restart the whole group up to K times after a failure (default 0)\n"
-    "  --log-dir DIR        also write DIR/attempt<K>/rank<R>.log per worker; the console\n"
-    "                       then gets the output only with --tee\n"
-    "  --tee                with --log-dir, relay the output to the console as well\n"
-    "  --grace SECONDS      time between SIGTERM and SIGKILL when stopping (default 5)\n"
-    "  --run-id ID          job id, [A-Za-z0-9._-]{1,64} (default: random on one node;\n"
-    "                       on several, derived from the store address)\n"
-    "  --role NAME          ROLE_NAME of the workers (default \"default\")\n"
-    "  --token SECRET       job token (default: $COHORT_TOKEN, else random); with it every\n"
-    "                       store connection and multicast datagram is authenticated\n"
-    "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE), which\n"
-    "                       only its owner may read; unlike --token, not shown by ps\n"
-    "  --require-token      refuse to run a multi-node job without a token (also\n"
-    "                       COHORT_REQUIRE_TOKEN=1) instead of warning\n"
-    "\n"
-    "multi-node (run one agent per node):\n"
-    "  --nnodes N|MIN:MAX   number of nodes (elastic range: start with MIN, wait --last-call\n"
-    "                       seconds for more up to MAX)\n"
-    "  --node-rank R        this node's rank (default: the scheduler's index, else join order)\n"
-    "  --master HOST:PORT   node 0's agent (a DNS name may resolve late; retried until\n"
-    "                       --join-timeout); node 0 hosts the rendezvous store on PORT\n"
-    "  --discover METHOD    auto (default: scheduler environment, else --master), static,\n"
-    "                       mcast (UDP multicast, needs --job), file (needs --rdzv-file), env\n"
-    "  --job ID             job id (same as --run-id; separates concurrent jobs)\n"
-    "  --iface NAME         interface for multicast (default: the default route's)\n"
-    "  --mcast-group A:P    multicast group and port (default: derived from the job id)\n"
-    "  --rdzv-file PATH     rendezvous file on a shared filesystem\n"
-    "  --join-timeout SEC   give up the rendezvous after SEC seconds (default 300)\n"
-    "  --last-call SEC      elastic: extra wait for nodes beyond MIN (default 3)\n"
-    "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"
-    "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"
-    "                       node (never overriding what you set; default auto)\n"
-    "  -h, --help           this text\n"
-    "\n"
-    "exit status: 0 every worker succeeded; 1 a worker failed (a report names it);\n"
-    "2 usage error; 3 internal error; 126 command not executable; 127 command not\n"
-    "found; 128+N stopped by signal N.\n";
+    "This torchrun is cohort (`cohort run` under torchrun's name): the same command\n"
+    "line as PyTorch's torchrun (docs/torchrun.md lists the differences), with\n"
+    "cohort's rendezvous, rank-prefixed output, fail-together and root-cause report. The\n"
+    "program is run through $PYTHON_EXEC (else python3 on PATH) unless --no-python\n"
+    "is given.\n"
+    "\n" RUN_USAGE_OPTIONS;
+
+/* torchrun's backends (--rdzv-backend). */
+enum { BACKEND_STATIC, BACKEND_C10D };
 
 /*
- * The settings the table fills: the agent's configuration, and the choices
- * that are enums there (an int here, converted after parsing).
+ * The settings the table fills: the agent's configuration, the choices that
+ * are enums there (an int here, converted after parsing), and torchrun's
+ * options, turned into the configuration by torchrun_meaning().
  */
 typedef struct run_args {
   agent_config cfg;
   int method;
   const char *token_file;
+  int nnodes_given;
+  int backend;
+  const char *endpoint;    /* --rdzv-endpoint, NULL: none */
+  const char *master_addr; /* --master-addr, NULL: not given (127.0.0.1) */
+  int master_port;         /* --master-port, -1: not given (29500) */
+  int node_rank_given;
+  int is_host; /* --rdzv-conf is_host: -1 not given, 0, 1 */
+  int standalone, module, no_python, run_path;
+  int redirects, tee; /* torchrun's Std: bit 1 stdout, bit 2 stderr; -1 not given */
+  char master_buf[BASE_HOST_MAX + 16];
 } run_args;
 
 #define AT(FIELD, CTYPE) CLI_AT(run_args, FIELD, CTYPE)
@@ -92,7 +142,25 @@ static int set_nnodes(void *settings, const char *v) {
   }
   a->cfg.rdzv.nnodes_min = lo;
   a->cfg.rdzv.nnodes_max = hi;
+  a->nnodes_given = 1;
   return 0;
+}
+
+/* N, or torchrun's "cpu": one worker per online CPU. */
+static int set_nproc(void *settings, const char *v) {
+  run_args *a = settings;
+  if (strcmp(v, "cpu") == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    a->cfg.nproc = n < 1 ? 1 : n > AGENT_MAX_NPROC ? AGENT_MAX_NPROC : (int)n;
+    return 0;
+  }
+  return base_parse_int(v, 1, AGENT_MAX_NPROC, &a->cfg.nproc);
+}
+
+static int set_node_rank(void *settings, const char *v) {
+  run_args *a = settings;
+  a->node_rank_given = 1;
+  return base_parse_int(v, 0, 4095, &a->cfg.rdzv.node_rank);
 }
 
 static int set_master(void *settings, const char *v) {
@@ -100,6 +168,19 @@ static int set_master(void *settings, const char *v) {
   int port;
   if (base_split_hostport(v, host, sizeof host, &port, 0) != 0 || host[0] == '\0') return -1;
   ((run_args *)settings)->cfg.rdzv.master = v;
+  return 0;
+}
+
+/* HOST[:PORT], port 0 allowed (a free one); checked here, used by torchrun_meaning(). */
+static int set_endpoint(void *settings, const char *v) {
+  char host[BASE_HOST_MAX], with_port[BASE_HOST_MAX + 16];
+  int port;
+  snprintf(with_port, sizeof with_port, "%s:%d", v, RDZV_DEFAULT_PORT);
+  if (base_split_hostport(v, host, sizeof host, &port, 1) != 0 &&
+      base_split_hostport(with_port, host, sizeof host, &port, 1) != 0)
+    return -1;
+  if (host[0] == '\0') return -1;
+  ((run_args *)settings)->endpoint = v;
   return 0;
 }
 
@@ -111,7 +192,7 @@ static int set_mcast_group(void *settings, const char *v) {
   return 0;
 }
 
-/* --run-id and --job: one id under two names. */
+/* --run-id, --job and --rdzv-id: one id under three names. */
 static int set_run_id(void *settings, const char *v) {
   if (!agent_run_id_valid(v)) return -1;
   ((run_args *)settings)->cfg.run_id = v;
@@ -124,6 +205,64 @@ static int set_iface(void *settings, const char *v) {
   return 0;
 }
 
+/* torchrun's Std value for --redirects/--tee: 0..3 for every local rank. */
+static int parse_std(const char *v, int *out) {
+  return base_parse_int(v, 0, 3, out);
+}
+
+static int set_redirects(void *settings, const char *v) {
+  return parse_std(v, &((run_args *)settings)->redirects);
+}
+
+static int set_tee(void *settings, const char *v) {
+  return parse_std(v, &((run_args *)settings)->tee);
+}
+
+/* Rows for options whose every value cohort refuses for now (one line, exit 2). */
+static int refuse(void *settings, const char *v) {
+  (void)settings;
+  (void)v;
+  return -1;
+}
+
+static int parse_bool(const char *v, int *out) {
+  static const char *const yes[] = {"1", "true", "True", "yes", "on"};
+  static const char *const no[] = {"0", "false", "False", "no", "off"};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(yes); i++) {
+    if (strcmp(v, yes[i]) == 0) return *out = 1, 0;
+    if (strcmp(v, no[i]) == 0) return *out = 0, 0;
+  }
+  return -1;
+}
+
+/* One key=value of --rdzv-conf; keys cohort has no use for get a note. */
+static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
+  if (strcmp(key, "join_timeout") == 0)
+    return base_parse_seconds(value, 86400, &a->cfg.join_timeout_ms) == 0 &&
+                   a->cfg.join_timeout_ms >= 1
+               ? 0
+               : -1;
+  if (strcmp(key, "last_call_timeout") == 0)
+    return base_parse_seconds(value, 3600, &a->cfg.last_call_ms);
+  if (strcmp(key, "is_host") == 0) return parse_bool(value, &a->is_host);
+  fprintf(stderr, "cohort run: note: --rdzv-conf %s has no effect\n", key);
+  return 0;
+}
+
+static int set_rdzv_conf(void *settings, const char *v) {
+  char buf[1024];
+  if (strlen(v) >= sizeof buf) return -1;
+  memcpy(buf, v, strlen(v) + 1);
+  char *save = NULL;
+  for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(kv, '=');
+    if (eq == NULL || eq == kv) return -1;
+    *eq = '\0';
+    if (rdzv_conf_pair(settings, kv, eq + 1) != 0) return -1;
+  }
+  return 0;
+}
+
 static const cli_choice discover_methods[] = {{"auto", RDZV_AUTO},
                                               {"static", RDZV_STATIC},
                                               {"dns", RDZV_STATIC},
@@ -132,30 +271,70 @@ static const cli_choice discover_methods[] = {{"auto", RDZV_AUTO},
                                               {"env", RDZV_ENV},
                                               {NULL, 0}};
 static const cli_choice net_modes[] = {{"auto", 1}, {"off", 0}, {NULL, 0}};
+static const cli_choice backends[] = {
+    {"static", BACKEND_STATIC}, {"c10d", BACKEND_C10D}, {NULL, 0}};
 
 #define RUN_ID_WHAT "1 to 64 characters of [A-Za-z0-9._-]"
+#define STD_WHAT "0, 1, 2 or 3 (per-local-rank forms are not supported yet)"
 
+/* torchrun's options, with their PET_ variables, then cohort's own. */
 static const cli_opt run_opts[] = {
     {"--help", 'h', .kind = CLI_HELP_OPT},
-    {"--nproc-per-node|--nproc_per_node", 0, CLI_INT, .at = AT(cfg.nproc, int), .min = 1,
-     .max = AGENT_MAX_NPROC},
+    {"--nnodes", 0, CLI_CUSTOM, .fn = set_nnodes,
+     .what = "N or MIN:MAX with 1 <= MIN <= MAX <= 4096", .env = "PET_NNODES"},
+    {"--nproc-per-node|--nproc_per_node", 0, CLI_CUSTOM, .fn = set_nproc,
+     .what = "a whole number from 1 to 1024 or cpu (gpu and auto are not supported yet)",
+     .env = "PET_NPROC_PER_NODE"},
+    {"--rdzv-backend|--rdzv_backend", 0, CLI_CHOICE, .at = AT(backend, int), .choices = backends,
+     .what = "static or c10d (etcd and etcd-v2 are not supported yet)", .env = "PET_RDZV_BACKEND"},
+    {"--rdzv-endpoint|--rdzv_endpoint", 0, CLI_CUSTOM, .fn = set_endpoint,
+     .what = "HOST[:PORT] (IPv6 as [ADDR]:PORT)", .env = "PET_RDZV_ENDPOINT"},
+    {"--rdzv-id|--rdzv_id", 0, CLI_CUSTOM, .fn = set_run_id, .what = RUN_ID_WHAT,
+     .env = "PET_RDZV_ID"},
+    {"--rdzv-conf|--rdzv_conf", 0, CLI_CUSTOM, .fn = set_rdzv_conf,
+     .what = "KEY=VALUE,... (timeouts in seconds, is_host true or false)", .env = "PET_RDZV_CONF"},
+    {"--standalone", 0, CLI_FLAG, .at = AT(standalone, int), .env = "PET_STANDALONE"},
     {"--max-restarts|--max_restarts", 0, CLI_INT, .at = AT(cfg.max_restarts, int), .min = 0,
-     .max = 1000000},
-    {"--log-dir|--log_dir", 0, CLI_STR, .at = AT(cfg.log_dir, const char *), .what = "a directory",
+     .max = 1000000, .env = "PET_MAX_RESTARTS"},
+    {"--monitor-interval|--monitor_interval", 0, CLI_NOTE,
+     .what = "cohort learns of a worker's exit at once", .env = "PET_MONITOR_INTERVAL"},
+    {"--start-method|--start_method", 0, CLI_NOTE,
+     .what = "every worker is a new process, as with spawn", .env = "PET_START_METHOD"},
+    {"--event-log-handler|--event_log_handler", 0, CLI_NOTE, .what = "cohort reports events itself",
+     .env = "PET_EVENT_LOG_HANDLER"},
+    {"--role", 0, CLI_STR, .at = AT(cfg.role, const char *), .what = "a name", .env = "PET_ROLE",
      .flags = CLI_NONEMPTY},
-    {"--tee", 0, CLI_FLAG, .at = AT(cfg.tee, int)},
+    {"--module", 'm', CLI_FLAG, .at = AT(module, int), .env = "PET_MODULE"},
+    {"--no-python|--no_python", 0, CLI_FLAG, .at = AT(no_python, int), .env = "PET_NO_PYTHON"},
+    {"--run-path|--run_path", 0, CLI_FLAG, .at = AT(run_path, int), .env = "PET_RUN_PATH"},
+    {"--log-dir|--log_dir", 0, CLI_STR, .at = AT(cfg.log_dir, const char *), .what = "a directory",
+     .env = "PET_LOG_DIR", .flags = CLI_NONEMPTY},
+    {"--redirects", 'r', CLI_CUSTOM, .fn = set_redirects, .what = STD_WHAT, .env = "PET_REDIRECTS"},
+    {"--tee", 't', CLI_CUSTOM, .fn = set_tee, .what = STD_WHAT, .env = "PET_TEE"},
+    {"--local-ranks-filter|--local_ranks_filter", 0, CLI_CUSTOM, .fn = refuse,
+     .what = "nothing yet (not supported: every rank reaches the console)",
+     .env = "PET_LOCAL_RANKS_FILTER"},
+    {"--numa-binding|--numa_binding", 0, CLI_CUSTOM, .fn = refuse,
+     .what = "nothing yet (NUMA binding is not supported)"},
+    {"--node-rank|--node_rank", 0, CLI_CUSTOM, .fn = set_node_rank,
+     .what = "a whole number from 0 to 4095", .env = "PET_NODE_RANK"},
+    {"--master-addr|--master_addr", 0, CLI_STR, .at = AT(master_addr, const char *),
+     .what = "a host name or address", .env = "PET_MASTER_ADDR", .flags = CLI_NONEMPTY},
+    {"--master-port|--master_port", 0, CLI_INT, .at = AT(master_port, int), .min = 1, .max = 65535,
+     .env = "PET_MASTER_PORT"},
+    {"--local-addr|--local_addr", 0, CLI_NOTE,
+     .what = "the address others reach this node by is found from the route to the store",
+     .env = "PET_LOCAL_ADDR"},
+    {"--logs-specs|--logs_specs", 0, CLI_NOTE, .what = "cohort's log files are fixed"},
+    {"--signals-to-handle|--signals_to_handle", 0, CLI_NOTE,
+     .what = "SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the workers",
+     .env = "PET_SIGNALS_TO_HANDLE"},
     {"--grace", 0, CLI_SECONDS, .at = AT(cfg.grace_ms, int64_t), .min = 0, .max = 3600000},
     {"--run-id|--run_id", 0, CLI_CUSTOM, .fn = set_run_id, .what = RUN_ID_WHAT},
-    {"--role", 0, CLI_STR, .at = AT(cfg.role, const char *), .what = "a name",
-     .flags = CLI_NONEMPTY},
     {"--token", 0, CLI_STR, .at = AT(cfg.token, const char *), .env = "COHORT_TOKEN"},
     {"--token-file", 0, CLI_STR, .at = AT(token_file, const char *), .what = "a file",
      .env = "COHORT_TOKEN_FILE", .flags = CLI_NONEMPTY},
     {"--require-token", 0, CLI_FLAG, .at = AT(cfg.require_token, int)},
-    {"--nnodes", 0, CLI_CUSTOM, .fn = set_nnodes,
-     .what = "N or MIN:MAX with 1 <= MIN <= MAX <= 4096"},
-    {"--node-rank|--node_rank", 0, CLI_INT, .at = AT(cfg.rdzv.node_rank, int), .min = 0,
-     .max = 4095},
     {"--master", 0, CLI_CUSTOM, .fn = set_master, .what = "HOST:PORT (IPv6 as [ADDR]:PORT)"},
     {"--discover", 0, CLI_CHOICE, .at = AT(method, int), .choices = discover_methods},
     {"--job", 0, CLI_CUSTOM, .fn = set_run_id, .what = RUN_ID_WHAT},
@@ -171,12 +350,103 @@ static const cli_opt run_opts[] = {
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
 };
 
-static const cli_cmd run_cmd = {"cohort run",       run_usage, run_opts, BASE_ARRAY_LEN(run_opts),
-                                CLI_AFTER_DASHDASH, 0};
+static const cli_cmd run_cmd = {"cohort run", run_usage, run_opts, BASE_ARRAY_LEN(run_opts),
+                                CLI_COMMAND,  0};
+static const cli_cmd torchrun_cmd = {
+    "torchrun", torchrun_usage, run_opts, BASE_ARRAY_LEN(run_opts), CLI_COMMAND, 0};
+
+/* --rdzv-endpoint as the store of a c10d job; port 0 (a free one) means this node alone. */
+static int c10d_meaning(const cli_cmd *cmd, run_args *a) {
+  char host[BASE_HOST_MAX];
+  int port = RDZV_DEFAULT_PORT;
+  const char *ep = a->endpoint != NULL ? a->endpoint : "localhost";
+  if (base_split_hostport(ep, host, sizeof host, &port, 1) != 0) {
+    snprintf(host, sizeof host, "%s", ep);
+    port = RDZV_DEFAULT_PORT;
+  }
+  if (port == 0) {
+    if (a->cfg.rdzv.nnodes_max > 1)
+      return cli_usage_error(cmd->prog, "--rdzv-endpoint with port 0 is for one node only");
+    return CLI_OK; /* one node: cohort's own store on a free port */
+  }
+  base_join_hostport(host, port, a->master_buf, sizeof a->master_buf);
+  a->cfg.rdzv.master = a->master_buf;
+  a->cfg.rdzv.method = RDZV_STATIC;
+  /* The node that owns the address hosts (discover.c); is_host=true says so outright. */
+  if (a->is_host == 1 && !a->node_rank_given) a->cfg.rdzv.node_rank = 0;
+  return CLI_OK;
+}
+
+/* torchrun's static rendezvous: --master-addr:--master-port (or the endpoint) and the node rank. */
+static int static_meaning(run_args *a) {
+  int many = a->cfg.rdzv.nnodes_max > 1;
+  if (!many && a->endpoint == NULL && a->master_addr == NULL && a->master_port < 0 &&
+      !a->node_rank_given)
+    return CLI_OK; /* one node: cohort's own store on a free port */
+  if (a->endpoint != NULL) {
+    char host[BASE_HOST_MAX];
+    int port;
+    if (base_split_hostport(a->endpoint, host, sizeof host, &port, 0) != 0)
+      snprintf(a->master_buf, sizeof a->master_buf, "%s:%d", a->endpoint, RDZV_DEFAULT_PORT);
+    else
+      snprintf(a->master_buf, sizeof a->master_buf, "%s", a->endpoint);
+  } else {
+    const char *addr = a->master_addr != NULL ? a->master_addr : "127.0.0.1";
+    base_join_hostport(addr, a->master_port > 0 ? a->master_port : 29500, a->master_buf,
+                       sizeof a->master_buf);
+  }
+  a->cfg.rdzv.master = a->master_buf;
+  a->cfg.rdzv.method = RDZV_STATIC;
+  if (!a->node_rank_given) a->cfg.rdzv.node_rank = 0; /* torchrun's default */
+  return CLI_OK;
+}
+
+/* Where torchrun's redirects and tee send the output, as cohort's log files and --tee. */
+static int output_meaning(const cli_cmd *cmd, run_args *a) {
+  if (a->redirects < 0 && a->tee < 0) return CLI_OK; /* cohort's own: --log-dir alone, files */
+  int r = a->redirects < 0 ? 0 : a->redirects, t = a->tee < 0 ? 0 : a->tee;
+  int files = r | t, console = (~r | t) & 3;
+  if (files == 0) {
+    a->cfg.log_dir = NULL; /* torchrun: the console only */
+    return CLI_OK;
+  }
+  if (files != 3 || (console != 0 && console != 3))
+    return cli_usage_error(cmd->prog,
+                           "--redirects %d --tee %d splits stdout from stderr, which is not "
+                           "supported yet (use 0 or 3)",
+                           r, t);
+  if (a->cfg.log_dir == NULL)
+    return cli_usage_error(cmd->prog, "--redirects/--tee need --log-dir DIR");
+  a->cfg.tee = console == 3;
+  return CLI_OK;
+}
+
+/* Turns torchrun's options into the agent's configuration. */
+static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
+  if (a->standalone) {
+    /* torchrun: a private store on a free port; the --rdzv-* options are ignored. */
+    a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 0;
+    a->nnodes_given = 0;
+  } else if (a->backend == BACKEND_C10D || a->endpoint != NULL || a->master_addr != NULL ||
+             a->master_port >= 0 || a->node_rank_given) {
+    /* torchrun's line: --nnodes defaults to 1. */
+    if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
+    int rc = a->backend == BACKEND_C10D ? c10d_meaning(cmd, a) : static_meaning(a);
+    if (rc != CLI_OK) return rc;
+  } else if (a->nnodes_given && a->cfg.rdzv.nnodes_max > 1 && a->cfg.rdzv.master == NULL &&
+             a->method == RDZV_AUTO && cmd == &torchrun_cmd) {
+    return static_meaning(a); /* torchrun --nnodes 2: master 127.0.0.1:29500 */
+  }
+  /* One node and no store named: cohort's single-node job (the agent's choice for no --nnodes). */
+  if (a->cfg.rdzv.nnodes_max == 1 && a->cfg.rdzv.master == NULL && a->method == RDZV_AUTO &&
+      a->cfg.rdzv.rdzv_file == NULL)
+    a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 0;
+  return output_meaning(cmd, a);
+}
 
 /* Checks across options, once all are known. */
-static int check_combination(agent_config *cfg) {
-  const char *prog = run_cmd.prog;
+static int check_combination(const cli_cmd *cmd, agent_config *cfg) {
+  const char *prog = cmd->prog;
   if (cfg->rdzv.method == RDZV_FILE && cfg->rdzv.rdzv_file == NULL)
     return cli_usage_error(prog, "--discover file needs --rdzv-file PATH");
   if (cfg->rdzv.rdzv_file != NULL && cfg->rdzv.method == RDZV_AUTO) cfg->rdzv.method = RDZV_FILE;
@@ -194,9 +464,9 @@ static int check_combination(agent_config *cfg) {
  * The token from --token-file (or COHORT_TOKEN_FILE) when no --token was
  * given. The token outlives the parse: it is kept in static storage.
  */
-static int load_token_file(run_args *a) {
+static int load_token_file(const cli_cmd *cmd, run_args *a) {
   static char token[STORE_TOKEN_MAX + 2];
-  const char *prog = run_cmd.prog, *f = a->token_file;
+  const char *prog = cmd->prog, *f = a->token_file;
   if (f == NULL) return CLI_OK;
   if (a->cfg.token != NULL) return cli_usage_error(prog, "give --token or --token-file, not both");
   int rc = store_token_read_file(f, token, sizeof token);
@@ -215,16 +485,53 @@ static int load_token_file(run_args *a) {
 }
 
 /* COHORT_REQUIRE_TOKEN: 1 requires a token as --require-token does, 0 or empty not. */
-static int require_token_env(agent_config *cfg) {
+static int require_token_env(const cli_cmd *cmd, agent_config *cfg) {
   const char *v = getenv("COHORT_REQUIRE_TOKEN");
   if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return CLI_OK;
   if (strcmp(v, "1") != 0)
-    return cli_usage_error(run_cmd.prog, "COHORT_REQUIRE_TOKEN must be 1 or 0, not '%s'", v);
+    return cli_usage_error(cmd->prog, "COHORT_REQUIRE_TOKEN must be 1 or 0, not '%s'", v);
   cfg->require_token = 1;
   return CLI_OK;
 }
 
-int cmd_run_parse(int argc, char **argv, agent_config *out) {
+/*
+ * The worker command: after "--" (cohort's form, not under the name torchrun)
+ * the words themselves; else torchrun's: the script through Python
+ * ($PYTHON_EXEC, else python3), -m a module, --run-path through runpy,
+ * --no-python the program itself. The array lives until the next call.
+ */
+static int program(const cli_cmd *cmd, const run_args *a, const cli_args *words,
+                   char *const **out) {
+  static char **built;
+  static char run_path_code[] =
+      "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], "
+      "run_name='__main__')";
+  if (a->module && a->no_python && !a->run_path)
+    return cli_usage_error(cmd->prog, "--module and --no-python exclude each other");
+  if ((words->dashdash && cmd == &run_cmd) || (a->no_python && !a->run_path)) {
+    *out = words->argv;
+    return CLI_OK;
+  }
+  char **v = realloc(built, sizeof *v * ((size_t)words->argc + 5));
+  if (v == NULL) return cli_error(cmd->prog, AGENT_EXIT_INTERNAL, "out of memory");
+  built = v;
+  const char *py = getenv("PYTHON_EXEC");
+  int n = 0;
+  v[n++] = (char *)(py != NULL && py[0] != '\0' ? py : "python3");
+  v[n++] = (char *)"-u";
+  if (a->run_path) {
+    v[n++] = (char *)"-c";
+    v[n++] = run_path_code;
+  } else if (a->module) {
+    v[n++] = (char *)"-m";
+  }
+  for (int i = 0; i < words->argc; i++) v[n++] = words->argv[i];
+  v[n] = NULL;
+  *out = v;
+  return CLI_OK;
+}
+
+static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
   run_args a = {
       .cfg =
           {
@@ -238,25 +545,55 @@ int cmd_run_parse(int argc, char **argv, agent_config *out) {
               .net_auto = 1,
           },
       .method = RDZV_AUTO,
+      .master_port = -1,
+      .is_host = -1,
+      .redirects = -1,
+      .tee = -1,
   };
-  cli_args command;
-  int rc = cli_parse(&run_cmd, argc, argv, &a, &command);
+  cli_args words;
+  int rc = cli_parse(cmd, argc, argv, &a, &words);
   if (rc != CLI_OK) return rc;
   a.cfg.rdzv.method = (rdzv_method)a.method;
+  rc = torchrun_meaning(cmd, &a);
+  if (rc != CLI_OK) return rc;
   /* A node is lost after five missed heartbeats, and heartbeats come at least twice a second. */
   a.cfg.heartbeat_ms = a.cfg.lost_after_ms / 5 < 500 ? a.cfg.lost_after_ms / 5 : 500;
-  if ((rc = load_token_file(&a)) != CLI_OK || (rc = require_token_env(&a.cfg)) != CLI_OK) return rc;
-  rc = check_combination(&a.cfg);
+  if ((rc = load_token_file(cmd, &a)) != CLI_OK || (rc = require_token_env(cmd, &a.cfg)) != CLI_OK)
+    return rc;
+  rc = check_combination(cmd, &a.cfg);
   if (rc != CLI_OK) return rc;
-  a.cfg.argv = command.argv;
+  rc = program(cmd, &a, &words, &a.cfg.argv);
+  if (rc != CLI_OK) return rc;
   *out = a.cfg;
+  /* The master address lives in run_args: keep it with the configuration. */
+  if (a.cfg.rdzv.master == a.master_buf) {
+    static char master[sizeof a.master_buf];
+    memcpy(master, a.master_buf, sizeof master);
+    out->rdzv.master = master;
+  }
   return CLI_OK;
 }
 
-int cmd_run(int argc, char **argv) {
+int cmd_run_parse(int argc, char **argv, agent_config *out) {
+  return parse(&run_cmd, argc, argv, out);
+}
+
+int cmd_torchrun_parse(int argc, char **argv, agent_config *out) {
+  return parse(&torchrun_cmd, argc, argv, out);
+}
+
+static int run_with(int (*parse_fn)(int, char **, agent_config *), int argc, char **argv) {
   agent_config cfg;
-  int rc = cmd_run_parse(argc, argv, &cfg);
+  int rc = parse_fn(argc, argv, &cfg);
   if (rc == CLI_HELP) return 0;
   if (rc != CLI_OK) return rc;
   return agent_run(&cfg);
+}
+
+int cmd_run(int argc, char **argv) {
+  return run_with(cmd_run_parse, argc, argv);
+}
+
+int cmd_torchrun(int argc, char **argv) {
+  return run_with(cmd_torchrun_parse, argc, argv);
 }

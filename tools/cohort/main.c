@@ -36,7 +36,16 @@ static void usage(FILE *f) {
              "the version.\n");
 }
 
+/* The last component of a path. */
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash != NULL ? slash + 1 : path;
+}
+
 int main(int argc, char **argv) {
+  /* Installed as a link named torchrun (make install-torchrun): `cohort run` as torchrun. */
+  if (argc >= 1 && cmd_torchrun != NULL && strcmp(base_name(argv[0]), "torchrun") == 0)
+    return cmd_torchrun(argc, argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# `cohort run` takes torchrun's command line: both spellings, --opt=value,
+# PET_* variables, the program as torchrun runs it (script through Python,
+# -m, --no-python, --run-path, and cohort's `--` form), notes for options
+# without effect, one line and exit 2 for what is not supported, the torchrun
+# link, and seed 004's single-node c10d line training a DDP script that parses
+# its own arguments (identical parameters on both ranks).
+# usage: test_torchrun_cli.sh COHORT_BINARY SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+src=$(cd "$2" && pwd)
+. "$src/tests/check_lib.sh"
+tmp=$(mktemp -d /tmp/cohort-trcli-XXXXXX)
+trap "rm -rf $tmp" EXIT
+run() { # run NAME ARGS...: output in $tmp/NAME.out, stderr in $tmp/NAME.err, status in $tmp/NAME.rc
+  local name=$1
+  shift
+  timeout 60 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  echo $? >"$tmp/$name.rc"
+}
+rc() { [ "$(cat "$tmp/$1.rc")" = "$2" ]; }
+lines() { [ "$(wc -l <"$tmp/$1")" = "$2" ]; }
+show='echo "$RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE/$ROLE_NAME/$TORCHELASTIC_MAX_RESTARTS"'
+
+# Spellings, = and PET_ (the command line wins over the variable).
+run dash "$cohort" run --nproc-per-node 2 --max-restarts 1 --role tr --no-python sh -c "$show"
+check "--nproc-per-node --no-python" contains "$tmp/dash.out" "[r1] 1/2/2/tr/1"
+run under "$cohort" run --nproc_per_node=3 --max_restarts=2 --no_python sh -c "$show"
+check "--nproc_per_node=3 --no_python" contains "$tmp/under.out" "[r2] 2/3/3/default/2"
+run pet env PET_NPROC_PER_NODE=2 PET_ROLE=p PET_NO_PYTHON=1 "$cohort" run sh -c "$show"
+check "PET_NPROC_PER_NODE, PET_ROLE, PET_NO_PYTHON" contains "$tmp/pet.out" "[r1] 1/2/2/p/0"
+run petline env PET_NPROC_PER_NODE=4 "$cohort" run --nproc-per-node 1 -- sh -c "$show"
+check "the command line wins over PET_" contains "$tmp/petline.out" "[r0] 0/1/1/default/0"
+check "... one worker" not_contains "$tmp/petline.out" "[r1]"
+run pet0 env PET_NO_PYTHON=0 PYTHON_EXEC=/bin/echo "$cohort" run sh -c true
+check "PET_NO_PYTHON=0 runs through PYTHON_EXEC" contains "$tmp/pet0.out" "[r0] -u sh -c true"
+run petbad env PET_NPROC_PER_NODE=many "$cohort" run --no-python true
+check "bad PET_ value: exit 2" rc petbad 2
+check "... one line naming the variable" contains "$tmp/petbad.err" "(from PET_NPROC_PER_NODE)"
+
+# The program, as torchrun runs it; its arguments are its own, even those that look like ours.
+printf 'import sys\nprint("args", sys.argv[1:])\n' >"$tmp/s.py"
+run py env PYTHON_EXEC=/usr/bin/python3 "$cohort" run --nproc-per-node 2 "$tmp/s.py" --nnodes 3 -m
+check "script through PYTHON_EXEC, its own arguments" contains "$tmp/py.out" "[r1] args ['--nnodes', '3', '-m']"
+mkdir "$tmp/bin" && printf '#!/bin/sh\necho "python3 $*"\n' >"$tmp/bin/python3" && chmod +x "$tmp/bin/python3"
+run path env -u PYTHON_EXEC PATH="$tmp/bin:$PATH" "$cohort" run x.py a
+check "else python3 on PATH, unbuffered" contains "$tmp/path.out" "[r0] python3 -u x.py a"
+run mod env PYTHON_EXEC=/usr/bin/python3 "$cohort" run -m json.tool --help
+check "-m runs a module" contains "$tmp/mod.out" "usage: python -m json.tool"
+run rp env PYTHON_EXEC=/usr/bin/python3 "$cohort" run --run-path "$tmp/s.py" b c
+check "--run-path" contains "$tmp/rp.out" "[r0] args ['b', 'c']"
+run dd env PYTHON_EXEC=/bin/false "$cohort" run -- echo direct
+check "'--' form runs the command itself" contains "$tmp/dd.out" "[r0] direct"
+run both "$cohort" run -m --no-python x
+check "-m with --no-python: exit 2" rc both 2
+run none "$cohort" run --nproc-per-node 2
+check "no program: exit 2" rc none 2
+
+# Notes and refusals: one line each.
+run note "$cohort" run --monitor-interval 1 --start-method=fork --no-python true
+check "no-effect options run" rc note 0
+check "... one note line each" lines note.err 2
+check "... naming the option" contains "$tmp/note.err" "note: --monitor-interval has no effect"
+for bad in "--rdzv-backend etcd" "--nproc-per-node gpu" "--tee 0:3,1:1" "--local-ranks-filter 0" \
+  "--numa-binding node" "--rdzv-conf join_timeout" "--redirects 1 --log-dir $tmp/l"; do
+  run bad "$cohort" run $bad --no-python true
+  check "$bad: exit 2" rc bad 2
+  check "$bad: one line" lines bad.err 1
+done
+
+# --redirects/--tee with --log-dir: files only, or files and the console.
+run red "$cohort" run --nproc-per-node 2 --log-dir "$tmp/logs" -r 3 --no-python sh -c 'echo out-$RANK'
+check "-r 3: nothing on the console" not_contains "$tmp/red.out" "out-1"
+check "-r 3: the log file" contains "$tmp/logs/attempt0/rank1.log" "out-1"
+run tee "$cohort" run --nproc-per-node 2 --log_dir="$tmp/logs2" --tee=3 --no-python sh -c 'echo out-$RANK'
+check "--tee=3: the console" contains "$tmp/tee.out" "[r1] out-1"
+check "--tee=3: the log file" contains "$tmp/logs2/attempt0/rank1.log" "out-1"
+
+# Static: --master-addr/--master-port/--node-rank host the store there (one node).
+port=$((20000 + $$ % 20000))
+run st "$cohort" run --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 --master_port $port --no-python sh -c "$show"
+check "static one node" contains "$tmp/st.err" "static --master 127.0.0.1:$port, node rank 0"
+check "... runs" contains "$tmp/st.out" "[r0] 0/1/1/default/0"
+
+# The torchrun link: torchrun's help, cohort's behaviour.
+ln -s "$(readlink -f "$cohort")" "$tmp/bin/torchrun"
+run help "$tmp/bin/torchrun" --help
+check "torchrun --help says it is cohort" contains "$tmp/help.out" "This torchrun is cohort"
+run link "$tmp/bin/torchrun" --nproc_per_node 2 --no_python sh -c "$show"
+check "torchrun link runs" contains "$tmp/link.out" "[r1] 1/2/2/default/0"
+run linkbad "$tmp/bin/torchrun" --bogus x.py
+check "torchrun: errors name torchrun" contains "$tmp/linkbad.err" "torchrun: unknown option '--bogus'"
+
+# Seed 004 (GreenNode), verbatim with cohort run: single-node c10d, a DDP script with its own flags.
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  cd "$tmp" && cp "$src"/tests/torch/ddp_train.py "$src"/tests/torch/ddp_args.py . &&
+    PYTHON_EXEC=/usr/bin/python3 timeout 300 "$cohort" run --nnodes=1 --nproc_per_node=2 --rdzv_id=1 \
+      --rdzv_endpoint=127.0.0.1:$((port + 1)) --rdzv_backend=c10d ddp_args.py --backend gloo --steps 10 \
+      >"$tmp/ddp.out" 2>"$tmp/ddp.err"
+  check "seed 004 line: exit 0" [ $? = 0 ] || cat "$tmp/ddp.err"
+  check "... the store on the endpoint" contains "$tmp/ddp.err" "static --master 127.0.0.1:$((port + 1)) (a local address: hosting)"
+  d0=$(sed -n 's/^\[r0\] PARAMS //p' "$tmp/ddp.out")
+  d1=$(sed -n 's/^\[r1\] PARAMS //p' "$tmp/ddp.out")
+  check "... identical parameters on both ranks" [ -n "$d0" -a "$d0" = "$d1" ]
+else
+  check "/usr/bin/python3 imports torch" false
+fi
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
