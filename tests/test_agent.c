@@ -478,8 +478,9 @@ static void test_usage(void) {
   expect_usage(a1, "from 1 to 1024");
   char *a2[] = {(char *)cohort, "run", "--nproc-per-node", "100000", "--", "true", NULL};
   expect_usage(a2, "from 1 to 1024");
-  char *a3[] = {(char *)cohort, "run", "true", NULL};
-  expect_usage(a3, "missing '--'");
+  /* A program without "--" is torchrun's (through Python): tests/test_torchrun_cli.sh. */
+  char *a3[] = {(char *)cohort, "run", "-m", "--no-python", "true", NULL};
+  expect_usage(a3, "exclude each other");
   char *a4[] = {(char *)cohort, "run", "--bogus", "--", "true", NULL};
   expect_usage(a4, "unknown option '--bogus'");
   char *a5[] = {(char *)cohort, "run", "--", NULL};
