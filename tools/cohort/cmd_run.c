@@ -421,6 +421,15 @@ static int output_meaning(const cli_cmd *cmd, run_args *a) {
   return CLI_OK;
 }
 
+/*
+ * Whether cohort's own options already say how to find the store (--master,
+ * --rdzv-file, --discover): then a --node-rank alone keeps cohort's meaning
+ * instead of torchrun's static default of 127.0.0.1:29500.
+ */
+static int cohort_discovery(const run_args *a) {
+  return a->cfg.rdzv.master != NULL || a->cfg.rdzv.rdzv_file != NULL || a->method != RDZV_AUTO;
+}
+
 /* Turns torchrun's options into the agent's configuration. */
 static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
   if (a->standalone) {
@@ -428,7 +437,7 @@ static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
     a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 0;
     a->nnodes_given = 0;
   } else if (a->backend == BACKEND_C10D || a->endpoint != NULL || a->master_addr != NULL ||
-             a->master_port >= 0 || a->node_rank_given) {
+             a->master_port >= 0 || (a->node_rank_given && !cohort_discovery(a))) {
     /* torchrun's line: --nnodes defaults to 1. */
     if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
     int rc = a->backend == BACKEND_C10D ? c10d_meaning(cmd, a) : static_meaning(a);
