@@ -576,7 +576,9 @@ static int reserve_input(store_server *s, conn *c, size_t extra) {
   char why[128];
   size_t want = c->in_len + extra;
   if (store_proto_frame(c->in, c->in_len, STORE_FRAME_MAX, &blen, why, sizeof why) < 0) {
-    reject(c, STORE_ST_PROTO, why); /* answered at once: nothing more is read */
+    /* Answered at once, nothing more read; but behind a parked request the answer waits its
+     * turn (process_bytes gives it), so that no response follows the closing one. */
+    if (can_process(c)) reject(c, STORE_ST_PROTO, why);
     return 0;
   }
   if (blen > 0 && STORE_HEADER_LEN + (size_t)blen > want) want = STORE_HEADER_LEN + blen;
