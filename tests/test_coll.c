@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -604,6 +605,35 @@ static void test_conversions(void) {
   CHECK_EQ_INT(cohort_dtype_size((cohort_dtype)99), 0);
 }
 
+/* A peer whose stream ends inside an element (killed mid-send): the staged remainder is handed
+ * out, and once the reader takes nothing more of it the end is reported, not the same bytes
+ * again (the engine would spin on them until its deadline). */
+static void test_tcp_partial_eof(void) {
+  int sv[2];
+  CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  int fds[2] = {-1, sv[0]};
+  coll_tcp *t = NULL;
+  CHECK_EQ_INT(coll_tcp_create(0, 2, fds, 4096, &t), 0);
+  const char six[6] = {1, 2, 3, 4, 5, 6};
+  CHECK_EQ_INT((int)write(sv[1], six, sizeof six), 6);
+  close(sv[1]);
+  const void *data = NULL;
+  long n = coll_tcp_ops.peek(t, 1, &data);
+  for (int i = 0; i < 4 && n == 0; i++) n = coll_tcp_ops.peek(t, 1, &data);
+  CHECK_EQ_INT((int)n, 6);
+  coll_tcp_ops.consume(t, 1, 4); /* one f32 taken, two bytes of the next left */
+  int ended = 0;
+  for (int i = 0; i < 4 && !ended; i++) {
+    n = coll_tcp_ops.peek(t, 1, &data);
+    if (n == COHORT_EPEER)
+      ended = 1;
+    else
+      CHECK_EQ_INT((int)n, 2);
+  }
+  CHECK(ended);
+  coll_tcp_destroy(t);
+}
+
 static void test_api_errors(void) {
   cohort_comm *c = (cohort_comm *)1;
   cohort_comm_config cfg = {.rank = 2, .size = 2, .store_addr = g_store, .job_id = "x"};
@@ -726,6 +756,7 @@ static int start_store(void) {
 
 static int unit(void) {
   test_conversions();
+  test_tcp_partial_eof();
   test_api_errors();
   int sizes[] = {1, 2, 3, 4, 5, 8};
   for (size_t i = 0; i < BASE_ARRAY_LEN(sizes); i++) {

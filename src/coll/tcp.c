@@ -24,6 +24,7 @@ typedef struct tcp_peer {
   char *buf; /* staging, `cap` bytes */
   size_t rpos, wpos;
   uint64_t rx_off; /* stream offset of buf[rpos] */
+  size_t eof_have; /* after the peer's end of stream: what staging held at the last peek */
 } tcp_peer;
 
 struct coll_tcp {
@@ -151,6 +152,12 @@ static long tcp_peek(void *tp, int peer, const void **data) {
     long n = raw_recv(p, p->buf + p->wpos, t->cap - p->wpos);
     if (n < 0 && (have == 0 || n != COHORT_EPEER)) return n;
     if (n > 0) p->wpos += (size_t)n;
+    /* The peer ended with bytes still staged: hand them out, but once the caller takes nothing
+     * more of them (the stream stopped inside an element) the end is the answer, not a spin. */
+    if (n == COHORT_EPEER) {
+      if (p->eof_have == have) return n;
+      p->eof_have = have;
+    }
   }
   *data = p->buf + p->rpos;
   return (long)(p->wpos - p->rpos);
