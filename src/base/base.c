@@ -5,11 +5,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,12 +124,14 @@ size_t base_strlcpy(char *dst, const char *src, size_t dstlen) {
 
 int base_random_bytes(void *buf, size_t len) {
   unsigned char *p = buf;
-  /* RAND_bytes takes an int: large requests go in pieces. */
+  /* The kernel's generator: libcrypto's would cost every process the initialisation of its
+   * providers and DRBG (milliseconds, most of a one-node launch's growth) for a few nonces. */
   while (len > 0) {
-    size_t n = len < (1u << 30) ? len : (1u << 30);
-    if (RAND_bytes(p, (int)n) != 1) return -EIO;
+    ssize_t n = getrandom(p, len, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -EIO;
     p += n;
-    len -= n;
+    len -= (size_t)n;
   }
   return 0;
 }

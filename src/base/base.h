@@ -47,8 +47,9 @@ int base_parse_seconds(const char *s, double max_seconds, int64_t *out_ms);
 size_t base_strlcpy(char *dst, const char *src, size_t dstlen);
 
 /*
- * Fills buf with random bytes from libcrypto's generator (seeded by the
- * kernel), fit for tokens and nonces. Returns 0 or -EIO.
+ * Fills buf with random bytes from the kernel's generator (getrandom(2),
+ * which blocks only until it is first seeded at boot), fit for tokens and
+ * nonces. Returns 0 or -EIO.
  */
 int base_random_bytes(void *buf, size_t len);
 
