@@ -1,29 +1,32 @@
 #!/usr/bin/python3
 """test_manifest_run.py BINDIR - what `cohort manifest` generates, run for real.
 
-Each template of a 2-node job (2 workers per node) is executed on this
-machine with the real `cohort run` agents talking over loopback, standing in
-only for the scheduler:
+Each template of a 2-node job (2 workers per node) is executed with the real
+`cohort run` agents, each node in a network namespace of its own (created and
+removed here, on a bridge in a namespace of its own), standing in only for
+the scheduler:
   slurm   the script runs under bash with an `srun` that starts the command
-          once per node with the SLURM_* variables Slurm would set;
+          once per node, in that node's namespace, with the SLURM_* variables
+          Slurm would set (hostnames from the namespaces' hosts files);
   docker  the lines run under bash with a `docker` that drops the container
-          options and runs the command in place;
+          options and runs the command in place, each line in its node;
   k8s     the container command of each pod index, expanded as the kubelet
-          does, with pod 0's DNS name pointed at 127.0.0.1 (no cluster DNS).
+          does, in its node, with pod 0's DNS name pointed at node 0's address
+          (no cluster DNS).
 Every worker prints its RANK, WORLD_SIZE and argv; the test asserts four
 distinct ranks of a world of four and the exact awkward argv on each.
 
 No token is set by the test: each template authenticates its job by itself
 (Slurm's script makes one, the docker lines read the env file the template
 writes, the pods read the Secret the manifest holds). While the workers wait,
-an intruder without the token tries to read a key, to set the failure key
-and to join as a node: all three are refused, and the job then finishes.
+an intruder in a third namespace, without the token, tries to read a key,
+to set the failure key and to join as a node: all three are refused, and the
+job then finishes.
 """
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,12 +50,66 @@ WORKER = ["/usr/bin/python3", "-c",
           "time.sleep(0.05)"] + ARGS
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+class Netns:
+    """N network namespaces on a bridge in a namespace of its own (as
+    tests/netns_lib.sh does): node i has 10.202.0.<i+1> and the name node<i>
+    in every node's hosts file. Nothing leaves them; down() ends what runs in
+    them by PID and removes them."""
+
+    def __init__(self, n):
+        tag = os.getpid()
+        self.br = "cm%dbr" % tag
+        self.nodes = ["cm%dn%d" % (tag, i) for i in range(n)]
+        self.veths = [("cme%d-%d" % (i, tag), "cmb%d-%d" % (i, tag)) for i in range(n)]
+
+    def addr(self, i):
+        return "10.202.0.%d" % (i + 1)
+
+    def ip(self, *args):
+        subprocess.run(["ip", *args], check=True, timeout=30)
+
+    def up(self):
+        self.ip("netns", "add", self.br)
+        self.ip("-n", self.br, "link", "add", "br0", "type", "bridge")
+        self.ip("-n", self.br, "link", "set", "br0", "up")
+        for i, ns in enumerate(self.nodes):
+            eth, port = self.veths[i]
+            self.ip("netns", "add", ns)
+            self.ip("link", "add", eth, "type", "veth", "peer", "name", port)
+            self.ip("link", "set", eth, "netns", ns)
+            self.ip("link", "set", port, "netns", self.br)
+            self.ip("-n", ns, "link", "set", eth, "name", "eth0")
+            self.ip("-n", ns, "addr", "add", self.addr(i) + "/24", "dev", "eth0")
+            self.ip("-n", ns, "link", "set", "eth0", "up")
+            self.ip("-n", ns, "link", "set", "lo", "up")
+            self.ip("-n", self.br, "link", "set", port, "master", "br0")
+            self.ip("-n", self.br, "link", "set", port, "up")
+            os.makedirs("/etc/netns/" + ns, exist_ok=True)
+            with open("/etc/netns/%s/hosts" % ns, "w") as f:
+                f.write("127.0.0.1 localhost\n")
+                for k in range(len(self.nodes)):
+                    f.write("%s node%d\n" % (self.addr(k), k))
+
+    def exec(self, i):
+        """The argv prefix that runs a command in node i."""
+        return ["ip", "netns", "exec", self.nodes[i]]
+
+    def down(self):
+        for ns in self.nodes:
+            p = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in p.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["rm", "-rf", "/etc/netns/" + ns])
+        subprocess.run(["ip", "netns", "del", self.br], capture_output=True)
+
+
+NET = Netns(3)  # node 0, node 1, the intruder
+INTRUDER = 2
+PORT = 29400  # any port is free in namespaces of our own
 
 
 def manifest(*args):
@@ -66,11 +123,13 @@ def intrude(kind, port, go_file):
     nor set the failure key, and an agent without it cannot join. Then lets
     the workers end."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
-    addr = "127.0.0.1:%d" % port
+    addr = "%s:%d" % (NET.addr(0), port)
+    there = NET.exec(INTRUDER)
     # The job is up once its store answers (refusing us, since we lack the token).
     deadline = time.time() + 60
     while time.time() < deadline:
-        p = subprocess.run([COHORT, "store", "ping", "--addr", addr, "--timeout", "2"], env=env,
+        p = subprocess.run(there + [COHORT, "store", "ping", "--addr", addr, "--timeout", "2"],
+                           env=env,
                            capture_output=True, text=True, timeout=30)
         if "token" in p.stderr:
             break
@@ -78,11 +137,12 @@ def intrude(kind, port, go_file):
     for what, argv in [("read a key", ["store", "get", "--addr", addr, "--timeout", "5", "plan"]),
                        ("set the failure key", ["store", "set", "--addr", addr, "--timeout", "5",
                                                 "j/0/fail", "intruder says stop"])]:
-        p = subprocess.run([COHORT] + argv, env=env, capture_output=True, text=True, timeout=30)
+        p = subprocess.run(there + [COHORT] + argv, env=env, capture_output=True, text=True,
+                           timeout=30)
         check(p.returncode != 0 and "token" in p.stderr,
               "%s: an intruder without the token cannot %s: %d %s" %
               (kind, what, p.returncode, p.stderr))
-    p = subprocess.run([COHORT, "run", "--nnodes", "2", "--node-rank", "1", "--master", addr,
+    p = subprocess.run(there + [COHORT, "run", "--nnodes", "2", "--node-rank", "1", "--master", addr,
                         "--nproc-per-node", "1", "--", "/bin/true"], env=env,
                        capture_output=True, text=True, timeout=120)
     check(p.returncode != 0 and "token" in p.stderr,
@@ -133,7 +193,8 @@ def write_exe(path, text):
     os.chmod(path, 0o755)
 
 
-# srun of a 2-node allocation on this machine: the command once per node.
+# srun of a 2-node allocation: the command once per node, in the namespace
+# named by NODE_NS<i>.
 FAKE_SRUN = r'''#!/usr/bin/python3
 import os, subprocess, sys
 args = sys.argv[1:]
@@ -142,10 +203,11 @@ while args[0].startswith("--"):
 procs = []
 for node in range(2):
     env = dict(os.environ, SLURM_NODEID=str(node), SLURM_PROCID=str(node),
-               SLURM_STEP_NODELIST="localhost,localhost", SLURM_STEP_NUM_NODES="2",
-               SLURM_STEP_NUM_TASKS="2", SLURM_JOB_NODELIST="localhost,localhost",
+               SLURM_STEP_NODELIST="node0,node1", SLURM_STEP_NUM_NODES="2",
+               SLURM_STEP_NUM_TASKS="2", SLURM_JOB_NODELIST="node0,node1",
                SLURM_NNODES="2", SLURM_JOB_NUM_NODES="2")
-    procs.append(subprocess.Popen(args, env=env))
+    ns = os.environ["NODE_NS%d" % node]
+    procs.append(subprocess.Popen(["ip", "netns", "exec", ns] + args, env=env))
 sys.exit(max(p.wait() for p in procs))
 '''
 
@@ -174,23 +236,13 @@ os.execvp(args[0], args)
 def run_slurm(env):
     with tempfile.TemporaryDirectory() as d:
         # Slurm: the agents put the store on port 29400 + job id % 1000.
-        jobid = port = None
-        for j in range(1000):
-            sock = socket.socket()
-            try:
-                port = 29400 + (os.getpid() + j) % 1000
-                sock.bind(("127.0.0.1", port))
-                jobid = 7000000 + (os.getpid() + j) % 1000
-                break
-            except OSError:
-                pass
-            finally:
-                sock.close()
-        check(jobid is not None, "a free Slurm-derived port")
+        jobid = 7000000 + os.getpid() % 1000
+        port = 29400 + jobid % 1000
         script = manifest("slurm", "--nodes", "2", "--nproc-per-node", "2", "--", *WORKER)
         write_exe(os.path.join(d, "srun"), FAKE_SRUN)
         go = os.path.join(d, "go")
-        senv = dict(env, PATH=d + ":" + env["PATH"], SLURM_JOB_ID=str(jobid), GO_FILE=go)
+        senv = dict(env, PATH=d + ":" + env["PATH"], SLURM_JOB_ID=str(jobid), GO_FILE=go,
+                    NODE_NS0=NET.nodes[0], NODE_NS1=NET.nodes[1])
         (rc, out), = run_group([["bash", "-c", script]], [senv],
                                during=lambda: intrude("slurm", port, go))
         check(rc == 0, "slurm script exit %s\n%s" % (rc, out))
@@ -199,29 +251,27 @@ def run_slurm(env):
 
 def run_docker(env):
     with tempfile.TemporaryDirectory() as d:
-        port = free_port()
         lines = manifest("docker", "--nodes", "2", "--nproc-per-node", "2", "--image", "img",
-                         "--master-addr", "127.0.0.1", "--port", str(port), "--", *WORKER)
+                         "--master-addr", NET.addr(0), "--port", str(PORT), "--", *WORKER)
         write_exe(os.path.join(d, "docker"), FAKE_DOCKER)
         go = os.path.join(d, "go")
         denv = dict(env, PATH=d + ":" + env["PATH"], GO_FILE=go)
         # The env file's line once (the file is then "copied" to every node: the
-        # nodes share d), then each node's line as a separate shell on its own
-        # "machine".
+        # nodes share d), then each node's line as a separate shell in its node.
         blocks = lines.split("# node ")
         p = subprocess.run(["bash", "-c", blocks[0]], env=denv, cwd=d, timeout=30)
         check(p.returncode == 0, "docker: the env file's line runs")
-        cmds = [["bash", "-c", "cd %s && %s" % (d, b.split("\n", 1)[1])] for b in blocks[1:]]
+        cmds = [NET.exec(i) + ["bash", "-c", "cd %s && %s" % (d, b.split("\n", 1)[1])]
+                for i, b in enumerate(blocks[1:])]
         check(len(cmds) == 2, "two docker lines")
-        outs = run_group(cmds, [denv, denv], during=lambda: intrude("docker", port, go))
+        outs = run_group(cmds, [denv, denv], during=lambda: intrude("docker", PORT, go))
         check(all(rc == 0 for rc, _ in outs), "docker nodes exit %r" % [o for o in outs])
         check_workers("docker", "\n".join(o for _, o in outs))
 
 
 def run_k8s(env):
-    port = free_port()
     text = manifest("k8s", "--name", "cj", "--nodes", "2", "--nproc-per-node", "2", "--image",
-                    "img", "--port", str(port), "--", *WORKER)
+                    "img", "--port", str(PORT), "--", *WORKER)
     docs = [doc for doc in yaml.safe_load_all(text) if doc]
     job = [doc for doc in docs if doc["kind"] == "Job"][0]
     secrets = {doc["metadata"]["name"]: doc["stringData"] for doc in docs if doc["kind"] == "Secret"}
@@ -234,9 +284,9 @@ def run_k8s(env):
             # The kubelet's expansion: $(VAR) from the container's env, $$ -> $.
             a = re.sub(r"\$\$|\$\(JOB_COMPLETION_INDEX\)",
                        lambda m: "$" if m.group(0) == "$$" else str(index), a)
-            argv.append(a.replace("cj-0.cj:", "127.0.0.1:"))  # stands in for cluster DNS
-        cmds.append(argv)
-    check(cmds[0][0] == "cohort", "k8s runs cohort")
+            argv.append(a.replace("cj-0.cj:", NET.addr(0) + ":"))  # stands in for cluster DNS
+        check(argv[0] == "cohort", "k8s runs cohort")
+        cmds.append(NET.exec(index) + argv)
     # The kubelet's env: each secretKeyRef from the Secret the manifest holds.
     penv = {}
     for e in container.get("env", []):
@@ -246,7 +296,7 @@ def run_k8s(env):
     with tempfile.TemporaryDirectory() as d:
         go = os.path.join(d, "go")
         kenvs = [dict(env, JOB_COMPLETION_INDEX=str(i), GO_FILE=go, **penv) for i in range(2)]
-        procs_out = run_group(cmds, kenvs, during=lambda: intrude("k8s", port, go))
+        procs_out = run_group(cmds, kenvs, during=lambda: intrude("k8s", PORT, go))
     check(all(rc == 0 for rc, _ in procs_out), "k8s pods exit %r" % procs_out)
     check_workers("k8s", "\n".join(o for _, o in procs_out))
 
@@ -255,9 +305,13 @@ def main():
     # No token from the user: the templates make their own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
     env["PATH"] = BINDIR + ":" + os.environ["PATH"]
-    run_slurm(env)
-    run_docker(env)
-    run_k8s(env)
+    NET.up()
+    try:
+        run_slurm(env)
+        run_docker(env)
+        run_k8s(env)
+    finally:
+        NET.down()
 
     return report()
 
