@@ -1384,6 +1384,7 @@ static void test_cli(const char *bin) {
   if (f == NULL) return;
   fputs("cli-token\n", f);
   fclose(f);
+  CHECK_EQ_INT(chmod(tokfile, 0600), 0); /* a token file others may read is refused */
 
   int outp[2];
   CHECK_EQ_INT(pipe(outp), 0);

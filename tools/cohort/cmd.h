@@ -19,4 +19,13 @@ COHORT_WEAK int cmd_manifest(int argc, char **argv);
 COHORT_WEAK int cmd_plot(int argc, char **argv);
 COHORT_WEAK int cmd_token(int argc, char **argv);
 
+#include <stddef.h>
+
+/*
+ * Reads a job token file given as --token-file (or COHORT_TOKEN_FILE) into
+ * buf (STORE_TOKEN_MAX + 2 bytes), refusing one that others may read.
+ * Returns CLI_OK, or the usage error's exit status after printing it as who.
+ */
+int cmd_token_file(const char *who, const char *path, char *buf, size_t len);
+
 #endif

@@ -478,17 +478,8 @@ static int load_token_file(const cli_cmd *cmd, run_args *a) {
   const char *prog = cmd->prog, *f = a->token_file;
   if (f == NULL) return CLI_OK;
   if (a->cfg.token != NULL) return cli_usage_error(prog, "give --token or --token-file, not both");
-  int rc = store_token_read_file(f, token, sizeof token);
-  if (rc == -EPERM)
-    return cli_usage_error(prog,
-                           "token file %s may be read by others (or is not a regular file): "
-                           "run chmod 600 %s",
-                           f, f);
-  if (rc == -E2BIG || rc == -ENODATA)
-    return cli_usage_error(prog, "token file %s: %s", f,
-                           rc == -E2BIG ? "the token is longer than 256 bytes"
-                                        : "no token on its first line");
-  if (rc != 0) return cli_usage_error(prog, "cannot read token file %s: %s", f, strerror(-rc));
+  int rc = cmd_token_file(prog, f, token, sizeof token);
+  if (rc != CLI_OK) return rc;
   a->cfg.token = token;
   return CLI_OK;
 }

@@ -53,7 +53,8 @@ static const char store_usage[] =
     "common options:\n"
     "  --addr HOST:PORT      the store (default: $COHORT_STORE)\n"
     "  --token T             job token (default: $COHORT_TOKEN); prefer\n"
-    "  --token-file F        reading it from a file, as command lines are visible\n"
+    "  --token-file F        reading it from F (default: $COHORT_TOKEN_FILE), readable\n"
+    "                        by you alone, as command lines are visible to all\n"
     "  --timeout S           deadline of the connection and operation (default 30)\n"
     "  -h, --help            show this help\n"
     "\n"
@@ -84,7 +85,8 @@ static const cli_opt store_opts[] = {
     {"--port", 0, CLI_INT, .at = AT(port, int), .min = 0, .max = 65535},
     {"--addr", 0, CLI_STR, .at = AT(addr, const char *)},
     {"--token", 0, CLI_STR, .at = AT(token, const char *)},
-    {"--token-file", 0, CLI_STR, .at = AT(token_file, const char *)},
+    {"--token-file", 0, CLI_STR, .at = AT(token_file, const char *), .env = "COHORT_TOKEN_FILE",
+     .flags = CLI_NONEMPTY},
     {"--timeout", 0, CLI_SECONDS, .at = AT(timeout_ms, int64_t), .min = 0, .max = 86400000LL * 365},
     {"--max-conns", 0, CLI_INT, .at = AT(max_conns, int), .min = 1, .max = 1000000},
     {"--idle-timeout", 0, CLI_SECONDS, .at = AT(idle_ms, int64_t), .min = 1,
@@ -105,22 +107,9 @@ static int load_token(const opts *o, char *buf, size_t buflen, const char **toke
   if (o->token != NULL && o->token_file != NULL)
     return cli_usage_error(prog, "give --token or --token-file, not both");
   if (o->token_file != NULL) {
-    int fd = open(o->token_file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      return cli_error(prog, 1, "cannot read token file %s: %s", o->token_file, strerror(errno));
-    ssize_t n = read(fd, buf, buflen - 1);
-    int err = errno;
-    close(fd);
-    if (n < 0)
-      return cli_error(prog, 1, "cannot read token file %s: %s", o->token_file, strerror(err));
-    if ((size_t)n == buflen - 1)
-      return cli_error(prog, 1, "token file %s: token longer than %d bytes", o->token_file,
-                       STORE_TOKEN_MAX);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0'; /* one line; a trailing newline is not part of it */
-    if (buf[0] == '\0') return cli_error(prog, 1, "token file %s is empty", o->token_file);
-    *token = buf;
-    return 0;
+    int rc = cmd_token_file(prog, o->token_file, buf, buflen);
+    if (rc == CLI_OK) *token = buf;
+    return rc;
   }
   const char *t = o->token != NULL ? o->token : getenv("COHORT_TOKEN");
   if (t != NULL && t[0] != '\0') {

@@ -18,8 +18,8 @@ static const char prog[] = "cohort token";
 static const char token_usage[] =
     "usage: cohort token [--file PATH]\n"
     "\n"
-    "Prints a fresh random job token (32 hex characters: 128 bits from OpenSSL's\n"
-    "generator). Give every node of a job the same token (COHORT_TOKEN, --token or\n"
+    "Prints a fresh random job token (32 hex characters: 128 bits from the kernel's\n"
+    "generator, getrandom(2)). Give every node of a job the same token (COHORT_TOKEN, --token or\n"
     "COHORT_TOKEN_FILE); without it nothing can read, write or join the job's store.\n"
     "\n"
     "options:\n"
@@ -38,6 +38,21 @@ static const cli_opt token_opts[] = {
 
 static const cli_cmd token_cmd = {
     prog, token_usage, token_opts, BASE_ARRAY_LEN(token_opts), CLI_NO_OPERANDS, 1};
+
+int cmd_token_file(const char *who, const char *path, char *buf, size_t len) {
+  int rc = store_token_read_file(path, buf, len);
+  if (rc == -EPERM)
+    return cli_usage_error(who,
+                           "token file %s may be read by others (or is not a regular file): "
+                           "run chmod 600 %s",
+                           path, path);
+  if (rc == -E2BIG || rc == -ENODATA)
+    return cli_usage_error(who, "token file %s: %s", path,
+                           rc == -E2BIG ? "the token is longer than 256 bytes"
+                                        : "no token on its first line");
+  if (rc != 0) return cli_usage_error(who, "cannot read token file %s: %s", path, strerror(-rc));
+  return CLI_OK;
+}
 
 /* Creates path (which must not exist) with mode 0600 and writes line into it. */
 static int write_new_file(const char *path, const char *line) {
