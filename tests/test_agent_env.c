@@ -1,13 +1,17 @@
 /*
  * test_agent_env.c - the worker environment (src/agent/env.c) against
  * docs/torchrun-env.md: every variable of the table, the user's values that
- * win, and the inherited environment passed through.
+ * win, and the inherited environment passed through. Also the other pure
+ * function of a worker's set-up: where its output goes (worker_output,
+ * torchrun's -r/-t and --local-ranks-filter).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent/env.h"
+#include "agent/worker.h"
 #include "tests/check.h"
 
 /* Two workers per node, node 1 of 3: rank 3 is local rank 1. */
@@ -143,7 +147,42 @@ static void test_network(void) {
   agent_env_free(&e);
 }
 
+static void test_output(void) {
+  agent_std s;
+  CHECK_EQ_INT(agent_std_parse("3", &s), 0);
+  CHECK_EQ_INT(agent_std_of(&s, 7), 3);
+  CHECK_EQ_INT(agent_std_parse("0:3,2:1", &s), 0);
+  CHECK_EQ_INT(agent_std_of(&s, 0), 3);
+  CHECK_EQ_INT(agent_std_of(&s, 1), 0); /* not named: torchrun's NONE */
+  CHECK_EQ_INT(agent_std_of(&s, 2), 1);
+  const char *bad[] = {"", "4", "-1", "0:", ":1", "a:1", "0:4", "0:3;1:1", "1024:1", "0:3,x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK_EQ_INT(agent_std_parse(bad[i], &s), -EINVAL);
+
+  agent_config c = {.log_dir = "/logs"};
+  int console, files;
+  worker_output(&c, 0, &console, &files); /* torchrun's defaults: the console only */
+  CHECK_EQ_INT(console, 3);
+  CHECK_EQ_INT(files, 0);
+  agent_std_parse("2", &c.redirects); /* Debian's line: -r 2 -t 1 */
+  agent_std_parse("1", &c.tee);
+  worker_output(&c, 1, &console, &files);
+  CHECK_EQ_INT(console, 1);
+  CHECK_EQ_INT(files, 3);
+  c.nshown = 1; /* --local-ranks-filter 0 */
+  c.shown[0] = 0;
+  worker_output(&c, 1, &console, &files);
+  CHECK_EQ_INT(console, 0);
+  CHECK_EQ_INT(files, 3);
+  worker_output(&c, 0, &console, &files);
+  CHECK_EQ_INT(console, 1);
+  c.log_dir = NULL; /* no directory: no files, whatever -r says */
+  worker_output(&c, 0, &console, &files);
+  CHECK_EQ_INT(files, 0);
+}
+
 int main(void) {
+  test_output();
   test_table();
   test_user_wins();
   test_network();

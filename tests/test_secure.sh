@@ -81,18 +81,18 @@ COHORT_TOKEN_FILE=$tmp/open-token "$cohort" run --nnodes 2 --node-rank 0 --maste
   -- /bin/true >"$tmp/open.out" 2>&1
 code=$?
 check "a token file readable by others: exit 2 (got $code)" [ "$code" = 2 ]
-check "one line naming the file and the fix" \
-  [ "$(wc -l <"$tmp/open.out")" = 1 ] && contains "$tmp/open.out" "$tmp/open-token" &&
-  contains "$tmp/open.out" "chmod 600"
+check "one line" [ "$(wc -l <"$tmp/open.out")" = 1 ]
+check "... naming the file" contains "$tmp/open.out" "$tmp/open-token"
+check "... and the fix" contains "$tmp/open.out" "chmod 600"
 # ... and so is it by `cohort store`, given as --token-file or COHORT_TOKEN_FILE.
 "$cohort" store get --addr 127.0.0.1:1 --token-file "$tmp/open-token" plan >"$tmp/open-s.out" 2>&1
 code=$?
-check "cohort store refuses it too: exit 2 (got $code)" [ "$code" = 2 ] &&
-  contains "$tmp/open-s.out" "chmod 600"
+check "cohort store refuses it too: exit 2 (got $code)" [ "$code" = 2 ]
+check "... saying chmod 600" contains "$tmp/open-s.out" "chmod 600"
 COHORT_TOKEN_FILE=$tmp/open-token "$cohort" store get --addr 127.0.0.1:1 plan >"$tmp/open-s.out" 2>&1
 code=$?
-check "cohort store reads COHORT_TOKEN_FILE: exit 2 (got $code)" [ "$code" = 2 ] &&
-  contains "$tmp/open-s.out" "chmod 600"
+check "cohort store reads COHORT_TOKEN_FILE: exit 2 (got $code)" [ "$code" = 2 ]
+check "... saying chmod 600" contains "$tmp/open-s.out" "chmod 600"
 
 # 3. No token at all: the job runs, each agent warns once.
 for i in 0 1; do

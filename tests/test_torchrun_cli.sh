@@ -61,8 +61,8 @@ run note "$cohort" run --monitor-interval 1 --start-method=fork --no-python true
 check "no-effect options run" rc note 0
 check "... one note line each" lines note.err 2
 check "... naming the option" contains "$tmp/note.err" "note: --monitor-interval has no effect"
-for bad in "--rdzv-backend etcd" "--nproc-per-node gpu" "--tee 0:3,1:1" "--local-ranks-filter 0" \
-  "--numa-binding node" "--rdzv-conf join_timeout" "--redirects 1 --log-dir $tmp/l"; do
+for bad in "--rdzv-backend etcd" "--nproc-per-node gpu" "--tee 0:4" "--tee 0:3,x:1" \
+  "--local-ranks-filter 0,a" "--numa-binding node" "--rdzv-conf join_timeout"; do
   run bad "$cohort" run $bad --no-python true
   check "$bad: exit 2" rc bad 2
   check "$bad: one line" lines bad.err 1
@@ -75,6 +75,32 @@ check "-r 3: the log file" contains "$tmp/logs/attempt0/rank1.log" "out-1"
 run tee "$cohort" run --nproc-per-node 2 --log_dir="$tmp/logs2" --tee=3 --no-python sh -c 'echo out-$RANK'
 check "--tee=3: the console" contains "$tmp/tee.out" "[r1] out-1"
 check "--tee=3: the log file" contains "$tmp/logs2/attempt0/rank1.log" "out-1"
+# Debian's torchrun 1.13 line: stderr to the files only, stdout to both; without
+# --log-dir the files go to a new directory, named on stderr, as torchrun's do.
+both='echo out-$RANK; echo err-$RANK >&2'
+TMPDIR=$tmp run split "$cohort" run --nproc-per-node 2 --redirects 2 --tee 1 --no_python sh -c "$both"
+check "-r 2 -t 1: runs" rc split 0
+check "-r 2 -t 1: stdout on the console" contains "$tmp/split.out" "[r1] out-1"
+check "-r 2 -t 1: stderr not on the console" not_contains "$tmp/split.err" "err-1"
+logs=$(sed -n 's/.*worker output files in \([^ ]*\) .*/\1/p' "$tmp/split.err")
+check "-r 2 -t 1: the directory is named" [ -n "$logs" ]
+check "-r 2 -t 1: ... under TMPDIR" [ "${logs#$tmp/}" != "$logs" ]
+check "-r 2 -t 1: stdout in the file" contains "$logs/attempt0/rank1.log" "out-1"
+check "-r 2 -t 1: stderr in the file" contains "$logs/attempt0/rank1.log" "err-1"
+# Per local rank: rank 0 to its file only, rank 1 to the console only.
+run per "$cohort" run --nproc-per-node 2 --log-dir "$tmp/logs3" -r 0:3 --no_python sh -c "$both"
+check "-r 0:3: rank 0 not on the console" not_contains "$tmp/per.out" "out-0"
+check "-r 0:3: rank 0 in its file" contains "$tmp/logs3/attempt0/rank0.log" "err-0"
+check "-r 0:3: rank 1 on the console" contains "$tmp/per.err" "[r1] err-1"
+check "-r 0:3: rank 1 without a file" [ ! -e "$tmp/logs3/attempt0/rank1.log" ]
+# torchtitan's line: --local_ranks_filter=0 --tee=3 shows rank 0 alone, files for all.
+TMPDIR=$tmp run filt "$cohort" run --nproc-per-node 2 --local_ranks_filter=0 --tee=3 \
+  --no_python sh -c "$both"
+check "--local-ranks-filter 0: rank 0 on the console" contains "$tmp/filt.out" "[r0] out-0"
+check "--local-ranks-filter 0: not rank 1's stdout" not_contains "$tmp/filt.out" "[r1]"
+check "--local-ranks-filter 0: not rank 1's stderr" not_contains "$tmp/filt.err" "[r1]"
+logs=$(sed -n 's/.*worker output files in \([^ ]*\) .*/\1/p' "$tmp/filt.err")
+check "--local-ranks-filter 0: rank 1 still in its file" contains "$logs/attempt0/rank1.log" "out-1"
 
 # Static: --master-addr/--master-port/--node-rank host the store there (one node).
 port=$((20000 + $$ % 20000))

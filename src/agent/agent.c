@@ -250,10 +250,13 @@ static int spawn_one(job *j, worker *w) {
 /* Spawns this node's workers; ATTEMPT_OK, or why not all could start. */
 static attempt_outcome spawn_all(job *j) {
   const agent_config *cfg = j->cfg;
-  int console = cfg->log_dir == NULL || cfg->tee;
   int offset = j->cl.plan.nodes[j->cl.plan.my_index].rank_offset;
-  for (int i = 0; i < j->nworkers; i++)
-    worker_init(&j->workers[i], offset + i, i, console, open_log(cfg, j->restart, offset + i));
+  for (int i = 0; i < j->nworkers; i++) {
+    int console, files;
+    worker_output(cfg, i, &console, &files);
+    int fd = files ? open_log(cfg, j->restart, offset + i) : -1;
+    worker_init(&j->workers[i], offset + i, i, console, files, fd);
+  }
   signals_set_workers(1);
   for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
     worker *w = &j->workers[i];

@@ -33,19 +33,40 @@
 #define AGENT_MAX_NPROC 1024
 #define AGENT_RUN_ID_MAX 64
 #define AGENT_TAIL_LINES 10
+#define AGENT_STD_MAX 64 /* local ranks a per-rank list may name */
+
+/*
+ * torchrun's Std, for each local rank: bit 1 stdout, bit 2 stderr. Its
+ * "LR:V,LR:V" form (n > 0) names some local ranks; the others get `all`.
+ */
+typedef struct agent_std {
+  int all;
+  int n;
+  int lr[AGENT_STD_MAX], v[AGENT_STD_MAX];
+} agent_std;
+
+/* Parses "V" or "LR:V,..." (V 0..3, LR 0..AGENT_MAX_NPROC-1). Returns 0 or -EINVAL. */
+int agent_std_parse(const char *s, agent_std *out);
+/* The value for local rank lr. */
+int agent_std_of(const agent_std *s, int lr);
 
 typedef struct agent_config {
   int nproc;           /* workers on this node, 1..AGENT_MAX_NPROC */
   int max_restarts;    /* whole-group restarts after a failure */
   const char *log_dir; /* NULL: no per-rank files */
-  int tee;             /* with log_dir: also relay to the console */
-  int64_t grace_ms;    /* SIGTERM -> SIGKILL delay */
-  const char *run_id;  /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
-  const char *role;    /* ROLE_NAME, "default" */
-  char *const *argv;   /* the worker command, argv[0] searched in PATH */
-  const char *token;   /* job token, NULL: a random one is made on one node; several
-                          nodes without one run an open store (with a warning) */
-  int require_token;   /* refuse a multi-node job without a token (AGENT_EXIT_USAGE) */
+  /* torchrun's -r and -t: streams to the files only, and to the files and the
+   * console; the other streams reach the console only. */
+  agent_std redirects, tee;
+  /* --local-ranks-filter: only these local ranks reach the console (nshown 0: all). */
+  int nshown;
+  int shown[AGENT_STD_MAX];
+  int64_t grace_ms;   /* SIGTERM -> SIGKILL delay */
+  const char *run_id; /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
+  const char *role;   /* ROLE_NAME, "default" */
+  char *const *argv;  /* the worker command, argv[0] searched in PATH */
+  const char *token;  /* job token, NULL: a random one is made on one node; several
+                         nodes without one run an open store (with a warning) */
+  int require_token;  /* refuse a multi-node job without a token (AGENT_EXIT_USAGE) */
 
   /*
    * Multi-node. With rdzv.method RDZV_AUTO and no master, node count or

@@ -1,6 +1,8 @@
 /* worker.c - spawning workers and relaying their output. */
 #include "agent/worker.h"
 
+#include "base/base.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +13,47 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-void worker_init(worker *w, int rank, int local_rank, int console, int log_fd) {
+int agent_std_parse(const char *s, agent_std *out) {
+  agent_std r = {0};
+  if (base_parse_int(s, 0, 3, &r.all) == 0) {
+    *out = r;
+    return 0;
+  }
+  char buf[1024];
+  if (s[0] == '\0' || strlen(s) >= sizeof buf) return -EINVAL;
+  memcpy(buf, s, strlen(s) + 1);
+  char *save = NULL;
+  for (char *item = strtok_r(buf, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+    char *colon = strchr(item, ':');
+    if (colon == NULL || r.n == AGENT_STD_MAX) return -EINVAL;
+    *colon = '\0';
+    if (base_parse_int(item, 0, AGENT_MAX_NPROC - 1, &r.lr[r.n]) != 0 ||
+        base_parse_int(colon + 1, 0, 3, &r.v[r.n]) != 0)
+      return -EINVAL;
+    r.n++;
+  }
+  if (r.n == 0) return -EINVAL;
+  *out = r;
+  return 0;
+}
+
+int agent_std_of(const agent_std *s, int lr) {
+  for (int i = 0; i < s->n; i++)
+    if (s->lr[i] == lr) return s->v[i];
+  return s->all;
+}
+
+void worker_output(const agent_config *cfg, int lr, int *console, int *files) {
+  int r = agent_std_of(&cfg->redirects, lr), t = agent_std_of(&cfg->tee, lr);
+  *files = cfg->log_dir != NULL ? (r | t) : 0;
+  *console = (~r | t) & 3;
+  int shown = cfg->nshown == 0;
+  for (int i = 0; i < cfg->nshown; i++)
+    if (cfg->shown[i] == lr) shown = 1;
+  if (!shown) *console = 0;
+}
+
+void worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd) {
   w->rank = rank;
   w->local_rank = local_rank;
   w->pid = 0;
@@ -21,10 +63,12 @@ void worker_init(worker *w, int rank, int local_rank, int console, int log_fd) {
   w->was_frozen = 0;
   w->out.fd = -1;
   w->out.len = 0;
-  w->out.console_fd = console ? STDOUT_FILENO : -1;
+  w->out.console_fd = (console & 1) ? STDOUT_FILENO : -1;
+  w->out.to_file = (files & 1) != 0;
   w->err.fd = -1;
   w->err.len = 0;
-  w->err.console_fd = console ? STDERR_FILENO : -1;
+  w->err.console_fd = (console & 2) ? STDERR_FILENO : -1;
+  w->err.to_file = (files & 2) != 0;
   w->log_fd = log_fd;
   w->tail_next = 0;
   w->tail_count = 0;
@@ -58,7 +102,7 @@ static void emit_line(worker *w, worker_stream *s, const char *line, size_t len)
       free(msg);
     }
   }
-  if (w->log_fd >= 0) {
+  if (w->log_fd >= 0 && s->to_file) {
     write_all(w->log_fd, line, len);
     write_all(w->log_fd, "\n", 1);
   }

@@ -18,6 +18,7 @@
 typedef struct worker_stream {
   int fd;         /* read end of the pipe, -1 once closed */
   int console_fd; /* where prefixed lines go (1 or 2), -1 for none */
+  int to_file;    /* its lines also go to the worker's log file */
   size_t len;     /* bytes of an unfinished line in buf */
   char buf[WORKER_LINE_MAX];
 } worker_stream;
@@ -36,8 +37,14 @@ typedef struct worker {
   int tail_next, tail_count;
 } worker;
 
-/* Resets the worker's state before a spawn. */
-void worker_init(worker *w, int rank, int local_rank, int console, int log_fd);
+/*
+ * Where local rank lr's streams go under cfg: *console and *files as Std
+ * masks (bit 1 stdout, bit 2 stderr). Files need cfg->log_dir.
+ */
+void worker_output(const agent_config *cfg, int lr, int *console, int *files);
+
+/* Resets the worker's state before a spawn; console and files as worker_output gives. */
+void worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd);
 
 /*
  * Forks and execs argv in a new process group with envp, its stdout and

@@ -21,9 +21,11 @@
   "  --max-restarts K     restart the whole group up to K times after a failure (default 0)\n"     \
   "  --log-dir DIR        also write DIR/attempt<K>/rank<R>.log per worker; without -r/-t the\n"   \
   "                       console then gets nothing\n"                                             \
-  "  -r, --redirects S    with --log-dir: 3 (or 0:3,1:3,...) output to the files only, 0 console " \
-  "only\n"                                                                                         \
-  "  -t, --tee S          with --log-dir: 3 output to the files and the console\n"                 \
+  "  -r, --redirects S    streams to the files only: 1 stdout, 2 stderr, 3 both, 0 none; or\n"     \
+  "                       per local rank, 0:3,1:2; files in --log-dir, else a new directory\n"     \
+  "                       under $TMPDIR (printed)\n"                                               \
+  "  -t, --tee S          streams to the files and the console, as -r\n"                           \
+  "  --local-ranks-filter R,...  only these local ranks' lines reach the console\n"                \
   "  --grace SECONDS      time between SIGTERM and SIGKILL when stopping (default 5)\n"            \
   "  --run-id ID          job id, [A-Za-z0-9._-]{1,64} (default: random on one node;\n"            \
   "                       on several, derived from the store address); also --rdzv-id\n"           \
@@ -117,7 +119,7 @@ typedef struct run_args {
   int node_rank_given;
   int is_host; /* --rdzv-conf is_host: -1 not given, 0, 1 */
   int standalone, module, no_python, run_path;
-  int redirects, tee; /* torchrun's Std: bit 1 stdout, bit 2 stderr; -1 not given */
+  int std_given; /* -r or -t given */
   char master_buf[BASE_HOST_MAX + 16];
 } run_args;
 
@@ -205,17 +207,32 @@ static int set_iface(void *settings, const char *v) {
   return 0;
 }
 
-/* torchrun's Std value for --redirects/--tee: 0..3 for every local rank. */
-static int parse_std(const char *v, int *out) {
-  return base_parse_int(v, 0, 3, out);
-}
-
+/* torchrun's Std values for --redirects/--tee: one for every local rank, or LR:V,... */
 static int set_redirects(void *settings, const char *v) {
-  return parse_std(v, &((run_args *)settings)->redirects);
+  run_args *a = settings;
+  a->std_given = 1;
+  return agent_std_parse(v, &a->cfg.redirects);
 }
 
 static int set_tee(void *settings, const char *v) {
-  return parse_std(v, &((run_args *)settings)->tee);
+  run_args *a = settings;
+  a->std_given = 1;
+  return agent_std_parse(v, &a->cfg.tee);
+}
+
+/* --local-ranks-filter: a comma-separated list of local ranks ("" for all). */
+static int set_ranks_filter(void *settings, const char *v) {
+  agent_config *c = &((run_args *)settings)->cfg;
+  char buf[1024];
+  c->nshown = 0;
+  if (strlen(v) >= sizeof buf) return -1;
+  memcpy(buf, v, strlen(v) + 1);
+  char *save = NULL;
+  for (char *item = strtok_r(buf, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save))
+    if (c->nshown == AGENT_STD_MAX ||
+        base_parse_int(item, 0, AGENT_MAX_NPROC - 1, &c->shown[c->nshown++]) != 0)
+      return -1;
+  return v[0] != '\0' && c->nshown == 0 ? -1 : 0;
 }
 
 /* Rows for options whose every value cohort refuses for now (one line, exit 2). */
@@ -275,7 +292,7 @@ static const cli_choice backends[] = {
     {"static", BACKEND_STATIC}, {"c10d", BACKEND_C10D}, {NULL, 0}};
 
 #define RUN_ID_WHAT "1 to 64 characters of [A-Za-z0-9._-]"
-#define STD_WHAT "0, 1, 2 or 3 (per-local-rank forms are not supported yet)"
+#define STD_WHAT "0, 1, 2 or 3, or LOCAL_RANK:VALUE,... (e.g. 0:3,1:1)"
 
 /* torchrun's options, with their PET_ variables, then cohort's own. */
 static const cli_opt run_opts[] = {
@@ -311,9 +328,8 @@ static const cli_opt run_opts[] = {
      .env = "PET_LOG_DIR", .flags = CLI_NONEMPTY},
     {"--redirects", 'r', CLI_CUSTOM, .fn = set_redirects, .what = STD_WHAT, .env = "PET_REDIRECTS"},
     {"--tee", 't', CLI_CUSTOM, .fn = set_tee, .what = STD_WHAT, .env = "PET_TEE"},
-    {"--local-ranks-filter|--local_ranks_filter", 0, CLI_CUSTOM, .fn = refuse,
-     .what = "nothing yet (not supported: every rank reaches the console)",
-     .env = "PET_LOCAL_RANKS_FILTER"},
+    {"--local-ranks-filter|--local_ranks_filter", 0, CLI_CUSTOM, .fn = set_ranks_filter,
+     .what = "local ranks separated by commas (e.g. 0,1)", .env = "PET_LOCAL_RANKS_FILTER"},
     {"--numa-binding|--numa_binding", 0, CLI_CUSTOM, .fn = refuse,
      .what = "nothing yet (NUMA binding is not supported)"},
     {"--node-rank|--node_rank", 0, CLI_CUSTOM, .fn = set_node_rank,
@@ -401,24 +417,37 @@ static int static_meaning(run_args *a) {
   return CLI_OK;
 }
 
-/* Where torchrun's redirects and tee send the output, as cohort's log files and --tee. */
-static int output_meaning(const cli_cmd *cmd, run_args *a) {
-  if (a->redirects < 0 && a->tee < 0) return CLI_OK; /* cohort's own: --log-dir alone, files */
-  int r = a->redirects < 0 ? 0 : a->redirects, t = a->tee < 0 ? 0 : a->tee;
-  int files = r | t, console = (~r | t) & 3;
-  if (files == 0) {
-    a->cfg.log_dir = NULL; /* torchrun: the console only */
-    return CLI_OK;
-  }
-  if (files != 3 || (console != 0 && console != 3))
-    return cli_usage_error(cmd->prog,
-                           "--redirects %d --tee %d splits stdout from stderr, which is not "
-                           "supported yet (use 0 or 3)",
-                           r, t);
-  if (a->cfg.log_dir == NULL)
-    return cli_usage_error(cmd->prog, "--redirects/--tee need --log-dir DIR");
-  a->cfg.tee = console == 3;
+/* Whether any local rank's stream goes to a file under -r/-t. */
+static int std_files(const agent_std *s) {
+  int any = s->all;
+  for (int i = 0; i < s->n; i++) any |= s->v[i];
+  return any != 0;
+}
+
+/*
+ * Where the output goes. cohort's own: --log-dir alone sends everything to
+ * the files only. torchrun's -r/-t without --log-dir: see make_log_dir.
+ */
+static int output_meaning(run_args *a) {
+  if (!a->std_given && a->cfg.log_dir != NULL) a->cfg.redirects.all = 3;
   return CLI_OK;
+}
+
+/*
+ * torchrun's -r/-t that send a stream to files, without --log-dir: a new
+ * directory under $TMPDIR, as torchrun's, named on stderr. Not in the parse,
+ * which creates nothing.
+ */
+static int make_log_dir(const char *prog, agent_config *cfg) {
+  if (cfg->log_dir != NULL || (!std_files(&cfg->redirects) && !std_files(&cfg->tee))) return 0;
+  static char dir[4096];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/cohort-logs-XXXXXX", tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+  if (mkdtemp(dir) == NULL)
+    return cli_error(prog, 1, "cannot make a log directory %s: %s", dir, strerror(errno));
+  fprintf(stderr, "%s: worker output files in %s (no --log-dir given)\n", prog, dir);
+  cfg->log_dir = dir;
+  return 0;
 }
 
 /*
@@ -450,7 +479,7 @@ static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
   if (a->cfg.rdzv.nnodes_max == 1 && a->cfg.rdzv.master == NULL && a->method == RDZV_AUTO &&
       a->cfg.rdzv.rdzv_file == NULL)
     a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 0;
-  return output_meaning(cmd, a);
+  return output_meaning(a);
 }
 
 /* Checks across options, once all are known. */
@@ -547,8 +576,6 @@ static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
       .method = RDZV_AUTO,
       .master_port = -1,
       .is_host = -1,
-      .redirects = -1,
-      .tee = -1,
   };
   cli_args words;
   int rc = cli_parse(cmd, argc, argv, &a, &words);
@@ -582,18 +609,19 @@ int cmd_torchrun_parse(int argc, char **argv, agent_config *out) {
   return parse(&torchrun_cmd, argc, argv, out);
 }
 
-static int run_with(int (*parse_fn)(int, char **, agent_config *), int argc, char **argv) {
+static int run_with(const cli_cmd *cmd, int argc, char **argv) {
   agent_config cfg;
-  int rc = parse_fn(argc, argv, &cfg);
+  int rc = parse(cmd, argc, argv, &cfg);
   if (rc == CLI_HELP) return 0;
   if (rc != CLI_OK) return rc;
+  if ((rc = make_log_dir(cmd->prog, &cfg)) != 0) return rc;
   return agent_run(&cfg);
 }
 
 int cmd_run(int argc, char **argv) {
-  return run_with(cmd_run_parse, argc, argv);
+  return run_with(&run_cmd, argc, argv);
 }
 
 int cmd_torchrun(int argc, char **argv) {
-  return run_with(cmd_torchrun_parse, argc, argv);
+  return run_with(&torchrun_cmd, argc, argv);
 }
