@@ -80,6 +80,7 @@ static void test_table(void) {
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", "/tmp/e/attempt2-rank3.json"},
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"OMP_NUM_THREADS", "1"},
       {"GLOO_SOCKET_IFNAME", "eth1"},
       {"NCCL_SOCKET_IFNAME", "eth1"},
@@ -103,14 +104,16 @@ static void test_table(void) {
 
 /* Values the user set stay; one worker gets no OMP_NUM_THREADS. */
 static void test_user_wins(void) {
-  char *parent[] = {"OMP_NUM_THREADS=7", "NCCL_ASYNC_ERROR_HANDLING=0", "GLOO_SOCKET_IFNAME=ib0",
-                    "NCCL_SOCKET_IFNAME=mine0", NULL};
+  char *parent[] = {
+      "OMP_NUM_THREADS=7",      "NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+      "GLOO_SOCKET_IFNAME=ib0", "NCCL_SOCKET_IFNAME=mine0",    NULL};
   agent_env_in in = two_per_node(parent);
   agent_env e = {0};
   CHECK_EQ_INT(agent_env_build(&in, &e), 0);
   if (e.v == NULL) return;
   check_var(e.v, "OMP_NUM_THREADS", "7");
   check_var(e.v, "NCCL_ASYNC_ERROR_HANDLING", "0");
+  check_var(e.v, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "3");
   check_var(e.v, "GLOO_SOCKET_IFNAME", "ib0");
   check_var(e.v, "NCCL_SOCKET_IFNAME", "mine0");
   agent_env_free(&e);

@@ -18,34 +18,56 @@ torch_only="LC_CTYPE"
 # Added by cohort.
 cohort_only="COHORT_STORE COHORT_JOB_ID COHORT_TOKEN COHORT_NODE_RANK COHORT_NNODES \
 GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD \
-UCX_NET_DEVICES"
+UCX_NET_DEVICES TORCH_NCCL_ASYNC_ERROR_HANDLING"
 
-base=(env -i PATH=/usr/bin:/bin HOME=/root)
+base=(env -i PATH=/usr/bin:/bin HOME=/root TMPDIR="$tmp")
 dump='env | sort > "$OUT-$RANK"'
-"${base[@]}" OUT="$tmp/torch" timeout 120 /usr/bin/python3 -m torch.distributed.run --standalone \
-  --nproc_per_node 2 --redirects 2 --tee 1 --no_python sh -c "$dump" >/dev/null 2>&1
-"${base[@]}" OUT="$tmp/cohort" timeout 120 "$cohort" run --nproc-per-node 2 -- sh -c "$dump" >/dev/null 2>&1
 
-for r in 0 1; do
-  check "rank $r: torchrun dump exists" "[ -s $tmp/torch-$r ]"
-  check "rank $r: cohort dump exists" "[ -s $tmp/cohort-$r ]"
-  names=$(cut -d= -f1 "$tmp/torch-$r" "$tmp/cohort-$r" | sort -u)
-  for n in $names; do
-    [ "$n" = OUT ] && continue
-    t=$(grep -m1 "^$n=" "$tmp/torch-$r" | cut -d= -f2-)
-    c=$(grep -m1 "^$n=" "$tmp/cohort-$r" | cut -d= -f2-)
-    ht=$(grep -c "^$n=" "$tmp/torch-$r")
-    hc=$(grep -c "^$n=" "$tmp/cohort-$r")
-    case " $torch_only " in *" $n "*) check "rank $r: $n only under torchrun" "[ $ht = 1 ] && [ $hc = 0 ]"; continue ;; esac
-    case " $cohort_only " in *" $n "*) check "rank $r: $n only under cohort" "[ $ht = 0 ] && [ $hc = 1 ]"; continue ;; esac
-    case " $differ " in *" $n "*) check "rank $r: $n set by both" "[ $ht = 1 ] && [ $hc = 1 ]"; continue ;; esac
-    check "rank $r: $n same (torchrun '$t', cohort '$c')" "[ $ht = $hc ] && [ \"\$t\" = \"\$c\" ]"
+# compare NAME EXTRA_DIFFER NPROC ARGS...: the same torchrun arguments (ARGS,
+# then --no_python and the dump) under torchrun and `cohort run`; every
+# variable of every rank equal but the documented differences (and EXTRA_DIFFER).
+compare() {
+  local name=$1 extra=$2 nproc=$3 r n t c ht hc
+  shift 3
+  "${base[@]}" OUT="$tmp/$name-torch" timeout 120 /usr/bin/python3 -m torch.distributed.run "$@" \
+    --no_python sh -c "$dump" >/dev/null 2>&1
+  "${base[@]}" OUT="$tmp/$name-cohort" timeout 120 "$cohort" run "$@" --no_python sh -c "$dump" \
+    >/dev/null 2>&1
+  for ((r = 0; r < nproc; r++)); do
+    check "$name rank $r: torchrun dump exists" "[ -s $tmp/$name-torch-$r ]"
+    check "$name rank $r: cohort dump exists" "[ -s $tmp/$name-cohort-$r ]"
+    for n in $(cut -d= -f1 "$tmp/$name-torch-$r" "$tmp/$name-cohort-$r" | sort -u); do
+      [ "$n" = OUT ] && continue
+      t=$(grep -m1 "^$n=" "$tmp/$name-torch-$r" | cut -d= -f2-)
+      c=$(grep -m1 "^$n=" "$tmp/$name-cohort-$r" | cut -d= -f2-)
+      ht=$(grep -c "^$n=" "$tmp/$name-torch-$r")
+      hc=$(grep -c "^$n=" "$tmp/$name-cohort-$r")
+      case " $torch_only " in *" $n "*) check "$name rank $r: $n only under torchrun" "[ $ht = 1 ] && [ $hc = 0 ]"; continue ;; esac
+      case " $cohort_only " in *" $n "*) check "$name rank $r: $n only under cohort" "[ $ht = 0 ] && [ $hc = 1 ]"; continue ;; esac
+      case " $differ $extra " in *" $n "*) check "$name rank $r: $n set by both" "[ $ht = 1 ] && [ $hc = 1 ]"; continue ;; esac
+      check "$name rank $r: $n same (torchrun '$t', cohort '$c')" "[ $ht = $hc ] && [ \"\$t\" = \"\$c\" ]"
+    done
   done
-done
-for n in RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK \
-  ROLE_WORLD_SIZE ROLE_NAME TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS \
-  TORCHELASTIC_USE_AGENT_STORE NCCL_ASYNC_ERROR_HANDLING; do
-  check "$n compared" "grep -q '^$n=' $tmp/torch-1 && grep -q '^$n=' $tmp/cohort-1"
-done
+  for n in RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK \
+    ROLE_WORLD_SIZE ROLE_NAME TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS \
+    TORCHELASTIC_USE_AGENT_STORE NCCL_ASYNC_ERROR_HANDLING; do
+    check "$name: $n compared" "grep -q '^$n=' $tmp/$name-torch-0 && grep -q '^$n=' $tmp/$name-cohort-0"
+  done
+}
+
+# Python 3.11 needs --redirects 2 --tee 1 under torchrun 1.13; cohort takes them too.
+out=(--redirects 2 --tee 1)
+compare standalone "" 2 --standalone --nproc_per_node 2 "${out[@]}"
+check "standalone: OMP_NUM_THREADS compared" "grep -q '^OMP_NUM_THREADS=1' $tmp/standalone-cohort-1"
+port=$((20000 + $$ % 20000))
+compare c10d "" 2 --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d \
+  --rdzv_endpoint=127.0.0.1:$port --rdzv_id=envjob --role trainer --max_restarts 2 "${out[@]}"
+check "c10d: the rdzv id is the run id under both" \
+  "grep -q '^TORCHELASTIC_RUN_ID=envjob' $tmp/c10d-torch-0 && grep -q '^TORCHELASTIC_RUN_ID=envjob' $tmp/c10d-cohort-0"
+# Static: torchrun's workers share its store (TORCHELASTIC_USE_AGENT_STORE=True);
+# cohort's store is not a TCPStore, so rank 0 hosts PyTorch's (docs/torchrun-env.md).
+compare static TORCHELASTIC_USE_AGENT_STORE 1 --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 \
+  --master_port $((port + 1)) --nproc_per_node 1 "${out[@]}"
+check "static: one worker, no OMP_NUM_THREADS" "! grep -q '^OMP_NUM_THREADS=' $tmp/static-cohort-0"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -86,6 +86,8 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
   rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", in->run_id);
   if (in->local_world_size > 1) rc |= env_default(e, in, "OMP_NUM_THREADS", "1");
   rc |= env_default(e, in, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  /* Its current name (PyTorch 2.2 on); torchrun 1.13 sets only the old one. */
+  rc |= env_default(e, in, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   /* PyTorch's env:// init hosts its own store on MASTER_PORT (rank 0). */
   rc |= env_setf(e, "TORCHELASTIC_USE_AGENT_STORE", "%s", "False");
   /* Where torch.distributed.elastic's @record writes a worker's exception;
