@@ -3,11 +3,14 @@
 #  1. start-to-exit time of an 8-worker job whose workers only leave a mark
 #     (`sh -c ': > FILE'`);
 #  2. time from one worker's crash until every worker is gone (agent exited).
-# Prints the median of REPS repetitions and the ratios. A run whose workers
+# cohort runs each twice: with its own line (`cohort run --nproc-per-node 8 --
+# CMD`) and with torchrun's (`cohort run --standalone --nproc-per-node 8
+# --no-python CMD`). Prints the median of REPS repetitions and the ratios. A run whose workers
 # did not all start (no mark, no crash) gives no figure: the script says so
 # and exits 1.
 # usage: bench/launch/run.sh [COHORT_BINARY] [REPS]
-#   BENCH_TOOLS="cohort" measures cohort alone (default "cohort torch").
+#   BENCH_TOOLS="cohort" measures cohort alone (default "cohort tline torch";
+#   tline is cohort given torchrun's line).
 set -euo pipefail
 cohort=${1:-build/cohort}
 reps=${2:-5}
@@ -44,12 +47,14 @@ crash_once() { # prints seconds from the crash to the launcher's exit, or "fail"
   echo "scale=4; ($t1-$(cat "$tmp/crash"))/1000000000" | bc
 }
 
-tools=" ${BENCH_TOOLS:-cohort torch} "
+tools=" ${BENCH_TOOLS:-cohort tline torch} "
 cohort_cmd=("$cohort" run --nproc-per-node 8 --)
+tline_cmd=("$cohort" run --standalone --nproc-per-node 8 --no-python)
 torch_cmd=("${torchrun[@]}" "${torchrun_flags[@]}" --no_python)
-: >"$tmp/l_cohort"; : >"$tmp/l_torch"; : >"$tmp/c_cohort"; : >"$tmp/c_torch"
+: >"$tmp/l_cohort"; : >"$tmp/l_tline"; : >"$tmp/l_torch"
+: >"$tmp/c_cohort"; : >"$tmp/c_tline"; : >"$tmp/c_torch"
 for i in $(seq "$reps"); do
-  for t in cohort torch; do
+  for t in cohort tline torch; do
     [[ $tools == *" $t "* ]] || continue
     declare -n cmd=${t}_cmd
     launch_once "${cmd[@]}" >>"$tmp/l_$t"
@@ -65,11 +70,13 @@ figure() {
   if [ -n "$m" ]; then printf "%.4f\n" "$m"; elif [ -s "$1" ]; then echo fail; else echo -; fi
 }
 ratio() { if [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; then printf '%.1fx' "$(echo "$2/$1" | bc -l)"; else echo n/a; fi; }
-lc=$(figure "$tmp/l_cohort"); lt=$(figure "$tmp/l_torch")
-cc=$(figure "$tmp/c_cohort"); ct=$(figure "$tmp/c_torch")
+lc=$(figure "$tmp/l_cohort"); lt=$(figure "$tmp/l_torch"); ll=$(figure "$tmp/l_tline")
+cc=$(figure "$tmp/c_cohort"); ct=$(figure "$tmp/c_torch"); cl=$(figure "$tmp/c_tline")
 printf '%-44s %12s %12s %10s\n' "median of $reps runs (seconds)" "cohort" "torchrun" "ratio"
 printf '%-44s %12s %12s %10s\n' "launch: 8 workers, start to exit" "$lc" "$lt" "$(ratio "$lc" "$lt")"
+printf '%-44s %12s %12s %10s\n' "  the same, given torchrun's line" "$ll" "$lt" "$(ratio "$ll" "$lt")"
 printf '%-44s %12s %12s %10s\n' "failure: one worker crashes, until all gone" "$cc" "$ct" "$(ratio "$cc" "$ct")"
+printf '%-44s %12s %12s %10s\n' "  the same, given torchrun's line" "$cl" "$ct" "$(ratio "$cl" "$ct")"
 bad=$(cat "$tmp"/l_* "$tmp"/c_* | grep -c '^fail$' || true)
 if [ "$bad" -gt 0 ]; then
   echo "bench/launch: $bad runs did not start all their workers: no figure from them" >&2
