@@ -9,3 +9,6 @@ set_tests_properties(cli PROPERTIES TIMEOUT 60 LABELS "unit")
 add_test(NAME torchrun_cli COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_cli.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(torchrun_cli PROPERTIES TIMEOUT 300 LABELS "slow")
+add_test(NAME torchrun_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_multinode.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(torchrun_multinode PROPERTIES TIMEOUT 300 LABELS "slow")
