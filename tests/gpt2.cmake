@@ -25,3 +25,10 @@ add_executable(test_gpt2_ddp ${CMAKE_SOURCE_DIR}/tests/test_gpt2_ddp.c)
 target_link_libraries(test_gpt2_ddp PRIVATE cohort_static)
 add_test(NAME gpt2_ddp COMMAND test_gpt2_ddp $<TARGET_FILE:cohort-gpt2>)
 set_tests_properties(gpt2_ddp PROPERTIES TIMEOUT 300 LABELS "slow")
+
+# PowerSGD's pieces on one process (orthonormal factors, error feedback, state).
+add_executable(test_gpt2_powersgd ${CMAKE_SOURCE_DIR}/tests/test_gpt2_powersgd.c)
+target_link_libraries(test_gpt2_powersgd PRIVATE gpt2)
+add_test(NAME gpt2_powersgd COMMAND test_gpt2_powersgd)
+set_tests_properties(gpt2_powersgd PROPERTIES TIMEOUT 60 LABELS "unit"
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")

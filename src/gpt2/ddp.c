@@ -119,11 +119,29 @@ void gpt2_ddp_free(gpt2_ddp *d) {
   free(d->req_done_us);
   free(d->gath_rows);
   free(d->gath_tok);
+  gpt2_psgd_free(d->psgd);
+  free(d->psgd);
   memset(d, 0, sizeof(*d));
 }
 
-int gpt2_ddp_begin_backward(gpt2_ddp *d, int last, const int32_t *tokens) {
-  d->active = last && d->world > 1;
+int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed) {
+  if (d->zero) return -EINVAL;
+  d->psgd = calloc(1, sizeof *d->psgd);
+  if (d->psgd == NULL) return -ENOMEM;
+  int rc = gpt2_psgd_init(d->psgd, d->m, rank, seed);
+  if (rc != 0) {
+    free(d->psgd);
+    d->psgd = NULL;
+    return rc;
+  }
+  d->psgd_start = start;
+  return 0;
+}
+
+int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens) {
+  d->psgd_now = d->psgd != NULL && step >= d->psgd_start && d->world > 1;
+  /* A compressing step communicates after backward: the buckets stay idle. */
+  d->active = last && d->world > 1 && !d->psgd_now;
   d->tokens = tokens;
   d->nreqs = 0;
   d->t_first_us = 0;
@@ -232,7 +250,18 @@ static int wait_all(gpt2_ddp *d, double *exposed_ms, int64_t *end_us) {
   return d->err;
 }
 
+/* The compressed exchange of a PowerSGD step, all of it exposed. */
+static int finish_powersgd(gpt2_ddp *d) {
+  int64_t t0 = gpt2_now_us();
+  int rc = gpt2_psgd_allreduce(d->psgd, d->comm, d->m->grads, &d->wire_bytes);
+  if (rc != 0) return fail(d, rc, "PowerSGD exchange of gradients");
+  d->f32_bytes += (double)d->m->nparams * sizeof(float);
+  d->comm_ms = d->exposed_ms = (double)(gpt2_now_us() - t0) * 1e-3;
+  return 0;
+}
+
 int gpt2_ddp_finish_backward(gpt2_ddp *d) {
+  if (d->psgd_now && !d->err) return finish_powersgd(d);
   if (!d->active) return d->err;
   int64_t end_us = 0;
   double exposed = 0.0;
@@ -337,12 +366,16 @@ int gpt2_ddp_check_params(gpt2_ddp *d, int *same) {
   return 0;
 }
 
-size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d) {
+static size_t optim_floats(const gpt2_ddp *d) {
   return (d->ocfg.kind == GPT2_OPT_ADAMW ? 2 : 1) * d->m->nparams;
 }
 
+size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d) {
+  return optim_floats(d) + (d->psgd ? gpt2_psgd_state_floats(d->psgd, d->world) : 0);
+}
+
 float *gpt2_ddp_whole_state(gpt2_ddp *d) {
-  return d->zero ? NULL : d->shards[0].state;
+  return d->zero || d->psgd ? NULL : d->shards[0].state;
 }
 
 int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
@@ -352,6 +385,10 @@ int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
     const gpt2_optim *o = &d->shards[i];
     memcpy(full + o->lo, o->m, (o->hi - o->lo) * sizeof(float));
     if (parts == 2) memcpy(full + n + o->lo, o->v, (o->hi - o->lo) * sizeof(float));
+  }
+  if (d->psgd) {
+    int rc = gpt2_psgd_state_get(d->psgd, d->comm, full + optim_floats(d));
+    if (rc != 0) return fail(d, rc, "broadcast of PowerSGD state");
   }
   if (!d->zero) return 0;
   for (int part = 0; part < parts; part++) {
@@ -374,4 +411,5 @@ void gpt2_ddp_state_set(gpt2_ddp *d, const float *full) {
     memcpy(o->m, full + o->lo, (o->hi - o->lo) * sizeof(float));
     if (o->v) memcpy(o->v, full + n + o->lo, (o->hi - o->lo) * sizeof(float));
   }
+  if (d->psgd) gpt2_psgd_state_set(d->psgd, d->rank, full + optim_floats(d));
 }

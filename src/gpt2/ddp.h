@@ -36,6 +36,7 @@
 #include "cohort/cohort.h"
 #include "gpt2/model.h"
 #include "gpt2/optim.h"
+#include "gpt2/powersgd.h"
 
 typedef struct gpt2_bucket {
   size_t lo, hi;         /* range of the flat buffer */
@@ -71,6 +72,11 @@ typedef struct gpt2_ddp {
   /* Payload bytes this rank handed to the collectives in the last step, as sent and as they
    * would have been in f32 (their ratio is the compression). */
   double wire_bytes, f32_bytes;
+  /* PowerSGD (NULL: off): from step psgd_start on, the last micro-step's gradients are summed
+   * compressed after backward (not overlapped) instead of in buckets during it. */
+  gpt2_psgd *psgd;
+  int64_t psgd_start;
+  int psgd_now; /* the current step compresses */
   int err;
   char errmsg[256];
 } gpt2_ddp;
@@ -81,11 +87,15 @@ void gpt2_ddp_free(gpt2_ddp *d);
 /* Gradients travel as `wire` (COHORT_F32, COHORT_BF16 or COHORT_F16) from the next step on. */
 void gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);
 
-/* Call before each micro-step's backward; last != 0 on the last micro-step
- * of an optimiser step; tokens (B, T) of this micro-step stay valid until
- * finish. Returns whether the backward must scatter the embedding lookup's
- * dwte share itself (the scatter_wte argument of gpt2_backward). */
-int gpt2_ddp_begin_backward(gpt2_ddp *d, int last, const int32_t *tokens);
+/* PowerSGD of rank `rank` from step `start` (0-based) on; the plain bucketed exchange before it.
+ * Not with ZeRO. Returns 0 or -errno. */
+int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed);
+
+/* Call before each micro-step's backward of 0-based optimiser step `step`; last != 0 on the last
+ * micro-step of an optimiser step; tokens (B, T) of this micro-step stay valid until finish.
+ * Returns whether the backward must scatter the embedding lookup's dwte share itself (the
+ * scatter_wte argument of gpt2_backward). */
+int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens);
 /* The gpt2_grad_hook to pass to gpt2_backward (ctx = d). */
 void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer);
 /* After the last backward: waits for every exchange and completes dwte. */
@@ -106,13 +116,14 @@ int gpt2_ddp_broadcast(gpt2_ddp *d, float *buf, size_t n);
 int gpt2_ddp_check_params(gpt2_ddp *d, int *same);
 
 /* Floats of the whole optimiser state (the checkpoint layout: AdamW m then
- * v over all parameters, SGD momentum over all parameters). */
+ * v over all parameters, SGD momentum over all parameters; then PowerSGD's
+ * state, see gpt2_psgd_state_floats). */
 size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d);
 /* Copies the whole state into full (gathering shards; every rank calls). */
 int gpt2_ddp_state_get(gpt2_ddp *d, float *full);
 /* Sets this rank's state from the whole state. */
 void gpt2_ddp_state_set(gpt2_ddp *d, const float *full);
-/* The single whole-state shard when the state is not sharded, else NULL. */
+/* The single whole-state shard when the state is not sharded and is all there is, else NULL. */
 float *gpt2_ddp_whole_state(gpt2_ddp *d);
 
 #endif

@@ -30,6 +30,8 @@ void gpt2_train_defaults(gpt2_train_opts *o) {
   o->T = 64;
   o->steps = 20;
   o->grad_accum = 1;
+  o->powersgd_rank = 4;
+  o->powersgd_start = 10;
   o->opt = (gpt2_optim_config){.kind = GPT2_OPT_ADAMW,
                                .beta1 = 0.9f,
                                .beta2 = 0.95f,
@@ -183,6 +185,14 @@ static int train_setup(train_run *r) {
   gpt2_ddp_set_wire(&r->ddp, o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
                              : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
                                                                       : COHORT_F32);
+  if (o->grad_compress == GPT2_COMPRESS_POWERSGD) {
+    rc = gpt2_ddp_set_powersgd(&r->ddp, o->powersgd_rank, o->powersgd_start, o->seed);
+    if (rc != 0) {
+      fprintf(r->errf, "cohort-gpt2: cannot set up PowerSGD: %s\n",
+              rc == -EINVAL ? "not with --zero 1" : strerror(-rc));
+      return rc == -EINVAL ? RUN_USAGE : RUN_FAIL;
+    }
+  }
   gpt2_model_init_weights(&r->model, o->seed);
   r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
   r->tokens_per_step = (double)r->global_batch * o->T;
@@ -305,7 +315,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     uint64_t g0 = step * r->global_batch + ((uint64_t)r->rank * K + (uint64_t)k) * (uint64_t)o->B;
     gpt2_data_fill(&r->data, g0, &r->bb, &batch);
     loss_sum += gpt2_forward(&r->model, &batch);
-    int scatter = gpt2_ddp_begin_backward(&r->ddp, k == K - 1, batch.tokens);
+    int scatter = gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, batch.tokens);
     gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
   }
   if (gpt2_ddp_finish_backward(&r->ddp) != 0) return RUN_COMM;

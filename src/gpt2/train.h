@@ -18,11 +18,13 @@
 #include "gpt2/optim.h"
 
 /* Gradient compression: the 16-bit types halve the bytes of the gradient reductions (reduced in
- * f32, rounded to the type on the wire; cohort_allreduce_wire). */
+ * f32, rounded to the type on the wire; cohort_allreduce_wire); PowerSGD sends low-rank factors of
+ * the weight matrices (powersgd.h). */
 typedef enum gpt2_compress {
   GPT2_COMPRESS_NONE = 0,
   GPT2_COMPRESS_BF16,
   GPT2_COMPRESS_FP16,
+  GPT2_COMPRESS_POWERSGD,
 } gpt2_compress;
 
 typedef struct gpt2_train_opts {
@@ -43,6 +45,8 @@ typedef struct gpt2_train_opts {
   const char *tb_dir;
   int zero;                    /* 0 or 1 */
   gpt2_compress grad_compress; /* how gradients travel between ranks */
+  int powersgd_rank;           /* PowerSGD: columns of the factors */
+  int64_t powersgd_start;      /* PowerSGD: plain exchange for the steps before this one */
   size_t bucket_bytes;         /* gradient bucket size */
   int threads;
   int quiet; /* no per-step lines */

@@ -2,7 +2,9 @@
  * cohort-gpt2 - GPT-2 trained data-parallel on fake data or real tokens.
  * This file only parses arguments; the work is in src/gpt2/.
  */
+#include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,8 +44,11 @@ static const char usage_text[] =
     "data parallelism:\n"
     "  --bucket-mb N        gradient bucket size in MiB (default 25)\n"
     "  --zero 0|1           1 shards the optimiser state across ranks (ZeRO-1)\n"
-    "  --grad-compress none|bf16|fp16\n"
-    "                       gradients travel in 16 bits (half the bytes; reduced in f32)\n"
+    "  --grad-compress none|bf16|fp16|powersgd[:RANK]\n"
+    "                       gradients travel in 16 bits (half the bytes; reduced in f32), or\n"
+    "                       as PowerSGD's rank-RANK factors of each weight matrix (default 4)\n"
+    "                       with error feedback; not with --zero 1\n"
+    "  --powersgd-start N   plain allreduce for the first N steps (default 10)\n"
     "output and checkpoints:\n"
     "  --metrics FILE       one JSON object per step\n"
     "  --tensorboard DIR    also write TensorBoard scalars to an event file in DIR\n"
@@ -63,7 +68,6 @@ typedef struct gpt2_args {
   gpt2_train_opts o;
   int layers, heads, channels, vocab, positions; /* 0: the preset's */
   int head, optimizer, schedule;                 /* schedule -1: the optimiser's default */
-  int compress;                                  /* gpt2_compress */
   float lr, weight_decay;                        /* -1: the optimiser's default */
   int64_t warmup, seed;                          /* -1: the default */
   int bucket_mb;                                 /* 0: the default */
@@ -81,7 +85,27 @@ static const cli_choice optimizers[] = {
 static const cli_choice compressions[] = {{"none", GPT2_COMPRESS_NONE},
                                           {"bf16", GPT2_COMPRESS_BF16},
                                           {"fp16", GPT2_COMPRESS_FP16},
+                                          {"powersgd", GPT2_COMPRESS_POWERSGD},
                                           {NULL, 0}};
+
+/* none|bf16|fp16|powersgd[:RANK], RANK 1..256. */
+static int set_compress(void *settings, const char *v) {
+  gpt2_train_opts *o = &((gpt2_args *)settings)->o;
+  size_t name_len = strcspn(v, ":");
+  for (const cli_choice *c = compressions; c->name != NULL; c++) {
+    if (strlen(c->name) != name_len || strncmp(c->name, v, name_len) != 0) continue;
+    o->grad_compress = (gpt2_compress)c->value;
+    if (v[name_len] == '\0') return 0;
+    if (c->value != GPT2_COMPRESS_POWERSGD) return -1;
+    char *end = NULL;
+    errno = 0;
+    long r = strtol(v + name_len + 1, &end, 10);
+    if (errno != 0 || end == v + name_len + 1 || *end != '\0' || r < 1 || r > 256) return -1;
+    o->powersgd_rank = (int)r;
+    return 0;
+  }
+  return -1;
+}
 static const cli_choice schedules[] = {
     {"cosine", GPT2_LR_COSINE}, {"const", GPT2_LR_CONST}, {NULL, 0}};
 
@@ -122,7 +146,9 @@ static const cli_opt gpt2_opts[] = {
     STR_ROW("--data", o.data),
     INT_ROW("--bucket-mb", bucket_mb, 1, 1 << 16),
     INT_ROW("--zero", o.zero, 0, 1),
-    {"--grad-compress", 0, CLI_CHOICE, .at = AT(compress, int), .choices = compressions},
+    {"--grad-compress", 0, CLI_CUSTOM, .fn = set_compress,
+     .what = "none, bf16, fp16 or powersgd[:RANK] (RANK 1..256)"},
+    I64_ROW("--powersgd-start", o.powersgd_start, 0, INT64_MAX / 2),
     STR_ROW("--metrics", o.metrics_path),
     STR_ROW("--ckpt-dir", o.ckpt_dir),
     I64_ROW("--ckpt-every", o.ckpt_every, 1, INT64_MAX / 2),
@@ -189,6 +215,7 @@ int main(int argc, char **argv) {
   apply_optimizer(&a);
   if (a.seed >= 0) a.o.seed = (uint64_t)a.seed;
   if (a.bucket_mb > 0) a.o.bucket_bytes = (size_t)a.bucket_mb << 20;
-  a.o.grad_compress = (gpt2_compress)a.compress;
+  if (a.o.grad_compress == GPT2_COMPRESS_POWERSGD && a.o.zero)
+    return cli_usage_error(prog, "--grad-compress powersgd does not combine with --zero 1");
   return gpt2_train(&a.o);
 }
