@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 PRESETS = {
@@ -95,9 +96,13 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ddp-hook", default="none", choices=["none", "fp16"],
+    ap.add_argument("--ddp-hook", default="none", choices=["none", "fp16", "powersgd"],
                     help="with WORLD_SIZE > 1 (torchrun's environment): DDP over gloo, with "
-                         "no comm hook or fp16_compress_hook")
+                         "no comm hook, fp16_compress_hook or powerSGD_hook")
+    ap.add_argument("--powersgd-rank", type=int, default=4,
+                    help="powerSGD_hook's matrix_approximation_rank")
+    ap.add_argument("--powersgd-start", type=int, default=2,
+                    help="powerSGD_hook's start_powerSGD_iter (vanilla allreduce before)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -109,6 +114,11 @@ def main():
         model = DDP(model)
         if a.ddp_hook == "fp16":
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif a.ddp_hook == "powersgd":
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                start_powerSGD_iter=a.powersgd_start)
+            model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     if a.optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     else:

@@ -17,14 +17,17 @@ its steps after the first):
      namespaces joined by a veth pair shaped with tc (tbf) at each rate of
      --rates, set up and removed here; one rank against two ranks (one per
      namespace) for cohort-gpt2 with each --grad-compress of --compress, and
-     PyTorch DDP (gloo) with no hook and fp16_compress_hook, all in the same
-     run: tokens/s, scaling, allreduce time and hidden share, bytes on the
+     PyTorch DDP (gloo) with no hook, fp16_compress_hook and, for each
+     powersgd[:RANK] of --compress, powerSGD_hook of that rank, all in the same
+     run (PowerSGD from the third step on in both, figures over the steps
+     after that): tokens/s, scaling, allreduce time and hidden share, bytes on the
      wire. A run that did not do its work (a rank failed, fewer steps, no
      bytes on the wire, no compression where asked) stops the benchmark
      instead of printing a figure.
 
 usage: bench/train/run.py [--build DIR] [--reps N] [--steps N] [--model M]
                           [--only all|scaling|shaped] [--rates 1gbit,10gbit]
+                          [--compress none,bf16,powersgd:4]
 """
 import argparse
 import json
@@ -65,7 +68,8 @@ def checked_metrics(path, a, world, compress="none"):
         sys.exit("%s: %d steps on world %s, expected %d on %d: no figure" % (
             path, len(rows), sorted({r["world"] for r in rows}), a.steps, world))
     if world > 1:
-        ratio = median([r["compress_ratio"] for r in rows])
+        compressed = rows[PSGD_START:] if psgd_rank(compress) else rows
+        ratio = median([r["compress_ratio"] for r in compressed])
         if min(r["wire_mb"] for r in rows) <= 0 or (compress != "none") != (ratio > 1.5):
             sys.exit("%s: wire %s MB, compression %.2fx with --grad-compress %s: no figure" % (
                 path, min(r["wire_mb"] for r in rows), ratio, compress))
@@ -78,7 +82,8 @@ def run_cohort(a, tmp, tag, head, opt, threads, world=1, ns=None, compress="none
     metrics = os.path.join(tmp, tag + ".jsonl")
     args = [os.path.join(a.build, "cohort-gpt2"), "--model", a.model, "--batch", str(a.batch),
             "--seq-len", str(a.seq_len), "--steps", str(a.steps), "--head", head,
-            "--optimizer", opt, "--quiet", "--metrics", metrics, "--grad-compress", compress]
+            "--optimizer", opt, "--quiet", "--metrics", metrics, "--grad-compress", compress,
+            "--powersgd-start", str(PSGD_START)]
     pre = (lambda r: ["ip", "netns", "exec", ns[r]]) if ns else (lambda r: [])
     host = ns_addr(0) if ns else "127.0.0.1"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
@@ -144,7 +149,7 @@ def main():
     ap.add_argument("--only", choices=["all", "scaling", "shaped"], default="all",
                     help="scaling: only part 3 (2 ranks against 1); shaped: only part 5")
     ap.add_argument("--rates", default="1gbit,10gbit", help="shaped links: tc rates")
-    ap.add_argument("--compress", default="none,bf16",
+    ap.add_argument("--compress", default="none,bf16,powersgd",
                     help="shaped links: cohort-gpt2 --grad-compress values")
     a = ap.parse_args()
     tokens = a.batch * a.seq_len
@@ -257,11 +262,37 @@ def ns_up(rate):
            "256kb", "latency", "50ms")
 
 
+# PowerSGD starts at this (0-based) step in both trainers; PyTorch refuses less than 2 with error
+# feedback and warm start. The figures of a PowerSGD run leave out the steps before it.
+PSGD_START = 2
+
+
+def psgd_rank(compress):
+    """The rank of a powersgd[:RANK] value (cohort-gpt2's default 4), None for other values."""
+    if not compress.startswith("powersgd"):
+        return None
+    return int(compress.split(":")[1]) if ":" in compress else 4
+
+
+def torch_hooks(comps):
+    """PyTorch's peers of the --compress values: no hook, fp16_compress_hook, and powerSGD_hook
+    of each PowerSGD rank asked for."""
+    return ["none", "fp16"] + ["powersgd:%d" % psgd_rank(c) for c in comps if psgd_rank(c)]
+
+
+def hook_name(h):
+    return {"none": "no hook", "fp16": "fp16_compress_hook"}.get(
+        h, "powerSGD_hook rank %s" % h.split(":")[-1])
+
+
 def run_torch_ns(a, world, hook):
-    """PyTorch on one rank (namespace 0) or DDP on two (one per namespace); checked."""
+    """PyTorch on one rank (namespace 0) or DDP on two (one per namespace); checked. Returns
+    tokens/s over the steps after the first (after PowerSGD's start with powerSGD_hook)."""
     cmd = ["/usr/bin/python3", os.path.join(HERE, "gpt2_torch.py"), "--model", a.model,
            "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--steps", str(a.steps),
-           "--threads", "1", "--ddp-hook", hook]
+           "--threads", "1", "--ddp-hook", hook.split(":")[0]]
+    if psgd_rank(hook):
+        cmd += ["--powersgd-rank", str(psgd_rank(hook)), "--powersgd-start", str(PSGD_START)]
     env = dict(os.environ, MASTER_ADDR=ns_addr(0), MASTER_PORT=str(29500 + os.getpid() % 1000),
                WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen(["ip", "netns", "exec", NS[r]] + cmd,
@@ -273,7 +304,7 @@ def run_torch_ns(a, world, hook):
     res = json.loads(outs[0][0])
     if res["world"] != world or len(res["step_s"]) != a.steps:
         sys.exit("PyTorch run did not do its work: %r: no figure" % res)
-    return res["tokens_per_s"]
+    return world * a.batch * a.seq_len / median(res["step_s"][PSGD_START if psgd_rank(hook) else 1:])
 
 
 def shaped(a, tmp):
@@ -283,6 +314,10 @@ def shaped(a, tmp):
         print("skipped: network namespaces and tc need root")
         return
     comps = a.compress.split(",")
+    hooks = torch_hooks(comps)
+    if any(psgd_rank(c) for c in comps) and a.steps < PSGD_START + 2:
+        sys.exit("PowerSGD starts at step %d: --steps must be at least %d" % (
+            PSGD_START + 1, PSGD_START + 2))
     rows = []
     for rate in a.rates.split(","):
         ns_up(rate)
@@ -290,7 +325,7 @@ def shaped(a, tmp):
             r = {"c1": [], "t1": []}
             for c in comps:
                 r["c2" + c], r["hid" + c], r["comm" + c], r["mb" + c] = [], [], [], []
-            for h in ("none", "fp16"):
+            for h in hooks:
                 r["t2" + h] = []
             for rep in range(a.reps):
                 rows1, _ = run_cohort(a, tmp, "sh1_%s_%d" % (rate, rep), "lm", "adamw", 1,
@@ -299,13 +334,16 @@ def shaped(a, tmp):
                 for c in comps:
                     rows2, _ = run_cohort(a, tmp, "sh2_%s_%s_%d" % (rate, c, rep), "lm", "adamw",
                                           1, world=2, ns=NS, compress=c)
+                    if psgd_rank(c):
+                        # The figures below skip rows2[0]: what is left are the compressed steps.
+                        rows2 = rows2[PSGD_START - 1:]
                     r["c2" + c].append(2 * a.batch * a.seq_len / step_median(rows2))
                     r["hid" + c].append(median([x["hidden_frac"] for x in rows2[1:]]))
                     r["comm" + c].append(median([x["comm_ms"] for x in rows2[1:]]))
                     r["mb" + c].append(median([x["wire_mb"] for x in rows2[1:]]))
                 if not a.skip_torch:
                     r["t1"].append(run_torch_ns(a, 1, "none"))
-                    for h in ("none", "fp16"):
+                    for h in hooks:
                         r["t2" + h].append(run_torch_ns(a, 2, h))
             rows.append((rate, r))
         finally:
@@ -318,15 +356,14 @@ def shaped(a, tmp):
         for c in comps:
             c2 = median(r["c2" + c])
             print("| %s | cohort-gpt2 --grad-compress %s | %.1f | %.1f | %.2f | %.1f | %.0f%% | "
-                  "%.1f |" % (rate, c, c1, c2, c2 / (2 * c1), median(r["comm" + c]),
+                  "%.2f |" % (rate, c, c1, c2, c2 / (2 * c1), median(r["comm" + c]),
                               100 * median(r["hid" + c]), median(r["mb" + c])))
         if not a.skip_torch:
             t1 = median(r["t1"])
-            for h in ("none", "fp16"):
+            for h in hooks:
                 t2 = median(r["t2" + h])
                 print("| %s | PyTorch DDP gloo, %s | %.1f | %.1f | %.2f | | | |" % (
-                    rate, "fp16_compress_hook" if h == "fp16" else "no hook", t1, t2,
-                    t2 / (2 * t1)))
+                    rate, hook_name(h), t1, t2, t2 / (2 * t1)))
     print("(medians of %d reps, each the median of its steps after the first; scaling = 2-rank "
           "tok/s / (2 x 1-rank tok/s) in the same run)" % a.reps)
 
