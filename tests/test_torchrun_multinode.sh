@@ -8,6 +8,10 @@
 #  2. PyTorch's documented elastic c10d form, the same line on every node:
 #     --nnodes=1:4 --nproc-per-node=2 --max-restarts=3 --rdzv-id=J
 #     --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT.
+# Then torchrun's elastic membership with that line: 3. a node arriving while
+# a --nnodes=2:3 job runs makes it re-form with 3 nodes (no restart used);
+# 4. a node lost re-forms the job without it (a restart), and a new node in
+# its place makes it grow back to 3.
 # `python3` on the nodes' PATH is Debian's (which has torch), as in a pod.
 # usage: test_torchrun_multinode.sh COHORT_BINARY SOURCE_DIR
 set -u
@@ -18,7 +22,7 @@ src=$(cd "$2" && pwd)
 tmp=$(mktemp -d /tmp/cohort-trmn-XXXXXX)
 cleanup() {
   netns_down
-  rm -rf "$tmp"
+  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
 }
 trap cleanup EXIT
 /usr/bin/python3 -c 'import torch' 2>/dev/null || {
@@ -72,6 +76,66 @@ wait_all 240 "$c0" "$c1" "$c2"
 check "c10d: every node exits 0 ($codes)" [ "$codes" = "0 0 0" ]
 same_params "c10d" "$tmp/c10d0" "$tmp/c10d1" "$tmp/c10d2"
 check "c10d: node0 hosts the store" contains "$tmp/c10d0" "hosting"
+
+# wait_lines N PATTERN FILES...: until N lines match across FILES (at most 60 s).
+wait_lines() {
+  local n=$1 pat=$2 k
+  shift 2
+  for ((k = 0; k < 600; k++)); do
+    [ "$(cat "$@" 2>/dev/null | grep -c -- "$pat")" -ge "$n" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+go=$tmp/go
+# Each worker says who it is, then waits (bounded) for the test's go.
+w='echo "up W=$WORLD_SIZE RC=$TORCHELASTIC_RESTART_COUNT"; for i in $(seq 600); do [ -e "$GO" ] && exit 0; sleep 0.1; done; exit 1'
+elastic() { # elastic NODE OUT EXTRA...: the c10d line of a 2:3 job on node NODE
+  local i=$1 out=$2
+  shift 2
+  netns_bg "$i" "$out" env GO="$go" "$cohort" run --nnodes=2:3 --nproc-per-node=1 \
+    --rdzv-backend=c10d --rdzv-endpoint=node0:29402 --rdzv-conf=last_call_timeout=1 "$@" \
+    --no-python sh -c "$w"
+}
+
+# 3. Scale-up: two nodes run, a third arrives.
+elastic 0 "$tmp/up0"
+u0=$!
+elastic 1 "$tmp/up1"
+u1=$!
+check "scale-up: the job starts with 2 nodes" wait_lines 2 "] up W=2" "$tmp/up0" "$tmp/up1"
+elastic 2 "$tmp/up2"
+u2=$!
+check "scale-up: it re-forms with 3" wait_lines 3 "] up W=3" "$tmp/up0" "$tmp/up1" "$tmp/up2"
+touch "$go"
+wait_all 60 "$u0" "$u1" "$u2"
+check "scale-up: every node exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+check "scale-up: no restart counted" [ "$(cat "$tmp"/up? | grep -c '] up W=3 RC=0')" = 3 ]
+check "scale-up: the nodes say why they re-form" contains "$tmp/up0" "joins the job: re-forming"
+rm -f "$go"
+
+# 4. A lost node, then a new one in its place.
+elastic 0 "$tmp/lo0" --max-restarts=1
+l0=$!
+elastic 1 "$tmp/lo1" --max-restarts=1
+l1=$!
+elastic 2 "$tmp/lo2" --max-restarts=1
+l2=$!
+check "lost: the job starts with 3 nodes" wait_lines 3 "] up W=3" "$tmp/lo0" "$tmp/lo1" "$tmp/lo2"
+victim=$(netns_pid 2 cohort)
+check "lost: node 2's agent found" [ -n "$victim" ]
+kill -KILL "$victim"
+check "lost: the others re-form with 2 (a restart)" wait_lines 2 "] up W=2 RC=1" "$tmp/lo0" "$tmp/lo1"
+elastic 2 "$tmp/lo2b" --max-restarts=1
+l3=$!
+# The restart count is each agent's own (the newcomer's is 0), as under torchrun.
+check "lost: a new node makes it grow back to 3" \
+  wait_lines 2 "] up W=3 RC=1" "$tmp/lo0" "$tmp/lo1"
+check "lost: ... the new node among them" wait_lines 1 "] up W=3 RC=0" "$tmp/lo2b"
+touch "$go"
+wait_all 60 "$l0" "$l1" "$l3"
+check "lost: the job ends with status 0 on every node ($codes)" [ "$codes" = "0 0 0" ]
+wait "$l2" 2>/dev/null
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

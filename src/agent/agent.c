@@ -97,7 +97,7 @@ static void adopt_report(job *j, const char *report) {
 static void note_local_failure(job *j, int index) {
   report_worker_failure(j, index);
   char winner[WATCH_REPORT_MAX];
-  cluster_publish_failure(&j->cl, j->restart, j->report, winner, sizeof winner);
+  cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
 }
 
@@ -421,29 +421,37 @@ static int exit_status(const job *j, attempt_outcome o) {
 /* Joins the round and prepares what its workers need. */
 static int begin_round(job *j) {
   cluster *c = &j->cl;
-  if (cluster_join(c, j->cfg, j->restart) != 0) return AGENT_EXIT_WORKER_FAILED;
+  if (cluster_join(c, j->cfg, &j->round) != 0) return AGENT_EXIT_WORKER_FAILED;
   /* One node's settings do not change between rounds; several nodes'
    * master may. */
-  if (j->cfg->net_auto && (c->multinode || j->restart == 0)) {
+  if (j->cfg->net_auto && (c->multinode || j->round == 0)) {
     doctor_result_destroy(j->net);
     j->net = network_derive(c->multinode, c->multinode ? c->plan.master_addr : NULL);
-    cluster_compare_network(c, j->restart, j->net);
+    cluster_compare_network(c, j->round, j->net);
   }
   if (c->multinode)
-    guard_set_report(&j->guard, c->store_host, c->store_port, cluster_token(c), c->run_id,
-                     j->restart, c->plan.my_index, c->hostname);
-  if (cluster_watch(c, j->cfg, j->restart, signals_notify_fd()) != 0) return AGENT_EXIT_INTERNAL;
+    guard_set_report(&j->guard, c->store_host, c->store_port, cluster_token(c), c->run_id, j->round,
+                     c->plan.my_index, c->hostname);
+  if (cluster_watch(c, j->cfg, j->round, signals_notify_fd()) != 0) return AGENT_EXIT_INTERNAL;
   return AGENT_EXIT_OK;
 }
 
-/* One round; returns the exit status it would end the job with. */
+/* run_round's answer when a node joined: the job re-forms without using a restart. */
+#define ROUND_REFORM (-1)
+
+/* Whether the round ended because a late node asked the job to re-form with it. */
+static int grown(const job *j, attempt_outcome o) {
+  return o == ATTEMPT_FAILED && strncmp(j->report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) == 0;
+}
+
+/* One round; returns the exit status it would end the job with, or ROUND_REFORM. */
 static int run_round(job *j) {
   int status = begin_round(j);
   if (status != AGENT_EXIT_OK) return status;
   attempt_outcome o = run_attempt(j);
   dirs_clear(j->err_dir, "", NULL); /* the error files are read by now */
   if (o == ATTEMPT_OK &&
-      cluster_wait_done(&j->cl, j->restart, j->report, sizeof j->report, &j->stop_signal) != 0)
+      cluster_wait_done(&j->cl, j->round, j->report, sizeof j->report, &j->stop_signal) != 0)
     o = j->stop_signal ? ATTEMPT_SIGNALED : ATTEMPT_FAILED;
   if (o == ATTEMPT_FAILED && j->report[0] == '\0')
     cluster_failure(&j->cl, j->report, sizeof j->report);
@@ -452,9 +460,14 @@ static int run_round(job *j) {
      * report came first counts there. */
     char winner[WATCH_REPORT_MAX];
     report_outcome(j, o);
-    cluster_publish_failure(&j->cl, j->restart, j->report, winner, sizeof winner);
+    cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   }
   cluster_unwatch(&j->cl);
+  if (grown(j, o)) {
+    fprintf(stderr, "cohort: %s: re-forming the job (round %d)\n",
+            j->report + strlen(RDZV_GROW_PREFIX), j->round + 1);
+    return ROUND_REFORM;
+  }
   if (o != ATTEMPT_OK) report_print(j, o);
   return exit_status(j, o);
 }
@@ -462,15 +475,17 @@ static int run_round(job *j) {
 /* Rounds until success, an end that is not a worker's failure, or no restarts left. */
 static int run_rounds(job *j) {
   const agent_config *cfg = j->cfg;
-  for (j->restart = 0;; j->restart++) {
+  for (j->restart = 0, j->round = 0;; j->round++) {
     int status = run_round(j);
+    if (status == ROUND_REFORM) continue;
     if (status != AGENT_EXIT_WORKER_FAILED) return status;
     if (j->restart >= cfg->max_restarts) {
       if (cfg->max_restarts > 0)
         fprintf(stderr, "cohort: no restarts left (%d used)\n", cfg->max_restarts);
       return status;
     }
-    fprintf(stderr, "cohort: restarting all workers (restart %d of %d)\n", j->restart + 1,
+    j->restart++;
+    fprintf(stderr, "cohort: restarting all workers (restart %d of %d)\n", j->restart,
             cfg->max_restarts);
   }
 }
@@ -521,7 +536,7 @@ int agent_run(const agent_config *cfg) {
   status = cluster_open(&j.cl, cfg);
   if (status != AGENT_EXIT_OK) goto out;
   status = run_rounds(&j);
-  cluster_leave(&j.cl, j.restart);
+  cluster_leave(&j.cl, j.round);
 out:
   job_free(&j);
   return status;

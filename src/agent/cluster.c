@@ -175,8 +175,27 @@ static void locate_master(cluster *c, const char *local, const char *remote) {
   }
 }
 
-static int join_multi(cluster *c, const agent_config *cfg, int round) {
-  char err[512] = "";
+/*
+ * Round `round` was planned without this node. A later one may be running:
+ * returns it to join. Else, an elastic job with room is asked to re-form
+ * (its failure key, RDZV_GROW_PREFIX) and the next round is returned; a
+ * full job turns the node away (-1).
+ */
+static int late_round(cluster *c, int round, int nnodes_max, const char *why) {
+  int latest = rdzv_latest_round(c->client, c->run_id, base_deadline_in(5000));
+  if (latest > round) return latest;
+  if (c->plan.nnodes >= nnodes_max) {
+    fprintf(stderr, "cohort: rendezvous failed (round %d): %s\n", round, why);
+    return -1;
+  }
+  char report[BASE_HOST_MAX + 64], winner[WATCH_REPORT_MAX];
+  snprintf(report, sizeof report, "%snode %s joins the job", RDZV_GROW_PREFIX, c->hostname);
+  fprintf(stderr, "cohort: the job runs with fewer nodes than it may have: asking it to re-form\n");
+  cluster_publish_failure(c, round, report, winner, sizeof winner);
+  return round + 1;
+}
+
+static int join_round(cluster *c, const agent_config *cfg, int round, char *err, size_t errlen) {
   rdzv_join_opts jo = {
       .job_id = c->run_id,
       .round = round,
@@ -196,7 +215,8 @@ static int join_multi(cluster *c, const agent_config *cfg, int round) {
     jo.master_host = remote;
   }
   rdzv_plan_free(&c->plan);
-  int rc = rdzv_join(c->client, &jo, &c->plan, err, sizeof err);
+  int rc = rdzv_join(c->client, &jo, &c->plan, err, errlen);
+  if (rc == -EAGAIN) return rc;
   if (rc != 0) {
     fprintf(stderr, "cohort: rendezvous failed (round %d): %s\n", round,
             err[0] ? err : cohort_strerror(rc));
@@ -215,7 +235,24 @@ static int join_multi(cluster *c, const agent_config *cfg, int round) {
   return 0;
 }
 
-int cluster_join(cluster *c, const agent_config *cfg, int round) {
+/* Bounds the rounds a late node chases (each ends in a join with its own deadline). */
+#define GROW_TRIES 8
+
+static int join_multi(cluster *c, const agent_config *cfg, int *round) {
+  for (int tries = 0; tries < GROW_TRIES; tries++) {
+    char err[512] = "";
+    int rc = join_round(c, cfg, *round, err, sizeof err);
+    if (rc != -EAGAIN) return rc;
+    int next = late_round(c, *round, c->nnodes_max, err);
+    if (next < 0) return -EINVAL;
+    *round = next;
+  }
+  fprintf(stderr, "cohort: rendezvous failed: the job did not take this node in after %d rounds\n",
+          GROW_TRIES);
+  return -EAGAIN;
+}
+
+int cluster_join(cluster *c, const agent_config *cfg, int *round) {
   return c->multinode ? join_multi(c, cfg, round) : join_alone(c, cfg);
 }
 

@@ -54,8 +54,12 @@ int cluster_open(cluster *c, const agent_config *cfg);
 /* The job's token, or NULL for a multi-node job started without one. */
 const char *cluster_token(const cluster *c);
 
-/* Joins round `round` and fills c->plan (one node: a plan of its own). */
-int cluster_join(cluster *c, const agent_config *cfg, int round);
+/*
+ * Joins round *round and fills c->plan (one node: a plan of its own). A
+ * node late to a running elastic job with room asks it to re-form and
+ * joins the next round: *round says which it joined.
+ */
+int cluster_join(cluster *c, const agent_config *cfg, int *round);
 
 /* Multi-node: publishes this node's network summary and warns when node 0's differs. */
 void cluster_compare_network(cluster *c, int round, const doctor_result *net);

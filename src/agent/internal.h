@@ -32,7 +32,8 @@ typedef struct job {
   guard guard;
   cluster cl;         /* the store and the other nodes */
   doctor_result *net; /* derived network settings (--net auto), or NULL */
-  int restart;        /* the attempt (and rendezvous round), from 0 */
+  int restart;        /* the attempt: restarts used so far (TORCHELASTIC_RESTART_COUNT) */
+  int round;          /* the rendezvous round: restarts and re-formations (elastic growth) */
   char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */

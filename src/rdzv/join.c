@@ -256,6 +256,13 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   rdzv_key(pkey, sizeof pkey, o->job_id, o->round, "plan");
   int src = store_set(c, pkey, plan, strlen(plan), o->deadline_ms);
   if (rc == 0) rc = src;
+  if (rc == 0) {
+    /* Where a node that comes late finds the running round. */
+    char latest[16], lkey[STORE_KEY_MAX];
+    snprintf(latest, sizeof latest, "%d", o->round);
+    snprintf(lkey, sizeof lkey, "%s/latest", o->job_id);
+    rc = store_set(c, lkey, latest, strlen(latest), o->deadline_ms);
+  }
 out:
   for (int64_t i = 0; vals != NULL && i < n; i++) free(vals[i]);
   free(vals);
@@ -314,9 +321,22 @@ int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *er
   if (plan->my_index < 0) {
     snprintf(errbuf, errlen, "the job already has its %d nodes; this node came too late", n);
     rdzv_plan_free(plan);
-    return -EINVAL;
+    plan->nnodes = n;
+    return -ESRCH;
   }
   return 0;
+}
+
+int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms) {
+  char key[STORE_KEY_MAX];
+  snprintf(key, sizeof key, "%s/latest", job_id);
+  char *text = NULL;
+  int rc = get_text(c, key, &text, deadline_ms);
+  if (rc != 0) return rc;
+  int round = -1;
+  rc = base_parse_int(text, 0, INT32_MAX, &round);
+  free(text);
+  return rc == 0 ? round : -EPROTO;
 }
 
 int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
@@ -368,5 +388,5 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   if (rc != 0) return rc;
   rc = rdzv_plan_parse(text, uid, plan, errbuf, errlen);
   free(text);
-  return rc;
+  return rc == -ESRCH ? -EAGAIN : rc;
 }

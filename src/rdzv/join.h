@@ -54,10 +54,24 @@ typedef struct rdzv_join_opts {
 /*
  * Joins the round and fills *plan. Returns 0, -ETIMEDOUT when not enough
  * nodes came before the deadline, -EINVAL with errbuf when the plan is
- * impossible (two nodes claim one rank, a rank out of range, job full).
+ * impossible (two nodes claim one rank, a rank out of range), -EAGAIN
+ * with errbuf when the round was planned without this node (plan->nnodes
+ * says how many it has): a later round may take it (rdzv_latest_round), or
+ * an elastic job with room may re-form with it (RDZV_GROW_PREFIX).
  */
 int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
               size_t errlen);
+
+/*
+ * A node that comes late to a running elastic job publishes, as the round's
+ * failure, a report starting with this: every node stops its workers and
+ * the job re-forms in the next round with the newcomer, without counting a
+ * restart (as torchrun's membership changes do not).
+ */
+#define RDZV_GROW_PREFIX "grow: "
+
+/* The last round node 0 planned (the job's "J/latest"), or -ENOENT before any. */
+int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms);
 
 void rdzv_plan_free(rdzv_plan *plan);
 
@@ -67,8 +81,8 @@ void rdzv_plan_free(rdzv_plan *plan);
  * rdzv_record_format() writes the node record a joining agent stores under
  * "J/R/node/<seq>" (one line, at most 1024 bytes); rdzv_plan_parse() reads
  * the plan text published under "J/R/plan" and finds the node with my_uid
- * (-EINVAL with errbuf for an error plan or a node left out, -EPROTO when
- * malformed).
+ * (-EINVAL with errbuf for an error plan, -ESRCH with plan->nnodes set for
+ * a node left out, -EPROTO when malformed).
  */
 void rdzv_record_format(char *out, size_t outlen, uint64_t uid, const rdzv_join_opts *o,
                         const char *hostname);
