@@ -90,38 +90,66 @@ static int node_done(agent_watch *w, int k) {
   return 1;
 }
 
+/* A silent node k: lost unless it finished; 1 with the report that counts in text. */
+static int node_silent(agent_watch *w, int k, int64_t now, char *text, size_t len) {
+  const watch_opts *o = &w->o;
+  if (node_done(w, k)) {
+    w->last_change[k] = now;
+    return 0;
+  }
+  char report[WATCH_REPORT_MAX];
+  snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k, o->hostnames[k],
+           (double)(now - w->last_change[k]) / 1000.0);
+  publish(w->client, o->job_id, o->round, report, text, len);
+  return 1;
+}
+
 /*
- * Reads the other nodes' heartbeat counters. A counter that has not moved
- * for lost_after_ms (its node not done) is published as the failure, and
- * the report that counts is returned in text: 1, else 0.
+ * Node 0 reads the other nodes' heartbeat counters, all in one pipelined
+ * round trip. A counter that has not moved for lost_after_ms (its node not
+ * done) is published as the failure, and the report that counts is
+ * returned in text: 1, else 0. The other nodes leave the sweep to node 0
+ * (N reads per period instead of N²): they learn of a loss from the fail
+ * key, and of node 0's from its store falling silent (beat()).
  */
 static int check_nodes(agent_watch *w, char *text, size_t len) {
   const watch_opts *o = &w->o;
-  for (int k = 0; k < o->nnodes; k++) {
-    if (k == o->my_node) continue;
-    char key[STORE_KEY_MAX], suffix[32];
-    snprintf(suffix, sizeof suffix, "hb/%d", k);
-    rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
-    int64_t v = 0;
-    if (store_add(w->client, key, 0, &v, base_deadline_in(OP_TIMEOUT_MS)) != 0) continue;
-    int64_t now = base_now_ms();
+  if (o->my_node != 0 || o->nnodes < 2) return 0;
+  size_t n = (size_t)o->nnodes - 1;
+  char(*keys)[STORE_KEY_MAX] = calloc(n, sizeof *keys);
+  const char **kp = calloc(n, sizeof *kp);
+  void **vals = calloc(n, sizeof *vals);
+  size_t *lens = calloc(n, sizeof *lens);
+  int lost = 0;
+  if (keys == NULL || kp == NULL || vals == NULL || lens == NULL) goto out;
+  for (size_t i = 0; i < n; i++) {
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "hb/%zu", i + 1);
+    rdzv_key(keys[i], sizeof keys[i], o->job_id, o->round, suffix);
+    kp[i] = keys[i];
+  }
+  if (store_get_many(w->client, kp, n, vals, lens, base_deadline_in(OP_TIMEOUT_MS)) != 0) goto out;
+  int64_t now = base_now_ms();
+  for (size_t i = 0; i < n && !lost; i++) {
+    int k = (int)i + 1;
+    char num[32] = "";
+    if (vals[i] != NULL) memcpy(num, vals[i], lens[i] < sizeof num - 1 ? lens[i] : sizeof num - 1);
+    int64_t v = -1;
+    if (vals[i] != NULL && base_parse_i64(num, INT64_MIN, INT64_MAX, &v) != 0) v = -1;
     if (v != w->last_value[k]) {
       w->last_value[k] = v;
       w->last_change[k] = now;
-      continue;
+    } else if (now - w->last_change[k] >= o->lost_after_ms) {
+      lost = node_silent(w, k, now, text, len);
     }
-    if (now - w->last_change[k] < o->lost_after_ms) continue;
-    if (node_done(w, k)) {
-      w->last_change[k] = now;
-      continue;
-    }
-    char report[WATCH_REPORT_MAX];
-    snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k,
-             o->hostnames[k], (double)(now - w->last_change[k]) / 1000.0);
-    publish(w->client, o->job_id, o->round, report, text, len);
-    return 1;
   }
-  return 0;
+out:
+  for (size_t i = 0; vals != NULL && i < n; i++) free(vals[i]);
+  free(vals);
+  free(lens);
+  free(kp);
+  free(keys);
+  return lost;
 }
 
 /* The watcher's state between two turns of its loop. */
