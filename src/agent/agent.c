@@ -287,8 +287,9 @@ static int run_timers(job *j) {
     j->publish_at = 0;
     if (j->first_failed >= 0) note_local_failure(j, j->first_failed);
   }
-  int timeout = -1;
-  if (j->stopping && !j->killed) timeout = base_deadline_left(j->kill_at);
+  int timeout = snapshot_tick(j, now);
+  if (j->stopping && !j->killed && base_deadline_left(j->kill_at) < timeout)
+    timeout = base_deadline_left(j->kill_at);
   if (j->publish_at != 0) {
     int left = base_deadline_left(j->publish_at);
     if (timeout < 0 || left < timeout) timeout = left;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/jobctl.h"
 #include "agent/secure.h"
 #include "agent/signals.h"
 #include "store/auth.h"
@@ -50,15 +51,9 @@ static int open_alone(cluster *c) {
   return host_store(c, "127.0.0.1", 0);
 }
 
-/* Every node must use the same id: derive it from what they share, the
- * store's address (and Slurm's job and step when there), keyed by the token
- * so that the job's keys cannot be named without it. */
+/* Every node must use the same id: derived from what they share (jobctl.h). */
 static int derive_run_id(cluster *c, const rdzv_target *t) {
-  const char *sj = getenv("SLURM_JOB_ID");
-  const char *ss = getenv("SLURM_STEP_ID");
-  char basis[BASE_HOST_MAX + 64];
-  snprintf(basis, sizeof basis, "%s:%d/%s/%s", t->host, t->port, sj ? sj : "", ss ? ss : "");
-  int rc = store_job_id(basis, cluster_token(c), c->run_id);
+  int rc = jobctl_job_id(t, cluster_token(c), c->run_id);
   if (rc != 0) fprintf(stderr, "cohort: cannot derive the job id: %s\n", cohort_strerror(rc));
   return rc;
 }
@@ -372,6 +367,13 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
     if (wait_node_done(c, key, report, len, stop_signal) != 0) return -1;
   }
   return 0;
+}
+
+void cluster_publish_status(cluster *c, const char *json, int wait_ms) {
+  if (!c->multinode || c->client == NULL) return;
+  char key[STORE_KEY_MAX];
+  jobctl_key(key, sizeof key, c->run_id, "status", c->plan.my_index);
+  store_set(c->client, key, json, strlen(json), base_deadline_in(wait_ms));
 }
 
 void cluster_leave(cluster *c, int round) {

@@ -84,6 +84,12 @@ void cluster_publish_failure(cluster *c, int round, const char *report, char *wi
  */
 int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal);
 
+/*
+ * Writes this node's status snapshot (snapshot.h) to its key, waiting at
+ * most wait_ms. Nothing for a job on this node alone.
+ */
+void cluster_publish_status(cluster *c, const char *json, int wait_ms);
+
 /* Says goodbye; node 0 keeps the store up until everyone has read the end. */
 void cluster_leave(cluster *c, int round);
 

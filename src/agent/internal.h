@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "agent/cluster.h"
 #include "agent/guard.h"
+#include "agent/snapshot.h"
 #include "agent/watch.h"
 #include "agent/worker.h"
 #include "doctor/doctor.h"
@@ -35,6 +36,7 @@ typedef struct job {
   int restart;        /* the attempt: restarts used so far (TORCHELASTIC_RESTART_COUNT) */
   int round;          /* the rendezvous round: restarts and re-formations (elastic growth) */
   char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
+  snapshot snap;      /* this node's status for `cohort status` */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */
   int64_t kill_at;    /* when the stragglers get SIGKILL */

@@ -61,6 +61,8 @@ void worker_init(worker *w, int rank, int local_rank, int console, int files, in
   w->status = 0;
   w->stopped_by = 0;
   w->was_frozen = 0;
+  w->started_ms = 0;
+  w->last_output_ms = 0;
   w->out.fd = -1;
   w->out.len = 0;
   w->out.console_fd = (console & 1) ? STDOUT_FILENO : -1;
@@ -122,6 +124,7 @@ int worker_stream_read(worker *w, worker_stream *s) {
       if (errno == EAGAIN) return 0;
       n = 0; /* treat a read error like the end of the stream */
     }
+    if (n > 0) w->last_output_ms = base_now_ms();
     if (n == 0) {
       if (s->len > 0) emit_line(w, s, s->buf, s->len);
       s->len = 0;
@@ -214,6 +217,7 @@ int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_er
   } while (n < 0 && errno == EINTR);
   w->pid = pid;
   w->running = 1;
+  w->started_ms = base_now_ms();
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   w->out.fd = out[0];

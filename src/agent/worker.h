@@ -26,11 +26,13 @@ typedef struct worker_stream {
 typedef struct worker {
   int rank; /* global rank */
   int local_rank;
-  pid_t pid;      /* 0 before spawn */
-  int running;    /* spawned and not yet reaped */
-  int status;     /* waitpid() status once reaped */
-  int stopped_by; /* signal the agent sent it before it ended, or 0 */
-  int was_frozen; /* it was stopped (SIGSTOP, traced) when the job began to stop */
+  pid_t pid;              /* 0 before spawn */
+  int running;            /* spawned and not yet reaped */
+  int status;             /* waitpid() status once reaped */
+  int stopped_by;         /* signal the agent sent it before it ended, or 0 */
+  int was_frozen;         /* it was stopped (SIGSTOP, traced) when the job began to stop */
+  int64_t started_ms;     /* base_now_ms() at spawn */
+  int64_t last_output_ms; /* base_now_ms() of its last output, 0 none */
   worker_stream out, err;
   int log_fd; /* per-rank log file or -1 */
   char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];

@@ -18,6 +18,7 @@ COHORT_WEAK int cmd_store(int argc, char **argv);
 COHORT_WEAK int cmd_manifest(int argc, char **argv);
 COHORT_WEAK int cmd_plot(int argc, char **argv);
 COHORT_WEAK int cmd_token(int argc, char **argv);
+COHORT_WEAK int cmd_status(int argc, char **argv);
 
 #include <stddef.h>
 
@@ -27,5 +28,13 @@ COHORT_WEAK int cmd_token(int argc, char **argv);
  * Returns CLI_OK, or the usage error's exit status after printing it as who.
  */
 int cmd_token_file(const char *who, const char *path, char *buf, size_t len);
+
+/*
+ * The job token of a command that talks to a job's store: --token, else
+ * --token-file (buf as above), else $COHORT_TOKEN; *out NULL for none.
+ * Returns CLI_OK or the usage error's exit status after printing it.
+ */
+int cmd_token_load(const char *who, const char *token, const char *token_file, char *buf,
+                   size_t len, const char **out);
 
 #endif

@@ -101,25 +101,6 @@ static const cli_opt store_opts[] = {
 static const cli_cmd store_cmd = {
     prog, store_usage, store_opts, BASE_ARRAY_LEN(store_opts), CLI_ANYWHERE, 1};
 
-/* Loads the token from --token, --token-file or $COHORT_TOKEN into buf. */
-static int load_token(const opts *o, char *buf, size_t buflen, const char **token) {
-  *token = NULL;
-  if (o->token != NULL && o->token_file != NULL)
-    return cli_usage_error(prog, "give --token or --token-file, not both");
-  if (o->token_file != NULL) {
-    int rc = cmd_token_file(prog, o->token_file, buf, buflen);
-    if (rc == CLI_OK) *token = buf;
-    return rc;
-  }
-  const char *t = o->token != NULL ? o->token : getenv("COHORT_TOKEN");
-  if (t != NULL && t[0] != '\0') {
-    if (strlen(t) > STORE_TOKEN_MAX)
-      return cli_usage_error(prog, "the token is longer than %d bytes", STORE_TOKEN_MAX);
-    *token = t;
-  }
-  return 0;
-}
-
 static int stop_pipe[2] = {-1, -1};
 
 static void on_signal(int sig) {
@@ -393,7 +374,7 @@ int cmd_store(int argc, char **argv) {
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
   char tokbuf[STORE_TOKEN_MAX + 2];
   const char *token = NULL;
-  rc = load_token(&o, tokbuf, sizeof tokbuf, &token);
+  rc = cmd_token_load(prog, o.token, o.token_file, tokbuf, sizeof tokbuf, &token);
   if (rc != 0) return rc;
   if (strcmp(cmd, "serve") == 0) {
     if (o.port < 0) o.port = DEFAULT_PORT;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -51,6 +52,25 @@ int cmd_token_file(const char *who, const char *path, char *buf, size_t len) {
                            rc == -E2BIG ? "the token is longer than 256 bytes"
                                         : "no token on its first line");
   if (rc != 0) return cli_usage_error(who, "cannot read token file %s: %s", path, strerror(-rc));
+  return CLI_OK;
+}
+
+int cmd_token_load(const char *who, const char *token, const char *token_file, char *buf,
+                   size_t len, const char **out) {
+  *out = NULL;
+  if (token != NULL && token_file != NULL)
+    return cli_usage_error(who, "give --token or --token-file, not both");
+  if (token_file != NULL) {
+    int rc = cmd_token_file(who, token_file, buf, len);
+    if (rc == CLI_OK) *out = buf;
+    return rc;
+  }
+  const char *t = token != NULL ? token : getenv("COHORT_TOKEN");
+  if (t != NULL && t[0] != '\0') {
+    if (strlen(t) > STORE_TOKEN_MAX)
+      return cli_usage_error(who, "the token is longer than %d bytes", STORE_TOKEN_MAX);
+    *out = t;
+  }
   return CLI_OK;
 }
 

@@ -23,6 +23,7 @@ static subcommand subcommands[] = {
     {"manifest", cmd_manifest, "Kubernetes, Slurm and docker job templates"},
     {"plot", cmd_plot, "SVG plot of a training metrics file"},
     {"token", cmd_token, "print a fresh random job token"},
+    {"status", cmd_status, "nodes and ranks of a running job"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,51 @@
+/*
+ * jobctl.h - the keys through which a running job is watched and controlled
+ * from outside (`cohort status`, `cohort stop`), and how a command finds the
+ * job the way its agents do.
+ *
+ * Keys, beside the rounds' keys of join.h ("J/R/..."):
+ *   J/status/<node>  the node's snapshot (snapshot.h), rewritten on each heartbeat
+ *   J/stop           "USER@HOST: TEXT" once `cohort stop` was asked; the
+ *                    round's fail key then carries "stopped by USER@HOST: TEXT"
+ * docs/status.md describes them.
+ */
+#ifndef COHORT_AGENT_JOBCTL_H
+#define COHORT_AGENT_JOBCTL_H
+
+#include <stddef.h>
+
+#include "agent/agent.h"
+#include "base/net.h"
+#include "rdzv/discover.h"
+#include "store/auth.h"
+
+/* The prefix of the root cause of a job stopped by `cohort stop`. */
+#define JOBCTL_STOPPED_BY "stopped by "
+
+/* "J/<what>" or, for node >= 0, "J/<what>/<node>". */
+void jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node);
+
+/*
+ * The job id every node derives from the store's address (and Slurm's job
+ * and step when there), keyed by the token. Returns 0 or -errno.
+ */
+int jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID_LEN + 1]);
+
+/* Where a running job's store is, and the job's id. */
+typedef struct jobctl_where {
+  char host[BASE_HOST_MAX];
+  int port;
+  char job_id[AGENT_RUN_ID_MAX + 1];
+} jobctl_where;
+
+/*
+ * Finds a running job from outside it, by opts as an agent would
+ * (opts->job_id when given is the id, else it is derived as the agents do).
+ * Never hosts anything: discovery that would make this process the host
+ * means no job was found (-ENOENT). Returns 0 or a negative code with a
+ * one-line reason in err.
+ */
+int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jobctl_where *out,
+                char *err, size_t errlen);
+
+#endif

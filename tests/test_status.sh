@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `cohort status` from outside a running job: a 3-node job (2 ranks each) in
+# network namespaces this test creates and removes, queried from a fourth.
+# usage: test_status.sh COHORT_BINARY SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+src=$(readlink -f "$2")
+. "$src/tests/netns_lib.sh"
+. "$src/tests/check_lib.sh"
+tmp=$(mktemp -d /tmp/cohort-status-XXXXXX)
+pids=()
+cleanup() {
+  netns_down
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
+M=$(netns_addr 0)
+export COHORT_TOKEN=status-test-token
+# Rank 5 says goodbye and exits 0 after a while; the others sleep until stopped.
+WORK='echo "up $RANK"; if [ "$RANK" = 5 ]; then sleep 3; exit 0; fi; exec sleep 60'
+for i in 0 1 2; do
+  netns_agent "$i" "$tmp/a$i" --nnodes 3 --node-rank "$i" --master "$M:29500" --nproc-per-node 2 \
+    --heartbeat-timeout 5 -- sh -c "$WORK"
+  eval "a$i=\$!"
+done
+status() { netns_exec 3 "$cohort" status --master "$M:29500" "$@"; }
+
+# 1. six running ranks, with their pids and plausible ages (polled: the job starts under load).
+for _ in $(seq 1 40); do
+  status >"$tmp/st1" 2>&1
+  [ "$(grep -c ' running ' "$tmp/st1")" = 6 ] && break
+  sleep 0.25
+done
+check "status lists 6 running ranks" [ "$(grep -c ' running ' "$tmp/st1")" = 6 ]
+check "the job line counts 3 of 3 nodes" contains "$tmp/st1" "3 of 3 nodes joined, round 0, running"
+check "every node is listed by host" eval 'contains "$tmp/st1" "host node0" && contains "$tmp/st1" "host node1" && contains "$tmp/st1" "host node2"'
+# Each listed pid is a live rank (namespaces share the pid space); uptime under 60 s.
+ok=1
+while read -r rank local pid state up rest; do
+  # The rank's process: its shell, or the sleep it became.
+  case "$(cat /proc/"$pid"/comm 2>/dev/null)" in sh | sleep) ;; *) ok=0 ;; esac
+  case $up in *s) ;; *) ok=0 ;; esac
+  [ "${up%%.*}" -lt 60 ] 2>/dev/null || ok=0
+done < <(grep ' running ' "$tmp/st1" | sed 's/<//')
+check "listed pids are the ranks' processes, ages plausible" [ $ok = 1 ]
+
+# 2. --json validates against the schema.
+status --json >"$tmp/js" 2>"$tmp/js.err"
+check "--json exits 0" [ $? = 0 ]
+check "--json validates (docs/status.schema.json)" python3 "$src/tests/test_status.py" schema \
+  "$src/docs/status.schema.json" "$tmp/js" 6
+
+# 3. --watch redraws in place on a terminal.
+netns_exec 3 python3 "$src/tests/test_status.py" watch 2.5 "$cohort" status --master "$M:29500" \
+  --watch 0.5 >"$tmp/watch"
+frames=$(head -1 "$tmp/watch")
+check "--watch redrew several frames ($frames)" [ "${frames:-0}" -ge 2 ]
+check "--watch frames hold the table" contains "$tmp/watch" "3 of 3 nodes joined"
+check "--watch marks the rank furthest behind" grep -q ' <$' "$tmp/watch"
+
+# 4. a rank that exits shows its code.
+for _ in $(seq 1 40); do
+  status >"$tmp/st2" 2>&1
+  grep -q ' exited 0 ' "$tmp/st2" && break
+  sleep 0.25
+done
+check "the rank that exited shows its code" grep -Eq '^ +5 +1 +[0-9]+ +exited 0 ' "$tmp/st2"
+
+# 5. a wrong token is refused in one line; an unknown job ends within its timeout.
+netns_exec 3 "$cohort" status --master "$M:29500" --token wrong >"$tmp/tok" 2>&1
+rc=$?
+check "wrong token: non-zero exit ($rc)" [ $rc = 1 ]
+check "wrong token: one line naming the token" eval '[ "$(wc -l <"$tmp/tok")" = 1 ] && contains "$tmp/tok" "refused the token"'
+start=$SECONDS
+status --job nosuch --timeout 1 >"$tmp/unk" 2>&1
+rc=$?
+check "unknown job: exit 1 ($rc)" [ $rc = 1 ]
+check "unknown job: one line" eval '[ "$(wc -l <"$tmp/unk")" = 1 ] && contains "$tmp/unk" "no job nosuch"'
+check "unknown job: within its timeout" [ $((SECONDS - start)) -le 3 ]
+netns_exec 3 "$cohort" status --master "$(netns_addr 2):29599" --timeout 1 >"$tmp/none" 2>&1
+rc=$?
+check "no store there: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/none")" = 1 ]'
+
+for i in 0 1 2; do eval "kill -TERM \$a$i"; done
+wait_all 20 $a0 $a1 $a2
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

@@ -1,0 +1,89 @@
+/*
+ * cmd_status.h - what the commands that act on a running job share
+ * (`cohort status`, `cohort stop`): the options that find the job as its
+ * agents do, and a connection to its store with the job's token.
+ */
+#ifndef COHORT_TOOLS_CMD_STATUS_H
+#define COHORT_TOOLS_CMD_STATUS_H
+
+#include <stdint.h>
+
+#include "agent/jobctl.h"
+#include "store/store.h"
+#include "tools/cli.h"
+
+typedef struct job_args {
+  const char *master;    /* --master HOST:PORT */
+  const char *rdzv_file; /* --rdzv-file PATH */
+  const char *job;       /* --job ID: the id the agents were given */
+  const char *token;
+  const char *token_file;
+  int64_t timeout_ms;
+} job_args;
+
+/* The option rows of job_args, for a settings struct TYPE holding one as FIELD. */
+#define JOB_ARGS_ROWS(TYPE, FIELD)                                                                 \
+  {"--master",                                                                                     \
+   0,                                                                                              \
+   CLI_STR,                                                                                        \
+   .at = CLI_AT(TYPE, FIELD.master, const char *),                                                 \
+   .what = "HOST:PORT",                                                                            \
+   .flags = CLI_NONEMPTY},                                                                         \
+      {"--rdzv-file",    0,                                                                        \
+       CLI_STR,          .at = CLI_AT(TYPE, FIELD.rdzv_file, const char *),                        \
+       .what = "a path", .flags = CLI_NONEMPTY},                                                   \
+      {"--job",                                                                                    \
+       0,                                                                                          \
+       CLI_STR,                                                                                    \
+       .at = CLI_AT(TYPE, FIELD.job, const char *),                                                \
+       .what = "a job id",                                                                         \
+       .flags = CLI_NONEMPTY},                                                                     \
+      {"--token", 0, CLI_STR, .at = CLI_AT(TYPE, FIELD.token, const char *)},                      \
+      {"--token-file",                                                                             \
+       0,                                                                                          \
+       CLI_STR,                                                                                    \
+       .at = CLI_AT(TYPE, FIELD.token_file, const char *),                                         \
+       .what = "a file",                                                                           \
+       .env = "COHORT_TOKEN_FILE",                                                                 \
+       .flags = CLI_NONEMPTY},                                                                     \
+  {                                                                                                \
+    "--timeout", 0, CLI_SECONDS, .at = CLI_AT(TYPE, FIELD.timeout_ms, int64_t), .min = 1,          \
+                                 .max = 3600000                                                    \
+  }
+
+#define JOB_ARGS_USAGE                                                                             \
+  "finding the job (as its agents do):\n"                                                          \
+  "  --master HOST:PORT   node 0's agent, as given to cohort run\n"                                \
+  "  --rdzv-file PATH     the job's rendezvous file\n"                                             \
+  "                       (neither: the scheduler's environment, as cohort run)\n"                 \
+  "  --job ID             the job id given to cohort run (--job/--run-id), if any\n"               \
+  "  --token SECRET       the job's token (default: $COHORT_TOKEN)\n"                              \
+  "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE)\n"                \
+  "  --timeout S          give up after S seconds (default 5)\n"
+
+#define JOB_ARGS_DEFAULT_TIMEOUT_MS 5000
+
+/* A connection to a running job's store. */
+typedef struct job_conn {
+  store_client *client;
+  jobctl_where where;
+  char addr[BASE_HOST_MAX + 16]; /* HOST:PORT, for messages */
+  int64_t deadline_ms;           /* the --timeout of the whole command */
+} job_conn;
+
+/*
+ * Finds the job and connects with its token. Returns 0, or the exit status
+ * after one line on stderr as prog: 2 for bad options, 1 when the job's store
+ * cannot be found or reached or refuses the token.
+ */
+int job_connect(const char *prog, const job_args *a, job_conn *out);
+
+/*
+ * Reads node 0's snapshot, waiting for it until the deadline; then the
+ * round. Returns 0, or 1 after one line on stderr ("no job ... found").
+ */
+int job_round(const char *prog, job_conn *jc, int *round);
+
+void job_close(job_conn *jc);
+
+#endif
