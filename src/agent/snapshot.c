@@ -114,7 +114,7 @@ static json_t *node_json(const job *j) {
   json_object_set_new(o, "node", json_integer(c->plan.my_index));
   json_object_set_new(o, "host", json_string(c->hostname));
   json_object_set_new(o, "agent_pid", json_integer(getpid()));
-  json_object_set_new(o, "round", json_integer(j->restart));
+  json_object_set_new(o, "round", json_integer(j->round));
   json_object_set_new(o, "restarts", json_integer(j->restart));
   json_object_set_new(o, "max_restarts", json_integer(j->cfg->max_restarts));
   json_object_set_new(o, "nnodes", json_integer(c->plan.nnodes));
