@@ -22,7 +22,7 @@ export COHORT_TOKEN=status-test-token
 WORK='echo "up $RANK"; if [ "$RANK" = 5 ]; then sleep 3; exit 0; fi; exec sleep 60'
 for i in 0 1 2; do
   netns_agent "$i" "$tmp/a$i" --nnodes 3 --node-rank "$i" --master "$M:29500" --nproc-per-node 2 \
-    --heartbeat-timeout 5 -- sh -c "$WORK"
+    --heartbeat-timeout 5 --max-restarts 2 -- sh -c "$WORK"
   eval "a$i=\$!"
 done
 status() { netns_exec 3 "$cohort" status --master "$M:29500" "$@"; }
@@ -83,7 +83,20 @@ netns_exec 3 "$cohort" status --master "$(netns_addr 2):29599" --timeout 1 >"$tm
 rc=$?
 check "no store there: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/none")" = 1 ]'
 
-for i in 0 1 2; do eval "kill -TERM \$a$i"; done
-wait_all 20 $a0 $a1 $a2
+# 6. cohort stop: every node ends (no restart tried, exit 4), each printing who and why.
+netns_exec 3 "$cohort" stop --master "$M:29500" --job nosuch --timeout 1 >"$tmp/stopunk" 2>&1
+rc=$?
+check "stop of an unknown job: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/stopunk")" = 1 ]'
+start=$SECONDS
+netns_exec 3 "$cohort" stop --master "$M:29500" --reason "maintenance window" >"$tmp/stop" 2>&1
+rc=$?
+check "stop exits 0 ($rc)" [ $rc = 0 ]
+wait_all 15 $a0 $a1 $a2
+check "every agent exits with the stopped status 4 ($codes)" [ "$codes" = "4 4 4" ]
+check "the nodes stopped within 5 s ($((SECONDS - start)) s)" [ $((SECONDS - start)) -le 5 ]
+for i in 0 1 2; do
+  check "node $i prints who stopped it and why" contains "$tmp/a$i" "cohort: stopped by $(id -un)@node3: maintenance window"
+  check "node $i tries no restart" not_contains "$tmp/a$i" "restarting"
+done
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

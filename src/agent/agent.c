@@ -413,6 +413,8 @@ static int exit_status(const job *j, attempt_outcome o) {
                                                                : AGENT_EXIT_NOT_EXECUTABLE;
   case ATTEMPT_SIGNALED:
     return 128 + j->stop_signal;
+  case ATTEMPT_STOPPED:
+    return AGENT_EXIT_STOPPED;
   case ATTEMPT_INTERNAL:
     break;
   }
@@ -456,7 +458,8 @@ static int run_round(job *j) {
     o = j->stop_signal ? ATTEMPT_SIGNALED : ATTEMPT_FAILED;
   if (o == ATTEMPT_FAILED && j->report[0] == '\0')
     cluster_failure(&j->cl, j->report, sizeof j->report);
-  if (o != ATTEMPT_OK && o != ATTEMPT_FAILED) {
+  if (o == ATTEMPT_FAILED && cluster_stopped(j->report)) o = ATTEMPT_STOPPED;
+  if (o != ATTEMPT_OK && o != ATTEMPT_FAILED && o != ATTEMPT_STOPPED) {
     /* Not a worker's failure: the other nodes stop too, and whichever
      * report came first counts there. */
     char winner[WATCH_REPORT_MAX];

@@ -26,6 +26,7 @@
 #define AGENT_EXIT_WORKER_FAILED 1
 #define AGENT_EXIT_USAGE 2
 #define AGENT_EXIT_INTERNAL 3
+#define AGENT_EXIT_STOPPED 4 /* `cohort stop` (docs/status.md) */
 #define AGENT_EXIT_NOT_EXECUTABLE 126
 #define AGENT_EXIT_NOT_FOUND 127
 /* Stopped by signal N: 128 + N. */

@@ -376,6 +376,10 @@ void cluster_publish_status(cluster *c, const char *json, int wait_ms) {
   store_set(c->client, key, json, strlen(json), base_deadline_in(wait_ms));
 }
 
+int cluster_stopped(const char *report) {
+  return strncmp(report, JOBCTL_STOPPED_BY, strlen(JOBCTL_STOPPED_BY)) == 0;
+}
+
 void cluster_leave(cluster *c, int round) {
   if (!c->multinode || c->client == NULL) return;
   char key[STORE_KEY_MAX];

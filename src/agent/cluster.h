@@ -90,6 +90,9 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
  */
 void cluster_publish_status(cluster *c, const char *json, int wait_ms);
 
+/* Whether a round's report is `cohort stop`'s ("stopped by USER@HOST: TEXT"). */
+int cluster_stopped(const char *report);
+
 /* Says goodbye; node 0 keeps the store up until everyone has read the end. */
 void cluster_leave(cluster *c, int round);
 

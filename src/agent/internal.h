@@ -23,6 +23,7 @@ typedef enum attempt_outcome {
   ATTEMPT_FAILED,     /* a worker failed, here or on another node */
   ATTEMPT_EXEC_ERROR, /* the command could not be executed */
   ATTEMPT_SIGNALED,   /* the agent was told to stop */
+  ATTEMPT_STOPPED,    /* `cohort stop` stopped the job (the report says who and why) */
   ATTEMPT_INTERNAL    /* the agent itself could not go on */
 } attempt_outcome;
 

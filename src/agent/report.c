@@ -69,14 +69,14 @@ void report_cause(const job *j, char *out, size_t outlen) {
   snprintf(out, outlen, "%.*s", (int)n, j->report);
 }
 
-/* The root cause: the same text on every node. */
-static void print_cause(const job *j) {
+/* The root cause: the same text on every node (`cohort stop`'s says itself who stopped it). */
+static void print_cause(const job *j, attempt_outcome o) {
   const char *p = j->report;
   int first = 1;
   while (*p) {
     const char *nl = strchr(p, '\n');
     int n = nl ? (int)(nl - p) : (int)strlen(p);
-    fprintf(stderr, "cohort: %s%.*s\n", first ? "job failed: " : "", n, p);
+    fprintf(stderr, "cohort: %s%.*s\n", first && o != ATTEMPT_STOPPED ? "job failed: " : "", n, p);
     first = 0;
     p += n;
     if (*p == '\n') p++;
@@ -113,7 +113,7 @@ void report_print(const job *j, attempt_outcome o) {
     /* The agent's own end on one node: one line says it all. */
     fprintf(stderr, "cohort: %s\n", j->report);
   } else {
-    print_cause(j);
+    print_cause(j, o);
     print_workers(j);
   }
   fflush(stderr);

@@ -75,8 +75,8 @@
   "--signals-to-handle. docs/torchrun.md lists the differences from torchrun.\n"                   \
   "\n"                                                                                             \
   "exit status: 0 every worker succeeded; 1 a worker failed (a report names it);\n"                \
-  "2 usage error; 3 internal error; 126 command not executable; 127 command not\n"                 \
-  "found; 128+N stopped by signal N.\n"
+  "2 usage error; 3 internal error; 4 stopped by cohort stop; 126 command not\n"                   \
+  "executable; 127 command not found; 128+N stopped by signal N.\n"
 
 static const char run_usage[] =
     "usage: cohort run [options] -- CMD [ARGS...]\n"

@@ -206,7 +206,7 @@ static int64_t furthest_behind(const json_t *nodes) {
   return best;
 }
 
-/* The job's state from its nodes: failing, finished, running or starting. */
+/* The job's state from its nodes: stopping, failing, finished, running or starting. */
 static const char *job_state(const json_t *nodes, const char **cause) {
   int all_ok = 1, any_running = 0;
   size_t i, k;
@@ -225,7 +225,9 @@ static const char *job_state(const json_t *nodes, const char **cause) {
       if (strcmp(st, "exited") != 0 || int_of(r, "code") != 0) all_ok = 0;
     }
   }
-  if (*cause != NULL) return "failing";
+  if (*cause != NULL)
+    return strncmp(*cause, JOBCTL_STOPPED_BY, strlen(JOBCTL_STOPPED_BY)) == 0 ? "stopping"
+                                                                              : "failing";
   if (all_ok) return "finished";
   return any_running ? "running" : "starting";
 }

@@ -24,6 +24,7 @@ static subcommand subcommands[] = {
     {"plot", cmd_plot, "SVG plot of a training metrics file"},
     {"token", cmd_token, "print a fresh random job token"},
     {"status", cmd_status, "nodes and ranks of a running job"},
+    {"stop", cmd_stop, "stop a running job on every node"},
 };
 
 static void usage(FILE *f) {
