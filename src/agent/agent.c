@@ -1,5 +1,6 @@
 /* agent.c - the node agent's loop: spawn, supervise, fail together, restart. */
 #include "agent/agent.h"
+#include "agent/launcher.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -465,6 +466,9 @@ static int run_round(job *j) {
     char winner[WATCH_REPORT_MAX];
     report_outcome(j, o);
     cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+    /* Here too (all nodes stopped at once: a launcher's stop), so that
+     * every node prints the same cause. */
+    base_strlcpy(j->report, winner, sizeof j->report);
   }
   cluster_unwatch(&j->cl);
   if (grown(j, o)) {
@@ -530,6 +534,10 @@ int agent_run(const agent_config *cfg) {
   int rc = signals_install();
   if (rc != 0) {
     fprintf(stderr, "cohort: cannot set up signal handling: %s\n", strerror(-rc));
+    goto out;
+  }
+  if (cfg->launcher_stdin && launcher_watch_start(0) != 0) {
+    fprintf(stderr, "cohort: cannot watch the launcher's connection\n");
     goto out;
   }
   rc = guard_start(&j.guard);

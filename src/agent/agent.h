@@ -79,6 +79,7 @@ typedef struct agent_config {
   int64_t heartbeat_ms;    /* heartbeat period between agents */
   int64_t lost_after_ms;   /* a node silent this long is lost */
   int net_auto;            /* add derived network settings (cohort doctor) */
+  int launcher_stdin;      /* stdin is the connection to `cohort launch` (agent/launcher.h) */
 } agent_config;
 
 /*

@@ -1,5 +1,6 @@
 /* report.c - composing and printing the failure report. */
 #include "agent/report.h"
+#include "agent/launcher.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -52,6 +53,8 @@ void report_outcome(job *j, attempt_outcome o) {
   if (o == ATTEMPT_EXEC_ERROR)
     snprintf(j->report, sizeof j->report, "%scannot execute '%s': %s", where, j->cfg->argv[0],
              strerror(j->exec_errno));
+  else if (o == ATTEMPT_SIGNALED && launcher_lost())
+    snprintf(j->report, sizeof j->report, "%slost the connection to the launcher", where);
   else if (o == ATTEMPT_SIGNALED)
     snprintf(j->report, sizeof j->report, "%scohort run was stopped by SIG%s", where,
              sn ? sn : "?");

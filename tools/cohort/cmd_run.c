@@ -67,6 +67,8 @@
   "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"                       \
   "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
   "                       node (never overriding what you set; default auto)\n"                    \
+  "  --launcher-stdin     standard input is the connection to `cohort launch` (it passes\n"        \
+  "                       this): a 'stop' line stops the job, end of file fails it\n"              \
   "  -h, --help           this text\n"                                                             \
   "\n"                                                                                             \
   "Every option also takes --opt=value, the underscore spelling (--nproc_per_node) and,\n"         \
@@ -364,6 +366,7 @@ static const cli_opt run_opts[] = {
     {"--heartbeat-timeout", 0, CLI_SECONDS, .at = AT(cfg.lost_after_ms, int64_t), .min = 500,
      .max = 3600000},
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
+    {"--launcher-stdin", 0, CLI_FLAG, .at = AT(cfg.launcher_stdin, int)},
 };
 
 static const cli_cmd run_cmd = {"cohort run", run_usage, run_opts, BASE_ARRAY_LEN(run_opts),
