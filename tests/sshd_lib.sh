@@ -33,7 +33,7 @@ sshd_up() {
 ListenAddress $(netns_addr "$i"):22
 HostKey $dir/host_key$i
 AuthorizedKeysFile $dir/authorized_keys
-PidFile none
+PidFile $dir/sshd$i.pid
 StrictModes no
 UsePAM no
 PermitRootLogin prohibit-password
@@ -53,7 +53,6 @@ CFG
     # file. -D: stays in the foreground, so $! is the server itself (every
     # wrapper execs); -e: logs to stderr, which goes to a file of the test.
     netns_exec "$i" /usr/sbin/sshd -D -e -f "$dir/sshd_config$i" 2>"$dir/sshd$i.log" &
-    SSHD_PIDS+=($!)
   done
   cat >"$dir/ssh_config" <<CFG
 Host *
@@ -78,15 +77,34 @@ CFG
       sleep 0.1
     done
     [ $ok = 1 ] || { echo "sshd on node$i did not accept a login:"; cat "$dir/sshd$i.log"; return 1; }
+    SSHD_PIDS+=("$(cat "$dir/sshd$i.pid")")
   done
 }
 
-# Stops every server this file started, by PID.
+# Stops every server this file started, by PID (sshd's own pid file; the
+# background job is a wrapper). netns_down also ends what is left by PID.
 sshd_down() {
-  local p
+  local p k
   for p in "${SSHD_PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${SSHD_PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  for p in "${SSHD_PIDS[@]}"; do
+    for k in $(seq 50); do [ -d "/proc/$p" ] || break; sleep 0.1; done
+  done
   SSHD_PIDS=()
   [ -z "$SSHD_MADE_PRIVSEP" ] || rmdir /run/sshd 2>/dev/null
   SSHD_MADE_PRIVSEP=
+}
+
+# sshd_cluster DIR N: the whole setup for a script: N nodes (netns_up), a
+# server in each, and an EXIT trap that stops them and removes DIR.
+sshd_cluster() {
+  SSHD_CLUSTER_DIR=$1
+  trap sshd_cluster_down EXIT
+  netns_up "$2" || { echo "cannot create network namespaces"; return 1; }
+  sshd_up "$1" "$2"
+}
+
+sshd_cluster_down() {
+  sshd_down
+  netns_down
+  rm -rf "$SSHD_CLUSTER_DIR"
 }

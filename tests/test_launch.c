@@ -170,6 +170,34 @@ static void test_ssh_argv(void) {
   launch_ssh_free(&s);
 }
 
+/* Host i's remote command: node rank, slots, master, job id, run's words, the command. */
+static void test_remote_command(void) {
+  launch_job job = {.cohort_path = "/opt/cohort bin/cohort"};
+  char err[LAUNCH_ERR_MAX], *cmd = NULL;
+  char *words[] = {"--role", "it's", NULL},
+       *command[] = {"python3", "train.py", "--lr", "1e-3", NULL};
+  CHECK_EQ_INT(launch_hosts_parse_list("root@n0:4,n1", &job.hosts, err, sizeof err), 0);
+  job.run_words = words;
+  job.command = command;
+  CHECK_EQ_INT(launch_remote_command(&job, 1, "n0:29400", "j1", &cmd), 0);
+  CHECK_STREQ(cmd, "exec 'sh' '-c' 'read -r COHORT_TOKEN && export COHORT_TOKEN && exec \"$@\"' "
+                   "'sh' '/opt/cohort bin/cohort' 'run' '--launcher-stdin' '--nnodes' '2' "
+                   "'--node-rank' '1' '--master' 'n0:29400' '--job' 'j1' '--nproc-per-node' '1' "
+                   "'--role' 'it'\\''s' '--' 'python3' 'train.py' '--lr' '1e-3'");
+  free(cmd);
+  job.nproc = 3;
+  CHECK_EQ_INT(launch_remote_command(&job, 0, "n0:29400", "j1", &cmd), 0);
+  CHECK(
+      strstr(cmd, "'--node-rank' '0' '--master' 'n0:29400' '--job' 'j1' '--nproc-per-node' '3'") !=
+      NULL);
+  free(cmd);
+  job.nproc = 0;
+  CHECK_EQ_INT(launch_remote_command(&job, 0, "n0:29400", "j1", &cmd), 0);
+  CHECK(strstr(cmd, "'--nproc-per-node' '4'") != NULL);
+  free(cmd);
+  launch_hosts_free(&job.hosts);
+}
+
 static void test_run_all(void) {
   char *ok[] = {"sh", "-c", "echo out; echo err >&2; exit 3", NULL};
   char *missing[] = {"/nonexistent/cohort-test-program", NULL};
@@ -304,6 +332,7 @@ int main(int argc, char **argv) {
   test_filter();
   test_shell_join();
   test_ssh_argv();
+  test_remote_command();
   test_run_all();
   test_preflight();
   rmdir(tmpdir);

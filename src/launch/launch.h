@@ -126,4 +126,53 @@ int launch_run_all(char **const *argvs, size_t n, int max_parallel, int64_t time
 int launch_preflight(const launch_ssh *s, const launch_hosts *h, const char *cohort_path,
                      const char *expect, int max_parallel, int64_t timeout_ms, char **report);
 
+/*
+ * A job started over ssh: one `cohort run` agent per host, node i on
+ * hosts.v[i], node 0 hosting the rendezvous store. Every remote command is
+ *   exec sh -c 'read -r COHORT_TOKEN && export COHORT_TOKEN && exec "$@"' sh
+ *        COHORT run --nnodes N --node-rank I --master M --job ID
+ *        --nproc-per-node S [run_words...] -- command...
+ * (each word quoted for the remote shell, which must be a POSIX one: sh,
+ * bash, zsh): the job's token reaches the agent's environment through ssh's
+ * standard input, never a command line that `ps` shows.
+ */
+typedef struct launch_job {
+  launch_hosts hosts;
+  launch_ssh ssh;
+  const char *cohort_path; /* the cohort binary on every host */
+  char *const *run_words;  /* more `cohort run` options, NULL-terminated */
+  char *const *command;    /* the workers' command, NULL-terminated */
+  int nproc;               /* workers per host; 0: each host's slots (1 when none) */
+  const char *master;      /* HOST:PORT of node 0's store; NULL: first host's name:29400 */
+  const char *job_id;      /* NULL: a random one */
+  int64_t stop_grace_ms;   /* after a stop, how long the agents get before ssh is killed */
+  int out_fd, err_fd;      /* where the agents' stdout and stderr are relayed */
+} launch_job;
+
+/*
+ * Builds host i's remote command line (see launch_job) into *out
+ * (malloc'ed). master and job_id are the resolved ones. Returns 0 or
+ * -ENOMEM.
+ */
+int launch_remote_command(const launch_job *job, size_t i, const char *master, const char *job_id,
+                          char **out);
+
+/*
+ * Runs the job: starts every session, writes the token to each, relays the
+ * agents' output line by line (a line of cohort's own that an earlier host
+ * already printed word for word, such as the job's root cause, which every
+ * agent prints, is relayed once), and waits until every session has ended.
+ * While it runs, SIGPIPE is ignored and SIGINT, SIGTERM and SIGHUP are
+ * caught (through a self-pipe; the caller's handlers are put back): the
+ * first one sends every agent a "stop" line and closes its standard input
+ * (the agents stop their workers within their grace), a second one ends
+ * the ssh clients. A session that ends while others run
+ * is named on err_fd, and the others get the agents' own fail-together
+ * time, then are stopped. *status: the job's exit status (0, the first
+ * failing agent's code in node order, 1 for a session that ssh lost,
+ * 128+N after signal N). Returns 0, or -errno when it could not start (a
+ * session already started is then stopped).
+ */
+int launch_job_run(const launch_job *job, int *status);
+
 #endif

@@ -12,6 +12,7 @@
 COHORT_WEAK int cmd_run(int argc, char **argv);
 /* `cohort run` with torchrun's name, help and defaults: main() when argv[0] is torchrun. */
 COHORT_WEAK int cmd_torchrun(int argc, char **argv);
+COHORT_WEAK int cmd_launch(int argc, char **argv);
 COHORT_WEAK int cmd_doctor(int argc, char **argv);
 COHORT_WEAK int cmd_bench(int argc, char **argv);
 COHORT_WEAK int cmd_store(int argc, char **argv);

@@ -17,6 +17,7 @@ typedef struct subcommand {
 
 static subcommand subcommands[] = {
     {"run", cmd_run, "start and supervise the workers of a job on this node"},
+    {"launch", cmd_launch, "start a job's agents on a list of hosts over ssh"},
     {"doctor", cmd_doctor, "derive and check RDMA, NCCL, UCX and Gloo settings"},
     {"bench", cmd_bench, "collective bandwidth table (nccl-tests style)"},
     {"store", cmd_store, "host or query a rendezvous store"},

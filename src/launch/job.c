@@ -1,0 +1,411 @@
+/*
+ * job.c - a job started over ssh: one session (ssh client) per host, each
+ * running a `cohort run` agent; their output relayed to one terminal; the
+ * job stopped on every host when the launcher is told to stop, and every
+ * session ended before the launcher exits.
+ *
+ * The agents do the supervising (fail-together, reports) among themselves
+ * through node 0's store; the launcher only relays, stops, and notices a
+ * session that ssh lost. An agent started by launch watches its standard
+ * input: a "stop" line stops the job as SIGTERM does, end of file (the
+ * launcher or the connection gone) fails it with that cause.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "launch/internal.h"
+#include "launch/launch.h"
+
+#define RELAY_LINE_MAX 16384
+#define SEEN_MAX 1024           /* cohort lines remembered for the once-only relay */
+#define LOST_WAIT_MS 30000      /* after one session failed, the others' time to follow */
+#define KILL_AFTER_TERM_MS 2000 /* ssh clients: SIGTERM, then SIGKILL this much later */
+#define DEFAULT_PORT 29400
+
+typedef struct relay {
+  int fd; /* read end, -1 once closed */
+  size_t len;
+  char buf[RELAY_LINE_MAX];
+} relay;
+
+typedef struct session {
+  pid_t pid;   /* 0 once reaped */
+  int in_fd;   /* ssh's stdin, -1 once closed */
+  relay io[2]; /* the agent's stdout and stderr */
+  int status;  /* waitpid() status once reaped */
+} session;
+
+typedef struct run_state {
+  const launch_job *job;
+  session *s;
+  size_t n;
+  char *seen[SEEN_MAX]; /* cohort's own stderr lines already relayed */
+  size_t nseen;
+  int stop_signal;   /* first stop signal, 0 none */
+  int64_t term_at;   /* SIGTERM to the ssh clients still running, 0 none */
+  int64_t kill_at;   /* SIGKILL to them, 0 none */
+  int64_t follow_by; /* a session failed: the rest must end by then, 0 none */
+} run_state;
+
+static void write_all(int fd, const char *p, size_t len) {
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w;
+    len -= (size_t)w;
+  }
+}
+
+/* 1 when the line was relayed before (and remembers it otherwise). */
+static int seen_before(run_state *st, const char *line, size_t len) {
+  for (size_t i = 0; i < st->nseen; i++)
+    if (strlen(st->seen[i]) == len && memcmp(st->seen[i], line, len) == 0) return 1;
+  if (st->nseen < SEEN_MAX && (st->seen[st->nseen] = strndup(line, len)) != NULL) st->nseen++;
+  return 0;
+}
+
+/* Relays one line (with its newline) from stream k (0 stdout, 1 stderr). */
+static void emit(run_state *st, int k, const char *line, size_t len) {
+  if (k == 1 && len > 8 && memcmp(line, "cohort: ", 8) == 0 && seen_before(st, line, len)) return;
+  write_all(k == 0 ? st->job->out_fd : st->job->err_fd, line, len);
+}
+
+/* Reads what is there and relays whole lines; at EOF the rest, ended. */
+static void relay_read(run_state *st, relay *r, int k) {
+  ssize_t got = read(r->fd, r->buf + r->len, sizeof r->buf - 1 - r->len);
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (got > 0) r->len += (size_t)got;
+  size_t start = 0;
+  for (size_t i = 0; i < r->len; i++)
+    if (r->buf[i] == '\n') {
+      emit(st, k, r->buf + start, i + 1 - start);
+      start = i + 1;
+    }
+  memmove(r->buf, r->buf + start, r->len - start);
+  r->len -= start;
+  if (got <= 0 || r->len == sizeof r->buf - 1) {
+    /* End of file, or a line longer than the buffer: out in pieces. */
+    if (r->len > 0) {
+      r->buf[r->len++] = '\n';
+      emit(st, k, r->buf, r->len);
+      r->len = 0;
+    }
+  }
+  if (got <= 0) {
+    close(r->fd);
+    r->fd = -1;
+  }
+}
+
+static void say(const run_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const run_state *st, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  write_all(st->job->err_fd, line, (size_t)n);
+}
+
+static void close_stdin(session *s) {
+  if (s->in_fd >= 0) close(s->in_fd);
+  s->in_fd = -1;
+}
+
+/* Tells every agent to stop (a "stop" line, then end of file). */
+static void stop_all(run_state *st, int64_t grace_ms) {
+  for (size_t i = 0; i < st->n; i++) {
+    if (st->s[i].in_fd >= 0) write_all(st->s[i].in_fd, "stop\n", 5);
+    close_stdin(&st->s[i]);
+  }
+  if (st->term_at == 0 || base_now_ms() + grace_ms < st->term_at)
+    st->term_at = base_now_ms() + grace_ms;
+}
+
+static void signal_sessions(run_state *st, int sig) {
+  for (size_t i = 0; i < st->n; i++)
+    if (st->s[i].pid > 0) kill(st->s[i].pid, sig);
+}
+
+/* The host part of [user@]host. */
+static const char *host_part(const char *name) {
+  const char *at = strchr(name, '@');
+  return at != NULL ? at + 1 : name;
+}
+
+int launch_remote_command(const launch_job *job, size_t i, const char *master, const char *job_id,
+                          char **out) {
+  char nnodes[16], rank[16], nproc[16];
+  size_t nwords = 0, ncmd = 0;
+  while (job->run_words != NULL && job->run_words[nwords] != NULL) nwords++;
+  while (job->command[ncmd] != NULL) ncmd++;
+  char **v = calloc(nwords + ncmd + 24, sizeof *v);
+  if (v == NULL) return -ENOMEM;
+  int slots = job->nproc > 0 ? job->nproc : job->hosts.v[i].slots > 0 ? job->hosts.v[i].slots : 1;
+  snprintf(nnodes, sizeof nnodes, "%zu", job->hosts.n);
+  snprintf(rank, sizeof rank, "%zu", i);
+  snprintf(nproc, sizeof nproc, "%d", slots);
+  size_t k = 0;
+  /* sh reads the token line before the agent starts; the rest of stdin is
+   * the agent's (--launcher-stdin). */
+  v[k++] = "sh";
+  v[k++] = "-c";
+  v[k++] = "read -r COHORT_TOKEN && export COHORT_TOKEN && exec \"$@\"";
+  v[k++] = "sh";
+  const char *words[] = {job->cohort_path,
+                         "run",
+                         "--launcher-stdin",
+                         "--nnodes",
+                         nnodes,
+                         "--node-rank",
+                         rank,
+                         "--master",
+                         master,
+                         "--job",
+                         job_id,
+                         "--nproc-per-node",
+                         nproc};
+  for (size_t w = 0; w < BASE_ARRAY_LEN(words); w++) v[k++] = (char *)words[w];
+  for (size_t w = 0; w < nwords; w++) v[k++] = job->run_words[w];
+  v[k++] = "--";
+  for (size_t w = 0; w < ncmd; w++) v[k++] = job->command[w];
+  char *joined = NULL;
+  int rc = launch_shell_join(v, &joined);
+  free(v);
+  if (rc != 0) return rc;
+  *out = malloc(strlen(joined) + 8);
+  if (*out != NULL) sprintf(*out, "exec %s", joined);
+  free(joined);
+  return *out != NULL ? 0 : -ENOMEM;
+}
+
+/* Starts host i's session and hands it the token. */
+static int start_session(run_state *st, size_t i, const char *master, const char *job_id,
+                         const char *token) {
+  const launch_job *job = st->job;
+  session *s = &st->s[i];
+  char *cmd = NULL, **argv = NULL;
+  int rc = launch_remote_command(job, i, master, job_id, &cmd);
+  if (rc == 0) rc = launch_ssh_argv(&job->ssh, job->hosts.v[i].name, cmd, &argv);
+  int fds[3], spawn_errno = 0;
+  if (rc == 0) rc = launch_spawn(argv, 1, 1, &s->pid, fds, &spawn_errno);
+  free(argv);
+  free(cmd);
+  if (rc == 0 && s->pid == 0) rc = -spawn_errno;
+  if (rc != 0) return rc;
+  s->in_fd = fds[0];
+  s->io[0].fd = fds[1];
+  s->io[1].fd = fds[2];
+  char line[80];
+  int n = snprintf(line, sizeof line, "%s\n", token);
+  write_all(s->in_fd, line, (size_t)n);
+  return 0;
+}
+
+/* Reaps sessions whose output has closed; notes one that failed. */
+static void reap_sessions(run_state *st) {
+  for (size_t i = 0; i < st->n; i++) {
+    session *s = &st->s[i];
+    if (s->pid <= 0 || s->io[0].fd >= 0 || s->io[1].fd >= 0) continue;
+    pid_t w = waitpid(s->pid, &s->status, WNOHANG);
+    if (w == 0 || (w < 0 && errno == EINTR)) continue;
+    s->pid = 0;
+    close_stdin(s);
+    int failed = !WIFEXITED(s->status) || WEXITSTATUS(s->status) != 0;
+    if (!failed || st->stop_signal != 0) continue;
+    if (!WIFEXITED(s->status) || WEXITSTATUS(s->status) == 255)
+      say(st, "cohort launch: lost the connection to %s (node %zu)", st->job->hosts.v[i].name, i);
+    if (st->follow_by == 0) st->follow_by = base_now_ms() + LOST_WAIT_MS;
+  }
+}
+
+/* Sends what is due: the late stop, SIGTERM and SIGKILL to the clients. */
+static void run_timers(run_state *st) {
+  int64_t now = base_now_ms();
+  if (st->follow_by != 0 && now >= st->follow_by) {
+    st->follow_by = 0;
+    stop_all(st, st->job->stop_grace_ms);
+  }
+  if (st->term_at != 0 && now >= st->term_at) {
+    st->term_at = 0;
+    signal_sessions(st, SIGTERM);
+    st->kill_at = now + KILL_AFTER_TERM_MS;
+  }
+  if (st->kill_at != 0 && now >= st->kill_at) {
+    st->kill_at = 0;
+    signal_sessions(st, SIGKILL);
+  }
+}
+
+/* The soonest timer, as a poll() timeout (-1: none). */
+static int next_timeout(const run_state *st) {
+  int64_t at[3] = {st->follow_by, st->term_at, st->kill_at};
+  int t = -1;
+  for (int k = 0; k < 3; k++) {
+    if (at[k] == 0) continue;
+    int left = base_deadline_left(at[k]);
+    if (t < 0 || left < t) t = left;
+  }
+  for (size_t i = 0; i < st->n; i++)
+    if (st->s[i].pid > 0 && st->s[i].io[0].fd < 0 && st->s[i].io[1].fd < 0) return 5;
+  return t;
+}
+
+static void on_stop_signal(run_state *st, int sig) {
+  if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) return;
+  if (st->stop_signal == 0) {
+    st->stop_signal = sig;
+    const char *name = sigabbrev_np(sig);
+    say(st, "cohort launch: SIG%s: stopping the job on every host", name ? name : "?");
+    stop_all(st, st->job->stop_grace_ms + 3000);
+  } else {
+    /* Asked twice: the agents' grace is over; their ends of ssh close. */
+    say(st, "cohort launch: stopping now");
+    signal_sessions(st, SIGTERM);
+    st->term_at = 0;
+    st->kill_at = base_now_ms() + KILL_AFTER_TERM_MS;
+  }
+}
+
+/* One poll() over the stop pipe and every open output; relays what came. */
+static int poll_once(run_state *st, int stop_fd) {
+  size_t cap = 1 + 2 * st->n;
+  struct pollfd *pfd = calloc(cap, sizeof *pfd);
+  size_t *who = calloc(cap, sizeof *who);
+  if (pfd == NULL || who == NULL) {
+    free(pfd);
+    free(who);
+    return -ENOMEM;
+  }
+  nfds_t np = 0;
+  pfd[np++] = (struct pollfd){.fd = stop_fd, .events = POLLIN};
+  for (size_t i = 0; i < st->n; i++)
+    for (int k = 0; k < 2; k++)
+      if (st->s[i].io[k].fd >= 0) {
+        pfd[np] = (struct pollfd){.fd = st->s[i].io[k].fd, .events = POLLIN};
+        who[np++] = i * 2 + (size_t)k;
+      }
+  int ready = poll(pfd, np, next_timeout(st));
+  int rc = ready < 0 && errno != EINTR ? -errno : 0;
+  for (nfds_t p = 1; ready > 0 && p < np; p++)
+    if (pfd[p].revents != 0) relay_read(st, &st->s[who[p] / 2].io[who[p] % 2], (int)(who[p] % 2));
+  if (ready > 0 && stop_fd >= 0 && (pfd[0].revents & POLLIN)) {
+    unsigned char sigs[16];
+    ssize_t got = read(stop_fd, sigs, sizeof sigs);
+    for (ssize_t k = 0; k < got; k++) on_stop_signal(st, sigs[k]);
+  }
+  free(pfd);
+  free(who);
+  return rc;
+}
+
+/* The job's exit status once every session has ended. */
+static int job_status(const run_state *st) {
+  if (st->stop_signal != 0) return 128 + st->stop_signal;
+  for (size_t i = 0; i < st->n; i++) {
+    int s = st->s[i].status;
+    if (!WIFEXITED(s) || WEXITSTATUS(s) == 255) return 1;
+    if (WEXITSTATUS(s) != 0) return WEXITSTATUS(s);
+  }
+  return 0;
+}
+
+static int any_running(const run_state *st) {
+  for (size_t i = 0; i < st->n; i++)
+    if (st->s[i].pid > 0) return 1;
+  return 0;
+}
+
+/* The stop signals reach the loop through a self-pipe; SIGPIPE is ignored
+ * (a session's stdin may close under a write). */
+static int stop_pipe[2] = {-1, -1};
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  if (write(stop_pipe[1], &b, 1) < 0) {
+    /* Full pipe: enough stop requests are queued. */
+  }
+  errno = saved;
+}
+
+static int signals_install(struct sigaction *old) {
+  if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
+  struct sigaction sa = {.sa_handler = on_signal}, ign = {.sa_handler = SIG_IGN};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (size_t k = 0; k < BASE_ARRAY_LEN(stop_signals); k++)
+    sigaction(stop_signals[k], &sa, &old[k]);
+  sigaction(SIGPIPE, &ign, &old[BASE_ARRAY_LEN(stop_signals)]);
+  return 0;
+}
+
+static void signals_restore(const struct sigaction *old) {
+  for (size_t k = 0; k < BASE_ARRAY_LEN(stop_signals); k++)
+    sigaction(stop_signals[k], &old[k], NULL);
+  sigaction(SIGPIPE, &old[BASE_ARRAY_LEN(stop_signals)], NULL);
+  close(stop_pipe[0]);
+  close(stop_pipe[1]);
+  stop_pipe[0] = stop_pipe[1] = -1;
+}
+
+int launch_job_run(const launch_job *job, int *status) {
+  run_state st = {.job = job, .n = job->hosts.n};
+  struct sigaction old[BASE_ARRAY_LEN(stop_signals) + 1];
+  st.s = calloc(st.n, sizeof *st.s);
+  if (st.s == NULL) return -ENOMEM;
+  int rc = signals_install(old);
+  if (rc != 0) {
+    free(st.s);
+    return rc;
+  }
+  for (size_t i = 0; i < st.n; i++) st.s[i].in_fd = st.s[i].io[0].fd = st.s[i].io[1].fd = -1;
+  char master[LAUNCH_HOST_MAX + 16], job_id[32], token[65];
+  unsigned char raw[32];
+  rc = base_random_bytes(raw, sizeof raw);
+  base_hex(raw, sizeof raw, token);
+  base_hex(raw, 4, job_id + 7);
+  memcpy(job_id, "launch-", 7);
+  if (job->master != NULL)
+    base_strlcpy(master, job->master, sizeof master);
+  else
+    snprintf(master, sizeof master, "%s:%d", host_part(job->hosts.v[0].name), DEFAULT_PORT);
+  const char *id = job->job_id != NULL ? job->job_id : job_id;
+  for (size_t i = 0; rc == 0 && i < st.n; i++) rc = start_session(&st, i, master, id, token);
+  explicit_bzero(token, sizeof token);
+  explicit_bzero(raw, sizeof raw);
+  if (rc != 0) {
+    say(&st, "cohort launch: cannot start ssh: %s", strerror(-rc));
+    stop_all(&st, 0);
+  }
+  while (any_running(&st)) {
+    reap_sessions(&st);
+    run_timers(&st);
+    if (!any_running(&st)) break;
+    int prc = poll_once(&st, stop_pipe[0]);
+    if (prc != 0 && rc == 0) {
+      rc = prc;
+      stop_all(&st, 0);
+      base_sleep_ms(10);
+    }
+  }
+  *status = job_status(&st);
+  signals_restore(old);
+  for (size_t i = 0; i < st.nseen; i++) free(st.seen[i]);
+  free(st.s);
+  return rc;
+}
