@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `cohort status` from outside a running job: a 3-node job (2 ranks each) in
+# `cohort status`, `stacks` and `stop` from outside a running job: a 3-node job (2 ranks each) in
 # network namespaces this test creates and removes, queried from a fourth.
 # usage: test_status.sh COHORT_BINARY SOURCE_DIR
 set -u
@@ -83,7 +83,17 @@ netns_exec 3 "$cohort" status --master "$(netns_addr 2):29599" --timeout 1 >"$tm
 rc=$?
 check "no store there: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/none")" = 1 ]'
 
-# 6. cohort stop: every node ends (no restart tried, exit 4), each printing who and why.
+# 6. cohort stacks: every running rank's stack, grouped by place, and the job goes on.
+netns_exec 3 "$cohort" stacks --master "$M:29500" >"$tmp/stacks" 2>"$tmp/stacks.err"
+rc=$?
+check "stacks exits 0 ($rc)" [ $rc = 0 ]
+check "stacks: a section for each of the 5 running ranks" [ "$(grep -c '^== rank [0-4], node [0-2] (node[0-2]), pid [0-9]*, ' "$tmp/stacks")" = 5 ]
+check "stacks: every stack is in the sleep" [ "$(grep -c '^#[0-9].*nanosleep' "$tmp/stacks")" -ge 5 ]
+check "stacks: one line per place first" grep -Eq '^ranks 0-4 in .*nanosleep' "$tmp/stacks"
+status >"$tmp/st3" 2>&1
+check "the job still runs after stacks" [ "$(grep -c ' running ' "$tmp/st3")" = 5 ]
+
+# 7. cohort stop: every node ends (no restart tried, exit 4), each printing who and why.
 netns_exec 3 "$cohort" stop --master "$M:29500" --job nosuch --timeout 1 >"$tmp/stopunk" 2>&1
 rc=$?
 check "stop of an unknown job: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/stopunk")" = 1 ]'

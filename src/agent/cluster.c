@@ -51,6 +51,10 @@ static int open_alone(cluster *c) {
   return host_store(c, "127.0.0.1", 0);
 }
 
+/* A status snapshot or stacks request check waits no longer than this: the
+ * agent's loop must not stall on a slow store. */
+#define STATUS_WRITE_MS 250
+
 /* Every node must use the same id: derived from what they share (jobctl.h). */
 static int derive_run_id(cluster *c, const rdzv_target *t) {
   int rc = jobctl_job_id(t, cluster_token(c), c->run_id);
@@ -369,11 +373,25 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
   return 0;
 }
 
-void cluster_publish_status(cluster *c, const char *json, int wait_ms) {
+void cluster_publish_status(cluster *c, const char *json) {
   if (!c->multinode || c->client == NULL) return;
   char key[STORE_KEY_MAX];
   jobctl_key(key, sizeof key, c->run_id, "status", c->plan.my_index);
-  store_set(c->client, key, json, strlen(json), base_deadline_in(wait_ms));
+  store_set(c->client, key, json, strlen(json), base_deadline_in(STATUS_WRITE_MS));
+}
+
+int cluster_stacks_requested(cluster *c, int64_t *req) {
+  if (!c->multinode || c->client == NULL) return -ENOTCONN;
+  char key[STORE_KEY_MAX];
+  jobctl_key(key, sizeof key, c->run_id, "stacks", -1);
+  return store_add(c->client, key, 0, req, base_deadline_in(STATUS_WRITE_MS));
+}
+
+void cluster_publish_stacks(cluster *c, const char *json) {
+  if (!c->multinode || c->client == NULL) return;
+  char key[STORE_KEY_MAX];
+  jobctl_key(key, sizeof key, c->run_id, "stacks", c->plan.my_index);
+  store_set(c->client, key, json, strlen(json), base_deadline_in(2000));
 }
 
 int cluster_stopped(const char *report) {

@@ -85,10 +85,19 @@ void cluster_publish_failure(cluster *c, int round, const char *report, char *wi
 int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal);
 
 /*
- * Writes this node's status snapshot (snapshot.h) to its key, waiting at
- * most wait_ms. Nothing for a job on this node alone.
+ * Writes this node's status snapshot (snapshot.h) to its key, waiting a
+ * short while at most (the loop must not stall). Nothing for a job on this
+ * node alone.
  */
-void cluster_publish_status(cluster *c, const char *json, int wait_ms);
+void cluster_publish_status(cluster *c, const char *json);
+
+/*
+ * `cohort stacks`: the job's request counter (0 when none was made), and
+ * this node's answer written to its key. Nothing for a job on this node alone
+ * (-ENOTCONN).
+ */
+int cluster_stacks_requested(cluster *c, int64_t *req);
+void cluster_publish_stacks(cluster *c, const char *json);
 
 /* Whether a round's report is `cohort stop`'s ("stopped by USER@HOST: TEXT"). */
 int cluster_stopped(const char *report);

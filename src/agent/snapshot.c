@@ -12,10 +12,8 @@
 #include <unistd.h>
 
 #include "agent/internal.h"
+#include "agent/remote_stacks.h"
 #include "base/base.h"
-
-/* A snapshot write waits no longer than this: the loop must not stall. */
-#define SNAPSHOT_WRITE_MS 250
 
 /* Reads a small /proc file into buf; returns its length or -errno. */
 static ssize_t read_small(const char *path, char *buf, size_t len) {
@@ -146,8 +144,9 @@ int snapshot_tick(job *j, int64_t now) {
   if (now >= j->snap.next_ms) {
     j->snap.next_ms = now + period;
     char *text = snapshot_json(j, now);
-    if (text != NULL) cluster_publish_status(&j->cl, text, SNAPSHOT_WRITE_MS);
+    if (text != NULL) cluster_publish_status(&j->cl, text);
     free(text);
+    remote_stacks_tick(j, &j->snap.stacks_seen);
   }
   int64_t left = j->snap.next_ms - base_now_ms();
   return left < 0 ? 0 : (int)left;

@@ -21,6 +21,7 @@ COHORT_WEAK int cmd_plot(int argc, char **argv);
 COHORT_WEAK int cmd_token(int argc, char **argv);
 COHORT_WEAK int cmd_status(int argc, char **argv);
 COHORT_WEAK int cmd_stop(int argc, char **argv);
+COHORT_WEAK int cmd_stacks(int argc, char **argv);
 
 #include <stddef.h>
 

@@ -28,11 +28,12 @@ static const char status_usage[] =
     "the root cause when failing). '<' marks the running rank silent longest.\n"
     "\n"
     "  --json               one JSON document (docs/status.schema.json)\n"
-    "  --watch [SEC]        redraw every SEC seconds (default 2) until interrupted\n" JOB_ARGS_USAGE
-    "  -h, --help           this help\n"
-    "\n"
-    "Exit status: 0 shown, 1 no such job (or its store unreachable, or the token\n"
-    "refused), 2 usage error.\n";
+    "  --watch [SEC]        redraw every SEC seconds (default 2) until "
+    "interrupted\n" JOB_ARGS_USAGE(
+        "5") "  -h, --help           this help\n"
+             "\n"
+             "Exit status: 0 shown, 1 no such job (or its store unreachable, or the token\n"
+             "refused), 2 usage error.\n";
 
 typedef struct status_args {
   job_args job;
@@ -129,10 +130,11 @@ static json_t *read_node0(const char *prog_name, job_conn *jc) {
   return o;
 }
 
-int job_round(const char *prog_name, job_conn *jc, int *round) {
+int job_round(const char *prog_name, job_conn *jc, int *round, int *nnodes) {
   json_t *n0 = read_node0(prog_name, jc);
   if (n0 == NULL) return 1;
   *round = (int)json_integer_value(json_object_get(n0, "round"));
+  if (nnodes != NULL) *nnodes = (int)json_integer_value(json_object_get(n0, "nnodes"));
   json_decref(n0);
   return 0;
 }

@@ -51,7 +51,8 @@ typedef struct job_args {
                                  .max = 3600000                                                    \
   }
 
-#define JOB_ARGS_USAGE                                                                             \
+/* The usage lines of those rows; DEFAULT_S: the command's default --timeout. */
+#define JOB_ARGS_USAGE(DEFAULT_S)                                                                  \
   "finding the job (as its agents do):\n"                                                          \
   "  --master HOST:PORT   node 0's agent, as given to cohort run\n"                                \
   "  --rdzv-file PATH     the job's rendezvous file\n"                                             \
@@ -59,7 +60,7 @@ typedef struct job_args {
   "  --job ID             the job id given to cohort run (--job/--run-id), if any\n"               \
   "  --token SECRET       the job's token (default: $COHORT_TOKEN)\n"                              \
   "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE)\n"                \
-  "  --timeout S          give up after S seconds (default 5)\n"
+  "  --timeout S          give up after S seconds (default " DEFAULT_S ")\n"
 
 #define JOB_ARGS_DEFAULT_TIMEOUT_MS 5000
 
@@ -79,10 +80,11 @@ typedef struct job_conn {
 int job_connect(const char *prog, const job_args *a, job_conn *out);
 
 /*
- * Reads node 0's snapshot, waiting for it until the deadline; then the
- * round. Returns 0, or 1 after one line on stderr ("no job ... found").
+ * Reads node 0's snapshot, waiting for it until the deadline, for the round
+ * and the node count (nnodes may be NULL). Returns 0, or 1 after one line on
+ * stderr ("no job ... found").
  */
-int job_round(const char *prog, job_conn *jc, int *round);
+int job_round(const char *prog, job_conn *jc, int *round, int *nnodes);
 
 void job_close(job_conn *jc);
 

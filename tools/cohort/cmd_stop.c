@@ -25,11 +25,11 @@ static const char stop_usage[] =
     "'stopped by USER@HOST: TEXT' as the root cause, tries no restart and\n"
     "exits with status 4.\n"
     "\n"
-    "  --reason TEXT        why, for every node's report (default: none given)\n" JOB_ARGS_USAGE
-    "  -h, --help           this help\n"
-    "\n"
-    "Exit status: 0 the stop was published (or the job was already being\n"
-    "stopped), 1 no such job or it is ending for another reason, 2 usage error.\n";
+    "  --reason TEXT        why, for every node's report (default: none given)\n" JOB_ARGS_USAGE(
+        "5") "  -h, --help           this help\n"
+             "\n"
+             "Exit status: 0 the stop was published (or the job was already being\n"
+             "stopped), 1 no such job or it is ending for another reason, 2 usage error.\n";
 
 typedef struct stop_args {
   job_args job;
@@ -91,7 +91,7 @@ int cmd_stop(int argc, char **argv) {
   /* A round that already ended otherwise (a failure with restarts left, a
    * node joining) is followed by another: try that one, until the timeout. */
   for (;;) {
-    if (job_round(prog, &jc, &round) != 0) break;
+    if (job_round(prog, &jc, &round, NULL) != 0) break;
     rc = publish_stop(&jc, round, text, current, sizeof current);
     if (rc == 0) {
       fprintf(stderr, "cohort stop: job %s (round %d): %s\n", jc.where.job_id, round, current);

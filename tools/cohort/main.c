@@ -26,6 +26,7 @@ static subcommand subcommands[] = {
     {"token", cmd_token, "print a fresh random job token"},
     {"status", cmd_status, "nodes and ranks of a running job"},
     {"stop", cmd_stop, "stop a running job on every node"},
+    {"stacks", cmd_stacks, "every rank's stack of a running job, by place"},
 };
 
 static void usage(FILE *f) {

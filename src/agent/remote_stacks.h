@@ -1,0 +1,25 @@
+/*
+ * remote_stacks.h - `cohort stacks` on the agent's side: when the job's
+ * request counter (J/stacks, jobctl.h) has moved past the last request this
+ * agent answered, it collects its running ranks' stacks (stacks.h, within
+ * REMOTE_STACKS_MS) and writes them as one JSON value to J/stacks/<node>.
+ * The workers are not stopped. Checked on each status snapshot.
+ *
+ * Main thread only.
+ */
+#ifndef COHORT_AGENT_REMOTE_STACKS_H
+#define COHORT_AGENT_REMOTE_STACKS_H
+
+#include <stdint.h>
+
+/* How long the collection of one request may take on a node. */
+#define REMOTE_STACKS_MS 5000
+/* The most one node's answer holds, so that it fits a store value. */
+#define REMOTE_STACKS_BYTES (768u * 1024u)
+
+struct job;
+
+/* Answers a pending request, if any (*seen: the last request answered). */
+void remote_stacks_tick(struct job *j, int64_t *seen);
+
+#endif
