@@ -108,5 +108,31 @@ for i in 0 1 2; do
   check "node $i prints who stopped it and why" contains "$tmp/a$i" "cohort: stopped by $(id -un)@node3: maintenance window"
   check "node $i tries no restart" not_contains "$tmp/a$i" "restarting"
 done
+# 8. a job of one machine alone: found through its user's directory, stacks too; stop refused.
+xdg="$tmp/xdg"
+mkdir -m 700 "$xdg"
+solo_env() { XDG_RUNTIME_DIR=$xdg env -u COHORT_TOKEN "$@"; }
+XDG_RUNTIME_DIR=$xdg env -u COHORT_TOKEN "$cohort" run --run-id solo --nproc-per-node 2 -- sh -c 'echo up; exec sleep 30' >"$tmp/solo" 2>&1 &
+solo=$!
+pids+=($solo)
+for _ in $(seq 1 40); do
+  solo_env "$cohort" status >"$tmp/so1" 2>&1
+  [ "$(grep -c ' running ' "$tmp/so1")" = 2 ] && break
+  sleep 0.25
+done
+check "one machine alone: status without options lists its 2 ranks" [ "$(grep -c ' running ' "$tmp/so1")" = 2 ]
+check "one machine alone: the job line" contains "$tmp/so1" "job solo: 1 of 1 nodes joined, round 0, running"
+solo_env "$cohort" stacks >"$tmp/so2" 2>&1
+check "one machine alone: stacks of both ranks" [ "$(grep -c '^== rank [01], node 0' "$tmp/so2")" = 2 ]
+solo_env "$cohort" stop >"$tmp/so3" 2>&1
+rc=$?
+check "one machine alone: stop refused in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/so3")" = 1 ]'
+solo_env "$cohort" status --job other >"$tmp/so4" 2>&1
+rc=$?
+check "one machine alone: an unknown job in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/so4")" = 1 ]'
+kill -TERM $solo
+wait_all 10 $solo
+check "one machine alone: the job's file is gone with it" [ -z "$(ls "$xdg/cohort")" ]
+
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

@@ -48,7 +48,15 @@ static int open_alone(cluster *c) {
     return -EIO;
   }
   c->multinode = 0;
-  return host_store(c, "127.0.0.1", 0);
+  int rc = host_store(c, "127.0.0.1", 0);
+  if (rc != 0) return rc;
+  /* Its own connection, for the status snapshots; and where its user finds it. */
+  if (store_client_connect("127.0.0.1", c->store_port, c->token, base_deadline_in(2000), &c->client,
+                           NULL, 0) != 0 ||
+      jobctl_local_publish(c->run_id, c->store_port, c->token, c->local_file,
+                           sizeof c->local_file) != 0)
+    base_log(BASE_LOG_INFO, "cohort status will not find this job");
+  return 0;
 }
 
 /* A status snapshot or stacks request check waits no longer than this: the
@@ -374,21 +382,21 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
 }
 
 void cluster_publish_status(cluster *c, const char *json) {
-  if (!c->multinode || c->client == NULL) return;
+  if (c->client == NULL) return;
   char key[STORE_KEY_MAX];
   jobctl_key(key, sizeof key, c->run_id, "status", c->plan.my_index);
   store_set(c->client, key, json, strlen(json), base_deadline_in(STATUS_WRITE_MS));
 }
 
 int cluster_stacks_requested(cluster *c, int64_t *req) {
-  if (!c->multinode || c->client == NULL) return -ENOTCONN;
+  if (c->client == NULL) return -ENOTCONN;
   char key[STORE_KEY_MAX];
   jobctl_key(key, sizeof key, c->run_id, "stacks", -1);
   return store_add(c->client, key, 0, req, base_deadline_in(STATUS_WRITE_MS));
 }
 
 void cluster_publish_stacks(cluster *c, const char *json) {
-  if (!c->multinode || c->client == NULL) return;
+  if (c->client == NULL) return;
   char key[STORE_KEY_MAX];
   jobctl_key(key, sizeof key, c->run_id, "stacks", c->plan.my_index);
   store_set(c->client, key, json, strlen(json), base_deadline_in(2000));
@@ -417,6 +425,8 @@ void cluster_close(cluster *c) {
   c->pub = NULL;
   store_client_close(c->client);
   c->client = NULL;
+  if (c->local_file[0] != '\0') unlink(c->local_file);
+  c->local_file[0] = '\0';
   rdzv_plan_free(&c->plan);
   store_server_stop(c->store);
   c->store = NULL;

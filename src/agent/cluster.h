@@ -43,6 +43,7 @@ typedef struct cluster {
   char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
   char iface[64];                     /* interface toward node 0, "" unknown */
   rdzv_plan plan;                     /* this round's nodes and ranks */
+  char local_file[4400]; /* one node: where `cohort status` finds the job (jobctl.h), "" none */
 } cluster;
 
 /*
@@ -86,15 +87,13 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
 
 /*
  * Writes this node's status snapshot (snapshot.h) to its key, waiting a
- * short while at most (the loop must not stall). Nothing for a job on this
- * node alone.
+ * short while at most (the loop must not stall).
  */
 void cluster_publish_status(cluster *c, const char *json);
 
 /*
  * `cohort stacks`: the job's request counter (0 when none was made), and
- * this node's answer written to its key. Nothing for a job on this node alone
- * (-ENOTCONN).
+ * this node's answer written to its key. -ENOTCONN without a connection.
  */
 int cluster_stacks_requested(cluster *c, int64_t *req);
 void cluster_publish_stacks(cluster *c, const char *json);

@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+#include "store/store.h"
+
 #include "agent/agent.h"
 #include "base/net.h"
 #include "rdzv/discover.h"
@@ -47,5 +49,25 @@ typedef struct jobctl_where {
  */
 int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jobctl_where *out,
                 char *err, size_t errlen);
+
+/*
+ * A job on one node alone keeps its store on loopback with a random token;
+ * so that its own user can watch it, the agent writes "127.0.0.1 PORT TOKEN PID"
+ * to a file named after the job in a directory only that user may enter:
+ * $XDG_RUNTIME_DIR/cohort, else /tmp/cohort-<uid> (mode 0700, file 0600).
+ *
+ * jobctl_local_publish() writes it (path receives its name, to remove when
+ * the job ends); it refuses (-EPERM) a directory that is not the user's own
+ * or that others may enter.
+ */
+int jobctl_local_publish(const char *job_id, int port, const char *token, char *path,
+                         size_t pathlen);
+/*
+ * Finds this user's one-node job: job_id's file, or with job_id NULL the
+ * only one there is (files of agents no longer alive do not count). Fills
+ * out and token (STORE_TOKEN_MAX + 1 bytes). -ENOENT none, -EINVAL several
+ * (err lists them) or a malformed file, -ESRCH job_id's agent is gone.
+ */
+int jobctl_local_find(const char *job_id, jobctl_where *out, char *token, char *err, size_t errlen);
 
 #endif

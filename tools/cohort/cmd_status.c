@@ -53,7 +53,29 @@ static const cli_cmd status_cmd = {
 
 /* ---- finding and connecting (shared with cmd_stop.c through cmd_status.h) ---- */
 
-static int find_job(const char *prog_name, const job_args *a, const char *token, job_conn *jc) {
+/* No address given and no scheduler: this user's job on this machine alone. */
+static int find_local(const char *prog_name, const job_args *a, const char **token, job_conn *jc) {
+  static char local_token[STORE_TOKEN_MAX + 1];
+  char err[512] = "";
+  int rc = jobctl_local_find(a->job, &jc->where, local_token, err, sizeof err);
+  if (rc == -EINVAL && err[0] != '\0')
+    return cli_usage_error(prog_name, "several jobs run on this machine alone (%s): give --job ID",
+                           err);
+  if (rc != 0 && a->job != NULL)
+    return cli_error(prog_name, 1,
+                     "no job %s runs on this machine alone (give --master or --rdzv-file for a "
+                     "job of several nodes)",
+                     a->job);
+  if (rc != 0)
+    return cli_usage_error(prog_name, "which job? give --master or --rdzv-file (no job of this "
+                                      "machine alone runs)");
+  *token = local_token;
+  jc->alone = 1;
+  base_join_hostport(jc->where.host, jc->where.port, jc->addr, sizeof jc->addr);
+  return 0;
+}
+
+static int find_job(const char *prog_name, const job_args *a, const char **token, job_conn *jc) {
   rdzv_opts ro = {.method = RDZV_AUTO, .node_rank = -1, .job_id = a->job};
   if (a->master != NULL && a->rdzv_file != NULL)
     return cli_usage_error(prog_name, "give --master or --rdzv-file, not both");
@@ -63,10 +85,8 @@ static int find_job(const char *prog_name, const job_args *a, const char *token,
   ro.rdzv_file = a->rdzv_file;
   ro.deadline_ms = jc->deadline_ms;
   char err[512] = "";
-  int rc = jobctl_find(&ro, environ, token, &jc->where, err, sizeof err);
-  if (rc == -ENOENT && ro.method == RDZV_AUTO)
-    return cli_usage_error(prog_name, "which job? give --master or --rdzv-file (or run inside "
-                                      "the job's scheduler allocation)");
+  int rc = jobctl_find(&ro, environ, *token, &jc->where, err, sizeof err);
+  if (rc == -ENOENT && ro.method == RDZV_AUTO) return find_local(prog_name, a, token, jc);
   if (rc == -EINVAL) return cli_usage_error(prog_name, "%s", err[0] ? err : cohort_strerror(rc));
   if (rc != 0) return cli_error(prog_name, 1, "%s", err[0] ? err : cohort_strerror(rc));
   base_join_hostport(jc->where.host, jc->where.port, jc->addr, sizeof jc->addr);
@@ -80,7 +100,7 @@ int job_connect(const char *prog_name, const job_args *a, job_conn *jc) {
   static char tokbuf[STORE_TOKEN_MAX + 2];
   const char *token = NULL;
   int rc = cmd_token_load(prog_name, a->token, a->token_file, tokbuf, sizeof tokbuf, &token);
-  if (rc == CLI_OK) rc = find_job(prog_name, a, token, jc);
+  if (rc == CLI_OK) rc = find_job(prog_name, a, &token, jc);
   if (rc != CLI_OK) return rc;
   char err[512] = "";
   rc = store_client_connect(jc->where.host, jc->where.port, token, jc->deadline_ms, &jc->client,

@@ -56,7 +56,8 @@ typedef struct job_args {
   "finding the job (as its agents do):\n"                                                          \
   "  --master HOST:PORT   node 0's agent, as given to cohort run\n"                                \
   "  --rdzv-file PATH     the job's rendezvous file\n"                                             \
-  "                       (neither: the scheduler's environment, as cohort run)\n"                 \
+  "                       (neither: the scheduler's environment, as cohort run;\n"                 \
+  "                       else this user's job running on this machine alone)\n"                   \
   "  --job ID             the job id given to cohort run (--job/--run-id), if any\n"               \
   "  --token SECRET       the job's token (default: $COHORT_TOKEN)\n"                              \
   "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE)\n"                \
@@ -70,6 +71,7 @@ typedef struct job_conn {
   jobctl_where where;
   char addr[BASE_HOST_MAX + 16]; /* HOST:PORT, for messages */
   int64_t deadline_ms;           /* the --timeout of the whole command */
+  int alone;                     /* a job of this machine alone (jobctl_local_find) */
 } job_conn;
 
 /*

@@ -85,6 +85,13 @@ int cmd_stop(int argc, char **argv) {
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
   job_conn jc;
   if ((rc = job_connect(prog, &a.job, &jc)) != 0) return rc;
+  if (jc.alone) {
+    /* No other node watches its failure key: its agent takes signals. */
+    job_close(&jc);
+    return cli_error(prog, 1,
+                     "job %s runs on this machine alone: stop it with SIGTERM to its agent",
+                     jc.where.job_id);
+  }
   char text[WATCH_REPORT_MAX], current[WATCH_REPORT_MAX] = "";
   stop_text(a.reason, text, sizeof text);
   int round = -1, status = 1;
