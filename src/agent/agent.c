@@ -20,6 +20,7 @@
 #include "agent/network.h"
 #include "agent/report.h"
 #include "agent/signals.h"
+#include "agent/stacks.h"
 #include "base/base.h"
 
 extern char **environ;
@@ -134,12 +135,76 @@ static void reap(job *j) {
   }
 }
 
+/* ---- hangs (--hang-timeout) and stack dumps ---- */
+
+/* Where this attempt's stacks go: --log-dir DIR/attempt<K>/stacks, else a
+ * directory of its own under $TMPDIR (kept, named in the report). */
+static const char *stacks_dir(job *j, char *out, size_t outlen) {
+  const char *tmp = getenv("TMPDIR");
+  if (j->cfg->log_dir != NULL) {
+    snprintf(out, outlen, "%s/attempt%d", j->cfg->log_dir, j->restart);
+    mkdir(j->cfg->log_dir, 0755);
+    mkdir(out, 0755);
+    snprintf(out, outlen, "%s/attempt%d/stacks", j->cfg->log_dir, j->restart);
+    return out;
+  }
+  snprintf(out, outlen, "%s/cohort-stacks-XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
+  return mkdtemp(out);
+}
+
+static hang_node here(const job *j) {
+  return (hang_node){.node = j->cl.plan.my_index, .host = j->cl.hostname};
+}
+
+/* SIGQUIT: every rank's stack on the console and in the log directory; the job goes on. */
+static void dump_stacks(job *j) {
+  if (j->hang.prog == NULL) {
+    base_log(BASE_LOG_WARN, "SIGQUIT: stack dumps need --hang-timeout (its hooks are off)");
+    return;
+  }
+  char dir[4096];
+  hang_node at = here(j);
+  hang_dump(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir));
+}
+
+/* A rank made no progress for the timeout: stacks, blame, and the job fails together. */
+static void on_hung(job *j) {
+  char dir[4096];
+  hang_node at = here(j);
+  if (hang_report(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir), j->report,
+                  sizeof j->report) != 0)
+    snprintf(j->report, sizeof j->report, "%sa rank made no progress for %.1f s (no stack)",
+             HANG_REPORT_PREFIX, (double)j->cfg->hang_timeout_ms / 1000);
+  j->hung = 1;
+  char winner[WATCH_REPORT_MAX];
+  cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+  if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
+  begin_stop(j);
+}
+
+/* The loop's hang check; returns the poll timeout it needs (-1: none). */
+static int hang_tick(job *j, int64_t now) {
+  if (j->hang.prog == NULL || j->stopping) return -1;
+  int next = -1;
+  if (hang_check(&j->hang, j->workers, now, &next) >= 0) on_hung(j);
+  return next;
+}
+
+/* Another node found the job hung: our ranks' stacks are taken too, before they stop. */
+static void save_stacks(job *j) {
+  if (j->hang.prog == NULL) return;
+  char dir[4096], scratch[WATCH_REPORT_MAX];
+  hang_node at = here(j);
+  hang_report(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir), scratch, sizeof scratch);
+}
+
 /* Another node failed or was lost: stop ours, blaming it. */
 static void on_remote_failure(job *j) {
   int can_adopt = j->first_failed < 0 || j->publish_at != 0;
   if (!can_adopt || j->remote_failed) return;
   if (!cluster_failure(&j->cl, j->report, sizeof j->report)) return;
   adopt_report(j, j->report);
+  if (strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0) save_stacks(j);
   begin_stop(j);
 }
 
@@ -161,6 +226,8 @@ static void on_stop_signal(job *j, int sig) {
 static void handle_event(job *j, int ev) {
   if (ev == SIGCHLD)
     reap(j);
+  else if (ev == SIGQUIT)
+    dump_stacks(j);
   else if (ev == WATCH_NOTIFY_BYTE)
     on_remote_failure(j);
   else if (ev == SIGUSR1 || ev == SIGUSR2)
@@ -213,6 +280,7 @@ static void attempt_reset(job *j) {
   j->killed = 0;
   j->first_failed = -1;
   j->remote_failed = 0;
+  j->hung = 0;
   j->publish_at = 0;
   j->report[0] = '\0';
   j->exec_errno = 0;
@@ -241,6 +309,15 @@ static int spawn_one(job *j, worker *w) {
                      .token = cluster_token(&j->cl),
                      .net = j->net ? j->net->set : NULL,
                      .nnet = j->net ? j->net->nset : 0};
+  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], hook[PROGRESS_PATH_MAX];
+  if (j->hang.prog != NULL) {
+    hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
+    hang_hook_dir(&j->hang, hook, sizeof hook);
+    in.heartbeat = hb;
+    in.stacks_file = py;
+    in.hook_dir = hook;
+    in.stacks_signal = stacks_py_signal();
+  }
   agent_env env = {0};
   int rc = agent_env_build(&in, &env);
   if (rc == 0) rc = worker_spawn(w, j->cfg->argv, env.v, &j->exec_errno);
@@ -258,6 +335,8 @@ static attempt_outcome spawn_all(job *j) {
     int fd = files ? open_log(cfg, j->restart, offset + i) : -1;
     worker_init(&j->workers[i], offset + i, i, console, files, fd);
   }
+  if (j->hang.prog != NULL && hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
+    base_log(BASE_LOG_WARN, "cannot create the heartbeat files: no hang detection this attempt");
   signals_set_workers(1);
   for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
     worker *w = &j->workers[i];
@@ -289,6 +368,8 @@ static int run_timers(job *j) {
     if (j->first_failed >= 0) note_local_failure(j, j->first_failed);
   }
   int timeout = snapshot_tick(j, now);
+  int hang_ms = hang_tick(j, now);
+  if (hang_ms >= 0 && (timeout < 0 || hang_ms < timeout)) timeout = hang_ms;
   if (j->stopping && !j->killed && base_deadline_left(j->kill_at) < timeout)
     timeout = base_deadline_left(j->kill_at);
   if (j->publish_at != 0) {
@@ -379,6 +460,7 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
   cleanup_shm(j->cl.run_id);
   signals_set_workers(0);
   if (outcome != ATTEMPT_OK) return outcome;
+  if (j->hung) return ATTEMPT_HUNG;
   if (j->remote_failed) return ATTEMPT_FAILED;
   if (j->stop_signal != 0) return ATTEMPT_SIGNALED;
   if (j->first_failed >= 0) return ATTEMPT_FAILED;
@@ -395,6 +477,9 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
 static attempt_outcome run_attempt(job *j) {
   attempt_reset(j);
   make_err_dir(j);
+  if (j->cfg->hang_timeout_ms > 0 && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
+      hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->err_dir, j->nworkers) != 0)
+    base_log(BASE_LOG_WARN, "cannot set up hang detection: --hang-timeout has no effect");
   attempt_outcome spawned = spawn_all(j);
   attempt_outcome supervised = supervise(j);
   return attempt_finish(j, spawned != ATTEMPT_OK ? spawned : supervised);
@@ -416,6 +501,8 @@ static int exit_status(const job *j, attempt_outcome o) {
     return 128 + j->stop_signal;
   case ATTEMPT_STOPPED:
     return AGENT_EXIT_STOPPED;
+  case ATTEMPT_HUNG:
+    return AGENT_EXIT_HUNG;
   case ATTEMPT_INTERNAL:
     break;
   }
@@ -460,7 +547,10 @@ static int run_round(job *j) {
   if (o == ATTEMPT_FAILED && j->report[0] == '\0')
     cluster_failure(&j->cl, j->report, sizeof j->report);
   if (o == ATTEMPT_FAILED && cluster_stopped(j->report)) o = ATTEMPT_STOPPED;
-  if (o != ATTEMPT_OK && o != ATTEMPT_FAILED && o != ATTEMPT_STOPPED) {
+  if (o == ATTEMPT_FAILED &&
+      strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0)
+    o = ATTEMPT_HUNG; /* another node found the job hung */
+  if (o != ATTEMPT_OK && o != ATTEMPT_FAILED && o != ATTEMPT_STOPPED && o != ATTEMPT_HUNG) {
     /* Not a worker's failure: the other nodes stop too, and whichever
      * report came first counts there. */
     char winner[WATCH_REPORT_MAX];
@@ -486,7 +576,8 @@ static int run_rounds(job *j) {
   for (j->restart = 0, j->round = 0;; j->round++) {
     int status = run_round(j);
     if (status == ROUND_REFORM) continue;
-    if (status != AGENT_EXIT_WORKER_FAILED) return status;
+    /* A hung job restarts as a failed one does. */
+    if (status != AGENT_EXIT_WORKER_FAILED && status != AGENT_EXIT_HUNG) return status;
     if (j->restart >= cfg->max_restarts) {
       if (cfg->max_restarts > 0)
         fprintf(stderr, "cohort: no restarts left (%d used)\n", cfg->max_restarts);
@@ -515,6 +606,7 @@ static int job_init(job *j, const agent_config *cfg) {
 static void job_free(job *j) {
   cluster_close(&j->cl);
   doctor_result_destroy(j->net);
+  hang_free(&j->hang);
   dirs_remove(j->err_dir);
   guard_stop(&j->guard);
   signals_restore();

@@ -27,6 +27,7 @@
 #define AGENT_EXIT_USAGE 2
 #define AGENT_EXIT_INTERNAL 3
 #define AGENT_EXIT_STOPPED 4 /* `cohort stop` (docs/status.md) */
+#define AGENT_EXIT_HUNG 5    /* --hang-timeout: a rank made no progress (docs/hang.md) */
 #define AGENT_EXIT_NOT_EXECUTABLE 126
 #define AGENT_EXIT_NOT_FOUND 127
 /* Stopped by signal N: 128 + N. */
@@ -79,6 +80,7 @@ typedef struct agent_config {
   int64_t heartbeat_ms;    /* heartbeat period between agents */
   int64_t lost_after_ms;   /* a node silent this long is lost */
   int net_auto;            /* add derived network settings (cohort doctor) */
+  int64_t hang_timeout_ms; /* a rank silent this long makes the job hung; 0: off */
   int launcher_stdin;      /* stdin is the connection to `cohort launch` (agent/launcher.h) */
 } agent_config;
 

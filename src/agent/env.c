@@ -96,6 +96,19 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
   return rc;
 }
 
+/* --hang-timeout's variables: the heartbeat file and the Python stack hook. */
+static int env_hang(agent_env *e, const agent_env_in *in) {
+  int rc = env_setf(e, "COHORT_HEARTBEAT", "%s", in->heartbeat);
+  const char *pp = agent_env_get(in->parent, "PYTHONPATH");
+  if (pp != NULL && pp[0] != '\0')
+    rc |= env_setf(e, "PYTHONPATH", "%s:%s", in->hook_dir, pp);
+  else
+    rc |= env_setf(e, "PYTHONPATH", "%s", in->hook_dir);
+  rc |= env_setf(e, "COHORT_STACKS_FILE", "%s", in->stacks_file);
+  rc |= env_setf(e, "COHORT_STACKS_SIGNAL", "%d", in->stacks_signal);
+  return rc;
+}
+
 int agent_env_build(const agent_env_in *in, agent_env *out) {
   int rc = 0;
   for (char *const *p = in->parent; p != NULL && *p != NULL && rc == 0; p++)
@@ -112,6 +125,7 @@ int agent_env_build(const agent_env_in *in, agent_env *out) {
     rc |= env_default(out, in, "GLOO_SOCKET_IFNAME", in->iface);
     rc |= env_default(out, in, "NCCL_SOCKET_IFNAME", in->iface);
   }
+  if (rc == 0 && in->heartbeat != NULL) rc |= env_hang(out, in);
   if (rc == 0) {
     rc |= env_setf(out, "COHORT_STORE", "%s", in->store);
     rc |= env_setf(out, "COHORT_JOB_ID", "%s", in->run_id);

@@ -32,6 +32,10 @@ typedef struct agent_env_in {
   const char *token;      /* COHORT_TOKEN, or NULL */
   const doctor_var *net;  /* derived network settings (--net auto), nnet of them */
   size_t nnet;
+  /* --hang-timeout: COHORT_HEARTBEAT, and the Python stack hook (its directory
+   * first on PYTHONPATH, COHORT_STACKS_FILE/SIGNAL); NULL: none of them. */
+  const char *heartbeat, *stacks_file, *hook_dir;
+  int stacks_signal;
 } agent_env_in;
 
 /* A NULL-terminated list of NAME=VALUE strings the list owns. */

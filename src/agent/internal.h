@@ -12,6 +12,7 @@
 #include "agent/agent.h"
 #include "agent/cluster.h"
 #include "agent/guard.h"
+#include "agent/hang.h"
 #include "agent/snapshot.h"
 #include "agent/watch.h"
 #include "agent/worker.h"
@@ -24,6 +25,7 @@ typedef enum attempt_outcome {
   ATTEMPT_EXEC_ERROR, /* the command could not be executed */
   ATTEMPT_SIGNALED,   /* the agent was told to stop */
   ATTEMPT_STOPPED,    /* `cohort stop` stopped the job (the report says who and why) */
+  ATTEMPT_HUNG,       /* --hang-timeout: a rank made no progress (HANG_REPORT_PREFIX) */
   ATTEMPT_INTERNAL    /* the agent itself could not go on */
 } attempt_outcome;
 
@@ -38,6 +40,7 @@ typedef struct job {
   int round;          /* the rendezvous round: restarts and re-formations (elastic growth) */
   char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
   snapshot snap;      /* this node's status for `cohort status` */
+  hang hang;          /* --hang-timeout's state, hang.prog NULL while off */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */
   int64_t kill_at;    /* when the stragglers get SIGKILL */
@@ -48,6 +51,7 @@ typedef struct job {
   int sigint_count;
   int exec_errno;                /* the command could not be executed: why */
   int remote_failed;             /* another node failed (or was lost) first */
+  int hung;                      /* this node found a rank silent for --hang-timeout */
   char report[WATCH_REPORT_MAX]; /* the root cause, as every node prints it */
 } job;
 

@@ -79,7 +79,8 @@ static void print_cause(const job *j, attempt_outcome o) {
   while (*p) {
     const char *nl = strchr(p, '\n');
     int n = nl ? (int)(nl - p) : (int)strlen(p);
-    fprintf(stderr, "cohort: %s%.*s\n", first && o != ATTEMPT_STOPPED ? "job failed: " : "", n, p);
+    int plain = o == ATTEMPT_STOPPED || o == ATTEMPT_HUNG; /* the report says what happened */
+    fprintf(stderr, "cohort: %s%.*s\n", first && !plain ? "job failed: " : "", n, p);
     first = 0;
     p += n;
     if (*p == '\n') p++;
@@ -112,7 +113,7 @@ static void print_workers(const job *j) {
 }
 
 void report_print(const job *j, attempt_outcome o) {
-  if (!j->cl.multinode && o != ATTEMPT_FAILED) {
+  if (!j->cl.multinode && o != ATTEMPT_FAILED && o != ATTEMPT_HUNG) {
     /* The agent's own end on one node: one line says it all. */
     fprintf(stderr, "cohort: %s\n", j->report);
   } else {

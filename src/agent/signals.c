@@ -10,7 +10,8 @@
 #include "base/base.h"
 
 static int sig_pipe[2] = {-1, -1};
-static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+/* Caught and passed to the loop (SIGQUIT: a stack dump, not forwarded). */
+static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT};
 
 /* While no worker exists (rendezvous), a stop signal ends the agent at once. */
 static volatile sig_atomic_t no_workers = 1;

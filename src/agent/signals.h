@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 /* Creates the pipe and installs the handlers (SIGCHLD, the stop signals,
- * SIGUSR1/2; SIGPIPE ignored). Returns 0 or -errno. */
+ * SIGUSR1/2, SIGQUIT; SIGPIPE ignored). Returns 0 or -errno. */
 int signals_install(void);
 /* Default dispositions back, the pipe closed. */
 void signals_restore(void);

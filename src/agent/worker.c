@@ -72,6 +72,7 @@ void worker_init(worker *w, int rank, int local_rank, int console, int files, in
   w->err.console_fd = (console & 2) ? STDERR_FILENO : -1;
   w->err.to_file = (files & 2) != 0;
   w->log_fd = log_fd;
+  w->prog = NULL;
   w->tail_next = 0;
   w->tail_count = 0;
 }
@@ -91,6 +92,7 @@ static void write_all(int fd, const char *p, size_t n) {
 }
 
 static void emit_line(worker *w, worker_stream *s, const char *line, size_t len) {
+  if (w->prog != NULL) progress_output(w->prog, base_now_ms());
   char prefix[32];
   int plen = snprintf(prefix, sizeof prefix, "[r%d] ", w->rank);
   if (s->console_fd >= 0) {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "agent/agent.h"
+#include "agent/progress.h"
 
 /* Longer lines are relayed in pieces of this size. */
 #define WORKER_LINE_MAX 16384
@@ -34,7 +35,8 @@ typedef struct worker {
   int64_t started_ms;     /* base_now_ms() at spawn */
   int64_t last_output_ms; /* base_now_ms() of its last output, 0 none */
   worker_stream out, err;
-  int log_fd; /* per-rank log file or -1 */
+  int log_fd;     /* per-rank log file or -1 */
+  progress *prog; /* its progress (--hang-timeout), or NULL: a line counts */
   char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];
   int tail_next, tail_count;
 } worker;

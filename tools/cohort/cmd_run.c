@@ -65,6 +65,9 @@
   "  --join-timeout SEC   give up the rendezvous after SEC seconds (default 300)\n"                \
   "  --last-call SEC      elastic: extra wait for nodes beyond MIN (default 3)\n"                  \
   "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"                       \
+  "  --hang-timeout SEC   a rank that prints nothing and beats no heartbeat ($COHORT_HEARTBEAT)\n" \
+  "                       for SEC makes the job hung: every rank's stack is taken, the\n"          \
+  "                       report names the rank to blame, exit status 5 (default: off)\n"          \
   "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
   "                       node (never overriding what you set; default auto)\n"                    \
   "  --launcher-stdin     standard input is the connection to `cohort launch` (it passes\n"        \
@@ -77,7 +80,8 @@
   "--signals-to-handle. docs/torchrun.md lists the differences from torchrun.\n"                   \
   "\n"                                                                                             \
   "exit status: 0 every worker succeeded; 1 a worker failed (a report names it);\n"                \
-  "2 usage error; 3 internal error; 4 stopped by cohort stop; 126 command not\n"                   \
+  "2 usage error; 3 internal error; 4 stopped by cohort stop; 5 hung (--hang-timeout);\n"          \
+  "126 command not\n"                                                                              \
   "executable; 127 command not found; 128+N stopped by signal N.\n"
 
 static const char run_usage[] =
@@ -365,6 +369,8 @@ static const cli_opt run_opts[] = {
     {"--last-call", 0, CLI_SECONDS, .at = AT(cfg.last_call_ms, int64_t), .min = 0, .max = 3600000},
     {"--heartbeat-timeout", 0, CLI_SECONDS, .at = AT(cfg.lost_after_ms, int64_t), .min = 500,
      .max = 3600000},
+    {"--hang-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_timeout_ms, int64_t), .min = 1000,
+     .max = 86400000LL * 7},
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
     {"--launcher-stdin", 0, CLI_FLAG, .at = AT(cfg.launcher_stdin, int)},
 };

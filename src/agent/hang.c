@@ -1,0 +1,186 @@
+/* hang.c - --hang-timeout: silent ranks, their stacks, the hang report. */
+#include "agent/hang.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/python_hook.h" /* generated from python/sitecustomize.py: py_hook[] */
+#include "agent/stacks.h"
+#include "base/base.h"
+
+/* A debugger gets this long for every rank together; a stuck one is killed. */
+#define COLLECT_MS 15000
+/* Checks come at least this often while every rank is within the timeout. */
+#define CHECK_MAX_MS 1000
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return -errno;
+  size_t n = strlen(text), off = 0;
+  while (off < n) {
+    ssize_t k = write(fd, text + off, n - off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      int e = k < 0 ? errno : EIO;
+      close(fd);
+      return -e;
+    }
+    off += (size_t)k;
+  }
+  return close(fd) == 0 ? 0 : -errno;
+}
+
+void hang_hook_dir(const hang *h, char *out, size_t outlen) {
+  snprintf(out, outlen, "%s", h->dir);
+}
+
+int hang_setup(hang *h, int64_t timeout_ms, const char *dir, int n) {
+  memset(h, 0, sizeof *h);
+  if (strlen(dir) >= sizeof h->dir) return -ENAMETOOLONG;
+  base_strlcpy(h->dir, dir, sizeof h->dir);
+  h->prog = calloc((size_t)n, sizeof *h->prog);
+  if (h->prog == NULL) return -ENOMEM;
+  h->n = n;
+  h->timeout_ms = timeout_ms;
+  return 0;
+}
+
+void hang_free(hang *h) {
+  free(h->prog);
+  h->prog = NULL;
+  h->timeout_ms = 0;
+}
+
+void hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen) {
+  snprintf(hb, hblen, "%s/hb-%d", h->dir, i);
+  snprintf(py, pylen, "%s/py-%d.txt", h->dir, i);
+}
+
+int hang_begin(hang *h, worker *w, int64_t now) {
+  /* The agent empties the directory after each attempt: the hook too. */
+  char file[sizeof h->dir + 32];
+  snprintf(file, sizeof file, "%s/sitecustomize.py", h->dir);
+  int rc = write_file(file, py_hook);
+  if (rc != 0) return rc;
+  for (int i = 0; i < h->n; i++) {
+    char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
+    hang_paths(h, i, hb, sizeof hb, py, sizeof py);
+    unlink(hb); /* a new file: the last attempt's beats are not this one's */
+    rc = progress_init(&h->prog[i], w[i].rank, hb, now);
+    if (rc != 0) return rc;
+    w[i].prog = &h->prog[i];
+  }
+  return 0;
+}
+
+int hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
+  int64_t next = CHECK_MAX_MS;
+  for (int i = 0; i < h->n; i++) {
+    if (!w[i].running) continue;
+    char msg[512];
+    if (progress_poll(&h->prog[i], now, msg, sizeof msg))
+      fprintf(stderr, "cohort: rank %d: %s\n", w[i].rank, msg);
+    int64_t silent = progress_silent_ms(&h->prog[i], now);
+    if (silent >= h->timeout_ms) return i;
+    if (h->timeout_ms - silent < next) next = h->timeout_ms - silent;
+  }
+  *next_ms = (int)(next > 0 ? next : 1);
+  return -1;
+}
+
+/* The arrays of one collection, sized for every local rank. */
+typedef struct hang_scratch {
+  stacks_dump *d;
+  stacks_verdict *v;
+  stacks_target *t;
+  stacks_place *at;
+  char (*py)[PROGRESS_PATH_MAX];
+} hang_scratch;
+
+/* The stacks of the running ranks, classified into s; returns how many. */
+static int collect(hang *h, const worker *w, const char *stacks_dir, hang_scratch *s) {
+  stacks_target *t = s->t;
+  char(*py)[PROGRESS_PATH_MAX] = s->py;
+  int n = 0;
+  for (int i = 0; i < h->n; i++) {
+    if (!w[i].running || w[i].pid <= 0) continue;
+    char hb[PROGRESS_PATH_MAX];
+    hang_paths(h, i, hb, sizeof hb, py[n], sizeof py[n]);
+    t[n] = (stacks_target){.rank = w[i].rank, .pid = w[i].pid, .py_file = py[n]};
+    n++;
+  }
+  if (n == 0) return 0;
+  if (stacks_dir != NULL) mkdir(stacks_dir, 0755);
+  const char *path = getenv("PATH");
+  stacks_opts o = {.dir = stacks_dir,
+                   .path = path != NULL ? path : "/usr/bin:/bin",
+                   .proc_root = "/proc",
+                   .deadline_ms = base_now_ms() + COLLECT_MS};
+  if (stacks_collect(t, n, &o, s->d) != 0) return 0;
+  for (int k = 0; k < n; k++) stacks_classify(&s->d[k], &s->v[k]);
+  return n;
+}
+
+static int scratch_alloc(hang_scratch *s, int n) {
+  s->d = calloc((size_t)n, sizeof *s->d);
+  s->v = calloc((size_t)n, sizeof *s->v);
+  s->t = calloc((size_t)n, sizeof *s->t);
+  s->at = calloc((size_t)n, sizeof *s->at);
+  s->py = calloc((size_t)n, sizeof *s->py);
+  return s->d && s->v && s->t && s->at && s->py ? 0 : -ENOMEM;
+}
+
+static void scratch_free(hang_scratch *s, int n) {
+  if (s->d != NULL) stacks_dump_free(s->d, n);
+  free(s->d);
+  free(s->v);
+  free(s->t);
+  free(s->at);
+  free(s->py);
+}
+
+/* Where each collected rank is and how long it has been silent. */
+static void places(hang *h, const worker *w, const hang_node *node, const hang_scratch *s, int n) {
+  int64_t now = base_now_ms();
+  for (int k = 0; k < n; k++) {
+    int64_t silent = 0;
+    for (int i = 0; i < h->n; i++)
+      if (w[i].rank == s->t[k].rank) silent = progress_silent_ms(&h->prog[i], now);
+    s->at[k] = (stacks_place){
+        .node = node->node, .host = node->host, .pid = s->t[k].pid, .silent_ms = silent};
+  }
+}
+
+int hang_report(hang *h, const worker *w, const hang_node *at, const char *stacks_dir, char *out,
+                size_t outlen) {
+  hang_scratch s = {0};
+  int rc = -1;
+  if (scratch_alloc(&s, h->n) == 0) {
+    int n = collect(h, w, stacks_dir, &s);
+    places(h, w, at, &s, n);
+    if (n > 0 && stacks_report(s.v, s.at, n, stacks_dir, out, outlen) >= 0) rc = 0;
+  }
+  scratch_free(&s, h->n);
+  return rc;
+}
+
+void hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks_dir) {
+  hang_scratch s = {0};
+  if (scratch_alloc(&s, h->n) == 0) {
+    int n = collect(h, w, stacks_dir, &s);
+    places(h, w, at, &s, n);
+    for (int k = 0; k < n; k++)
+      fprintf(stderr, "cohort: stacks of rank %d (pid %d):\n%s\n", s.d[k].rank, (int)s.d[k].pid,
+              s.d[k].text);
+    char groups[4096] = "";
+    if (n > 0) stacks_group_lines(s.v, n, -1, groups, sizeof groups);
+    fprintf(stderr, "cohort: where the ranks are:\n%s%s%s\n", groups,
+            stacks_dir != NULL ? "\ncohort: full stacks: " : "", stacks_dir ? stacks_dir : "");
+  }
+  scratch_free(&s, h->n);
+}

@@ -1,0 +1,77 @@
+/*
+ * hang.h - `cohort run --hang-timeout`: noticing a rank that makes no
+ * progress, and what the hung job's stacks say.
+ *
+ * Progress is a rank's output lines, or its heartbeat file once it beats it
+ * (progress.h). A rank silent for the timeout makes the job hung: the agent
+ * collects the stacks of its ranks (stacks.h: Python tracebacks through the
+ * start-up hook this module puts on the workers' PYTHONPATH, else a native
+ * backtrace), names the rank to blame and fails the job with that report.
+ * The same collection serves a dump on demand (SIGQUIT), which stops
+ * nothing.
+ *
+ * Files live in the job's directory `dir`, emptied after each attempt:
+ * hb-<local rank> (the heartbeats), py-<local rank>.txt (the Python dumps)
+ * and sitecustomize.py (the hook; dir goes first on PYTHONPATH).
+ *
+ * Thread safety: none; the agent's loop owns it.
+ */
+#ifndef COHORT_AGENT_HANG_H
+#define COHORT_AGENT_HANG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/progress.h"
+#include "agent/worker.h"
+
+/* The first line of a hang's failure report, on every node. */
+#define HANG_REPORT_PREFIX "job hung: "
+
+typedef struct hang {
+  int64_t timeout_ms; /* 0: no hang detection */
+  char dir[128];      /* the attempt directory of the heartbeat and dump files */
+  int n;              /* local ranks */
+  progress *prog;     /* n of them, NULL while off */
+} hang;
+
+/* Turns detection on for n local ranks with files under dir (which exists). 0 or -errno. */
+int hang_setup(hang *h, int64_t timeout_ms, const char *dir, int n);
+void hang_free(hang *h);
+
+/* The heartbeat file and Python dump file of local rank i. */
+void hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen);
+/* The directory to put first on PYTHONPATH. */
+void hang_hook_dir(const hang *h, char *out, size_t outlen);
+
+/* A new attempt: the hook and fresh heartbeat files, each worker's progress attached. */
+int hang_begin(hang *h, worker *w, int64_t now);
+
+/*
+ * The index of a running rank silent for the timeout, or -1; *next_ms: the
+ * time until a check is worth doing again. Bad heartbeat files are reported
+ * in one line each.
+ */
+int hang_check(hang *h, const worker *w, int64_t now, int *next_ms);
+
+/* Where this node is, for the report. */
+typedef struct hang_node {
+  int node;
+  const char *host;
+} hang_node;
+
+/*
+ * Collects the running ranks' stacks into stacks_dir (NULL: nowhere) within
+ * a bounded time and writes the hang report into out (HANG_REPORT_PREFIX
+ * first). Returns 0, or -1 when no rank could be looked at.
+ */
+int hang_report(hang *h, const worker *w, const hang_node *at, const char *stacks_dir, char *out,
+                size_t outlen);
+
+/*
+ * The ranks' stacks on demand (SIGQUIT): to the console, and to stacks_dir
+ * when given, grouped by where the ranks are. The workers go on.
+ */
+void hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks_dir);
+
+#endif

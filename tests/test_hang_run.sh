@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `cohort run --hang-timeout` on one node, with real workers:
+#  1. a PyTorch gloo DDP job (tests/torch/ddp_hang.py) whose rank 1 stops in
+#     its data loader (sleeping, spinning in Python, blocked on a pipe),
+#     --hang-timeout 10 (torch's import alone is silent for seconds here):
+#     exit status 5, the report blames rank 1 at the script's line, rank 0
+#     waits in the all_reduce, the full stacks are in --log-dir;
+#  2. not hangs: silent for longer than the timeout but beating the
+#     heartbeat; a job that prints nothing and beats;
+#  3. SIGQUIT dumps the stacks and the job goes on;
+#  4. a heartbeat replaced by a directory: one line, no crash;
+#  5. --max-restarts restarts a hung job.
+# usage: test_hang_run.sh COHORT_BINARY SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+src=$(cd "$2" && pwd)
+. "$src/tests/check_lib.sh"
+tmp=$(mktemp -d /tmp/cohort-hangrun-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp PYTHON_EXEC=/usr/bin/python3
+line_of() { grep -n "$2" "$1" | head -1 | cut -d: -f1; }
+script=$src/tests/torch/ddp_hang.py
+
+# 1. A stuck rank in three ways.
+for mode in sleep spin pipe; do
+  mark=$(echo "HANG-$mode" | tr a-z A-Z)
+  HANG_RANK=1 HANG_MODE=$mode timeout 120 "$cohort" run --nproc-per-node 2 --hang-timeout 10 \
+    --log-dir "$tmp/logs-$mode" -t 3 "$script" >"$tmp/$mode.out" 2>"$tmp/$mode.err"
+  code=$?
+  check "$mode: exit status 5 (hung), got $code" [ "$code" = 5 ]
+  check "$mode: the report blames rank 1" contains "$tmp/$mode.err" "job hung: rank 1 (node 0"
+  check "$mode: ... at the script's line" \
+    contains "$tmp/$mode.err" "ddp_hang.py:$(line_of "$script" "$mark")"
+  check "$mode: rank 0 waits in the collective" grep -q "rank 0 waiting in" "$tmp/$mode.err"
+  check "$mode: the full stacks are in the log dir" [ -s "$tmp/logs-$mode/attempt0/stacks/rank1.txt" ]
+  check "$mode: the report names them" contains "$tmp/$mode.err" "$tmp/logs-$mode/attempt0/stacks"
+done
+
+# 2. Not hangs. Silent for 6 s under a 3 s timeout, beating every second.
+beat='for i in 1 2 3 4 5 6; do echo $i > "$COHORT_HEARTBEAT"; sleep 1; done; echo done'
+timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 3 -- sh -c "echo start; $beat" \
+  >"$tmp/beat.out" 2>&1
+code=$?
+check "beating ranks are not hung (got $code)" [ "$code" = 0 ]
+check "... and finish" contains "$tmp/beat.out" "[r1] done"
+timeout 60 "$cohort" run --hang-timeout 2 -- sh -c 'for i in 1 2 3 4; do : > "$COHORT_HEARTBEAT"; sleep 1; done' \
+  >"$tmp/quiet.out" 2>&1
+check "a rank that prints nothing but beats finishes (got $?)" [ "$?" = 0 ] || cat "$tmp/quiet.out"
+timeout 60 "$cohort" run --hang-timeout 2 -- sh -c 'echo hi; sleep 30' >"$tmp/plain.out" 2>&1
+code=$?
+check "a silent shell rank is hung (got $code)" [ "$code" = 5 ]
+check "... its wait shows in the report" contains "$tmp/plain.out" "job hung: rank 0"
+
+# 3. SIGQUIT: a dump, and the job goes on.
+timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 30 -- sh -c 'sleep 3; echo finished' \
+  >"$tmp/quit.out" 2>&1 &
+agent=$!
+sleep 1.5
+kill -QUIT "$agent"
+wait "$agent"
+code=$?
+check "SIGQUIT: the job goes on (got $code)" [ "$code" = 0 ]
+check "SIGQUIT: the stacks were dumped" contains "$tmp/quit.out" "cohort: stacks of rank 1"
+check "SIGQUIT: and the ranks finished" contains "$tmp/quit.out" "[r1] finished"
+
+# 4. The heartbeat turned into a directory: one line, the job ends normally.
+timeout 60 "$cohort" run --hang-timeout 5 -- sh -c \
+  'rm -f "$COHORT_HEARTBEAT"; mkdir "$COHORT_HEARTBEAT"; sleep 2; echo end' >"$tmp/dir.out" 2>&1
+code=$?
+check "heartbeat made a directory: exit 0 (got $code)" [ "$code" = 0 ]
+check "... said in one line" [ "$(grep -c 'cohort: rank 0: .*director' "$tmp/dir.out")" = 1 ]
+
+# 5. A hung job restarts like a failed one.
+timeout 60 "$cohort" run --hang-timeout 2 --max-restarts 1 -- sh -c \
+  'echo "attempt $TORCHELASTIC_RESTART_COUNT"; [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || sleep 30' \
+  >"$tmp/re.out" 2>&1
+code=$?
+check "a hung job is restarted and then ends 0 (got $code)" [ "$code" = 0 ]
+check "... after one restart" contains "$tmp/re.out" "[r0] attempt 1"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
