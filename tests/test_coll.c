@@ -40,6 +40,7 @@
 static char g_ready[96]; /* created by rank 0 of rk_failure once collectives run */
 static char g_store[64];
 static int g_job;
+static int g_shared; /* check_one's buffers come from cohort_mem_alloc */
 
 /* ---- typed values: the inputs and serial reference `cohort bench` checks with ---- */
 
@@ -79,7 +80,15 @@ static int check_one(cohort_comm *c, int kind, cohort_dtype dt, cohort_redop op,
   size_t es = cohort_dtype_size(dt);
   size_t total =
       (kind == COLL_REDUCE_SCATTER || kind == COLL_ALLGATHER) ? count * (size_t)n : count;
-  char *in = malloc(total * es + 8), *out = malloc(total * es + 8), *want = malloc(total * es + 8);
+  char *in = NULL, *out = NULL, *want = malloc(total * es + 8);
+  if (g_shared) {
+    if (cohort_mem_alloc(c, total * es + 8, (void **)&in) != 0 ||
+        cohort_mem_alloc(c, total * es + 8, (void **)&out) != 0)
+      return verbose_fail("cohort_mem_alloc", n, r, dt, op, count, inplace, 0, -1);
+  } else {
+    in = malloc(total * es + 8);
+    out = malloc(total * es + 8);
+  }
   memset(out, 0xa5, total * es + 8);
   size_t bad = 0, nres = 0;
   const char *name = coll_kind_name(kind);
@@ -136,8 +145,12 @@ static int check_one(cohort_comm *c, int kind, cohort_dtype dt, cohort_redop op,
   default:
     break;
   }
-  free(in);
-  free(out);
+  if (g_shared) {
+    if (cohort_mem_free(c, out) != 0 || cohort_mem_free(c, in) != 0) bad++;
+  } else {
+    free(in);
+    free(out);
+  }
   free(want);
   if (rc != 0 || bad != 0) return verbose_fail(name, n, r, dt, op, count, inplace, bad, rc);
   return 0;
@@ -178,6 +191,7 @@ typedef struct world_opts {
   int cma;               /* COHORT_SHM_CMA=1 */
   int hosts;             /* > 0: rank r acts as host r % hosts (COHORT_HOST_SALT) */
   int flat;              /* COHORT_HIER=0 */
+  int shared;            /* buffers from cohort_mem_alloc: 1 single copy on, 2 off */
   int expect_create_fail;
 } world_opts;
 
@@ -201,6 +215,11 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
     setenv("COHORT_HIER", "0", 1);
   else
     unsetenv("COHORT_HIER");
+  if (o->shared == 2)
+    setenv("COHORT_SINGLE_COPY", "0", 1);
+  else
+    unsetenv("COHORT_SINGLE_COPY");
+  g_shared = o->shared != 0;
   cohort_comm_config cfg = {.rank = rank,
                             .size = o->n,
                             .store_addr = g_store,
@@ -243,6 +262,11 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
   if (d) closedir(d);
   if (left) {
     fprintf(stderr, "rank %d: %d segment(s) still named in /dev/shm after create\n", rank, left);
+    cohort_comm_destroy(c);
+    return 1;
+  }
+  /* Shared buffers are named until all ranks mapped them: none before every rank looked. */
+  if (o->shared && cohort_barrier(c) != 0) {
     cohort_comm_destroy(c);
     return 1;
   }
@@ -321,6 +345,28 @@ static int rk_matrix(cohort_comm *c, void *arg) {
     fails += check_one(c, COLL_BROADCAST, COHORT_F64, COHORT_SUM, (2u << 20) / 8 + 1, 1, n - 1);
     fails += check_one(c, COLL_REDUCE, COHORT_I64, COHORT_SUM, (2u << 20) / 8 + 1, 0, n / 2);
   }
+  return fails;
+}
+
+/* Every collective, type and operator on buffers from cohort_mem_alloc; arg != NULL: the
+ * single-copy allreduce must have run (on), else never (COHORT_SINGLE_COPY=0). */
+static int rk_shared(cohort_comm *c, void *arg) {
+  int fails = rk_matrix(c, (void *)1);
+  /* Bad arguments are refused on every rank alike, before any agreement. */
+  void *p = &fails;
+  if (cohort_mem_alloc(c, 0, &p) != -EINVAL || p != NULL) fails++;
+  if (cohort_mem_free(c, &fails) != -EINVAL) fails++;
+  int on = arg != NULL;
+  if ((c->single_copy_ops > 0) != on) {
+    fprintf(stderr, "rank %d: %llu single-copy allreduces, expected %s\n", cohort_comm_rank(c),
+            (unsigned long long)c->single_copy_ops, on ? "some" : "none");
+    fails++;
+  }
+  /* Freed buffers leave the path: a malloc'd buffer's allreduce goes through the rings. */
+  uint64_t before = c->single_copy_ops;
+  g_shared = 0;
+  fails += check_one(c, COLL_ALLREDUCE, COHORT_F32, COHORT_SUM, (1u << 20) + 3, 0, 0);
+  if (c->single_copy_ops != before) fails++;
   return fails;
 }
 
@@ -555,7 +601,12 @@ static int rk_failure(cohort_comm *c, void *arg) {
   (void)arg;
   int r = cohort_comm_rank(c);
   size_t cnt = 4u << 20; /* 16 MiB of f32 */
-  float *buf = calloc(cnt, sizeof(float));
+  float *buf = NULL;
+  if (g_shared) {
+    if (cohort_mem_alloc(c, cnt * sizeof(float), (void **)&buf) != 0) return 1;
+  } else {
+    buf = calloc(cnt, sizeof(float));
+  }
   int rc = 0;
   for (int it = 0; it < 100000 && rc == 0; it++) {
     rc = cohort_allreduce(c, buf, buf, cnt, COHORT_F32, COHORT_SUM);
@@ -564,8 +615,9 @@ static int rk_failure(cohort_comm *c, void *arg) {
       if (f) fclose(f);
     }
   }
-  free(buf);
+  if (!g_shared) free(buf); /* a shared one is unmapped by the destroy */
   int fails = 0;
+  if (g_shared && c->single_copy_ops == 0) fails++;
   const char *msg = cohort_comm_error_message(c);
   if (rc == 0 || strstr(msg, "rank ") == NULL) fails++;
   if (cohort_allreduce(c, NULL, NULL, 0, COHORT_F32, COHORT_SUM) != COHORT_EABORTED) fails++;
@@ -794,6 +846,21 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&cma, rk_matrix, (void *)1), 0);
   world_opts cma_ring = {.n = 4, .cma = 1, .threshold = "0", .slice = "65536"};
   CHECK_EQ_INT(run_world(&cma_ring, rk_matrix, (void *)1), 0);
+  /* The single-copy allreduce between shared buffers, forced on (every size: threshold 0) and
+   * off, 2, 3 and 4 ranks, against the serial reference; then at the default threshold. */
+  for (int n = 2; n <= 4; n++) {
+    world_opts sc_on = {.n = n, .shared = 1, .threshold = "0"};
+    CHECK_EQ_INT(run_world(&sc_on, rk_shared, (void *)1), 0);
+  }
+  world_opts sc_slice = {.n = 3, .shared = 1, .threshold = "0", .slice = "4096"};
+  CHECK_EQ_INT(run_world(&sc_slice, rk_shared, (void *)1), 0);
+  world_opts sc_def = {.n = 3, .shared = 1};
+  CHECK_EQ_INT(run_world(&sc_def, rk_shared, (void *)1), 0);
+  world_opts sc_off = {.n = 3, .shared = 2, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&sc_off, rk_shared, NULL), 0);
+  /* Over TCP the buffers are ordinary memory and the path is off. */
+  world_opts sc_tcp = {.n = 2, .shared = 1, .transport = COHORT_TRANSPORT_TCP};
+  CHECK_EQ_INT(run_world(&sc_tcp, rk_shared, NULL), 0);
   world_opts as = {.n = 3};
   CHECK_EQ_INT(run_world(&as, rk_async, NULL), 0);
   /* Compressed reductions over shared memory, TCP rings and the hierarchy. */
@@ -830,16 +897,18 @@ static int unit(void) {
 }
 
 static int failure(void) {
-  cohort_transport ts[] = {COHORT_TRANSPORT_SHM, COHORT_TRANSPORT_TCP};
-  for (int i = 0; i < 2; i++) {
-    world_opts o = {.n = 4, .timeout_ms = 8000, .transport = ts[i]};
+  /* Shared memory, TCP, and shared memory with the single-copy allreduce (a peer killed while the
+   * others read and write its buffer). */
+  cohort_transport ts[] = {COHORT_TRANSPORT_SHM, COHORT_TRANSPORT_TCP, COHORT_TRANSPORT_SHM};
+  const char *names[] = {"shm", "tcp", "shm single copy"};
+  for (int i = 0; i < 3; i++) {
+    world_opts o = {.n = 4, .timeout_ms = 8000, .transport = ts[i], .shared = i == 2};
     int64_t after = -1;
     snprintf(g_ready, sizeof g_ready, "/tmp/tcoll-%d-%d.ready", (int)getpid(), i);
     unlink(g_ready);
     CHECK_EQ_INT(run_world_ex(&o, rk_failure, NULL, 2, 300, &after), 0);
     unlink(g_ready);
-    fprintf(stderr, "%s: survivors returned %lld ms after the kill\n", i ? "tcp" : "shm",
-            (long long)after);
+    fprintf(stderr, "%s: survivors returned %lld ms after the kill\n", names[i], (long long)after);
     /* The survivors noticed the death itself, not the 8 s deadline. */
     CHECK(after >= 0 && after < 3000);
   }

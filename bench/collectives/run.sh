@@ -8,7 +8,9 @@
 #                        beside them the memory bound (mem_bound.c: two
 #                        threads reducing their halves of two buffers in
 #                        place, every input read and every output written
-#                        once), measured in the same run.
+#                        once), measured in the same run; and cohort's
+#                        single-copy allreduce on buffers from cohort_mem_alloc
+#                        (shared_allreduce.c) against the same bound.
 #   two namespaces:      one rank in each of two network namespaces joined by
 #                        veth links (tests/netns_lib.sh, 10.201.0.0/24); all
 #                        three use TCP (Open MPI: --mca btl tcp,self), plus
@@ -62,6 +64,8 @@ trap cleanup EXIT
 mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
 cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
 cc -O3 -pthread -o "$WORK/mem_bound" "$HERE/mem_bound.c" || exit 1
+cc -O2 -I"$ROOT/include" -o "$WORK/shared_allreduce" "$HERE/shared_allreduce.c" -L"$BUILD" -lcohort \
+  -Wl,-rpath,"$BUILD" || exit 1
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
 # busbw in GB/s from bytes, microseconds and ranks (default 2: busbw = algbw).
@@ -86,6 +90,29 @@ bound_local() {
   for s in "${SIZES[@]}"; do
     timeout 300 "$WORK/mem_bound" "${ITERS[$s]}" "${WARM[$s]}" "$s"
   done
+}
+
+# The single-copy allreduce (buffers from cohort_mem_alloc), 2 ranks on a loopback store.
+single_local() {
+  local s addr peer
+  "$COHORT" store serve --host 127.0.0.1 --port 0 >"$WORK/lstore.out" 2>&1 &
+  local spid=$!
+  for _ in $(seq 50); do
+    addr=$(grep -o '127\.0\.0\.1:[0-9]*' "$WORK/lstore.out" | head -1)
+    [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  for s in "${SIZES[@]}"; do
+    JOBN=$((JOBN + 1))
+    RANK=1 WORLD_SIZE=2 COHORT_STORE=$addr COHORT_JOB_ID="sc$$-$JOBN" \
+      timeout 300 "$WORK/shared_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s" &
+    peer=$!
+    RANK=0 WORLD_SIZE=2 COHORT_STORE=$addr COHORT_JOB_ID="sc$$-$JOBN" \
+      timeout 300 "$WORK/shared_allreduce" "${ITERS[$s]}" "${WARM[$s]}" "$s"
+    wait "$peer"
+  done
+  kill "$spid"
+  wait "$spid" 2>/dev/null
 }
 
 mpi_local() {
@@ -195,6 +222,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
   echo "run.sh: repetition $rep/$REPS" >&2
   cohort_local >>"$WORK/local.cohort"
   bound_local >>"$WORK/local.bound"
+  single_local >>"$WORK/local.single"
   mpi_local >>"$WORK/local.mpi"
   gloo_local >>"$WORK/local.gloo"
   cohort_nodes 2 1 >>"$WORK/ns.cohort"
@@ -243,6 +271,13 @@ report() {
 report local "one host"
 echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB; cohort >= 0.80x the bound at 64 MiB and >= 0.60x at 4 MiB"
 echo "(bound: two threads reducing their halves of two buffers in place, the least memory traffic a 2-rank allreduce can have)"
+echo
+echo "== one host, buffers from cohort_mem_alloc (single-copy allreduce), 2 ranks, median of $REPS =="
+printf "%-10s %16s %12s %14s\n" size "single GB/s" "bound GB/s" "single/bound"
+for s in "${SIZES[@]}"; do
+  bs=$(busbw "$s" "$(t local single "$s")"); bb=$(busbw "$s" "$(t local bound "$s")")
+  printf "%-10s %16s %12s %14s\n" "$((s / 1024)) KiB" "$bs" "$bb" "$(ratio "$bs" "$bb")"
+done
 report ns "two network namespaces (TCP over veth)"
 echo "targets: cohort >= 1.3x MPI, >= 2x Gloo, >= 0.70x raw TCP at 4 and 64 MiB"
 echo "(raw2: the both-ways rate, the most a 2-rank allreduce can reach: each rank sends and receives the whole message)"

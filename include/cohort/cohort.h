@@ -142,6 +142,24 @@ COHORT_API int cohort_comm_set_timeout(cohort_comm *comm, int timeout_ms);
 COHORT_API const char *cohort_comm_error_message(const cohort_comm *comm);
 
 /*
+ * Memory the ranks of one host share: a buffer from cohort_mem_alloc can be
+ * read and written by the communicator's other ranks on this host, so a
+ * large allreduce whose send and recv buffers all come from it (on every
+ * rank, when all ranks share one host) reduces straight from the peers'
+ * buffers into everyone's result, with no intermediate copy: each rank
+ * reduces its 1/n of the elements and writes them to every rank's recv.
+ * COHORT_SINGLE_COPY=0 turns that path off (the buffers still work with
+ * every collective, through the ordinary algorithms). Collective: every rank
+ * calls cohort_mem_alloc with the same bytes and cohort_mem_free on the
+ * matching buffer, in the same order, with none of its requests pending;
+ * the result is page-aligned and zero-filled. Without local peers it is ordinary memory. Returns 0
+ * or an error (then on every rank, and *ptr is NULL). Free before destroying the communicator, or
+ * the destroy frees it.
+ */
+COHORT_API int cohort_mem_alloc(cohort_comm *comm, size_t bytes, void **ptr);
+COHORT_API int cohort_mem_free(cohort_comm *comm, void *ptr);
+
+/*
  * Blocking collectives. `send == recv` means in place. Counts are in
  * elements; count 0 is valid and does nothing but still synchronises
  * arguments checks.

@@ -18,6 +18,10 @@
  *   broadcast      small: binomial tree; large: pipelined chain in slices.
  *   reduce         small: binomial tree; large: pipelined chain in slices.
  *   barrier        recursive doubling of headers only.
+ * A large allreduce on one host whose buffers all come from cohort_mem_alloc
+ * runs allreduce_direct instead: each rank reduces its block straight from
+ * the peers' buffers and writes it into theirs (one read of every input and
+ * one write of every output).
  * Extra memory per rank is bounded: 2 slices of scratch plus, below the
  * threshold, one message-sized temporary (at most the threshold).
  *
@@ -144,6 +148,93 @@ static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, ch
   block(count, g->n, mod(g->me + 1, g->n), &oo, &ol);
   finish(x, recv + oo * x->es, ol, fin);
   return ring_ag_blocks(x, g, recv, count);
+}
+
+/* ---- single-copy allreduce between shared buffers ---- */
+
+/* Elements reduced per chunk: the inputs of a chunk and its result stay in the L2 cache. */
+#define DIRECT_CHUNK_BYTES (64u * 1024u)
+
+/* Where every local rank's send and recv are: (allocation, offset) pairs of all ranks, exchanged
+ * with every peer (the exchange is also the start barrier: a peer's data is ready once it sent).
+ * Returns 0 and *ok = 1 when every rank's buffers are shared, filling src/dst[local index]. */
+static int direct_addresses(coll_ctx *x, const char *send, char *recv, size_t bytes, int *ok,
+                            const char **src, char **dst) {
+  cohort_comm *c = x->comm;
+  const coll_group *g = &c->local;
+  int n = g->n, me = g->me;
+  size_t so = 0, ro = 0;
+  int64_t mine[4] = {coll_buf_find(c, send, bytes, &so), 0, coll_buf_find(c, recv, bytes, &ro), 0};
+  mine[1] = (int64_t)so;
+  mine[3] = (int64_t)ro;
+  int64_t all[4];
+  *ok = mine[0] >= 0 && mine[2] >= 0;
+  src[me] = send;
+  dst[me] = recv;
+  for (int s = 1; s < n; s++) {
+    int to = mod(me + s, n), from = mod(me - s, n);
+    int rc = coll_sendrecv(x, at(g, to), mine, sizeof mine, at(g, from), all, sizeof all);
+    if (rc != 0) return rc;
+    if (all[0] < 0 || all[2] < 0 || all[0] >= c->nbufs || all[2] >= c->nbufs ||
+        c->bufs[all[0]].base == NULL || c->bufs[all[2]].base == NULL) {
+      *ok = 0;
+      continue;
+    }
+    src[from] = c->bufs[all[0]].peer[from] + all[1];
+    dst[from] = c->bufs[all[2]].peer[from] + all[3];
+  }
+  return 0;
+}
+
+/* Reduces this rank's block of every rank's send, chunk by chunk in the scratch buffer, and writes
+ * each chunk of the result into every rank's recv. Every element is computed once (in rank order
+ * from three ranks on), so all ranks end with the same bits. In place is safe: a chunk is read
+ * whole before any rank's copy of it is written, and no other rank touches this block. */
+static void direct_block(coll_ctx *x, const char **src, char **dst, size_t count, int fin) {
+  const coll_group *g = &x->comm->local;
+  size_t es = x->es, off, len;
+  block(count, g->n, g->me, &off, &len);
+  size_t cb =
+      DIRECT_CHUNK_BYTES < x->comm->scratch_bytes ? DIRECT_CHUNK_BYTES : x->comm->scratch_bytes;
+  size_t chunk = cb / es;
+  /* Two ranks: the operators are commutative bit for bit on two operands, so the result goes
+   * straight into this rank's recv (which may be its send, exactly) and is copied from there. */
+  int two = g->n == 2, me = g->me;
+  for (size_t o = off; o < off + len; o += chunk) {
+    size_t k = off + len - o < chunk ? off + len - o : chunk, b = o * es;
+    char *acc = two ? dst[me] + b : x->comm->scratch;
+    coll_reduce(x->op->dtype, x->op->op, acc, two ? src[me] + b : src[0] + b,
+                two ? src[1 - me] + b : src[1] + b, k);
+    for (int r = 2; r < g->n; r++) coll_reduce(x->op->dtype, x->op->op, acc, acc, src[r] + b, k);
+    finish(x, acc, k, fin);
+    for (int r = 0; r < g->n; r++)
+      if (acc != dst[r] + b) memcpy(dst[r] + b, acc, k * es);
+  }
+}
+
+/* The single-copy allreduce when every rank's buffers are shared (cohort_mem_alloc) and all ranks
+ * share this host; *done = 0 (and nothing changed) when some rank's are not. */
+static int allreduce_direct(coll_ctx *x, const char *send, char *recv, size_t count, int fin,
+                            int *done) {
+  cohort_comm *c = x->comm;
+  int n = c->local.n, ok = 0;
+  const char **src = calloc((size_t)n, sizeof *src);
+  char **dst = calloc((size_t)n, sizeof *dst);
+  int rc = src && dst ? direct_addresses(x, send, recv, count * x->es, &ok, src, dst) : -ENOMEM;
+  *done = rc == 0 && ok;
+  if (*done) {
+    direct_block(x, src, dst, count, fin);
+    /* Nobody returns (and reuses its buffers) before every rank has written its block. */
+    rc = allreduce_rd(x, &c->local, NULL, NULL, 0, 0);
+    c->single_copy_ops++;
+  }
+  free(src);
+  free(dst);
+  return rc;
+}
+
+static int direct_possible(const cohort_comm *c) {
+  return c->single_copy && c->live_bufs > 0 && c->shm != NULL && c->local.n == c->size;
 }
 
 /* ---- reduce-scatter ---- */
@@ -391,6 +482,10 @@ int coll_run_op(coll_ctx *x) {
   }
   switch (op->kind) {
   case COLL_ALLREDUCE:
+    if (!small && direct_possible(c)) {
+      int done = 0, rc = allreduce_direct(x, send, recv, op->count, n, &done);
+      if (rc != 0 || done) return rc;
+    }
     if (small) return allreduce_rd(x, w, send, recv, op->count, n);
     if (c->hier) return allreduce_hier(x, send, recv, op->count);
     return allreduce_ring(x, w, send, recv, op->count, n);

@@ -148,8 +148,24 @@ void coll_shm_set_hdr_cma(coll_shm *s, int on);
 void coll_shm_set_cma(coll_shm *s, int on);
 int coll_shm_cma(coll_shm *s);
 void coll_shm_set_spin(coll_shm *s, int us);
+/* The segment's name (no longer in /dev/shm; names of shared buffers derive from it). */
+const char *coll_shm_name(const coll_shm *s);
 /* 1 when the shm transport reaches `peer`. */
 int coll_shm_has(coll_shm *s, int peer);
+
+/* ---- shared buffers (shmbuf.c): cohort_mem_alloc ---- */
+
+/* One cohort_mem_alloc allocation: this rank's mapping and every local rank's (peer[me] = base). */
+typedef struct coll_buf {
+  char *base;
+  size_t bytes, map_bytes;
+  char **peer; /* [local.n] */
+} coll_buf;
+
+/* The allocation holding [p, p + len) and p's offset in it: its index, or -1. */
+int coll_buf_find(cohort_comm *c, const void *p, size_t len, size_t *off);
+/* Unmaps every allocation (cohort_comm_destroy). */
+void coll_buf_release_all(cohort_comm *c);
 
 /* ---- the communicator ---- */
 
@@ -211,6 +227,11 @@ struct cohort_comm {
   uint32_t seq;  /* collectives executed so far */
   void *scratch; /* 2 * slice_bytes (bounded staging of algorithms) */
   size_t scratch_bytes;
+  /* Shared buffers (cohort_mem_alloc), the same list on every rank; index -1 entries are freed. */
+  coll_buf *bufs;
+  int nbufs, live_bufs;
+  int single_copy;          /* COHORT_SINGLE_COPY: allreduce straight between shared buffers */
+  uint64_t single_copy_ops; /* allreduces that took that path (for tests) */
 
   /* Failure state: the first error wins. */
   pthread_mutex_t err_mu;

@@ -108,6 +108,7 @@ typedef struct shm_peer {
 static const uint64_t shm_probe_word = 0x70726f6265636d61ull; /* "probecma" */
 
 struct coll_shm {
+  char *name; /* of the segment (unlinked once mapped); shared buffers' names derive from it */
   char *base;
   size_t size;
   int nlocal, me;
@@ -187,10 +188,11 @@ int coll_shm_create(const char *name, int creator, const int *local, int nlocal,
   s->world_size = world_size;
   s->cap = chan_bytes;
   s->spin_us = COLL_SHM_SPIN_US;
+  s->name = strdup(name);
   s->lidx = malloc((size_t)world_size * sizeof(int));
   s->peers = calloc((size_t)nlocal, sizeof *s->peers);
   s->watch = malloc((size_t)nlocal * sizeof *s->watch);
-  int rc = s->lidx == NULL || s->peers == NULL || s->watch == NULL ? -ENOMEM : 0;
+  int rc = s->lidx == NULL || s->peers == NULL || s->watch == NULL || s->name == NULL ? -ENOMEM : 0;
   if (rc == 0) {
     for (int i = 0; i < world_size; i++) s->lidx[i] = -1;
     for (int i = 0; i < nlocal; i++) {
@@ -232,7 +234,12 @@ void coll_shm_destroy(coll_shm *s) {
   free(s->peers);
   free(s->watch);
   free(s->lidx);
+  free(s->name);
   free(s);
+}
+
+const char *coll_shm_name(const coll_shm *s) {
+  return s->name;
 }
 
 void coll_shm_watch(coll_shm *s, const int *watch_fds) {

@@ -1,0 +1,144 @@
+/*
+ * shmbuf.c - buffers the ranks of one host can read and write in each other
+ * (cohort_mem_alloc), so that a large allreduce between them needs no
+ * intermediate copy (allreduce_direct in algo.c).
+ *
+ * Each rank's allocation is its own POSIX shared-memory object, named after
+ * the host's segment (".../cohort-<job>-<restart>-<n>-<leader>-b<id>-<local
+ * index>"); every local rank maps every other's, and each unlinks its name as
+ * soon as all have mapped (two agreements over the whole communicator), so a
+ * crash leaves nothing named in /dev/shm past the allocation itself (the
+ * agent removes cohort-<job>-* names regardless). Without local peers the
+ * allocation is anonymous memory. Allocating and freeing are collective, so
+ * the list of allocations, and the index of each, is the same on every rank.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coll/coll.h"
+
+/* The lowest rc of any rank (0 when all succeeded): every rank takes the same branch. */
+static int agree(cohort_comm *c, int rc) {
+  int32_t v = rc;
+  int arc = c->size > 1 ? cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_MIN) : 0;
+  return arc != 0 ? arc : v;
+}
+
+static void buf_name(cohort_comm *c, int id, int li, char *out, size_t len) {
+  snprintf(out, len, "%s-b%d-%d", coll_shm_name(c->shm), id, li);
+}
+
+static int map_peer(cohort_comm *c, int id, int li, size_t map_bytes, char **out) {
+  char name[300];
+  buf_name(c, id, li, name, sizeof name);
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  struct stat st;
+  int rc = fstat(fd, &st) != 0 ? -errno : (size_t)st.st_size != map_bytes ? COHORT_EPROTO : 0;
+  void *p = rc == 0 ? mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (rc == 0 && p == MAP_FAILED) rc = -errno;
+  close(fd);
+  if (rc == 0) *out = p;
+  return rc;
+}
+
+/* Creates this rank's object (named) and maps it. */
+static int create_own(cohort_comm *c, int id, size_t map_bytes, char **out) {
+  if (c->shm == NULL) {
+    void *p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -errno;
+    *out = p;
+    return 0;
+  }
+  char name[300];
+  buf_name(c, id, c->local.me, name, sizeof name);
+  shm_unlink(name); /* a leftover of a crashed run with the same job id */
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  int rc = ftruncate(fd, (off_t)map_bytes) != 0 ? -errno : 0;
+  void *p = rc == 0 ? mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (rc == 0 && p == MAP_FAILED) rc = -errno;
+  close(fd);
+  if (rc != 0) shm_unlink(name);
+  if (rc == 0) *out = p;
+  return rc;
+}
+
+static void unmap_buf(cohort_comm *c, coll_buf *b) {
+  for (int i = 0; b->peer != NULL && i < c->local.n; i++)
+    if (b->peer[i] != NULL) munmap(b->peer[i], b->map_bytes);
+  if (b->peer == NULL && b->base != NULL) munmap(b->base, b->map_bytes);
+  free(b->peer);
+  memset(b, 0, sizeof *b);
+}
+
+COHORT_API int cohort_mem_alloc(cohort_comm *c, size_t bytes, void **ptr) {
+  if (ptr != NULL) *ptr = NULL;
+  if (c == NULL || ptr == NULL || bytes == 0) return -EINVAL;
+  long page = sysconf(_SC_PAGESIZE);
+  int id = c->nbufs, nl = c->local.n > 0 ? c->local.n : 1, me = c->local.n > 0 ? c->local.me : 0;
+  coll_buf *nb = realloc(c->bufs, (size_t)(id + 1) * sizeof *nb);
+  if (nb == NULL) return agree(c, -ENOMEM);
+  c->bufs = nb;
+  coll_buf *b = &c->bufs[id];
+  memset(b, 0, sizeof *b);
+  c->nbufs++;
+  b->bytes = bytes;
+  b->map_bytes = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+  b->peer = calloc((size_t)nl, sizeof *b->peer);
+  int rc = b->peer == NULL ? -ENOMEM : create_own(c, id, b->map_bytes, &b->base);
+  if (rc == 0) b->peer[me] = b->base;
+  rc = agree(c, rc);
+  for (int i = 0; rc == 0 && c->shm != NULL && i < nl; i++)
+    if (i != me) rc = map_peer(c, id, i, b->map_bytes, &b->peer[i]);
+  rc = agree(c, rc);
+  if (c->shm != NULL && b->base != NULL) {
+    char name[300];
+    buf_name(c, id, me, name, sizeof name);
+    shm_unlink(name);
+  }
+  if (rc != 0) {
+    unmap_buf(c, b);
+    return rc;
+  }
+  c->live_bufs++;
+  *ptr = b->base;
+  return 0;
+}
+
+COHORT_API int cohort_mem_free(cohort_comm *c, void *ptr) {
+  if (c == NULL || ptr == NULL) return -EINVAL;
+  size_t off = 0;
+  int id = coll_buf_find(c, ptr, 0, &off);
+  if (id < 0 || off != 0) return -EINVAL;
+  /* Every rank frees together: no peer may still be writing into this rank's buffer. */
+  int rc = agree(c, 0);
+  unmap_buf(c, &c->bufs[id]);
+  c->live_bufs--;
+  return rc;
+}
+
+int coll_buf_find(cohort_comm *c, const void *p, size_t len, size_t *off) {
+  const char *q = p;
+  for (int i = 0; i < c->nbufs; i++) {
+    const coll_buf *b = &c->bufs[i];
+    if (b->base != NULL && q >= b->base && q + len <= b->base + b->bytes) {
+      *off = (size_t)(q - b->base);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void coll_buf_release_all(cohort_comm *c) {
+  for (int i = 0; i < c->nbufs; i++) unmap_buf(c, &c->bufs[i]);
+  free(c->bufs);
+  c->bufs = NULL;
+  c->nbufs = c->live_bufs = 0;
+}
