@@ -33,6 +33,8 @@ if(COHORT_FUZZ)
   add_library(cohort_fuzzlib STATIC ${COHORT_FUZZ_LIB_SOURCES}
     ${CMAKE_SOURCE_DIR}/src/gpt2/ckpt.c ${CMAKE_SOURCE_DIR}/src/gpt2/data.c)
   target_compile_options(cohort_fuzzlib PRIVATE -fsanitize=fuzzer-no-link ${COHORT_FUZZ_SAN})
+  # The agent's compiled-in Python hook (src/agent/module.cmake writes it).
+  target_include_directories(cohort_fuzzlib PRIVATE ${CMAKE_BINARY_DIR}/generated)
   target_link_libraries(cohort_fuzzlib PUBLIC Threads::Threads rt m OpenSSL::Crypto PkgConfig::JANSSON)
 
   add_custom_target(fuzz_all)
@@ -70,7 +72,8 @@ if(COHORT_FUZZ)
   # Command lines: value parsers and `cohort manifest` (pure: argv to text).
   cohort_fuzz(fuzz_cli ${CMAKE_SOURCE_DIR}/fuzz/fuzz_cli.c
     SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_manifest.c
-            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_run.c ${CMAKE_SOURCE_DIR}/tools/cli.c
+            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_run.c ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_token.c
+            ${CMAKE_SOURCE_DIR}/tools/cli.c
     ARGS -close_fd_mask=3)
   # `cohort plot`'s metrics parser (the eco helper's target).
   cohort_fuzz(fuzz_plot ${CMAKE_SOURCE_DIR}/fuzz/fuzz_plot.c)
