@@ -82,4 +82,11 @@ if(COHORT_FUZZ)
   # What the agent reads from workers while it watches for hangs: stack
   # texts and heartbeat files.
   cohort_fuzz(fuzz_stacks ${CMAKE_SOURCE_DIR}/fuzz/fuzz_stacks.c)
+  # What `cohort status` and `cohort stacks` read from a job's store: the
+  # nodes' snapshots and stack answers.
+  cohort_fuzz(fuzz_status ${CMAKE_SOURCE_DIR}/fuzz/fuzz_status.c
+    SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_status.c
+            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_stacks.c
+            ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_token.c ${CMAKE_SOURCE_DIR}/tools/cli.c
+    ARGS -close_fd_mask=3)
 endif()

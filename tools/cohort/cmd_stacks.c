@@ -92,7 +92,7 @@ out:
 }
 
 /* The answers' ranks as one list (texts borrowed); *n their count. */
-static rank_stack *collect_ranks(json_t **answers, int nnodes, int *n) {
+static rank_stack *collect_ranks(json_t *const *answers, int nnodes, int *n) {
   size_t total = 0, i;
   json_t *r;
   for (int k = 0; k < nnodes; k++) total += json_array_size(json_object_get(answers[k], "ranks"));
@@ -147,6 +147,14 @@ static void print_stacks(rank_stack *rs, int n) {
   }
 }
 
+void stacks_print_answers(json_t *const *answers, int nnodes) {
+  int n = 0;
+  rank_stack *rs = collect_ranks(answers, nnodes, &n);
+  if (rs != NULL) print_stacks(rs, n);
+  free(rs);
+  fflush(stdout);
+}
+
 /* Asks for the stacks and prints the answers; the exit status. */
 static int ask(job_conn *jc) {
   int round = 0, nnodes = 0;
@@ -160,11 +168,7 @@ static int ask(job_conn *jc) {
   json_t **answers = calloc((size_t)nnodes, sizeof *answers);
   if (answers == NULL) return cli_error(prog, 1, "out of memory");
   read_answers(jc, nnodes, req, answers);
-  int n = 0;
-  rank_stack *rs = collect_ranks(answers, nnodes, &n);
-  if (rs != NULL) print_stacks(rs, n);
-  free(rs);
-  fflush(stdout);
+  stacks_print_answers(answers, nnodes);
   int status = 0;
   for (int k = 0; k < nnodes; k++) {
     if (answers[k] == NULL) {

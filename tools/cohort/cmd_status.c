@@ -118,8 +118,7 @@ void job_close(job_conn *jc) {
   jc->client = NULL;
 }
 
-/* Node k's snapshot parsed, or NULL when absent or malformed. */
-static json_t *parse_snapshot(const void *val, size_t len) {
+json_t *status_parse_snapshot(const void *val, size_t len) {
   if (val == NULL) return NULL;
   json_t *o = json_loadb(val, len, 0, NULL);
   if (o != NULL && (!json_is_object(o) || !json_is_integer(json_object_get(o, "nnodes")))) {
@@ -138,7 +137,7 @@ static json_t *read_node0(const char *prog_name, job_conn *jc) {
   void *val = NULL;
   size_t len = 0;
   if (rc == 0) rc = store_get(jc->client, key, &val, &len, jc->deadline_ms);
-  json_t *o = rc == 0 ? parse_snapshot(val, len) : NULL;
+  json_t *o = rc == 0 ? status_parse_snapshot(val, len) : NULL;
   free(val);
   if (rc == -ETIMEDOUT || rc == -ENOENT)
     cli_error(prog_name, 1, "no job %s at %s: nothing published before the timeout",
@@ -167,8 +166,12 @@ static int64_t wall_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* An integer member, 0 when absent; clamped to +-2^53 so that sums of two cannot overflow
+ * whatever a snapshot holds. */
 static int64_t int_of(const json_t *o, const char *k) {
-  return (int64_t)json_integer_value(json_object_get(o, k));
+  const int64_t lim = (int64_t)1 << 53;
+  int64_t v = (int64_t)json_integer_value(json_object_get(o, k));
+  return v > lim ? lim : v < -lim ? -lim : v;
 }
 
 /* A string member, "" when absent. */
@@ -194,7 +197,7 @@ static json_t *read_nodes(job_conn *jc, const json_t *n0) {
     if (store_get_many(jc->client, keys, (size_t)n, vals, lens, jc->deadline_ms) == 0) {
       nodes = json_array();
       for (int64_t k = 0; k < n; k++) {
-        json_t *s = parse_snapshot(vals[k], lens[k]);
+        json_t *s = status_parse_snapshot(vals[k], lens[k]);
         json_array_append_new(nodes, s != NULL ? s : json_null());
         free(vals[k]);
       }
@@ -217,7 +220,7 @@ static int64_t furthest_behind(const json_t *nodes) {
     json_array_foreach(json_object_get(node, "ranks"), k, r) {
       json_t *silent = json_object_get(r, "silent_ms");
       if (strcmp(str_of(r, "state"), "running") != 0) continue;
-      int64_t s = silent != NULL ? json_integer_value(silent) : int_of(r, "uptime_ms");
+      int64_t s = silent != NULL ? int_of(r, "silent_ms") : int_of(r, "uptime_ms");
       s += int_of(node, "age_ms");
       if (s > worst) {
         worst = s;
@@ -254,17 +257,11 @@ static const char *job_state(const json_t *nodes, const char **cause) {
   return any_running ? "running" : "starting";
 }
 
-/* The document of --json (docs/status.schema.json); NULL after one line on stderr. */
-static json_t *job_document(job_conn *jc) {
-  json_t *n0 = read_node0(prog, jc);
-  if (n0 == NULL) return NULL;
-  json_t *nodes = read_nodes(jc, n0);
-  if (nodes == NULL) {
-    cli_error(prog, 1, "reading the nodes' status at %s failed", jc->addr);
-    json_decref(n0);
-    return NULL;
-  }
-  int64_t now = wall_ms(), round = int_of(n0, "round"), joined = 0;
+/* The document of --json (docs/status.schema.json) from the job's store; NULL after one line
+ * on stderr. */
+json_t *status_document(const char *job, const char *addr, const json_t *n0, json_t *nodes,
+                        int64_t now) {
+  int64_t round = int_of(n0, "round"), joined = 0;
   size_t i;
   json_t *node;
   json_array_foreach(nodes, i, node) {
@@ -276,8 +273,8 @@ static json_t *job_document(job_conn *jc) {
   const char *cause = NULL;
   const char *state = job_state(nodes, &cause);
   json_t *doc = json_object();
-  json_object_set_new(doc, "job", json_string(jc->where.job_id));
-  json_object_set_new(doc, "store", json_string(jc->addr));
+  json_object_set_new(doc, "job", json_string(job));
+  json_object_set_new(doc, "store", json_string(addr));
   json_object_set_new(doc, "round", json_integer(round));
   json_object_set_new(doc, "nodes_joined", json_integer(joined));
   json_object_set_new(doc, "nnodes", json_integer(int_of(n0, "nnodes")));
@@ -289,6 +286,18 @@ static json_t *job_document(job_conn *jc) {
   int64_t behind = furthest_behind(nodes);
   json_object_set_new(doc, "furthest_behind", behind >= 0 ? json_integer(behind) : json_null());
   json_object_set_new(doc, "nodes", nodes);
+  return doc;
+}
+
+static json_t *job_document(job_conn *jc) {
+  json_t *n0 = read_node0(prog, jc);
+  if (n0 == NULL) return NULL;
+  json_t *nodes = read_nodes(jc, n0);
+  json_t *doc = NULL;
+  if (nodes == NULL)
+    cli_error(prog, 1, "reading the nodes' status at %s failed", jc->addr);
+  else
+    doc = status_document(jc->where.job_id, jc->addr, n0, nodes, wall_ms());
   json_decref(n0);
   return doc;
 }
@@ -301,7 +310,9 @@ static void fmt_age(const json_t *v, int64_t extra, char *out, size_t len) {
     base_strlcpy(out, "-", len);
     return;
   }
-  int64_t ms = json_integer_value(v) + extra;
+  const int64_t lim = (int64_t)1 << 53;
+  int64_t ms = (int64_t)json_integer_value(v);
+  ms = (ms > lim ? lim : ms < -lim ? -lim : ms) + extra;
   if (ms < 60000)
     snprintf(out, len, "%.1fs", (double)ms / 1000.0);
   else if (ms < 3600000)
@@ -364,7 +375,7 @@ static void print_table(FILE *f, const json_t *doc) {
     char age[16];
     fmt_age(json_object_get(node, "age_ms"), 0, age, sizeof age);
     fprintf(f, "node %lld  host %s  agent %lld  round %lld  restarts %lld  (%s ago)\n",
-            (long long)int_of(node, "node"), json_string_value(json_object_get(node, "host")),
+            (long long)int_of(node, "node"), str_of(node, "host"),
             (long long)int_of(node, "agent_pid"), (long long)int_of(node, "round"),
             (long long)int_of(node, "restarts"), age);
     fprintf(f, "   RANK LOCAL      PID  STATE         UPTIME   SILENT   CPU%%      RSS\n");
@@ -372,23 +383,22 @@ static void print_table(FILE *f, const json_t *doc) {
     json_array_foreach(json_object_get(node, "ranks"), k, r) print_rank(f, r, a, behind);
   }
   int64_t lo = int_of(doc, "nnodes_min"), hi = int_of(doc, "nnodes_max");
-  char expected[48];
+  char expected[80];
   if (lo == hi || lo <= 0)
     snprintf(expected, sizeof expected, "%lld", (long long)int_of(doc, "nnodes"));
   else
     snprintf(expected, sizeof expected, "%lld (elastic %lld:%lld)",
              (long long)int_of(doc, "nnodes"), (long long)lo, (long long)hi);
-  fprintf(f, "job %s: %lld of %s nodes joined, round %lld, %s",
-          json_string_value(json_object_get(doc, "job")), (long long)int_of(doc, "nodes_joined"),
-          expected, (long long)int_of(doc, "round"),
-          json_string_value(json_object_get(doc, "state")));
+  fprintf(f, "job %s: %lld of %s nodes joined, round %lld, %s", str_of(doc, "job"),
+          (long long)int_of(doc, "nodes_joined"), expected, (long long)int_of(doc, "round"),
+          str_of(doc, "state"));
   const char *cause = json_string_value(json_object_get(doc, "root_cause"));
   if (cause != NULL) fprintf(f, ": %s", cause);
   fprintf(f, "\n");
 }
 
-/* Renders one frame into a string, so a redraw is one write. */
-static char *render(const json_t *doc, int as_json) {
+/* One frame as a string, so that a redraw is one write. */
+char *status_render(const json_t *doc, int as_json) {
   if (as_json) return json_dumps(doc, JSON_INDENT(2));
   char *buf = NULL;
   size_t len = 0;
@@ -402,7 +412,7 @@ static char *render(const json_t *doc, int as_json) {
 static int show_once(job_conn *jc, int as_json, int clear) {
   json_t *doc = job_document(jc);
   if (doc == NULL) return 1;
-  char *text = render(doc, as_json);
+  char *text = status_render(doc, as_json);
   json_decref(doc);
   if (text == NULL) return cli_error(prog, 1, "out of memory");
   /* Home, the frame, then clear what an older, longer frame left below. */

@@ -6,6 +6,8 @@
 #ifndef COHORT_TOOLS_CMD_STATUS_H
 #define COHORT_TOOLS_CMD_STATUS_H
 
+#include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "agent/jobctl.h"
@@ -89,5 +91,21 @@ int job_connect(const char *prog, const job_args *a, job_conn *out);
 int job_round(const char *prog, job_conn *jc, int *round, int *nnodes);
 
 void job_close(job_conn *jc);
+
+/* ---- the pure parts, which fuzz/fuzz_status.c feeds with any bytes ---- */
+
+/* A node's snapshot (snapshot.h) parsed, or NULL when absent or malformed. */
+json_t *status_parse_snapshot(const void *val, size_t len);
+/*
+ * The --json document (docs/status.schema.json) of a job from node 0's
+ * snapshot and every node's (an array by node rank, null for a node
+ * without one; taken over), at wall-clock time now (ms).
+ */
+json_t *status_document(const char *job, const char *addr, const json_t *n0, json_t *nodes,
+                        int64_t now);
+/* The document as the table, or as indented JSON; malloc'ed, NULL out of memory. */
+char *status_render(const json_t *doc, int as_json);
+/* Prints `cohort stacks`' answers (answers[k]: node k's, or NULL) to stdout. */
+void stacks_print_answers(json_t *const *answers, int nnodes);
 
 #endif
