@@ -291,13 +291,18 @@ static int open_outputs(train_run *r) {
       return RUN_FAIL;
     }
   }
+  static const char *const compress_names[] = {"", " bf16", " fp16", " powersgd"};
+  char psgd[64] = "";
+  if (o->grad_compress == GPT2_COMPRESS_POWERSGD)
+    snprintf(psgd, sizeof psgd, ":%d from step %lld", o->powersgd_rank,
+             (long long)o->powersgd_start + 1);
   fprintf(r->out,
           "cohort-gpt2: %s head, %zu parameters (L=%d H=%d C=%d V=%d), B=%d T=%d accum=%d "
-          "world=%d%s, %s, %d threads, parameters identical on all ranks\n",
+          "world=%d%s%s%s, %s, %d threads, parameters identical on all ranks\n",
           o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", r->model.nparams, o->cfg.layers, o->cfg.heads,
           o->cfg.channels, o->cfg.vocab, o->B, o->T, o->grad_accum, r->world,
-          r->ddp.zero ? " zero-1" : "", o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD",
-          r->threads);
+          r->ddp.zero ? " zero-1" : "", r->world > 1 ? compress_names[o->grad_compress] : "", psgd,
+          o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", r->threads);
   fflush(r->out);
   return RUN_OK;
 }
@@ -399,7 +404,7 @@ static int report_step(train_run *r, const step_stats *st) {
   if (!r->o->quiet) {
     fprintf(r->out,
             "step %5llu/%lld | loss %.6f | lr %.3e | norm %.3f | %8.1f ms | %9.1f tok/s | "
-            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden) | wire %.1f MB (%.2fx)\n",
+            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden) | wire %.2f MB (%.2fx)\n",
             (unsigned long long)st->step, (long long)r->o->steps, st->loss, st->lr, st->gnorm,
             st->step_s * 1e3, st->tok_s, st->gflops, st->comm_ms, st->hidden * 100.0, st->wire_mb,
             st->ratio);
@@ -451,7 +456,7 @@ static void print_summary(train_run *r) {
   double med = median(times, nt);
   fprintf(r->out,
           "summary: %zu steps, final loss %.6f, median step %.1f ms, %.1f tok/s (global), %.1f "
-          "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), wire %.1f MB/step (compression "
+          "GFLOP/s/rank, comm %.1f ms/step (%.0f%% hidden), wire %.2f MB/step (compression "
           "%.2fx), peak RSS %.1f MiB (estimate %.1f MiB = params+grads+optimizer+activations, "
           "ratio %.2f)\n",
           r->ntimes, r->last_loss, med * 1e3, med > 0 ? r->tokens_per_step / med : 0.0,
