@@ -18,11 +18,13 @@ trap cleanup EXIT
 netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
 export COHORT_TOKEN=status-test-token
-# Rank 5 says goodbye and exits 0 after a while; the others sleep until stopped.
-WORK='echo "up $RANK"; if [ "$RANK" = 5 ]; then sleep 3; exit 0; fi; exec sleep 60'
+# Each rank beats its heartbeat once with step RANK+10 (--hang-timeout gives
+# the file); rank 5 says goodbye and exits 0 after a while; the others sleep.
+WORK='echo "up $RANK"; echo $((RANK + 10)) >"$COHORT_HEARTBEAT"
+if [ "$RANK" = 5 ]; then sleep 3; exit 0; fi; exec sleep 60'
 for i in 0 1 2; do
   netns_agent "$i" "$tmp/a$i" --nnodes 3 --node-rank "$i" --master "$M:29500" --nproc-per-node 2 \
-    --heartbeat-timeout 5 --max-restarts 2 -- sh -c "$WORK"
+    --heartbeat-timeout 5 --max-restarts 2 --hang-timeout 120 -- sh -c "$WORK"
   eval "a$i=\$!"
 done
 status() { netns_exec 3 "$cohort" status --master "$M:29500" "$@"; }
@@ -30,7 +32,7 @@ status() { netns_exec 3 "$cohort" status --master "$M:29500" "$@"; }
 # 1. six running ranks, with their pids and plausible ages (polled: the job starts under load).
 for _ in $(seq 1 40); do
   status >"$tmp/st1" 2>&1
-  [ "$(grep -c ' running ' "$tmp/st1")" = 6 ] && break
+  [ "$(grep -Ec ' running .* 1[0-5] +[0-9.]+s ' "$tmp/st1")" = 6 ] && break
   sleep 0.25
 done
 check "status lists 6 running ranks" [ "$(grep -c ' running ' "$tmp/st1")" = 6 ]
@@ -45,6 +47,8 @@ while read -r rank local pid state up rest; do
   [ "${up%%.*}" -lt 60 ] 2>/dev/null || ok=0
 done < <(grep ' running ' "$tmp/st1" | sed 's/<//')
 check "listed pids are the ranks' processes, ages plausible" [ $ok = 1 ]
+check "each rank shows its heartbeat step and the beat's age" grep -Eq '^ +3 +1 +[0-9]+ +running +[0-9.]+s +[0-9.]+s +13 +[0-9.]+s ' "$tmp/st1"
+check "the rank with the lowest step is marked furthest behind" grep -Eq '^ +0 +0 .* <$' "$tmp/st1"
 
 # 2. --json validates against the schema.
 status --json >"$tmp/js" 2>"$tmp/js.err"

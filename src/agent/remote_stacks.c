@@ -56,11 +56,18 @@ void remote_stacks_tick(job *j, int64_t *seen) {
   *seen = req;
   stacks_target *t = calloc((size_t)j->nworkers, sizeof *t);
   stacks_dump *d = calloc((size_t)j->nworkers, sizeof *d);
+  char(*py)[256] = NULL;
   int n = 0;
   if (t == NULL || d == NULL) goto out;
+  /* With --hang-timeout the Python hook is there: each rank's dump file. */
+  if (j->hang.prog != NULL) py = calloc((size_t)j->nworkers, sizeof *py);
   for (int i = 0; i < j->nworkers; i++) {
     if (!j->workers[i].running) continue;
-    t[n++] = (stacks_target){.rank = j->workers[i].rank, .pid = j->workers[i].pid};
+    char hb[256];
+    if (py != NULL) hang_paths(&j->hang, i, hb, sizeof hb, py[n], sizeof py[n]);
+    t[n] = (stacks_target){.rank = j->workers[i].rank, .pid = j->workers[i].pid};
+    t[n].py_file = py != NULL ? py[n] : NULL;
+    n++;
   }
   const char *path = getenv("PATH");
   stacks_opts so = {.path = path != NULL ? path : "/usr/bin:/bin",
@@ -72,6 +79,7 @@ void remote_stacks_tick(job *j, int64_t *seen) {
   free(text);
   stacks_dump_free(d, n);
 out:
+  free(py);
   free(t);
   free(d);
 }

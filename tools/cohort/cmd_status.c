@@ -24,8 +24,9 @@ static const char status_usage[] =
     "\n"
     "Shows a running job: per node its host, agent pid, round, restarts and the\n"
     "age of its snapshot; per rank its pid, state, uptime, time since its last\n"
-    "output, CPU % and RSS; then the job line (nodes joined of expected, round,\n"
-    "the root cause when failing). '<' marks the running rank silent longest.\n"
+    "output, heartbeat step and age (--hang-timeout), CPU % and RSS; then the job\n"
+    "line (nodes joined of expected, round, the root cause when failing). '<'\n"
+    "marks the running rank furthest behind (lowest step, else silent longest).\n"
     "\n"
     "  --json               one JSON document (docs/status.schema.json)\n"
     "  --watch [SEC]        redraw every SEC seconds (default 2) until "
@@ -210,20 +211,32 @@ static json_t *read_nodes(job_conn *jc, const json_t *n0) {
   return nodes;
 }
 
-/* The running rank silent longest (counting its snapshot's age), or -1. */
+/* How far behind a running rank is: by heartbeat step when ranks beat one
+ * (the lowest step, then the oldest beat), else by silence (counting its
+ * snapshot's age). Larger is further behind. */
+static void lag_of(const json_t *node, const json_t *r, int64_t *step_key, int64_t *silent) {
+  json_t *step = json_object_get(r, "step");
+  *step_key = step != NULL ? -int_of(r, "step") : -((int64_t)1 << 54);
+  json_t *beat = json_object_get(r, "beat_age_ms");
+  json_t *out = json_object_get(r, "silent_ms");
+  const char *k = beat != NULL ? "beat_age_ms" : out != NULL ? "silent_ms" : "uptime_ms";
+  *silent = int_of(r, k) + int_of(node, "age_ms");
+}
+
+/* The running rank furthest behind, or -1. */
 static int64_t furthest_behind(const json_t *nodes) {
-  int64_t best = -1, worst = -1;
+  int64_t best = -1, worst_step = 0, worst_silent = 0;
   size_t i, k;
   json_t *node, *r;
   json_array_foreach(nodes, i, node) {
     if (!json_is_object(node)) continue;
     json_array_foreach(json_object_get(node, "ranks"), k, r) {
-      json_t *silent = json_object_get(r, "silent_ms");
       if (strcmp(str_of(r, "state"), "running") != 0) continue;
-      int64_t s = silent != NULL ? int_of(r, "silent_ms") : int_of(r, "uptime_ms");
-      s += int_of(node, "age_ms");
-      if (s > worst) {
-        worst = s;
+      int64_t st, si;
+      lag_of(node, r, &st, &si);
+      if (best < 0 || st > worst_step || (st == worst_step && si > worst_silent)) {
+        worst_step = st;
+        worst_silent = si;
         best = int_of(r, "rank");
       }
     }
@@ -338,7 +351,7 @@ static void fmt_bytes(const json_t *v, char *out, size_t len) {
 }
 
 static void print_rank(FILE *f, const json_t *r, int64_t age, int64_t behind) {
-  char state[32], up[16], silent[16], cpu[16], rss[16];
+  char state[32], up[16], silent[16], cpu[16], rss[16], step[24], beat[16];
   const char *st = str_of(r, "state");
   if (strcmp(st, "exited") == 0)
     snprintf(state, sizeof state, "exited %d", (int)int_of(r, "code"));
@@ -355,10 +368,15 @@ static void print_rank(FILE *f, const json_t *r, int64_t age, int64_t behind) {
   else
     base_strlcpy(cpu, "-", sizeof cpu);
   fmt_bytes(json_object_get(r, "rss_bytes"), rss, sizeof rss);
+  fmt_age(json_object_get(r, "beat_age_ms"), running ? age : 0, beat, sizeof beat);
+  if (json_object_get(r, "step") != NULL)
+    snprintf(step, sizeof step, "%lld", (long long)int_of(r, "step"));
+  else
+    base_strlcpy(step, "-", sizeof step);
   int64_t rank = int_of(r, "rank");
-  fprintf(f, "  %5lld %5lld %8lld  %-11s %8s %8s %6s %8s%s\n", (long long)rank,
-          (long long)int_of(r, "local_rank"), (long long)int_of(r, "pid"), state, up, silent, cpu,
-          rss, rank == behind ? " <" : "");
+  fprintf(f, "  %5lld %5lld %8lld  %-11s %8s %8s %8s %8s %6s %8s%s\n", (long long)rank,
+          (long long)int_of(r, "local_rank"), (long long)int_of(r, "pid"), state, up, silent, step,
+          beat, cpu, rss, rank == behind ? " <" : "");
 }
 
 static void print_table(FILE *f, const json_t *doc) {
@@ -378,7 +396,8 @@ static void print_table(FILE *f, const json_t *doc) {
             (long long)int_of(node, "node"), str_of(node, "host"),
             (long long)int_of(node, "agent_pid"), (long long)int_of(node, "round"),
             (long long)int_of(node, "restarts"), age);
-    fprintf(f, "   RANK LOCAL      PID  STATE         UPTIME   SILENT   CPU%%      RSS\n");
+    fprintf(f, "   RANK LOCAL      PID  STATE         UPTIME   SILENT     STEP     BEAT   CPU%%    "
+               "  RSS\n");
     int64_t a = int_of(node, "age_ms");
     json_array_foreach(json_object_get(node, "ranks"), k, r) print_rank(f, r, a, behind);
   }
