@@ -356,6 +356,15 @@ static int rk_shared(cohort_comm *c, void *arg) {
   void *p = &fails;
   if (cohort_mem_alloc(c, 0, &p) != -EINVAL || p != NULL) fails++;
   if (cohort_mem_free(c, &fails) != -EINVAL) fails++;
+  /* More than /dev/shm holds: an error on every rank (the pages are reserved, so it is not a
+   * SIGBUS later), and the communicator goes on working. */
+  if (c->shm != NULL) {
+    int rc = cohort_mem_alloc(c, (size_t)1 << 42, &p);
+    if (rc == 0 || p != NULL) {
+      fprintf(stderr, "rank %d: a 4 TiB cohort_mem_alloc returned %d\n", cohort_comm_rank(c), rc);
+      fails++;
+    }
+  }
   int on = arg != NULL;
   if ((c->single_copy_ops > 0) != on) {
     fprintf(stderr, "rank %d: %llu single-copy allreduces, expected %s\n", cohort_comm_rank(c),

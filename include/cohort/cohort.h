@@ -152,7 +152,8 @@ COHORT_API const char *cohort_comm_error_message(const cohort_comm *comm);
  * every collective, through the ordinary algorithms). Collective: every rank
  * calls cohort_mem_alloc with the same bytes and cohort_mem_free on the
  * matching buffer, in the same order, with none of its requests pending;
- * the result is page-aligned and zero-filled. Without local peers it is ordinary memory. Returns 0
+ * the result is page-aligned and zero-filled, its pages reserved in
+ * /dev/shm (-ENOSPC when it is too small). Without local peers it is ordinary memory. Returns 0
  * or an error (then on every rank, and *ptr is NULL). Free before destroying the communicator, or
  * the destroy frees it.
  */

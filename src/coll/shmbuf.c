@@ -61,7 +61,9 @@ static int create_own(cohort_comm *c, int id, size_t map_bytes, char **out) {
   shm_unlink(name); /* a leftover of a crashed run with the same job id */
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return -errno;
-  int rc = ftruncate(fd, (off_t)map_bytes) != 0 ? -errno : 0;
+  /* Reserve the pages now: a tmpfs too small for them (a container's 64 MiB /dev/shm) is an
+   * error here, not a SIGBUS at the first write past what fits. */
+  int rc = -posix_fallocate(fd, 0, (off_t)map_bytes);
   void *p = rc == 0 ? mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (rc == 0 && p == MAP_FAILED) rc = -errno;
   close(fd);
