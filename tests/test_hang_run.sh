@@ -9,14 +9,17 @@
 #     heartbeat; a job that prints nothing and beats;
 #  3. SIGQUIT dumps the stacks and the job goes on;
 #  4. a heartbeat replaced by a directory: one line, no crash;
-#  5. --max-restarts restarts a hung job.
+#  5. --max-restarts restarts a hung job;
+#  6. two nodes x two ranks in network namespaces, rank 3 (node 1) stuck,
+#     --hang-timeout 20 (four ranks import torch at once here): whichever
+#     node notices, every node exits 5 and prints the report blaming rank 3.
 # usage: test_hang_run.sh COHORT_BINARY SOURCE_DIR
 set -u
 cohort=$(readlink -f "$1")
 src=$(cd "$2" && pwd)
 . "$src/tests/check_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-hangrun-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 export TMPDIR=$tmp PYTHON_EXEC=/usr/bin/python3
 line_of() { grep -n "$2" "$1" | head -1 | cut -d: -f1; }
 script=$src/tests/torch/ddp_hang.py
@@ -77,6 +80,35 @@ timeout 60 "$cohort" run --hang-timeout 2 --max-restarts 1 -- sh -c \
 code=$?
 check "a hung job is restarted and then ends 0 (got $code)" [ "$code" = 0 ]
 check "... after one restart" contains "$tmp/re.out" "[r0] attempt 1"
+
+# 6. Two nodes: whichever node notices, every node's stacks decide the blame.
+. "$src/tests/netns_lib.sh"
+netns_up 2 || {
+  echo "cannot create network namespaces"
+  exit 1
+}
+M=$(netns_addr 0)
+pids=()
+for stuck in 3; do
+  for i in 0 1; do
+    netns_bg "$i" "$tmp/mn$stuck-$i" env HANG_RANK=$stuck HANG_MODE=sleep COHORT_TOKEN=hangtok \
+      "$cohort" run --nnodes 2 --node-rank "$i" --master "$M:2950$stuck" --nproc-per-node 2 \
+      --hang-timeout 20 "$script"
+    eval "n$i=\$!"
+  done
+  wait_all 120 "$n0" "$n1"
+  node=$((stuck / 2))
+  check "2 nodes, rank $stuck stuck: both exit 5 ($codes)" [ "$codes" = "5 5" ]
+  for i in 0 1; do
+    check "2 nodes, rank $stuck stuck: node $i blames it" \
+      contains "$tmp/mn$stuck-$i" "job hung: rank $stuck (node $node"
+    check "2 nodes, rank $stuck stuck: node $i shows its line" \
+      contains "$tmp/mn$stuck-$i" "ddp_hang.py:$(line_of "$script" HANG-SLEEP)"
+  done
+  check "2 nodes, rank $stuck stuck: the others wait in the collective" \
+    grep -q "ranks [0-9,-]* waiting in" "$tmp/mn$stuck-0"
+done
+netns_down
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -167,18 +167,45 @@ static void dump_stacks(job *j) {
   hang_dump(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir));
 }
 
-/* A rank made no progress for the timeout: stacks, blame, and the job fails together. */
-static void on_hung(job *j) {
+/* How long a node waits for the other nodes' stacks before reporting with what it has. */
+#define HANG_GATHER_MS 20000
+
+/*
+ * The job is hung: this node's ranks' stacks are taken and exchanged with
+ * every node's (J/<round>/hang/<node>), and the report, the same on every
+ * node, blames the rank that is not waiting in a collective wherever it is.
+ */
+static void hang_gather(job *j) {
   char dir[4096];
   hang_node at = here(j);
-  if (hang_report(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir), j->report,
-                  sizeof j->report) != 0)
-    snprintf(j->report, sizeof j->report, "%sa rank made no progress for %.1f s (no stack)",
-             HANG_REPORT_PREFIX, (double)j->cfg->hang_timeout_ms / 1000);
+  const char *sd = stacks_dir(j, dir, sizeof dir);
+  char *mine = j->hang.prog != NULL ? hang_local(&j->hang, j->workers, &at, sd) : NULL;
+  int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
+  char **texts = calloc((size_t)n, sizeof *texts);
+  char report[WATCH_REPORT_MAX];
+  if (texts != NULL &&
+      cluster_gather(&j->cl, j->round, "hang", mine ? mine : "{\"ranks\":[]}", HANG_GATHER_MS,
+                     texts) > 0 &&
+      hang_report_all(texts, n, sd, report, sizeof report) == 0)
+    base_strlcpy(j->report, report, sizeof j->report);
+  for (int k = 0; texts != NULL && k < n; k++) free(texts[k]);
+  free(texts);
+  free(mine);
+}
+
+/* Local rank i made no progress for the timeout: the job fails together as hung. */
+static void on_hung(job *j, int i) {
+  const worker *w = &j->workers[i];
+  snprintf(j->report, sizeof j->report,
+           "%srank %d (node %d, %s, pid %d) made no progress for %.1f s (its stacks could not be "
+           "taken)",
+           HANG_REPORT_PREFIX, w->rank, j->cl.plan.my_index, j->cl.hostname, (int)w->pid,
+           (double)j->cfg->hang_timeout_ms / 1000);
   j->hung = 1;
   char winner[WATCH_REPORT_MAX];
   cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
+  if (strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0) hang_gather(j);
   begin_stop(j);
 }
 
@@ -186,25 +213,18 @@ static void on_hung(job *j) {
 static int hang_tick(job *j, int64_t now) {
   if (j->hang.prog == NULL || j->stopping) return -1;
   int next = -1;
-  if (hang_check(&j->hang, j->workers, now, &next) >= 0) on_hung(j);
+  int i = hang_check(&j->hang, j->workers, now, &next);
+  if (i >= 0) on_hung(j, i);
   return next;
-}
-
-/* Another node found the job hung: our ranks' stacks are taken too, before they stop. */
-static void save_stacks(job *j) {
-  if (j->hang.prog == NULL) return;
-  char dir[4096], scratch[WATCH_REPORT_MAX];
-  hang_node at = here(j);
-  hang_report(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir), scratch, sizeof scratch);
 }
 
 /* Another node failed or was lost: stop ours, blaming it. */
 static void on_remote_failure(job *j) {
   int can_adopt = j->first_failed < 0 || j->publish_at != 0;
-  if (!can_adopt || j->remote_failed) return;
+  if (!can_adopt || j->remote_failed || j->hung) return;
   if (!cluster_failure(&j->cl, j->report, sizeof j->report)) return;
   adopt_report(j, j->report);
-  if (strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0) save_stacks(j);
+  if (strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0) hang_gather(j);
   begin_stop(j);
 }
 

@@ -431,3 +431,43 @@ void cluster_close(cluster *c) {
   store_server_stop(c->store);
   c->store = NULL;
 }
+
+int cluster_gather(cluster *c, int round, const char *what, const char *mine, int64_t timeout_ms,
+                   char **texts) {
+  int n = c->plan.nnodes;
+  for (int k = 0; k < n; k++) texts[k] = NULL;
+  if (!c->multinode) {
+    texts[0] = strdup(mine);
+    return texts[0] != NULL;
+  }
+  char(*keys)[STORE_KEY_MAX] = calloc((size_t)n, sizeof *keys);
+  const char **kp = calloc((size_t)n, sizeof *kp);
+  void **vals = calloc((size_t)n, sizeof *vals);
+  size_t *lens = calloc((size_t)n, sizeof *lens);
+  int found = 0;
+  if (keys == NULL || kp == NULL || vals == NULL || lens == NULL) goto out;
+  for (int k = 0; k < n; k++) {
+    node_key(c, round, what, k, keys[k], sizeof keys[k]);
+    kp[k] = keys[k];
+  }
+  int64_t deadline = base_deadline_in(timeout_ms);
+  store_set(c->client, keys[c->plan.my_index], mine, strlen(mine), deadline);
+  /* All of them, or what there is at the deadline. */
+  store_wait(c->client, kp, (size_t)n, deadline);
+  if (store_get_many(c->client, kp, (size_t)n, vals, lens, base_deadline_in(5000)) != 0) goto out;
+  for (int k = 0; k < n; k++) {
+    if (vals[k] == NULL) continue;
+    texts[k] = malloc(lens[k] + 1);
+    if (texts[k] == NULL) continue;
+    memcpy(texts[k], vals[k], lens[k]);
+    texts[k][lens[k]] = '\0';
+    found++;
+  }
+out:
+  for (int k = 0; vals != NULL && k < n; k++) free(vals[k]);
+  free(vals);
+  free(lens);
+  free(kp);
+  free(keys);
+  return found;
+}

@@ -101,6 +101,15 @@ void cluster_publish_stacks(cluster *c, const char *json);
 /* Whether a round's report is `cohort stop`'s ("stopped by USER@HOST: TEXT"). */
 int cluster_stopped(const char *report);
 
+/*
+ * Every node's answer to one question of the round: publishes mine under
+ * J/<round>/<what>/<node> and gathers the others' (all of them, or those
+ * there by timeout_ms). texts[k] (plan.nnodes of them) receives node k's,
+ * malloc'ed, or NULL. Returns how many were found (one node: mine).
+ */
+int cluster_gather(cluster *c, int round, const char *what, const char *mine, int64_t timeout_ms,
+                   char **texts);
+
 /* Says goodbye; node 0 keeps the store up until everyone has read the end. */
 void cluster_leave(cluster *c, int round);
 

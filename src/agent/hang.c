@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "agent/python_hook.h" /* generated from python/sitecustomize.py: py_hook[] */
 #include "agent/stacks.h"
 #include "base/base.h"
@@ -156,16 +158,82 @@ static void places(hang *h, const worker *w, const hang_node *node, const hang_s
   }
 }
 
-int hang_report(hang *h, const worker *w, const hang_node *at, const char *stacks_dir, char *out,
-                size_t outlen) {
+/* One rank's verdict and place, as the other nodes read it. */
+static json_t *rank_json(const stacks_verdict *v, const stacks_place *at) {
+  return json_pack("{s:i, s:i, s:i, s:I, s:b, s:b, s:s, s:s}", "rank", v->rank, "node", at->node,
+                   "pid", (int)at->pid, "silent_ms", (json_int_t)at->silent_ms, "collected",
+                   v->collected, "in_collective", v->in_collective, "where", v->where, "frames",
+                   v->frames);
+}
+
+char *hang_local(hang *h, const worker *w, const hang_node *at, const char *stacks_dir) {
   hang_scratch s = {0};
-  int rc = -1;
-  if (scratch_alloc(&s, h->n) == 0) {
+  char *text = NULL;
+  json_t *doc = json_pack("{s:s, s:[]}", "host", at->host, "ranks");
+  if (doc != NULL && scratch_alloc(&s, h->n) == 0) {
     int n = collect(h, w, stacks_dir, &s);
     places(h, w, at, &s, n);
-    if (n > 0 && stacks_report(s.v, s.at, n, stacks_dir, out, outlen) >= 0) rc = 0;
+    json_t *ranks = json_object_get(doc, "ranks");
+    for (int k = 0; k < n; k++) json_array_append_new(ranks, rank_json(&s.v[k], &s.at[k]));
+    text = json_dumps(doc, JSON_COMPACT);
   }
+  json_decref(doc);
   scratch_free(&s, h->n);
+  return text;
+}
+
+/* Reads one node's text into v/at from index *n on (up to cap); hosts kept in doc. */
+static void read_node(json_t *doc, stacks_verdict *v, stacks_place *at, int *n, int cap) {
+  const char *host = json_string_value(json_object_get(doc, "host"));
+  json_t *ranks = json_object_get(doc, "ranks"), *r;
+  size_t i;
+  json_array_foreach(ranks, i, r) {
+    if (*n >= cap) return;
+    const char *where = json_string_value(json_object_get(r, "where"));
+    const char *frames = json_string_value(json_object_get(r, "frames"));
+    stacks_verdict *vk = &v[*n];
+    memset(vk, 0, sizeof *vk);
+    vk->rank = (int)json_integer_value(json_object_get(r, "rank"));
+    vk->collected = json_is_true(json_object_get(r, "collected"));
+    vk->in_collective = json_is_true(json_object_get(r, "in_collective"));
+    base_strlcpy(vk->where, where ? where : "", sizeof vk->where);
+    base_strlcpy(vk->frames, frames ? frames : "", sizeof vk->frames);
+    at[*n] = (stacks_place){.node = (int)json_integer_value(json_object_get(r, "node")),
+                            .host = host ? host : "?",
+                            .pid = (pid_t)json_integer_value(json_object_get(r, "pid")),
+                            .silent_ms = json_integer_value(json_object_get(r, "silent_ms"))};
+    (*n)++;
+  }
+}
+
+int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char *out,
+                    size_t outlen) {
+  json_t **docs = calloc((size_t)(ntexts > 0 ? ntexts : 1), sizeof *docs);
+  int cap = 0;
+  for (int k = 0; docs != NULL && k < ntexts; k++) {
+    docs[k] = texts[k] != NULL ? json_loads(texts[k], 0, NULL) : NULL;
+    if (docs[k] != NULL) cap += (int)json_array_size(json_object_get(docs[k], "ranks"));
+  }
+  stacks_verdict *v = calloc((size_t)(cap > 0 ? cap : 1), sizeof *v);
+  stacks_place *at = calloc((size_t)(cap > 0 ? cap : 1), sizeof *at);
+  int n = 0, rc = -1;
+  if (v != NULL && at != NULL) {
+    for (int k = 0; k < ntexts; k++)
+      if (docs[k] != NULL) read_node(docs[k], v, at, &n, cap);
+    if (n > 0 && stacks_report(v, at, n, stacks_dir, out, outlen) >= 0) rc = 0;
+  }
+  for (int k = 0; docs != NULL && k < ntexts; k++) json_decref(docs[k]);
+  free(docs);
+  free(v);
+  free(at);
+  return rc;
+}
+
+int hang_report(hang *h, const worker *w, const hang_node *at, const char *stacks_dir, char *out,
+                size_t outlen) {
+  char *mine = hang_local(h, w, at, stacks_dir);
+  int rc = mine != NULL ? hang_report_all(&mine, 1, stacks_dir, out, outlen) : -1;
+  free(mine);
   return rc;
 }
 

@@ -69,6 +69,17 @@ int hang_report(hang *h, const worker *w, const hang_node *at, const char *stack
                 size_t outlen);
 
 /*
+ * Several nodes: this node's part of the report, as text for the others
+ * (malloc'ed JSON: each running rank's verdict, place and silence; the
+ * stacks written to stacks_dir), NULL when nothing could be taken; and the
+ * report made from every node's part (the same text on every node given the
+ * same parts in node order). Returns 0, or -1 when no part had a rank.
+ */
+char *hang_local(hang *h, const worker *w, const hang_node *at, const char *stacks_dir);
+int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char *out,
+                    size_t outlen);
+
+/*
  * The ranks' stacks on demand (SIGQUIT): to the console, and to stacks_dir
  * when given, grouped by where the ranks are. The workers go on.
  */
