@@ -306,7 +306,12 @@ static int run_world_ex(const world_opts *o, rank_fn fn, void *arg, int kill_ran
       done[r] = 1;
       alive--;
       reaped = 1;
-      if (r != kill_rank && (!WIFEXITED(st) || WEXITSTATUS(st) != 0)) failed++;
+      if (r != kill_rank && (!WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
+        fprintf(stderr, "rank %d of %d: %s %d\n", r, o->n,
+                WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        failed++;
+      }
     }
     if (reaped) continue;
     if (base_now_ms() > deadline) {
@@ -483,7 +488,10 @@ static int rk_wire(cohort_comm *c, void *arg) {
         double eps = wires[w] == COHORT_BF16 ? 1.0 / 256 : 1.0 / 2048;
         for (int frac = 0; frac < 2; frac++) {
           float (*in)(int, size_t) = frac ? wire_frac_in : wire_exact_in;
-          if (wire_run(c, kind, mode & 1, mode & 2, wires[w], in, count, got) != 0) {
+          int rc = wire_run(c, kind, mode & 1, mode & 2, wires[w], in, count, got);
+          if (rc != 0) {
+            fprintf(stderr, "rank %d: wire mode %d count %zu: %s: %s\n", r, mode, count,
+                    cohort_strerror(rc), cohort_comm_error_message(c));
             fails++;
             continue;
           }
@@ -509,7 +517,10 @@ static int rk_wire(cohort_comm *c, void *arg) {
   free(got);
   /* Only an f32 buffer and a 16-bit wire type: anything else is refused on every rank. */
   double d = 1;
-  if (cohort_allreduce_wire(c, &d, &d, 1, COHORT_F64, COHORT_BF16, COHORT_SUM) != -EINVAL) fails++;
+  if (cohort_allreduce_wire(c, &d, &d, 1, COHORT_F64, COHORT_BF16, COHORT_SUM) != -EINVAL) {
+    fprintf(stderr, "rank %d: an f64 buffer with a bf16 wire was not refused\n", r);
+    fails++;
+  }
   return fails;
 }
 
