@@ -14,5 +14,5 @@ set_tests_properties(hang PROPERTIES TIMEOUT 120 LABELS "unit")
 add_test(NAME hang_torch COMMAND test_hang ${CMAKE_SOURCE_DIR} --torch)
 set_tests_properties(hang_torch PROPERTIES TIMEOUT 400 LABELS "slow")
 add_test(NAME hang_run COMMAND ${CMAKE_SOURCE_DIR}/tests/test_hang_run.sh $<TARGET_FILE:cohort>
-  ${CMAKE_SOURCE_DIR})
+  ${CMAKE_SOURCE_DIR} $<TARGET_FILE:test_hang_worker>)
 set_tests_properties(hang_run PROPERTIES TIMEOUT 300 LABELS "slow")

@@ -13,10 +13,15 @@
 #  6. two nodes x two ranks in network namespaces, rank 3 (node 1) stuck,
 #     --hang-timeout 20 (four ranks import torch at once here): whichever
 #     node notices, every node exits 5 and prints the report blaming rank 3.
-# usage: test_hang_run.sh COHORT_BINARY SOURCE_DIR
+#  7. a C libcohort worker (tests/test_hang_worker.c): silent for longer than
+#     the timeout but calling collectives (libcohort beats) runs to the end;
+#     one rank skipping an allreduce to sleep is blamed, the others wait in
+#     cohort_allreduce.
+# usage: test_hang_run.sh COHORT_BINARY SOURCE_DIR WORKER_BINARY
 set -u
 cohort=$(readlink -f "$1")
 src=$(cd "$2" && pwd)
+worker=$(readlink -f "$3")
 . "$src/tests/check_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-hangrun-XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
@@ -80,6 +85,20 @@ timeout 60 "$cohort" run --hang-timeout 2 --max-restarts 1 -- sh -c \
 code=$?
 check "a hung job is restarted and then ends 0 (got $code)" [ "$code" = 0 ]
 check "... after one restart" contains "$tmp/re.out" "[r0] attempt 1"
+
+# 7. libcohort: its collectives beat; a rank that skips one is blamed.
+STEPS=30 STEP_MS=150 timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 2 -- "$worker" \
+  >"$tmp/lc.out" 2>&1
+code=$?
+check "libcohort: silent 4.5 s under a 2 s timeout, collectives beating: exit 0 (got $code)" \
+  [ "$code" = 0 ]
+check "libcohort: ... to the end" contains "$tmp/lc.out" "[r1] done"
+HANG_RANK=1 timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 3 -- "$worker" \
+  >"$tmp/lch.out" 2>&1
+code=$?
+check "libcohort: a rank skipping an allreduce: exit 5 (got $code)" [ "$code" = 5 ]
+check "libcohort: ... it is blamed" contains "$tmp/lch.out" "job hung: rank 1 (node 0"
+check "libcohort: ... the other waits in cohort_allreduce" grep -q "rank 0 waiting in.*cohort_allreduce" "$tmp/lch.out"
 
 # 6. Two nodes: whichever node notices, every node's stacks decide the blame.
 . "$src/tests/netns_lib.sh"

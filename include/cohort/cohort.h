@@ -56,6 +56,16 @@ COHORT_API const char *cohort_strerror(int err);
 /* "0.1.0" */
 COHORT_API const char *cohort_version(void);
 
+/*
+ * Tells `cohort run --hang-timeout` this rank makes progress: writes step
+ * (>= 0; a negative step only touches the file) to the heartbeat file the
+ * agent names in COHORT_HEARTBEAT. Every completed collective beats too, so
+ * a program that calls collectives needs this only where it computes for
+ * long without them. Returns 0 (also when not run by such an agent) or
+ * -errno. Thread-safe.
+ */
+COHORT_API int cohort_heartbeat(int64_t step);
+
 typedef enum cohort_dtype {
   COHORT_F32 = 0,
   COHORT_F64,

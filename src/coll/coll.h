@@ -286,4 +286,8 @@ int coll_run_op(coll_ctx *x);
 
 const char *coll_kind_name(int kind);
 
+/* A completed collective is progress: touches COHORT_HEARTBEAT's file, at most
+ * every 200 ms (heartbeat.c; cohort_heartbeat() is the public beat). */
+void coll_heartbeat_auto(void);
+
 #endif

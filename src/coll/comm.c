@@ -217,7 +217,9 @@ static int execute_wire(cohort_comm *c, const coll_op *op) {
 
 static int execute(cohort_comm *c, const coll_op *op) {
   if (atomic_load(&c->failed)) return COHORT_EABORTED;
-  return op->wire != op->dtype ? execute_wire(c, op) : execute_plain(c, op);
+  int rc = op->wire != op->dtype ? execute_wire(c, op) : execute_plain(c, op);
+  if (rc == 0) coll_heartbeat_auto(); /* progress, for the agent's --hang-timeout */
+  return rc;
 }
 
 static void *progress_main(void *arg) {
