@@ -23,6 +23,7 @@
 #include "agent/stacks.h"
 #include "fuzz/fuzz_util.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check(int ok, const char *what) {
@@ -55,13 +56,25 @@ static void classify(const uint8_t *data, size_t size) {
   free(text);
 }
 
+/* One scratch directory for the whole run, removed at exit (libFuzzer ends
+ * with exit()), so that runs leave nothing behind in /dev/shm. */
+static char dir[256], path[320];
+
+static void cleanup(void) {
+  unlink(path);
+  rmdir(dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  fuzz_scratch_dir(dir, sizeof dir, "stacks");
+  snprintf(path, sizeof path, "%s/hb", dir);
+  atexit(cleanup);
+  return 0;
+}
+
 static void heartbeat(const uint8_t *data, size_t size) {
-  static char path[4096];
-  if (path[0] == '\0') {
-    char dir[256];
-    fuzz_scratch_dir(dir, sizeof dir, "stacks");
-    snprintf(path, sizeof path, "%s/hb", dir);
-  }
   progress p;
   if (progress_init(&p, 0, path, 0) != 0) return;
   int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
