@@ -2,7 +2,8 @@
 # `cohort run --hang-timeout` on one node, with real workers:
 #  1. a PyTorch gloo DDP job (tests/torch/ddp_hang.py) whose rank 1 stops in
 #     its data loader (sleeping, spinning in Python, blocked on a pipe),
-#     --hang-timeout 10 (torch's import alone is silent for seconds here):
+#     --hang-timeout 10 (--hang-start-timeout 120: torch's import alone is
+#     silent for seconds on a loaded machine):
 #     exit status 5, the report blames rank 1 at the script's line, rank 0
 #     waits in the all_reduce, the full stacks are in --log-dir;
 #  2. not hangs: silent for longer than the timeout but beating the
@@ -11,7 +12,7 @@
 #  4. a heartbeat replaced by a directory: one line, no crash;
 #  5. --max-restarts restarts a hung job;
 #  6. two nodes x two ranks in network namespaces, rank 3 (node 1) stuck,
-#     --hang-timeout 20 (four ranks import torch at once here): whichever
+#     --hang-timeout 10 after a start-up of up to 120 s: whichever
 #     node notices, every node exits 5 and prints the report blaming rank 3.
 #  7. a C libcohort worker (tests/test_hang_worker.c): silent for longer than
 #     the timeout but calling collectives (libcohort beats) runs to the end;
@@ -32,7 +33,7 @@ script=$src/tests/torch/ddp_hang.py
 # 1. A stuck rank in three ways.
 for mode in sleep spin pipe; do
   mark=$(echo "HANG-$mode" | tr a-z A-Z)
-  HANG_RANK=1 HANG_MODE=$mode timeout 120 "$cohort" run --nproc-per-node 2 --hang-timeout 10 \
+  HANG_RANK=1 HANG_MODE=$mode timeout 120 "$cohort" run --nproc-per-node 2 --hang-timeout 10 --hang-start-timeout 120 \
     --log-dir "$tmp/logs-$mode" -t 3 "$script" >"$tmp/$mode.out" 2>"$tmp/$mode.err"
   code=$?
   check "$mode: exit status 5 (hung), got $code" [ "$code" = 5 ]
@@ -58,6 +59,16 @@ timeout 60 "$cohort" run --hang-timeout 2 -- sh -c 'echo hi; sleep 30' >"$tmp/pl
 code=$?
 check "a silent shell rank is hung (got $code)" [ "$code" = 5 ]
 check "... its wait shows in the report" contains "$tmp/plain.out" "job hung: rank 0"
+
+# Start-up: silent 3 s before its first line under a 1 s timeout with a 6 s start limit.
+timeout 60 "$cohort" run --hang-timeout 1 --hang-start-timeout 6 -- sh -c 'sleep 3; echo up' \
+  >"$tmp/start.out" 2>&1
+code=$?
+check "start-up silence within --hang-start-timeout: exit 0 (got $code)" [ "$code" = 0 ]
+timeout 60 "$cohort" run --hang-timeout 1 --hang-start-timeout 2 -- sh -c 'sleep 30' \
+  >"$tmp/start2.out" 2>&1
+code=$?
+check "... beyond it: hung (got $code)" [ "$code" = 5 ]
 
 # 3. SIGQUIT: a dump, and the job goes on.
 timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 30 -- sh -c 'sleep 3; echo finished' \
@@ -112,7 +123,7 @@ for stuck in 3; do
   for i in 0 1; do
     netns_bg "$i" "$tmp/mn$stuck-$i" env HANG_RANK=$stuck HANG_MODE=sleep COHORT_TOKEN=hangtok \
       "$cohort" run --nnodes 2 --node-rank "$i" --master "$M:2950$stuck" --nproc-per-node 2 \
-      --hang-timeout 20 "$script"
+      --hang-timeout 10 --hang-start-timeout 120 "$script"
     eval "n$i=\$!"
   done
   wait_all 120 "$n0" "$n1"

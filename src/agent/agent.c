@@ -498,7 +498,8 @@ static attempt_outcome run_attempt(job *j) {
   attempt_reset(j);
   make_err_dir(j);
   if (j->cfg->hang_timeout_ms > 0 && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
-      hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->err_dir, j->nworkers) != 0)
+      hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
+                 j->nworkers) != 0)
     base_log(BASE_LOG_WARN, "cannot set up hang detection: --hang-timeout has no effect");
   attempt_outcome spawned = spawn_all(j);
   attempt_outcome supervised = supervise(j);

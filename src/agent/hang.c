@@ -41,7 +41,7 @@ void hang_hook_dir(const hang *h, char *out, size_t outlen) {
   snprintf(out, outlen, "%s", h->dir);
 }
 
-int hang_setup(hang *h, int64_t timeout_ms, const char *dir, int n) {
+int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n) {
   memset(h, 0, sizeof *h);
   if (strlen(dir) >= sizeof h->dir) return -ENAMETOOLONG;
   base_strlcpy(h->dir, dir, sizeof h->dir);
@@ -49,6 +49,7 @@ int hang_setup(hang *h, int64_t timeout_ms, const char *dir, int n) {
   if (h->prog == NULL) return -ENOMEM;
   h->n = n;
   h->timeout_ms = timeout_ms;
+  h->start_ms = start_ms > timeout_ms ? start_ms : timeout_ms;
   return 0;
 }
 
@@ -88,8 +89,9 @@ int hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
     if (progress_poll(&h->prog[i], now, msg, sizeof msg))
       fprintf(stderr, "cohort: rank %d: %s\n", w[i].rank, msg);
     int64_t silent = progress_silent_ms(&h->prog[i], now);
-    if (silent >= h->timeout_ms) return i;
-    if (h->timeout_ms - silent < next) next = h->timeout_ms - silent;
+    int64_t limit = h->prog[i].started ? h->timeout_ms : h->start_ms;
+    if (silent >= limit) return i;
+    if (limit - silent < next) next = limit - silent;
   }
   *next_ms = (int)(next > 0 ? next : 1);
   return -1;

@@ -30,13 +30,18 @@
 
 typedef struct hang {
   int64_t timeout_ms; /* 0: no hang detection */
+  int64_t start_ms;   /* the limit before a rank's first line or beat (imports, loading) */
   char dir[128];      /* the attempt directory of the heartbeat and dump files */
   int n;              /* local ranks */
   progress *prog;     /* n of them, NULL while off */
 } hang;
 
-/* Turns detection on for n local ranks with files under dir (which exists). 0 or -errno. */
-int hang_setup(hang *h, int64_t timeout_ms, const char *dir, int n);
+/*
+ * Turns detection on for n local ranks with files under dir (which
+ * exists): a rank is hung after timeout_ms without progress, or start_ms
+ * before its first line or beat. 0 or -errno.
+ */
+int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n);
 void hang_free(hang *h);
 
 /* The heartbeat file and Python dump file of local rank i. */

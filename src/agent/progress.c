@@ -35,6 +35,7 @@ int progress_init(progress *p, int rank, const char *path, int64_t now) {
 }
 
 void progress_output(progress *p, int64_t now) {
+  p->started = 1;
   if (!p->beaten) p->last_ms = now;
 }
 
@@ -101,6 +102,7 @@ int progress_poll(progress *p, int64_t now, char *msg, size_t msglen) {
   p->size = st.st_size;
   p->mtime = st.st_mtim;
   p->beaten = 1;
+  p->started = 1;
   p->last_ms = now;
   p->problems &= ~(unsigned)(BAD_GONE | BAD_DIR | BAD_UNREADABLE);
   int64_t step = 0;

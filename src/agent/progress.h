@@ -37,6 +37,7 @@ typedef struct progress {
   int rank;
   char path[PROGRESS_PATH_MAX];
   int beaten;      /* the heartbeat has been beaten at least once */
+  int started;     /* a line or a beat came: the rank is past its start-up */
   int64_t last_ms; /* last progress, base_now_ms() clock */
   int64_t step;    /* last step number written, -1 none */
   /* the file as last seen, to tell a beat */

@@ -68,6 +68,8 @@
   "  --hang-timeout SEC   a rank that prints nothing and beats no heartbeat ($COHORT_HEARTBEAT)\n" \
   "                       for SEC makes the job hung: every rank's stack is taken, the\n"          \
   "                       report names the rank to blame, exit status 5 (default: off)\n"          \
+  "  --hang-start-timeout SEC  the same limit before a rank's first line or beat (start-up:\n"     \
+  "                       imports, loading data; default: --hang-timeout's)\n"                     \
   "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
   "                       node (never overriding what you set; default auto)\n"                    \
   "  --launcher-stdin     standard input is the connection to `cohort launch` (it passes\n"        \
@@ -370,6 +372,8 @@ static const cli_opt run_opts[] = {
     {"--heartbeat-timeout", 0, CLI_SECONDS, .at = AT(cfg.lost_after_ms, int64_t), .min = 500,
      .max = 3600000},
     {"--hang-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_timeout_ms, int64_t), .min = 1000,
+     .max = 86400000LL * 7},
+    {"--hang-start-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_start_ms, int64_t), .min = 1000,
      .max = 86400000LL * 7},
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
     {"--launcher-stdin", 0, CLI_FLAG, .at = AT(cfg.launcher_stdin, int)},
