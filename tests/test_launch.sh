@@ -122,7 +122,6 @@ check "hostfile: launch exits 0 ($codes)" [ "$codes" = 0 ]
 check "hostfile: node0 has 1 slot" contains "$tmp/l2" "[r0] rank 0/4 local 0/1 role trainer"
 check "hostfile: node1 has 3 slots" contains "$tmp/l2" "[r3] rank 3/4 local 2/3 role trainer"
 check "hostfile: node2 is excluded" [ "$(grep -c '^\[r' "$tmp/l2")" = 4 ]
-check "the token is on no command line" eval '! grep -q "[0-9a-f]\{64\}" "$tmp/l1" "$tmp/l2"'
 
 # 3. a failing rank fails the job: its report, once; the job's exit status.
 launch "$tmp/f1" --hosts node0,node1,node2 --nproc-per-node 2 -- \
@@ -141,6 +140,19 @@ launch "$tmp/i1" --hosts node0,node1,node2 --nproc-per-node 2 -- sh -c 'echo $$ 
 lp=$!
 for _ in $(seq 200); do [ "$(ls "$tmp"/pid-* 2>/dev/null | wc -l)" = 6 ] && break; sleep 0.1; done
 check "sigint: all 6 workers ran" [ "$(ls "$tmp"/pid-* 2>/dev/null | wc -l)" = 6 ]
+# The job's token (a worker's COHORT_TOKEN) on no command line that ps shows:
+# not the ssh clients', not any process on the hosts (sshd's shells, agents).
+token=$(tr '\0' '\n' <"/proc/$(cat "$tmp"/pid-5)/environ" | sed -n 's/^COHORT_TOKEN=//p')
+check "token: the workers have the job's token" [ "${#token}" = 64 ]
+cmdlines() {
+  local i p
+  for p in $(ps -o pid= --ppid $lp); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done
+  for i in 0 1 2; do
+    for p in $(ip netns pids "$(netns_node $i)"); do tr '\0' ' ' <"/proc/$p/cmdline"; echo; done
+  done 2>/dev/null
+}
+check "token: ps shows ssh and the agents" eval 'cmdlines | grep -q -- "run --launcher-stdin"'
+check "token: on no command line" eval '! cmdlines | grep -qF -- "$token"'
 kill -INT $lp
 wait_all 30 $lp
 check "sigint: launch exits 130 ($codes)" [ "$codes" = 130 ]
