@@ -246,7 +246,51 @@ static void test_docker_ipv6_master(void) {
   manifest_buf_free(&b);
 }
 
+/* --hang-timeout reaches cohort run's line in every template, and only when given. */
+static void test_hang_timeout_passed(void) {
+  for (int hang = 0; hang <= 10; hang += 10) {
+    manifest_k8s_opts k = {.name = "j",
+                           .image = "img",
+                           .nodes = 2,
+                           .nproc_per_node = 1,
+                           .port = 29400,
+                           .token = "t0k",
+                           .hang_timeout = hang,
+                           .cmd = cmd_default,
+                           .ncmd = 2};
+    manifest_slurm_opts s = {
+        .nodes = 2, .nproc_per_node = 1, .hang_timeout = hang, .cmd = cmd_default, .ncmd = 2};
+    manifest_docker_opts d = {.nodes = 2,
+                              .nproc_per_node = 1,
+                              .image = "img",
+                              .master_addr = "h0",
+                              .port = 29400,
+                              .token = "t0k",
+                              .hang_timeout = hang,
+                              .cmd = cmd_default,
+                              .ncmd = 2};
+    manifest_buf b[3];
+    char err[256];
+    for (int i = 0; i < 3; i++) manifest_buf_init(&b[i]);
+    CHECK_EQ_INT(manifest_k8s(&k, &b[0], err, sizeof err), 0);
+    CHECK_EQ_INT(manifest_slurm(&s, &b[1], err, sizeof err), 0);
+    CHECK_EQ_INT(manifest_docker(&d, &b[2], err, sizeof err), 0);
+    const char *want[3] = {"- \"--hang-timeout\"\n        - \"10\"\n        - \"--\"\n",
+                           "--nproc-per-node 1 --hang-timeout 10 -- ",
+                           "--nproc-per-node 1 --hang-timeout 10 -- "};
+    for (int i = 0; i < 3; i++) {
+      CHECK(b[i].data != NULL);
+      if (hang)
+        CHECK(strstr(b[i].data, want[i]) != NULL);
+      else
+        CHECK(strstr(b[i].data, "hang") == NULL);
+      manifest_buf_free(&b[i]);
+    }
+  }
+}
+
 int main(void) {
+  test_hang_timeout_passed();
   test_yaml_quote();
   test_shell_quote();
   test_parse_size();

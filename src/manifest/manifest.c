@@ -427,13 +427,19 @@ int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_
   manifest_buf_puts(b, "        command:\n");
   const char *fixed[] = {"cohort", "run",      "--nnodes", NULL,          "--nproc-per-node",
                          NULL,     "--master", master,     "--node-rank", "$(JOB_COMPLETION_INDEX)",
-                         "--"};
-  char nnodes[16], nproc[16];
+                         NULL,     NULL,       "--"};
+  char nnodes[16], nproc[16], hang[16];
   snprintf(nnodes, sizeof nnodes, "%d", o->nodes);
   snprintf(nproc, sizeof nproc, "%d", o->nproc_per_node);
+  snprintf(hang, sizeof hang, "%d", o->hang_timeout);
   fixed[3] = nnodes;
   fixed[5] = nproc;
+  if (o->hang_timeout > 0) {
+    fixed[10] = "--hang-timeout";
+    fixed[11] = hang;
+  }
   for (size_t i = 0; i < BASE_ARRAY_LEN(fixed); i++) {
+    if (fixed[i] == NULL) continue;
     manifest_buf_puts(b, "        - ");
     manifest_yaml_quote(b, fixed[i], 0); /* the index reference must be expanded */
     manifest_buf_puts(b, "\n");
@@ -545,8 +551,10 @@ int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, s
                     "fi\n");
   manifest_buf_printf(b,
                       "srun --nodes=%d --ntasks-per-node=1 --kill-on-bad-exit=1 cohort run "
-                      "--nproc-per-node %d --",
+                      "--nproc-per-node %d",
                       o->nodes, o->nproc_per_node);
+  if (o->hang_timeout > 0) manifest_buf_printf(b, " --hang-timeout %d", o->hang_timeout);
+  manifest_buf_puts(b, " --");
   for (size_t i = 0; i < o->ncmd; i++) {
     manifest_buf_puts(b, " ");
     manifest_shell_quote(b, o->cmd[i]);
@@ -627,7 +635,9 @@ int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err,
     manifest_shell_quote(b, o->image);
     manifest_buf_printf(b, " cohort run --nnodes %d --node-rank %d --master ", o->nodes, node);
     manifest_shell_quote(b, master);
-    manifest_buf_printf(b, " --nproc-per-node %d --", o->nproc_per_node);
+    manifest_buf_printf(b, " --nproc-per-node %d", o->nproc_per_node);
+    if (o->hang_timeout > 0) manifest_buf_printf(b, " --hang-timeout %d", o->hang_timeout);
+    manifest_buf_puts(b, " --");
     for (size_t i = 0; i < o->ncmd; i++) {
       manifest_buf_puts(b, " ");
       manifest_shell_quote(b, o->cmd[i]);

@@ -82,6 +82,7 @@ typedef struct manifest_k8s_opts {
   const char *token_secret; /* existing Secret with key "token", or NULL */
   const char *token;        /* without token_secret: the token of the Secret NAME-token
                                that the output then holds (printable ASCII) */
+  int hang_timeout;         /* cohort run --hang-timeout in seconds, 0 to leave it off */
   char *const *cmd;         /* the training command, ncmd >= 1 */
   size_t ncmd;
 } manifest_k8s_opts;
@@ -96,6 +97,7 @@ typedef struct manifest_slurm_opts {
   int gpus_per_node;     /* #SBATCH --gpus-per-node, 0 for none */
   const char *time;      /* Slurm time limit ("HH:MM:SS", "D-HH", ...) or NULL */
   const char *partition; /* or NULL */
+  int hang_timeout;      /* cohort run --hang-timeout in seconds, 0 to leave it off */
   const char *job_name;  /* or NULL */
   char *const *cmd;
   size_t ncmd;
@@ -114,6 +116,7 @@ typedef struct manifest_docker_opts {
   const char *gpus;        /* value of docker's --gpus, or NULL */
   uint64_t shm_bytes;      /* --shm-size, 0 to leave docker's default */
   int rdma;                /* pass /dev/infiniband and IPC_LOCK */
+  int hang_timeout;        /* cohort run --hang-timeout in seconds, 0 to leave it off */
   const char *token;       /* the job's token, written into the env file MANIFEST_DOCKER_ENV */
   char *const *cmd;
   size_t ncmd;

@@ -46,6 +46,7 @@ static const char k8s_usage[] =
     "                        (default: the output holds a Secret NAME-token with a\n"
     "                        token generated now; keep the file private)\n"
     "  --port PORT           rendezvous port of pod 0 (default 29400)\n"
+    "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"
     "  -h, --help            show this help\n";
 
 static const char slurm_usage[] =
@@ -62,6 +63,7 @@ static const char slurm_usage[] =
     "  --time T              time limit (M, H:M:S, D-H:M:S, ...)\n"
     "  --partition P         partition\n"
     "  --job-name J          job name\n"
+    "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"
     "  -h, --help            show this help\n";
 
 static const char docker_usage[] =
@@ -83,11 +85,12 @@ static const char docker_usage[] =
     "  --gpus VALUE          docker's --gpus value (e.g. all)\n"
     "  --shm SIZE            a private /dev/shm of SIZE (e.g. 8G) instead of --ipc host\n"
     "  --rdma                pass /dev/infiniband and add IPC_LOCK\n"
+    "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"
     "  -h, --help            show this help\n";
 
 typedef struct manifest_args {
   const char *name, *image, *time, *partition, *job_name, *master_addr, *gpus_str, *token_secret;
-  int nodes, nproc, gpus, gpus_per_node, port, rdma_flag, rdma;
+  int nodes, nproc, gpus, gpus_per_node, port, rdma_flag, rdma, hang_timeout;
   uint64_t shm;
 } manifest_args;
 
@@ -117,6 +120,8 @@ static const cli_choice rdma_kinds[] = {
   { "--image", 0, CLI_STR, .at = AT(image, const char *), .flags = CLI_REQUIRED }
 #define PORT_ROW                                                                                   \
   { "--port", 0, CLI_INT, .at = AT(port, int), .min = 1, .max = 65535 }
+#define HANG_ROW                                                                                   \
+  { "--hang-timeout", 0, CLI_INT, .at = AT(hang_timeout, int), .min = 1, .max = 86400 * 7 }
 #define SHM_ROW                                                                                    \
   { "--shm", 0, CLI_CUSTOM, .fn = set_shm, .what = "a size such as 8G or 512M" }
 
@@ -131,6 +136,7 @@ static const cli_opt k8s_opts[] = {
     SHM_ROW,
     {"--token-secret", 0, CLI_STR, .at = AT(token_secret, const char *)},
     PORT_ROW,
+    HANG_ROW,
 };
 
 static const cli_opt slurm_opts[] = {
@@ -142,6 +148,7 @@ static const cli_opt slurm_opts[] = {
     {"--time", 0, CLI_STR, .at = AT(time, const char *)},
     {"--partition", 0, CLI_STR, .at = AT(partition, const char *)},
     {"--job-name", 0, CLI_STR, .at = AT(job_name, const char *)},
+    HANG_ROW,
 };
 
 static const cli_opt docker_opts[] = {
@@ -154,6 +161,7 @@ static const cli_opt docker_opts[] = {
     {"--gpus", 0, CLI_STR, .at = AT(gpus_str, const char *)},
     SHM_ROW,
     {"--rdma", 0, CLI_FLAG, .at = AT(rdma_flag, int)},
+    HANG_ROW,
 };
 
 typedef int (*build_fn)(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
@@ -180,6 +188,7 @@ static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *
                          .shm_bytes = a->shm,
                          .token_secret = a->token_secret,
                          .token = token,
+                         .hang_timeout = a->hang_timeout,
                          .cmd = cmd->argv,
                          .ncmd = (size_t)cmd->argc};
   return manifest_k8s(&o, out, err, errlen);
@@ -193,6 +202,7 @@ static int build_slurm(const manifest_args *a, const cli_args *cmd, manifest_buf
                            .time = a->time,
                            .partition = a->partition,
                            .job_name = a->job_name,
+                           .hang_timeout = a->hang_timeout,
                            .cmd = cmd->argv,
                            .ncmd = (size_t)cmd->argc};
   return manifest_slurm(&o, out, err, errlen);
@@ -211,6 +221,7 @@ static int build_docker(const manifest_args *a, const cli_args *cmd, manifest_bu
                             .shm_bytes = a->shm,
                             .rdma = a->rdma_flag,
                             .token = token,
+                            .hang_timeout = a->hang_timeout,
                             .cmd = cmd->argv,
                             .ncmd = (size_t)cmd->argc};
   return manifest_docker(&o, out, err, errlen);
