@@ -70,7 +70,7 @@ for n in "${sizes[@]}"; do
   done
 done
 echo
-echo "cohort with today's agent watch (every node sweeps every counter, O(N^2)):"
+echo "cohort with the agents' watch before 1e0e53d (every node sweeps every counter, O(N^2); --sweep all):"
 for n in "${sizes[@]}"; do
   [ "$n" -le 512 ] || continue
   printf '%-6s hb_cpu_pct %s hb_req_per_s %s fail_max_ms %s\n' "$n" "$(stat cohort_all "$n" hb_cpu_pct)" \
