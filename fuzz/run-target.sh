@@ -14,7 +14,12 @@ if [ ! -d "$seeds" ]; then
   exit 2
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/cohort-fuzz-$name.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# The harnesses' scratch files (fuzz_util.h), in memory when /dev/shm is
+# there, removed with the work directory even when the target is killed.
+scratch=$(mktemp -d /dev/shm/cfz.XXXXXX 2>/dev/null || mktemp -d "$work/s.XXXXXX")
+export COHORT_FUZZ_SCRATCH=$scratch
+trap 'rm -rf "$work" "$scratch"' EXIT
+trap 'exit 143' TERM INT
 mkdir -p "$results" "$work/corpus" "$work/artifacts"
 log=$work/log
 t0=$SECONDS
