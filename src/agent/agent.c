@@ -135,17 +135,24 @@ static void reap(job *j) {
   }
 }
 
+/* --log-dir DIR/attempt<K>, made if need be, into out; -1 without --log-dir. */
+static int attempt_dir(const agent_config *cfg, int restart, char *out, size_t outlen) {
+  if (cfg->log_dir == NULL) return -1;
+  mkdir(cfg->log_dir, 0755);
+  snprintf(out, outlen, "%s/attempt%d", cfg->log_dir, restart);
+  mkdir(out, 0755);
+  return 0;
+}
+
 /* ---- hangs (--hang-timeout) and stack dumps ---- */
 
 /* Where this attempt's stacks go: --log-dir DIR/attempt<K>/stacks, else a
  * directory of its own under $TMPDIR (kept, named in the report). */
 static const char *stacks_dir(job *j, char *out, size_t outlen) {
   const char *tmp = getenv("TMPDIR");
-  if (j->cfg->log_dir != NULL) {
-    snprintf(out, outlen, "%s/attempt%d", j->cfg->log_dir, j->restart);
-    mkdir(j->cfg->log_dir, 0755);
-    mkdir(out, 0755);
-    snprintf(out, outlen, "%s/attempt%d/stacks", j->cfg->log_dir, j->restart);
+  if (attempt_dir(j->cfg, j->restart, out, outlen) == 0) {
+    size_t n = strlen(out);
+    snprintf(out + n, outlen - n, "/stacks");
     return out;
   }
   snprintf(out, outlen, "%s/cohort-stacks-XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
@@ -205,7 +212,7 @@ static void on_hung(job *j, int i) {
   char winner[WATCH_REPORT_MAX];
   cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
-  if (strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0) hang_gather(j);
+  if (hang_is_report(j->report)) hang_gather(j);
   begin_stop(j);
 }
 
@@ -224,7 +231,7 @@ static void on_remote_failure(job *j) {
   if (!can_adopt || j->remote_failed || j->hung) return;
   if (!cluster_failure(&j->cl, j->report, sizeof j->report)) return;
   adopt_report(j, j->report);
-  if (strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0) hang_gather(j);
+  if (hang_is_report(j->report)) hang_gather(j);
   begin_stop(j);
 }
 
@@ -259,12 +266,10 @@ static void handle_event(job *j, int ev) {
 /* ---- files of an attempt ---- */
 
 static int open_log(const agent_config *cfg, int restart, int rank) {
-  if (cfg->log_dir == NULL) return -1;
   char path[4096];
-  snprintf(path, sizeof path, "%s/attempt%d", cfg->log_dir, restart);
-  mkdir(cfg->log_dir, 0755);
-  mkdir(path, 0755);
-  snprintf(path, sizeof path, "%s/attempt%d/rank%d.log", cfg->log_dir, restart, rank);
+  if (attempt_dir(cfg, restart, path, sizeof path) != 0) return -1;
+  size_t n = strlen(path);
+  snprintf(path + n, sizeof path - n, "/rank%d.log", rank);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) base_log(BASE_LOG_WARN, "cannot write log file %s: %s", path, strerror(errno));
   return fd;
@@ -329,13 +334,12 @@ static int spawn_one(job *j, worker *w) {
                      .token = cluster_token(&j->cl),
                      .net = j->net ? j->net->set : NULL,
                      .nnet = j->net ? j->net->nset : 0};
-  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], hook[PROGRESS_PATH_MAX];
+  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
   if (j->hang.prog != NULL) {
     hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
-    hang_hook_dir(&j->hang, hook, sizeof hook);
     in.heartbeat = hb;
     in.stacks_file = py;
-    in.hook_dir = hook;
+    in.hook_dir = j->hang.dir;
     in.stacks_signal = stacks_py_signal();
   }
   agent_env env = {0};
@@ -568,8 +572,7 @@ static int run_round(job *j) {
   if (o == ATTEMPT_FAILED && j->report[0] == '\0')
     cluster_failure(&j->cl, j->report, sizeof j->report);
   if (o == ATTEMPT_FAILED && cluster_stopped(j->report)) o = ATTEMPT_STOPPED;
-  if (o == ATTEMPT_FAILED &&
-      strncmp(j->report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0)
+  if (o == ATTEMPT_FAILED && hang_is_report(j->report))
     o = ATTEMPT_HUNG; /* another node found the job hung */
   if (o != ATTEMPT_OK && o != ATTEMPT_FAILED && o != ATTEMPT_STOPPED && o != ATTEMPT_HUNG) {
     /* Not a worker's failure: the other nodes stop too, and whichever

@@ -37,8 +37,8 @@ static int write_file(const char *path, const char *text) {
   return close(fd) == 0 ? 0 : -errno;
 }
 
-void hang_hook_dir(const hang *h, char *out, size_t outlen) {
-  snprintf(out, outlen, "%s", h->dir);
+int hang_is_report(const char *report) {
+  return strncmp(report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0;
 }
 
 int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n) {
@@ -228,14 +228,6 @@ int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char
   free(docs);
   free(v);
   free(at);
-  return rc;
-}
-
-int hang_report(hang *h, const worker *w, const hang_node *at, const char *stacks_dir, char *out,
-                size_t outlen) {
-  char *mine = hang_local(h, w, at, stacks_dir);
-  int rc = mine != NULL ? hang_report_all(&mine, 1, stacks_dir, out, outlen) : -1;
-  free(mine);
   return rc;
 }
 

@@ -28,10 +28,13 @@
 /* The first line of a hang's failure report, on every node. */
 #define HANG_REPORT_PREFIX "job hung: "
 
+/* Whether a failure report is a hang's. */
+int hang_is_report(const char *report);
+
 typedef struct hang {
   int64_t timeout_ms; /* 0: no hang detection */
   int64_t start_ms;   /* the limit before a rank's first line or beat (imports, loading) */
-  char dir[128];      /* the attempt directory of the heartbeat and dump files */
+  char dir[128];      /* the heartbeat and dump files, and the hook (first on PYTHONPATH) */
   int n;              /* local ranks */
   progress *prog;     /* n of them, NULL while off */
 } hang;
@@ -46,8 +49,6 @@ void hang_free(hang *h);
 
 /* The heartbeat file and Python dump file of local rank i. */
 void hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen);
-/* The directory to put first on PYTHONPATH. */
-void hang_hook_dir(const hang *h, char *out, size_t outlen);
 
 /* A new attempt: the hook and fresh heartbeat files, each worker's progress attached. */
 int hang_begin(hang *h, worker *w, int64_t now);
@@ -64,14 +65,6 @@ typedef struct hang_node {
   int node;
   const char *host;
 } hang_node;
-
-/*
- * Collects the running ranks' stacks into stacks_dir (NULL: nowhere) within
- * a bounded time and writes the hang report into out (HANG_REPORT_PREFIX
- * first). Returns 0, or -1 when no rank could be looked at.
- */
-int hang_report(hang *h, const worker *w, const hang_node *at, const char *stacks_dir, char *out,
-                size_t outlen);
 
 /*
  * Several nodes: this node's part of the report, as text for the others
