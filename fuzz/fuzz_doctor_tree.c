@@ -14,10 +14,16 @@
  * route lookup runs), renders the report, export lines and JSON, round-trips
  * the one-line summary, then removes the tree.
  *
+ * Then the CPU and GPU topology of the same tree (src/doctor/topo.c) and
+ * the agent's worker count and CPU binding over it (src/agent/place.c).
+ *
  * Checks: no crash, leak or undefined behaviour; probe and derive succeed
  * or fail with -ENOMEM only (a damaged tree is facts, not an error); the
  * summary parses back to itself; the JSON document parses (jansson); nothing
- * it sets was in the environment.
+ * it sets was in the environment. The topology probe succeeds or names
+ * the file it could not use; a CPU list prints back to itself; every plan
+ * succeeds or fails with one line, and a plan gives each rank CPUs of the
+ * node's, without overlap where the mode promises it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +36,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/place.h"
 #include "doctor/doctor.h"
+#include "doctor/topo.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -135,6 +143,56 @@ static void write_entry(const char *root, const char *rel, const uint8_t *conten
   close(fd);
 }
 
+/* Each set non-empty and among the node's CPUs; pairwise disjoint when asked. */
+static void check_sets(const topo *t, const cpu_set_t *sets, int n, int disjoint) {
+  cpu_set_t node, seen;
+  CPU_ZERO(&node);
+  CPU_ZERO(&seen);
+  for (int i = 0; i < t->ncpu; i++) CPU_SET(t->cpu[i].id, &node);
+  for (int r = 0; r < n; r++) {
+    cpu_set_t outside, both;
+    CPU_XOR(&outside, &sets[r], &node);
+    CPU_AND(&outside, &outside, &sets[r]);
+    check(CPU_COUNT(&sets[r]) > 0 && CPU_COUNT(&outside) == 0, "a rank's CPUs are not the node's");
+    CPU_AND(&both, &seen, &sets[r]);
+    check(!disjoint || CPU_COUNT(&both) == 0, "two ranks share a CPU");
+    CPU_OR(&seen, &seen, &sets[r]);
+  }
+}
+
+static void check_topology(const char *sys, const char *proc, const char *dev, char **envp,
+                           size_t size) {
+  static topo t;
+  static cpu_set_t sets[24];
+  char err[256] = "";
+  topo_config tc = {sys, proc, dev, envp};
+  if (topo_probe(&tc, &t, err, sizeof err) != 0) {
+    check(err[0] != '\0' && strchr(err, '\n') == NULL, "a topology error without its one line");
+    return;
+  }
+  check(t.ncpu > 0 && t.ngpu <= t.nfound, "topology counts");
+  cpu_set_t all, back;
+  CPU_ZERO(&all);
+  for (int i = 0; i < t.ncpu; i++) CPU_SET(t.cpu[i].id, &all);
+  char list[8192];
+  topo_format_cpulist(&all, list, sizeof list);
+  check(topo_parse_cpulist(list, &back) == 0 && CPU_EQUAL(&all, &back), "CPU list round trip");
+  int n = 0;
+  for (int kind = AGENT_NPROC_NUMBER; kind <= AGENT_NPROC_AUTO; kind++) {
+    err[0] = '\0';
+    int rc = place_count(&t, (agent_nproc)kind, 2, &n, err, sizeof err);
+    check(rc == 0 ? n >= 1 : rc == -ENODEV && err[0] != '\0', "place_count");
+  }
+  static const int disjoint[] = {0, 1, 1, 0, 0, 1, 0};
+  for (int mode = AGENT_BIND_CORES; mode <= AGENT_BIND_GPU_CORE_COMPLEX; mode++) {
+    int nproc = 1 + (int)((size + (size_t)mode) % 24);
+    err[0] = '\0';
+    int rc = place_plan(&t, NULL, (agent_bind)mode, nproc, sets, err, sizeof err);
+    check(rc == 0 || (rc == -EINVAL && err[0] != '\0' && strchr(err, '\n') == NULL), "place_plan");
+    if (rc == 0) check_sets(&t, sets, nproc, disjoint[mode]);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 65536) return 0;
   char root[128];
@@ -227,6 +285,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
     doctor_result_destroy(r);
   }
+  check_topology(sys, proc, dev, envp, size);
   free(envtext);
   remove_tree(root);
   return 0;

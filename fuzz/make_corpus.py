@@ -185,6 +185,30 @@ for name in sorted(os.listdir(fixtures)):
 put("fuzz_doctor_tree", "env", b"env\nNCCL_IB_HCA=mlx5_0\nNCCL_IB_GID_INDEX=3\0" +
     b"sys/class/net/eth0/mtu\n9000\n")
 
+# A node for the topology probe and the CPU binding: 2 NUMA nodes of 2 cores
+# with SMT siblings and an L3 each, 3 NVIDIA GPUs, CUDA_VISIBLE_DEVICES.
+topo = [b"sys/devices/system/cpu/online\n0-7\n"]
+for c in range(8):
+    core, numa = c % 4, (c % 4) // 2
+    topo.append(b"sys/devices/system/cpu/cpu%d/topology/physical_package_id\n0\n" % c)
+    topo.append(b"sys/devices/system/cpu/cpu%d/topology/thread_siblings_list\n%d,%d\n"
+                % (c, core, core + 4))
+    topo.append(b"sys/devices/system/cpu/cpu%d/cache/index3/level\n3\n" % c)
+    topo.append(b"sys/devices/system/cpu/cpu%d/cache/index3/type\nUnified\n" % c)
+    topo.append(b"sys/devices/system/cpu/cpu%d/cache/index3/shared_cpu_list\n%d-%d,%d-%d\n"
+                % (c, 2 * numa, 2 * numa + 1, 2 * numa + 4, 2 * numa + 5))
+for n in range(2):
+    topo.append(b"sys/devices/system/node/node%d/cpulist\n%d-%d,%d-%d\n"
+                % (n, 2 * n, 2 * n + 1, 2 * n + 4, 2 * n + 5))
+for g in range(3):
+    topo.append(b"proc/driver/nvidia/gpus/0000:0%d:00.0/information\nGPU UUID: GPU-%d\n" % (g, g))
+    topo.append(b"sys/bus/pci/devices/0000:0%d:00.0/numa_node\n%d\n" % (g, 1 - g % 2))
+put("fuzz_doctor_tree", "topology", b"\0".join(topo))
+put("fuzz_doctor_tree", "topology_visible", b"\0".join(topo + [b"env\nCUDA_VISIBLE_DEVICES=2,GPU-0,x"]))
+put("fuzz_doctor_tree", "amd", b"sys/devices/system/cpu/online\n0-3\n\0"
+    b"sys/class/drm/renderD128/device/vendor\n0x1002\n\0"
+    b"sys/class/drm/renderD128/device/numa_node\n-1\n\0dev/nvidia0\n")
+
 # ---- gpt2 checkpoints and token data ----
 def ckpt_header(nparams, nstate, step=5):
     return b"COHGPT2\0" + struct.pack("<II8i5Q", 1, 88, 17, 4, 1, 1, 4, 0, 1, 1, step, 3, 9,
@@ -264,6 +288,11 @@ put("fuzz_cli", "run_torchrun_prog", run_argv("--standalone", "-m", "-r", "3", "
                                               "--log-dir", "/tmp/l", "pkg.mod", "--nnodes", "x"))
 put("fuzz_cli", "run_torchrun_refused", run_argv("--run-path", "--no-python", "--rdzv-backend",
                                                  "etcd", "--tee", "0:3,1:1", "s.py"))
+put("fuzz_cli", "run_devices", run_argv("--nproc-per-node=gpu", "--numa-binding", "exclusive",
+                                        "--sysfs-root", "/s", "--proc-root=/p", "--dev-root", "/d",
+                                        "t.py"))
+put("fuzz_cli", "run_cpu_bind", run_argv("--nproc_per_node", "auto", "--cpu-bind=numa",
+                                         "--numa_binding=core-complex", "--", "x"))
 # Unique prefixes of long options (as getopt_long) and an ambiguous one.
 put("fuzz_cli", "abbrev", argv("slurm", "--nod", "2", "--nproc=4", "--part", "gpu", "--j", "x",
                                "--", "true"))

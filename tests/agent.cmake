@@ -23,3 +23,12 @@ add_executable(test_agent_env ${CMAKE_SOURCE_DIR}/tests/test_agent_env.c)
 target_link_libraries(test_agent_env PRIVATE cohort_node)
 add_test(NAME agent_env COMMAND test_agent_env)
 set_tests_properties(agent_env PROPERTIES TIMEOUT 60 LABELS "unit")
+
+# The node's CPUs and GPUs and the workers' count and CPU binding, on fixture
+# trees the test writes (--nproc-per-node gpu|auto, --numa-binding, --cpu-bind).
+add_executable(test_place ${CMAKE_SOURCE_DIR}/tests/test_place.c)
+target_link_libraries(test_place PRIVATE cohort_node)
+add_test(NAME place COMMAND test_place)
+set_tests_properties(place PROPERTIES TIMEOUT 60 LABELS "unit")
+add_test(NAME place_run COMMAND ${CMAKE_SOURCE_DIR}/tests/test_place_run.sh $<TARGET_FILE:cohort>)
+set_tests_properties(place_run PROPERTIES TIMEOUT 300 LABELS "unit")

@@ -61,8 +61,9 @@ run note "$cohort" run --monitor-interval 1 --start-method=fork --no-python true
 check "no-effect options run" rc note 0
 check "... one note line each" lines note.err 2
 check "... naming the option" contains "$tmp/note.err" "note: --monitor-interval has no effect"
-for bad in "--rdzv-backend etcd" "--nproc-per-node gpu" "--tee 0:4" "--tee 0:3,x:1" \
-  "--local-ranks-filter 0,a" "--numa-binding node" "--rdzv-conf join_timeout"; do
+for bad in "--rdzv-backend etcd" "--nproc-per-node gpus" "--tee 0:4" "--tee 0:3,x:1" \
+  "--local-ranks-filter 0,a" "--numa-binding sideways" "--cpu-bind all" \
+  "--numa-binding node --cpu-bind cores" "--rdzv-conf join_timeout"; do
   run bad "$cohort" run $bad --no-python true
   check "$bad: exit 2" rc bad 2
   check "$bad: one line" lines bad.err 1

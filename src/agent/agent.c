@@ -313,13 +313,14 @@ static void attempt_reset(job *j) {
 
 static int spawn_one(job *j, worker *w) {
   const rdzv_plan *p = &j->cl.plan;
+  const cpu_set_t *cpus = j->place.cpus != NULL ? &j->place.cpus[w->local_rank] : NULL;
   char errfile[256];
   job_error_file(j, w->rank, errfile, sizeof errfile);
   agent_env_in in = {.parent = environ,
                      .rank = w->rank,
                      .local_rank = w->local_rank,
                      .world_size = p->world_size,
-                     .local_world_size = j->cfg->nproc,
+                     .local_world_size = j->nworkers,
                      .group_rank = p->my_index,
                      .group_world_size = p->nnodes,
                      .role = j->cfg->role,
@@ -333,7 +334,8 @@ static int spawn_one(job *j, worker *w) {
                      .store = j->cl.store_env,
                      .token = cluster_token(&j->cl),
                      .net = j->net ? j->net->set : NULL,
-                     .nnet = j->net ? j->net->nset : 0};
+                     .nnet = j->net ? j->net->nset : 0,
+                     .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0};
   char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
   if (j->hang.prog != NULL) {
     hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
@@ -344,7 +346,7 @@ static int spawn_one(job *j, worker *w) {
   }
   agent_env env = {0};
   int rc = agent_env_build(&in, &env);
-  if (rc == 0) rc = worker_spawn(w, j->cfg->argv, env.v, &j->exec_errno);
+  if (rc == 0) rc = worker_spawn(w, j->cfg->argv, env.v, cpus, &j->exec_errno);
   agent_env_free(&env);
   return rc;
 }
@@ -615,14 +617,18 @@ static int run_rounds(job *j) {
 
 /* ---- entry ---- */
 
-static int job_init(job *j, const agent_config *cfg) {
+/* job's configuration: the given one, with the worker count placement found. */
+static int job_init(job *j, const agent_config *cfg, const placement *place) {
   memset(j, 0, sizeof *j);
-  j->cfg = cfg;
-  j->nworkers = cfg->nproc;
+  j->own_cfg = *cfg;
+  j->own_cfg.nproc = place->nproc;
+  j->cfg = &j->own_cfg;
+  j->place = *place;
+  j->nworkers = place->nproc;
   j->guard.fd = -1;
-  j->workers = calloc((size_t)cfg->nproc, sizeof *j->workers);
+  j->workers = calloc((size_t)j->nworkers, sizeof *j->workers);
   if (j->workers == NULL) return -ENOMEM;
-  for (int i = 0; i < cfg->nproc; i++)
+  for (int i = 0; i < j->nworkers; i++)
     j->workers[i].out.fd = j->workers[i].err.fd = j->workers[i].log_fd = -1;
   return 0;
 }
@@ -634,13 +640,21 @@ static void job_free(job *j) {
   dirs_remove(j->err_dir);
   guard_stop(&j->guard);
   signals_restore();
+  place_free(&j->place);
   free(j->workers);
 }
 
 int agent_run(const agent_config *cfg) {
   job j;
-  if (job_init(&j, cfg) != 0) {
+  placement place;
+  char err[256] = "";
+  if (place_resolve(cfg, environ, stderr, &place, err, sizeof err) != 0) {
+    fprintf(stderr, "cohort run: %s\n", err);
+    return AGENT_EXIT_USAGE;
+  }
+  if (job_init(&j, cfg, &place) != 0) {
     fprintf(stderr, "cohort: out of memory\n");
+    place_free(&place);
     free(j.workers);
     return AGENT_EXIT_INTERNAL;
   }

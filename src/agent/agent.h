@@ -52,8 +52,32 @@ int agent_std_parse(const char *s, agent_std *out);
 /* The value for local rank lr. */
 int agent_std_of(const agent_std *s, int lr);
 
+/* --nproc-per-node: a number, or one counted on the node when the agent starts. */
+typedef enum agent_nproc {
+  AGENT_NPROC_NUMBER, /* agent_config.nproc as given */
+  AGENT_NPROC_CPU,    /* one per online CPU */
+  AGENT_NPROC_GPU,    /* one per visible GPU (none: an error) */
+  AGENT_NPROC_AUTO    /* one per visible GPU, else one per online CPU (torchrun's rule) */
+} agent_nproc;
+
+/* Which CPUs each local rank may use: cohort's --cpu-bind, torchrun's --numa-binding
+ * (agent/place.h has the plans). */
+typedef enum agent_bind {
+  AGENT_BIND_NONE,
+  AGENT_BIND_CORES,
+  AGENT_BIND_NUMA,
+  AGENT_BIND_GPU_NODE,
+  AGENT_BIND_GPU_SOCKET,
+  AGENT_BIND_GPU_EXCLUSIVE,
+  AGENT_BIND_GPU_CORE_COMPLEX
+} agent_bind;
+
 typedef struct agent_config {
-  int nproc;           /* workers on this node, 1..AGENT_MAX_NPROC */
+  int nproc; /* workers on this node, 1..AGENT_MAX_NPROC (nproc_kind NUMBER) */
+  agent_nproc nproc_kind;
+  agent_bind bind;
+  /* where GPUs and the CPU topology are read (tests: fixture trees); NULL: /sys /proc /dev */
+  const char *sysfs_root, *proc_root, *dev_root;
   int max_restarts;    /* whole-group restarts after a failure */
   const char *log_dir; /* NULL: no per-rank files */
   /* torchrun's -r and -t: streams to the files only, and to the files and the

@@ -84,7 +84,13 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
   rc |= env_setf(e, "TORCHELASTIC_RESTART_COUNT", "%d", in->restart);
   rc |= env_setf(e, "TORCHELASTIC_MAX_RESTARTS", "%d", in->max_restarts);
   rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", in->run_id);
-  if (in->local_world_size > 1) rc |= env_default(e, in, "OMP_NUM_THREADS", "1");
+  if (in->omp_threads > 0) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", in->omp_threads);
+    rc |= env_default(e, in, "OMP_NUM_THREADS", n);
+  } else if (in->local_world_size > 1) {
+    rc |= env_default(e, in, "OMP_NUM_THREADS", "1");
+  }
   rc |= env_default(e, in, "NCCL_ASYNC_ERROR_HANDLING", "1");
   /* Its current name (PyTorch 2.2 on); torchrun 1.13 sets only the old one. */
   rc |= env_default(e, in, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");

@@ -13,6 +13,7 @@
 #include "agent/cluster.h"
 #include "agent/guard.h"
 #include "agent/hang.h"
+#include "agent/place.h"
 #include "agent/snapshot.h"
 #include "agent/watch.h"
 #include "agent/worker.h"
@@ -30,8 +31,10 @@ typedef enum attempt_outcome {
 } attempt_outcome;
 
 typedef struct job {
-  const agent_config *cfg;
-  worker *workers; /* this node's, cfg->nproc of them */
+  const agent_config *cfg; /* &own_cfg */
+  agent_config own_cfg;    /* as given, nproc counted on the node (placement) */
+  placement place;         /* the worker count and each local rank's CPUs */
+  worker *workers;         /* this node's, nworkers (cfg->nproc) of them */
   int nworkers;
   guard guard;
   cluster cl;         /* the store and the other nodes */

@@ -168,9 +168,9 @@ void worker_close_streams(worker *w) {
  * /dev/null, output on the pipes; a failed exec's errno goes to ex_w.
  * Only async-signal-safe calls until exec. */
 static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const argv[],
-                       char *const envp[]) __attribute__((noreturn));
+                       char *const envp[], const cpu_set_t *cpus) __attribute__((noreturn));
 static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const argv[],
-                       char *const envp[]) {
+                       char *const envp[], const cpu_set_t *cpus) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127); /* the agent died before we got here */
@@ -182,14 +182,15 @@ static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const
   if (devnull >= 0) dup2(devnull, STDIN_FILENO);
   dup2(out_w, STDOUT_FILENO);
   dup2(err_w, STDERR_FILENO);
-  execvpe(argv[0], argv, envp);
+  if (cpus == NULL || sched_setaffinity(0, sizeof *cpus, cpus) == 0) execvpe(argv[0], argv, envp);
   int e = errno;
   ssize_t k = write(ex_w, &e, sizeof e);
   (void)k;
   _exit(127);
 }
 
-int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_errno) {
+int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
+                 int *exec_errno) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, ex[2] = {-1, -1};
   int rc = 0;
   *exec_errno = 0;
@@ -203,7 +204,7 @@ int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_er
     rc = -errno;
     goto out;
   }
-  if (pid == 0) exec_child(parent, out[1], err[1], ex[1], argv, envp);
+  if (pid == 0) exec_child(parent, out[1], err[1], ex[1], argv, envp, cpus);
   /* Parent: set the group here too so that it exists before we signal it. */
   setpgid(pid, pid);
   close(out[1]);

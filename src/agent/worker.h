@@ -7,6 +7,7 @@
 #define COHORT_AGENT_WORKER_H
 
 #include <stddef.h>
+#include <sched.h>
 #include <sys/types.h>
 
 #include "agent/agent.h"
@@ -53,10 +54,12 @@ void worker_init(worker *w, int rank, int local_rank, int console, int files, in
 /*
  * Forks and execs argv in a new process group with envp, its stdout and
  * stderr on pipes and stdin on /dev/null. The child dies with the agent
- * (PR_SET_PDEATHSIG). Returns 0, or -errno of a failed fork/pipe, or
- * exec_errno > 0 (and 0 returned) when the command could not be executed.
+ * (PR_SET_PDEATHSIG), bound to cpus unless NULL. Returns 0, or -errno of a
+ * failed fork/pipe, or exec_errno > 0 (and 0 returned) when the command
+ * could not be executed (or bound).
  */
-int worker_spawn(worker *w, char *const argv[], char *const envp[], int *exec_errno);
+int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
+                 int *exec_errno);
 
 /*
  * Reads what is available on one of the worker's streams and relays the

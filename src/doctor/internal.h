@@ -29,4 +29,24 @@ void doctor_list_free(char **list, size_t n);
 /* strverscmp-style order: "mlx5_2" before "mlx5_10", "3" before "10". */
 int doctor_natural_cmp(const char *a, const char *b);
 
+/* ---- files below a root (files.c) ---- */
+
+/* root + "/" + rel, without doubling the slash; -ENAMETOOLONG on overflow. */
+int doctor_join(char *out, size_t len, const char *root, const char *rel);
+/* Reads a small text file, trailing white space removed. 0 or -errno. */
+int doctor_read_text(const char *path, char *buf, size_t len);
+/* doctor_read_text() of a path given as a format. */
+int doctor_read_textf(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* snprintf into a path buffer; -ENAMETOOLONG when it does not fit. */
+int doctor_pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+ * The entries of a directory (no "." names: fixture trees keep empty
+ * directories alive with dot files), in natural order. A missing directory
+ * gives an empty list and -ENOENT; free with doctor_list_free().
+ */
+int doctor_list_dir(const char *path, char ***out, size_t *n);
+/* Whether s is a non-empty run of decimal digits. */
+int doctor_is_number(const char *s);
+
 #endif

@@ -32,102 +32,6 @@ typedef struct probe_roots {
   const char *sys, *proc, *dev, *lib;
 } probe_roots;
 
-/* root + "/" + rel, without doubling the slash; -ENAMETOOLONG on overflow. */
-static int join(char *out, size_t len, const char *root, const char *rel) {
-  size_t rl = strlen(root);
-  while (rl > 1 && root[rl - 1] == '/') rl--;
-  if (rl == 1 && root[0] == '/') rl = 0;
-  while (*rel == '/') rel++;
-  int n = snprintf(out, len, "%.*s/%s", (int)rl, root, rel);
-  if (n < 0 || (size_t)n >= len) return -ENAMETOOLONG;
-  return 0;
-}
-
-/* Reads a small text file, trailing white space removed. 0 or -errno. */
-static int read_text(const char *path, char *buf, size_t len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  size_t got = 0;
-  while (got + 1 < len) {
-    ssize_t n = read(fd, buf + got, len - 1 - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = -errno;
-      close(fd);
-      return e;
-    }
-    if (n == 0) break;
-    got += (size_t)n;
-  }
-  close(fd);
-  buf[got] = '\0';
-  while (got > 0 && isspace((unsigned char)buf[got - 1])) buf[--got] = '\0';
-  return 0;
-}
-
-/* snprintf into a path buffer; -ENAMETOOLONG when it does not fit. */
-static int pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int pathf(char *out, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(out, len, fmt, ap);
-  va_end(ap);
-  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-static int read_textf(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int read_textf(char *buf, size_t len, const char *fmt, ...) {
-  char path[PATH_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(path, sizeof path, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof path) return -ENAMETOOLONG;
-  return read_text(path, buf, len);
-}
-
-static int cmp_names(const void *a, const void *b) {
-  return doctor_natural_cmp(*(char *const *)a, *(char *const *)b);
-}
-
-/*
- * The entries of a directory (no "." names: fixture trees keep empty
- * directories alive with dot files), in natural order. A missing directory
- * gives an empty list and -ENOENT.
- */
-static int list_dir(const char *path, char ***out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  DIR *d = opendir(path);
-  if (d == NULL) return -errno;
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    if (doctor_list_add(out, n, "%s", e->d_name) != 0) {
-      rc = -ENOMEM;
-      break;
-    }
-  }
-  closedir(d);
-  if (rc != 0) {
-    doctor_list_free(*out, *n);
-    *out = NULL;
-    *n = 0;
-    return rc;
-  }
-  if (*n > 1) qsort(*out, *n, sizeof **out, cmp_names);
-  return 0;
-}
-
-static int is_number(const char *s) {
-  if (*s == '\0') return 0;
-  for (; *s; s++)
-    if (!isdigit((unsigned char)*s)) return 0;
-  return 1;
-}
-
 /* "4: ACTIVE" -> 4 and "ACTIVE". */
 static void parse_numbered(const char *text, int *num, char *name, size_t namelen) {
   char *end;
@@ -147,15 +51,15 @@ static int probe_port(const char *portdir, int num, doctor_port *p) {
   p->num = num;
   p->state = -1;
   p->phys_state = -1;
-  if (read_textf(text, sizeof text, "%s/state", portdir) == 0)
+  if (doctor_read_textf(text, sizeof text, "%s/state", portdir) == 0)
     parse_numbered(text, &p->state, p->state_name, sizeof p->state_name);
-  if (read_textf(text, sizeof text, "%s/phys_state", portdir) == 0)
+  if (doctor_read_textf(text, sizeof text, "%s/phys_state", portdir) == 0)
     parse_numbered(text, &p->phys_state, p->phys_state_name, sizeof p->phys_state_name);
-  if (read_textf(p->rate, sizeof p->rate, "%s/rate", portdir) == 0) {
+  if (doctor_read_textf(p->rate, sizeof p->rate, "%s/rate", portdir) == 0) {
     double v = strtod(p->rate, NULL);
     p->rate_gbps = v >= 0 && v < 1e7 ? v : 0; /* also keeps NaN out of the JSON */
   }
-  if (read_textf(text, sizeof text, "%s/link_layer", portdir) == 0) {
+  if (doctor_read_textf(text, sizeof text, "%s/link_layer", portdir) == 0) {
     if (strcasecmp(text, "InfiniBand") == 0)
       p->link = DOCTOR_LINK_IB;
     else if (strcasecmp(text, "Ethernet") == 0)
@@ -165,30 +69,30 @@ static int probe_port(const char *portdir, int num, doctor_port *p) {
   char path[PATH_MAX];
   char **names;
   size_t nnames;
-  if (pathf(path, sizeof path, "%s/gids", portdir) != 0) return 0;
-  if (list_dir(path, &names, &nnames) == -ENOMEM) return -ENOMEM;
+  if (doctor_pathf(path, sizeof path, "%s/gids", portdir) != 0) return 0;
+  if (doctor_list_dir(path, &names, &nnames) == -ENOMEM) return -ENOMEM;
   int rc = 0;
   if (nnames > 0) {
     p->gids = calloc(nnames, sizeof *p->gids);
     if (p->gids == NULL) rc = -ENOMEM;
   }
   for (size_t i = 0; rc == 0 && i < nnames; i++) {
-    if (!is_number(names[i]) || strlen(names[i]) > 6) continue;
+    if (!doctor_is_number(names[i]) || strlen(names[i]) > 6) continue;
     doctor_gid g = {0};
     g.index = atoi(names[i]);
-    if (read_textf(text, sizeof text, "%s/gids/%s", portdir, names[i]) != 0) continue;
+    if (doctor_read_textf(text, sizeof text, "%s/gids/%s", portdir, names[i]) != 0) continue;
     if (inet_pton(AF_INET6, text, g.raw) != 1) continue;
     static const uint8_t zero[16];
     /* The kernel shows unused table slots as the all-zero GID. */
     if (memcmp(g.raw, zero, sizeof zero) == 0) continue;
-    if (read_textf(text, sizeof text, "%s/gid_attrs/types/%s", portdir, names[i]) == 0) {
+    if (doctor_read_textf(text, sizeof text, "%s/gid_attrs/types/%s", portdir, names[i]) == 0) {
       if (strcasecmp(text, "RoCE v2") == 0)
         g.type = DOCTOR_GID_ROCE_V2;
       else if (strcasecmp(text, "IB/RoCE v1") == 0 || strcasecmp(text, "RoCE v1") == 0)
         g.type = DOCTOR_GID_IB_ROCE_V1;
     }
     /* Reading ndevs fails with EINVAL for entries without a net device (IB). */
-    if (read_textf(g.ndev, sizeof g.ndev, "%s/gid_attrs/ndevs/%s", portdir, names[i]) != 0)
+    if (doctor_read_textf(g.ndev, sizeof g.ndev, "%s/gid_attrs/ndevs/%s", portdir, names[i]) != 0)
       g.ndev[0] = '\0';
     p->gids[p->ngids++] = g;
   }
@@ -202,7 +106,7 @@ static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
 
   /* PCI address: the device's uevent names it; a real sysfs also has it as
    * the last component of the device link. */
-  if (read_textf(text, sizeof text, "%s/device/uevent", devdir) == 0) {
+  if (doctor_read_textf(text, sizeof text, "%s/device/uevent", devdir) == 0) {
     char *line = strstr(text, "PCI_SLOT_NAME=");
     if (line != NULL) {
       line += strlen("PCI_SLOT_NAME=");
@@ -215,7 +119,7 @@ static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
   }
   if (h->pci[0] == '\0') {
     char real[PATH_MAX];
-    if (pathf(path, sizeof path, "%s/device", devdir) == 0 && realpath(path, real) != NULL) {
+    if (doctor_pathf(path, sizeof path, "%s/device", devdir) == 0 && realpath(path, real) != NULL) {
       const char *base = strrchr(real, '/');
       base = base ? base + 1 : real;
       if (strchr(base, ':') != NULL && strchr(base, '.') != NULL)
@@ -225,8 +129,8 @@ static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
 
   char **names;
   size_t n;
-  if (pathf(path, sizeof path, "%s/device/net", devdir) != 0) return 0;
-  if (list_dir(path, &names, &n) == -ENOMEM) return -ENOMEM;
+  if (doctor_pathf(path, sizeof path, "%s/device/net", devdir) != 0) return 0;
+  if (doctor_list_dir(path, &names, &n) == -ENOMEM) return -ENOMEM;
   if (n > 0) {
     h->netdevs = calloc(n, sizeof *h->netdevs);
     if (h->netdevs == NULL) {
@@ -238,16 +142,16 @@ static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
   }
   doctor_list_free(names, n);
 
-  if (pathf(path, sizeof path, "%s/ports", devdir) != 0) return 0;
-  if (list_dir(path, &names, &n) == -ENOMEM) return -ENOMEM;
+  if (doctor_pathf(path, sizeof path, "%s/ports", devdir) != 0) return 0;
+  if (doctor_list_dir(path, &names, &n) == -ENOMEM) return -ENOMEM;
   int rc = 0;
   if (n > 0) {
     h->ports = calloc(n, sizeof *h->ports);
     if (h->ports == NULL) rc = -ENOMEM;
   }
   for (size_t i = 0; rc == 0 && i < n; i++) {
-    if (!is_number(names[i]) || strlen(names[i]) > 4) continue;
-    if (pathf(path, sizeof path, "%s/ports/%s", devdir, names[i]) != 0) continue;
+    if (!doctor_is_number(names[i]) || strlen(names[i]) > 4) continue;
+    if (doctor_pathf(path, sizeof path, "%s/ports/%s", devdir, names[i]) != 0) continue;
     rc = probe_port(path, atoi(names[i]), &h->ports[h->nports]);
     h->nports++;
   }
@@ -257,11 +161,11 @@ static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
 
 static int probe_hcas(const probe_roots *r, doctor_facts *f) {
   char dir[PATH_MAX];
-  int rc = join(dir, sizeof dir, r->sys, "class/infiniband");
+  int rc = doctor_join(dir, sizeof dir, r->sys, "class/infiniband");
   if (rc != 0) return rc;
   char **names;
   size_t n;
-  rc = list_dir(dir, &names, &n);
+  rc = doctor_list_dir(dir, &names, &n);
   if (rc == -ENOMEM) return rc;
   rc = 0;
   if (n > 0) {
@@ -270,7 +174,7 @@ static int probe_hcas(const probe_roots *r, doctor_facts *f) {
   }
   for (size_t i = 0; rc == 0 && i < n; i++) {
     char devdir[PATH_MAX];
-    if (pathf(devdir, sizeof devdir, "%s/%s", dir, names[i]) != 0) continue;
+    if (doctor_pathf(devdir, sizeof devdir, "%s/%s", dir, names[i]) != 0) continue;
     rc = probe_hca(devdir, names[i], &f->hcas[f->nhcas]);
     f->nhcas++;
   }
@@ -307,17 +211,17 @@ static int iface_add_addr(doctor_iface *i, const doctor_addr *a) {
 
 static int probe_ifaces(const probe_roots *r, doctor_facts *f) {
   char dir[PATH_MAX];
-  int rc = join(dir, sizeof dir, r->sys, "class/net");
+  int rc = doctor_join(dir, sizeof dir, r->sys, "class/net");
   if (rc != 0) return rc;
   char **names;
   size_t n;
-  if (list_dir(dir, &names, &n) == -ENOMEM) return -ENOMEM;
+  if (doctor_list_dir(dir, &names, &n) == -ENOMEM) return -ENOMEM;
   for (size_t k = 0; k < n; k++) {
     /* class/net also holds plain files (bonding_masters): interfaces are
      * directories (links to them on a real system). */
     char path[PATH_MAX];
     struct stat st;
-    if (pathf(path, sizeof path, "%s/%s", dir, names[k]) != 0 || stat(path, &st) != 0 ||
+    if (doctor_pathf(path, sizeof path, "%s/%s", dir, names[k]) != 0 || stat(path, &st) != 0 ||
         !S_ISDIR(st.st_mode))
       continue;
     doctor_iface *i = add_iface(f, names[k]);
@@ -326,11 +230,11 @@ static int probe_ifaces(const probe_roots *r, doctor_facts *f) {
       break;
     }
     char text[64];
-    if (read_textf(text, sizeof text, "%s/%s/mtu", dir, names[k]) == 0) {
+    if (doctor_read_textf(text, sizeof text, "%s/%s/mtu", dir, names[k]) == 0) {
       int mtu;
       if (base_parse_int(text, 0, 1 << 20, &mtu) == 0) i->mtu = mtu;
     }
-    if (read_textf(text, sizeof text, "%s/%s/operstate", dir, names[k]) == 0)
+    if (doctor_read_textf(text, sizeof text, "%s/%s/operstate", dir, names[k]) == 0)
       base_strlcpy(i->operstate, text, sizeof i->operstate);
   }
   doctor_list_free(names, n);
@@ -436,7 +340,7 @@ static int read_routes(const probe_roots *r, route4 **out, size_t *n) {
   *out = NULL;
   *n = 0;
   char path[PATH_MAX];
-  int rc = join(path, sizeof path, r->proc, "net/route");
+  int rc = doctor_join(path, sizeof path, r->proc, "net/route");
   if (rc != 0) return rc;
   FILE *fp = fopen(path, "re");
   if (fp == NULL) return -errno;
@@ -511,7 +415,7 @@ static int prefix_match(const uint8_t *a, const uint8_t *b, unsigned bits) {
  */
 static void route6_lookup(const probe_roots *r, const uint8_t *addr, char *iface, size_t len) {
   char path[PATH_MAX];
-  if (join(path, sizeof path, r->proc, "net/ipv6_route") != 0) return;
+  if (doctor_join(path, sizeof path, r->proc, "net/ipv6_route") != 0) return;
   FILE *fp = fopen(path, "re");
   if (fp == NULL) return;
   char line[512];
@@ -636,7 +540,7 @@ out:
 
 static void probe_limits(const probe_roots *r, const doctor_config *cfg, doctor_facts *f) {
   char path[PATH_MAX];
-  if (join(path, sizeof path, r->proc, "self/limits") == 0) {
+  if (doctor_join(path, sizeof path, r->proc, "self/limits") == 0) {
     FILE *fp = fopen(path, "re");
     if (fp != NULL) {
       char line[256];
@@ -671,25 +575,25 @@ static void probe_limits(const probe_roots *r, const doctor_config *cfg, doctor_
   }
 
   struct statvfs sv;
-  if (join(path, sizeof path, r->dev, "shm") == 0 && statvfs(path, &sv) == 0) {
+  if (doctor_join(path, sizeof path, r->dev, "shm") == 0 && statvfs(path, &sv) == 0) {
     f->shm_known = 1;
     f->shm_bytes = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize;
   }
 
   struct stat st;
-  if (join(path, sizeof path, r->dev, "infiniband") == 0 && stat(path, &st) == 0 &&
+  if (doctor_join(path, sizeof path, r->dev, "infiniband") == 0 && stat(path, &st) == 0 &&
       S_ISDIR(st.st_mode)) {
     f->dev_infiniband = 1;
     char **names;
     size_t n;
-    if (list_dir(path, &names, &n) == 0) {
+    if (doctor_list_dir(path, &names, &n) == 0) {
       for (size_t i = 0; i < n; i++)
         if (strncmp(names[i], "uverbs", 6) == 0) f->uverbs_count++;
       doctor_list_free(names, n);
     }
   }
 
-  if (join(path, sizeof path, r->proc, "meminfo") == 0) {
+  if (doctor_join(path, sizeof path, r->proc, "meminfo") == 0) {
     FILE *fp = fopen(path, "re");
     if (fp != NULL) {
       char line[256];
@@ -803,7 +707,7 @@ static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
   };
   char path[PATH_MAX];
   for (size_t i = 0; i < BASE_ARRAY_LEN(patterns); i++) {
-    if (join(path, sizeof path, r->lib, patterns[i]) != 0) continue;
+    if (doctor_join(path, sizeof path, r->lib, patterns[i]) != 0) continue;
     glob_t g;
     if (glob(path, GLOB_NOSORT, NULL, &g) == 0) {
       for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);
@@ -819,8 +723,8 @@ static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
     for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
       if (d[0] != '/') continue;
       char rel[PATH_MAX];
-      if (pathf(rel, sizeof rel, "%s/libnccl.so*", d) != 0) continue;
-      if (join(path, sizeof path, r->lib, rel) != 0) continue;
+      if (doctor_pathf(rel, sizeof rel, "%s/libnccl.so*", d) != 0) continue;
+      if (doctor_join(path, sizeof path, r->lib, rel) != 0) continue;
       glob_t g;
       if (glob(path, GLOB_NOSORT, NULL, &g) == 0)
         for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);

@@ -17,7 +17,15 @@
 
 #define RUN_USAGE_OPTIONS                                                                          \
   "options:\n"                                                                                     \
-  "  --nproc-per-node N|cpu  workers on this node (default 1, at most 1024; cpu: one per CPU)\n"   \
+  "  --nproc-per-node N|cpu|gpu|auto  workers on this node (default 1, at most 1024); cpu:\n"      \
+  "                       one per CPU; gpu: one per GPU ($CUDA_VISIBLE_DEVICES honoured);\n"       \
+  "                       auto: gpu when the node shows one, else cpu\n"                           \
+  "  --numa-binding node|socket|exclusive|core-complex  bind local rank N to CPUs near\n"          \
+  "                       GPU N: its NUMA node, its socket, an exclusive share of the node's\n"    \
+  "                       cores, or one core complex (last-level cache) of the node\n"             \
+  "  --cpu-bind none|cores|numa  without GPUs: give each local rank its own even slice of\n"       \
+  "                       the node's CPUs (whole cores; numa: within one NUMA node each),\n"       \
+  "                       with OMP_NUM_THREADS its size unless set (default none)\n"               \
   "  --max-restarts K     restart the whole group up to K times after a failure (default 0)\n"     \
   "  --log-dir DIR        also write DIR/attempt<K>/rank<R>.log per worker; without -r/-t the\n"   \
   "                       console then gets nothing\n"                                             \
@@ -72,6 +80,8 @@
   "                       imports, loading data; default: --hang-timeout's)\n"                     \
   "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
   "                       node (never overriding what you set; default auto)\n"                    \
+  "  --sysfs-root DIR, --proc-root DIR, --dev-root DIR  read GPUs and the CPU topology\n"          \
+  "                       there instead of /sys, /proc and /dev (fixture trees)\n"                 \
   "  --launcher-stdin     standard input is the connection to `cohort launch` (it passes\n"        \
   "                       this): a 'stop' line stops the job, end of file fails it\n"              \
   "  -h, --help           this text\n"                                                             \
@@ -127,7 +137,9 @@ typedef struct run_args {
   int node_rank_given;
   int is_host; /* --rdzv-conf is_host: -1 not given, 0, 1 */
   int standalone, module, no_python, run_path;
-  int std_given; /* -r or -t given */
+  int std_given;    /* -r or -t given */
+  int numa_binding; /* torchrun's --numa-binding, AGENT_BIND_NONE: not given */
+  int cpu_bind;     /* cohort's --cpu-bind */
   char master_buf[BASE_HOST_MAX + 16];
 } run_args;
 
@@ -156,15 +168,15 @@ static int set_nnodes(void *settings, const char *v) {
   return 0;
 }
 
-/* N, or torchrun's "cpu": one worker per online CPU. */
+/* N, or torchrun's cpu, gpu and auto: counted on the node when the agent starts (place.h). */
 static int set_nproc(void *settings, const char *v) {
-  run_args *a = settings;
-  if (strcmp(v, "cpu") == 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    a->cfg.nproc = n < 1 ? 1 : n > AGENT_MAX_NPROC ? AGENT_MAX_NPROC : (int)n;
-    return 0;
-  }
-  return base_parse_int(v, 1, AGENT_MAX_NPROC, &a->cfg.nproc);
+  static const cli_choice kinds[] = {
+      {"cpu", AGENT_NPROC_CPU}, {"gpu", AGENT_NPROC_GPU}, {"auto", AGENT_NPROC_AUTO}, {NULL, 0}};
+  agent_config *c = &((run_args *)settings)->cfg;
+  for (int i = 0; kinds[i].name != NULL; i++)
+    if (strcmp(v, kinds[i].name) == 0) return c->nproc_kind = (agent_nproc)kinds[i].value, 0;
+  c->nproc_kind = AGENT_NPROC_NUMBER;
+  return base_parse_int(v, 1, AGENT_MAX_NPROC, &c->nproc);
 }
 
 static int set_node_rank(void *settings, const char *v) {
@@ -243,13 +255,6 @@ static int set_ranks_filter(void *settings, const char *v) {
   return v[0] != '\0' && c->nshown == 0 ? -1 : 0;
 }
 
-/* Rows for options whose every value cohort refuses for now (one line, exit 2). */
-static int refuse(void *settings, const char *v) {
-  (void)settings;
-  (void)v;
-  return -1;
-}
-
 static int parse_bool(const char *v, int *out) {
   static const char *const yes[] = {"1", "true", "True", "yes", "on"};
   static const char *const no[] = {"0", "false", "False", "no", "off"};
@@ -296,6 +301,13 @@ static const cli_choice discover_methods[] = {{"auto", RDZV_AUTO},
                                               {"env", RDZV_ENV},
                                               {NULL, 0}};
 static const cli_choice net_modes[] = {{"auto", 1}, {"off", 0}, {NULL, 0}};
+static const cli_choice numa_modes[] = {{"node", AGENT_BIND_GPU_NODE},
+                                        {"socket", AGENT_BIND_GPU_SOCKET},
+                                        {"exclusive", AGENT_BIND_GPU_EXCLUSIVE},
+                                        {"core-complex", AGENT_BIND_GPU_CORE_COMPLEX},
+                                        {NULL, 0}};
+static const cli_choice cpu_modes[] = {
+    {"none", AGENT_BIND_NONE}, {"cores", AGENT_BIND_CORES}, {"numa", AGENT_BIND_NUMA}, {NULL, 0}};
 static const cli_choice backends[] = {
     {"static", BACKEND_STATIC}, {"c10d", BACKEND_C10D}, {NULL, 0}};
 
@@ -308,8 +320,7 @@ static const cli_opt run_opts[] = {
     {"--nnodes", 0, CLI_CUSTOM, .fn = set_nnodes,
      .what = "N or MIN:MAX with 1 <= MIN <= MAX <= 4096", .env = "PET_NNODES"},
     {"--nproc-per-node|--nproc_per_node", 0, CLI_CUSTOM, .fn = set_nproc,
-     .what = "a whole number from 1 to 1024 or cpu (gpu and auto are not supported yet)",
-     .env = "PET_NPROC_PER_NODE"},
+     .what = "a whole number from 1 to 1024, cpu, gpu or auto", .env = "PET_NPROC_PER_NODE"},
     {"--rdzv-backend|--rdzv_backend", 0, CLI_CHOICE, .at = AT(backend, int), .choices = backends,
      .what = "static or c10d (etcd and etcd-v2 are not supported yet)", .env = "PET_RDZV_BACKEND"},
     {"--rdzv-endpoint|--rdzv_endpoint", 0, CLI_CUSTOM, .fn = set_endpoint,
@@ -338,8 +349,8 @@ static const cli_opt run_opts[] = {
     {"--tee", 't', CLI_CUSTOM, .fn = set_tee, .what = STD_WHAT, .env = "PET_TEE"},
     {"--local-ranks-filter|--local_ranks_filter", 0, CLI_CUSTOM, .fn = set_ranks_filter,
      .what = "local ranks separated by commas (e.g. 0,1)", .env = "PET_LOCAL_RANKS_FILTER"},
-    {"--numa-binding|--numa_binding", 0, CLI_CUSTOM, .fn = refuse,
-     .what = "nothing yet (NUMA binding is not supported)"},
+    {"--numa-binding|--numa_binding", 0, CLI_CHOICE, .at = AT(numa_binding, int),
+     .choices = numa_modes, .env = "PET_NUMA_BINDING"},
     {"--node-rank|--node_rank", 0, CLI_CUSTOM, .fn = set_node_rank,
      .what = "a whole number from 0 to 4095", .env = "PET_NODE_RANK"},
     {"--master-addr|--master_addr", 0, CLI_STR, .at = AT(master_addr, const char *),
@@ -376,6 +387,13 @@ static const cli_opt run_opts[] = {
     {"--hang-start-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_start_ms, int64_t), .min = 1000,
      .max = 86400000LL * 7},
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
+    {"--cpu-bind", 0, CLI_CHOICE, .at = AT(cpu_bind, int), .choices = cpu_modes},
+    {"--sysfs-root", 0, CLI_STR, .at = AT(cfg.sysfs_root, const char *), .what = "a directory",
+     .flags = CLI_NONEMPTY},
+    {"--proc-root", 0, CLI_STR, .at = AT(cfg.proc_root, const char *), .what = "a directory",
+     .flags = CLI_NONEMPTY},
+    {"--dev-root", 0, CLI_STR, .at = AT(cfg.dev_root, const char *), .what = "a directory",
+     .flags = CLI_NONEMPTY},
     {"--launcher-stdin", 0, CLI_FLAG, .at = AT(cfg.launcher_stdin, int)},
 };
 
@@ -495,6 +513,14 @@ static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
   return output_meaning(a);
 }
 
+/* --numa-binding and --cpu-bind: one binding at most. */
+static int binding_meaning(const cli_cmd *cmd, run_args *a) {
+  if (a->numa_binding != AGENT_BIND_NONE && a->cpu_bind != AGENT_BIND_NONE)
+    return cli_usage_error(cmd->prog, "give --numa-binding or --cpu-bind, not both");
+  a->cfg.bind = (agent_bind)(a->numa_binding != AGENT_BIND_NONE ? a->numa_binding : a->cpu_bind);
+  return CLI_OK;
+}
+
 /* Checks across options, once all are known. */
 static int check_combination(const cli_cmd *cmd, agent_config *cfg) {
   const char *prog = cmd->prog;
@@ -595,6 +621,7 @@ static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
   if (rc != CLI_OK) return rc;
   a.cfg.rdzv.method = (rdzv_method)a.method;
   rc = torchrun_meaning(cmd, &a);
+  if (rc == CLI_OK) rc = binding_meaning(cmd, &a);
   if (rc != CLI_OK) return rc;
   /* A node is lost after five missed heartbeats, and heartbeats come at least twice a second. */
   a.cfg.heartbeat_ms = a.cfg.lost_after_ms / 5 < 500 ? a.cfg.lost_after_ms / 5 : 500;
