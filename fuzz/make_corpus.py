@@ -293,6 +293,9 @@ put("fuzz_cli", "run_devices", run_argv("--nproc-per-node=gpu", "--numa-binding"
                                         "t.py"))
 put("fuzz_cli", "run_cpu_bind", run_argv("--nproc_per_node", "auto", "--cpu-bind=numa",
                                          "--numa_binding=core-complex", "--", "x"))
+put("fuzz_cli", "run_torchrun_new", run_argv("--duplicate-stdout-filters", "a,,b,,,c,",
+                                             "--duplicate_stderr_filters=,", "--virtual-local-rank",
+                                             "--shutdown-timeout=2.5", "t.py"))
 # Unique prefixes of long options (as getopt_long) and an ambiguous one.
 put("fuzz_cli", "abbrev", argv("slurm", "--nod", "2", "--nproc=4", "--part", "gpu", "--j", "x",
                                "--", "true"))

@@ -103,6 +103,40 @@ check "--local-ranks-filter 0: not rank 1's stderr" not_contains "$tmp/filt.err"
 logs=$(sed -n 's/.*worker output files in \([^ ]*\) .*/\1/p' "$tmp/filt.err")
 check "--local-ranks-filter 0: rank 1 still in its file" contains "$logs/attempt0/rank1.log" "out-1"
 
+# --duplicate-stdout/stderr-filters: matching lines of every rank, prefixed, in one file.
+lines3='echo "loss 1.5"; echo other; echo "a,b here"; echo "warn x" >&2; echo quiet >&2'
+run dup "$cohort" run --nproc-per-node 2 --log-dir "$tmp/logs4" --tee 3 \
+  --duplicate-stdout-filters 'loss,a,,b' --duplicate_stderr_filters=warn --no-python sh -c "$lines3"
+check "--duplicate-*-filters: runs" rc dup 0
+check "... a match of rank 1 in filtered_stdout.log" contains "$tmp/logs4/attempt0/filtered_stdout.log" "[r1] loss 1.5"
+check "... ',,' is a comma" contains "$tmp/logs4/attempt0/filtered_stdout.log" "[r0] a,b here"
+check "... no line without a match" not_contains "$tmp/logs4/attempt0/filtered_stdout.log" "other"
+check "... four lines" [ "$(wc -l <"$tmp/logs4/attempt0/filtered_stdout.log")" = 4 ]
+check "... stderr's in filtered_stderr.log" contains "$tmp/logs4/attempt0/filtered_stderr.log" "[r0] warn x"
+check "... not stdout's" not_contains "$tmp/logs4/attempt0/filtered_stderr.log" "loss"
+check "... the console as before" contains "$tmp/dup.out" "[r1] other"
+TMPDIR=$tmp run dupenv env PET_DUPLICATE_STDOUT_FILTERS=loss "$cohort" run --no-python sh -c "$lines3"
+logs=$(sed -n 's/.*worker output files in \([^ ]*\) .*/\1/p' "$tmp/dupenv.err")
+check "PET_DUPLICATE_STDOUT_FILTERS without --log-dir: a new directory" contains "$logs/attempt0/filtered_stdout.log" "[r0] loss 1.5"
+check "... the console still gets every line" contains "$tmp/dupenv.out" "[r0] other"
+# --virtual-local-rank: LOCAL_RANK 0 and each worker's own GPU.
+vshow='echo "$LOCAL_RANK/$CUDA_VISIBLE_DEVICES/$RANK"'
+run virt env CUDA_VISIBLE_DEVICES=5,GPU-x,7 "$cohort" run --nproc-per-node 3 --virtual-local-rank --no-python sh -c "$vshow"
+check "--virtual-local-rank: rank 1 sees only its GPU as 0" contains "$tmp/virt.out" "[r1] 0/GPU-x/1"
+check "... rank 2 the third entry" contains "$tmp/virt.out" "[r2] 0/7/2"
+run virt2 env PET_VIRTUAL_LOCAL_RANK=1 "$cohort" run --nproc-per-node 2 --no-python sh -c "$vshow"
+check "PET_VIRTUAL_LOCAL_RANK without CUDA_VISIBLE_DEVICES: its number" contains "$tmp/virt2.out" "[r1] 0/1/1"
+# --shutdown-timeout: a worker that ignores SIGTERM gets SIGKILL after it.
+stubborn='if [ "$RANK" = 0 ]; then sleep 0.5; exit 3; fi; trap "" TERM; sleep 30'
+start=$(date +%s%N)
+run shut "$cohort" run --nproc-per-node 2 --shutdown-timeout 1 --no-python sh -c "$stubborn"
+took=$((($(date +%s%N) - start) / 1000000))
+check "--shutdown-timeout 1: the failure is reported" rc shut 1
+check "... the stubborn rank killed by SIGKILL" grep -q "rank 1.*SIGKILL" "$tmp/shut.err"
+check "... after about one second, not the 5 s default (took $took ms)" [ "$took" -lt 4500 ]
+run shutbad "$cohort" run --shutdown_timeout=soon --no-python true
+check "--shutdown-timeout soon: exit 2" rc shutbad 2
+
 # Static: --master-addr/--master-port/--node-rank host the store there (one node).
 port=$((20000 + $$ % 20000))
 run st "$cohort" run --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 --master_port $port --no-python sh -c "$show"

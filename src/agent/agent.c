@@ -275,6 +275,25 @@ static int open_log(const agent_config *cfg, int restart, int rank) {
   return fd;
 }
 
+/*
+ * --duplicate-std*-filters: this attempt's filtered_stdout.log and
+ * filtered_stderr.log, shared by the node's workers (closed at the next
+ * attempt and when the job ends).
+ */
+static void open_filtered(job *j) {
+  static const char *const names[2] = {"filtered_stdout.log", "filtered_stderr.log"};
+  for (int k = 0; k < 2; k++) {
+    if (j->dup_fd[k] >= 0) close(j->dup_fd[k]);
+    j->dup_fd[k] = -1;
+    char path[4096];
+    if (j->cfg->dup[k].n == 0 || attempt_dir(j->cfg, j->restart, path, sizeof path) != 0) continue;
+    size_t n = strlen(path);
+    snprintf(path + n, sizeof path - n, "/%s", names[k]);
+    j->dup_fd[k] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (j->dup_fd[k] < 0) base_log(BASE_LOG_WARN, "cannot write %s: %s", path, strerror(errno));
+  }
+}
+
 /* Removes shared-memory segments a crashed job of this run id left behind. */
 static void cleanup_shm(const char *run_id) {
   char prefix[AGENT_RUN_ID_MAX + 16];
@@ -335,7 +354,8 @@ static int spawn_one(job *j, worker *w) {
                      .token = cluster_token(&j->cl),
                      .net = j->net ? j->net->set : NULL,
                      .nnet = j->net ? j->net->nset : 0,
-                     .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0};
+                     .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0,
+                     .virtual_local_rank = j->cfg->virtual_local_rank};
   char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
   if (j->hang.prog != NULL) {
     hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
@@ -361,6 +381,9 @@ static attempt_outcome spawn_all(job *j) {
     int fd = files ? open_log(cfg, j->restart, offset + i) : -1;
     worker_init(&j->workers[i], offset + i, i, console, files, fd);
   }
+  open_filtered(j);
+  for (int i = 0; i < j->nworkers; i++)
+    for (int k = 0; k < 2; k++) worker_duplicate(&j->workers[i], k, &cfg->dup[k], j->dup_fd[k]);
   if (j->hang.prog != NULL && hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
     base_log(BASE_LOG_WARN, "cannot create the heartbeat files: no hang detection this attempt");
   signals_set_workers(1);
@@ -626,6 +649,7 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
   j->place = *place;
   j->nworkers = place->nproc;
   j->guard.fd = -1;
+  j->dup_fd[0] = j->dup_fd[1] = -1;
   j->workers = calloc((size_t)j->nworkers, sizeof *j->workers);
   if (j->workers == NULL) return -ENOMEM;
   for (int i = 0; i < j->nworkers; i++)
@@ -641,6 +665,8 @@ static void job_free(job *j) {
   guard_stop(&j->guard);
   signals_restore();
   place_free(&j->place);
+  for (int k = 0; k < 2; k++)
+    if (j->dup_fd[k] >= 0) close(j->dup_fd[k]);
   free(j->workers);
 }
 

@@ -72,6 +72,14 @@ typedef enum agent_bind {
   AGENT_BIND_GPU_CORE_COMPLEX
 } agent_bind;
 
+/* torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters: a line
+ * holding any of these is also written to DIR/attempt<K>/filtered_std<out|err>.log. */
+#define AGENT_FILTERS_MAX 32
+typedef struct agent_filters {
+  int n;
+  const char *f[AGENT_FILTERS_MAX];
+} agent_filters;
+
 typedef struct agent_config {
   int nproc; /* workers on this node, 1..AGENT_MAX_NPROC (nproc_kind NUMBER) */
   agent_nproc nproc_kind;
@@ -86,13 +94,15 @@ typedef struct agent_config {
   /* --local-ranks-filter: only these local ranks reach the console (nshown 0: all). */
   int nshown;
   int shown[AGENT_STD_MAX];
-  int64_t grace_ms;   /* SIGTERM -> SIGKILL delay */
-  const char *run_id; /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
-  const char *role;   /* ROLE_NAME, "default" */
-  char *const *argv;  /* the worker command, argv[0] searched in PATH */
-  const char *token;  /* job token, NULL: a random one is made on one node; several
-                         nodes without one run an open store (with a warning) */
-  int require_token;  /* refuse a multi-node job without a token (AGENT_EXIT_USAGE) */
+  agent_filters dup[2];   /* stdout's and stderr's duplicate filters (files need log_dir) */
+  int virtual_local_rank; /* LOCAL_RANK 0 for every worker, CUDA_VISIBLE_DEVICES its GPU */
+  int64_t grace_ms;       /* SIGTERM -> SIGKILL delay */
+  const char *run_id;     /* [A-Za-z0-9._-]{1,64}, or NULL: derived (see cmd_run) */
+  const char *role;       /* ROLE_NAME, "default" */
+  char *const *argv;      /* the worker command, argv[0] searched in PATH */
+  const char *token;      /* job token, NULL: a random one is made on one node; several
+                             nodes without one run an open store (with a warning) */
+  int require_token;      /* refuse a multi-node job without a token (AGENT_EXIT_USAGE) */
 
   /*
    * Multi-node. With rdzv.method RDZV_AUTO and no master, node count or

@@ -67,11 +67,28 @@ static int env_default(agent_env *e, const agent_env_in *in, const char *name, c
   return env_setf(e, name, "%s", value);
 }
 
+/*
+ * --virtual-local-rank: the worker sees only its own GPU, as device 0: the
+ * local rank's entry of the parent's CUDA_VISIBLE_DEVICES, else its number.
+ */
+static int env_own_gpu(agent_env *e, const agent_env_in *in) {
+  const char *list = agent_env_get(in->parent, "CUDA_VISIBLE_DEVICES");
+  if (list == NULL) return env_setf(e, "CUDA_VISIBLE_DEVICES", "%d", in->local_rank);
+  const char *p = list;
+  for (int i = 0; i < in->local_rank && p != NULL; i++) {
+    p = strchr(p, ',');
+    if (p != NULL) p++;
+  }
+  if (p == NULL) return env_setf(e, "CUDA_VISIBLE_DEVICES", "%s", ""); /* no GPU left for it */
+  return env_setf(e, "CUDA_VISIBLE_DEVICES", "%.*s", (int)strcspn(p, ","), p);
+}
+
 /* The variables torchrun sets, with its names and meanings. */
 static int env_torchrun(agent_env *e, const agent_env_in *in) {
   int rc = 0;
   rc |= env_setf(e, "RANK", "%d", in->rank);
-  rc |= env_setf(e, "LOCAL_RANK", "%d", in->local_rank);
+  rc |= env_setf(e, "LOCAL_RANK", "%d", in->virtual_local_rank ? 0 : in->local_rank);
+  if (in->virtual_local_rank) rc |= env_own_gpu(e, in);
   rc |= env_setf(e, "WORLD_SIZE", "%d", in->world_size);
   rc |= env_setf(e, "LOCAL_WORLD_SIZE", "%d", in->local_world_size);
   rc |= env_setf(e, "GROUP_RANK", "%d", in->group_rank);

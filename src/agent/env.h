@@ -36,8 +36,10 @@ typedef struct agent_env_in {
    * first on PYTHONPATH, COHORT_STACKS_FILE/SIGNAL); NULL: none of them. */
   const char *heartbeat, *stacks_file, *hook_dir;
   int stacks_signal;
-  int omp_threads; /* OMP_NUM_THREADS unless set (--cpu-bind: the rank's CPUs); 0: torchrun's
-                      1 when several workers */
+  int virtual_local_rank; /* torchrun's --virtual-local-rank: LOCAL_RANK 0, CUDA_VISIBLE_DEVICES
+                             the local rank's entry of the parent's list (or its number) */
+  int omp_threads;        /* OMP_NUM_THREADS unless set (--cpu-bind: the rank's CPUs); 0: torchrun's
+                             1 when several workers */
 } agent_env_in;
 
 /* A NULL-terminated list of NAME=VALUE strings the list owns. */

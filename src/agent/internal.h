@@ -43,6 +43,7 @@ typedef struct job {
   int round;          /* the rendezvous round: restarts and re-formations (elastic growth) */
   char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
   snapshot snap;      /* this node's status for `cohort status` */
+  int dup_fd[2];      /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */
   hang hang;          /* --hang-timeout's state, hang.prog NULL while off */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */

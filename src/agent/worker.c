@@ -72,6 +72,8 @@ void worker_init(worker *w, int rank, int local_rank, int console, int files, in
   w->err.console_fd = (console & 2) ? STDERR_FILENO : -1;
   w->err.to_file = (files & 2) != 0;
   w->log_fd = log_fd;
+  w->out.dup_fd = w->err.dup_fd = -1;
+  w->out.dup = w->err.dup = NULL;
   w->prog = NULL;
   w->tail_next = 0;
   w->tail_count = 0;
@@ -91,21 +93,37 @@ static void write_all(int fd, const char *p, size_t n) {
   }
 }
 
+void worker_duplicate(worker *w, int stream, const agent_filters *f, int fd) {
+  worker_stream *s = stream == 0 ? &w->out : &w->err;
+  s->dup = f;
+  s->dup_fd = fd;
+}
+
+/* Whether the line holds one of the filters. */
+static int line_matches(const agent_filters *f, const char *line, size_t len) {
+  for (int i = 0; i < f->n; i++)
+    if (memmem(line, len, f->f[i], strlen(f->f[i])) != NULL) return 1;
+  return 0;
+}
+
+/* The line with its rank prefix, in one write so that ranks' lines never interleave. */
+static void write_prefixed(int fd, int rank, const char *line, size_t len) {
+  char prefix[32];
+  int plen = snprintf(prefix, sizeof prefix, "[r%d] ", rank);
+  char *msg = malloc((size_t)plen + len + 1);
+  if (msg == NULL) return;
+  memcpy(msg, prefix, (size_t)plen);
+  memcpy(msg + plen, line, len);
+  msg[(size_t)plen + len] = '\n';
+  write_all(fd, msg, (size_t)plen + len + 1);
+  free(msg);
+}
+
 static void emit_line(worker *w, worker_stream *s, const char *line, size_t len) {
   if (w->prog != NULL) progress_output(w->prog, base_now_ms());
-  char prefix[32];
-  int plen = snprintf(prefix, sizeof prefix, "[r%d] ", w->rank);
-  if (s->console_fd >= 0) {
-    /* One write per line so that lines of different ranks never interleave. */
-    char *msg = malloc((size_t)plen + len + 1);
-    if (msg != NULL) {
-      memcpy(msg, prefix, (size_t)plen);
-      memcpy(msg + plen, line, len);
-      msg[(size_t)plen + len] = '\n';
-      write_all(s->console_fd, msg, (size_t)plen + len + 1);
-      free(msg);
-    }
-  }
+  if (s->console_fd >= 0) write_prefixed(s->console_fd, w->rank, line, len);
+  if (s->dup_fd >= 0 && line_matches(s->dup, line, len))
+    write_prefixed(s->dup_fd, w->rank, line, len);
   if (w->log_fd >= 0 && s->to_file) {
     write_all(w->log_fd, line, len);
     write_all(w->log_fd, "\n", 1);

@@ -21,7 +21,9 @@ typedef struct worker_stream {
   int fd;         /* read end of the pipe, -1 once closed */
   int console_fd; /* where prefixed lines go (1 or 2), -1 for none */
   int to_file;    /* its lines also go to the worker's log file */
-  size_t len;     /* bytes of an unfinished line in buf */
+  int dup_fd;     /* the node's filtered_std*.log for lines matching dup, -1 none */
+  const agent_filters *dup;
+  size_t len; /* bytes of an unfinished line in buf */
   char buf[WORKER_LINE_MAX];
 } worker_stream;
 
@@ -50,6 +52,9 @@ void worker_output(const agent_config *cfg, int lr, int *console, int *files);
 
 /* Resets the worker's state before a spawn; console and files as worker_output gives. */
 void worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd);
+
+/* Also copy the lines of stream (0 stdout, 1 stderr) that hold one of f to fd (prefixed). */
+void worker_duplicate(worker *w, int stream, const agent_filters *f, int fd);
 
 /*
  * Forks and execs argv in a new process group with envp, its stdout and

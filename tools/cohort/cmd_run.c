@@ -34,7 +34,14 @@
   "                       under $TMPDIR (printed)\n"                                               \
   "  -t, --tee S          streams to the files and the console, as -r\n"                           \
   "  --local-ranks-filter R,...  only these local ranks' lines reach the console\n"                \
-  "  --grace SECONDS      time between SIGTERM and SIGKILL when stopping (default 5)\n"            \
+  "  --duplicate-stdout-filters S,...  also write every stdout line holding one of these\n"        \
+  "                       strings (\",,\" stands for a comma) to\n"                                \
+  "                       DIR/attempt<K>/filtered_stdout.log (--log-dir, else a new directory)\n"  \
+  "  --duplicate-stderr-filters S,...  the same for stderr (filtered_stderr.log)\n"                \
+  "  --virtual-local-rank  every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming its\n"   \
+  "                       own GPU (the local rank's entry of the list, else its number)\n"         \
+  "  --grace SECONDS      time between SIGTERM and SIGKILL when stopping (default 5); also\n"      \
+  "                       --shutdown-timeout\n"                                                    \
   "  --run-id ID          job id, [A-Za-z0-9._-]{1,64} (default: random on one node;\n"            \
   "                       on several, derived from the store address); also --rdzv-id\n"           \
   "  --role NAME          ROLE_NAME of the workers (default \"default\")\n"                        \
@@ -255,6 +262,41 @@ static int set_ranks_filter(void *settings, const char *v) {
   return v[0] != '\0' && c->nshown == 0 ? -1 : 0;
 }
 
+/*
+ * torchrun's comma-separated filters, ",," standing for a comma; empty items
+ * are dropped (an empty list duplicates nothing). The strings live in store.
+ */
+static int parse_filters(const char *v, agent_filters *f, char *store, size_t storelen) {
+  size_t len = strlen(v);
+  if (len >= storelen) return -1;
+  f->n = 0;
+  char *item = store;
+  for (size_t i = 0, o = 0; i <= len; i++) {
+    if (i < len && !(v[i] == ',' && v[i + 1] != ',')) {
+      store[o++] = v[i];
+      if (v[i] == ',') i++; /* ",," is one comma */
+      continue;
+    }
+    store[o++] = '\0';
+    if (item[0] != '\0') {
+      if (f->n == AGENT_FILTERS_MAX) return -1;
+      f->f[f->n++] = item;
+    }
+    item = store + o;
+  }
+  return 0;
+}
+
+static int set_dup_stdout(void *settings, const char *v) {
+  static char store[4096];
+  return parse_filters(v, &((run_args *)settings)->cfg.dup[0], store, sizeof store);
+}
+
+static int set_dup_stderr(void *settings, const char *v) {
+  static char store[4096];
+  return parse_filters(v, &((run_args *)settings)->cfg.dup[1], store, sizeof store);
+}
+
 static int parse_bool(const char *v, int *out) {
   static const char *const yes[] = {"1", "true", "True", "yes", "on"};
   static const char *const no[] = {"0", "false", "False", "no", "off"};
@@ -349,6 +391,16 @@ static const cli_opt run_opts[] = {
     {"--tee", 't', CLI_CUSTOM, .fn = set_tee, .what = STD_WHAT, .env = "PET_TEE"},
     {"--local-ranks-filter|--local_ranks_filter", 0, CLI_CUSTOM, .fn = set_ranks_filter,
      .what = "local ranks separated by commas (e.g. 0,1)", .env = "PET_LOCAL_RANKS_FILTER"},
+    {"--duplicate-stdout-filters|--duplicate_stdout_filters", 0, CLI_CUSTOM, .fn = set_dup_stdout,
+     .what = "strings separated by commas (at most 32, 4095 bytes)",
+     .env = "PET_DUPLICATE_STDOUT_FILTERS"},
+    {"--duplicate-stderr-filters|--duplicate_stderr_filters", 0, CLI_CUSTOM, .fn = set_dup_stderr,
+     .what = "strings separated by commas (at most 32, 4095 bytes)",
+     .env = "PET_DUPLICATE_STDERR_FILTERS"},
+    {"--virtual-local-rank|--virtual_local_rank", 0, CLI_FLAG,
+     .at = AT(cfg.virtual_local_rank, int), .env = "PET_VIRTUAL_LOCAL_RANK"},
+    {"--shutdown-timeout|--shutdown_timeout", 0, CLI_SECONDS, .at = AT(cfg.grace_ms, int64_t),
+     .min = 0, .max = 3600000, .env = "PET_SHUTDOWN_TIMEOUT"},
     {"--numa-binding|--numa_binding", 0, CLI_CHOICE, .at = AT(numa_binding, int),
      .choices = numa_modes, .env = "PET_NUMA_BINDING"},
     {"--node-rank|--node_rank", 0, CLI_CUSTOM, .fn = set_node_rank,
@@ -465,12 +517,14 @@ static int output_meaning(run_args *a) {
 }
 
 /*
- * torchrun's -r/-t that send a stream to files, without --log-dir: a new
+ * torchrun's -r/-t that send a stream to files, or its duplicate filters, without --log-dir: a new
  * directory under $TMPDIR, as torchrun's, named on stderr. Not in the parse,
  * which creates nothing.
  */
 static int make_log_dir(const char *prog, agent_config *cfg) {
-  if (cfg->log_dir != NULL || (!std_files(&cfg->redirects) && !std_files(&cfg->tee))) return 0;
+  int filtered = cfg->dup[0].n > 0 || cfg->dup[1].n > 0;
+  if (cfg->log_dir != NULL || (!std_files(&cfg->redirects) && !std_files(&cfg->tee) && !filtered))
+    return 0;
   static char dir[4096];
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/cohort-logs-XXXXXX", tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
