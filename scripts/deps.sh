@@ -13,7 +13,7 @@ pkgs=(
   clang libclang-rt-14-dev valgrind
   groff-base
   slurm-wlm munge
-  libssl-dev libjansson-dev libcurl4-openssl-dev
+  libssl-dev libjansson-dev libcurl4-openssl-dev openssl curl
   etcd-server etcd-client openssh-server openssh-client gdb elfutils
 )
 

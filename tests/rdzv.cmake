@@ -14,3 +14,10 @@ set_tests_properties(rdzv_mcast PROPERTIES TIMEOUT 120 LABELS "slow" SKIP_RETURN
 # Two agents on loopback through a rendezvous file signed with their token.
 add_test(NAME rdzv_file COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_rdzv_file.sh $<TARGET_FILE:cohort>)
 set_tests_properties(rdzv_file PROPERTIES TIMEOUT 120 LABELS "slow")
+
+# The etcd client against real etcd servers on loopback (one member, a
+# 3-member cluster losing one, authentication, TLS, none listening).
+add_executable(test_etcd ${CMAKE_SOURCE_DIR}/tests/test_etcd.c)
+target_link_libraries(test_etcd PRIVATE cohort_node)
+add_test(NAME etcd_client COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_etcd.sh $<TARGET_FILE:test_etcd>)
+set_tests_properties(etcd_client PROPERTIES TIMEOUT 300 LABELS "slow")

@@ -1,0 +1,547 @@
+/* etcd.c - etcd v3 through its JSON gateway with libcurl; see etcd.h. */
+#include "rdzv/etcd.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "base/net.h"
+
+#define ETCD_MAX_ENDPOINTS 16
+#define ETCD_TXN_OPS 128 /* etcd's default --max-txn-ops */
+#define ETCD_BODY_MAX (64u << 20)
+
+struct etcd {
+  CURL *curl;
+  char endpoints[ETCD_MAX_ENDPOINTS][BASE_HOST_MAX + 8];
+  int nendpoints, cur;
+  char prefix[256];
+  char scheme[8];
+  char *user, *password;
+  char auth_header[512]; /* "Authorization: <token>", "" none */
+  char err[256];         /* the last failure, one line */
+};
+
+/* ---- bytes and JSON ---- */
+
+static char *b64_encode(const void *p, size_t n) {
+  char *out = malloc(4 * ((n + 2) / 3) + 1);
+  if (out != NULL) EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+  return out;
+}
+
+/* Decodes s into a malloc'ed buffer (NUL-terminated for text); -1 on bad input. */
+static int b64_decode(const char *s, void **out, size_t *len) {
+  size_t n = strlen(s);
+  if (n % 4 != 0) return -1;
+  unsigned char *buf = malloc(n / 4 * 3 + 1);
+  if (buf == NULL) return -1;
+  int got = n ? EVP_DecodeBlock(buf, (const unsigned char *)s, (int)n) : 0;
+  if (got < 0) {
+    free(buf);
+    return -1;
+  }
+  if (n >= 1 && s[n - 1] == '=') got--;
+  if (n >= 2 && s[n - 2] == '=') got--;
+  buf[got] = '\0';
+  *out = buf;
+  *len = (size_t)got;
+  return 0;
+}
+
+/* The prefixed key, base64. */
+static char *key64(const etcd *e, const char *key) {
+  size_t pl = strlen(e->prefix), kl = strlen(key);
+  char *full = malloc(pl + kl + 1);
+  if (full == NULL) return NULL;
+  memcpy(full, e->prefix, pl);
+  memcpy(full + pl, key, kl + 1);
+  char *b = b64_encode(full, pl + kl);
+  free(full);
+  return b;
+}
+
+/* Adds field = base64(p, n) to o; -ENOMEM. */
+static int set_b64(json_t *o, const char *field, const void *p, size_t n) {
+  char *b = b64_encode(p, n);
+  if (b == NULL) return -ENOMEM;
+  int rc = json_object_set_new(o, field, json_string(b));
+  free(b);
+  return rc == 0 ? 0 : -ENOMEM;
+}
+
+static int set_key(const etcd *e, json_t *o, const char *field, const char *key) {
+  char *b = key64(e, key);
+  if (b == NULL) return -ENOMEM;
+  int rc = json_object_set_new(o, field, json_string(b));
+  free(b);
+  return rc == 0 ? 0 : -ENOMEM;
+}
+
+/* An int64 field of etcd's JSON (a string or a number); fallback when absent. */
+static int64_t json_i64(const json_t *o, const char *field, int64_t fallback) {
+  const json_t *v = json_object_get(o, field);
+  if (json_is_integer(v)) return json_integer_value(v);
+  int64_t x;
+  if (json_is_string(v) && base_parse_i64(json_string_value(v), INT64_MIN, INT64_MAX, &x) == 0)
+    return x;
+  return fallback;
+}
+
+static json_t *i64_json(int64_t v) {
+  char s[32];
+  snprintf(s, sizeof s, "%lld", (long long)v);
+  return json_string(s);
+}
+
+/* ---- HTTP ---- */
+
+typedef struct body {
+  char *p;
+  size_t len;
+  int over;
+} body;
+
+static size_t on_data(char *p, size_t size, size_t n, void *arg) {
+  body *b = arg;
+  size_t k = size * n;
+  if (b->len + k > ETCD_BODY_MAX) {
+    b->over = 1;
+    return 0;
+  }
+  char *q = realloc(b->p, b->len + k + 1);
+  if (q == NULL) return 0;
+  memcpy(q + b->len, p, k);
+  b->p = q;
+  b->len += k;
+  b->p[b->len] = '\0';
+  return k;
+}
+
+/* One POST to the current endpoint; 0 with *status and the body, or a transport error. */
+static int post_once(etcd *e, const char *path, const char *req, int64_t deadline, long *status,
+                     body *b) {
+  char url[BASE_HOST_MAX + 64];
+  snprintf(url, sizeof url, "%s://%s%s", e->scheme, e->endpoints[e->cur], path);
+  struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+  if (e->auth_header[0] != '\0') hdrs = curl_slist_append(hdrs, e->auth_header);
+  int left = base_deadline_left(deadline);
+  curl_easy_setopt(e->curl, CURLOPT_URL, url);
+  curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdrs);
+  curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, req);
+  curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(left > 1 ? left : 1));
+  curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(left > 1 ? left : 1));
+  curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
+  curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, b);
+  CURLcode cc = curl_easy_perform(e->curl);
+  curl_slist_free_all(hdrs);
+  curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
+  if (cc == CURLE_OK) return 0;
+  snprintf(e->err, sizeof e->err, "%s (last tried %s)", curl_easy_strerror(cc),
+           e->endpoints[e->cur]);
+  if (cc == CURLE_OPERATION_TIMEDOUT) return -ETIMEDOUT;
+  if (cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_PEER_FAILED_VERIFICATION ||
+      cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CONNECT_ERROR)
+    return COHORT_EAUTH;
+  return -ECONNREFUSED;
+}
+
+/* etcd's error answer: an auth refusal, or a protocol error. */
+static int answer_error(etcd *e, long status, const json_t *doc) {
+  const char *msg = json_string_value(json_object_get(doc, "error"));
+  if (msg == NULL) msg = json_string_value(json_object_get(doc, "message"));
+  snprintf(e->err, sizeof e->err, "HTTP %ld from %s: %s", status, e->endpoints[e->cur],
+           msg != NULL ? msg : "(no message)");
+  int code = (int)json_i64(doc, "code", 0);
+  /* gRPC codes: 16 unauthenticated, 7 permission denied; "user name is empty" when a
+   * client without credentials meets an etcd that requires them */
+  if (code == 16 || code == 7 ||
+      (msg != NULL && (strstr(msg, "auth") != NULL || strstr(msg, "user name") != NULL)))
+    return COHORT_EAUTH;
+  return COHORT_EPROTO;
+}
+
+static int authenticate(etcd *e, int64_t deadline);
+
+/*
+ * POSTs req to path, moving to the next endpoint when one cannot be
+ * reached, until the deadline; *resp the parsed answer. An expired token
+ * is renewed once.
+ */
+static int call(etcd *e, const char *path, json_t *req, json_t **resp, int64_t deadline) {
+  char *text = json_dumps(req, JSON_COMPACT);
+  if (text == NULL) return -ENOMEM;
+  int rc = -ETIMEDOUT, reauth = e->user != NULL && strcmp(path, "/v3/auth/authenticate") != 0;
+  for (int tries = 0; base_deadline_left(deadline) > 0; tries++) {
+    body b = {0};
+    long status = 0;
+    rc = post_once(e, path, text, deadline, &status, &b);
+    if (rc == -ECONNREFUSED || rc == -ETIMEDOUT) {
+      free(b.p);
+      e->cur = (e->cur + 1) % e->nendpoints;
+      if ((tries + 1) % e->nendpoints == 0) base_sleep_ms(tries < 8 * e->nendpoints ? 50 : 200);
+      continue;
+    }
+    json_t *doc = rc == 0 && b.p != NULL ? json_loads(b.p, 0, NULL) : NULL;
+    free(b.p);
+    if (rc != 0) break;
+    if (doc == NULL) {
+      snprintf(e->err, sizeof e->err, "HTTP %ld from %s: an answer that is not JSON", status,
+               e->endpoints[e->cur]);
+      rc = COHORT_EPROTO;
+      break;
+    }
+    if (status == 200) {
+      *resp = doc;
+      rc = 0;
+      break;
+    }
+    rc = answer_error(e, status, doc);
+    json_decref(doc);
+    if (status == 503) { /* a leader election: the request was not served; again, elsewhere */
+      e->cur = (e->cur + 1) % e->nendpoints;
+      base_sleep_ms(50);
+      rc = -ETIMEDOUT;
+      continue;
+    }
+    if (rc != COHORT_EAUTH || !reauth) break;
+    reauth = 0; /* the token may have expired: once more with a new one */
+    if ((rc = authenticate(e, deadline)) != 0) break;
+  }
+  if (rc == -ETIMEDOUT && e->err[0] == '\0')
+    snprintf(e->err, sizeof e->err, "no answer before the deadline");
+  free(text);
+  return rc;
+}
+
+static int authenticate(etcd *e, int64_t deadline) {
+  json_t *req = json_pack("{s:s, s:s}", "name", e->user, "password", e->password), *resp = NULL;
+  if (req == NULL) return -ENOMEM;
+  e->auth_header[0] = '\0';
+  int rc = call(e, "/v3/auth/authenticate", req, &resp, deadline);
+  json_decref(req);
+  if (rc != 0) return rc;
+  const char *token = json_string_value(json_object_get(resp, "token"));
+  if (token == NULL || strlen(token) > sizeof e->auth_header - 32) {
+    snprintf(e->err, sizeof e->err, "no token in the answer to authenticate from %s",
+             e->endpoints[e->cur]);
+    rc = COHORT_EPROTO;
+  } else {
+    snprintf(e->auth_header, sizeof e->auth_header, "Authorization: %s", token);
+  }
+  json_decref(resp);
+  return rc;
+}
+
+/* ---- connecting ---- */
+
+static int split_endpoints(etcd *e, const char *list) {
+  const char *p = list;
+  while (*p != '\0') {
+    size_t n = strcspn(p, ",");
+    char host[BASE_HOST_MAX];
+    int port;
+    if (n == 0 || n >= sizeof e->endpoints[0] || e->nendpoints == ETCD_MAX_ENDPOINTS)
+      return -EINVAL;
+    memcpy(e->endpoints[e->nendpoints], p, n);
+    e->endpoints[e->nendpoints][n] = '\0';
+    if (base_split_hostport(e->endpoints[e->nendpoints], host, sizeof host, &port, 0) != 0)
+      return -EINVAL;
+    e->nendpoints++;
+    p += n;
+    if (*p == ',') p++;
+  }
+  return e->nendpoints > 0 ? 0 : -EINVAL;
+}
+
+static int setup(etcd *e, const etcd_opts *o) {
+  if (o->endpoints == NULL || split_endpoints(e, o->endpoints) != 0) {
+    snprintf(e->err, sizeof e->err, "bad etcd endpoints '%.100s' (HOST:PORT,...)",
+             o->endpoints ? o->endpoints : "");
+    return -EINVAL;
+  }
+  snprintf(e->prefix, sizeof e->prefix, "%s", o->prefix != NULL ? o->prefix : "");
+  snprintf(e->scheme, sizeof e->scheme, "%s", o->cacert != NULL ? "https" : "http");
+  if ((o->user == NULL) != (o->password == NULL)) {
+    snprintf(e->err, sizeof e->err, "an etcd user needs a password, and a password a user");
+    return -EINVAL;
+  }
+  if (o->user != NULL &&
+      ((e->user = strdup(o->user)) == NULL || (e->password = strdup(o->password)) == NULL))
+    return -ENOMEM;
+  if ((e->curl = curl_easy_init()) == NULL) return -ENOMEM;
+  curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o->cacert != NULL) curl_easy_setopt(e->curl, CURLOPT_CAINFO, o->cacert);
+  if (o->cert != NULL) curl_easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert);
+  if (o->key != NULL) curl_easy_setopt(e->curl, CURLOPT_SSLKEY, o->key);
+  return 0;
+}
+
+int etcd_connect(const etcd_opts *o, int64_t deadline_ms, etcd **out, char *err, size_t errlen) {
+  static int curl_ready;
+  if (!curl_ready) curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == 0;
+  etcd *e = calloc(1, sizeof *e);
+  if (e == NULL) return -ENOMEM;
+  int rc = setup(e, o);
+  json_t *req = json_object(), *resp = NULL;
+  if (rc == 0 && e->user != NULL) rc = authenticate(e, deadline_ms);
+  /* A read under the prefix checks the connection and the permissions. */
+  if (rc == 0 && req != NULL) rc = set_key(e, req, "key", "");
+  if (rc == 0) rc = call(e, "/v3/kv/range", req, &resp, deadline_ms);
+  json_decref(req);
+  json_decref(resp);
+  if (rc != 0) {
+    if (err != NULL) snprintf(err, errlen, "etcd %s: %s", o->endpoints ? o->endpoints : "", e->err);
+    etcd_close(e);
+    return rc;
+  }
+  *out = e;
+  return 0;
+}
+
+void etcd_close(etcd *e) {
+  if (e == NULL) return;
+  if (e->curl != NULL) curl_easy_cleanup(e->curl);
+  free(e->user);
+  free(e->password);
+  free(e);
+}
+
+const char *etcd_endpoint(const etcd *e) {
+  return e->endpoints[e->cur];
+}
+
+/* ---- key-value ---- */
+
+int etcd_put(etcd *e, const char *key, const void *val, size_t len, int64_t lease,
+             int64_t deadline_ms) {
+  json_t *req = json_object(), *resp = NULL;
+  int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
+  if (rc == 0) rc = set_b64(req, "value", val, len);
+  if (rc == 0 && lease != 0) json_object_set_new(req, "lease", i64_json(lease));
+  if (rc == 0) rc = call(e, "/v3/kv/put", req, &resp, deadline_ms);
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+/* The value of the first kv of a range answer; -ENOENT when none. */
+static int first_value(const json_t *range, void **val, size_t *len, int64_t *mod) {
+  const json_t *kv = json_array_get(json_object_get(range, "kvs"), 0);
+  if (kv == NULL) return -ENOENT;
+  const char *v = json_string_value(json_object_get(kv, "value"));
+  if (mod != NULL) *mod = json_i64(kv, "mod_revision", 0);
+  if (v == NULL) v = ""; /* an empty value is left out of the JSON */
+  return b64_decode(v, val, len) == 0 ? 0 : COHORT_EPROTO;
+}
+
+static int get_rev(etcd *e, const char *key, void **val, size_t *len, int64_t *mod,
+                   int64_t deadline_ms) {
+  json_t *req = json_object(), *resp = NULL;
+  int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
+  if (rc == 0) rc = call(e, "/v3/kv/range", req, &resp, deadline_ms);
+  if (rc == 0) rc = first_value(resp, val, len, mod);
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+int etcd_get(etcd *e, const char *key, void **val, size_t *len, int64_t deadline_ms) {
+  return get_rev(e, key, val, len, NULL, deadline_ms);
+}
+
+/* One transaction of range requests for keys[0..n). */
+static int get_chunk(etcd *e, const char *const *keys, size_t n, void **vals, size_t *lens,
+                     int64_t deadline_ms) {
+  json_t *req = json_object(), *ops = json_array(), *resp = NULL;
+  int rc = req && ops ? 0 : -ENOMEM;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    json_t *range = json_object();
+    rc = range ? set_key(e, range, "key", keys[i]) : -ENOMEM;
+    if (rc == 0)
+      rc = json_array_append_new(ops, json_pack("{s:o}", "request_range", range));
+    else
+      json_decref(range);
+  }
+  if (rc == 0) rc = json_object_set(req, "success", ops);
+  if (rc == 0) rc = call(e, "/v3/kv/txn", req, &resp, deadline_ms);
+  const json_t *answers = json_object_get(resp, "responses");
+  if (rc == 0 && json_array_size(answers) != n) rc = COHORT_EPROTO;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    const json_t *range = json_object_get(json_array_get(answers, i), "response_range");
+    int r = first_value(range, &vals[i], &lens[i], NULL);
+    if (r == -ENOENT)
+      vals[i] = NULL, lens[i] = 0;
+    else
+      rc = r;
+  }
+  json_decref(ops);
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+int etcd_get_many(etcd *e, const char *const *keys, size_t n, void **vals, size_t *lens,
+                  int64_t deadline_ms) {
+  memset(vals, 0, n * sizeof *vals);
+  int rc = 0;
+  for (size_t at = 0; rc == 0 && at < n; at += ETCD_TXN_OPS) {
+    size_t k = n - at < ETCD_TXN_OPS ? n - at : ETCD_TXN_OPS;
+    rc = get_chunk(e, keys + at, k, vals + at, lens + at, deadline_ms);
+  }
+  if (rc != 0)
+    for (size_t i = 0; i < n; i++) free(vals[i]), vals[i] = NULL;
+  return rc;
+}
+
+int etcd_delete(etcd *e, const char *key, int64_t deadline_ms) {
+  json_t *req = json_object(), *resp = NULL;
+  int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
+  if (rc == 0) rc = call(e, "/v3/kv/deleterange", req, &resp, deadline_ms);
+  if (rc == 0 && json_i64(resp, "deleted", 0) == 0) rc = -ENOENT;
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+/*
+ * The transaction "if key's VALUE equals expected (or, expected NULL, key
+ * does not exist / its MOD revision is mod when mod > 0) put desired, else
+ * read key". *ok whether the put happened; *current the value after.
+ */
+static int txn_put(etcd *e, const char *key, const void *expected, size_t elen, int64_t mod,
+                   const void *desired, size_t dlen, int64_t lease, int *ok, void **current,
+                   size_t *curlen, int64_t deadline_ms) {
+  json_t *cmp = json_object(), *put = json_object(), *range = json_object(), *resp = NULL;
+  int rc = cmp && put && range ? set_key(e, cmp, "key", key) : -ENOMEM;
+  if (rc == 0 && expected != NULL) {
+    json_object_set_new(cmp, "target", json_string("VALUE"));
+    rc = set_b64(cmp, "value", expected, elen);
+  } else if (rc == 0) {
+    json_object_set_new(cmp, "target", json_string(mod > 0 ? "MOD" : "CREATE"));
+    json_object_set_new(cmp, mod > 0 ? "mod_revision" : "create_revision", i64_json(mod));
+  }
+  json_object_set_new(cmp, "result", json_string("EQUAL"));
+  if (rc == 0) rc = set_key(e, put, "key", key);
+  if (rc == 0) rc = set_b64(put, "value", desired, dlen);
+  if (rc == 0 && lease != 0) json_object_set_new(put, "lease", i64_json(lease));
+  if (rc == 0) rc = set_key(e, range, "key", key);
+  json_t *req = rc == 0 ? json_pack("{s:[o], s:[{s:o}], s:[{s:O}]}", "compare", cmp, "success",
+                                    "request_put", put, "failure", "request_range", range)
+                        : NULL;
+  if (rc == 0 && req == NULL) rc = -ENOMEM;
+  if (rc != 0) json_decref(cmp), json_decref(put);
+  if (rc == 0) rc = call(e, "/v3/kv/txn", req, &resp, deadline_ms);
+  if (rc == 0) {
+    *ok = json_is_true(json_object_get(resp, "succeeded"));
+    if (current != NULL && *ok) {
+      *current = malloc(dlen + 1);
+      if (*current == NULL)
+        rc = -ENOMEM;
+      else
+        memcpy(*current, desired, dlen), ((char *)*current)[dlen] = '\0', *curlen = dlen;
+    } else if (current != NULL) {
+      const json_t *r =
+          json_object_get(json_array_get(json_object_get(resp, "responses"), 0), "response_range");
+      rc = first_value(r, current, curlen, NULL);
+      if (rc == -ENOENT) rc = 0, *current = NULL, *curlen = 0;
+    }
+  }
+  json_decref(range);
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+int etcd_cas(etcd *e, const char *key, const void *expected, size_t elen, const void *desired,
+             size_t dlen, int64_t lease, void **current, size_t *curlen, int64_t deadline_ms) {
+  int ok;
+  size_t ignored;
+  if (current != NULL) *current = NULL;
+  return txn_put(e, key, expected, elen, 0, desired, dlen, lease, &ok, current,
+                 curlen != NULL ? curlen : &ignored, deadline_ms);
+}
+
+int etcd_add(etcd *e, const char *key, int64_t delta, int64_t lease, int64_t *result,
+             int64_t deadline_ms) {
+  for (;;) {
+    void *val = NULL;
+    size_t len = 0;
+    int64_t mod = 0, now = 0;
+    int rc = get_rev(e, key, &val, &len, &mod, deadline_ms);
+    if (rc == 0 && base_parse_i64(val, INT64_MIN, INT64_MAX, &now) != 0) rc = -EINVAL;
+    free(val);
+    if (rc != 0 && rc != -ENOENT) return rc;
+    if ((delta > 0 && now > INT64_MAX - delta) || (delta < 0 && now < INT64_MIN - delta))
+      return -ERANGE;
+    char text[32];
+    int n = snprintf(text, sizeof text, "%lld", (long long)(now + delta)), ok = 0;
+    rc = txn_put(e, key, NULL, 0, rc == -ENOENT ? 0 : mod, text, (size_t)n, lease, &ok, NULL, NULL,
+                 deadline_ms);
+    if (rc != 0) return rc;
+    if (ok) {
+      if (result != NULL) *result = now + delta;
+      return 0;
+    }
+    if (base_deadline_left(deadline_ms) <= 0) return -ETIMEDOUT; /* lost every race */
+  }
+}
+
+int etcd_wait(etcd *e, const char *const *keys, size_t n, int64_t deadline_ms) {
+  void **vals = calloc(n ? n : 1, sizeof *vals);
+  size_t *lens = calloc(n ? n : 1, sizeof *lens);
+  int rc = vals && lens ? 0 : -ENOMEM, pause = 20;
+  while (rc == 0) {
+    rc = etcd_get_many(e, keys, n, vals, lens, deadline_ms);
+    size_t have = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) have += vals[i] != NULL, free(vals[i]);
+    if (rc != 0 || have == n) break;
+    int left = base_deadline_left(deadline_ms);
+    if (left <= 0) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+    base_sleep_ms(pause < left ? pause : left);
+    pause = pause * 2 < 200 ? pause * 2 : 200;
+  }
+  free(vals);
+  free(lens);
+  return rc;
+}
+
+/* ---- leases ---- */
+
+int etcd_lease_grant(etcd *e, int ttl_s, int64_t *id, int64_t deadline_ms) {
+  json_t *req = json_pack("{s:o}", "TTL", i64_json(ttl_s)), *resp = NULL;
+  int rc = req ? call(e, "/v3/lease/grant", req, &resp, deadline_ms) : -ENOMEM;
+  if (rc == 0 && (*id = json_i64(resp, "ID", 0)) == 0) rc = COHORT_EPROTO;
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+int etcd_lease_keepalive(etcd *e, int64_t id, int64_t deadline_ms) {
+  json_t *req = json_pack("{s:o}", "ID", i64_json(id)), *resp = NULL;
+  int rc = req ? call(e, "/v3/lease/keepalive", req, &resp, deadline_ms) : -ENOMEM;
+  /* The answer is {"result": {"ID", "TTL"}}; a TTL of 0 (left out) is an expired lease. */
+  if (rc == 0 && json_i64(json_object_get(resp, "result"), "TTL", 0) <= 0) rc = -ENOENT;
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+int etcd_lease_revoke(etcd *e, int64_t id, int64_t deadline_ms) {
+  json_t *req = json_pack("{s:o}", "ID", i64_json(id)), *resp = NULL;
+  int rc = req ? call(e, "/v3/lease/revoke", req, &resp, deadline_ms) : -ENOMEM;
+  if (rc == COHORT_EPROTO && strstr(e->err, "not found") != NULL) rc = -ENOENT;
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}

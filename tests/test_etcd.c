@@ -1,0 +1,288 @@
+/*
+ * test_etcd.c - the etcd client (src/rdzv/etcd.c) against a real etcd that
+ * tests/test_etcd.sh starts on loopback.
+ *
+ * usage: test_etcd basic ENDPOINTS        every operation, counters from forked processes
+ *        test_etcd failover ENDPOINTS     the first endpoint dead: requests go to the others
+ *        test_etcd auth ENDPOINTS USER PASSWORD   right and wrong passwords
+ *        test_etcd tls ENDPOINTS CA CERT KEY      HTTPS with a client certificate, and without
+ *        test_etcd down ENDPOINTS         nothing listens: one line, within the deadline
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "cohort/cohort.h"
+#include "rdzv/etcd.h"
+#include "tests/check.h"
+
+static char prefix[64];
+
+static etcd *open_or_die(const etcd_opts *o) {
+  char err[512];
+  etcd *e = NULL;
+  int rc = etcd_connect(o, base_deadline_in(10000), &e, err, sizeof err);
+  if (rc != 0) {
+    fprintf(stderr, "connect: %s\n", err);
+    exit(1);
+  }
+  return e;
+}
+
+static int value_is(etcd *e, const char *key, const char *want) {
+  void *v = NULL;
+  size_t n = 0;
+  int rc = etcd_get(e, key, &v, &n, base_deadline_in(5000));
+  int ok = rc == 0 && n == strlen(want) && memcmp(v, want, n) == 0;
+  if (!ok)
+    fprintf(stderr, "  %s: rc %d, '%.*s' (want '%s')\n", key, rc, (int)n, v ? (char *)v : "", want);
+  free(v);
+  return ok;
+}
+
+static void test_kv(etcd *e) {
+  int64_t d = base_deadline_in(5000);
+  void *v = NULL;
+  size_t n = 0;
+  CHECK(etcd_get(e, "absent", &v, &n, d) == -ENOENT);
+  CHECK(etcd_put(e, "a", "one", 3, 0, d) == 0 && value_is(e, "a", "one"));
+  CHECK(etcd_put(e, "empty", "", 0, 0, d) == 0 && value_is(e, "empty", ""));
+  unsigned char bin[256];
+  for (int i = 0; i < 256; i++) bin[i] = (unsigned char)i;
+  CHECK(etcd_put(e, "bin", bin, sizeof bin, 0, d) == 0);
+  CHECK(etcd_get(e, "bin", &v, &n, d) == 0 && n == 256 && memcmp(v, bin, 256) == 0);
+  free(v);
+  /* get_many over more keys than one transaction holds */
+  const char *keys[300];
+  char names[300][16];
+  for (int i = 0; i < 300; i++) {
+    snprintf(names[i], sizeof names[i], "m%d", i);
+    keys[i] = names[i];
+    if (i % 3 == 0) etcd_put(e, names[i], names[i], strlen(names[i]), 0, d);
+  }
+  void *vals[300];
+  size_t lens[300];
+  CHECK(etcd_get_many(e, keys, 300, vals, lens, base_deadline_in(10000)) == 0);
+  int right = 1;
+  for (int i = 0; i < 300; i++) {
+    if (i % 3 == 0)
+      right &=
+          vals[i] != NULL && lens[i] == strlen(names[i]) && !memcmp(vals[i], names[i], lens[i]);
+    else
+      right &= vals[i] == NULL && lens[i] == 0;
+    free(vals[i]);
+  }
+  CHECK(right);
+  CHECK(etcd_delete(e, "a", d) == 0 && etcd_get(e, "a", &v, &n, d) == -ENOENT);
+  CHECK(etcd_delete(e, "a", d) == -ENOENT);
+}
+
+static void test_cas(etcd *e) {
+  int64_t d = base_deadline_in(5000);
+  void *cur = NULL;
+  size_t len = 0;
+  CHECK(etcd_cas(e, "c", NULL, 0, "first", 5, 0, &cur, &len, d) == 0);
+  CHECK(cur != NULL && len == 5 && memcmp(cur, "first", 5) == 0);
+  free(cur);
+  CHECK(etcd_cas(e, "c", NULL, 0, "second", 6, 0, &cur, &len, d) == 0);
+  CHECK(cur != NULL && len == 5 && memcmp(cur, "first", 5) == 0); /* not replaced */
+  free(cur);
+  CHECK(etcd_cas(e, "c", "wrong", 5, "x", 1, 0, &cur, &len, d) == 0 && len == 5);
+  free(cur);
+  CHECK(etcd_cas(e, "c", "first", 5, "third", 5, 0, NULL, NULL, d) == 0 &&
+        value_is(e, "c", "third"));
+}
+
+/* Counters: 4 processes x 25 additions each come to exactly 100. */
+static void test_add(const etcd_opts *o) {
+  etcd *e = open_or_die(o);
+  int64_t r = 0;
+  CHECK(etcd_add(e, "n", 5, 0, &r, base_deadline_in(5000)) == 0 && r == 5);
+  CHECK(etcd_add(e, "n", -5, 0, &r, base_deadline_in(5000)) == 0 && r == 0);
+  etcd_put(e, "text", "abc", 3, 0, base_deadline_in(5000));
+  CHECK(etcd_add(e, "text", 1, 0, &r, base_deadline_in(5000)) == -EINVAL);
+  etcd_close(e);
+  pid_t kids[4];
+  for (int k = 0; k < 4; k++) {
+    if ((kids[k] = fork()) == 0) {
+      etcd *c = open_or_die(o);
+      int bad = 0;
+      for (int i = 0; i < 25; i++)
+        bad |= etcd_add(c, "n", 1, 0, NULL, base_deadline_in(20000)) != 0;
+      etcd_close(c);
+      _exit(bad);
+    }
+  }
+  int all_ok = 1;
+  for (int k = 0; k < 4; k++) {
+    int st = 0;
+    waitpid(kids[k], &st, 0);
+    all_ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  CHECK(all_ok);
+  e = open_or_die(o);
+  CHECK(value_is(e, "n", "100"));
+  etcd_close(e);
+}
+
+static void test_wait(const etcd_opts *o) {
+  etcd *e = open_or_die(o);
+  const char *keys[] = {"w1", "w2"};
+  CHECK(etcd_wait(e, keys, 2, base_deadline_in(300)) == -ETIMEDOUT);
+  pid_t kid = fork();
+  if (kid == 0) {
+    etcd *c = open_or_die(o);
+    base_sleep_ms(300);
+    etcd_put(c, "w1", "1", 1, 0, base_deadline_in(5000));
+    base_sleep_ms(200);
+    etcd_put(c, "w2", "2", 1, 0, base_deadline_in(5000));
+    etcd_close(c);
+    _exit(0);
+  }
+  int64_t t0 = base_now_ms();
+  CHECK(etcd_wait(e, keys, 2, base_deadline_in(10000)) == 0);
+  CHECK(base_now_ms() - t0 >= 450); /* not before the second key existed */
+  waitpid(kid, NULL, 0);
+  etcd_close(e);
+}
+
+/* A key under a lease lives while it is kept alive and goes with it. */
+static void test_lease(etcd *e) {
+  int64_t id = 0, id2 = 0;
+  CHECK(etcd_lease_grant(e, 2, &id, base_deadline_in(5000)) == 0 && id != 0);
+  CHECK(etcd_put(e, "leased", "x", 1, id, base_deadline_in(5000)) == 0);
+  for (int i = 0; i < 6; i++) { /* 3 s, longer than the TTL */
+    base_sleep_ms(500);
+    CHECK(etcd_lease_keepalive(e, id, base_deadline_in(5000)) == 0);
+  }
+  CHECK(value_is(e, "leased", "x"));
+  CHECK(etcd_lease_revoke(e, id, base_deadline_in(5000)) == 0);
+  void *v = NULL;
+  size_t n;
+  CHECK(etcd_get(e, "leased", &v, &n, base_deadline_in(5000)) == -ENOENT);
+  CHECK(etcd_lease_keepalive(e, id, base_deadline_in(5000)) == -ENOENT);
+  /* Left alone, it expires and takes its key. */
+  CHECK(etcd_lease_grant(e, 1, &id2, base_deadline_in(5000)) == 0);
+  CHECK(etcd_put(e, "leased2", "y", 1, id2, base_deadline_in(5000)) == 0);
+  int gone = 0;
+  for (int i = 0; i < 40 && !gone; i++) {
+    base_sleep_ms(250);
+    gone = etcd_get(e, "leased2", &v, &n, base_deadline_in(5000)) == -ENOENT;
+    if (!gone) free(v);
+  }
+  CHECK(gone);
+  CHECK(etcd_lease_keepalive(e, id2, base_deadline_in(5000)) == -ENOENT);
+}
+
+/* Two jobs with their own prefixes do not see each other's keys. */
+static void test_prefix(const etcd_opts *o) {
+  etcd_opts other = *o;
+  other.prefix = "/cohort/other-job/";
+  etcd *a = open_or_die(o), *b = open_or_die(&other);
+  void *v = NULL;
+  size_t n;
+  etcd_put(a, "mine", "1", 1, 0, base_deadline_in(5000));
+  CHECK(etcd_get(b, "mine", &v, &n, base_deadline_in(5000)) == -ENOENT);
+  etcd_close(a);
+  etcd_close(b);
+}
+
+static int basic(const etcd_opts *o) {
+  etcd *e = open_or_die(o);
+  test_kv(e);
+  test_cas(e);
+  test_lease(e);
+  etcd_close(e);
+  test_add(o);
+  test_wait(o);
+  test_prefix(o);
+  return check_report();
+}
+
+/* The first endpoint is dead: every operation still works, on the next one. */
+static int failover(const etcd_opts *o) {
+  etcd *e = open_or_die(o);
+  CHECK(strcmp(etcd_endpoint(e), o->endpoints) != 0);
+  test_kv(e);
+  test_cas(e);
+  etcd_close(e);
+  return check_report();
+}
+
+static int auth(const etcd_opts *o, const char *user, const char *password) {
+  etcd_opts ok = *o, wrong = *o, none = *o;
+  ok.user = wrong.user = user;
+  ok.password = password;
+  wrong.password = "not-the-password";
+  char err[512] = "";
+  etcd *e = NULL;
+  int rc = etcd_connect(&wrong, base_deadline_in(5000), &e, err, sizeof err);
+  CHECK(rc == COHORT_EAUTH);
+  CHECK(strstr(err, "etcd ") == err && strchr(err, '\n') == NULL);
+  fprintf(stderr, "wrong password: %s\n", err);
+  rc = etcd_connect(&none, base_deadline_in(5000), &e, err, sizeof err);
+  CHECK(rc == COHORT_EAUTH);
+  fprintf(stderr, "no user: %s\n", err);
+  e = open_or_die(&ok);
+  test_kv(e);
+  test_cas(e);
+  etcd_close(e);
+  return check_report();
+}
+
+static int tls(const etcd_opts *o, const char *ca, const char *cert, const char *key) {
+  etcd_opts good = *o, nocert = *o;
+  good.cacert = nocert.cacert = ca;
+  good.cert = cert;
+  good.key = key;
+  etcd *e = open_or_die(&good);
+  test_kv(e);
+  etcd_close(e);
+  char err[512] = "";
+  int rc = etcd_connect(&nocert, base_deadline_in(3000), &e, err, sizeof err);
+  CHECK(rc != 0);
+  fprintf(stderr, "without a client certificate: %s\n", err);
+  rc = etcd_connect(o, base_deadline_in(3000), &e, err, sizeof err); /* plain HTTP */
+  CHECK(rc != 0);
+  fprintf(stderr, "over HTTP: %s\n", err);
+  return check_report();
+}
+
+static int down(const etcd_opts *o) {
+  char err[512] = "";
+  etcd *e = NULL;
+  int64_t t0 = base_now_ms();
+  int rc = etcd_connect(o, base_deadline_in(1500), &e, err, sizeof err);
+  int64_t took = base_now_ms() - t0;
+  CHECK(rc == -ETIMEDOUT || rc == -ECONNREFUSED);
+  CHECK(took >= 1400 && took < 4000);
+  CHECK(strstr(err, o->endpoints) != NULL && strchr(err, '\n') == NULL);
+  fprintf(stderr, "down: %s (%lld ms)\n", err, (long long)took);
+  etcd_opts bad = *o;
+  bad.endpoints = "no-port-here";
+  CHECK(etcd_connect(&bad, base_deadline_in(500), &e, err, sizeof err) == -EINVAL);
+  CHECK(strstr(err, "bad etcd endpoints") != NULL);
+  return check_report();
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: test_etcd MODE ENDPOINTS [...]\n");
+    return 2;
+  }
+  snprintf(prefix, sizeof prefix, "/cohort/test-%d/", (int)getpid());
+  etcd_opts o = {.endpoints = argv[2], .prefix = prefix};
+  const char *mode = argv[1];
+  if (strcmp(mode, "basic") == 0) return basic(&o);
+  if (strcmp(mode, "failover") == 0) return failover(&o);
+  if (strcmp(mode, "auth") == 0 && argc == 5) return auth(&o, argv[3], argv[4]);
+  if (strcmp(mode, "tls") == 0 && argc == 6) return tls(&o, argv[3], argv[4], argv[5]);
+  if (strcmp(mode, "down") == 0) return down(&o);
+  fprintf(stderr, "test_etcd: bad arguments\n");
+  return 2;
+}

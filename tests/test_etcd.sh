@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The etcd client (src/rdzv/etcd.c) against real etcd servers (Debian's
+# etcd-server) this script starts on loopback and removes: one member for
+# every operation, counters from several processes, leases, waiting and
+# prefixes; a 3-member cluster whose first member is killed (requests go to
+# the others); user/password authentication (right and wrong); TLS with a
+# client certificate (and refused without); nothing listening (one line,
+# within the deadline).
+# usage: test_etcd.sh TEST_ETCD_BINARY
+set -u
+bin=$(readlink -f "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/check_lib.sh"
+etcd=$(command -v etcd || echo /usr/bin/etcd)
+etcdctl=$(command -v etcdctl || echo /usr/bin/etcdctl)
+if [ ! -x "$etcd" ] || [ ! -x "$etcdctl" ]; then
+  echo "etcd and etcdctl are needed (Debian's etcd-server and etcd-client; scripts/deps.sh installs them)"
+  exit 1
+fi
+tmp=$(mktemp -d /tmp/cohort-etcd-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+base=$((31000 + ($$ % 1500) * 10))
+
+# start NAME CLIENT_PORT PEER_PORT CLUSTER [extra etcd flags...]; its pid in pid_NAME
+start() {
+  local name=$1 cport=$2 pport=$3 cluster=$4 scheme=http
+  shift 4
+  case " $* " in *" --cert-file "*) scheme=https ;; esac
+  "$etcd" --name "$name" --data-dir "$tmp/$name" \
+    --listen-client-urls "$scheme://127.0.0.1:$cport" --advertise-client-urls "$scheme://127.0.0.1:$cport" \
+    --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+    --initial-cluster "$cluster" --initial-cluster-state new "$@" >"$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  eval "pid_$name=$!"
+}
+# ready PORT [curl flags]: the member answers within 15 s
+ready() {
+  local port=$1 url=http
+  shift
+  [ $# -gt 0 ] && url=https
+  for _ in $(seq 1 150); do
+    curl -s -m 1 "$@" -X POST "$url://127.0.0.1:$port/v3/maintenance/status" -d '{}' | grep -q '"version"' && return 0
+    sleep 0.1
+  done
+  echo "etcd on port $port did not come up"
+  return 1
+}
+step() { # step NAME ARGS...: runs test_etcd, prints its output, counts it
+  local name=$1
+  shift
+  timeout 120 "$bin" "$@" >"$tmp/$name.out" 2>&1
+  local rc=$?
+  sed "s/^/  [$name] /" "$tmp/$name.out"
+  check "test_etcd $name" [ "$rc" = 0 ]
+}
+
+# One member.
+p1=$base
+start one $p1 $((p1 + 1)) "one=http://127.0.0.1:$((p1 + 1))"
+ready $p1 && step basic basic "127.0.0.1:$p1"
+
+# Three members; the first one killed: the client goes to the others.
+c1=$((base + 2)) c2=$((base + 4)) c3=$((base + 6))
+cluster="m1=http://127.0.0.1:$((c1 + 1)),m2=http://127.0.0.1:$((c2 + 1)),m3=http://127.0.0.1:$((c3 + 1))"
+start m1 $c1 $((c1 + 1)) "$cluster"
+start m2 $c2 $((c2 + 1)) "$cluster"
+start m3 $c3 $((c3 + 1)) "$cluster"
+if ready $c1 && ready $c2 && ready $c3; then
+  step cluster basic "127.0.0.1:$c1,127.0.0.1:$c2,127.0.0.1:$c3"
+  kill -9 "$pid_m1"
+  wait "$pid_m1" 2>/dev/null
+  step failover failover "127.0.0.1:$c1,127.0.0.1:$c2,127.0.0.1:$c3"
+fi
+
+# Authentication on the single member: root with a password, auth enabled.
+E="$etcdctl --endpoints=127.0.0.1:$p1"
+if ETCDCTL_API=3 $E user add root:s3cret >/dev/null 2>&1 &&
+  ETCDCTL_API=3 $E auth enable >/dev/null 2>&1; then
+  step auth auth "127.0.0.1:$p1" root s3cret
+  check "wrong password: one line naming etcd" grep -q "wrong password: etcd 127.0.0.1:$p1: HTTP 400 from 127.0.0.1:$p1: .*authentication failed" "$tmp/auth.out"
+else
+  check "etcdctl enables authentication" false
+fi
+
+# TLS: a CA, a server certificate for 127.0.0.1, a client certificate.
+pki=$tmp/pki
+mkdir -p "$pki"
+(
+  cd "$pki" || exit 1
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=test-ca
+  openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1
+  printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile san.ext
+  openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=client
+  openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 1
+) >"$tmp/pki.log" 2>&1
+pt=$((base + 8))
+start tls $pt $((pt + 1)) "tls=http://127.0.0.1:$((pt + 1))" --cert-file "$pki/server.crt" \
+  --key-file "$pki/server.key" --client-cert-auth --trusted-ca-file "$pki/ca.crt"
+if ready $pt --cacert "$pki/ca.crt" --cert "$pki/client.crt" --key "$pki/client.key"; then
+  step tls tls "127.0.0.1:$pt" "$pki/ca.crt" "$pki/client.crt" "$pki/client.key"
+fi
+
+# Nothing listening (the killed member's port).
+step down down "127.0.0.1:$c1"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ] && [ "$passed" -ge 7 ]
