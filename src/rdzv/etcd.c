@@ -25,7 +25,7 @@ struct etcd {
   char scheme[8];
   char *user, *password;
   char auth_header[512]; /* "Authorization: <token>", "" none */
-  char err[256];         /* the last failure, one line */
+  char err[512];         /* the last failure, one line */
 };
 
 /* ---- bytes and JSON ---- */
