@@ -5,3 +5,10 @@ add_executable(swarm ${CMAKE_SOURCE_DIR}/bench/scale/swarm.c)
 target_link_libraries(swarm PRIVATE cohort_node)
 add_test(NAME scale_swarm COMMAND swarm --nodes 64 --hold 1 --timeout 30)
 set_tests_properties(scale_swarm PROPERTIES TIMEOUT 60 LABELS "unit")
+
+# The same pattern through etcd (`--rdzv-backend etcd`): simulated nodes as
+# threads running the agents' join and watch over an etcd it starts.
+add_executable(swarm_etcd ${CMAKE_SOURCE_DIR}/bench/scale/swarm_etcd.c)
+target_link_libraries(swarm_etcd PRIVATE cohort_node Threads::Threads)
+add_test(NAME scale_swarm_etcd COMMAND swarm_etcd --nodes 16 --hold 1 --timeout 60)
+set_tests_properties(scale_swarm_etcd PROPERTIES TIMEOUT 120 LABELS "slow")

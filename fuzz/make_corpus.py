@@ -288,6 +288,9 @@ put("fuzz_cli", "run_torchrun_prog", run_argv("--standalone", "-m", "-r", "3", "
                                               "--log-dir", "/tmp/l", "pkg.mod", "--nnodes", "x"))
 put("fuzz_cli", "run_torchrun_refused", run_argv("--run-path", "--no-python", "--rdzv-backend",
                                                  "etcd", "--tee", "0:3,1:1", "s.py"))
+put("fuzz_cli", "run_etcd", run_argv("--rdzv-backend=etcd-v2", "--rdzv_endpoint", "e1,[::1]:2379,e3:1",
+                                     "--rdzv-conf", "protocol=https,cacert=/c,cert=/x,key=/k,user=u",
+                                     "--discover", "etcd", "--nnodes", "2:3", "t.py"))
 put("fuzz_cli", "run_devices", run_argv("--nproc-per-node=gpu", "--numa-binding", "exclusive",
                                         "--sysfs-root", "/s", "--proc-root=/p", "--dev-root", "/d",
                                         "t.py"))

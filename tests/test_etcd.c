@@ -98,14 +98,20 @@ static void test_cas(etcd *e) {
         value_is(e, "c", "third"));
 }
 
-/* Counters: 4 processes x 25 additions each come to exactly 100. */
+/* Counters: reads, additions, refusals; 4 processes x 25 additions each on top of 5 come
+ * to exactly 105; a deleted counter starts again. */
 static void test_add(const etcd_opts *o) {
   etcd *e = open_or_die(o);
-  int64_t r = 0;
+  int64_t r = -1;
+  CHECK(etcd_add(e, "n", 0, 0, &r, base_deadline_in(5000)) == 0 && r == 0);
   CHECK(etcd_add(e, "n", 5, 0, &r, base_deadline_in(5000)) == 0 && r == 5);
-  CHECK(etcd_add(e, "n", -5, 0, &r, base_deadline_in(5000)) == 0 && r == 0);
-  etcd_put(e, "text", "abc", 3, 0, base_deadline_in(5000));
-  CHECK(etcd_add(e, "text", 1, 0, &r, base_deadline_in(5000)) == -EINVAL);
+  CHECK(etcd_add(e, "n", 0, 0, &r, base_deadline_in(5000)) == 0 && r == 5);
+  CHECK(value_is(e, "n", "5")); /* a counter reads as its count */
+  CHECK(etcd_add(e, "n", -1, 0, &r, base_deadline_in(5000)) == -EINVAL);
+  CHECK(etcd_add(e, "n", ETCD_ADD_MAX + 1, 0, &r, base_deadline_in(5000)) == -EINVAL);
+  CHECK(etcd_add(e, "gone", 3, 0, &r, base_deadline_in(5000)) == 0 && r == 3);
+  CHECK(etcd_delete(e, "gone", base_deadline_in(5000)) == 0);
+  CHECK(etcd_add(e, "gone", 1, 0, &r, base_deadline_in(5000)) == 0 && r == 1);
   etcd_close(e);
   pid_t kids[4];
   for (int k = 0; k < 4; k++) {
@@ -126,7 +132,8 @@ static void test_add(const etcd_opts *o) {
   }
   CHECK(all_ok);
   e = open_or_die(o);
-  CHECK(value_is(e, "n", "100"));
+  CHECK(etcd_add(e, "n", 0, 0, &r, base_deadline_in(5000)) == 0 && r == 105);
+  CHECK(value_is(e, "n", "105"));
   etcd_close(e);
 }
 

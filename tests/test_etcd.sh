@@ -25,7 +25,9 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-base=$((31000 + ($$ % 1500) * 10))
+# Ports below the kernel's ephemeral range (32768 and up), which any outgoing
+# connection on the machine may hold: a member that cannot bind fails the test.
+base=$((20000 + ($$ % 1200) * 10))
 
 # start NAME CLIENT_PORT PEER_PORT CLUSTER [extra etcd flags...]; its pid in pid_NAME
 start() {
@@ -39,16 +41,18 @@ start() {
   pids+=($!)
   eval "pid_$name=$!"
 }
-# ready PORT [curl flags]: the member answers within 15 s
+# ready PORT [curl flags]: the member answers within 30 s (a loaded machine
+# slows etcd's start); else a failed check and the end of its log.
 ready() {
   local port=$1 url=http
   shift
   [ $# -gt 0 ] && url=https
-  for _ in $(seq 1 150); do
+  for _ in $(seq 1 300); do
     curl -s -m 1 "$@" -X POST "$url://127.0.0.1:$port/v3/maintenance/status" -d '{}' | grep -q '"version"' && return 0
     sleep 0.1
   done
-  echo "etcd on port $port did not come up"
+  check "etcd on port $port comes up" false
+  tail -n 5 "$tmp"/*.log | cut -c1-200
   return 1
 }
 step() { # step NAME ARGS...: runs test_etcd, prints its output, counts it
@@ -63,7 +67,8 @@ step() { # step NAME ARGS...: runs test_etcd, prints its output, counts it
 # One member.
 p1=$base
 start one $p1 $((p1 + 1)) "one=http://127.0.0.1:$((p1 + 1))"
-ready $p1 && step basic basic "127.0.0.1:$p1"
+ready $p1 || exit 1
+step basic basic "127.0.0.1:$p1"
 
 # Three members; the first one killed: the client goes to the others.
 c1=$((base + 2)) c2=$((base + 4)) c3=$((base + 6))

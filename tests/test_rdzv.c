@@ -372,6 +372,32 @@ static int has_ipv6_loopback(void) {
   return found;
 }
 
+/* etcd: the endpoints in any order name the same target (the job id derives from it). */
+static void test_etcd_target(void) {
+  rdzv_opts o = base_opts();
+  rdzv_target t;
+  char err[256];
+  char *env[] = {NULL};
+  o.method = RDZV_ETCD;
+  const char *lists[] = {"10.0.0.2:2379,10.0.0.1:2379,10.0.0.10:2379",
+                         "10.0.0.1:2379,10.0.0.10:2379,10.0.0.2:2379",
+                         "10.0.0.10:2379,10.0.0.1:2379"};
+  char first[sizeof t.host] = "";
+  for (int i = 0; i < 3; i++) {
+    o.master = lists[i];
+    CHECK_EQ_INT(disc(&o, env, &t, err), 0);
+    if (i == 0) snprintf(first, sizeof first, "%s", t.host);
+    CHECK_STREQ(t.host, first); /* the least as text: 10.0.0.10 sorts before 10.0.0.1: */
+    CHECK_EQ_INT(t.port, 2379);
+    CHECK_EQ_INT(t.host_store, 0);
+  }
+  CHECK_STREQ(first, "10.0.0.10");
+  o.master = "10.0.0.1:2379,,10.0.0.2:2379";
+  CHECK(disc(&o, env, &t, err) != 0);
+  o.master = NULL;
+  CHECK(disc(&o, env, &t, err) != 0);
+}
+
 static void test_static(void) {
   rdzv_opts o = base_opts();
   rdzv_target t;
@@ -1100,6 +1126,7 @@ int main(void) {
   test_ompi();
   test_no_env();
   test_static();
+  test_etcd_target();
   test_file_format();
   test_file_sealed();
   test_file_random();

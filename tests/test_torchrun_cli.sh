@@ -61,7 +61,8 @@ run note "$cohort" run --monitor-interval 1 --start-method=fork --no-python true
 check "no-effect options run" rc note 0
 check "... one note line each" lines note.err 2
 check "... naming the option" contains "$tmp/note.err" "note: --monitor-interval has no effect"
-for bad in "--rdzv-backend etcd" "--nproc-per-node gpus" "--tee 0:4" "--tee 0:3,x:1" \
+for bad in "--rdzv-backend zookeeper" "--rdzv-backend etcd" "--rdzv-backend etcd --rdzv-endpoint ,," \
+  "--rdzv-conf protocol=ftp" "--nproc-per-node gpus" "--tee 0:4" "--tee 0:3,x:1" \
   "--local-ranks-filter 0,a" "--numa-binding sideways" "--cpu-bind all" \
   "--numa-binding node --cpu-bind cores" "--rdzv-conf join_timeout"; do
   run bad "$cohort" run $bad --no-python true

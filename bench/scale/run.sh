@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# bench/scale: the built-in store under a swarm of simulated nodes, and
-# PyTorch's TCPStore (Debian's torch 1.13) under the same pattern.
-# For each size, REPS runs of each; prints the median of every figure and the
-# ratio TCPStore / cohort (above 1: cohort is faster or lighter; none for
-# the request rate, which is the load offered, not a score). A size
+# bench/scale: the built-in store under a swarm of simulated nodes, the same
+# agents' pattern through etcd (`--rdzv-backend etcd`, Debian's etcd-server
+# started by swarm_etcd), and PyTorch's TCPStore (Debian's torch 1.13) under
+# the same pattern. For each size, REPS runs of each; prints the median of
+# every figure and the ratios etcd / cohort and TCPStore / cohort (above 1:
+# the built-in store is faster or lighter; none for the request rate, which
+# is the load offered, not a score). A size
 # where any run of a store did not complete prints "incomplete" for that
 # store instead of figures.
 # usage: bench/scale/run.sh [BUILD_DIR] [REPS] [SIZES...]
 #   e.g. bench/scale/run.sh build 5 256 1024 4096
 # Environment: HOLD (seconds of heartbeats, default 3), TIMEOUT (per run, 120),
-# TORCH_MAX (largest size tried with TCPStore, default 4096).
+# TORCH_MAX (largest size tried with TCPStore, default 4096), ETCD_MAX
+# (largest tried through etcd, default 1024: a thread per simulated node).
 set -euo pipefail
 build=${1:-build}
 reps=${2:-3}
@@ -19,6 +22,7 @@ sizes=("$@")
 hold=${HOLD:-3}
 limit=${TIMEOUT:-120}
 torch_max=${TORCH_MAX:-4096}
+etcd_max=${ETCD_MAX:-1024}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -54,19 +58,27 @@ for n in "${sizes[@]}"; do
   if [ "$n" -le 512 ]; then
     run cohort_all "$n" "$build/swarm" --nodes "$n" --sweep all --hold "$hold" --timeout "$limit"
   fi
+  if [ "$n" -le "$etcd_max" ]; then
+    run etcd "$n" "$build/swarm_etcd" --nodes "$n" --hold "$hold" --timeout "$limit"
+  fi
   if [ "$n" -le "$torch_max" ]; then
     run torch "$n" /usr/bin/python3 "$here/torch_swarm.py" --nodes "$n" --hold "$hold" --timeout "$limit"
   fi
 done
 
-printf '\n%-6s %-16s %12s %12s %8s\n' nodes figure cohort TCPStore ratio
+ratio() { # ratio OTHER COHORT FIGURE
+  if [ "$3" != hb_req_per_s ] && [ "$1" != - ] && [ "$2" != - ]; then
+    awk -v c="$2" -v t="$1" 'BEGIN {if (c > 0) printf "%.2f", t / c; else print "-"}'
+  else echo -; fi
+}
+printf '\n%-6s %-16s %12s %12s %12s %11s %14s\n' nodes figure cohort etcd TCPStore etcd/cohort TCPStore/cohort
 for n in "${sizes[@]}"; do
   for f in "${figures[@]}"; do
     c=$(stat cohort "$n" "$f")
+    e=$(stat etcd "$n" "$f")
     t=$(stat torch "$n" "$f")
-    r=-
-    if [ "$f" != hb_req_per_s ] && [ "$c" != - ] && [ "$t" != - ]; then r=$(awk -v c="$c" -v t="$t" 'BEGIN {if (c > 0) printf "%.2f", t / c; else print "-"}'); fi
-    printf '%-6s %-16s %12s %12s %8s\n' "$n" "$f" "$c" "$t" "$r"
+    printf '%-6s %-16s %12s %12s %12s %11s %14s\n' "$n" "$f" "$c" "$e" "$t" "$(ratio "$e" "$c" "$f")" \
+      "$(ratio "$t" "$c" "$f")"
   done
 done
 echo

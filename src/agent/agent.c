@@ -570,7 +570,8 @@ static int begin_round(job *j) {
     j->net = network_derive(c->multinode, c->multinode ? c->plan.master_addr : NULL);
     cluster_compare_network(c, j->round, j->net);
   }
-  if (c->multinode)
+  /* With etcd the guard cannot publish (it holds no credentials): the lease says it. */
+  if (c->multinode && !c->etcd)
     guard_set_report(&j->guard, c->store_host, c->store_port, cluster_token(c), c->run_id, j->round,
                      c->plan.my_index, c->hostname);
   if (cluster_watch(c, j->cfg, j->round, signals_notify_fd()) != 0) return AGENT_EXIT_INTERNAL;

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include "rdzv/discover.h"
+#include "rdzv/etcd.h"
 
 /* Exit codes of `cohort run`. */
 #define AGENT_EXIT_OK 0
@@ -109,6 +110,7 @@ typedef struct agent_config {
    * scheduler environment, the job runs on this node alone.
    */
   rdzv_opts rdzv;
+  etcd_opts etcd;          /* rdzv.method RDZV_ETCD: TLS and credentials (endpoints: rdzv.master) */
   int64_t join_timeout_ms; /* rendezvous deadline */
   int64_t last_call_ms;    /* elastic MIN:MAX: wait for more nodes after MIN */
   int64_t heartbeat_ms;    /* heartbeat period between agents */

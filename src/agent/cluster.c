@@ -70,6 +70,25 @@ static int derive_run_id(cluster *c, const rdzv_target *t) {
   return rc;
 }
 
+/*
+ * etcd holds the rendezvous; this node's own store waits for its workers
+ * (libcohort's COHORT_STORE), used when the round makes it node 0.
+ */
+static int open_etcd(cluster *c, const agent_config *cfg) {
+  etcd_opts o = cfg->etcd;
+  o.endpoints = cfg->rdzv.master;
+  int rc = rdzv_backend_etcd(&o, c->run_id, cfg->lost_after_ms, &c->backend);
+  if (rc != 0) return rc;
+  store_server_opts so = {.bind_host = "0.0.0.0", .port = 0, .token = cluster_token(c)};
+  rc = store_server_start(&so, &c->store);
+  if (rc != 0) {
+    fprintf(stderr, "cohort: cannot start the workers' store: %s\n", cohort_strerror(rc));
+    return rc;
+  }
+  c->workers_port = store_server_port(c->store);
+  return 0;
+}
+
 /* Several nodes: the counts and this node's rank, then host or find the store. */
 static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t) {
   c->multinode = 1;
@@ -87,10 +106,14 @@ static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t)
   }
   c->node_rank = cfg->rdzv.node_rank;
   if (c->node_rank < 0 && t->node_rank >= 0) c->node_rank = t->node_rank;
-  if (t->host_store) return host_store(c, strchr(t->host, ':') ? "::" : "0.0.0.0", t->port);
-  base_strlcpy(c->store_host, t->host, sizeof c->store_host);
-  c->store_port = t->port;
-  return 0;
+  if (t->host_store) rc = host_store(c, strchr(t->host, ':') ? "::" : "0.0.0.0", t->port);
+  if (rc != 0) return rc;
+  if (!t->host_store) {
+    base_strlcpy(c->store_host, t->host, sizeof c->store_host);
+    c->store_port = t->port;
+  }
+  if (c->etcd) return open_etcd(c, cfg);
+  return rdzv_backend_store(c->store_host, c->store_port, cluster_token(c), &c->backend);
 }
 
 /* Decides one node or several and starts (or finds) the store. */
@@ -118,13 +141,14 @@ static int setup_store(cluster *c, const agent_config *cfg) {
 
 int cluster_open(cluster *c, const agent_config *cfg) {
   gethostname(c->hostname, sizeof c->hostname - 1);
+  c->etcd = cfg->rdzv.method == RDZV_ETCD;
   if (cfg->run_id != NULL) base_strlcpy(c->run_id, cfg->run_id, sizeof c->run_id);
   if (cfg->token != NULL) base_strlcpy(c->token, cfg->token, sizeof c->token);
   int src = setup_store(c, cfg);
   if (src != 0) return src == AGENT_TOKEN_REFUSED ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
   if (!c->multinode) return AGENT_EXIT_OK;
   char err[512] = "";
-  if (c->store != NULL) {
+  if (c->store != NULL && !c->etcd) {
     int rc = rdzv_publish_start(&c->ropts, NULL, c->store_port, &c->pub, err, sizeof err);
     if (rc != 0) {
       fprintf(stderr, "cohort: cannot announce the store: %s\n",
@@ -132,11 +156,10 @@ int cluster_open(cluster *c, const agent_config *cfg) {
       return AGENT_EXIT_INTERNAL;
     }
   }
-  int rc =
-      store_client_connect(c->store_host, c->store_port, cluster_token(c),
-                           base_deadline_in(cfg->join_timeout_ms), &c->client, err, sizeof err);
+  int rc = rdzv_backend_connect(c->backend, base_deadline_in(cfg->join_timeout_ms), &c->client, err,
+                                sizeof err);
   if (rc != 0) {
-    fprintf(stderr, "cohort: cannot reach the rendezvous store: %s\n",
+    fprintf(stderr, "cohort: cannot reach %s: %s\n", c->etcd ? "etcd" : "the rendezvous store",
             err[0] ? err : cohort_strerror(rc));
     return rc == COHORT_EAUTH ? AGENT_EXIT_WORKER_FAILED : AGENT_EXIT_INTERNAL;
   }
@@ -169,7 +192,13 @@ static void find_iface(const char *addr, char *out, size_t outlen) {
 /* Where the workers find node 0: its interface and COHORT_STORE. */
 static void locate_master(cluster *c, const char *local, const char *remote) {
   const rdzv_plan *p = &c->plan;
-  if (c->store == NULL) {
+  if (c->etcd) {
+    /* Node 0 is another member of the job: the way there, and its store for the workers. */
+    char mine[BASE_HOST_MAX] = "", theirs[BASE_HOST_MAX] = "";
+    base_route_addrs(p->master_addr, p->master_port, mine, sizeof mine, theirs, sizeof theirs);
+    find_iface(mine[0] ? mine : local, c->iface, sizeof c->iface);
+    base_join_hostport(p->master_addr, p->store_port, c->store_env, sizeof c->store_env);
+  } else if (c->store == NULL) {
     find_iface(local, c->iface, sizeof c->iface);
     base_join_hostport(remote[0] ? remote : c->store_host, c->store_port, c->store_env,
                        sizeof c->store_env);
@@ -206,7 +235,9 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
   rdzv_join_opts jo = {
       .job_id = c->run_id,
       .round = round,
-      .is_host = c->store != NULL,
+      .is_host = c->store != NULL && !c->etcd,
+      .first_plans = c->etcd,
+      .store_port = c->workers_port,
       .claimed_rank = c->node_rank,
       .nproc = cfg->nproc,
       .nnodes_min = c->nnodes_min,
@@ -215,11 +246,11 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
       .deadline_ms = base_deadline_in(cfg->join_timeout_ms),
   };
   char local[BASE_HOST_MAX] = "", remote[BASE_HOST_MAX] = "";
-  if (c->store == NULL) {
-    /* Which of our addresses reaches node 0, and node 0's address as we see it. */
+  if (c->store == NULL || c->etcd) {
+    /* Which of our addresses reaches node 0 (etcd), and its address as we see it. */
     base_route_addrs(c->store_host, c->store_port, local, sizeof local, remote, sizeof remote);
     jo.my_host = local;
-    jo.master_host = remote;
+    jo.master_host = c->etcd ? NULL : remote;
   }
   rdzv_plan_free(&c->plan);
   int rc = rdzv_join(c->client, &jo, &c->plan, err, errlen);
@@ -304,9 +335,7 @@ int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd)
   int rc = -ENOMEM;
   if (c->watch_names != NULL) {
     for (int k = 0; k < c->plan.nnodes; k++) c->watch_names[k] = c->plan.nodes[k].hostname;
-    watch_opts wo = {.store_host = c->store_host,
-                     .store_port = c->store_port,
-                     .token = cluster_token(c),
+    watch_opts wo = {.backend = c->backend,
                      .job_id = c->run_id,
                      .round = round,
                      .my_node = c->plan.my_index,
@@ -341,8 +370,7 @@ void cluster_publish_failure(cluster *c, int round, const char *report, char *wi
     base_strlcpy(winner, report, winner_len);
     return;
   }
-  watch_publish_failure(c->store_host, c->store_port, cluster_token(c), c->run_id, round, report,
-                        winner, winner_len);
+  watch_publish_failure(c->backend, c->run_id, round, report, winner, winner_len);
 }
 
 /* Waits for node k's done key; -1 on a failure or a stop signal. */
@@ -352,6 +380,10 @@ static int wait_node_done(cluster *c, const char *key, char *report, size_t len,
     if (cluster_failure(c, report, len)) return -1;
     int rc = store_wait(c->client, keys, 1, base_deadline_in(200));
     if (rc == 0) return 0;
+    if (rc != -ETIMEDOUT && c->etcd) {
+      snprintf(report, len, "lost %s: %s", rdzv_backend_name(c->backend), cohort_strerror(rc));
+      return -1;
+    }
     if (rc != -ETIMEDOUT) {
       snprintf(report, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
                c->plan.nodes[0].hostname, cohort_strerror(rc));
@@ -411,7 +443,9 @@ void cluster_leave(cluster *c, int round) {
   char key[STORE_KEY_MAX];
   node_key(c, round, "exit", c->plan.my_index, key, sizeof key);
   store_set(c->client, key, "1", 1, base_deadline_in(2000));
-  if (c->store == NULL) return;
+  /* Node 0 keeps its store up until everyone has read the end; with etcd every
+   * node stays until all are past the done keys, since its lease takes its keys. */
+  if (c->store == NULL && !c->etcd) return;
   for (int k = 0; k < c->plan.nnodes; k++) {
     node_key(c, round, "exit", k, key, sizeof key);
     const char *keys[1] = {key};
@@ -425,6 +459,8 @@ void cluster_close(cluster *c) {
   c->pub = NULL;
   store_client_close(c->client);
   c->client = NULL;
+  rdzv_backend_close(c->backend);
+  c->backend = NULL;
   if (c->local_file[0] != '\0') unlink(c->local_file);
   c->local_file[0] = '\0';
   rdzv_plan_free(&c->plan);

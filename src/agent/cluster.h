@@ -22,12 +22,16 @@
 #include "base/base.h"
 #include "base/net.h"
 #include "doctor/doctor.h"
+#include "rdzv/backend.h"
 #include "rdzv/join.h"
 #include "store/store.h"
 
 typedef struct cluster {
   int multinode;            /* 0: this node alone */
-  store_server *store;      /* the store hosted here (node 0, or alone), else NULL */
+  store_server *store;      /* the store hosted here (node 0, or alone; with etcd every node's,
+                               for its workers when it is node 0), else NULL */
+  int etcd;                 /* the rendezvous is in etcd: no node hosts it */
+  rdzv_backend *backend;    /* where the rendezvous keys are (multi-node) */
   store_client *client;     /* the main thread's connection (multi-node) */
   rdzv_publisher *pub;      /* announces the store until the first round is joined */
   agent_watch *watch;       /* this round's watcher (multi-node) */
@@ -38,8 +42,10 @@ typedef struct cluster {
   char token[STORE_TOKEN_MAX + 1]; /* "" for a multi-node job started without one */
   char run_id[AGENT_RUN_ID_MAX + 1];
   char hostname[BASE_HOST_MAX];
-  char store_host[BASE_HOST_MAX]; /* the store as this agent reaches it */
+  char
+      store_host[BASE_HOST_MAX]; /* the store (etcd: its first endpoint) as this agent reaches it */
   int store_port;
+  int workers_port;                   /* etcd: this node's store for its workers, if it is node 0 */
   char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
   char iface[64];                     /* interface toward node 0, "" unknown */
   rdzv_plan plan;                     /* this round's nodes and ranks */

@@ -44,7 +44,10 @@ static void publish_death(void) {
            "node %d (%s): its agent died (killed, or the node is out of memory); its workers were "
            "killed with it",
            node, hostname);
-  watch_publish_failure(host, port, tok, job, round, report, winner, sizeof winner);
+  rdzv_backend *b = NULL;
+  if (rdzv_backend_store(host, port, tok, &b) != 0) return;
+  watch_publish_failure(b, job, round, report, winner, sizeof winner);
+  rdzv_backend_close(b);
 }
 
 /* The guard's reading of the agent's lines: "+PGID" and "-PGID" register

@@ -15,6 +15,15 @@ int agent_token_policy(const agent_config *cfg, const char *token, const char *s
                     "node, the same on all\n");
     return AGENT_TOKEN_REFUSED;
   }
+  if (cfg->rdzv.method == RDZV_ETCD) {
+    /* etcd guards the plan with its own users and TLS; node 0's workers' store is open. */
+    fprintf(stderr,
+            "cohort: warning: this job runs without a token: anyone who can reach node 0's\n"
+            "cohort:   workers' store (libcohort's bootstrap) can read and change what the\n"
+            "cohort:   workers exchange there. Fix: export COHORT_TOKEN=$(cohort token) on\n"
+            "cohort:   every node, the same on all (docs/security.md).\n");
+    return 0;
+  }
   char addr[BASE_HOST_MAX + 16];
   base_join_hostport(store_host, store_port, addr, sizeof addr);
   /* One block, printed once per agent: what is open, to whom, and the fix. */

@@ -110,12 +110,14 @@ static int node_silent(agent_watch *w, int k, int64_t now, char *text, size_t le
  * done) is published as the failure, and the report that counts is
  * returned in text: 1, else 0. The other nodes leave the sweep to node 0
  * (N reads per period instead of N²): they learn of a loss from the fail
- * key, and of node 0's from its store falling silent (beat()).
+ * key, and of node 0's from its store falling silent (beat()) or, with
+ * etcd, from node 0's own counter, which they read (first == 0, n == 1).
  */
 static int check_nodes(agent_watch *w, char *text, size_t len) {
   const watch_opts *o = &w->o;
-  if (o->my_node != 0 || o->nnodes < 2) return 0;
-  size_t n = (size_t)o->nnodes - 1;
+  if (o->nnodes < 2 || (o->my_node != 0 && !rdzv_backend_is_etcd(o->backend))) return 0;
+  int first = o->my_node == 0 ? 1 : 0;
+  size_t n = o->my_node == 0 ? (size_t)o->nnodes - 1 : 1;
   char(*keys)[STORE_KEY_MAX] = calloc(n, sizeof *keys);
   const char **kp = calloc(n, sizeof *kp);
   void **vals = calloc(n, sizeof *vals);
@@ -124,14 +126,14 @@ static int check_nodes(agent_watch *w, char *text, size_t len) {
   if (keys == NULL || kp == NULL || vals == NULL || lens == NULL) goto out;
   for (size_t i = 0; i < n; i++) {
     char suffix[32];
-    snprintf(suffix, sizeof suffix, "hb/%zu", i + 1);
+    snprintf(suffix, sizeof suffix, "hb/%zu", i + (size_t)first);
     rdzv_key(keys[i], sizeof keys[i], o->job_id, o->round, suffix);
     kp[i] = keys[i];
   }
   if (store_get_many(w->client, kp, n, vals, lens, base_deadline_in(OP_TIMEOUT_MS)) != 0) goto out;
   int64_t now = base_now_ms();
   for (size_t i = 0; i < n && !lost; i++) {
-    int k = (int)i + 1;
+    int k = (int)i + first;
     char num[32] = "";
     if (vals[i] != NULL) memcpy(num, vals[i], lens[i] < sizeof num - 1 ? lens[i] : sizeof num - 1);
     int64_t v = -1;
@@ -172,8 +174,12 @@ static int beat(agent_watch *w, const char *my_hb, watch_clock *t, char *text, s
   int64_t now = base_now_ms();
   t->next_hb = now + o->heartbeat_ms;
   if (now - t->last_ok < o->lost_after_ms) return 0;
-  snprintf(text, len, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
-           o->hostnames[0], (double)(now - t->last_ok) / 1000.0);
+  if (rdzv_backend_is_etcd(o->backend))
+    snprintf(text, len, "lost %s: no answer for %.1f s", rdzv_backend_name(o->backend),
+             (double)(now - t->last_ok) / 1000.0);
+  else
+    snprintf(text, len, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
+             o->hostnames[0], (double)(now - t->last_ok) / 1000.0);
   return 1;
 }
 
@@ -183,7 +189,9 @@ static int wait_fail_key(agent_watch *w, const char *fail_key, char *text, size_
   const char *keys[1] = {fail_key};
   int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
   if (rc == -ETIMEDOUT) return 0;
-  if (rc != 0)
+  if (rc != 0 && rdzv_backend_is_etcd(w->o.backend))
+    snprintf(text, len, "lost %s: %s", rdzv_backend_name(w->o.backend), cohort_strerror(rc));
+  else if (rc != 0)
     snprintf(text, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
              w->o.hostnames[0], cohort_strerror(rc));
   else if (read_text(w->client, fail_key, text, len) != 0)
@@ -232,8 +240,7 @@ int watch_start(const watch_opts *o, agent_watch **out) {
     w->last_value[k] = -1;
     w->last_change[k] = now;
   }
-  rc = store_client_connect(o->store_host, o->store_port, o->token, base_deadline_in(10000),
-                            &w->client, NULL, 0);
+  rc = rdzv_backend_connect(o->backend, base_deadline_in(10000), &w->client, NULL, 0);
   if (rc != 0) goto fail;
   rc = -pthread_create(&w->thread, NULL, watch_main, w);
   if (rc != 0) goto fail;
@@ -271,12 +278,10 @@ void watch_stop(agent_watch *w) {
   free(w);
 }
 
-int watch_publish_failure(const char *store_host, int store_port, const char *token,
-                          const char *job_id, int round, const char *report, char *winner,
-                          size_t winner_len) {
+int watch_publish_failure(rdzv_backend *backend, const char *job_id, int round, const char *report,
+                          char *winner, size_t winner_len) {
   store_client *c = NULL;
-  int rc = store_client_connect(store_host, store_port, token, base_deadline_in(OP_TIMEOUT_MS), &c,
-                                NULL, 0);
+  int rc = rdzv_backend_connect(backend, base_deadline_in(OP_TIMEOUT_MS), &c, NULL, 0);
   if (rc != 0) {
     base_strlcpy(winner, report, winner_len);
     return rc;

@@ -6,7 +6,9 @@
  * (2) bumps this node's heartbeat counter, and (3) watches the other nodes'
  * counters: a node whose counter stops moving for the heartbeat timeout (and
  * that has not finished) is declared lost, and that verdict is published as
- * the failure. Losing the store itself means node 0 is lost.
+ * the failure. Losing the built-in store means node 0 is lost; with etcd,
+ * whose members are not the nodes, every node also watches node 0's
+ * counter, and losing etcd is a failure of its own.
  *
  * When something happens the thread writes one byte (WATCH_NOTIFY_BYTE) to
  * notify_fd; watch_failure() then returns the report text.
@@ -17,15 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rdzv/backend.h"
+
 #define WATCH_NOTIFY_BYTE 0xF0
 #define WATCH_REPORT_MAX 8192
 
 typedef struct agent_watch agent_watch;
 
 typedef struct watch_opts {
-  const char *store_host;
-  int store_port;
-  const char *token;
+  rdzv_backend *backend; /* where the round's keys are (the watcher connects its own) */
   const char *job_id;
   int round;
   int my_node;
@@ -43,8 +45,7 @@ void watch_stop(agent_watch *w);
 
 /* Publishes report as the round's failure unless another node was first;
  * either way `winner` receives the report that counts. */
-int watch_publish_failure(const char *store_host, int store_port, const char *token,
-                          const char *job_id, int round, const char *report, char *winner,
-                          size_t winner_len);
+int watch_publish_failure(rdzv_backend *backend, const char *job_id, int round, const char *report,
+                          char *winner, size_t winner_len);
 
 #endif

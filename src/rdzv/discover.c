@@ -159,6 +159,39 @@ int rdzv_host_is_local(const char *host, int timeout_ms) {
   return local;
 }
 
+/* etcd: the first endpoint stands for the store (routes, the job id); nobody hosts. */
+/* The smallest of the comma-separated endpoints in list (so that the job id, derived
+ * from it, does not depend on the order each node lists them in). */
+static int least_endpoint(const char *list, char *out, size_t len) {
+  out[0] = '\0';
+  for (const char *p = list; *p != '\0';) {
+    size_t n = strcspn(p, ",");
+    if (n == 0 || n >= len) return -1;
+    if (out[0] == '\0' || strncmp(p, out, n) < 0 || (strncmp(p, out, n) == 0 && out[n] != '\0')) {
+      memcpy(out, p, n);
+      out[n] = '\0';
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  return out[0] != '\0' ? 0 : -1;
+}
+
+static int discover_etcd(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t errlen) {
+  char least[BASE_HOST_MAX + 16];
+  if (o->master == NULL || least_endpoint(o->master, least, sizeof least) != 0)
+    return rdzv_err(errbuf, errlen, -EINVAL,
+                    "etcd needs its endpoints (--rdzv-endpoint HOST:PORT,...)");
+  if (base_split_hostport(least, t->host, sizeof t->host, &t->port, 0) != 0 || t->host[0] == '\0')
+    return rdzv_err(errbuf, errlen, -EINVAL, "etcd endpoint '%.60s' is not HOST:PORT", least);
+  t->host_store = 0;
+  t->node_rank = o->node_rank;
+  t->nnodes_min = o->nnodes_min;
+  t->nnodes_max = o->nnodes_max;
+  rdzv_source(t, "etcd %.100s", o->master);
+  return 0;
+}
+
 static int discover_static(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t errlen) {
   if (o->master == NULL)
     return rdzv_err(errbuf, errlen, -EINVAL,
@@ -241,6 +274,8 @@ int rdzv_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, c
     return rdzv_file_discover(opts, out, errbuf, errlen);
   case RDZV_MCAST:
     return rdzv_mcast_discover(opts, out, errbuf, errlen);
+  case RDZV_ETCD:
+    return discover_etcd(opts, out, errbuf, errlen);
   }
   return rdzv_err(errbuf, errlen, -EINVAL, "unknown rendezvous method %d", (int)opts->method);
 }

@@ -23,7 +23,8 @@ typedef enum rdzv_method {
   RDZV_STATIC,   /* --master HOST:PORT (HOST may be a DNS name that resolves late) */
   RDZV_MCAST,    /* UDP multicast announcements on a group derived from the job id */
   RDZV_FILE,     /* --rdzv-file PATH on a shared filesystem */
-  RDZV_ENV       /* the scheduler's environment only */
+  RDZV_ENV,      /* the scheduler's environment only */
+  RDZV_ETCD      /* etcd at `master` (HOST:PORT,...): no node hosts the store (backend.h) */
 } rdzv_method;
 
 typedef struct rdzv_opts {

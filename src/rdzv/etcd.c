@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,9 +125,10 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg) {
   return k;
 }
 
-/* One POST to the current endpoint; 0 with *status and the body, or a transport error. */
+/* One POST to the current endpoint, its answer to fn(arg) as it arrives; 0 with *status,
+ * or a transport error. */
 static int post_once(etcd *e, const char *path, const char *req, int64_t deadline, long *status,
-                     body *b) {
+                     curl_write_callback fn, void *arg) {
   char url[BASE_HOST_MAX + 64];
   snprintf(url, sizeof url, "%s://%s%s", e->scheme, e->endpoints[e->cur], path);
   struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
@@ -137,8 +139,8 @@ static int post_once(etcd *e, const char *path, const char *req, int64_t deadlin
   curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, req);
   curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(left > 1 ? left : 1));
   curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(left > 1 ? left : 1));
-  curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, b);
+  curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, fn);
+  curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, arg);
   CURLcode cc = curl_easy_perform(e->curl);
   curl_slist_free_all(hdrs);
   curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
@@ -181,7 +183,7 @@ static int call(etcd *e, const char *path, json_t *req, json_t **resp, int64_t d
   for (int tries = 0; base_deadline_left(deadline) > 0; tries++) {
     body b = {0};
     long status = 0;
-    rc = post_once(e, path, text, deadline, &status, &b);
+    rc = post_once(e, path, text, deadline, &status, on_data, &b);
     if (rc == -ECONNREFUSED || rc == -ETIMEDOUT) {
       free(b.p);
       e->cur = (e->cur + 1) % e->nendpoints;
@@ -278,7 +280,8 @@ static int setup(etcd *e, const etcd_opts *o) {
   if ((e->curl = curl_easy_init()) == NULL) return -ENOMEM;
   curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (o->cacert != NULL) curl_easy_setopt(e->curl, CURLOPT_CAINFO, o->cacert);
+  if (o->cacert != NULL && o->cacert[0] != '\0')
+    curl_easy_setopt(e->curl, CURLOPT_CAINFO, o->cacert);
   if (o->cert != NULL) curl_easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert);
   if (o->key != NULL) curl_easy_setopt(e->curl, CURLOPT_SSLKEY, o->key);
   return 0;
@@ -332,14 +335,22 @@ int etcd_put(etcd *e, const char *key, const void *val, size_t len, int64_t leas
   return rc;
 }
 
-/* The value of the first kv of a range answer; -ENOENT when none. */
+/* What a counter's key holds (etcd_add): its count is the key's version. */
+#define COUNTER_MARK "\001count"
+#define COUNTER_MARK_B64 "AWNvdW50"
+
+/* The value of the first kv of a range answer (a counter's count as text); -ENOENT when none. */
 static int first_value(const json_t *range, void **val, size_t *len, int64_t *mod) {
   const json_t *kv = json_array_get(json_object_get(range, "kvs"), 0);
   if (kv == NULL) return -ENOENT;
   const char *v = json_string_value(json_object_get(kv, "value"));
   if (mod != NULL) *mod = json_i64(kv, "mod_revision", 0);
   if (v == NULL) v = ""; /* an empty value is left out of the JSON */
-  return b64_decode(v, val, len) == 0 ? 0 : COHORT_EPROTO;
+  if (strcmp(v, COUNTER_MARK_B64) != 0) return b64_decode(v, val, len) == 0 ? 0 : COHORT_EPROTO;
+  char text[32];
+  *len = (size_t)snprintf(text, sizeof text, "%lld", (long long)json_i64(kv, "version", 0));
+  *val = strdup(text);
+  return *val != NULL ? 0 : -ENOMEM;
 }
 
 static int get_rev(etcd *e, const char *key, void **val, size_t *len, int64_t *mod,
@@ -357,9 +368,9 @@ int etcd_get(etcd *e, const char *key, void **val, size_t *len, int64_t deadline
   return get_rev(e, key, val, len, NULL, deadline_ms);
 }
 
-/* One transaction of range requests for keys[0..n). */
+/* One transaction of range requests for keys[0..n); *rev (may be NULL) the revision read. */
 static int get_chunk(etcd *e, const char *const *keys, size_t n, void **vals, size_t *lens,
-                     int64_t deadline_ms) {
+                     int64_t *rev, int64_t deadline_ms) {
   json_t *req = json_object(), *ops = json_array(), *resp = NULL;
   int rc = req && ops ? 0 : -ENOMEM;
   for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -374,6 +385,7 @@ static int get_chunk(etcd *e, const char *const *keys, size_t n, void **vals, si
   if (rc == 0) rc = call(e, "/v3/kv/txn", req, &resp, deadline_ms);
   const json_t *answers = json_object_get(resp, "responses");
   if (rc == 0 && json_array_size(answers) != n) rc = COHORT_EPROTO;
+  if (rc == 0 && rev != NULL) *rev = json_i64(json_object_get(resp, "header"), "revision", 0);
   for (size_t i = 0; rc == 0 && i < n; i++) {
     const json_t *range = json_object_get(json_array_get(answers, i), "response_range");
     int r = first_value(range, &vals[i], &lens[i], NULL);
@@ -394,7 +406,7 @@ int etcd_get_many(etcd *e, const char *const *keys, size_t n, void **vals, size_
   int rc = 0;
   for (size_t at = 0; rc == 0 && at < n; at += ETCD_TXN_OPS) {
     size_t k = n - at < ETCD_TXN_OPS ? n - at : ETCD_TXN_OPS;
-    rc = get_chunk(e, keys + at, k, vals + at, lens + at, deadline_ms);
+    rc = get_chunk(e, keys + at, k, vals + at, lens + at, NULL, deadline_ms);
   }
   if (rc != 0)
     for (size_t i = 0; i < n; i++) free(vals[i]), vals[i] = NULL;
@@ -469,51 +481,118 @@ int etcd_cas(etcd *e, const char *key, const void *expected, size_t elen, const 
                  curlen != NULL ? curlen : &ignored, deadline_ms);
 }
 
+/*
+ * A counter is its key's version: the number of puts since the key was
+ * created, which etcd increments atomically with each put. Racers never
+ * retry (a compare-and-set loop costs N^2/2 requests for N racers).
+ */
+static int put_counted(etcd *e, const char *key, int64_t lease, int64_t *count,
+                       int64_t deadline_ms) {
+  json_t *req = json_pack("{s:b}", "prev_kv", 1), *resp = NULL;
+  int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
+  if (rc == 0) rc = set_b64(req, "value", COUNTER_MARK, strlen(COUNTER_MARK));
+  if (rc == 0 && lease != 0) json_object_set_new(req, "lease", i64_json(lease));
+  if (rc == 0) rc = call(e, "/v3/kv/put", req, &resp, deadline_ms);
+  if (rc == 0) *count = json_i64(json_object_get(resp, "prev_kv"), "version", 0) + 1;
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
+static int count_of(etcd *e, const char *key, int64_t *count, int64_t deadline_ms) {
+  json_t *req = json_pack("{s:b}", "keys_only", 1), *resp = NULL;
+  int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
+  if (rc == 0) rc = call(e, "/v3/kv/range", req, &resp, deadline_ms);
+  if (rc == 0) *count = json_i64(json_array_get(json_object_get(resp, "kvs"), 0), "version", 0);
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
 int etcd_add(etcd *e, const char *key, int64_t delta, int64_t lease, int64_t *result,
              int64_t deadline_ms) {
-  for (;;) {
-    void *val = NULL;
-    size_t len = 0;
-    int64_t mod = 0, now = 0;
-    int rc = get_rev(e, key, &val, &len, &mod, deadline_ms);
-    if (rc == 0 && base_parse_i64(val, INT64_MIN, INT64_MAX, &now) != 0) rc = -EINVAL;
-    free(val);
-    if (rc != 0 && rc != -ENOENT) return rc;
-    if ((delta > 0 && now > INT64_MAX - delta) || (delta < 0 && now < INT64_MIN - delta))
-      return -ERANGE;
-    char text[32];
-    int n = snprintf(text, sizeof text, "%lld", (long long)(now + delta)), ok = 0;
-    rc = txn_put(e, key, NULL, 0, rc == -ENOENT ? 0 : mod, text, (size_t)n, lease, &ok, NULL, NULL,
-                 deadline_ms);
-    if (rc != 0) return rc;
-    if (ok) {
-      if (result != NULL) *result = now + delta;
-      return 0;
-    }
-    if (base_deadline_left(deadline_ms) <= 0) return -ETIMEDOUT; /* lost every race */
+  if (delta < 0 || delta > ETCD_ADD_MAX) return -EINVAL;
+  int64_t count = 0;
+  int rc = delta == 0 ? count_of(e, key, &count, deadline_ms) : 0;
+  for (int64_t i = 0; rc == 0 && i < delta; i++)
+    rc = put_counted(e, key, lease, &count, deadline_ms);
+  if (rc == 0 && result != NULL) *result = count;
+  return rc;
+}
+
+/* ---- waiting: a watch on the first key missing ---- */
+
+typedef struct watch_stream {
+  body b;
+  int changed; /* an event, a cancel or an error arrived: look again */
+} watch_stream;
+
+/* Reads the watch's stream until something other than its "created" answer arrives. */
+static size_t on_watch_data(char *p, size_t size, size_t n, void *arg) {
+  watch_stream *w = arg;
+  if (on_data(p, size, n, &w->b) != size * n) return 0;
+  if (strstr(w->b.p, "\"events\"") != NULL || strstr(w->b.p, "\"canceled\"") != NULL ||
+      strstr(w->b.p, "\"error\"") != NULL) {
+    w->changed = 1;
+    return 0; /* ends the transfer */
   }
+  return size * n;
+}
+
+/*
+ * Blocks on a watch of key from revision rev + 1 until it changes (0),
+ * the deadline (-ETIMEDOUT), or the stream fails (0: the caller looks
+ * again through call, which fails over and reports).
+ */
+static int watch_after(etcd *e, const char *key, int64_t rev, int64_t deadline) {
+  json_t *create = json_pack("{s:o}", "start_revision", i64_json(rev + 1));
+  json_t *req = json_pack("{s:o}", "create_request", create); /* takes create */
+  char *text = NULL;
+  if (req != NULL && set_key(e, create, "key", key) == 0) text = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  if (text == NULL) return -ENOMEM;
+  watch_stream w = {{0}, 0};
+  long status = 0;
+  int rc = post_once(e, "/v3/watch", text, deadline, &status, on_watch_data, &w);
+  free(text);
+  free(w.b.p);
+  if (w.changed || rc == 0) return 0;
+  if (rc == -ETIMEDOUT && base_deadline_left(deadline) <= 0) return -ETIMEDOUT;
+  e->cur = (e->cur + 1) % e->nendpoints; /* this member failed us: the next one */
+  base_sleep_ms(20);
+  return 0;
+}
+
+/* The first of keys[0..n) that does not exist (n when all do), and the revision read. */
+static int first_missing(etcd *e, const char *const *keys, size_t n, size_t *missing, int64_t *rev,
+                         int64_t deadline_ms) {
+  void *vals[ETCD_TXN_OPS];
+  size_t lens[ETCD_TXN_OPS];
+  *missing = n;
+  for (size_t at = 0; at < n; at += ETCD_TXN_OPS) {
+    size_t k = n - at < ETCD_TXN_OPS ? n - at : ETCD_TXN_OPS;
+    memset(vals, 0, sizeof vals);
+    int rc = get_chunk(e, keys + at, k, vals, lens, rev, deadline_ms);
+    for (size_t i = 0; i < k; i++) {
+      if (rc == 0 && vals[i] == NULL && *missing == n) *missing = at + i;
+      free(vals[i]);
+    }
+    if (rc != 0) return rc;
+    if (*missing < n) return 0;
+  }
+  return 0;
 }
 
 int etcd_wait(etcd *e, const char *const *keys, size_t n, int64_t deadline_ms) {
-  void **vals = calloc(n ? n : 1, sizeof *vals);
-  size_t *lens = calloc(n ? n : 1, sizeof *lens);
-  int rc = vals && lens ? 0 : -ENOMEM, pause = 20;
-  while (rc == 0) {
-    rc = etcd_get_many(e, keys, n, vals, lens, deadline_ms);
-    size_t have = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) have += vals[i] != NULL, free(vals[i]);
-    if (rc != 0 || have == n) break;
-    int left = base_deadline_left(deadline_ms);
-    if (left <= 0) {
-      rc = -ETIMEDOUT;
-      break;
-    }
-    base_sleep_ms(pause < left ? pause : left);
-    pause = pause * 2 < 200 ? pause * 2 : 200;
+  size_t from = 0; /* the keys before it were there: they are not read again */
+  for (;;) {
+    size_t missing;
+    int64_t rev = 0;
+    int rc = first_missing(e, keys + from, n - from, &missing, &rev, deadline_ms);
+    if (rc != 0 || missing == n - from) return rc;
+    from += missing;
+    if ((rc = watch_after(e, keys[from], rev, deadline_ms)) != 0) return rc;
   }
-  free(vals);
-  free(lens);
-  return rc;
 }
 
 /* ---- leases ---- */

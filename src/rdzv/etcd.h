@@ -2,8 +2,8 @@
  * etcd.h - a client of etcd v3 through its JSON gateway (HTTP or HTTPS with
  * libcurl, jansson for the bodies): the key-value operations the agents'
  * rendezvous uses, with the built-in store's meanings (store.h), plus
- * leases. The groundwork of `--rdzv-backend etcd` (docs/rdzv.md); the agent
- * does not use it yet.
+ * leases. `--rdzv-backend etcd` speaks through it (rdzv/backend.h,
+ * docs/rdzv.md).
  *
  * Keys are the caller's, under the prefix given at connect time (a job's
  * keys live under "/cohort/<job>/" so that jobs sharing an etcd stay apart).
@@ -15,10 +15,10 @@
  * request is retried only where that is safe: reads, puts of a whole value,
  * and the compare-and-set transactions (their compare makes a replay a
  * no-op or a visible failure). An answer of 503 (a leader election under
- * way) is retried the same way. etcd_add is a read and a compare-and-set
- * in a loop: an addition whose answer was lost after etcd applied it
- * (a member dying at that moment) is added again; a counter read across
- * such a failure may be one high.
+ * way) is retried the same way. etcd_add is a put counted by the key's
+ * version: an addition whose answer was lost after etcd applied it (a
+ * member dying at that moment) is added again; a counter read across such
+ * a failure may be one high.
  *
  * Security: with a CA file the endpoints are spoken to over HTTPS, with a
  * client certificate and key when given (etcd's --client-cert-auth); with
@@ -43,10 +43,10 @@
 typedef struct etcd etcd;
 
 typedef struct etcd_opts {
-  const char *endpoints;       /* "host:2379[,host:2379...]" */
-  const char *prefix;          /* prepended to every key, e.g. "/cohort/job1/"; NULL: "" */
-  const char *cacert;          /* CA file: speak HTTPS; NULL: HTTP */
-  const char *cert, *key;      /* client certificate and its key (PEM), or NULL */
+  const char *endpoints;  /* "host:2379[,host:2379...]" */
+  const char *prefix;     /* prepended to every key, e.g. "/cohort/job1/"; NULL: "" */
+  const char *cacert;     /* CA file: speak HTTPS ("": HTTPS with the system's CAs); NULL: HTTP */
+  const char *cert, *key; /* client certificate and its key (PEM), or NULL */
   const char *user, *password; /* NULL: no authentication */
 } etcd_opts;
 
@@ -78,12 +78,24 @@ int etcd_delete(etcd *e, const char *key, int64_t deadline_ms);
  */
 int etcd_cas(etcd *e, const char *key, const void *expected, size_t elen, const void *desired,
              size_t dlen, int64_t lease, void **current, size_t *curlen, int64_t deadline_ms);
-/* Adds delta to the decimal counter at key (absent: 0); *result the new value (may be NULL). */
+/*
+ * Counts: adds delta (0 to ETCD_ADD_MAX; 0 reads) to the counter at key;
+ * *result the new count (may be NULL). The count is the key's version in
+ * etcd (how many times it was put since it was created), so concurrent
+ * additions never retry. The key holds a mark that etcd_get and
+ * etcd_get_many read back as the count in decimal, as the built-in store's
+ * counters read. A counter restarts when its key is deleted or the lease it
+ * lives under (the last adder's) expires.
+ */
+#define ETCD_ADD_MAX 1024
 int etcd_add(etcd *e, const char *key, int64_t delta, int64_t lease, int64_t *result,
              int64_t deadline_ms);
 /*
- * Waits until every key exists (polling with a backoff of 20 to 200 ms);
- * -ETIMEDOUT at the deadline.
+ * Waits until every key has existed: reads them, then watches the first
+ * one missing (etcd's watch stream, from the revision of that read, so no
+ * change between the two is missed) and reads again, from that key on,
+ * when it changes (a key seen once is not read again); -ETIMEDOUT at the
+ * deadline.
  */
 int etcd_wait(etcd *e, const char *const *keys, size_t n, int64_t deadline_ms);
 

@@ -240,13 +240,18 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     snprintf(plan, cap, "error %s", reason);
     snprintf(errbuf, errlen, "%s", reason);
   } else {
+    /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. */
+    if (o->first_plans) base_strlcpy(master, nodes[host_index].host, sizeof master);
     if (master[0] == '\0') base_strlcpy(master, "127.0.0.1", sizeof master);
     /* The host's own address is the one the others reached it at. */
     base_strlcpy(nodes[host_index].host, master, sizeof nodes[host_index].host);
     int port = 0;
     if (base_free_port(NULL, &port) != 0) port = 29500;
-    size_t off = (size_t)snprintf(plan, cap, "ok nnodes=%lld master=%s port=%d\n", (long long)n,
-                                  master, port);
+    size_t off =
+        (size_t)snprintf(plan, cap, "ok nnodes=%lld master=%s port=%d", (long long)n, master, port);
+    if (o->store_port > 0)
+      off += (size_t)snprintf(plan + off, cap - off, " store=%d", o->store_port);
+    off += (size_t)snprintf(plan + off, cap - off, "\n");
     if (format_nodes(nodes, (int)n, plan, off, cap) != 0) {
       rc = -ENOMEM;
       goto out;
@@ -318,6 +323,9 @@ int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *er
     p = strchr(p, '\n');
   }
   plan->world_size = offset;
+  const char *store = strstr(text, " store=");
+  const char *eol = strchr(text, '\n');
+  if (store != NULL && (eol == NULL || store < eol)) plan->store_port = atoi(store + 7);
   if (plan->my_index < 0) {
     snprintf(errbuf, errlen, "the job already has its %d nodes; this node came too late", n);
     rdzv_plan_free(plan);
@@ -360,6 +368,10 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   }
   char hostname[BASE_HOST_MAX] = "unknown";
   gethostname(hostname, sizeof hostname - 1);
+  /* No host (etcd): the first node to join plans the round and is node 0. */
+  rdzv_join_opts me = *o;
+  if (o->first_plans) me.is_host = seq == 1;
+  o = &me;
   char record[1024];
   rdzv_record_format(record, sizeof record, uid, o, hostname);
   char suffix[32];

@@ -35,6 +35,7 @@ typedef struct rdzv_plan {
   int my_index; /* index of this agent in nodes[] (its node rank) */
   char master_addr[BASE_HOST_MAX];
   int master_port;
+  int store_port;   /* the workers' store on node 0 when no node hosts the rendezvous (etcd), 0 */
   rdzv_node *nodes; /* nnodes entries, by node rank (malloc'ed) */
 } rdzv_plan;
 
@@ -45,6 +46,9 @@ typedef struct rdzv_join_opts {
   int claimed_rank; /* -1: none */
   int nproc;
   int nnodes_min, nnodes_max;
+  int first_plans;         /* no node hosts (etcd): the first to join plans and is node 0 */
+  int store_port;          /* first_plans: the port of this node's store for the workers,
+                              published in the plan when this node plans (0: none) */
   int64_t last_call_ms;    /* extra wait for more nodes once MIN joined */
   const char *my_host;     /* this node's address toward node 0 */
   const char *master_host; /* node 0's address as this node reaches it, or NULL */

@@ -36,6 +36,8 @@ struct store_client {
   store_buf req;
   uint8_t *resp;
   size_t resp_cap;
+  const store_ops *ops; /* another backend (store_client_wrap), NULL: the store */
+  void *impl;
 };
 
 static void drop(store_client *c) {
@@ -281,8 +283,19 @@ int store_client_connect(const char *host, int port, const char *token, int64_t 
   return 0;
 }
 
+int store_client_wrap(const store_ops *ops, void *impl, store_client **out) {
+  store_client *c = calloc(1, sizeof *c);
+  if (c == NULL) return -ENOMEM;
+  c->fd = -1;
+  c->ops = ops;
+  c->impl = impl;
+  *out = c;
+  return 0;
+}
+
 void store_client_close(store_client *c) {
   if (c == NULL) return;
+  if (c->ops != NULL) c->ops->close(c->impl);
   drop(c);
   if (c->token != NULL) memset(c->token, 0, strlen(c->token));
   free(c->token);
@@ -356,6 +369,7 @@ int store_set(store_client *c, const char *key, const void *val, size_t len, int
   int rc = check_key(key);
   if (rc == 0) rc = check_value(val, len);
   if (rc != 0) return rc;
+  if (c->ops != NULL) return c->ops->set(c->impl, key, val, len, deadline_ms);
   begin(c, STORE_OP_SET);
   store_buf_key(&c->req, key, strlen(key));
   store_buf_value(&c->req, val, len);
@@ -370,6 +384,8 @@ int store_get(store_client *c, const char *key, void **val, size_t *len, int64_t
   if (len != NULL) *len = 0;
   int rc = check_key(key);
   if (rc != 0) return rc;
+  if (c->ops != NULL)
+    return c->ops->get(c->impl, key, val, len != NULL ? len : &(size_t){0}, deadline_ms);
   begin(c, STORE_OP_GET);
   store_buf_key(&c->req, key, strlen(key));
   store_buf_end_frame(&c->req, 0);
@@ -387,6 +403,7 @@ int store_wait(store_client *c, const char *const *keys, size_t nkeys, int64_t d
     int rc = check_key(keys[i]);
     if (rc != 0) return rc;
   }
+  if (c->ops != NULL) return c->ops->wait(c->impl, keys, nkeys, deadline_ms);
   /* The server gets a relative timeout, so the two clocks need not agree. */
   int64_t left = deadline_ms == INT64_MAX ? UINT32_MAX : deadline_ms - base_now_ms();
   if (left < 0) left = 0;
@@ -407,6 +424,7 @@ int store_add(store_client *c, const char *key, int64_t delta, int64_t *result,
               int64_t deadline_ms) {
   int rc = check_key(key);
   if (rc != 0) return rc;
+  if (c->ops != NULL) return c->ops->add(c->impl, key, delta, result, deadline_ms);
   begin(c, STORE_OP_ADD);
   store_buf_key(&c->req, key, strlen(key));
   store_buf_u64(&c->req, (uint64_t)delta);
@@ -428,6 +446,8 @@ int store_cas(store_client *c, const char *key, const void *expected, size_t ele
   if (rc == 0 && expected != NULL) rc = check_value(expected, elen);
   if (rc == 0) rc = check_value(desired, dlen);
   if (rc != 0) return rc;
+  if (c->ops != NULL)
+    return c->ops->cas(c->impl, key, expected, elen, desired, dlen, current, curlen, deadline_ms);
   begin(c, STORE_OP_CAS);
   store_buf_key(&c->req, key, strlen(key));
   store_buf_u8(&c->req, expected != NULL);
@@ -445,6 +465,7 @@ int store_cas(store_client *c, const char *key, const void *expected, size_t ele
 int store_delete(store_client *c, const char *key, int64_t deadline_ms) {
   int rc = check_key(key);
   if (rc != 0) return rc;
+  if (c->ops != NULL) return c->ops->del(c->impl, key, deadline_ms);
   begin(c, STORE_OP_DELETE);
   store_buf_key(&c->req, key, strlen(key));
   store_buf_end_frame(&c->req, 0);
@@ -454,6 +475,13 @@ int store_delete(store_client *c, const char *key, int64_t deadline_ms) {
 }
 
 int store_ping(store_client *c, int64_t deadline_ms) {
+  if (c->ops != NULL) {
+    void *v = NULL;
+    size_t n = 0;
+    int rc = c->ops->get(c->impl, "ping", &v, &n, deadline_ms);
+    free(v);
+    return rc == -ENOENT ? 0 : rc;
+  }
   begin(c, STORE_OP_PING);
   store_buf_end_frame(&c->req, 0);
   store_response r;
@@ -539,6 +567,7 @@ int store_get_many(store_client *c, const char *const *keys, size_t n, void **va
     if (rc != 0) return rc;
   }
   if (n == 0) return 0;
+  if (c->ops != NULL) return c->ops->get_many(c->impl, keys, n, vals, lens, deadline_ms);
   c->req.len = 0;
   c->req.oom = 0;
   for (size_t i = 0; i < n; i++) {

@@ -105,4 +105,28 @@ int store_get_many(store_client *c, const char *const *keys, size_t n, void **va
 int store_delete(store_client *c, const char *key, int64_t deadline_ms);
 int store_ping(store_client *c, int64_t deadline_ms);
 
+/*
+ * Another key-value backend behind the same calls (the way nng's
+ * transports are ops tables): store_client_wrap() makes a client whose
+ * operations are ops' over impl, with the meanings above; the wrapper
+ * checks keys and values as for the store, and store_client_close() calls
+ * ops->close(impl). rdzv/backend.c puts etcd here, so the agent talks to
+ * either through one set of calls. ping is a get of a key that need not
+ * exist.
+ */
+typedef struct store_ops {
+  int (*set)(void *impl, const char *key, const void *val, size_t len, int64_t deadline_ms);
+  int (*get)(void *impl, const char *key, void **val, size_t *len, int64_t deadline_ms);
+  int (*wait)(void *impl, const char *const *keys, size_t n, int64_t deadline_ms);
+  int (*add)(void *impl, const char *key, int64_t delta, int64_t *result, int64_t deadline_ms);
+  int (*cas)(void *impl, const char *key, const void *expected, size_t elen, const void *desired,
+             size_t dlen, void **current, size_t *curlen, int64_t deadline_ms);
+  int (*get_many)(void *impl, const char *const *keys, size_t n, void **vals, size_t *lens,
+                  int64_t deadline_ms);
+  int (*del)(void *impl, const char *key, int64_t deadline_ms);
+  void (*close)(void *impl);
+} store_ops;
+
+int store_client_wrap(const store_ops *ops, void *impl, store_client **out);
+
 #endif

@@ -31,6 +31,8 @@ COHORT_WEAK int cmd_stacks(int argc, char **argv);
  * Returns CLI_OK, or the usage error's exit status after printing it as who.
  */
 int cmd_token_file(const char *who, const char *path, char *buf, size_t len);
+/* The same for another secret: WHAT names it in the errors ("password"). */
+int cmd_secret_file(const char *who, const char *what, const char *path, char *buf, size_t len);
 
 /*
  * The job token of a command that talks to a job's store: --token, else

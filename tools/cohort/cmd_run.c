@@ -64,15 +64,20 @@
   "  --master-addr HOST  torchrun's static form of --master (default 127.0.0.1; used\n"            \
   "                       with --nnodes above 1, --node-rank or --master-port)\n"                  \
   "  --master-port PORT   the port of --master-addr (default 29500)\n"                             \
-  "  --rdzv-backend static|c10d  c10d: the same command on every node; the node owning\n"          \
-  "                       --rdzv-endpoint's address hosts the store\n"                             \
+  "  --rdzv-backend static|c10d|etcd  c10d: the same command on every node; the node\n"            \
+  "                       owning --rdzv-endpoint's address hosts the store; etcd: the job\n"       \
+  "                       meets in etcd at --rdzv-endpoint HOST:PORT,... (2379 when left\n"        \
+  "                       out) and outlives any node; also --discover etcd\n"                      \
   "  --rdzv-endpoint HOST[:PORT]  the store (port 29400 when left out; port 0: a free one,\n"      \
   "                       one node only)\n"                                                        \
   "  --rdzv-conf K=V,...  join_timeout, last_call_timeout (seconds), is_host (true: this\n"        \
-  "                       node hosts the store); other keys are noted as without effect\n"         \
+  "                       node hosts the store); etcd: protocol=https, cacert, cert, key,\n"       \
+  "                       user and password_file (a file only its owner reads); other\n"           \
+  "                       keys are noted as without effect\n"                                      \
   "  --standalone         one node with a private store (any --rdzv-* given is ignored)\n"         \
   "  --discover METHOD    auto (default: scheduler environment, else --master), static,\n"         \
-  "                       mcast (UDP multicast, needs --job), file (needs --rdzv-file), env\n"     \
+  "                       mcast (UDP multicast, needs --job), file (needs --rdzv-file), env,\n"    \
+  "                       etcd (needs --rdzv-endpoint)\n"                                          \
   "  --job ID             job id (same as --run-id; separates concurrent jobs)\n"                  \
   "  --iface NAME         interface for multicast (default: the default route's)\n"                \
   "  --mcast-group A:P    multicast group and port (default: derived from the job id)\n"           \
@@ -125,7 +130,7 @@ static const char torchrun_usage[] =
     "\n" RUN_USAGE_OPTIONS;
 
 /* torchrun's backends (--rdzv-backend). */
-enum { BACKEND_STATIC, BACKEND_C10D };
+enum { BACKEND_STATIC, BACKEND_C10D, BACKEND_ETCD };
 
 /*
  * The settings the table fills: the agent's configuration, the choices that
@@ -142,7 +147,9 @@ typedef struct run_args {
   const char *master_addr; /* --master-addr, NULL: not given (127.0.0.1) */
   int master_port;         /* --master-port, -1: not given (29500) */
   int node_rank_given;
-  int is_host; /* --rdzv-conf is_host: -1 not given, 0, 1 */
+  int is_host;               /* --rdzv-conf is_host: -1 not given, 0, 1 */
+  int https;                 /* --rdzv-conf protocol=https (etcd) */
+  const char *password_file; /* --rdzv-conf password_file (etcd) */
   int standalone, module, no_python, run_path;
   int std_given;    /* -r or -t given */
   int numa_binding; /* torchrun's --numa-binding, AGENT_BIND_NONE: not given */
@@ -200,10 +207,14 @@ static int set_master(void *settings, const char *v) {
   return 0;
 }
 
-/* HOST[:PORT], port 0 allowed (a free one); checked here, used by torchrun_meaning(). */
+/* HOST[:PORT], port 0 allowed (a free one), or a list for etcd (checked by etcd_meaning). */
 static int set_endpoint(void *settings, const char *v) {
   char host[BASE_HOST_MAX], with_port[BASE_HOST_MAX + 16];
   int port;
+  if (strchr(v, ',') != NULL) {
+    ((run_args *)settings)->endpoint = v;
+    return 0;
+  }
   snprintf(with_port, sizeof with_port, "%s:%d", v, RDZV_DEFAULT_PORT);
   if (base_split_hostport(v, host, sizeof host, &port, 1) != 0 &&
       base_split_hostport(with_port, host, sizeof host, &port, 1) != 0)
@@ -307,6 +318,28 @@ static int parse_bool(const char *v, int *out) {
   return -1;
 }
 
+/* --rdzv-conf keys of the etcd backend: torchrun's protocol, cacert, cert, key; cohort's
+ * user and password_file. 1 when key is not one of them. Strings in static storage. */
+static int etcd_conf_pair(run_args *a, const char *key, const char *value) {
+  static char store[5][1024];
+  static const char *const keys[] = {"cacert", "cert", "key", "user", "password_file"};
+  const char **slots[] = {&a->cfg.etcd.cacert, &a->cfg.etcd.cert, &a->cfg.etcd.key,
+                          &a->cfg.etcd.user, &a->password_file};
+  if (strcmp(key, "protocol") == 0) {
+    if (strcmp(value, "https") != 0 && strcmp(value, "http") != 0) return -1;
+    a->https = strcmp(value, "https") == 0;
+    return 0;
+  }
+  for (int i = 0; i < 5; i++) {
+    if (strcmp(key, keys[i]) != 0) continue;
+    if (value[0] == '\0' || strlen(value) >= sizeof store[i]) return -1;
+    memcpy(store[i], value, strlen(value) + 1);
+    *slots[i] = store[i];
+    return 0;
+  }
+  return 1;
+}
+
 /* One key=value of --rdzv-conf; keys cohort has no use for get a note. */
 static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
   if (strcmp(key, "join_timeout") == 0)
@@ -317,6 +350,8 @@ static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
   if (strcmp(key, "last_call_timeout") == 0)
     return base_parse_seconds(value, 3600, &a->cfg.last_call_ms);
   if (strcmp(key, "is_host") == 0) return parse_bool(value, &a->is_host);
+  int rc = etcd_conf_pair(a, key, value);
+  if (rc <= 0) return rc;
   fprintf(stderr, "cohort run: note: --rdzv-conf %s has no effect\n", key);
   return 0;
 }
@@ -335,13 +370,9 @@ static int set_rdzv_conf(void *settings, const char *v) {
   return 0;
 }
 
-static const cli_choice discover_methods[] = {{"auto", RDZV_AUTO},
-                                              {"static", RDZV_STATIC},
-                                              {"dns", RDZV_STATIC},
-                                              {"mcast", RDZV_MCAST},
-                                              {"file", RDZV_FILE},
-                                              {"env", RDZV_ENV},
-                                              {NULL, 0}};
+static const cli_choice discover_methods[] = {
+    {"auto", RDZV_AUTO}, {"static", RDZV_STATIC}, {"dns", RDZV_STATIC}, {"mcast", RDZV_MCAST},
+    {"file", RDZV_FILE}, {"env", RDZV_ENV},       {"etcd", RDZV_ETCD},  {NULL, 0}};
 static const cli_choice net_modes[] = {{"auto", 1}, {"off", 0}, {NULL, 0}};
 static const cli_choice numa_modes[] = {{"node", AGENT_BIND_GPU_NODE},
                                         {"socket", AGENT_BIND_GPU_SOCKET},
@@ -350,8 +381,11 @@ static const cli_choice numa_modes[] = {{"node", AGENT_BIND_GPU_NODE},
                                         {NULL, 0}};
 static const cli_choice cpu_modes[] = {
     {"none", AGENT_BIND_NONE}, {"cores", AGENT_BIND_CORES}, {"numa", AGENT_BIND_NUMA}, {NULL, 0}};
-static const cli_choice backends[] = {
-    {"static", BACKEND_STATIC}, {"c10d", BACKEND_C10D}, {NULL, 0}};
+static const cli_choice backends[] = {{"static", BACKEND_STATIC},
+                                      {"c10d", BACKEND_C10D},
+                                      {"etcd", BACKEND_ETCD},
+                                      {"etcd-v2", BACKEND_ETCD},
+                                      {NULL, 0}};
 
 #define RUN_ID_WHAT "1 to 64 characters of [A-Za-z0-9._-]"
 #define STD_WHAT "0, 1, 2 or 3, or LOCAL_RANK:VALUE,... (e.g. 0:3,1:1)"
@@ -364,13 +398,14 @@ static const cli_opt run_opts[] = {
     {"--nproc-per-node|--nproc_per_node", 0, CLI_CUSTOM, .fn = set_nproc,
      .what = "a whole number from 1 to 1024, cpu, gpu or auto", .env = "PET_NPROC_PER_NODE"},
     {"--rdzv-backend|--rdzv_backend", 0, CLI_CHOICE, .at = AT(backend, int), .choices = backends,
-     .what = "static or c10d (etcd and etcd-v2 are not supported yet)", .env = "PET_RDZV_BACKEND"},
+     .what = "static, c10d, etcd or etcd-v2", .env = "PET_RDZV_BACKEND"},
     {"--rdzv-endpoint|--rdzv_endpoint", 0, CLI_CUSTOM, .fn = set_endpoint,
      .what = "HOST[:PORT] (IPv6 as [ADDR]:PORT)", .env = "PET_RDZV_ENDPOINT"},
     {"--rdzv-id|--rdzv_id", 0, CLI_CUSTOM, .fn = set_run_id, .what = RUN_ID_WHAT,
      .env = "PET_RDZV_ID"},
     {"--rdzv-conf|--rdzv_conf", 0, CLI_CUSTOM, .fn = set_rdzv_conf,
-     .what = "KEY=VALUE,... (timeouts in seconds, is_host true or false)", .env = "PET_RDZV_CONF"},
+     .what = "KEY=VALUE,... (timeouts in seconds, is_host true|false, protocol http|https)",
+     .env = "PET_RDZV_CONF"},
     {"--standalone", 0, CLI_FLAG, .at = AT(standalone, int), .env = "PET_STANDALONE"},
     {"--max-restarts|--max_restarts", 0, CLI_INT, .at = AT(cfg.max_restarts, int), .min = 0,
      .max = 1000000, .env = "PET_MAX_RESTARTS"},
@@ -544,8 +579,65 @@ static int cohort_discovery(const run_args *a) {
   return a->cfg.rdzv.master != NULL || a->cfg.rdzv.rdzv_file != NULL || a->method != RDZV_AUTO;
 }
 
+/* One endpoint of an etcd list, HOST[:PORT] (2379 when left out), appended to out. */
+static int etcd_list_item(const char *item, size_t n, char *out, size_t cap) {
+  char one[BASE_HOST_MAX + 16], host[BASE_HOST_MAX], joined[BASE_HOST_MAX + 32];
+  int port = 2379;
+  if (n == 0 || n >= sizeof one - 8) return -1;
+  memcpy(one, item, n);
+  one[n] = '\0';
+  if (base_split_hostport(one, host, sizeof host, &port, 0) != 0) {
+    snprintf(joined, sizeof joined, "%s:2379", one);
+    if (base_split_hostport(joined, host, sizeof host, &port, 0) != 0) return -1;
+  }
+  if (host[0] == '\0') return -1;
+  base_join_hostport(host, port, joined, sizeof joined);
+  size_t at = strlen(out);
+  if (at + strlen(joined) + 2 > cap) return -1;
+  snprintf(out + at, cap - at, "%s%s", at ? "," : "", joined);
+  return 0;
+}
+
+/*
+ * torchrun's --rdzv-backend etcd (and cohort's --discover etcd): the
+ * endpoints from --rdzv-endpoint (or --master), TLS and credentials from
+ * --rdzv-conf; --nnodes defaults to 1 as in torchrun.
+ */
+static int etcd_meaning(const cli_cmd *cmd, run_args *a) {
+  static char endpoints[2048], password[STORE_TOKEN_MAX + 2];
+  const char *list = a->endpoint != NULL ? a->endpoint : a->cfg.rdzv.master;
+  if (list == NULL)
+    return cli_usage_error(cmd->prog, "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,...]");
+  endpoints[0] = '\0';
+  for (const char *p = list; *p != '\0';) {
+    size_t n = strcspn(p, ",");
+    if (etcd_list_item(p, n, endpoints, sizeof endpoints) != 0)
+      return cli_usage_error(cmd->prog, "etcd endpoints '%s': each must be HOST[:PORT]", list);
+    p += n;
+    if (*p == ',') p++;
+  }
+  a->cfg.rdzv.master = endpoints;
+  a->cfg.rdzv.method = RDZV_ETCD;
+  if (a->https && a->cfg.etcd.cacert == NULL) a->cfg.etcd.cacert = "";
+  if ((a->cfg.etcd.cert == NULL) != (a->cfg.etcd.key == NULL))
+    return cli_usage_error(cmd->prog, "--rdzv-conf cert and key go together");
+  if ((a->cfg.etcd.user == NULL) != (a->password_file == NULL))
+    return cli_usage_error(cmd->prog, "--rdzv-conf user and password_file go together");
+  if (a->password_file != NULL) {
+    int rc = cmd_secret_file(cmd->prog, "password", a->password_file, password, sizeof password);
+    if (rc != CLI_OK) return rc;
+    a->cfg.etcd.password = password;
+  }
+  if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
+  return output_meaning(a);
+}
+
 /* Turns torchrun's options into the agent's configuration. */
 static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
+  if (!a->standalone && (a->backend == BACKEND_ETCD || a->method == RDZV_ETCD))
+    return etcd_meaning(cmd, a);
+  if (a->endpoint != NULL && strchr(a->endpoint, ',') != NULL)
+    return cli_usage_error(cmd->prog, "a list of endpoints is for --rdzv-backend etcd");
   if (a->standalone) {
     /* torchrun: a private store on a free port; the --rdzv-* options are ignored. */
     a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 0;

@@ -40,19 +40,24 @@ static const cli_opt token_opts[] = {
 static const cli_cmd token_cmd = {
     prog, token_usage, token_opts, BASE_ARRAY_LEN(token_opts), CLI_NO_OPERANDS, 1};
 
-int cmd_token_file(const char *who, const char *path, char *buf, size_t len) {
+int cmd_secret_file(const char *who, const char *what, const char *path, char *buf, size_t len) {
   int rc = store_token_read_file(path, buf, len);
   if (rc == -EPERM)
     return cli_usage_error(who,
-                           "token file %s may be read by others (or is not a regular file): "
+                           "%s file %s may be read by others (or is not a regular file): "
                            "run chmod 600 %s",
-                           path, path);
+                           what, path, path);
   if (rc == -E2BIG || rc == -ENODATA)
-    return cli_usage_error(who, "token file %s: %s", path,
-                           rc == -E2BIG ? "the token is longer than 256 bytes"
-                                        : "no token on its first line");
-  if (rc != 0) return cli_usage_error(who, "cannot read token file %s: %s", path, strerror(-rc));
+    return cli_usage_error(who,
+                           rc == -E2BIG ? "%s file %s: the %s is longer than 256 bytes"
+                                        : "%s file %s: no %s on its first line",
+                           what, path, what);
+  if (rc != 0) return cli_usage_error(who, "cannot read %s file %s: %s", what, path, strerror(-rc));
   return CLI_OK;
+}
+
+int cmd_token_file(const char *who, const char *path, char *buf, size_t len) {
+  return cmd_secret_file(who, "token", path, buf, len);
 }
 
 int cmd_token_load(const char *who, const char *token, const char *token_file, char *buf,

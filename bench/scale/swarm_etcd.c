@@ -1,0 +1,408 @@
+/*
+ * swarm_etcd.c - many simulated nodes meeting through etcd, as `cohort run
+ * --rdzv-backend etcd` agents do.
+ *
+ * The etcd counterpart of swarm.c. Every simulated node is a thread with the
+ * agents' own code: an rdzv_backend on etcd (its lease, kept alive by a
+ * thread of its own), rdzv_join() with the first joiner planning, then the
+ * watch of src/agent/watch.c in etcd mode (waiting on "fail" in 200 ms
+ * slices; every heartbeat it bumps its counter and reads node 0's, and node
+ * 0 reads everyone's). etcd (Debian's etcd-server) runs as a child process
+ * on a loopback port, started and removed here, so that its CPU time and
+ * memory can be read from /proc. One connection per simulated node (an
+ * agent has two: its main thread's and its watcher's).
+ *
+ * Figures (one line of key=value pairs on stdout, the names of swarm.c):
+ *   rendezvous_ms  from the release of all nodes until the last has its plan
+ *   hb_cpu_pct     etcd's CPU during `--hold` seconds of heartbeats and waits
+ *   hb_req_per_s   the nodes' store calls per second in that window (an
+ *                  etcd counter is two HTTP requests, a wait slice two)
+ *   fail_max_ms    from the write of the failure until the last node has
+ *                  seen it (fail_med_ms: the median node)
+ *   rss_b_per_conn etcd's RSS growth from before the nodes connected to the
+ *                  end of the hold, per node
+ * A run that does not complete within --timeout prints "incomplete" and
+ * exits 1: no figures for it.
+ *
+ * usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS]
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "base/net.h"
+#include "rdzv/backend.h"
+#include "rdzv/join.h"
+#include "store/store.h"
+
+#define JOB "swarm"
+#define WAIT_SLICE_MS 200
+#define OP_MS 10000
+
+typedef struct swarm_opts {
+  int nodes;
+  double hold_s;
+  int timeout_s;
+  int heartbeat_ms;
+} swarm_opts;
+
+/* What the nodes share: the phases, released by the main thread. */
+typedef struct swarm {
+  swarm_opts o;
+  char endpoint[64];
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int phase; /* 0 connect, 1 join, 2 hold (then fail) */
+  int connected, joined, failures;
+  int64_t deadline_ms; /* of the whole run */
+  int64_t fail_at;     /* when the failure was written (0: not yet) */
+  long calls;          /* store calls during the hold */
+  int hold_open;
+} swarm;
+
+typedef struct node {
+  swarm *s;
+  int index;
+  int64_t planned_at, fail_seen_at;
+  pthread_t th;
+} node;
+
+static void die(const char *what) {
+  fprintf(stderr, "swarm_etcd: %s\n", what);
+  exit(2);
+}
+
+/* ---- etcd as a child process ---- */
+
+static pid_t etcd_pid;
+static char etcd_dir[64];
+
+static int free_port(void) {
+  int port = 0;
+  return base_free_port("127.0.0.1", &port) == 0 ? port : 0;
+}
+
+static void etcd_stop(void) {
+  if (etcd_pid > 0) {
+    kill(etcd_pid, SIGKILL);
+    waitpid(etcd_pid, NULL, 0);
+    etcd_pid = 0;
+  }
+  if (etcd_dir[0] != '\0') {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", etcd_dir);
+    if (system(cmd) != 0) fprintf(stderr, "swarm_etcd: cannot remove %s\n", etcd_dir);
+  }
+}
+
+/* Starts etcd on two free loopback ports; its client endpoint into s->endpoint. */
+static void etcd_start(swarm *s) {
+  snprintf(etcd_dir, sizeof etcd_dir, "/tmp/cohort-swarm-etcd-XXXXXX");
+  if (mkdtemp(etcd_dir) == NULL) die("mkdtemp");
+  int cport = free_port(), pport = free_port();
+  if (cport == 0 || pport == 0 || cport == pport) die("no free port");
+  char curl[64], purl[64], cluster[80], data[96];
+  snprintf(curl, sizeof curl, "http://127.0.0.1:%d", cport);
+  snprintf(purl, sizeof purl, "http://127.0.0.1:%d", pport);
+  snprintf(cluster, sizeof cluster, "s=%s", purl);
+  snprintf(data, sizeof data, "%s/data", etcd_dir);
+  snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", cport);
+  etcd_pid = fork();
+  if (etcd_pid < 0) die("fork");
+  if (etcd_pid == 0) {
+    if (freopen("/dev/null", "w", stderr) == NULL || freopen("/dev/null", "w", stdout) == NULL)
+      _exit(127);
+    execlp("etcd", "etcd", "--name", "s", "--data-dir", data, "--listen-client-urls", curl,
+           "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+           "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster, (char *)NULL);
+    _exit(127);
+  }
+  atexit(etcd_stop);
+}
+
+/* Waits until etcd answers (a put through the client); dies after 30 s. */
+static void etcd_ready(const swarm *s) {
+  etcd_opts eo = {.endpoints = s->endpoint};
+  rdzv_backend *b = NULL;
+  store_client *c = NULL;
+  char err[256];
+  if (rdzv_backend_etcd(&eo, "probe", 5000, &b) != 0) die("backend");
+  if (rdzv_backend_connect(b, base_deadline_in(30000), &c, err, sizeof err) != 0) {
+    fprintf(stderr, "swarm_etcd: etcd does not answer: %s\n", err);
+    exit(2);
+  }
+  store_client_close(c);
+  rdzv_backend_close(b);
+}
+
+/* /proc/PID/stat's utime + stime, in clock ticks; and VmRSS in KiB. */
+static long proc_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  long ut = 0, st = 0;
+  if (p == NULL ||
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2)
+    return -1;
+  return ut + st;
+}
+
+static long proc_rss_kib(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  long kib = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmRSS: %ld", &kib) == 1) break;
+  if (f != NULL) fclose(f);
+  return kib;
+}
+
+/* ---- one simulated node ---- */
+
+static void wait_phase(swarm *s, int phase) {
+  pthread_mutex_lock(&s->lock);
+  while (s->phase < phase) pthread_cond_wait(&s->cond, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void bump(swarm *s, int *counter) {
+  pthread_mutex_lock(&s->lock);
+  (*counter)++;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static int join(node *n, store_client *c) {
+  swarm *s = n->s;
+  rdzv_join_opts jo = {.job_id = JOB,
+                       .round = 0,
+                       .claimed_rank = -1,
+                       .nproc = 1,
+                       .nnodes_min = s->o.nodes,
+                       .nnodes_max = s->o.nodes,
+                       .first_plans = 1,
+                       .store_port = 1,
+                       .my_host = "127.0.0.1",
+                       .deadline_ms = s->deadline_ms};
+  rdzv_plan plan;
+  char err[256] = "";
+  int rc = rdzv_join(c, &jo, &plan, err, sizeof err);
+  if (rc != 0) {
+    fprintf(stderr, "swarm_etcd: node %d: join: %s\n", n->index, err[0] ? err : strerror(-rc));
+    return rc;
+  }
+  n->planned_at = base_now_ms();
+  int me = plan.my_index;
+  rdzv_plan_free(&plan);
+  return me;
+}
+
+/* Heartbeat: bump our counter, read node 0's (node 0: everyone's). Calls made. */
+static long beat(node *n, store_client *c, int me, const char *const *hb, void **vals,
+                 size_t *lens) {
+  int64_t v;
+  long calls = 1;
+  store_add(c, hb[me], 1, &v, base_deadline_in(OP_MS));
+  size_t count = me == 0 ? (size_t)n->s->o.nodes : 1;
+  if (store_get_many(c, hb, count, vals, lens, base_deadline_in(OP_MS)) == 0)
+    for (size_t k = 0; k < count; k++) free(vals[k]);
+  return calls + 1;
+}
+
+/* The watch until the failure is seen or the run's deadline passes. */
+static void watch(node *n, store_client *c, int me) {
+  swarm *s = n->s;
+  int nn = s->o.nodes;
+  char fail_key[STORE_KEY_MAX], **hbk = calloc((size_t)nn, sizeof *hbk);
+  void **vals = calloc((size_t)nn, sizeof *vals);
+  size_t *lens = calloc((size_t)nn, sizeof *lens);
+  if (hbk == NULL || vals == NULL || lens == NULL) die("out of memory");
+  for (int k = 0; k < nn; k++) {
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "hb/%d", k);
+    hbk[k] = malloc(STORE_KEY_MAX);
+    if (hbk[k] == NULL) die("out of memory");
+    rdzv_key(hbk[k], STORE_KEY_MAX, JOB, 0, suffix);
+  }
+  rdzv_key(fail_key, sizeof fail_key, JOB, 0, "fail");
+  const char *keys[1] = {fail_key};
+  int64_t next_hb = 0;
+  long calls = 0;
+  while (base_deadline_left(s->deadline_ms) > 0) {
+    int rc = store_wait(c, keys, 1, base_deadline_in(WAIT_SLICE_MS));
+    calls++;
+    if (rc == 0) {
+      n->fail_seen_at = base_now_ms();
+      break;
+    }
+    if (base_now_ms() >= next_hb) {
+      calls += beat(n, c, me, (const char *const *)hbk, vals, lens);
+      next_hb = base_now_ms() + s->o.heartbeat_ms;
+    }
+  }
+  pthread_mutex_lock(&s->lock);
+  s->calls += calls;
+  pthread_mutex_unlock(&s->lock);
+  for (int k = 0; k < nn; k++) free(hbk[k]);
+  free(hbk);
+  free(vals);
+  free(lens);
+}
+
+static void *node_main(void *arg) {
+  node *n = arg;
+  swarm *s = n->s;
+  etcd_opts eo = {.endpoints = s->endpoint};
+  rdzv_backend *b = NULL;
+  store_client *c = NULL;
+  char err[256];
+  int ok = rdzv_backend_etcd(&eo, JOB, 5000, &b) == 0 &&
+           rdzv_backend_connect(b, s->deadline_ms, &c, err, sizeof err) == 0;
+  if (!ok) bump(s, &s->failures);
+  bump(s, &s->connected);
+  wait_phase(s, 1);
+  int me = ok ? join(n, c) : -1;
+  if (me < 0 && ok) bump(s, &s->failures);
+  bump(s, &s->joined);
+  wait_phase(s, 2);
+  if (me >= 0) watch(n, c, me);
+  store_client_close(c);
+  rdzv_backend_close(b);
+  return NULL;
+}
+
+/* ---- the run ---- */
+
+static void set_phase(swarm *s, int phase) {
+  pthread_mutex_lock(&s->lock);
+  s->phase = phase;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Waits until *counter reaches s->o.nodes or the deadline; 0 or -ETIMEDOUT. */
+static int wait_count(swarm *s, int *counter) {
+  pthread_mutex_lock(&s->lock);
+  while (*counter < s->o.nodes && base_deadline_left(s->deadline_ms) > 0) {
+    pthread_mutex_unlock(&s->lock);
+    base_sleep_ms(5);
+    pthread_mutex_lock(&s->lock);
+  }
+  int rc = *counter < s->o.nodes ? -ETIMEDOUT : 0;
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Writes the failure through a backend of its own, kept (with its lease, which the key
+ * lives under) until every node has seen it; the time it was written. */
+static int64_t write_failure(swarm *s, rdzv_backend **b, store_client **c) {
+  etcd_opts eo = {.endpoints = s->endpoint};
+  char err[256], key[STORE_KEY_MAX];
+  if (rdzv_backend_etcd(&eo, JOB, 5000, b) != 0 ||
+      rdzv_backend_connect(*b, s->deadline_ms, c, err, sizeof err) != 0)
+    die("cannot connect to write the failure");
+  rdzv_key(key, sizeof key, JOB, 0, "fail");
+  int64_t t0 = base_now_ms();
+  if (store_set(*c, key, "x", 1, base_deadline_in(OP_MS)) != 0) die("cannot write the failure");
+  return t0;
+}
+
+static void parse_args(int argc, char **argv, swarm_opts *o) {
+  *o = (swarm_opts){.nodes = 64, .hold_s = 3, .timeout_s = 120, .heartbeat_ms = 500};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *a = argv[i], *v = argv[i + 1];
+    int64_t ms;
+    if (strcmp(a, "--nodes") == 0 && base_parse_int(v, 2, 65536, &o->nodes) == 0) continue;
+    if (strcmp(a, "--hold") == 0 && base_parse_seconds(v, 3600, &ms) == 0) {
+      o->hold_s = (double)ms / 1000.0;
+      continue;
+    }
+    if (strcmp(a, "--timeout") == 0 && base_parse_int(v, 1, 3600, &o->timeout_s) == 0) continue;
+    if (strcmp(a, "--heartbeat") == 0 && base_parse_int(v, 10, 60000, &o->heartbeat_ms) == 0)
+      continue;
+    fprintf(stderr, "swarm_etcd: bad option %s %s\n", a, v);
+    exit(2);
+  }
+  if (argc % 2 == 0) die("usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS]");
+}
+
+static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_at, double cpu,
+                          double rss_per) {
+  int nn = s->o.nodes;
+  int64_t last_plan = 0, *fail = malloc((size_t)nn * sizeof *fail);
+  if (fail == NULL) die("out of memory");
+  for (int i = 0; i < nn; i++) {
+    if (nodes[i].planned_at > last_plan) last_plan = nodes[i].planned_at;
+    fail[i] = nodes[i].fail_seen_at - fail_at;
+  }
+  qsort(fail, (size_t)nn, sizeof *fail, cmp_i64);
+  printf("nodes=%d rendezvous_ms=%lld hb_cpu_pct=%.1f hb_req_per_s=%.0f fail_max_ms=%lld "
+         "fail_med_ms=%lld rss_b_per_conn=%.0f\n",
+         nn, (long long)(last_plan - released), cpu, (double)s->calls / s->o.hold_s,
+         (long long)fail[nn - 1], (long long)fail[nn / 2], rss_per);
+  free(fail);
+}
+
+int main(int argc, char **argv) {
+  swarm s;
+  memset(&s, 0, sizeof s);
+  parse_args(argc, argv, &s.o);
+  pthread_mutex_init(&s.lock, NULL);
+  pthread_cond_init(&s.cond, NULL);
+  s.deadline_ms = base_deadline_in((int64_t)s.o.timeout_s * 1000);
+  signal(SIGPIPE, SIG_IGN);
+  etcd_start(&s);
+  etcd_ready(&s);
+  long rss0 = proc_rss_kib(etcd_pid);
+  int nn = s.o.nodes;
+  node *nodes = calloc((size_t)nn, sizeof *nodes);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  for (int i = 0; i < nn; i++) {
+    nodes[i] = (node){.s = &s, .index = i};
+    if (pthread_create(&nodes[i].th, &attr, node_main, &nodes[i]) != 0) die("pthread_create");
+  }
+  int rc = wait_count(&s, &s.connected);
+  int64_t released = base_now_ms();
+  set_phase(&s, 1);
+  if (rc == 0) rc = wait_count(&s, &s.joined);
+  long t0 = proc_ticks(etcd_pid);
+  set_phase(&s, 2);
+  base_sleep_ms((int64_t)(s.o.hold_s * 1000));
+  long t1 = proc_ticks(etcd_pid), rss1 = proc_rss_kib(etcd_pid);
+  rdzv_backend *fb = NULL;
+  store_client *fc = NULL;
+  int64_t fail_at = rc == 0 && s.failures == 0 ? write_failure(&s, &fb, &fc) : 0;
+  for (int i = 0; i < nn; i++) pthread_join(nodes[i].th, NULL);
+  store_client_close(fc);
+  rdzv_backend_close(fb);
+  int seen = 0;
+  for (int i = 0; i < nn; i++) seen += nodes[i].fail_seen_at > 0;
+  if (rc != 0 || s.failures > 0 || seen < nn || t0 < 0 || t1 < 0) {
+    printf("incomplete: %d of %d joined, %d failed, %d saw the failure\n", s.joined, nn, s.failures,
+           seen);
+    return 1;
+  }
+  double cpu = 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / s.o.hold_s;
+  print_figures(&s, nodes, released, fail_at, cpu, (double)(rss1 - rss0) * 1024.0 / nn);
+  free(nodes);
+  return 0;
+}

@@ -1,0 +1,248 @@
+/* backend.c - the built-in store or etcd behind the store's calls; see backend.h. */
+#include "rdzv/backend.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "base/net.h"
+
+struct rdzv_backend {
+  int is_etcd;
+  char name[1200];
+  /* the built-in store */
+  char host[BASE_HOST_MAX];
+  int port;
+  char *token;
+  /* etcd */
+  char *endpoints, *cacert, *cert, *key, *user, *password;
+  char prefix[128];
+  int ttl_s;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  int64_t lease; /* 0 until the first connection granted it */
+  pthread_t keeper;
+  int keeping, stop;
+};
+
+static char *dup_or_null(const char *s) {
+  return s != NULL ? strdup(s) : NULL;
+}
+
+/* The lock and the keeper's wake-up, on the monotonic clock. */
+static void init_sync(rdzv_backend *b) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&b->wake, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&b->lock, NULL);
+}
+
+int rdzv_backend_store(const char *host, int port, const char *token, rdzv_backend **out) {
+  rdzv_backend *b = calloc(1, sizeof *b);
+  if (b == NULL) return -ENOMEM;
+  base_strlcpy(b->host, host, sizeof b->host);
+  b->port = port;
+  b->token = dup_or_null(token);
+  char addr[BASE_HOST_MAX + 8];
+  base_join_hostport(host, port, addr, sizeof addr);
+  snprintf(b->name, sizeof b->name, "the rendezvous store at %s", addr);
+  init_sync(b);
+  *out = b;
+  return 0;
+}
+
+int rdzv_backend_etcd(const etcd_opts *o, const char *job_id, int64_t ttl_ms, rdzv_backend **out) {
+  rdzv_backend *b = calloc(1, sizeof *b);
+  if (b == NULL) return -ENOMEM;
+  b->is_etcd = 1;
+  b->endpoints = dup_or_null(o->endpoints);
+  b->cacert = dup_or_null(o->cacert);
+  b->cert = dup_or_null(o->cert);
+  b->key = dup_or_null(o->key);
+  b->user = dup_or_null(o->user);
+  b->password = dup_or_null(o->password);
+  snprintf(b->prefix, sizeof b->prefix, "/cohort/%s/", job_id);
+  b->ttl_s = (int)((ttl_ms + 999) / 1000);
+  if (b->ttl_s < 2) b->ttl_s = 2;
+  snprintf(b->name, sizeof b->name, "etcd %s", o->endpoints ? o->endpoints : "");
+  init_sync(b);
+  *out = b;
+  return 0;
+}
+
+int rdzv_backend_is_etcd(const rdzv_backend *b) {
+  return b->is_etcd;
+}
+
+const char *rdzv_backend_name(const rdzv_backend *b) {
+  return b->name;
+}
+
+/* ---- etcd behind the store's calls ---- */
+
+typedef struct etcd_conn {
+  etcd *e;
+  rdzv_backend *b;
+} etcd_conn;
+
+static int64_t lease_of(rdzv_backend *b) {
+  pthread_mutex_lock(&b->lock);
+  int64_t l = b->lease;
+  pthread_mutex_unlock(&b->lock);
+  return l;
+}
+
+static int op_set(void *impl, const char *key, const void *val, size_t len, int64_t deadline) {
+  etcd_conn *c = impl;
+  return etcd_put(c->e, key, val, len, lease_of(c->b), deadline);
+}
+
+static int op_get(void *impl, const char *key, void **val, size_t *len, int64_t deadline) {
+  return etcd_get(((etcd_conn *)impl)->e, key, val, len, deadline);
+}
+
+static int op_wait(void *impl, const char *const *keys, size_t n, int64_t deadline) {
+  return etcd_wait(((etcd_conn *)impl)->e, keys, n, deadline);
+}
+
+static int op_add(void *impl, const char *key, int64_t delta, int64_t *result, int64_t deadline) {
+  etcd_conn *c = impl;
+  return etcd_add(c->e, key, delta, lease_of(c->b), result, deadline);
+}
+
+static int op_cas(void *impl, const char *key, const void *expected, size_t elen,
+                  const void *desired, size_t dlen, void **current, size_t *curlen,
+                  int64_t deadline) {
+  etcd_conn *c = impl;
+  return etcd_cas(c->e, key, expected, elen, desired, dlen, lease_of(c->b), current, curlen,
+                  deadline);
+}
+
+static int op_get_many(void *impl, const char *const *keys, size_t n, void **vals, size_t *lens,
+                       int64_t deadline) {
+  return etcd_get_many(((etcd_conn *)impl)->e, keys, n, vals, lens, deadline);
+}
+
+static int op_del(void *impl, const char *key, int64_t deadline) {
+  return etcd_delete(((etcd_conn *)impl)->e, key, deadline);
+}
+
+static void op_close(void *impl) {
+  etcd_conn *c = impl;
+  etcd_close(c->e);
+  free(c);
+}
+
+static const store_ops etcd_ops = {op_set, op_get,      op_wait, op_add,
+                                   op_cas, op_get_many, op_del,  op_close};
+
+static void etcd_options(const rdzv_backend *b, etcd_opts *o) {
+  *o = (etcd_opts){.endpoints = b->endpoints,
+                   .prefix = b->prefix,
+                   .cacert = b->cacert,
+                   .cert = b->cert,
+                   .key = b->key,
+                   .user = b->user,
+                   .password = b->password};
+}
+
+/* ---- the lease ---- */
+
+/* Renews the lease every third of its TTL until told to stop; then revokes it. */
+static void *keep_lease(void *arg) {
+  rdzv_backend *b = arg;
+  etcd_opts o;
+  etcd_options(b, &o);
+  etcd *e = NULL;
+  char err[512];
+  int warned = 0;
+  pthread_mutex_lock(&b->lock);
+  while (!b->stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + (int64_t)b->ttl_s * 1000000000 / 3;
+    until.tv_sec += ns / 1000000000;
+    until.tv_nsec = ns % 1000000000;
+    pthread_cond_timedwait(&b->wake, &b->lock, &until);
+    if (b->stop) break;
+    int64_t lease = b->lease;
+    pthread_mutex_unlock(&b->lock);
+    int64_t deadline = base_deadline_in((int64_t)b->ttl_s * 1000 / 3);
+    if (e == NULL && etcd_connect(&o, deadline, &e, err, sizeof err) != 0) e = NULL;
+    int rc = e != NULL ? etcd_lease_keepalive(e, lease, deadline) : -ECONNREFUSED;
+    if (rc == -ENOENT && !warned++)
+      base_log(BASE_LOG_WARN, "the etcd lease of this agent expired: its keys are gone");
+    pthread_mutex_lock(&b->lock);
+  }
+  int64_t lease = b->lease;
+  pthread_mutex_unlock(&b->lock);
+  if (e == NULL) etcd_connect(&o, base_deadline_in(2000), &e, err, sizeof err);
+  if (e != NULL) etcd_lease_revoke(e, lease, base_deadline_in(2000));
+  etcd_close(e);
+  return NULL;
+}
+
+/* The first connection grants the lease and starts keeping it. */
+static int ensure_lease(rdzv_backend *b, etcd *e, int64_t deadline) {
+  pthread_mutex_lock(&b->lock);
+  int rc = 0;
+  if (b->lease == 0) {
+    int64_t id = 0;
+    rc = etcd_lease_grant(e, b->ttl_s, &id, deadline);
+    if (rc == 0) {
+      b->lease = id;
+      rc = -pthread_create(&b->keeper, NULL, keep_lease, b);
+      b->keeping = rc == 0;
+    }
+  }
+  pthread_mutex_unlock(&b->lock);
+  return rc;
+}
+
+static int connect_etcd(rdzv_backend *b, int64_t deadline, store_client **out, char *err,
+                        size_t errlen) {
+  etcd_opts o;
+  etcd_options(b, &o);
+  etcd_conn *c = calloc(1, sizeof *c);
+  if (c == NULL) return -ENOMEM;
+  c->b = b;
+  int rc = etcd_connect(&o, deadline, &c->e, err, errlen);
+  if (rc == 0 && (rc = ensure_lease(b, c->e, deadline)) != 0 && err != NULL)
+    snprintf(err, errlen, "%s: cannot grant a lease: %s", b->name, cohort_strerror(rc));
+  if (rc == 0) rc = store_client_wrap(&etcd_ops, c, out);
+  if (rc != 0) op_close(c);
+  return rc;
+}
+
+int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **out, char *err,
+                         size_t errlen) {
+  if (b->is_etcd) return connect_etcd(b, deadline_ms, out, err, errlen);
+  return store_client_connect(b->host, b->port, b->token, deadline_ms, out, err, errlen);
+}
+
+void rdzv_backend_close(rdzv_backend *b) {
+  if (b == NULL) return;
+  pthread_mutex_lock(&b->lock);
+  b->stop = 1;
+  pthread_cond_signal(&b->wake);
+  pthread_mutex_unlock(&b->lock);
+  if (b->keeping) pthread_join(b->keeper, NULL);
+  pthread_mutex_destroy(&b->lock);
+  pthread_cond_destroy(&b->wake);
+  if (b->token != NULL) memset(b->token, 0, strlen(b->token));
+  if (b->password != NULL) memset(b->password, 0, strlen(b->password));
+  free(b->token);
+  free(b->endpoints);
+  free(b->cacert);
+  free(b->cert);
+  free(b->key);
+  free(b->user);
+  free(b->password);
+  free(b);
+}

@@ -1,0 +1,52 @@
+/*
+ * backend.h - where a job's rendezvous keys live: the built-in store (hosted
+ * by node 0's agent) or etcd. The agent opens connections through here and
+ * speaks to both with the store's calls (store.h; etcd through
+ * store_client_wrap), so it keeps one path.
+ *
+ * etcd: every connection of one agent shares one lease, granted by the
+ * first and kept alive by a thread of its own every third of its TTL; every
+ * key the agent writes is attached to it, so the keys of an agent that dies
+ * go when its lease expires, and the job's keys are gone once every agent
+ * closed its backend (which revokes the lease). Keys live under
+ * "/cohort/<job id>/".
+ *
+ * Thread safety: connect may be called from several threads (the agent's
+ * main thread and its watcher); each connection is used by one thread.
+ */
+#ifndef COHORT_RDZV_BACKEND_H
+#define COHORT_RDZV_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdzv/etcd.h"
+#include "store/store.h"
+
+typedef struct rdzv_backend rdzv_backend;
+
+/* The built-in store at host:port, authenticated with token (NULL: none). */
+int rdzv_backend_store(const char *host, int port, const char *token, rdzv_backend **out);
+
+/*
+ * etcd at o->endpoints for job job_id, leases of ttl_ms (rounded up to whole
+ * seconds, at least 2). Copies what it needs of o. Connects nothing yet.
+ */
+int rdzv_backend_etcd(const etcd_opts *o, const char *job_id, int64_t ttl_ms, rdzv_backend **out);
+
+int rdzv_backend_is_etcd(const rdzv_backend *b);
+
+/* What the backend is, for messages: "the rendezvous store at H:P" or "etcd E1,E2". */
+const char *rdzv_backend_name(const rdzv_backend *b);
+
+/*
+ * A new connection (retrying until deadline_ms). etcd: the first one grants
+ * the lease and starts keeping it alive. Errors with one line in err.
+ */
+int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **out, char *err,
+                         size_t errlen);
+
+/* Stops the lease's keep-alive and revokes it (etcd), frees b. NULL ok. */
+void rdzv_backend_close(rdzv_backend *b);
+
+#endif
