@@ -374,43 +374,89 @@ void cluster_publish_failure(cluster *c, int round, const char *report, char *wi
 }
 
 /* Waits for node k's done key; -1 on a failure or a stop signal. */
-static int wait_node_done(cluster *c, const char *key, char *report, size_t len, int *stop_signal) {
-  const char *keys[1] = {key};
-  for (;;) {
+/* Keys "J/R/<what>/<k>" for every node k of the plan (malloc'ed; NULL on no memory). */
+static const char **node_keys(cluster *c, int round, const char *what) {
+  int n = c->plan.nnodes;
+  const char **kp = calloc((size_t)n, sizeof *kp + STORE_KEY_MAX);
+  if (kp == NULL) return NULL;
+  char *text = (char *)(kp + n);
+  for (int k = 0; k < n; k++) {
+    node_key(c, round, what, k, text + (size_t)k * STORE_KEY_MAX, STORE_KEY_MAX);
+    kp[k] = text + (size_t)k * STORE_KEY_MAX;
+  }
+  return kp;
+}
+
+/*
+ * From keys[from] on, the first that is absent (n when none), in one read;
+ * a negative error when the store does not answer.
+ */
+static int first_absent(cluster *c, const char **keys, int from, int n, int64_t deadline) {
+  int m = n - from;
+  void **vals = calloc((size_t)m, sizeof *vals);
+  size_t *lens = calloc((size_t)m, sizeof *lens);
+  int rc = vals && lens ? store_get_many(c->client, keys + from, (size_t)m, vals, lens, deadline)
+                        : -ENOMEM;
+  int there = 0;
+  while (rc == 0 && there < m && vals[there] != NULL) there++;
+  for (int i = 0; rc == 0 && i < m; i++) free(vals[i]);
+  free(vals);
+  free(lens);
+  return rc != 0 ? rc : from + there;
+}
+
+/* A store that stopped answering while we wait for the done keys: the report. */
+static void store_lost(cluster *c, int rc, char *report, size_t len) {
+  if (c->etcd)
+    snprintf(report, len, "lost %s: %s", rdzv_backend_name(c->backend), cohort_strerror(rc));
+  else
+    snprintf(report, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
+             c->plan.nodes[0].hostname, cohort_strerror(rc));
+}
+
+/* A stop signal that came while we wait: 1 with it in *stop_signal. */
+static int stop_came(int *stop_signal) {
+  unsigned char sigs[64];
+  ssize_t got = signals_read(sigs, sizeof sigs);
+  for (ssize_t i = 0; i < got; i++) {
+    if (signals_is_stop(sigs[i])) {
+      *stop_signal = sigs[i];
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Every node's done key, in 200 ms turns: one read of those still awaited, a wait on the
+ * first. -1 with the report on a failure, a lost store or a stop signal. */
+static int wait_all_done(cluster *c, const char **keys, char *report, size_t len,
+                         int *stop_signal) {
+  int n = c->plan.nnodes;
+  for (int from = 0;;) {
     if (cluster_failure(c, report, len)) return -1;
-    int rc = store_wait(c->client, keys, 1, base_deadline_in(200));
-    if (rc == 0) return 0;
-    if (rc != -ETIMEDOUT && c->etcd) {
-      snprintf(report, len, "lost %s: %s", rdzv_backend_name(c->backend), cohort_strerror(rc));
+    int got = first_absent(c, keys, from, n, base_deadline_in(5000));
+    if (got == n) return 0;
+    int rc = got < 0 ? got : store_wait(c->client, keys + got, 1, base_deadline_in(200));
+    if (got >= 0) from = got;
+    if (rc != 0 && rc != -ETIMEDOUT) {
+      store_lost(c, rc, report, len);
       return -1;
     }
-    if (rc != -ETIMEDOUT) {
-      snprintf(report, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
-               c->plan.nodes[0].hostname, cohort_strerror(rc));
-      return -1;
-    }
-    /* Signals still count while we wait. */
-    unsigned char sigs[64];
-    ssize_t got = signals_read(sigs, sizeof sigs);
-    for (ssize_t i = 0; i < got; i++) {
-      if (signals_is_stop(sigs[i])) {
-        *stop_signal = sigs[i];
-        return -1;
-      }
-    }
+    if (stop_came(stop_signal)) return -1;
   }
 }
 
 int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal) {
   if (!c->multinode) return 0;
-  char key[STORE_KEY_MAX];
-  node_key(c, round, "done", c->plan.my_index, key, sizeof key);
-  store_set(c->client, key, "1", 1, base_deadline_in(5000));
-  for (int k = 0; k < c->plan.nnodes; k++) {
-    node_key(c, round, "done", k, key, sizeof key);
-    if (wait_node_done(c, key, report, len, stop_signal) != 0) return -1;
+  const char **keys = node_keys(c, round, "done");
+  if (keys == NULL) {
+    base_strlcpy(report, "out of memory waiting for the other nodes", len);
+    return -1;
   }
-  return 0;
+  store_set(c->client, keys[c->plan.my_index], "1", 1, base_deadline_in(5000));
+  int rc = wait_all_done(c, keys, report, len, stop_signal);
+  free(keys);
+  return rc;
 }
 
 void cluster_publish_status(cluster *c, const char *json) {
@@ -438,6 +484,37 @@ int cluster_stopped(const char *report) {
   return strncmp(report, JOBCTL_STOPPED_BY, strlen(JOBCTL_STOPPED_BY)) == 0;
 }
 
+/* With etcd: node k's heartbeat key is gone (its agent ended and its lease took its keys). */
+static int node_gone(cluster *c, int round, int k, int64_t deadline) {
+  char key[STORE_KEY_MAX];
+  node_key(c, round, "hb", k, key, sizeof key);
+  void *val = NULL;
+  size_t len = 0;
+  int rc = store_get(c->client, key, &val, &len, deadline);
+  free(val);
+  return rc == -ENOENT;
+}
+
+/*
+ * Waits until every node has left round: its exit key is there or, with
+ * etcd, its heartbeat key is gone (a node that saw every exit key ends, and
+ * its lease takes its keys, maybe before a slower node read its exit key).
+ * One read of the exit keys still awaited per turn, then a wait on the
+ * first of them.
+ */
+static void wait_nodes_left(cluster *c, int round, int64_t deadline) {
+  int n = c->plan.nnodes;
+  const char **keys = node_keys(c, round, "exit");
+  for (int from = 0; keys != NULL && base_deadline_left(deadline) > 0;) {
+    if ((from = first_absent(c, keys, from, n, deadline)) < 0 || from == n) break;
+    if (c->etcd && node_gone(c, round, from, deadline))
+      from++;
+    else
+      store_wait(c->client, keys + from, 1, c->etcd ? base_deadline_in(100) : deadline);
+  }
+  free(keys);
+}
+
 void cluster_leave(cluster *c, int round) {
   if (!c->multinode || c->client == NULL) return;
   char key[STORE_KEY_MAX];
@@ -446,11 +523,7 @@ void cluster_leave(cluster *c, int round) {
   /* Node 0 keeps its store up until everyone has read the end; with etcd every
    * node stays until all are past the done keys, since its lease takes its keys. */
   if (c->store == NULL && !c->etcd) return;
-  for (int k = 0; k < c->plan.nnodes; k++) {
-    node_key(c, round, "exit", k, key, sizeof key);
-    const char *keys[1] = {key};
-    if (store_wait(c->client, keys, 1, base_deadline_in(3000)) != 0) break;
-  }
+  wait_nodes_left(c, round, base_deadline_in(3000));
 }
 
 void cluster_close(cluster *c) {
