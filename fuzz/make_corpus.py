@@ -291,6 +291,8 @@ put("fuzz_cli", "run_torchrun_refused", run_argv("--run-path", "--no-python", "-
 put("fuzz_cli", "run_etcd", run_argv("--rdzv-backend=etcd-v2", "--rdzv_endpoint", "e1,[::1]:2379,e3:1",
                                      "--rdzv-conf", "protocol=https,cacert=/c,cert=/x,key=/k,user=u",
                                      "--discover", "etcd", "--nnodes", "2:3", "t.py"))
+put("fuzz_cli", "run_straggler", run_argv("--straggler-factor", "1.5e0", "--hang-timeout=10",
+                                          "--straggler-factor=0", "--", "x"))
 put("fuzz_cli", "run_devices", run_argv("--nproc-per-node=gpu", "--numa-binding", "exclusive",
                                         "--sysfs-root", "/s", "--proc-root=/p", "--dev-root", "/d",
                                         "t.py"))

@@ -16,3 +16,9 @@ set_tests_properties(hang_torch PROPERTIES TIMEOUT 400 LABELS "slow")
 add_test(NAME hang_run COMMAND ${CMAKE_SOURCE_DIR}/tests/test_hang_run.sh $<TARGET_FILE:cohort>
   ${CMAKE_SOURCE_DIR} $<TARGET_FILE:test_hang_worker>)
 set_tests_properties(hang_run PROPERTIES TIMEOUT 300 LABELS "slow")
+
+# --straggler-factor: a rank slow on purpose reported on node 0 (one node,
+# and two agents on loopback), none in an even job or with the factor 0.
+add_test(NAME straggler COMMAND ${CMAKE_SOURCE_DIR}/tests/test_straggler.sh $<TARGET_FILE:cohort>
+  ${CMAKE_SOURCE_DIR})
+set_tests_properties(straggler PROPERTIES TIMEOUT 120 LABELS "slow")

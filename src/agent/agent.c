@@ -165,7 +165,7 @@ static hang_node here(const job *j) {
 
 /* SIGQUIT: every rank's stack on the console and in the log directory; the job goes on. */
 static void dump_stacks(job *j) {
-  if (j->hang.prog == NULL) {
+  if (j->hang.prog == NULL || j->cfg->hang_timeout_ms == 0) {
     base_log(BASE_LOG_WARN, "SIGQUIT: stack dumps need --hang-timeout (its hooks are off)");
     return;
   }
@@ -360,6 +360,8 @@ static int spawn_one(job *j, worker *w) {
   if (j->hang.prog != NULL) {
     hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
     in.heartbeat = hb;
+  }
+  if (j->hang.prog != NULL && j->cfg->hang_timeout_ms > 0) { /* the stacks' hooks */
     in.stacks_file = py;
     in.hook_dir = j->hang.dir;
     in.stacks_signal = stacks_py_signal();
@@ -526,10 +528,11 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
 static attempt_outcome run_attempt(job *j) {
   attempt_reset(j);
   make_err_dir(j);
-  if (j->cfg->hang_timeout_ms > 0 && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
+  int beats = j->cfg->hang_timeout_ms > 0 || j->cfg->straggler_factor > 0;
+  if (beats && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
       hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
                  j->nworkers) != 0)
-    base_log(BASE_LOG_WARN, "cannot set up hang detection: --hang-timeout has no effect");
+    base_log(BASE_LOG_WARN, "cannot set up the heartbeat files: no hang or straggler detection");
   attempt_outcome spawned = spawn_all(j);
   attempt_outcome supervised = supervise(j);
   return attempt_finish(j, spawned != ATTEMPT_OK ? spawned : supervised);
@@ -662,6 +665,7 @@ static void job_free(job *j) {
   cluster_close(&j->cl);
   doctor_result_destroy(j->net);
   hang_free(&j->hang);
+  straggle_free(&j->strag);
   dirs_remove(j->err_dir);
   guard_stop(&j->guard);
   signals_restore();

@@ -117,6 +117,7 @@ typedef struct agent_config {
   int64_t lost_after_ms;   /* a node silent this long is lost */
   int net_auto;            /* add derived network settings (cohort doctor) */
   int64_t hang_timeout_ms; /* a rank silent this long makes the job hung; 0: off */
+  double straggler_factor; /* report a rank whose step time is this many times the others'; 0 off */
   int64_t hang_start_ms;   /* ... or this long before its first line or beat (0: the same) */
   int launcher_stdin;      /* stdin is the connection to `cohort launch` (agent/launcher.h) */
 } agent_config;

@@ -466,6 +466,33 @@ void cluster_publish_status(cluster *c, const char *json) {
   store_set(c->client, key, json, strlen(json), base_deadline_in(STATUS_WRITE_MS));
 }
 
+int cluster_read_status(cluster *c, char **texts) {
+  int n = c->plan.nnodes;
+  char(*keys)[STORE_KEY_MAX] = calloc((size_t)n, sizeof *keys);
+  const char **kp = calloc((size_t)n, sizeof *kp);
+  size_t *lens = calloc((size_t)n, sizeof *lens);
+  int rc = keys && kp && lens && c->client ? 0 : -ENOMEM;
+  for (int k = 0; rc == 0 && k < n; k++) {
+    jobctl_key(keys[k], sizeof keys[k], c->run_id, "status", k);
+    kp[k] = keys[k];
+  }
+  if (rc == 0)
+    rc = store_get_many(c->client, kp, (size_t)n, (void **)texts, lens,
+                        base_deadline_in(STATUS_WRITE_MS));
+  for (int k = 0; rc == 0 && k < n; k++) { /* as text */
+    char *t = texts[k] != NULL ? realloc(texts[k], lens[k] + 1) : NULL;
+    if (t != NULL)
+      t[lens[k]] = '\0';
+    else
+      free(texts[k]);
+    texts[k] = t;
+  }
+  free(lens);
+  free(kp);
+  free(keys);
+  return rc;
+}
+
 int cluster_stacks_requested(cluster *c, int64_t *req) {
   if (c->client == NULL) return -ENOTCONN;
   char key[STORE_KEY_MAX];

@@ -108,6 +108,13 @@ void cluster_publish_stacks(cluster *c, const char *json);
 int cluster_stopped(const char *report);
 
 /*
+ * Every node's status snapshot (J/status/<node>): texts[k] (plan.nnodes of
+ * them) node k's, malloc'ed and NUL-terminated, or NULL. 0, or -errno when the store did not
+ * answer within STATUS_WRITE_MS.
+ */
+int cluster_read_status(cluster *c, char **texts);
+
+/*
  * Every node's answer to one question of the round: publishes mine under
  * J/<round>/<what>/<node> and gathers the others' (all of them, or those
  * there by timeout_ms). texts[k] (plan.nnodes of them) receives node k's,

@@ -122,6 +122,7 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
 /* --hang-timeout's variables: the heartbeat file and the Python stack hook. */
 static int env_hang(agent_env *e, const agent_env_in *in) {
   int rc = env_setf(e, "COHORT_HEARTBEAT", "%s", in->heartbeat);
+  if (in->hook_dir == NULL) return rc; /* heartbeats without --hang-timeout's hooks */
   const char *pp = agent_env_get(in->parent, "PYTHONPATH");
   if (pp != NULL && pp[0] != '\0')
     rc |= env_setf(e, "PYTHONPATH", "%s:%s", in->hook_dir, pp);

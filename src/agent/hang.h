@@ -40,9 +40,10 @@ typedef struct hang {
 } hang;
 
 /*
- * Turns detection on for n local ranks with files under dir (which
- * exists): a rank is hung after timeout_ms without progress, or start_ms
- * before its first line or beat. 0 or -errno.
+ * Turns the heartbeat files on for n local ranks with files under dir
+ * (which exists): a rank is hung after timeout_ms without progress, or
+ * start_ms before its first line or beat; timeout_ms 0: no hang detection,
+ * the beats' step times alone (--straggler-factor). 0 or -errno.
  */
 int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n);
 void hang_free(hang *h);

@@ -15,6 +15,7 @@
 #include "agent/hang.h"
 #include "agent/place.h"
 #include "agent/snapshot.h"
+#include "agent/straggle.h"
 #include "agent/watch.h"
 #include "agent/worker.h"
 #include "doctor/doctor.h"
@@ -44,7 +45,8 @@ typedef struct job {
   char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
   snapshot snap;      /* this node's status for `cohort status` */
   int dup_fd[2];      /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */
-  hang hang;          /* --hang-timeout's state, hang.prog NULL while off */
+  hang hang;          /* heartbeats (--hang-timeout, --straggler-factor); hang.prog NULL: off */
+  straggle strag;     /* node 0: the ranks straggling now (--straggler-factor) */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */
   int64_t kill_at;    /* when the stragglers get SIGKILL */

@@ -96,10 +96,12 @@ static json_t *rank_json(snapshot *s, const worker *w, int i, int64_t now) {
   if (w->pid > 0) json_object_set_new(r, "uptime_ms", json_integer(now - w->started_ms));
   if (w->last_output_ms > 0)
     json_object_set_new(r, "silent_ms", json_integer(now - w->last_output_ms));
-  /* Its heartbeat (--hang-timeout's COHORT_HEARTBEAT file), once it beat. */
+  /* Its heartbeat (the COHORT_HEARTBEAT file), once it beat; its step time once known. */
   if (w->prog != NULL && w->prog->beaten) {
     if (w->prog->step >= 0) json_object_set_new(r, "step", json_integer(w->prog->step));
     json_object_set_new(r, "beat_age_ms", json_integer(now - w->prog->last_ms));
+    double step_ms = progress_step_ms(w->prog);
+    if (step_ms > 0) json_object_set_new(r, "step_ms", json_real(step_ms));
   }
   int64_t ticks = 0, rss = 0;
   if (w->running && snapshot_proc(w->pid, &ticks, &rss) == 0) {
@@ -153,6 +155,7 @@ int snapshot_tick(job *j, int64_t now) {
     free(text);
     remote_stacks_tick(j, &j->snap.stacks_seen);
   }
+  straggle_tick(j, now);
   int64_t left = j->snap.next_ms - base_now_ms();
   return left < 0 ? 0 : (int)left;
 }

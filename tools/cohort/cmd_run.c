@@ -90,6 +90,9 @@
   "                       report names the rank to blame, exit status 5 (default: off)\n"          \
   "  --hang-start-timeout SEC  the same limit before a rank's first line or beat (start-up:\n"     \
   "                       imports, loading data; default: --hang-timeout's)\n"                     \
+  "  --straggler-factor F  report (on node 0, once per episode) a rank whose step time, from\n"    \
+  "                       the step numbers it writes to $COHORT_HEARTBEAT, is above F times\n"     \
+  "                       the other ranks' median (default 1.5; 0: off); never stops the job\n"    \
   "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
   "                       node (never overriding what you set; default auto)\n"                    \
   "  --sysfs-root DIR, --proc-root DIR, --dev-root DIR  read GPUs and the CPU topology\n"          \
@@ -370,6 +373,16 @@ static int set_rdzv_conf(void *settings, const char *v) {
   return 0;
 }
 
+/* --straggler-factor: 0 (off), or above 1 (a rank as slow as the others is no straggler). */
+static int set_straggler_factor(void *settings, const char *v) {
+  run_args *a = settings;
+  char *end = NULL;
+  double f = strtod(v, &end);
+  if (end == v || *end != '\0' || !(f == 0 || (f > 1 && f <= 1000))) return -1;
+  a->cfg.straggler_factor = f;
+  return 0;
+}
+
 static const cli_choice discover_methods[] = {
     {"auto", RDZV_AUTO}, {"static", RDZV_STATIC}, {"dns", RDZV_STATIC}, {"mcast", RDZV_MCAST},
     {"file", RDZV_FILE}, {"env", RDZV_ENV},       {"etcd", RDZV_ETCD},  {NULL, 0}};
@@ -471,6 +484,8 @@ static const cli_opt run_opts[] = {
      .max = 3600000},
     {"--hang-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_timeout_ms, int64_t), .min = 1000,
      .max = 86400000LL * 7},
+    {"--straggler-factor", 0, CLI_CUSTOM, .fn = set_straggler_factor,
+     .what = "0 (off) or a factor above 1, up to 1000"},
     {"--hang-start-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_start_ms, int64_t), .min = 1000,
      .max = 86400000LL * 7},
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
@@ -756,6 +771,7 @@ static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
               .join_timeout_ms = 300000,
               .last_call_ms = 3000,
               .lost_after_ms = 5000,
+              .straggler_factor = 1.5,
               .net_auto = 1,
           },
       .method = RDZV_AUTO,
