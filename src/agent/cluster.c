@@ -267,9 +267,8 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
           "cohort: node %d of %d (%s), ranks %d-%d of %d, master %s:%d, interface %s, round %d\n",
           p->my_index, p->nnodes, c->hostname, me->rank_offset, me->rank_offset + me->nproc - 1,
           p->world_size, p->master_addr, p->master_port, c->iface[0] ? c->iface : "?", round);
-  /* Everyone has joined: no more announcements needed. */
-  rdzv_publish_stop(c->pub);
-  c->pub = NULL;
+  /* Everyone has joined: announcements only to those who ask (cohort status, late nodes). */
+  rdzv_publish_quiet(c->pub);
   return 0;
 }
 

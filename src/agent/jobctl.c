@@ -34,7 +34,9 @@ int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jo
   o.token = token;
   /* A joiner with a rank of its own never claims the shared file nor stands
    * for election: it only reads what the job's host published. */
-  if (o.method == RDZV_FILE || (o.method == RDZV_AUTO && o.rdzv_file != NULL)) o.node_rank = 1;
+  if (o.method == RDZV_FILE || o.method == RDZV_MCAST ||
+      (o.method == RDZV_AUTO && o.rdzv_file != NULL))
+    o.node_rank = 1;
   rdzv_target t;
   memset(&t, 0, sizeof t);
   int rc = rdzv_discover(&o, envp, &t, err, errlen);

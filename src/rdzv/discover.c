@@ -332,6 +332,10 @@ int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int st
   return 0;
 }
 
+void rdzv_publish_quiet(rdzv_publisher *pub) {
+  if (pub != NULL && pub->method == RDZV_MCAST) rdzv_mcast_publish_quiet(pub->mcast);
+}
+
 void rdzv_publish_stop(rdzv_publisher *pub) {
   if (pub == NULL) return;
   if (pub->method == RDZV_MCAST) rdzv_mcast_publish_stop(pub->mcast);

@@ -78,5 +78,11 @@ int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int st
                        rdzv_publisher **out, char *errbuf, size_t errlen);
 /* Stops announcing (removes nothing a late joiner would still need). NULL ok. */
 void rdzv_publish_stop(rdzv_publisher *pub);
+/*
+ * The job has formed: multicast stops its periodic announcements but still
+ * answers at once whoever looks for the job (a late node of an elastic job,
+ * `cohort status --discover mcast`). Other methods: nothing. NULL ok.
+ */
+void rdzv_publish_quiet(rdzv_publisher *pub);
 
 #endif

@@ -173,6 +173,9 @@ typedef struct rdzv_mcast_pub rdzv_mcast_pub;
 int rdzv_mcast_publish_start(const rdzv_opts *opts, const char *advertise_host, int store_port,
                              rdzv_mcast_pub **out, char *errbuf, size_t errlen);
 void rdzv_mcast_publish_stop(rdzv_mcast_pub *pub);
+/* Stops the periodic announcements; a candidate (a node or tool looking for the job) is
+ * still answered at once. */
+void rdzv_mcast_publish_quiet(rdzv_mcast_pub *pub);
 
 /* The absolute deadline of a discovery: opts->deadline_ms, or 5 minutes when 0. */
 int64_t rdzv_deadline(const rdzv_opts *opts);

@@ -516,9 +516,17 @@ struct rdzv_mcast_pub {
   rdzv_dgram announce;
 };
 
+/* What the wake pipe says: 0 for 'q' (announce only when asked), 1 for stop. */
+static int woken_to_stop(rdzv_mcast_pub *p) {
+  char b = 'x';
+  ssize_t k = read(p->wake[0], &b, 1);
+  return !(k == 1 && b == 'q');
+}
+
 static void *announcer_main(void *arg) {
   rdzv_mcast_pub *p = arg;
   int64_t next = base_now_ms(), last = 0;
+  int quiet = 0; /* the job has formed: answer the nodes and tools that ask, nothing more */
   for (;;) {
     int64_t now = base_now_ms();
     if (now >= next) {
@@ -526,14 +534,19 @@ static void *announcer_main(void *arg) {
       int rc = mc_send(&p->c, &p->announce, p->token);
       if (rc != 0) base_log(BASE_LOG_DEBUG, "rdzv mcast announce: %s", cohort_strerror(rc));
       last = now;
-      next = now + jitter(ANNOUNCE_PERIOD_MS);
+      next = quiet ? INT64_MAX : now + jitter(ANNOUNCE_PERIOD_MS);
     }
     struct pollfd fds[2] = {{.fd = p->wake[0], .events = POLLIN},
                             {.fd = p->c.fd, .events = POLLIN}};
-    int n = poll(fds, 2, (int)(next - now > 0 ? next - now : 0));
+    int wait = next == INT64_MAX ? -1 : (int)(next - now > 0 ? next - now : 0);
+    int n = poll(fds, 2, wait);
     if (n < 0 && errno != EINTR) break;
     if (n <= 0) continue;
-    if (fds[0].revents) break;
+    if (fds[0].revents) {
+      if (woken_to_stop(p)) break;
+      quiet = 1;
+      next = INT64_MAX;
+    }
     if (fds[1].revents) {
       rdzv_dgram d;
       char from[INET_ADDRSTRLEN];
@@ -596,6 +609,13 @@ out:
   free(p->token);
   free(p);
   return rc;
+}
+
+void rdzv_mcast_publish_quiet(rdzv_mcast_pub *p) {
+  if (p == NULL) return;
+  ssize_t w;
+  do w = write(p->wake[1], "q", 1);
+  while (w < 0 && errno == EINTR);
 }
 
 void rdzv_mcast_publish_stop(rdzv_mcast_pub *p) {

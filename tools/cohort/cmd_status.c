@@ -54,6 +54,9 @@ static const cli_cmd status_cmd = {
 
 /* ---- finding and connecting (shared with cmd_stop.c through cmd_status.h) ---- */
 
+const cli_choice job_discover_methods[] = {
+    {"auto", JOB_DISCOVER_AUTO}, {"mcast", JOB_DISCOVER_MCAST}, {NULL, 0}};
+
 /* No address given and no scheduler: this user's job on this machine alone. */
 static int find_local(const char *prog_name, const job_args *a, const char **token, job_conn *jc) {
   static char local_token[STORE_TOKEN_MAX + 1];
@@ -82,6 +85,17 @@ static int find_job(const char *prog_name, const job_args *a, const char **token
     return cli_usage_error(prog_name, "give --master or --rdzv-file, not both");
   if (a->master != NULL) ro.method = RDZV_STATIC;
   if (a->rdzv_file != NULL) ro.method = RDZV_FILE;
+  if (a->discover == JOB_DISCOVER_MCAST) {
+    if (a->master != NULL || a->rdzv_file != NULL)
+      return cli_usage_error(prog_name, "--discover mcast finds the job itself: no --master or "
+                                        "--rdzv-file with it");
+    if (a->job == NULL) return cli_usage_error(prog_name, "--discover mcast needs --job ID");
+    ro.method = RDZV_MCAST;
+    ro.iface = a->iface;
+    ro.mcast_group = a->mcast_group;
+  } else if (a->iface != NULL || a->mcast_group != NULL) {
+    return cli_usage_error(prog_name, "--iface and --mcast-group go with --discover mcast");
+  }
   ro.master = a->master;
   ro.rdzv_file = a->rdzv_file;
   ro.deadline_ms = jc->deadline_ms;

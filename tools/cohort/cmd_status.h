@@ -15,13 +15,19 @@
 #include "tools/cli.h"
 
 typedef struct job_args {
-  const char *master;    /* --master HOST:PORT */
-  const char *rdzv_file; /* --rdzv-file PATH */
-  const char *job;       /* --job ID: the id the agents were given */
+  const char *master;      /* --master HOST:PORT */
+  const char *rdzv_file;   /* --rdzv-file PATH */
+  const char *job;         /* --job ID: the id the agents were given */
+  int discover;            /* --discover auto|mcast (JOB_DISCOVER_*) */
+  const char *iface;       /* --iface NAME (multicast) */
+  const char *mcast_group; /* --mcast-group ADDR:PORT (multicast) */
   const char *token;
   const char *token_file;
   int64_t timeout_ms;
 } job_args;
+
+enum { JOB_DISCOVER_AUTO, JOB_DISCOVER_MCAST };
+extern const cli_choice job_discover_methods[];
 
 /* The option rows of job_args, for a settings struct TYPE holding one as FIELD. */
 #define JOB_ARGS_ROWS(TYPE, FIELD)                                                                 \
@@ -39,6 +45,20 @@ typedef struct job_args {
        CLI_STR,                                                                                    \
        .at = CLI_AT(TYPE, FIELD.job, const char *),                                                \
        .what = "a job id",                                                                         \
+       .flags = CLI_NONEMPTY},                                                                     \
+      {"--discover", 0, CLI_CHOICE, .at = CLI_AT(TYPE, FIELD.discover, int),                       \
+       .choices = job_discover_methods},                                                           \
+      {"--iface",                                                                                  \
+       0,                                                                                          \
+       CLI_STR,                                                                                    \
+       .at = CLI_AT(TYPE, FIELD.iface, const char *),                                              \
+       .what = "an interface name",                                                                \
+       .flags = CLI_NONEMPTY},                                                                     \
+      {"--mcast-group",                                                                            \
+       0,                                                                                          \
+       CLI_STR,                                                                                    \
+       .at = CLI_AT(TYPE, FIELD.mcast_group, const char *),                                        \
+       .what = "ADDR:PORT",                                                                        \
        .flags = CLI_NONEMPTY},                                                                     \
       {"--token", 0, CLI_STR, .at = CLI_AT(TYPE, FIELD.token, const char *)},                      \
       {"--token-file",                                                                             \
@@ -61,6 +81,9 @@ typedef struct job_args {
   "                       (neither: the scheduler's environment, as cohort run;\n"                 \
   "                       else this user's job running on this machine alone)\n"                   \
   "  --job ID             the job id given to cohort run (--job/--run-id), if any\n"               \
+  "  --discover mcast     ask for the job by UDP multicast, as agents started with\n"              \
+  "                       --discover mcast --job ID find each other (needs --job;\n"               \
+  "                       --iface NAME and --mcast-group A:P as given to cohort run)\n"            \
   "  --token SECRET       the job's token (default: $COHORT_TOKEN)\n"                              \
   "  --token-file FILE    read the token from FILE (default: $COHORT_TOKEN_FILE)\n"                \
   "  --timeout S          give up after S seconds (default " DEFAULT_S ")\n"
