@@ -63,6 +63,7 @@ def main():
     print("%-44s %12.1f" % ("A: heartbeats and stragglers (default)", mon))
     print("%-44s %12.1f" % ("B: none (--straggler-factor 0)", moff))
     print("%-44s %12.3f" % ("B / A", moff / mon))
+    print("runs, ms: A %s; B %s" % (" ".join("%.0f" % x for x in on), " ".join("%.0f" % x for x in off)))
 
 
 if __name__ == "__main__":
