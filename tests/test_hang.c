@@ -479,6 +479,17 @@ static void test_heartbeat_bad(void) {
   sh("echo 5 > %s", path);
   CHECK_EQ_INT(progress_poll(&p, 700, msg, sizeof msg), 0);
   CHECK_EQ_INT(p.step, 5);
+  /* Beaten, then deleted: its output counts again until it beats again. */
+  progress_output(&p, 800);
+  CHECK_EQ_INT(progress_silent_ms(&p, 800), 100);
+  sh("rm %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 900, msg, sizeof msg), 1);
+  progress_output(&p, 1000);
+  CHECK_EQ_INT(progress_silent_ms(&p, 1000), 0);
+  sh("echo 6 > %s", path);
+  CHECK_EQ_INT(progress_poll(&p, 1100, msg, sizeof msg), 0);
+  progress_output(&p, 1200); /* beating again: output no longer counts */
+  CHECK_EQ_INT(progress_silent_ms(&p, 1200), 100);
   /* A path that cannot be created is an error, not a crash. */
   CHECK(progress_init(&p, 0, "/nonexistent-dir/hb", 0) < 0);
 }

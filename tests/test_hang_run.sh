@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# `cohort run --hang-timeout` on one node, with real workers:
-#  1. a PyTorch gloo DDP job (tests/torch/ddp_hang.py) whose rank 1 stops in
-#     its data loader (sleeping, spinning in Python, blocked on a pipe),
-#     --hang-timeout 10 (--hang-start-timeout 120: torch's import alone is
-#     silent for seconds on a loaded machine):
-#     exit status 5, the report blames rank 1 at the script's line, rank 0
-#     waits in the all_reduce, the full stacks are in --log-dir;
-#  2. not hangs: silent for longer than the timeout but beating the
-#     heartbeat; a job that prints nothing and beats;
+# `cohort run --hang-timeout` with real workers:
+#  1. a PyTorch gloo DDP job on two nodes x two ranks in network namespaces
+#     (tests/torch/ddp_hang.py) whose one rank stops in its data loader in
+#     three ways, each on another rank and node (sleeping: rank 3 on node 1;
+#     spinning in Python: rank 1 on node 0; blocked on a pipe: rank 2 on
+#     node 1), --hang-timeout 10 (--hang-start-timeout 120: torch's import
+#     alone is silent for seconds on a loaded machine): whichever node
+#     notices, both nodes exit 5 soon after the rank stops, and both print
+#     the report blaming that rank and node at the script's line, the other
+#     three ranks waiting in DDP's all_reduce; the full stacks are in each
+#     node's --log-dir, and the report names them;
+#  2. not hangs: computing 20 s between lines but beating every 2 s under a
+#     5 s timeout; a job that prints nothing and beats; start-up silence
+#     within --hang-start-timeout;
 #  3. SIGQUIT dumps the stacks and the job goes on;
-#  4. a heartbeat replaced by a directory: one line, no crash;
+#  4. a heartbeat replaced by a directory, deleted after beating, or filled
+#     with garbage: one line each, no crash, the job ends normally;
 #  5. --max-restarts restarts a hung job;
-#  6. two nodes x two ranks in network namespaces, rank 3 (node 1) stuck,
-#     --hang-timeout 10 after a start-up of up to 120 s: whichever
-#     node notices, every node exits 5 and prints the report blaming rank 3.
-#  7. a C libcohort worker (tests/test_hang_worker.c): silent for longer than
+#  6. a C libcohort worker (tests/test_hang_worker.c): silent for longer than
 #     the timeout but calling collectives (libcohort beats) runs to the end;
 #     one rank skipping an allreduce to sleep is blamed, the others wait in
 #     cohort_allreduce.
@@ -24,30 +27,68 @@ cohort=$(readlink -f "$1")
 src=$(cd "$2" && pwd)
 worker=$(readlink -f "$3")
 . "$src/tests/check_lib.sh"
+. "$src/tests/netns_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-hangrun-XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+pids=()
+trap 'netns_down; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 export TMPDIR=$tmp PYTHON_EXEC=/usr/bin/python3
 line_of() { grep -n "$2" "$1" | head -1 | cut -d: -f1; }
 script=$src/tests/torch/ddp_hang.py
 
-# 1. A stuck rank in three ways.
-for mode in sleep spin pipe; do
-  mark=$(echo "HANG-$mode" | tr a-z A-Z)
-  HANG_RANK=1 HANG_MODE=$mode timeout 120 "$cohort" run --nproc-per-node 2 --hang-timeout 10 --hang-start-timeout 120 \
-    --log-dir "$tmp/logs-$mode" -t 3 "$script" >"$tmp/$mode.out" 2>"$tmp/$mode.err"
-  code=$?
-  check "$mode: exit status 5 (hung), got $code" [ "$code" = 5 ]
-  check "$mode: the report blames rank 1" contains "$tmp/$mode.err" "job hung: rank 1 (node 0"
-  check "$mode: ... at the script's line" \
-    contains "$tmp/$mode.err" "ddp_hang.py:$(line_of "$script" "$mark")"
-  check "$mode: rank 0 waits in the collective" grep -q "rank 0 waiting in" "$tmp/$mode.err"
-  check "$mode: the full stacks are in the log dir" [ -s "$tmp/logs-$mode/attempt0/stacks/rank1.txt" ]
-  check "$mode: the report names them" contains "$tmp/$mode.err" "$tmp/logs-$mode/attempt0/stacks"
-done
+# The seconds until FILE holds TEXT, waiting at most LIMIT s: -1 if never.
+seconds_until() {
+  local file=$1 text=$2 end=$((SECONDS + $3))
+  while [ $SECONDS -lt $end ]; do
+    contains "$file" "$text" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
 
-# 2. Not hangs. Silent for 6 s under a 3 s timeout, beating every second.
-beat='for i in 1 2 3 4 5 6; do echo $i > "$COHORT_HEARTBEAT"; sleep 1; done; echo done'
-timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 3 -- sh -c "echo start; $beat" \
+# 1. A stuck rank in three ways, on two nodes.
+netns_up 2 || {
+  echo "cannot create network namespaces"
+  exit 1
+}
+M=$(netns_addr 0)
+port=29510
+for spec in sleep:3:0-2 spin:1:0,2-3 pipe:2:0-1,3; do
+  IFS=: read -r mode stuck others <<<"$spec"
+  node=$((stuck / 2)) port=$((port + 1))
+  mark=$(echo "HANG-$mode" | tr a-z A-Z)
+  for i in 0 1; do
+    netns_bg "$i" "$tmp/$mode-$i" env HANG_RANK=$stuck HANG_MODE=$mode COHORT_TOKEN=hangtok \
+      "$cohort" run --nnodes 2 --node-rank "$i" --master "$M:$port" --nproc-per-node 2 \
+      --hang-timeout 10 --hang-start-timeout 120 --log-dir "$tmp/logs-$mode-$i" -t 3 "$script"
+    eval "n$i=\$!"
+  done
+  seconds_until "$tmp/$mode-$node" hanging 240
+  stuck_at=$SECONDS
+  wait_all 120 "$n0" "$n1"
+  took=$((SECONDS - stuck_at))
+  check "$mode: both nodes exit 5, hung ($codes)" [ "$codes" = "5 5" ]
+  # 10 s of silence, up to 15 s of stacks, the nodes' verdicts gathered: well under 60 s.
+  check "$mode: both nodes ended ${took} s after rank $stuck stopped" [ "$took" -le 60 ]
+  for i in 0 1; do
+    check "$mode: node $i blames rank $stuck on node $node" \
+      contains "$tmp/$mode-$i" "job hung: rank $stuck (node $node"
+    check "$mode: node $i shows its line" \
+      contains "$tmp/$mode-$i" "ddp_hang.py:$(line_of "$script" "$mark")"
+    check "$mode: node $i: ranks $others wait in all_reduce" \
+      grep -q "cohort: ranks $others waiting in .*all_reduce" "$tmp/$mode-$i"
+    check "$mode: node $i names its full stacks" \
+      contains "$tmp/$mode-$i" "full stacks: $tmp/logs-$mode-$i/attempt0/stacks"
+    check "$mode: node $i wrote its ranks' stacks" \
+      [ -s "$tmp/logs-$mode-$i/attempt0/stacks/rank$((2 * i)).txt" ]
+  done
+  check "$mode: the stuck rank's full stack holds its line" \
+    grep -q "ddp_hang.py.*$(line_of "$script" "$mark")" "$tmp/logs-$mode-$node/attempt0/stacks/rank$stuck.txt"
+done
+netns_down
+
+# 2. Not hangs. Computing 20 s between two lines under a 5 s timeout, beating every 2 s.
+beat='for i in $(seq 1 10); do echo $i > "$COHORT_HEARTBEAT"; sleep 2; done; echo done'
+timeout 90 "$cohort" run --nproc-per-node 2 --hang-timeout 5 -- sh -c "echo start; $beat" \
   >"$tmp/beat.out" 2>&1
 code=$?
 check "beating ranks are not hung (got $code)" [ "$code" = 0 ]
@@ -88,6 +129,20 @@ timeout 60 "$cohort" run --hang-timeout 5 -- sh -c \
 code=$?
 check "heartbeat made a directory: exit 0 (got $code)" [ "$code" = 0 ]
 check "... said in one line" [ "$(grep -c 'cohort: rank 0: .*director' "$tmp/dir.out")" = 1 ]
+# Deleted after a beat, the rank goes on printing: its lines count again.
+timeout 60 "$cohort" run --hang-timeout 2 -- sh -c \
+  'echo 1 >"$COHORT_HEARTBEAT"; sleep 0.5; rm "$COHORT_HEARTBEAT"; for i in 1 2 3 4 5; do echo "line $i"; sleep 1; done' \
+  >"$tmp/gone.out" 2>&1
+code=$?
+check "heartbeat deleted after a beat: exit 0 (got $code)" [ "$code" = 0 ]
+check "... said in one line" [ "$(grep -c 'cohort: rank 0: heartbeat file .* was deleted' "$tmp/gone.out")" = 1 ]
+# Garbage written as beats: still beats, said once.
+timeout 60 "$cohort" run --hang-timeout 2 -- sh -c \
+  'for i in 1 2 3 4 5; do head -c 64 /dev/urandom >"$COHORT_HEARTBEAT"; sleep 1; done' \
+  >"$tmp/junk.out" 2>&1
+code=$?
+check "heartbeat filled with garbage: exit 0 (got $code)" [ "$code" = 0 ]
+check "... said in one line" [ "$(grep -c 'cohort: rank 0: heartbeat file .* holds no step number' "$tmp/junk.out")" = 1 ]
 
 # 5. A hung job restarts like a failed one.
 timeout 60 "$cohort" run --hang-timeout 2 --max-restarts 1 -- sh -c \
@@ -97,7 +152,7 @@ code=$?
 check "a hung job is restarted and then ends 0 (got $code)" [ "$code" = 0 ]
 check "... after one restart" contains "$tmp/re.out" "[r0] attempt 1"
 
-# 7. libcohort: its collectives beat; a rank that skips one is blamed.
+# 6. libcohort: its collectives beat; a rank that skips one is blamed.
 STEPS=30 STEP_MS=150 timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 2 -- "$worker" \
   >"$tmp/lc.out" 2>&1
 code=$?
@@ -111,34 +166,6 @@ check "libcohort: a rank skipping an allreduce: exit 5 (got $code)" [ "$code" = 
 check "libcohort: ... it is blamed" contains "$tmp/lch.out" "job hung: rank 1 (node 0"
 check "libcohort: ... the other waits in cohort_allreduce" grep -q "rank 0 waiting in.*cohort_allreduce" "$tmp/lch.out"
 
-# 6. Two nodes: whichever node notices, every node's stacks decide the blame.
-. "$src/tests/netns_lib.sh"
-netns_up 2 || {
-  echo "cannot create network namespaces"
-  exit 1
-}
-M=$(netns_addr 0)
-pids=()
-for stuck in 3; do
-  for i in 0 1; do
-    netns_bg "$i" "$tmp/mn$stuck-$i" env HANG_RANK=$stuck HANG_MODE=sleep COHORT_TOKEN=hangtok \
-      "$cohort" run --nnodes 2 --node-rank "$i" --master "$M:2950$stuck" --nproc-per-node 2 \
-      --hang-timeout 10 --hang-start-timeout 120 "$script"
-    eval "n$i=\$!"
-  done
-  wait_all 120 "$n0" "$n1"
-  node=$((stuck / 2))
-  check "2 nodes, rank $stuck stuck: both exit 5 ($codes)" [ "$codes" = "5 5" ]
-  for i in 0 1; do
-    check "2 nodes, rank $stuck stuck: node $i blames it" \
-      contains "$tmp/mn$stuck-$i" "job hung: rank $stuck (node $node"
-    check "2 nodes, rank $stuck stuck: node $i shows its line" \
-      contains "$tmp/mn$stuck-$i" "ddp_hang.py:$(line_of "$script" HANG-SLEEP)"
-  done
-  check "2 nodes, rank $stuck stuck: the others wait in the collective" \
-    grep -q "ranks [0-9,-]* waiting in" "$tmp/mn$stuck-0"
-done
-netns_down
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -13,6 +13,8 @@
 
 /* The bad states of a heartbeat file, one report each. */
 enum { BAD_GONE = 1u, BAD_DIR = 2u, BAD_GARBAGE = 4u, BAD_UNREADABLE = 8u };
+/* The states in which no beat can be seen: the rank's output counts again. */
+#define BAD_BLIND (BAD_GONE | BAD_DIR | BAD_UNREADABLE)
 
 int progress_init(progress *p, int rank, const char *path, int64_t now) {
   memset(p, 0, sizeof *p);
@@ -36,7 +38,7 @@ int progress_init(progress *p, int rank, const char *path, int64_t now) {
 
 void progress_output(progress *p, int64_t now) {
   p->started = 1;
-  if (!p->beaten) p->last_ms = now;
+  if (!p->beaten || (p->problems & BAD_BLIND)) p->last_ms = now;
 }
 
 /* Reports a bad state once: 1 and the line in msg when it is new. */
@@ -104,7 +106,7 @@ int progress_poll(progress *p, int64_t now, char *msg, size_t msglen) {
   p->beaten = 1;
   p->started = 1;
   p->last_ms = now;
-  p->problems &= ~(unsigned)(BAD_GONE | BAD_DIR | BAD_UNREADABLE);
+  p->problems &= ~(unsigned)BAD_BLIND;
   int64_t step = 0;
   int got = read_step(fd, &step);
   if (got > 0) note_step(p, step, &st.st_mtim);
