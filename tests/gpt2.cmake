@@ -32,3 +32,9 @@ target_link_libraries(test_gpt2_powersgd PRIVATE gpt2)
 add_test(NAME gpt2_powersgd COMMAND test_gpt2_powersgd)
 set_tests_properties(gpt2_powersgd PROPERTIES TIMEOUT 60 LABELS "unit"
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+
+# The gradient buffer shared between a host's ranks (cohort_mem_alloc), and the
+# fallback when /dev/shm is too small (a mount namespace with a 4 MiB tmpfs).
+add_test(NAME gpt2_shm COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_shm.sh
+         $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2>)
+set_tests_properties(gpt2_shm PROPERTIES TIMEOUT 120 LABELS "slow" SKIP_RETURN_CODE 77)

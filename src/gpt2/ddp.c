@@ -50,6 +50,16 @@ static int add_shard(gpt2_ddp *d, size_t lo, size_t hi) {
   return 0;
 }
 
+/* Moves the gradients into memory the host's ranks share; on failure (on every rank alike) they
+ * stay where they are. */
+static void share_grads(gpt2_ddp *d) {
+  void *buf = NULL;
+  d->shared_rc = cohort_mem_alloc(d->comm, d->m->param_bytes, &buf);
+  if (d->shared_rc != 0) return;
+  gpt2_model_use_grads(d->m, buf);
+  d->shared_grads = buf;
+}
+
 int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_optim_config *ocfg,
                   size_t bucket_bytes, int zero, int accum) {
   memset(d, 0, sizeof(*d));
@@ -65,6 +75,7 @@ int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_opti
   int rc = 0;
   size_t wte_end = (size_t)m->cfg.vocab * (size_t)m->cfg.channels;
   if (d->world > 1) {
+    share_grads(d);
     /* Layers from the top, merged until a bucket reaches the target size;
      * the tail (ln_f, qa) rides with the last layer. */
     size_t hi = m->nparams;
@@ -105,7 +116,12 @@ int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_opti
       rc = add_shard(d, 0, m->nparams);
     }
   }
-  if (rc != 0) gpt2_ddp_free(d);
+  if (rc != 0) {
+    /* Not freed collectively here (the other ranks may not be failing): the communicator's
+     * destroy unmaps the shared gradients, which the model does not own. */
+    d->shared_grads = NULL;
+    gpt2_ddp_free(d);
+  }
   return rc;
 }
 
@@ -121,6 +137,10 @@ void gpt2_ddp_free(gpt2_ddp *d) {
   free(d->gath_tok);
   gpt2_psgd_free(d->psgd);
   free(d->psgd);
+  if (d->shared_grads != NULL) {
+    cohort_mem_free(d->comm, d->shared_grads);
+    d->m->grads = NULL;
+  }
   memset(d, 0, sizeof(*d));
 }
 

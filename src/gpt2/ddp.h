@@ -23,6 +23,13 @@
  * Gradients are summed, not averaged: the trainer scales the loss by
  * 1/(K*world) so the sum is the mean over the global batch.
  *
+ * With several ranks the gradient buffer comes from cohort_mem_alloc, memory
+ * the ranks of a host share, so that on one host libcohort's single-copy
+ * allreduce reduces the buckets straight between the ranks' buffers. When
+ * that allocation fails (a /dev/shm too small: -ENOSPC on every rank alike)
+ * the model keeps its private buffer and the buckets take the ordinary
+ * algorithms; shared_rc says why.
+ *
  * With comm NULL (one process) nothing is communicated and the optimiser
  * state is whole. Errors are negative codes; the communicator's message is
  * in err.
@@ -50,6 +57,8 @@ typedef struct gpt2_ddp {
   int rank, world, zero, accum;
   gpt2_model *m;
   gpt2_optim_config ocfg;
+  void *shared_grads; /* the model's gradients, from cohort_mem_alloc; NULL: its own */
+  int shared_rc;      /* why not shared (cohort_mem_alloc's error), else 0 */
   gpt2_bucket *buckets;
   int nbuckets;
   gpt2_optim *shards; /* optimiser state: one shard, or one per owned range */
@@ -83,6 +92,8 @@ typedef struct gpt2_ddp {
 
 int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_optim_config *ocfg,
                   size_t bucket_bytes, int zero, int accum);
+/* Collective when the gradients are shared (cohort_mem_free): every rank frees, or the
+ * communicator has been aborted. The model's gradient pointer is NULL afterwards. */
 void gpt2_ddp_free(gpt2_ddp *d);
 /* Gradients travel as `wire` (COHORT_F32, COHORT_BF16 or COHORT_F16) from the next step on. */
 void gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);

@@ -262,7 +262,7 @@ int gpt2_model_init(gpt2_model *m, const gpt2_config *cfg, int Bi, int Ti) {
 void gpt2_model_free(gpt2_model *m) {
   if (m == NULL) return;
   gpt2_big_free(m->params, m->param_bytes);
-  gpt2_big_free(m->grads, m->param_bytes);
+  if (!m->grads_external) gpt2_big_free(m->grads, m->param_bytes);
   gpt2_big_free(m->acts, m->act_bytes);
   free(m->p.layer);
   free(m->g.layer);
@@ -306,6 +306,14 @@ void gpt2_zero_grad(gpt2_model *m) {
     size_t len = i + 4096 < n ? 4096 : n - i;
     memset(m->grads + i, 0, len * sizeof(float));
   }
+}
+
+void gpt2_model_use_grads(gpt2_model *m, float *buf) {
+  memcpy(buf, m->grads, m->nparams * sizeof(float));
+  if (!m->grads_external) gpt2_big_free(m->grads, m->param_bytes);
+  m->grads = buf;
+  m->grads_external = 1;
+  set_views(m, m->grads, &m->g);
 }
 
 double gpt2_forward(gpt2_model *m, const gpt2_batch *batch) {

@@ -107,6 +107,7 @@ typedef struct gpt2_model {
   int B, T; /* batch and sequence length the activations were sized for */
   size_t nparams;
   float *params, *grads; /* nparams each */
+  int grads_external;    /* grads belongs to the caller (gpt2_model_use_grads) */
   size_t param_bytes, act_bytes;
   gpt2_params p, g;
   gpt2_tensor *tensors;
@@ -156,5 +157,8 @@ double gpt2_forward(gpt2_model *m, const gpt2_batch *batch);
 void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_grad_hook hook,
                    void *hook_ctx, int scatter_wte);
 void gpt2_zero_grad(gpt2_model *m);
+/* Moves the gradients into buf (param_bytes, page-aligned; the caller's, and still the caller's to
+ * free after gpt2_model_free) and releases the model's own buffer. The gradients are copied. */
+void gpt2_model_use_grads(gpt2_model *m, float *buf);
 
 #endif

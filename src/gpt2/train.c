@@ -182,6 +182,11 @@ static int train_setup(train_run *r) {
     fprintf(r->errf, "cohort-gpt2: cannot allocate the optimiser state: %s\n", strerror(-rc));
     return RUN_FAIL;
   }
+  if (r->ddp.shared_rc != 0 && r->rank == 0)
+    fprintf(r->errf,
+            "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
+            "allreduce between this host's ranks\n",
+            cohort_strerror(r->ddp.shared_rc));
   gpt2_ddp_set_wire(&r->ddp, o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
                              : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
                                                                       : COHORT_F32);
