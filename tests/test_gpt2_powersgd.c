@@ -1,16 +1,22 @@
 /*
  * test_gpt2_powersgd.c - unit tests of PowerSGD (src/gpt2/powersgd.c) on one process: the
  * orthonormalisation, which tensors are compressed, a low-rank gradient passing exactly, error
- * feedback carrying the residual M - P Q^T into the next step, and the state round trip.
+ * feedback carrying the residual M - P Q^T into the next step, the state round trip, the groups
+ * of a real model; and, between forked ranks of a real communicator, the exchange overlapped with
+ * backward giving the same bits as the exchange after it.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "gpt2/ddp.h"
 #include "gpt2/powersgd.h"
 #include "gpt2/rng.h"
 #include "tests/check.h"
+#include "tests/store_fork.h"
 
 static uint64_t rng_state = 7;
 
@@ -69,9 +75,9 @@ static void setup(gpt2_psgd *s, gpt2_tensor t[4], int rank, uint64_t seed) {
 }
 
 static void one_round(gpt2_psgd *s, float *g) {
-  gpt2_psgd_compute_p(s, g);
-  gpt2_psgd_compute_q(s, g);
-  gpt2_psgd_decompress(s, g, 1);
+  gpt2_psgd_compute_p(s, g, 0);
+  gpt2_psgd_compute_q(s, g, 0);
+  gpt2_psgd_decompress(s, g, 0, 1);
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
@@ -110,9 +116,12 @@ static void test_low_rank_exact(void) {
   float zero[ROWS * COLS] = {0};
   CHECK(max_abs_diff(s.err, zero, ROWS * COLS) < 1e-4);
   /* P's first column is u's direction, the second (dependent) one zero. */
+  const float *P = s.packed + s.mats[0].p;
   double n0 = 0.0, n1 = 0.0;
-  for (int i = 0; i < ROWS; i++)
-    n0 += (double)s.P[i * 2] * s.P[i * 2], n1 += (double)s.P[i * 2 + 1] * s.P[i * 2 + 1];
+  for (int i = 0; i < ROWS; i++) {
+    n0 += (double)P[i * 2] * P[i * 2];
+    n1 += (double)P[i * 2 + 1] * P[i * 2 + 1];
+  }
   CHECK(fabs(n0 - 1.0) < 1e-5 && n1 == 0.0);
   gpt2_psgd_free(&s);
 }
@@ -127,11 +136,12 @@ static void test_error_feedback(void) {
   fill_randn(g, NPARAMS);
   memcpy(g0, g, sizeof g);
   one_round(&s, g);
-  CHECK(ortho_error(s.P, ROWS, 2) < 1e-5);
+  const float *P = s.packed + s.mats[0].p;
+  CHECK(ortho_error(P, ROWS, 2) < 1e-5);
   for (int i = 0; i < ROWS; i++)
     for (int j = 0; j < COLS; j++) {
       double d = 0.0;
-      for (int k = 0; k < 2; k++) d += (double)s.P[i * 2 + k] * s.Q[j * 2 + k];
+      for (int k = 0; k < 2; k++) d += (double)P[i * 2 + k] * s.Q[j * 2 + k];
       approx[i * COLS + j] = (float)d;
     }
   CHECK(max_abs_diff(g + N0, approx, ROWS * COLS) < 1e-4);
@@ -143,12 +153,16 @@ static void test_error_feedback(void) {
   CHECK(rn > 1.0); /* rank 2 of a random 40x30 matrix loses most of it */
   CHECK(memcmp(g, g0, N0 * sizeof(float)) == 0);
   CHECK(memcmp(g + N0 + ROWS * COLS, g0 + N0 + ROWS * COLS, 305 * sizeof(float)) == 0);
-  /* The next step: the matrix it compresses is the new gradient plus the residual. */
+  /* The next step: the matrix it compresses (in the error buffer until decompression) is the new
+   * gradient plus the residual, and P is that matrix times Q. */
   static float g1[NPARAMS], m1[ROWS * COLS];
   fill_randn(g1, NPARAMS);
   for (int i = 0; i < ROWS * COLS; i++) m1[i] = g1[N0 + i] + resid[i];
-  gpt2_psgd_compute_p(&s, g1);
-  CHECK(max_abs_diff(g1 + N0, m1, ROWS * COLS) < 1e-6);
+  gpt2_psgd_compute_p(&s, g1, 0);
+  CHECK(max_abs_diff(s.err, m1, ROWS * COLS) < 1e-6);
+  double pq = 0.0;
+  for (int j = 0; j < COLS; j++) pq += (double)m1[j] * s.Q[j * 2];
+  CHECK(fabs(pq - P[0]) < 1e-4);
   gpt2_psgd_free(&s);
 }
 
@@ -161,9 +175,9 @@ static void test_error_share(void) {
   static float g[NPARAMS], g0[NPARAMS];
   fill_randn(g, NPARAMS);
   memcpy(g0, g, sizeof g);
-  gpt2_psgd_compute_p(&s, g);
-  gpt2_psgd_compute_q(&s, g);
-  gpt2_psgd_decompress(&s, g, 2);
+  gpt2_psgd_compute_p(&s, g, 0);
+  gpt2_psgd_compute_q(&s, g, 0);
+  gpt2_psgd_decompress(&s, g, 0, 2);
   int ok = 1;
   for (int i = 0; i < ROWS * COLS; i++)
     ok &= fabsf(s.err[i] - (g0[N0 + i] - 0.5f * g[N0 + i])) < 1e-5f;
@@ -191,12 +205,172 @@ static void test_state_round_trip(void) {
   gpt2_psgd_free(&b);
 }
 
+/* The tiny model's groups: the last layer with ln_f, each layer, the embeddings; each group's
+ * matrices and uncompressed ranges inside it, the packed blocks and Q blocks back to back. */
+static void test_groups(void) {
+  gpt2_config cfg;
+  CHECK_EQ_INT(gpt2_config_preset("tiny", &cfg), 0);
+  cfg.layers = 3;
+  cfg.head = GPT2_HEAD_LM;
+  gpt2_model m;
+  CHECK_EQ_INT(gpt2_model_init(&m, &cfg, 2, 8), 0);
+  gpt2_psgd s;
+  CHECK_EQ_INT(gpt2_psgd_init(&s, &m, 2, 1), 0);
+  CHECK_EQ_INT(s.ngroups, 4);
+  CHECK(s.groups[0].hi == m.nparams && s.groups[3].lo == 0);
+  CHECK_EQ_INT(gpt2_psgd_group_of(&s, GPT2_EV_LAYER, 2), 0);
+  CHECK_EQ_INT(gpt2_psgd_group_of(&s, GPT2_EV_LAYER, 0), 2);
+  CHECK_EQ_INT(gpt2_psgd_group_of(&s, GPT2_EV_EMBED, -1), 3);
+  CHECK_EQ_INT(gpt2_psgd_group_of(&s, GPT2_EV_TAIL, -1), -1);
+  size_t pk = 0, covered = 0, q = s.nq;
+  int ok = 1;
+  for (int g = 0; g < s.ngroups; g++) {
+    const gpt2_psgd_group *gr = &s.groups[g];
+    ok &= g == 0 || gr->hi == s.groups[g - 1].lo;
+    ok &= gr->pk == pk && gr->m1 > gr->m0; /* every group has matrices (wte and wpe, weights) */
+    for (int i = gr->m0; i < gr->m1; i++) {
+      const gpt2_psgd_mat *x = &s.mats[i];
+      ok &= x->off >= gr->lo && x->off + (size_t)x->rows * (size_t)x->cols <= gr->hi;
+      ok &= x->p >= gr->pk && x->p + (size_t)x->rows * 2 <= gr->pk + gr->npk;
+      covered += (size_t)x->rows * (size_t)x->cols;
+    }
+    for (int i = gr->pl0; i < gr->pl1; i++) {
+      ok &= s.plain[i][0] >= gr->lo && s.plain[i][1] <= gr->hi;
+      covered += s.plain[i][1] - s.plain[i][0];
+    }
+    ok &= gr->q + gr->nq == q; /* Q in memory order: the groups from the top down */
+    q = gr->q;
+    pk += gr->npk;
+  }
+  CHECK(ok);
+  CHECK(q == 0 && pk == s.npacked + s.np && covered == m.nparams);
+  gpt2_psgd_free(&s);
+  gpt2_model_free(&m);
+}
+
+/* ---- the overlapped exchange between real ranks ---- */
+
+enum { WORLD = 3, STEPS = 4, ACCUM = 2, TB = 2, TT = 16 };
+
+/* One rank's trainer: a tiny model, its data parallelism with PowerSGD of rank 2 from the second
+ * step on, and what the hook saw when backward ended. */
+typedef struct trainer {
+  gpt2_model m;
+  gpt2_ddp d;
+  int launched_at_end, first_stage_at_end;
+} trainer;
+
+static int trainer_init(trainer *t, cohort_comm *comm, int overlap) {
+  gpt2_config cfg;
+  gpt2_config_preset("tiny", &cfg);
+  cfg.layers = 3;
+  cfg.head = GPT2_HEAD_LM;
+  gpt2_optim_config oc = {
+      .kind = GPT2_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  int rc = gpt2_model_init(&t->m, &cfg, TB, TT);
+  if (rc == 0) rc = gpt2_ddp_init(&t->d, comm, &t->m, &oc, 4096 * sizeof(float), 0, ACCUM);
+  if (rc == 0) rc = gpt2_ddp_set_powersgd(&t->d, 2, 1, 5);
+  if (rc != 0) return rc;
+  gpt2_model_init_weights(&t->m, 3);
+  t->d.psgd_overlap = overlap;
+  return 0;
+}
+
+static void probe_hook(void *ctx, gpt2_grad_event ev, int layer) {
+  trainer *t = ctx;
+  gpt2_ddp_hook(&t->d, ev, layer);
+  if (ev == GPT2_EV_EMBED && t->d.psgd_now) {
+    t->launched_at_end = t->d.psgd->nlaunched;
+    t->first_stage_at_end = t->d.psgd->groups[0].stage;
+  }
+}
+
+/* Forward and backward of one step's micro-steps on this rank's tokens, the exchange. */
+static int trainer_backward(trainer *t, int rank, int step) {
+  int32_t tok[TB * TT + 1];
+  gpt2_zero_grad(&t->m);
+  t->launched_at_end = t->first_stage_at_end = -1;
+  for (int k = 0; k < ACCUM; k++) {
+    uint64_t st = gpt2_rng_derive(77, (uint64_t)rank, (uint64_t)step, (uint64_t)k);
+    for (int i = 0; i <= TB * TT; i++) tok[i] = (int32_t)(gpt2_rng_next(&st) % 512);
+    gpt2_batch b = {.tokens = tok, .targets = tok + 1};
+    gpt2_forward(&t->m, &b);
+    int scatter = gpt2_ddp_begin_backward(&t->d, step, k == ACCUM - 1, tok);
+    gpt2_backward(&t->m, &b, 1.0f / (ACCUM * WORLD), probe_hook, t, scatter);
+  }
+  return gpt2_ddp_finish_backward(&t->d);
+}
+
+/* A rank: two trainers on one communicator, one overlapping the exchange with backward, one
+ * exchanging after it; their gradients, then parameters and PowerSGD state, agree bit for bit. */
+static int overlap_rank(int rank, int port) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  cohort_comm_config cc = {
+      .rank = rank, .size = WORLD, .store_addr = addr, .job_id = "psgd-overlap", .timeout_ms = 20000};
+  cohort_comm *comm = NULL;
+  int rc = cohort_comm_create(&cc, &comm);
+  if (rc != 0) {
+    fprintf(stderr, "rank %d: cohort_comm_create: %s\n", rank, cohort_strerror(rc));
+    return 1;
+  }
+  trainer a, b;
+  CHECK_EQ_INT(trainer_init(&a, comm, 1), 0);
+  CHECK_EQ_INT(trainer_init(&b, comm, 0), 0);
+  for (int step = 0; step < STEPS && check_failed_count == 0; step++) {
+    CHECK_EQ_INT(trainer_backward(&a, rank, step), 0);
+    CHECK_EQ_INT(trainer_backward(&b, rank, step), 0);
+    CHECK(memcmp(a.m.grads, b.m.grads, a.m.nparams * sizeof(float)) == 0);
+    if (step >= 1) {
+      /* Overlapped: all launched inside backward, the first group already done; else none. */
+      CHECK_EQ_INT(a.launched_at_end, a.d.psgd->ngroups);
+      CHECK_EQ_INT(a.first_stage_at_end, 3);
+      CHECK_EQ_INT(b.launched_at_end, 0);
+      CHECK(a.d.wire_bytes == b.d.wire_bytes && a.d.wire_bytes < 0.5 * a.d.f32_bytes);
+    }
+    CHECK_EQ_INT(gpt2_ddp_step(&a.d, 1.0f, 1e-3f, step + 1), 0);
+    CHECK_EQ_INT(gpt2_ddp_step(&b.d, 1.0f, 1e-3f, step + 1), 0);
+  }
+  CHECK(memcmp(a.m.params, b.m.params, a.m.nparams * sizeof(float)) == 0);
+  CHECK(memcmp(a.d.psgd->err, b.d.psgd->err, a.d.psgd->nerr * sizeof(float)) == 0);
+  CHECK(memcmp(a.d.psgd->Q, b.d.psgd->Q, a.d.psgd->nq * sizeof(float)) == 0);
+  gpt2_ddp_free(&b.d);
+  gpt2_ddp_free(&a.d);
+  gpt2_model_free(&b.m);
+  gpt2_model_free(&a.m);
+  cohort_comm_destroy(comm);
+  return check_failed_count != 0;
+}
+
+/* Forks the ranks (before this process has started any OpenMP threads). */
+static void test_overlap_ranks(void) {
+  store_fork sf;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  if (store_fork_start(&so, 1, &sf) != 0) {
+    CHECK(0 && "store");
+    return;
+  }
+  pid_t pids[WORLD];
+  for (int r = 0; r < WORLD; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(overlap_rank(r, sf.port));
+  }
+  for (int r = 0; r < WORLD; r++) {
+    int st = 0;
+    CHECK(waitpid(pids[r], &st, 0) == pids[r] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "rank %d: status 0x%x\n", r, st);
+  }
+  store_fork_stop(&sf);
+}
+
 int main(void) {
+  test_overlap_ranks();
   test_orthonormalize();
   test_layout();
   test_low_rank_exact();
   test_error_feedback();
   test_error_share();
   test_state_round_trip();
+  test_groups();
   return check_report();
 }

@@ -155,11 +155,14 @@ int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed) {
     return rc;
   }
   d->psgd_start = start;
+  d->psgd_overlap = 1;
   return 0;
 }
 
 int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens) {
   d->psgd_now = d->psgd != NULL && step >= d->psgd_start && d->world > 1;
+  d->psgd_live = d->psgd_now && last && d->psgd_overlap;
+  if (d->psgd_now && last) gpt2_psgd_begin(d->psgd);
   /* A compressing step communicates after backward: the buckets stay idle. */
   d->active = last && d->world > 1 && !d->psgd_now;
   d->tokens = tokens;
@@ -222,8 +225,19 @@ static void poll_done(gpt2_ddp *d) {
   }
 }
 
+/* PowerSGD: launches the group backward has just finished and moves the one before it on. */
+static void powersgd_hook(gpt2_ddp *d, gpt2_grad_event ev, int layer) {
+  int grp = gpt2_psgd_group_of(d->psgd, ev, layer);
+  if (grp < 0) return;
+  if (d->t_first_us == 0) d->t_first_us = gpt2_now_us();
+  int rc = gpt2_psgd_launch(d->psgd, d->comm, d->m->grads, grp);
+  if (rc == 0) rc = gpt2_psgd_advance(d->psgd, d->comm, d->m->grads, 1);
+  if (rc != 0) fail(d, rc, "PowerSGD exchange of gradients");
+}
+
 void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer) {
   gpt2_ddp *d = ctx;
+  if (d->psgd_live && !d->err) powersgd_hook(d, ev, layer);
   if (!d->active || d->err) return;
   gpt2_model *m = d->m;
   size_t BT = (size_t)m->B * (size_t)m->T;
@@ -270,13 +284,19 @@ static int wait_all(gpt2_ddp *d, double *exposed_ms, int64_t *end_us) {
   return d->err;
 }
 
-/* The compressed exchange of a PowerSGD step, all of it exposed. */
+/* The rest of a PowerSGD step's exchange (all of it without overlap). Exposed: the waits inside
+ * backward's hooks and everything after backward (the last groups' computations included). */
 static int finish_powersgd(gpt2_ddp *d) {
-  int64_t t0 = gpt2_now_us();
-  int rc = gpt2_psgd_allreduce(d->psgd, d->comm, d->m->grads, &d->wire_bytes);
+  int64_t t0 = gpt2_now_us(), hook_wait_us = d->psgd->wait_us;
+  if (d->t_first_us == 0) d->t_first_us = t0;
+  int rc = gpt2_psgd_finish(d->psgd, d->comm, d->m->grads);
   if (rc != 0) return fail(d, rc, "PowerSGD exchange of gradients");
+  int64_t t1 = gpt2_now_us();
+  d->wire_bytes += d->psgd->wire_bytes;
   d->f32_bytes += (double)d->m->nparams * sizeof(float);
-  d->comm_ms = d->exposed_ms = (double)(gpt2_now_us() - t0) * 1e-3;
+  d->comm_ms = (double)(t1 - d->t_first_us) * 1e-3;
+  d->exposed_ms = (double)(t1 - t0 + hook_wait_us) * 1e-3;
+  d->psgd_live = 0;
   return 0;
 }
 

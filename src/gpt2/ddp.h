@@ -82,10 +82,15 @@ typedef struct gpt2_ddp {
    * would have been in f32 (their ratio is the compression). */
   double wire_bytes, f32_bytes;
   /* PowerSGD (NULL: off): from step psgd_start on, the last micro-step's gradients are summed
-   * compressed after backward (not overlapped) instead of in buckets during it. */
+   * compressed instead of in buckets: each group of layers launched from the backward hook as
+   * soon as backward has finished it, and moved on one launch behind (psgd_overlap, the default),
+   * or all of them after backward (psgd_overlap 0: the same collectives and the same bits, later;
+   * the form the tests compare the overlap against). */
   gpt2_psgd *psgd;
   int64_t psgd_start;
-  int psgd_now; /* the current step compresses */
+  int psgd_overlap;
+  int psgd_now;  /* the current step compresses */
+  int psgd_live; /* ... and its backward launches the groups */
   int err;
   char errmsg[256];
 } gpt2_ddp;

@@ -1,4 +1,5 @@
-/* powersgd.c - PowerSGD gradient compression with error feedback (see powersgd.h). */
+/* powersgd.c - PowerSGD gradient compression with error feedback, in groups that can overlap
+ * backward (see powersgd.h). */
 #include "gpt2/powersgd.h"
 
 #include <cblas.h>
@@ -7,7 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt2/kernels.h"
 #include "gpt2/rng.h"
+
+/* Tiles of the kernels: fixed sizes, so the products of a tile do not depend on the thread count. */
+enum { ROW_TILE = 2048, COL_TILE = 256 };
 
 static double col_norm2(const float *a, int rows, int cols, int j) {
   double n2 = 0.0;
@@ -38,21 +43,52 @@ static int worth_compressing(const gpt2_tensor *t, int rank) {
   return t->rows > 1 && rows * cols > 2.0 * rank * (rows + cols);
 }
 
-/* The plain ranges: the complement of the matrices in [0, nparams), in order. */
-static int add_plain(gpt2_psgd *s, size_t lo, size_t hi) {
-  if (hi <= lo) return 0;
-  size_t(*np)[2] = realloc(s->plain, (size_t)(s->nplain + 1) * sizeof(*np));
-  if (np == NULL) return -ENOMEM;
-  s->plain = np;
-  s->plain[s->nplain][0] = lo;
-  s->plain[s->nplain][1] = hi;
-  s->nplain++;
-  s->npacked += hi - lo;
+/* The group boundaries, from the top of the buffer down: the last layer (with ln_f and the QA
+ * head), each layer, the embeddings; one group without layers. */
+static int cut_groups(gpt2_psgd *s, const gpt2_model *m) {
+  int L = m->cfg.layers;
+  s->groups = calloc((size_t)L + 1, sizeof *s->groups);
+  if (s->groups == NULL) return -ENOMEM;
+  size_t hi = m->nparams;
+  for (int l = L - 1; l >= 0; l--) {
+    size_t lo = m->layer_offset0 + (size_t)l * m->layer_size;
+    s->groups[s->ngroups++] = (gpt2_psgd_group){.lo = lo, .hi = hi, .ev = GPT2_EV_LAYER, .layer = l};
+    hi = lo;
+  }
+  s->groups[s->ngroups++] = (gpt2_psgd_group){.lo = 0, .hi = hi, .ev = GPT2_EV_EMBED, .layer = -1};
   return 0;
 }
 
+/* Whether a group boundary lies strictly inside (lo, hi); *at is the lowest. */
+static int boundary_in(const gpt2_psgd *s, size_t lo, size_t hi, size_t *at) {
+  int found = 0;
+  for (int g = 0; g < s->ngroups; g++) {
+    size_t b = s->groups[g].lo;
+    if (b > lo && b < hi && (!found || b < *at)) *at = b, found = 1;
+  }
+  return found;
+}
+
+/* Adds [lo, hi) to the uncompressed ranges (in memory order), cut at group boundaries. */
+static int add_plain(gpt2_psgd *s, size_t lo, size_t hi) {
+  while (lo < hi) {
+    size_t end = hi;
+    boundary_in(s, lo, hi, &end);
+    size_t(*np)[2] = realloc(s->plain, (size_t)(s->nplain + 1) * sizeof(*np));
+    if (np == NULL) return -ENOMEM;
+    s->plain = np;
+    s->plain[s->nplain][0] = lo;
+    s->plain[s->nplain][1] = end;
+    s->nplain++;
+    s->npacked += end - lo;
+    lo = end;
+  }
+  return 0;
+}
+
+/* The matrices (Q and error offsets in memory order) and the uncompressed ranges. */
 static int choose_matrices(gpt2_psgd *s, const gpt2_model *m) {
-  s->mats = calloc((size_t)m->ntensors, sizeof(gpt2_psgd_mat));
+  s->mats = calloc((size_t)m->ntensors + 1, sizeof(gpt2_psgd_mat));
   if (s->mats == NULL) return -ENOMEM;
   size_t next = 0; /* first element not yet classified; tensors are in memory order */
   for (int i = 0; i < m->ntensors; i++) {
@@ -60,7 +96,7 @@ static int choose_matrices(gpt2_psgd *s, const gpt2_model *m) {
     if (!worth_compressing(t, s->rank)) continue;
     int rc = add_plain(s, next, t->offset);
     if (rc != 0) return rc;
-    s->mats[s->nmats++] = (gpt2_psgd_mat){t->offset, t->rows, t->cols, s->np, s->nq, s->nerr};
+    s->mats[s->nmats++] = (gpt2_psgd_mat){t->offset, t->rows, t->cols, 0, s->nq, s->nerr};
     s->np += (size_t)t->rows * (size_t)s->rank;
     s->nq += (size_t)t->cols * (size_t)s->rank;
     s->nerr += t->size;
@@ -69,22 +105,55 @@ static int choose_matrices(gpt2_psgd *s, const gpt2_model *m) {
   return add_plain(s, next, m->nparams);
 }
 
+/* Each group's matrices and ranges, its packed block (in group order) and its block of Q. */
+static void lay_out_groups(gpt2_psgd *s) {
+  size_t pk = 0;
+  for (int g = 0; g < s->ngroups; g++) {
+    gpt2_psgd_group *gr = &s->groups[g];
+    gr->m0 = gr->m1 = gr->pl0 = gr->pl1 = 0;
+    for (int i = 0; i < s->nmats; i++) {
+      if (s->mats[i].off < gr->lo || s->mats[i].off >= gr->hi) continue;
+      if (gr->m1 == gr->m0) gr->m0 = i;
+      gr->m1 = i + 1;
+    }
+    size_t plain = 0;
+    for (int i = 0; i < s->nplain; i++) {
+      if (s->plain[i][0] < gr->lo || s->plain[i][0] >= gr->hi) continue;
+      if (gr->pl1 == gr->pl0) gr->pl0 = i;
+      gr->pl1 = i + 1;
+      plain += s->plain[i][1] - s->plain[i][0];
+    }
+    gr->pk = pk;
+    size_t p = pk + plain;
+    for (int i = gr->m0; i < gr->m1; i++) {
+      s->mats[i].p = p;
+      p += (size_t)s->mats[i].rows * (size_t)s->rank;
+    }
+    gr->npk = p - pk;
+    gr->q = gr->m1 > gr->m0 ? s->mats[gr->m0].q : 0;
+    gr->nq = 0;
+    for (int i = gr->m0; i < gr->m1; i++) gr->nq += (size_t)s->mats[i].cols * (size_t)s->rank;
+    pk = p;
+  }
+}
+
 int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed) {
   memset(s, 0, sizeof *s);
   s->rank = rank;
-  int rc = choose_matrices(s, m);
+  int rc = cut_groups(s, m);
+  if (rc == 0) rc = choose_matrices(s, m);
   if (rc == 0) {
-    /* The packed plain part and P are summed in one allreduce, so they are one buffer. */
+    lay_out_groups(s);
     s->packed = malloc((s->npacked + s->np + 1) * sizeof(float));
     s->Q = malloc((s->nq + 1) * sizeof(float));
     s->err = calloc(s->nerr + 1, sizeof(float));
-    if (!s->packed || !s->Q || !s->err) rc = -ENOMEM;
+    s->order = calloc((size_t)s->ngroups, sizeof(int));
+    if (!s->packed || !s->Q || !s->err || !s->order) rc = -ENOMEM;
   }
   if (rc != 0) {
     gpt2_psgd_free(s);
     return rc;
   }
-  s->P = s->packed + s->npacked;
   uint64_t st = gpt2_rng_derive(seed, 0x9057u, (uint64_t)rank, 0);
   for (size_t i = 0; i < s->nq; i++) s->Q[i] = gpt2_rng_normal(&st);
   for (int i = 0; i < s->nmats; i++)
@@ -94,59 +163,99 @@ int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed) {
 
 void gpt2_psgd_free(gpt2_psgd *s) {
   if (s == NULL) return;
+  for (int g = 0; g < s->ngroups; g++) cohort_request_wait(s->groups[g].req);
   free(s->mats);
   free(s->plain);
+  free(s->groups);
   free(s->packed);
   free(s->Q);
   free(s->err);
+  free(s->order);
   memset(s, 0, sizeof *s);
 }
 
-void gpt2_psgd_compute_p(gpt2_psgd *s, float *g) {
-  const int r = s->rank;
-#pragma omp parallel for schedule(dynamic)
-  for (int i = 0; i < s->nmats; i++) {
-    const gpt2_psgd_mat *x = &s->mats[i];
-    float *M = g + x->off;
-    const float *e = s->err + x->e;
-    size_t n = (size_t)x->rows * (size_t)x->cols;
-    for (size_t k = 0; k < n; k++) M[k] += e[k];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, x->rows, r, x->cols, 1.0f, M, x->cols,
-                s->Q + x->q, r, 0.0f, s->P + x->p, r);
+/* ---- kernels (one matrix; tiles of fixed size, spread over the threads) ---- */
+
+/* E += G, then P = E Q: G and E (rows, cols), Q (cols, r), P (rows, r). */
+static void add_and_project(const float *G, float *E, const float *Q, float *P, size_t rows,
+                            size_t cols, int r) {
+  size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
+#pragma omp parallel for schedule(static)
+  for (size_t t = 0; t < ntiles; t++) {
+    size_t i0 = t * ROW_TILE, n = rows - i0 < ROW_TILE ? rows - i0 : ROW_TILE;
+    float *e = E + i0 * cols;
+    const float *g = G + i0 * cols;
+    for (size_t k = 0; k < n * cols; k++) e[k] += g[k];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, r, (int)cols, 1.0f, e,
+                (int)cols, Q, r, 0.0f, P + i0 * (size_t)r, r);
   }
 }
 
-void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g) {
-  const int r = s->rank;
-#pragma omp parallel for schedule(dynamic)
-  for (int i = 0; i < s->nmats; i++) {
-    const gpt2_psgd_mat *x = &s->mats[i];
-    gpt2_psgd_orthonormalize(s->P + x->p, x->rows, r);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, x->cols, r, x->rows, 1.0f, g + x->off,
-                x->cols, s->P + x->p, r, 0.0f, s->Q + x->q, r);
+/* Q = E^T P: E (rows, cols), P (rows, r), Q (cols, r); each column tile sums over every row. */
+static void project_back(const float *E, const float *P, float *Q, size_t rows, size_t cols, int r) {
+  size_t ntiles = (cols + COL_TILE - 1) / COL_TILE;
+#pragma omp parallel for schedule(static)
+  for (size_t t = 0; t < ntiles; t++) {
+    size_t j0 = t * COL_TILE, n = cols - j0 < COL_TILE ? cols - j0 : COL_TILE;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, r, (int)rows, 1.0f, E + j0,
+                (int)cols, P, r, 0.0f, Q + j0 * (size_t)r, r);
   }
 }
 
-void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int world) {
-  const int r = s->rank;
+/* G = P Q^T and E -= share P Q^T: P (rows, r), Q (cols, r), G and E (rows, cols). */
+static void expand(const float *P, const float *Q, float *G, float *E, float share, size_t rows,
+                   size_t cols, int r) {
+  size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
+#pragma omp parallel for schedule(static)
+  for (size_t t = 0; t < ntiles; t++) {
+    size_t i0 = t * ROW_TILE, n = rows - i0 < ROW_TILE ? rows - i0 : ROW_TILE;
+    const float *p = P + i0 * (size_t)r;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)cols, r, 1.0f, p, r, Q, r,
+                0.0f, G + i0 * cols, (int)cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)cols, r, -share, p, r, Q, r,
+                1.0f, E + i0 * cols, (int)cols);
+  }
+}
+
+/* ---- one group's computations ---- */
+
+void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp) {
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  for (int i = gr->m0; i < gr->m1; i++) {
+    const gpt2_psgd_mat *x = &s->mats[i];
+    /* The error becomes the matrix to compress: what this step adds plus what was left over. */
+    add_and_project(g + x->off, s->err + x->e, s->Q + x->q, s->packed + x->p, (size_t)x->rows,
+                    (size_t)x->cols, s->rank);
+  }
+}
+
+void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp) {
+  (void)g; /* the matrices are in the error buffer since compute_p */
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  for (int i = gr->m0; i < gr->m1; i++) {
+    const gpt2_psgd_mat *x = &s->mats[i];
+    gpt2_psgd_orthonormalize(s->packed + x->p, x->rows, s->rank);
+    project_back(s->err + x->e, s->packed + x->p, s->Q + x->q, (size_t)x->rows, (size_t)x->cols,
+                 s->rank);
+  }
+}
+
+void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world) {
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
   const float share = 1.0f / (float)world;
-#pragma omp parallel for schedule(dynamic)
-  for (int i = 0; i < s->nmats; i++) {
+  for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
-    float *M = g + x->off, *e = s->err + x->e;
-    size_t n = (size_t)x->rows * (size_t)x->cols;
-    memcpy(e, M, n * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, x->rows, x->cols, r, 1.0f, s->P + x->p, r,
-                s->Q + x->q, r, 0.0f, M, x->cols);
-    /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
-    for (size_t k = 0; k < n; k++) e[k] -= share * M[k];
+    expand(s->packed + x->p, s->Q + x->q, g + x->off, s->err + x->e, share, (size_t)x->rows,
+           (size_t)x->cols, s->rank);
   }
 }
 
-/* Moves the plain ranges of g into the packed buffer (out != 0) or back. */
-static void pack(gpt2_psgd *s, float *g, int out) {
-  float *p = s->packed;
-  for (int i = 0; i < s->nplain; i++) {
+/* Moves a group's uncompressed ranges of g into its packed block (out != 0) or back. */
+static void pack(gpt2_psgd *s, float *g, int grp, int out) {
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  float *p = s->packed + gr->pk;
+  for (int i = gr->pl0; i < gr->pl1; i++) {
     size_t lo = s->plain[i][0], n = s->plain[i][1] - lo;
     if (out)
       memcpy(p, g + lo, n * sizeof(float));
@@ -156,20 +265,96 @@ static void pack(gpt2_psgd *s, float *g, int out) {
   }
 }
 
-int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g, double *bytes) {
-  int world = cohort_comm_size(comm);
-  pack(s, g, 1);
-  gpt2_psgd_compute_p(s, g);
-  int rc = cohort_allreduce(comm, s->packed, s->packed, s->npacked + s->np, COHORT_F32, COHORT_SUM);
+/* ---- the stages ---- */
+
+static int wait_group(gpt2_psgd *s, gpt2_psgd_group *gr) {
+  int64_t t0 = gpt2_now_us();
+  int rc = cohort_request_wait(gr->req);
+  gr->req = NULL;
+  s->wait_us += gpt2_now_us() - t0;
+  return rc;
+}
+
+static int sum_async(gpt2_psgd *s, cohort_comm *comm, float *buf, size_t n, cohort_request **req) {
+  s->wire_bytes += (double)n * sizeof(float);
+  return cohort_iallreduce(comm, buf, buf, n, COHORT_F32, COHORT_SUM, req);
+}
+
+int gpt2_psgd_launch(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
+  gpt2_psgd_group *gr = &s->groups[grp];
+  if (gr->stage != 0) return -EINVAL;
+  s->order[s->nlaunched++] = grp;
+  pack(s, g, grp, 1);
+  gpt2_psgd_compute_p(s, g, grp);
+  gr->stage = 1;
+  return sum_async(s, comm, s->packed + gr->pk, gr->npk, &gr->req);
+}
+
+/* Stage 2: P summed; Q = M^T P summed next. */
+static int to_stage2(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
+  gpt2_psgd_group *gr = &s->groups[grp];
+  int rc = wait_group(s, gr);
   if (rc != 0) return rc;
-  pack(s, g, 0);
-  gpt2_psgd_compute_q(s, g);
-  rc = cohort_allreduce(comm, s->Q, s->Q, s->nq, COHORT_F32, COHORT_SUM);
+  pack(s, g, grp, 0);
+  gpt2_psgd_compute_q(s, g, grp);
+  gr->stage = 2;
+  return gr->nq > 0 ? sum_async(s, comm, s->Q + gr->q, gr->nq, &gr->req) : 0;
+}
+
+/* Stage 3: Q summed; the matrices become P Q^T. */
+static int to_stage3(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
+  gpt2_psgd_group *gr = &s->groups[grp];
+  int rc = wait_group(s, gr);
   if (rc != 0) return rc;
-  gpt2_psgd_decompress(s, g, world);
-  *bytes += (double)(s->npacked + s->np + s->nq) * sizeof(float);
+  gpt2_psgd_decompress(s, g, grp, cohort_comm_size(comm));
+  gr->stage = 3;
   return 0;
 }
+
+int gpt2_psgd_advance(gpt2_psgd *s, cohort_comm *comm, float *g, int lag) {
+  for (int i = 0; i + lag < s->nlaunched; i++) {
+    if (s->groups[s->order[i]].stage != 1) continue;
+    int rc = to_stage2(s, comm, g, s->order[i]);
+    if (rc != 0) return rc;
+  }
+  for (int i = 0; i + 2 * lag < s->nlaunched; i++) {
+    if (s->groups[s->order[i]].stage != 2) continue;
+    int rc = to_stage3(s, comm, g, s->order[i]);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+void gpt2_psgd_begin(gpt2_psgd *s) {
+  for (int g = 0; g < s->ngroups; g++) s->groups[g].stage = 0;
+  s->nlaunched = 0;
+  s->wait_us = 0;
+  s->wire_bytes = 0.0;
+}
+
+int gpt2_psgd_group_of(const gpt2_psgd *s, gpt2_grad_event ev, int layer) {
+  for (int g = 0; g < s->ngroups; g++) {
+    const gpt2_psgd_group *gr = &s->groups[g];
+    if (gr->ev == ev && (ev != GPT2_EV_LAYER || gr->layer == layer)) return g;
+  }
+  return -1;
+}
+
+int gpt2_psgd_finish(gpt2_psgd *s, cohort_comm *comm, float *g) {
+  for (int grp = 0; grp < s->ngroups; grp++) {
+    if (s->groups[grp].stage != 0) continue;
+    int rc = gpt2_psgd_launch(s, comm, g, grp);
+    if (rc != 0) return rc;
+  }
+  return gpt2_psgd_advance(s, comm, g, 0);
+}
+
+int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g) {
+  gpt2_psgd_begin(s);
+  return gpt2_psgd_finish(s, comm, g);
+}
+
+/* ---- state ---- */
 
 size_t gpt2_psgd_state_floats(const gpt2_psgd *s, int world) {
   return s->nq + (size_t)world * s->nerr;

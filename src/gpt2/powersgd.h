@@ -15,12 +15,34 @@
  * the starting point of the next power iteration. Both are state of the run
  * and travel in checkpoints (Q once, the error of every rank).
  *
+ * Groups: the flat buffer is cut where backward finishes ranges (the last
+ * layer with ln_f and the QA head, each layer down to layer 0, then the
+ * embeddings), and each group goes through three stages of its own:
+ *   1. launch: add the error, P = M Q, start the allreduce of the group's
+ *      uncompressed floats and P (one packed block);
+ *   2. when that is done: unpack, orthonormalise P, Q = M^T P, start the
+ *      allreduce of the group's Q;
+ *   3. when that is done: M = P Q^T, error = M_before - P Q^T / world.
+ * A group is launched as soon as backward has finished it (the trainer's
+ * hook), and the older groups are moved on at each launch, a fixed number of
+ * launches behind (gpt2_psgd_advance), so the exchanges overlap the rest of
+ * backward. What a group computes depends only on its own floats and on the
+ * sums of its own collectives, and every rank starts the same collectives in
+ * the same order (the order of launches, never the timing of a completion),
+ * so the overlapped exchange and gpt2_psgd_allreduce after backward give the
+ * same bits. The kernels split rows (P, P Q^T) or columns (Q) between
+ * threads, never a sum, so the result does not depend on the thread count.
+ *
  * Gradients are sums over ranks here (the trainer scales the loss by
  * 1/world), so P and Q are summed, not averaged.
  *
  * Memory per rank: the error (the size of the compressed matrices, about the
  * parameter count), P and Q (rank x (rows + cols) floats per matrix) and the
  * packed uncompressed part.
+ *
+ * Not thread-safe; one step's stages on one thread, between begin and
+ * finish. Errors are negative cohort codes; after one, the requests still
+ * pending are finished by gpt2_psgd_free.
  */
 #ifndef COHORT_GPT2_POWERSGD_H
 #define COHORT_GPT2_POWERSGD_H
@@ -34,8 +56,20 @@
 typedef struct gpt2_psgd_mat {
   size_t off;     /* in the flat gradient buffer */
   int rows, cols; /* M is rows x cols, row-major */
-  size_t p, q, e; /* offsets into P, Q and the error */
+  size_t p, q, e; /* offsets into packed (P), Q and the error */
 } gpt2_psgd_mat;
+
+typedef struct gpt2_psgd_group {
+  size_t lo, hi;      /* range of the flat buffer */
+  gpt2_grad_event ev; /* the backward event that finishes it */
+  int layer;          /* for GPT2_EV_LAYER */
+  int m0, m1;         /* its matrices: mats[m0 .. m1) */
+  int pl0, pl1;       /* its uncompressed ranges: plain[pl0 .. pl1) */
+  size_t pk, npk;     /* its block of packed: the uncompressed floats, then its P */
+  size_t q, nq;       /* its block of Q */
+  int stage;          /* 0 idle, 1 P summing, 2 Q summing, 3 done */
+  cohort_request *req;
+} gpt2_psgd_group;
 
 typedef struct gpt2_psgd {
   int rank; /* columns of P and Q */
@@ -43,29 +77,49 @@ typedef struct gpt2_psgd {
   int nmats;
   size_t (*plain)[2]; /* [lo, hi) ranges of the flat buffer summed uncompressed */
   int nplain;
-  float *packed; /* the plain ranges packed, followed by P: one allreduce */
-  float *P, *Q, *err;
-  size_t np, nq, nerr, npacked;
+  gpt2_psgd_group *groups; /* in the order backward finishes them */
+  int ngroups;
+  float *packed; /* per group: its uncompressed floats, then its P */
+  float *Q, *err;
+  size_t np, nq, nerr, npacked; /* floats of P, Q, error, uncompressed part */
+  /* The current step: groups in the order they were launched. */
+  int *order;
+  int nlaunched;
+  int64_t wait_us;    /* time spent blocked on requests this step */
+  double wire_bytes;  /* bytes handed to the collectives this step */
 } gpt2_psgd;
 
 /* Chooses the matrices among the model's tensors (rows > 1 and rows*cols > 2*rank*(rows+cols):
- * PyTorch's min_compression_rate of 2) and allocates the state; Q starts as orthonormalised
- * N(0, 1) draws from seed (the same on every rank), the error as zero. Returns 0 or -errno. */
+ * PyTorch's min_compression_rate of 2), cuts the groups (one group when the model has no layers)
+ * and allocates the state; Q starts as orthonormalised N(0, 1) draws from seed (the same on every
+ * rank), the error as zero. Returns 0 or -errno. */
 int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed);
+/* Finishes any pending request, releases everything. NULL is a no-op. */
 void gpt2_psgd_free(gpt2_psgd *s);
 
 /* Sums the gradients g (the model's flat buffer) over comm's ranks, compressing the matrices;
- * g then holds the approximated sum. Returns 0 or a negative cohort error. The bytes handed to
- * the collectives (all f32) are added to *bytes. */
-int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g, double *bytes);
+ * g then holds the approximated sum: begin, then finish. Returns 0 or a negative cohort error. */
+int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g);
 
-/* The steps of gpt2_psgd_allreduce, for tests (world 1 needs no communication between them):
- * adds the error to each matrix of g and sets P = M Q; */
-void gpt2_psgd_compute_p(gpt2_psgd *s, float *g);
-/* orthonormalises P and sets Q = M^T P; */
-void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g);
-/* replaces each matrix of g by P Q^T and keeps error = M - P Q^T / world. */
-void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int world);
+/* The overlapped form. begin: a new step, nothing launched. */
+void gpt2_psgd_begin(gpt2_psgd *s);
+/* The group that backward event (ev, layer) finishes, or -1. */
+int gpt2_psgd_group_of(const gpt2_psgd *s, gpt2_grad_event ev, int layer);
+/* Stage 1 of group `grp` (not launched yet this step). */
+int gpt2_psgd_launch(gpt2_psgd *s, cohort_comm *comm, float *g, int grp);
+/* Moves every group launched more than `lag` launches ago to stage 2, and more than 2 x lag ago
+ * to stage 3, waiting for the exchanges that needs. */
+int gpt2_psgd_advance(gpt2_psgd *s, cohort_comm *comm, float *g, int lag);
+/* Launches the groups not launched yet (in group order) and completes every group. */
+int gpt2_psgd_finish(gpt2_psgd *s, cohort_comm *comm, float *g);
+
+/* The compression of one group without communication (world 1), for tests: stage 1's
+ * computation (adds the error to each matrix of g, P = M Q), */
+void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp);
+/* stage 2's (orthonormalises P, Q = M^T P), */
+void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp);
+/* stage 3's (each matrix of g replaced by P Q^T, error = M - P Q^T / world). */
+void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world);
 
 /* Gram-Schmidt on the `cols` columns of the row-major rows x cols matrix a: orthonormal columns
  * (a column that is numerically zero, or dependent on the earlier ones to within 1e-5 of its
