@@ -150,9 +150,8 @@ typedef struct run_args {
   const char *master_addr; /* --master-addr, NULL: not given (127.0.0.1) */
   int master_port;         /* --master-port, -1: not given (29500) */
   int node_rank_given;
-  int is_host;               /* --rdzv-conf is_host: -1 not given, 0, 1 */
-  int https;                 /* --rdzv-conf protocol=https (etcd) */
-  const char *password_file; /* --rdzv-conf password_file (etcd) */
+  int is_host;        /* --rdzv-conf is_host: -1 not given, 0, 1 */
+  cmd_etcd etcd_conf; /* --rdzv-conf's etcd keys */
   int standalone, module, no_python, run_path;
   int std_given;    /* -r or -t given */
   int numa_binding; /* torchrun's --numa-binding, AGENT_BIND_NONE: not given */
@@ -321,28 +320,6 @@ static int parse_bool(const char *v, int *out) {
   return -1;
 }
 
-/* --rdzv-conf keys of the etcd backend: torchrun's protocol, cacert, cert, key; cohort's
- * user and password_file. 1 when key is not one of them. Strings in static storage. */
-static int etcd_conf_pair(run_args *a, const char *key, const char *value) {
-  static char store[5][1024];
-  static const char *const keys[] = {"cacert", "cert", "key", "user", "password_file"};
-  const char **slots[] = {&a->cfg.etcd.cacert, &a->cfg.etcd.cert, &a->cfg.etcd.key,
-                          &a->cfg.etcd.user, &a->password_file};
-  if (strcmp(key, "protocol") == 0) {
-    if (strcmp(value, "https") != 0 && strcmp(value, "http") != 0) return -1;
-    a->https = strcmp(value, "https") == 0;
-    return 0;
-  }
-  for (int i = 0; i < 5; i++) {
-    if (strcmp(key, keys[i]) != 0) continue;
-    if (value[0] == '\0' || strlen(value) >= sizeof store[i]) return -1;
-    memcpy(store[i], value, strlen(value) + 1);
-    *slots[i] = store[i];
-    return 0;
-  }
-  return 1;
-}
-
 /* One key=value of --rdzv-conf; keys cohort has no use for get a note. */
 static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
   if (strcmp(key, "join_timeout") == 0)
@@ -353,7 +330,7 @@ static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
   if (strcmp(key, "last_call_timeout") == 0)
     return base_parse_seconds(value, 3600, &a->cfg.last_call_ms);
   if (strcmp(key, "is_host") == 0) return parse_bool(value, &a->is_host);
-  int rc = etcd_conf_pair(a, key, value);
+  int rc = cmd_etcd_conf_pair(&a->etcd_conf, key, value);
   if (rc <= 0) return rc;
   fprintf(stderr, "cohort run: note: --rdzv-conf %s has no effect\n", key);
   return 0;
@@ -594,25 +571,6 @@ static int cohort_discovery(const run_args *a) {
   return a->cfg.rdzv.master != NULL || a->cfg.rdzv.rdzv_file != NULL || a->method != RDZV_AUTO;
 }
 
-/* One endpoint of an etcd list, HOST[:PORT] (2379 when left out), appended to out. */
-static int etcd_list_item(const char *item, size_t n, char *out, size_t cap) {
-  char one[BASE_HOST_MAX + 16], host[BASE_HOST_MAX], joined[BASE_HOST_MAX + 32];
-  int port = 2379;
-  if (n == 0 || n >= sizeof one - 8) return -1;
-  memcpy(one, item, n);
-  one[n] = '\0';
-  if (base_split_hostport(one, host, sizeof host, &port, 0) != 0) {
-    snprintf(joined, sizeof joined, "%s:2379", one);
-    if (base_split_hostport(joined, host, sizeof host, &port, 0) != 0) return -1;
-  }
-  if (host[0] == '\0') return -1;
-  base_join_hostport(host, port, joined, sizeof joined);
-  size_t at = strlen(out);
-  if (at + strlen(joined) + 2 > cap) return -1;
-  snprintf(out + at, cap - at, "%s%s", at ? "," : "", joined);
-  return 0;
-}
-
 /*
  * torchrun's --rdzv-backend etcd (and cohort's --discover etcd): the
  * endpoints from --rdzv-endpoint (or --master), TLS and credentials from
@@ -623,26 +581,13 @@ static int etcd_meaning(const cli_cmd *cmd, run_args *a) {
   const char *list = a->endpoint != NULL ? a->endpoint : a->cfg.rdzv.master;
   if (list == NULL)
     return cli_usage_error(cmd->prog, "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,...]");
-  endpoints[0] = '\0';
-  for (const char *p = list; *p != '\0';) {
-    size_t n = strcspn(p, ",");
-    if (etcd_list_item(p, n, endpoints, sizeof endpoints) != 0)
-      return cli_usage_error(cmd->prog, "etcd endpoints '%s': each must be HOST[:PORT]", list);
-    p += n;
-    if (*p == ',') p++;
-  }
+  if (cmd_etcd_endpoints(list, endpoints, sizeof endpoints) != 0)
+    return cli_usage_error(cmd->prog, "etcd endpoints '%s': each must be HOST[:PORT]", list);
   a->cfg.rdzv.master = endpoints;
   a->cfg.rdzv.method = RDZV_ETCD;
-  if (a->https && a->cfg.etcd.cacert == NULL) a->cfg.etcd.cacert = "";
-  if ((a->cfg.etcd.cert == NULL) != (a->cfg.etcd.key == NULL))
-    return cli_usage_error(cmd->prog, "--rdzv-conf cert and key go together");
-  if ((a->cfg.etcd.user == NULL) != (a->password_file == NULL))
-    return cli_usage_error(cmd->prog, "--rdzv-conf user and password_file go together");
-  if (a->password_file != NULL) {
-    int rc = cmd_secret_file(cmd->prog, "password", a->password_file, password, sizeof password);
-    if (rc != CLI_OK) return rc;
-    a->cfg.etcd.password = password;
-  }
+  int rc =
+      cmd_etcd_opts(cmd->prog, &a->etcd_conf, endpoints, password, sizeof password, &a->cfg.etcd);
+  if (rc != CLI_OK) return rc;
   if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
   return output_meaning(a);
 }
