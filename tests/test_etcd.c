@@ -18,7 +18,9 @@
 
 #include "base/base.h"
 #include "cohort/cohort.h"
+#include "rdzv/backend.h"
 #include "rdzv/etcd.h"
+#include "store/store.h"
 #include "tests/check.h"
 
 static char prefix[64];
@@ -186,6 +188,52 @@ static void test_lease(etcd *e) {
   CHECK(etcd_lease_keepalive(e, id2, base_deadline_in(5000)) == -ENOENT);
 }
 
+/* The key's lease, 0 when absent or unreadable. */
+static int64_t lease_at(etcd *e, const char *key) {
+  int64_t lease = 0;
+  return etcd_lease_of(e, key, &lease, base_deadline_in(5000)) == 0 ? lease : 0;
+}
+
+/*
+ * A guest (cohort stop, stacks) grants no lease: what it writes takes the
+ * lease of the anchor an agent's backend wrote, and goes when that agent
+ * closes its backend.
+ */
+static void test_guest(const etcd_opts *o) {
+  char job[64], pfx[96], err[512] = "";
+  snprintf(job, sizeof job, "guest-%d", (int)getpid());
+  snprintf(pfx, sizeof pfx, "/cohort/%s/", job);
+  etcd_opts eo = *o, po = *o;
+  eo.prefix = NULL;
+  po.prefix = pfx;
+  etcd *e = open_or_die(&po);
+  rdzv_backend *agent = NULL, *guest = NULL;
+  store_client *ac = NULL, *gc = NULL;
+  int64_t count = 0, dl = base_deadline_in(10000);
+  CHECK(rdzv_backend_etcd_guest(&eo, job, "", &guest) == -EINVAL);
+  CHECK(rdzv_backend_etcd(&eo, job, 5000, &agent) == 0);
+  CHECK(rdzv_backend_etcd_guest(&eo, job, "anchor", &guest) == 0);
+  CHECK(rdzv_backend_connect(guest, dl, &gc, err, sizeof err) == 0);
+  CHECK(store_set(gc, "early", "1", 1, dl) == -ENOENT); /* no anchor yet: nothing written */
+  CHECK(lease_at(e, "early") == 0);
+  CHECK(rdzv_backend_connect(agent, dl, &ac, err, sizeof err) == 0);
+  CHECK(store_set(ac, "anchor", "a", 1, dl) == 0);
+  CHECK(store_set(gc, "stop", "s", 1, dl) == 0);
+  CHECK(store_cas(gc, "fail", NULL, 0, "f", 1, NULL, NULL, dl) == 0);
+  CHECK(store_add(gc, "counter", 1, &count, dl) == 0 && count == 1);
+  int64_t mine = lease_at(e, "anchor");
+  CHECK(mine != 0);
+  CHECK(lease_at(e, "stop") == mine && lease_at(e, "fail") == mine);
+  CHECK(lease_at(e, "counter") == mine);
+  store_client_close(ac);
+  rdzv_backend_close(agent); /* revokes its lease: the guest's keys go too */
+  CHECK(lease_at(e, "stop") == 0 && lease_at(e, "fail") == 0 && lease_at(e, "counter") == 0);
+  CHECK(store_set(gc, "late", "1", 1, dl) == -ENOENT);
+  store_client_close(gc);
+  rdzv_backend_close(guest);
+  etcd_close(e);
+}
+
 /* Two jobs with their own prefixes do not see each other's keys. */
 static void test_prefix(const etcd_opts *o) {
   etcd_opts other = *o;
@@ -208,6 +256,7 @@ static int basic(const etcd_opts *o) {
   test_add(o);
   test_wait(o);
   test_prefix(o);
+  test_guest(o);
   return check_report();
 }
 

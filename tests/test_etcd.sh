@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The etcd client (src/rdzv/etcd.c) against real etcd servers (Debian's
 # etcd-server) this script starts on loopback and removes: one member for
-# every operation, counters from several processes, leases, waiting and
+# every operation, counters from several processes, leases (and a guest
+# backend writing under an agent's lease), waiting and
 # prefixes; a 3-member cluster whose first member is killed (requests go to
 # the others); user/password authentication (right and wrong); TLS with a
 # client certificate (and refused without); nothing listening (one line,

@@ -21,6 +21,7 @@ struct rdzv_backend {
   /* etcd */
   char *endpoints, *cacert, *cert, *key, *user, *password;
   char prefix[128];
+  char anchor[STORE_KEY_MAX]; /* a guest's: the key whose lease its writes take; "" none */
   int ttl_s;
   pthread_mutex_t lock;
   pthread_cond_t wake;
@@ -76,6 +77,14 @@ int rdzv_backend_etcd(const etcd_opts *o, const char *job_id, int64_t ttl_ms, rd
   return 0;
 }
 
+int rdzv_backend_etcd_guest(const etcd_opts *o, const char *job_id, const char *anchor,
+                            rdzv_backend **out) {
+  if (anchor == NULL || anchor[0] == '\0' || strlen(anchor) >= STORE_KEY_MAX) return -EINVAL;
+  int rc = rdzv_backend_etcd(o, job_id, 2000, out);
+  if (rc == 0) base_strlcpy((*out)->anchor, anchor, sizeof(*out)->anchor);
+  return rc;
+}
+
 int rdzv_backend_is_etcd(const rdzv_backend *b) {
   return b->is_etcd;
 }
@@ -98,9 +107,20 @@ static int64_t lease_of(rdzv_backend *b) {
   return l;
 }
 
+/* The lease a write takes: the agent's own, or a guest's anchor's (see backend.h). */
+static int write_lease(etcd_conn *c, int64_t *lease, int64_t deadline) {
+  if (c->b->anchor[0] == '\0') {
+    *lease = lease_of(c->b);
+    return 0;
+  }
+  return etcd_lease_of(c->e, c->b->anchor, lease, deadline);
+}
+
 static int op_set(void *impl, const char *key, const void *val, size_t len, int64_t deadline) {
   etcd_conn *c = impl;
-  return etcd_put(c->e, key, val, len, lease_of(c->b), deadline);
+  int64_t lease;
+  int rc = write_lease(c, &lease, deadline);
+  return rc != 0 ? rc : etcd_put(c->e, key, val, len, lease, deadline);
 }
 
 static int op_get(void *impl, const char *key, void **val, size_t *len, int64_t deadline) {
@@ -113,15 +133,19 @@ static int op_wait(void *impl, const char *const *keys, size_t n, int64_t deadli
 
 static int op_add(void *impl, const char *key, int64_t delta, int64_t *result, int64_t deadline) {
   etcd_conn *c = impl;
-  return etcd_add(c->e, key, delta, lease_of(c->b), result, deadline);
+  int64_t lease = 0;
+  int rc = delta > 0 ? write_lease(c, &lease, deadline) : 0;
+  return rc != 0 ? rc : etcd_add(c->e, key, delta, lease, result, deadline);
 }
 
 static int op_cas(void *impl, const char *key, const void *expected, size_t elen,
                   const void *desired, size_t dlen, void **current, size_t *curlen,
                   int64_t deadline) {
   etcd_conn *c = impl;
-  return etcd_cas(c->e, key, expected, elen, desired, dlen, lease_of(c->b), current, curlen,
-                  deadline);
+  int64_t lease;
+  int rc = write_lease(c, &lease, deadline);
+  if (rc != 0) return rc;
+  return etcd_cas(c->e, key, expected, elen, desired, dlen, lease, current, curlen, deadline);
 }
 
 static int op_get_many(void *impl, const char *const *keys, size_t n, void **vals, size_t *lens,
@@ -213,7 +237,7 @@ static int connect_etcd(rdzv_backend *b, int64_t deadline, store_client **out, c
   if (c == NULL) return -ENOMEM;
   c->b = b;
   int rc = etcd_connect(&o, deadline, &c->e, err, errlen);
-  if (rc == 0 && (rc = ensure_lease(b, c->e, deadline)) != 0 && err != NULL)
+  if (rc == 0 && b->anchor[0] == '\0' && (rc = ensure_lease(b, c->e, deadline)) != 0 && err != NULL)
     snprintf(err, errlen, "%s: cannot grant a lease: %s", b->name, cohort_strerror(rc));
   if (rc == 0) rc = store_client_wrap(&etcd_ops, c, out);
   if (rc != 0) op_close(c);

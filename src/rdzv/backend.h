@@ -34,6 +34,17 @@ int rdzv_backend_store(const char *host, int port, const char *token, rdzv_backe
  */
 int rdzv_backend_etcd(const etcd_opts *o, const char *job_id, int64_t ttl_ms, rdzv_backend **out);
 
+/*
+ * etcd for a command from outside the job (cohort status, stop, stacks): it
+ * grants no lease of its own. What it writes is attached to the lease of
+ * the job's key anchor (node 0's snapshot, which node 0's agent keeps
+ * under its lease), looked up before each write: it goes with that agent's
+ * keys, so nothing it wrote outlives the job. A write while anchor is
+ * absent is -ENOENT.
+ */
+int rdzv_backend_etcd_guest(const etcd_opts *o, const char *job_id, const char *anchor,
+                            rdzv_backend **out);
+
 int rdzv_backend_is_etcd(const rdzv_backend *b);
 
 /* What the backend is, for messages: "the rendezvous store at H:P" or "etcd E1,E2". */
@@ -41,7 +52,7 @@ const char *rdzv_backend_name(const rdzv_backend *b);
 
 /*
  * A new connection (retrying until deadline_ms). etcd: the first one grants
- * the lease and starts keeping it alive. Errors with one line in err.
+ * the lease and starts keeping it alive (not for a guest). Errors with one line in err.
  */
 int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **out, char *err,
                          size_t errlen);

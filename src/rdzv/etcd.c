@@ -372,6 +372,18 @@ int etcd_get(etcd *e, const char *key, void **val, size_t *len, int64_t deadline
   return get_rev(e, key, val, len, NULL, deadline_ms);
 }
 
+int etcd_lease_of(etcd *e, const char *key, int64_t *lease, int64_t deadline_ms) {
+  json_t *req = json_pack("{s:b}", "keys_only", 1), *resp = NULL;
+  int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
+  if (rc == 0) rc = call(e, "/v3/kv/range", req, &resp, deadline_ms);
+  const json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
+  if (rc == 0 && kv == NULL) rc = -ENOENT;
+  if (rc == 0) *lease = json_i64(kv, "lease", 0);
+  json_decref(req);
+  json_decref(resp);
+  return rc;
+}
+
 /* One transaction of range requests for keys[0..n); *rev (may be NULL) the revision read. */
 static int get_chunk(etcd *e, const char *const *keys, size_t n, void **vals, size_t *lens,
                      int64_t *rev, int64_t deadline_ms) {

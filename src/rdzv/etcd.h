@@ -66,6 +66,8 @@ int etcd_put(etcd *e, const char *key, const void *val, size_t len, int64_t leas
              int64_t deadline_ms);
 /* *val malloc'ed (caller frees); -ENOENT when absent. */
 int etcd_get(etcd *e, const char *key, void **val, size_t *len, int64_t deadline_ms);
+/* The lease key is attached to (0: none); -ENOENT when key is absent. */
+int etcd_lease_of(etcd *e, const char *key, int64_t *lease, int64_t deadline_ms);
 /* n keys in one transaction (one round trip for up to 128 keys); absent: NULL and 0. */
 int etcd_get_many(etcd *e, const char *const *keys, size_t n, void **vals, size_t *lens,
                   int64_t deadline_ms);
