@@ -9,3 +9,10 @@ set_tests_properties(status PROPERTIES TIMEOUT 180 LABELS "slow")
 add_test(NAME status_mcast COMMAND ${CMAKE_SOURCE_DIR}/tests/test_status_mcast.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(status_mcast PROPERTIES TIMEOUT 120 LABELS "slow")
+
+# The same for a job whose agents met through etcd (--rdzv-backend etcd), with
+# a real etcd member (users and passwords) in a namespace of its own; stop
+# within 1 s, no key left in etcd.
+add_test(NAME status_etcd COMMAND ${CMAKE_SOURCE_DIR}/tests/test_status_etcd.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(status_etcd PROPERTIES TIMEOUT 120 LABELS "slow")

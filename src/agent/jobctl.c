@@ -43,6 +43,7 @@ int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jo
   if (rc != 0) return rc;
   base_strlcpy(out->host, t.host, sizeof out->host);
   out->port = t.port;
+  out->etcd = o.method == RDZV_ETCD;
   if (opts->job_id != NULL) {
     base_strlcpy(out->job_id, opts->job_id, sizeof out->job_id);
     return 0;
@@ -55,6 +56,14 @@ int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jo
   }
   base_strlcpy(out->job_id, id, sizeof out->job_id);
   return 0;
+}
+
+int jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo,
+                   rdzv_backend **out) {
+  if (!w->etcd) return rdzv_backend_store(w->host, w->port, token, out);
+  char anchor[STORE_KEY_MAX];
+  jobctl_key(anchor, sizeof anchor, w->job_id, "status", 0);
+  return rdzv_backend_etcd_guest(eo, w->job_id, anchor, out);
 }
 
 /* The directory of this user's one-node jobs; made (0700) when make is set. */
@@ -111,6 +120,7 @@ static int read_local(const char *dir, const char *job_id, jobctl_where *out, ch
   if (kill(pid, 0) != 0 && errno == ESRCH) return -ESRCH;
   base_strlcpy(out->host, host, sizeof out->host);
   out->port = port;
+  out->etcd = 0;
   base_strlcpy(out->job_id, job_id, sizeof out->job_id);
   base_strlcpy(token, tok, STORE_TOKEN_MAX + 1);
   return 0;

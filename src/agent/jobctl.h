@@ -18,6 +18,7 @@
 
 #include "agent/agent.h"
 #include "base/net.h"
+#include "rdzv/backend.h"
 #include "rdzv/discover.h"
 #include "store/auth.h"
 
@@ -35,9 +36,10 @@ int jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID
 
 /* Where a running job's store is, and the job's id. */
 typedef struct jobctl_where {
-  char host[BASE_HOST_MAX];
+  char host[BASE_HOST_MAX]; /* with etcd: the endpoint the job id derives from */
   int port;
   char job_id[AGENT_RUN_ID_MAX + 1];
+  int etcd; /* the job's keys are in etcd (found with RDZV_ETCD) */
 } jobctl_where;
 
 /*
@@ -49,6 +51,16 @@ typedef struct jobctl_where {
  */
 int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jobctl_where *out,
                 char *err, size_t errlen);
+
+/*
+ * The backend holding the keys of the job w (from jobctl_find or
+ * jobctl_local_find): its built-in store with token, or, for w->etcd,
+ * etcd at eo (endpoints, TLS, credentials) as a guest whose writes (a
+ * stop, a stacks request) live as long as node 0's agent (backend.h).
+ * Connects nothing. Returns 0 or -errno.
+ */
+int jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo,
+                   rdzv_backend **out);
 
 /*
  * A job on one node alone keeps its store on loopback with a random token;

@@ -105,13 +105,15 @@ int cmd_stop(int argc, char **argv) {
       status = 0;
       break;
     }
-    if (rc < 0) {
+    /* etcd: -ENOENT, node 0's agent left between the two reads (the stop lives under its
+     * lease); a next round may have another node 0. */
+    if (rc < 0 && rc != -ENOENT) {
       cli_error(prog, 1, "cannot publish the stop at %s: %s", jc.addr, cohort_strerror(rc));
       break;
     }
     if (base_deadline_left(jc.deadline_ms) < RETRY_MS) {
       cli_error(prog, 1, "job %s is already ending (round %d): %s", jc.where.job_id, round,
-                current);
+                rc == -ENOENT ? "node 0's agent is gone" : current);
       break;
     }
     base_sleep_ms(RETRY_MS);
