@@ -677,6 +677,47 @@ static void test_conversions(void) {
   CHECK_EQ_INT(cohort_dtype_size((cohort_dtype)99), 0);
 }
 
+/* The two-rank kernel against the general path (reduce, then finish by division), bit for bit:
+ * random floats over the whole exponent range, so some averages are subnormal; in place and
+ * into separate buffers; divisors it must leave to the general path. */
+static void test_reduce_pair(void) {
+  enum { N = 4099 };
+  static float a[N], b[N], d0[N], d1[N], want[N];
+  static double da[N], db[N], dwant[N];
+  uint32_t s = 12345;
+  for (int i = 0; i < N; i++) {
+    uint32_t u[2];
+    for (int k = 0; k < 2; k++) {
+      s = s * 1664525u + 1013904223u;
+      u[k] = (s & 0x807fffffu) | ((s >> 7) % 255u) << 23; /* finite, any exponent */
+    }
+    memcpy(&a[i], &u[0], 4);
+    memcpy(&b[i], &u[1], 4);
+    da[i] = (double)a[i] * 1e-300;
+    db[i] = (double)b[i];
+  }
+  for (int fin = 0; fin <= 4; fin += 2) {
+    cohort_redop op = fin ? COHORT_AVG : COHORT_SUM;
+    coll_reduce(COHORT_F32, op, want, a, b, N);
+    coll_reduce_finish(COHORT_F32, op, want, N, fin);
+    CHECK_EQ_INT(coll_reduce_pair(COHORT_F32, op, d0, d1, a, b, N, fin), 1);
+    CHECK(memcmp(d0, want, sizeof want) == 0 && memcmp(d1, want, sizeof want) == 0);
+    coll_reduce(COHORT_F64, op, dwant, da, db, N);
+    coll_reduce_finish(COHORT_F64, op, dwant, N, fin);
+    static double dd0[N], dd1[N];
+    memcpy(dd0, da, sizeof da);
+    memcpy(dd1, db, sizeof db);
+    CHECK_EQ_INT(coll_reduce_pair(COHORT_F64, op, dd0, dd1, dd0, dd1, N, fin), 1); /* in place */
+    CHECK(memcmp(dd0, dwant, sizeof dwant) == 0 && memcmp(dd1, dwant, sizeof dwant) == 0);
+  }
+  memset(d0, 0, sizeof d0);
+  CHECK_EQ_INT(coll_reduce_pair(COHORT_F32, COHORT_AVG, d0, d1, a, b, N, 3), 0);
+  CHECK_EQ_INT(coll_reduce_pair(COHORT_F32, COHORT_MAX, d0, d1, a, b, N, 0), 0);
+  CHECK_EQ_INT(coll_reduce_pair(COHORT_BF16, COHORT_SUM, d0, d1, a, b, N / 2, 0), 0);
+  CHECK_EQ_INT(coll_reduce_pair(COHORT_I32, COHORT_SUM, d0, d1, a, b, N, 0), 0);
+  CHECK(d0[0] == 0.0f && d0[N - 1] == 0.0f); /* refused: nothing written */
+}
+
 /* A peer whose stream ends inside an element (killed mid-send): the staged remainder is handed
  * out, and once the reader takes nothing more of it the end is reported, not the same bytes
  * again (the engine would spin on them until its deadline). */
@@ -828,6 +869,7 @@ static int start_store(void) {
 
 static int unit(void) {
   test_conversions();
+  test_reduce_pair();
   test_tcp_partial_eof();
   test_api_errors();
   int sizes[] = {1, 2, 3, 4, 5, 8};

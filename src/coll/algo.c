@@ -194,12 +194,16 @@ static void direct_block(coll_ctx *x, const char **src, char **dst, size_t count
   const coll_group *g = &x->comm->local;
   size_t es = x->es, off, len;
   block(count, g->n, g->me, &off, &len);
+  /* Two ranks: the operators are commutative bit for bit on two operands, so the result goes
+   * straight into this rank's recv (which may be its send, exactly); a float sum or average in
+   * one pass into both ranks' recv, anything else copied to the peer's from there. */
+  int two = g->n == 2, me = g->me;
+  if (two && coll_reduce_pair(x->op->dtype, x->op->op, dst[me] + off * es, dst[1 - me] + off * es,
+                              src[me] + off * es, src[1 - me] + off * es, len, fin))
+    return;
   size_t cb =
       DIRECT_CHUNK_BYTES < x->comm->scratch_bytes ? DIRECT_CHUNK_BYTES : x->comm->scratch_bytes;
   size_t chunk = cb / es;
-  /* Two ranks: the operators are commutative bit for bit on two operands, so the result goes
-   * straight into this rank's recv (which may be its send, exactly) and is copied from there. */
-  int two = g->n == 2, me = g->me;
   for (size_t o = off; o < off + len; o += chunk) {
     size_t k = off + len - o < chunk ? off + len - o : chunk, b = o * es;
     char *acc = two ? dst[me] + b : x->comm->scratch;

@@ -172,17 +172,56 @@ void coll_reduce(cohort_dtype dt, cohort_redop op, void *dst, const void *a, con
   }
 }
 
+/* d0[i] = d1[i] = (a[i] + b[i]) * scale, with scale 1 or an exact reciprocal. */
+#define COLL_PAIR_LOOP(T, scale)                                                                   \
+  do {                                                                                             \
+    T *d0_ = (T *)d0, *d1_ = (T *)d1;                                                              \
+    const T *a_ = (const T *)a, *b_ = (const T *)b;                                                \
+    for (size_t i = 0; i < n; i++) {                                                               \
+      T s_ = (a_[i] + b_[i]) * (T)(scale);                                                         \
+      d0_[i] = s_;                                                                                 \
+      d1_[i] = s_;                                                                                 \
+    }                                                                                              \
+  } while (0)
+
+int coll_reduce_pair(cohort_dtype dt, cohort_redop op, void *d0, void *d1, const void *a,
+                     const void *b, size_t n, int fin) {
+  int avg = op == COHORT_AVG && fin > 1;
+  if ((op != COHORT_SUM && op != COHORT_AVG) || (avg && (fin & (fin - 1)) != 0)) return 0;
+  double scale = avg ? 1.0 / fin : 1.0; /* exact: fin is a power of two */
+  if (dt == COHORT_F32)
+    COLL_PAIR_LOOP(float, scale);
+  else if (dt == COHORT_F64)
+    COLL_PAIR_LOOP(double, scale);
+  else
+    return 0;
+  return 1;
+}
+
+/* x / size for a floating-point average: x * (1 / size) when size is a power of two, whose
+ * reciprocal is exact, so the product is the same correctly rounded quotient (bit for bit, the
+ * tests compare with a division) at a fraction of a division's cost. */
+#define COLL_AVG_LOOP(T, p, n, size)                                                               \
+  do {                                                                                             \
+    if (((size) & ((size)-1)) == 0) {                                                              \
+      T r_ = (T)1 / (T)(size);                                                                     \
+      for (size_t i = 0; i < (n); i++) (p)[i] = (p)[i] * r_;                                       \
+    } else {                                                                                       \
+      for (size_t i = 0; i < (n); i++) (p)[i] = (p)[i] / (T)(size);                                \
+    }                                                                                              \
+  } while (0)
+
 void coll_reduce_finish(cohort_dtype dt, cohort_redop op, void *buf, size_t n, int size) {
   if (op != COHORT_AVG || size <= 1) return;
   switch (dt) {
   case COHORT_F32: {
     float *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] = p[i] / (float)size;
+    COLL_AVG_LOOP(float, p, n, size);
     break;
   }
   case COHORT_F64: {
     double *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] = p[i] / (double)size;
+    COLL_AVG_LOOP(double, p, n, size);
     break;
   }
   case COHORT_I32: {
