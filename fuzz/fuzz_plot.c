@@ -42,6 +42,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = 0;
   check(plot_svg(&s, (const char *)"fuzz", &svg, &len) == 0 && svg && strlen(svg) == len);
   free(svg);
+  plot_series pair[2] = {s, s};
+  const char *names[2] = {"fuzz", (const char *)"\xff<"};
+  check(plot_svg_many(pair, names, 2, "pair", &svg, &len) == 0 && svg && strlen(svg) == len);
+  free(svg);
   free(s.points);
 
   /* Each line alone, as the file parser sees it. */

@@ -131,6 +131,31 @@ static void test_file(void) {
   free(svg);
   free(s.points);
 
+  /* Several series in one picture: a polyline per series and panel, a legend naming each. */
+  const char *two_a = "{\"step\":0,\"loss\":4,\"tokens_per_s\":10}\n"
+                      "{\"step\":9,\"loss\":2,\"tokens_per_s\":12}\n";
+  const char *two_b = "{\"step\":5,\"loss\":3,\"tokens_per_s\":11}\n";
+  plot_series two[PLOT_MAX_SERIES + 1];
+  CHECK_EQ_INT(plot_parse(two_a, strlen(two_a), &two[0], err, sizeof err), 0);
+  CHECK_EQ_INT(plot_parse(two_b, strlen(two_b), &two[1], err, sizeof err), 0);
+  const char *names[] = {"a.jsonl", "b<&>.jsonl"};
+  CHECK_EQ_INT(plot_svg_many(two, names, 2, "runs", &svg, &len), 0);
+  CHECK(svg != NULL && strstr(svg, "(2 steps, 0..9)") != NULL);
+  CHECK(svg != NULL && strstr(svg, "<polyline class=\"loss\" data-series=\"1\"") != NULL);
+  CHECK(svg != NULL &&
+        strstr(svg, "<polyline class=\"tokens_per_s\" data-series=\"0\"") != NULL);
+  CHECK(svg != NULL && strstr(svg, ">b&lt;&amp;&gt;.jsonl</text>") != NULL);
+  free(svg);
+  for (int k = 2; k <= PLOT_MAX_SERIES; k++) two[k] = two[1];
+  svg = NULL;
+  CHECK_EQ_INT(plot_svg_many(two, names, PLOT_MAX_SERIES + 1, "many", &svg, &len), -EINVAL);
+  CHECK(svg == NULL);
+  two[1].n = 0;
+  CHECK_EQ_INT(plot_svg_many(two, names, 2, "empty", &svg, &len), -EINVAL);
+  two[1].n = 1;
+  free(two[0].points);
+  free(two[1].points);
+
   /* A complete last line without newline counts. */
   const char *nonl = "{\"step\":0,\"loss\":1,\"tokens_per_s\":10}";
   CHECK_EQ_INT(plot_parse(nonl, strlen(nonl), &s, err, sizeof err), 0);

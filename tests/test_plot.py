@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """test_plot.py COHORT - `cohort plot` end to end: a generated metrics file
 becomes a well-formed SVG whose two polylines have one point per step and
-follow the data; bad input ends with one line and a non-zero exit."""
+follow the data; several files share the panels, one colour and a legend line
+each; bad input ends with one line and a non-zero exit."""
 import json
 import math
 import os
@@ -72,6 +73,41 @@ with tempfile.TemporaryDirectory() as d:
             f.write(json.dumps({"step": s, "loss": 1.0, "tokens_per_s": 2.0}) + "\n")
     p = plot("-o", out, resumed)
     check(p.returncode == 0 and len(polylines(out)["tokens_per_s"]) == 60, "resumed run")
+
+    # Several runs in one picture: each file a polyline per panel (data-series k, its own
+    # colour) over the union of the steps, and a legend naming the files.
+    short = os.path.join(d, "short<run>.jsonl")
+    with open(short, "w") as f:
+        for s in range(20, 70):
+            f.write(json.dumps({"step": s, "loss": 3.0 - s / 100, "tokens_per_s": 5e4}) + "\n")
+    both = os.path.join(d, "both.svg")
+    p = plot(metrics, short, "-o", both)
+    check(p.returncode == 0, "two files: exit 0: " + p.stderr)
+    root = ET.parse(both).getroot()
+    series = {}
+    for pl in root.iter(SVG + "polyline"):
+        pts = [tuple(map(float, q.split(","))) for q in pl.get("points").split()]
+        series[(pl.get("class"), pl.get("data-series"))] = (pts, pl.get("stroke"))
+    check(sorted(series) == [("loss", "0"), ("loss", "1"), ("tokens_per_s", "0"),
+                             ("tokens_per_s", "1")], "a polyline per file and panel: %r" % sorted(series))
+    check(len(series[("loss", "0")][0]) == steps and len(series[("loss", "1")][0]) == 50,
+          "each file keeps its own points")
+    check(series[("loss", "0")][1] != series[("loss", "1")][1], "one colour per file")
+    check(series[("loss", "0")][1] == series[("tokens_per_s", "0")][1], "a file keeps its colour")
+    x0 = series[("loss", "0")][0]
+    x1 = series[("loss", "1")][0]
+    check(x1[0][0] == x0[20][0] and x1[-1][0] == x0[69][0], "one step axis for both files")
+    legend = [t.text for g in root.iter(SVG + "g") if g.get("class") == "legend"
+              for t in g.iter(SVG + "text")]
+    check(legend == [metrics, short], "the legend names the files: %r" % legend)
+    for args in [[metrics, short], [metrics] * 9 + ["-o", both]]:
+        p = plot(*args)
+        check(p.returncode == 2 and p.stderr.count("\n") == 1, "%d files%s: exit 2 with one line" % (
+            len(args), "" if "-o" in args else " without -o"))
+    p = plot(metrics, os.path.join(d, "nope.jsonl"), "-o", os.path.join(d, "none.svg"))
+    check(p.returncode == 1 and "nope.jsonl" in p.stderr and p.stderr.count("\n") == 1,
+          "a missing second file: exit 1 naming it")
+    check(not os.path.exists(os.path.join(d, "none.svg")), "... and no picture")
 
     # Bad input: non-zero, one line, no output file.
     bad = {

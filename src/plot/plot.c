@@ -345,22 +345,63 @@ enum {
   MARGIN_L = 80,
   MARGIN_R = 30,
   TOP = 50,
-  PLOT_H = 210
+  PLOT_H = 210,
+  LEGEND_H = 18
 };
 
-static void panel(sbuf *b, const plot_series *s, int which, const char *name, const char *color,
-                  int y0) {
-  double lo = INFINITY, hi = -INFINITY;
+static double value(const plot_point *p, int which) {
+  return which == 0 ? p->loss : p->tokens_per_s;
+}
+
+/* One colour per series; a single series keeps loss blue and throughput red. */
+static const char *series_color(size_t k, size_t nseries, int which) {
+  static const char *palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                  "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  if (nseries == 1) return which == 0 ? palette[0] : palette[1];
+  return palette[k % (sizeof palette / sizeof palette[0])];
+}
+
+/* The value range of the finite values of every series (lo > hi when there are none). */
+static size_t finite_range(const plot_series *s, size_t nseries, int which, double *lo,
+                           double *hi) {
   size_t finite = 0;
+  *lo = INFINITY, *hi = -INFINITY;
+  for (size_t k = 0; k < nseries; k++)
+    for (size_t i = 0; i < s[k].n; i++) {
+      double v = value(&s[k].points[i], which);
+      if (!isfinite(v)) continue;
+      finite++;
+      if (v < *lo) *lo = v;
+      if (v > *hi) *hi = v;
+    }
+  return finite;
+}
+
+static void polyline(sbuf *b, const plot_series *s, int which, const char *name, const char *color,
+                     size_t k, size_t nseries, double xlo, double xhi, double lo, double hi,
+                     int y0) {
+  double pw = SVG_W - MARGIN_L - MARGIN_R;
+  size_t drawn = 0;
   for (size_t i = 0; i < s->n; i++) {
-    double v = which == 0 ? s->points[i].loss : s->points[i].tokens_per_s;
+    double v = value(&s->points[i], which);
     if (!isfinite(v)) continue;
-    finite++;
-    if (v < lo) lo = v;
-    if (v > hi) hi = v;
+    if (drawn++ == 0) {
+      sb_printf(b, "<polyline class=\"%s\"", name);
+      if (nseries > 1) sb_printf(b, " data-series=\"%zu\"", k);
+      sb_printf(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    }
+    double x = MARGIN_L + ((double)s->points[i].step - xlo) / (xhi - xlo) * pw;
+    double y = y0 + PLOT_H - (v - lo) / (hi - lo) * PLOT_H;
+    sb_printf(b, "%s%.2f,%.2f", drawn > 1 ? " " : "", x, y);
   }
-  double xlo = (double)s->points[0].step, xhi = (double)s->points[s->n - 1].step;
-  if (xhi <= xlo) xlo -= 1, xhi += 1;
+  if (drawn > 0) sb_printf(b, "\"/>\n");
+}
+
+static void panel(sbuf *b, const plot_series *s, size_t nseries, int which, const char *name,
+                  double xlo, double xhi, int y0) {
+  double lo, hi;
+  size_t finite = finite_range(s, nseries, which, &lo, &hi), total = 0;
+  for (size_t k = 0; k < nseries; k++) total += s[k].n;
   if (finite == 0) lo = 0, hi = 1;
   if (hi <= lo) {
     double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1.0;
@@ -404,36 +445,48 @@ static void panel(sbuf *b, const plot_series *s, int which, const char *name, co
   }
   sb_printf(b, "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">step</text>\n",
             MARGIN_L + pw, y0 + PLOT_H + 32);
-  if (finite > 0) {
-    sb_printf(b,
-              "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
-              "points=\"",
-              name, color);
-    const char *sep = "";
-    for (size_t i = 0; i < s->n; i++) {
-      double v = which == 0 ? s->points[i].loss : s->points[i].tokens_per_s;
-      if (!isfinite(v)) continue;
-      double x = MARGIN_L + ((double)s->points[i].step - xlo) / (xhi - xlo) * pw;
-      double y = y0 + PLOT_H - (v - lo) / (hi - lo) * PLOT_H;
-      sb_printf(b, "%s%.2f,%.2f", sep, x, y);
-      sep = " ";
-    }
-    sb_printf(b, "\"/>\n");
-  }
-  if (finite < s->n)
+  for (size_t k = 0; k < nseries; k++)
+    polyline(b, &s[k], which, name, series_color(k, nseries, which), k, nseries, xlo, xhi, lo, hi,
+             y0);
+  if (finite < total)
     sb_printf(b,
               "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\" fill=\"#c00\">"
               "%zu non-finite values not drawn</text>\n",
-              MARGIN_L + pw, y0 - 8, s->n - finite);
+              MARGIN_L + pw, y0 - 8, total - finite);
   sb_printf(b, "</g>\n");
 }
 
-int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_len) {
+/* A legend line per series, below the panels: its colour and its name. */
+static void legend(sbuf *b, const char *const *names, size_t nseries, int y0) {
+  for (size_t k = 0; k < nseries; k++) {
+    int y = y0 + (int)k * LEGEND_H;
+    sb_printf(b,
+              "<g class=\"legend\" data-series=\"%zu\"><rect x=\"%d\" y=\"%d\" width=\"24\" "
+              "height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">",
+              k, MARGIN_L, y - 4, series_color(k, nseries, 0), MARGIN_L + 32, y);
+    sb_xml_text(b, names && names[k] ? names[k] : "");
+    sb_printf(b, "</text></g>\n");
+  }
+}
+
+int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries,
+                  const char *title, char **svg, size_t *svg_len) {
   *svg = NULL;
   *svg_len = 0;
-  if (s == NULL || s->n == 0) return -EINVAL;
+  if (s == NULL || nseries == 0 || nseries > PLOT_MAX_SERIES) return -EINVAL;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  size_t steps = 0;
+  for (size_t k = 0; k < nseries; k++) {
+    if (s[k].n == 0) return -EINVAL;
+    if (s[k].points[0].step < first) first = s[k].points[0].step;
+    if (s[k].points[s[k].n - 1].step > last) last = s[k].points[s[k].n - 1].step;
+    if (s[k].n > steps) steps = s[k].n;
+  }
+  double xlo = (double)first, xhi = (double)last;
+  if (xhi <= xlo) xlo -= 1, xhi += 1;
   sbuf b = {0};
-  int h = TOP + 2 * PANEL_H;
+  int legend_h = nseries > 1 ? (int)nseries * LEGEND_H + 10 : 0;
+  int h = TOP + 2 * PANEL_H + legend_h;
   sb_printf(&b,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -444,10 +497,10 @@ int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_le
   sb_xml_text(&b, title ? title : "");
   sb_printf(&b, "</title>\n<text x=\"%d\" y=\"24\" font-size=\"16\">", MARGIN_L);
   sb_xml_text(&b, title ? title : "");
-  sb_printf(&b, " (%zu steps, %lld..%lld)</text>\n", s->n, (long long)s->points[0].step,
-            (long long)s->points[s->n - 1].step);
-  panel(&b, s, 0, "loss", "#1f77b4", TOP + 30);
-  panel(&b, s, 1, "tokens_per_s", "#d62728", TOP + 30 + PANEL_H);
+  sb_printf(&b, " (%zu steps, %lld..%lld)</text>\n", steps, (long long)first, (long long)last);
+  panel(&b, s, nseries, 0, "loss", xlo, xhi, TOP + 30);
+  panel(&b, s, nseries, 1, "tokens_per_s", xlo, xhi, TOP + 30 + PANEL_H);
+  if (nseries > 1) legend(&b, names, nseries, TOP + 2 * PANEL_H + 20);
   sb_printf(&b, "</svg>\n");
   if (b.oom) {
     free(b.data);
@@ -456,4 +509,8 @@ int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_le
   *svg = b.data;
   *svg_len = b.len;
   return 0;
+}
+
+int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_len) {
+  return plot_svg_many(s, NULL, 1, title, svg, svg_len);
 }

@@ -58,4 +58,16 @@ int plot_parse(const char *data, size_t len, plot_series *out, char *err, size_t
  */
 int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_len);
 
+/* Most series one picture takes (each one colour and one legend line). */
+#define PLOT_MAX_SERIES 8
+
+/*
+ * As plot_svg for nseries series (1..PLOT_MAX_SERIES) in the same two panels,
+ * over the union of their steps, each curve in its own colour, with a legend
+ * giving names[k] (escaped as the title) when there is more than one. A
+ * polyline of series k carries data-series="k". An empty series is -EINVAL.
+ */
+int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries,
+                  const char *title, char **svg, size_t *svg_len);
+
 #endif

@@ -1,6 +1,7 @@
 /*
- * cmd_plot.c - `cohort plot METRICS.jsonl [-o FILE.svg]`: loss and
- * throughput against step as a self-contained SVG.
+ * cmd_plot.c - `cohort plot METRICS.jsonl [MORE.jsonl ...] [-o FILE.svg]`:
+ * loss and throughput against step as a self-contained SVG, several runs
+ * overlaid in one picture.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,15 +20,18 @@
 #define PLOT_MAX_FILE (1024L * 1024 * 1024)
 
 static const char plot_usage[] =
-    "usage: cohort plot METRICS.jsonl [-o FILE.svg]\n"
+    "usage: cohort plot METRICS.jsonl [MORE.jsonl ...] [-o FILE.svg]\n"
     "\n"
     "Draws loss and tokens_per_s against step from a training metrics file (one\n"
     "JSON object per line with step, loss and tokens_per_s, as cohort-gpt2 writes)\n"
     "into a self-contained SVG. An incomplete last line (a running job) is skipped.\n"
+    "Several files (up to 8) are drawn in the same panels, one colour each, with a\n"
+    "legend naming them: runs to compare.\n"
     "\n"
     "options:\n"
-    "  -o, --output FILE     where to write the SVG (default: METRICS with .svg\n"
-    "                        instead of .jsonl; '-' for standard output)\n"
+    "  -o, --output FILE     where to write the SVG (default, for one file: METRICS\n"
+    "                        with .svg instead of .jsonl; needed for several;\n"
+    "                        '-' for standard output)\n"
     "  -h, --help            show this help\n";
 
 static int read_file(const char *path, char **data, size_t *len) {
@@ -126,25 +130,43 @@ static const cli_opt plot_opts[] = {
 static const cli_cmd plot_cmd = {prog,         plot_usage, plot_opts, BASE_ARRAY_LEN(plot_opts),
                                  CLI_ANYWHERE, 1};
 
-/* The metrics file as an SVG in *svg; returns the exit status. */
-static int render(const char *input, char **svg, size_t *svg_len, size_t *steps, int *partial) {
+/* One metrics file parsed into *s; returns the exit status. */
+static int load(const char *input, plot_series *s) {
   char *data = NULL;
   size_t len = 0;
   int rc = read_file(input, &data, &len);
   if (rc != 0)
     return cli_error(prog, 1, "%s: %s", input,
                      rc == -EFBIG ? "larger than 1 GiB, not a metrics file" : strerror(-rc));
-  plot_series s;
   char err[256];
-  rc = plot_parse(data, len, &s, err, sizeof err);
+  rc = plot_parse(data, len, s, err, sizeof err);
   free(data);
   if (rc != 0) return cli_error(prog, 1, "%s: %s", input, err);
-  rc = plot_svg(&s, input, svg, svg_len);
-  *steps = s.n;
-  *partial = s.partial_last;
-  free(s.points);
-  if (rc != 0) return cli_error(prog, 1, "rendering failed: %s", strerror(-rc));
   return 0;
+}
+
+/* The metrics files as one SVG in *svg; returns the exit status. */
+static int render(char **inputs, int n, char **svg, size_t *svg_len, size_t *steps,
+                  int *partial) {
+  plot_series s[PLOT_MAX_SERIES];
+  int loaded = 0, rc = 0;
+  *steps = 0;
+  *partial = 0;
+  for (; loaded < n && rc == 0; loaded++) {
+    rc = load(inputs[loaded], &s[loaded]);
+    if (rc != 0) break;
+    if (s[loaded].n > *steps) *steps = s[loaded].n;
+    *partial |= s[loaded].partial_last;
+  }
+  if (rc == 0) {
+    char title[64];
+    if (n > 1) snprintf(title, sizeof title, "%d runs", n);
+    rc = plot_svg_many(s, (const char *const *)inputs, (size_t)n, n > 1 ? title : inputs[0], svg,
+                       svg_len);
+    if (rc != 0) rc = cli_error(prog, 1, "rendering failed: %s", strerror(-rc));
+  }
+  for (int k = 0; k < loaded; k++) free(s[k].points);
+  return rc;
 }
 
 /* Writes the SVG to output ("-": standard output; NULL: beside the input). */
@@ -172,12 +194,15 @@ int cmd_plot(int argc, char **argv) {
   cli_args files;
   int rc = cli_parse(&plot_cmd, argc, argv, &output, &files);
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
-  if (files.argc != 1)
-    return cli_usage_error(prog, "expected one metrics file, got %d", files.argc);
+  if (files.argc < 1 || files.argc > PLOT_MAX_SERIES)
+    return cli_usage_error(prog, "expected 1 to %d metrics files, got %d", PLOT_MAX_SERIES,
+                           files.argc);
+  if (files.argc > 1 && output == NULL)
+    return cli_usage_error(prog, "several metrics files need -o FILE.svg");
   char *svg = NULL;
   size_t svg_len = 0, steps = 0;
   int partial = 0;
-  rc = render(files.argv[0], &svg, &svg_len, &steps, &partial);
+  rc = render(files.argv, files.argc, &svg, &svg_len, &steps, &partial);
   if (rc != 0) return rc;
   rc = write_svg(files.argv[0], output, svg, svg_len, steps, partial);
   free(svg);
