@@ -142,8 +142,7 @@ static void test_file(void) {
   CHECK_EQ_INT(plot_svg_many(two, names, 2, "runs", &svg, &len), 0);
   CHECK(svg != NULL && strstr(svg, "(2 steps, 0..9)") != NULL);
   CHECK(svg != NULL && strstr(svg, "<polyline class=\"loss\" data-series=\"1\"") != NULL);
-  CHECK(svg != NULL &&
-        strstr(svg, "<polyline class=\"tokens_per_s\" data-series=\"0\"") != NULL);
+  CHECK(svg != NULL && strstr(svg, "<polyline class=\"tokens_per_s\" data-series=\"0\"") != NULL);
   CHECK(svg != NULL && strstr(svg, ">b&lt;&amp;&gt;.jsonl</text>") != NULL);
   free(svg);
   for (int k = 2; k <= PLOT_MAX_SERIES; k++) two[k] = two[1];

@@ -469,8 +469,8 @@ static void legend(sbuf *b, const char *const *names, size_t nseries, int y0) {
   }
 }
 
-int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries,
-                  const char *title, char **svg, size_t *svg_len) {
+int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries, const char *title,
+                  char **svg, size_t *svg_len) {
   *svg = NULL;
   *svg_len = 0;
   if (s == NULL || nseries == 0 || nseries > PLOT_MAX_SERIES) return -EINVAL;

@@ -67,7 +67,7 @@ int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_le
  * giving names[k] (escaped as the title) when there is more than one. A
  * polyline of series k carries data-series="k". An empty series is -EINVAL.
  */
-int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries,
-                  const char *title, char **svg, size_t *svg_len);
+int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries, const char *title,
+                  char **svg, size_t *svg_len);
 
 #endif

@@ -146,8 +146,7 @@ static int load(const char *input, plot_series *s) {
 }
 
 /* The metrics files as one SVG in *svg; returns the exit status. */
-static int render(char **inputs, int n, char **svg, size_t *svg_len, size_t *steps,
-                  int *partial) {
+static int render(char **inputs, int n, char **svg, size_t *svg_len, size_t *steps, int *partial) {
   plot_series s[PLOT_MAX_SERIES];
   int loaded = 0, rc = 0;
   *steps = 0;
