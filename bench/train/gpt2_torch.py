@@ -103,6 +103,8 @@ def main():
                     help="powerSGD_hook's matrix_approximation_rank")
     ap.add_argument("--powersgd-start", type=int, default=2,
                     help="powerSGD_hook's start_powerSGD_iter (vanilla allreduce before)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25,
+                    help="DDP's bucket_cap_mb (its default 25)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -111,7 +113,7 @@ def main():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         dist.init_process_group("gloo")
-        model = DDP(model)
+        model = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
         if a.ddp_hook == "fp16":
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
         elif a.ddp_hook == "powersgd":
