@@ -4,7 +4,9 @@
 # exits 0 at once, starts nothing) and must exit non-zero with every figure
 # replaced by "fail"; bench_store given a Python that fails prints no peer
 # figure; the reliability figures refuse a build without its programs and
-# leave docs/reliability.md alone. (Root: bench/multinode uses namespaces.)
+# leave docs/reliability.md alone; bench/train/compress_curve.sh runs small
+# and refuses a failed run or a PowerSGD run without compression. (Root:
+# bench/multinode uses namespaces.)
 # usage: test_bench_refuses.sh BENCH_STORE_BINARY SOURCE_DIR
 set -u
 bench_store=$(readlink -f "$1")
@@ -38,6 +40,25 @@ sum=$(sha256sum "$src/docs/reliability.md")
 rc=$?
 check "reliability figures: refused without the programs ($rc)" [ $rc = 2 ]
 check "reliability figures: docs/reliability.md untouched" [ "$(sha256sum "$src/docs/reliability.md")" = "$sum" ]
+
+# bench/train/compress_curve.sh at a small size (the tiny model, 8 steps): a table and both
+# curves in one picture; no figure when a run fails or the PowerSGD run does not compress.
+build=$(dirname "$bench_store")
+curve() { OMP_NUM_THREADS=1 STEPS=8 PSGD_START=2 "$src/bench/train/compress_curve.sh" "$build" "$tmp/$1" >"$tmp/$1.out" 2>&1; }
+MODEL="--model tiny" PSGD=powersgd:2 curve cv_ok
+rc=$?
+check "compress_curve: a small run exits 0 ($rc)" [ $rc = 0 ]
+check "compress_curve: the ratio of the final losses" grep -q "final loss powersgd / none: $number" "$tmp/cv_ok.out"
+check "compress_curve: both runs in one picture" \
+  [ "$(grep -c '<polyline class="loss" data-series' "$tmp/cv_ok/curves.svg" 2>/dev/null)" = 2 ]
+MODEL="--model tiny" PSGD=none curve cv_none
+rc=$?
+check "compress_curve: a 'PowerSGD' run without compression exits non-zero ($rc)" [ $rc != 0 ]
+check "compress_curve: ... and says so" grep -q "shows no compression" "$tmp/cv_none.out"
+MODEL="--model bogus" PSGD=powersgd:2 curve cv_fail
+rc=$?
+check "compress_curve: a failed run exits non-zero ($rc)" [ $rc != 0 ]
+check "compress_curve: ... with no figure" not grep -q "final loss" "$tmp/cv_fail.out" "$tmp/cv_none.out"
 
 if [ $failed -ne 0 ]; then
   for f in "$tmp"/*; do echo "== $f"; cat "$f"; done
