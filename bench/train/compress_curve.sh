@@ -80,4 +80,5 @@ done
 awk -v p="$(final powersgd)" -v n="$(final none)" \
   'BEGIN {printf "final loss powersgd / none: %.4f (target: within 5%%, 0.95-1.05)\n", p / n}'
 echo "(final loss: mean of the last 10 steps; wire, compression and tokens/s: mean of steps $((PSGD_START + 1))-$STEPS)"
-"$BUILD/cohort" plot "$OUT/none.jsonl" "$OUT/powersgd.jsonl" -o "$OUT/curves.svg" || exit 1
+# From inside OUT, so that the legend reads none.jsonl and powersgd.jsonl.
+(cd "$OUT" && "$BUILD/cohort" plot none.jsonl powersgd.jsonl -o curves.svg) || exit 1
