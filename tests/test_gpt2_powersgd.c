@@ -306,8 +306,11 @@ static int trainer_backward(trainer *t, int rank, int step) {
 static int overlap_rank(int rank, int port) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  cohort_comm_config cc = {
-      .rank = rank, .size = WORLD, .store_addr = addr, .job_id = "psgd-overlap", .timeout_ms = 20000};
+  cohort_comm_config cc = {.rank = rank,
+                           .size = WORLD,
+                           .store_addr = addr,
+                           .job_id = "psgd-overlap",
+                           .timeout_ms = 20000};
   cohort_comm *comm = NULL;
   int rc = cohort_comm_create(&cc, &comm);
   if (rc != 0) {

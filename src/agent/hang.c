@@ -88,7 +88,7 @@ int hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
     char msg[512];
     if (progress_poll(&h->prog[i], now, msg, sizeof msg))
       fprintf(stderr, "cohort: %s\n", msg); /* msg names the rank */
-    if (h->timeout_ms == 0) continue; /* heartbeats for the step times alone */
+    if (h->timeout_ms == 0) continue;       /* heartbeats for the step times alone */
     int64_t silent = progress_silent_ms(&h->prog[i], now);
     int64_t limit = h->prog[i].started ? h->timeout_ms : h->start_ms;
     if (silent >= limit) return i;

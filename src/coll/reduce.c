@@ -172,6 +172,12 @@ void coll_reduce(cohort_dtype dt, cohort_redop op, void *dst, const void *a, con
   }
 }
 
+/* A power of two: its reciprocal is exact, so x * (1 / n) is the same correctly rounded number
+ * as x / n (bit for bit; the tests compare with a division) at a fraction of a division's cost. */
+static int is_pow2(int n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
 /* d0[i] = d1[i] = (a[i] + b[i]) * scale, with scale 1 or an exact reciprocal. */
 #define COLL_PAIR_LOOP(T, scale)                                                                   \
   do {                                                                                             \
@@ -187,8 +193,8 @@ void coll_reduce(cohort_dtype dt, cohort_redop op, void *dst, const void *a, con
 int coll_reduce_pair(cohort_dtype dt, cohort_redop op, void *d0, void *d1, const void *a,
                      const void *b, size_t n, int fin) {
   int avg = op == COHORT_AVG && fin > 1;
-  if ((op != COHORT_SUM && op != COHORT_AVG) || (avg && (fin & (fin - 1)) != 0)) return 0;
-  double scale = avg ? 1.0 / fin : 1.0; /* exact: fin is a power of two */
+  if ((op != COHORT_SUM && op != COHORT_AVG) || (avg && !is_pow2(fin))) return 0;
+  double scale = avg ? 1.0 / fin : 1.0;
   if (dt == COHORT_F32)
     COLL_PAIR_LOOP(float, scale);
   else if (dt == COHORT_F64)
@@ -198,12 +204,10 @@ int coll_reduce_pair(cohort_dtype dt, cohort_redop op, void *d0, void *d1, const
   return 1;
 }
 
-/* x / size for a floating-point average: x * (1 / size) when size is a power of two, whose
- * reciprocal is exact, so the product is the same correctly rounded quotient (bit for bit, the
- * tests compare with a division) at a fraction of a division's cost. */
+/* x / size for a floating-point average, as x * (1 / size) when size is a power of two. */
 #define COLL_AVG_LOOP(T, p, n, size)                                                               \
   do {                                                                                             \
-    if (((size) & ((size)-1)) == 0) {                                                              \
+    if (is_pow2(size)) {                                                                           \
       T r_ = (T)1 / (T)(size);                                                                     \
       for (size_t i = 0; i < (n); i++) (p)[i] = (p)[i] * r_;                                       \
     } else {                                                                                       \

@@ -11,7 +11,8 @@
 #include "gpt2/kernels.h"
 #include "gpt2/rng.h"
 
-/* Tiles of the kernels: fixed sizes, so the products of a tile do not depend on the thread count. */
+/* Tiles of the kernels: fixed sizes, so the products of a tile do not depend on the thread count.
+ */
 enum { ROW_TILE = 2048, COL_TILE = 256 };
 
 static double col_norm2(const float *a, int rows, int cols, int j) {
@@ -52,7 +53,8 @@ static int cut_groups(gpt2_psgd *s, const gpt2_model *m) {
   size_t hi = m->nparams;
   for (int l = L - 1; l >= 0; l--) {
     size_t lo = m->layer_offset0 + (size_t)l * m->layer_size;
-    s->groups[s->ngroups++] = (gpt2_psgd_group){.lo = lo, .hi = hi, .ev = GPT2_EV_LAYER, .layer = l};
+    s->groups[s->ngroups++] =
+        (gpt2_psgd_group){.lo = lo, .hi = hi, .ev = GPT2_EV_LAYER, .layer = l};
     hi = lo;
   }
   s->groups[s->ngroups++] = (gpt2_psgd_group){.lo = 0, .hi = hi, .ev = GPT2_EV_EMBED, .layer = -1};
@@ -186,13 +188,14 @@ static void add_and_project(const float *G, float *E, const float *Q, float *P, 
     float *e = E + i0 * cols;
     const float *g = G + i0 * cols;
     for (size_t k = 0; k < n * cols; k++) e[k] += g[k];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, r, (int)cols, 1.0f, e,
-                (int)cols, Q, r, 0.0f, P + i0 * (size_t)r, r);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, r, (int)cols, 1.0f, e, (int)cols,
+                Q, r, 0.0f, P + i0 * (size_t)r, r);
   }
 }
 
 /* Q = E^T P: E (rows, cols), P (rows, r), Q (cols, r); each column tile sums over every row. */
-static void project_back(const float *E, const float *P, float *Q, size_t rows, size_t cols, int r) {
+static void project_back(const float *E, const float *P, float *Q, size_t rows, size_t cols,
+                         int r) {
   size_t ntiles = (cols + COL_TILE - 1) / COL_TILE;
 #pragma omp parallel for schedule(static)
   for (size_t t = 0; t < ntiles; t++) {

@@ -85,8 +85,8 @@ typedef struct gpt2_psgd {
   /* The current step: groups in the order they were launched. */
   int *order;
   int nlaunched;
-  int64_t wait_us;    /* time spent blocked on requests this step */
-  double wire_bytes;  /* bytes handed to the collectives this step */
+  int64_t wait_us;   /* time spent blocked on requests this step */
+  double wire_bytes; /* bytes handed to the collectives this step */
 } gpt2_psgd;
 
 /* Chooses the matrices among the model's tensors (rows > 1 and rows*cols > 2*rank*(rows+cols):

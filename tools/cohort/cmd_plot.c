@@ -151,7 +151,7 @@ static int render(char **inputs, int n, char **svg, size_t *svg_len, size_t *ste
   int loaded = 0, rc = 0;
   *steps = 0;
   *partial = 0;
-  for (; loaded < n && rc == 0; loaded++) {
+  for (; loaded < n; loaded++) {
     rc = load(inputs[loaded], &s[loaded]);
     if (rc != 0) break;
     if (s[loaded].n > *steps) *steps = s[loaded].n;
