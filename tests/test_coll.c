@@ -524,6 +524,49 @@ static int rk_wire(cohort_comm *c, void *arg) {
   return fails;
 }
 
+/* x rounded to the wire type and widened back. */
+static float wire_round(cohort_dtype wire, float x) {
+  return wire == COHORT_BF16 ? coll_bf16_to_f32(coll_f32_to_bf16(x))
+                             : coll_f16_to_f32(coll_f32_to_f16(x));
+}
+
+/* The compressed allgather, in place and not, blocking and not: every rank holds every block
+ * rounded to the wire type (its own too), and fractions did round. */
+static int rk_wire_gather(cohort_comm *c, void *arg) {
+  (void)arg;
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c), fails = 0;
+  size_t counts[] = {0, 1, 1531, 30001};
+  cohort_dtype wires[] = {COHORT_BF16, COHORT_F16};
+  float *all = malloc((30001 * (size_t)n + 1) * sizeof(float));
+  float *mine = malloc(30001 * sizeof(float));
+  for (int w = 0; w < 2; w++)
+    for (int mode = 0; mode < 4; mode++)
+      for (size_t ci = 0; ci < BASE_ARRAY_LEN(counts); ci++) {
+        size_t count = counts[ci];
+        float *send = mode & 1 ? all + (size_t)r * count : mine;
+        for (size_t i = 0; i < count; i++) send[i] = wire_frac_in(r, i);
+        cohort_request *req = NULL;
+        int rc = mode & 2 ? cohort_iallgather_wire(c, send, all, count, COHORT_F32, wires[w], &req)
+                          : cohort_allgather_wire(c, send, all, count, COHORT_F32, wires[w]);
+        if (rc == 0) rc = cohort_request_wait(req);
+        size_t bad = 0, rounded = 0;
+        for (int q = 0; q < n && rc == 0; q++)
+          for (size_t i = 0; i < count; i++) {
+            float x = wire_frac_in(q, i), got = all[(size_t)q * count + i];
+            if (got != wire_round(wires[w], x)) bad++;
+            if (got != x) rounded++;
+          }
+        if (rc != 0 || bad || (count >= 1531 && rounded == 0)) {
+          fprintf(stderr, "rank %d: allgather wire %d mode %d count %zu: rc %d, %zu wrong\n", r,
+                  (int)wires[w], mode, count, rc, bad);
+          fails++;
+        }
+      }
+  free(all);
+  free(mine);
+  return fails;
+}
+
 /* Rank 1 calls the plain f32 allreduce where rank 0 calls the compressed one: both fail. */
 static int rk_wire_mismatch(cohort_comm *c, void *arg) {
   (void)arg;
@@ -928,8 +971,10 @@ static int unit(void) {
   /* Compressed reductions over shared memory, TCP rings and the hierarchy. */
   world_opts wshm = {.n = 3};
   CHECK_EQ_INT(run_world(&wshm, rk_wire, NULL), 0);
+  CHECK_EQ_INT(run_world(&wshm, rk_wire_gather, NULL), 0);
   world_opts wtcp = {.n = 4, .transport = COHORT_TRANSPORT_TCP, .threshold = "0"};
   CHECK_EQ_INT(run_world(&wtcp, rk_wire, NULL), 0);
+  CHECK_EQ_INT(run_world(&wtcp, rk_wire_gather, NULL), 0);
   world_opts whier = {.n = 4, .hosts = 2};
   CHECK_EQ_INT(run_world(&whier, rk_wire, NULL), 0);
   world_opts wmm = {.n = 2, .timeout_ms = 30000};

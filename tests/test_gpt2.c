@@ -35,6 +35,16 @@ static float *randn(size_t n, float std) {
   return x;
 }
 
+/* max |a - b| / max |a| over n elements. */
+static double max_rel_diff(const float *a, const float *b, size_t n) {
+  double d = 0.0, top = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    d = fmax(d, fabs((double)a[i] - b[i]));
+    top = fmax(top, fabs(a[i]));
+  }
+  return d / top;
+}
+
 static double dot(const float *a, const float *b, size_t n) {
   double s = 0.0;
   for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
@@ -189,6 +199,15 @@ static void test_kernels(void) {
     fd_check("matmul dinp", kernel_objective, &k, k.a, di, N * KC, 1e-2f, 1e-3);
     fd_check("matmul dw", kernel_objective, &k, k.b, dw, 3 * KC * KC, 1e-2f, 1e-3);
     fd_check("matmul dbias", kernel_objective, &k, k.c, db, 3 * KC, 1e-2f, 1e-3);
+    /* dw and dbias in row blocks of 5 (the last one short): the same as all at once, up to the
+     * rounding of sgemm's differently shaped calls. */
+    float *dw2 = calloc(3 * KC * KC, sizeof(float)), *db2 = calloc(3 * KC, sizeof(float));
+    for (size_t j0 = 0; j0 < 3 * KC; j0 += 5)
+      gpt2_matmul_backward_rows(dw2, db2, k.r, k.a, N, KC, 3 * KC, j0,
+                                j0 + 5 < 3 * KC ? j0 + 5 : 3 * KC);
+    CHECK(max_rel_diff(dw, dw2, 3 * KC * KC) < 1e-5);
+    CHECK(memcmp(db, db2, 3 * KC * sizeof(float)) == 0);
+    free(dw2), free(db2);
     /* accumulate=1 adds inp @ w^T + bias to what is there. */
     float *o2 = malloc(k.nout * sizeof(float));
     for (size_t i = 0; i < k.nout; i++) o2[i] = 1.0f;
@@ -371,10 +390,46 @@ static void test_model_gradcheck(gpt2_head head) {
 }
 
 /* Hooks arrive in order: head, tail, layers L-1..0, embed. */
+/* Layer l reports as 100 + l, the head's first n rows of dwte as 10000 + n. */
 static int hook_seq[16], hook_n;
-static void record_hook(void *ctx, gpt2_grad_event ev, int layer) {
+static void record_hook(void *ctx, gpt2_grad_event ev, int at) {
   (void)ctx;
-  if (hook_n < 16) hook_seq[hook_n++] = ev == GPT2_EV_LAYER ? 100 + layer : (int)ev;
+  int code = ev == GPT2_EV_LAYER ? 100 + at : ev == GPT2_EV_HEAD ? 10000 + at : (int)ev;
+  if (hook_n < 16) hook_seq[hook_n++] = code;
+}
+
+/* A vocabulary of two and a bit row blocks: the LM head reports dwte's rows block by block (the
+ * exchange starts on the first), and its gradient is the one a single product gives. */
+static void test_head_rows(const gpt2_config *tiny) {
+  gpt2_config big = *tiny;
+  big.vocab = 2 * GPT2_HEAD_ROWS + 7;
+  gpt2_model m;
+  CHECK_EQ_INT(gpt2_model_init(&m, &big, 2, 8), 0);
+  gpt2_model_init_weights(&m, 3);
+  gpt2_batch_buf bb;
+  gpt2_batch batch;
+  gpt2_batch_buf_alloc(&bb, 2, 8);
+  fill_batch(&bb, &batch, 2, 8, big.vocab, 0);
+  gpt2_forward(&m, &batch);
+  hook_n = 0;
+  gpt2_backward(&m, &batch, 1.0f, record_hook, NULL, 1);
+  int want[] = {10000 + GPT2_HEAD_ROWS, 10000 + 2 * GPT2_HEAD_ROWS, 10000 + big.vocab,
+                GPT2_EV_TAIL};
+  CHECK_EQ_INT(hook_n, 8);
+  CHECK(memcmp(hook_seq, want, sizeof(want)) == 0);
+  /* The head's dwte against one gpt2_matmul_backward over the whole vocabulary. */
+  size_t BT = 16, C = (size_t)big.channels, V = (size_t)big.vocab;
+  float *dw = calloc(V * C, sizeof(float));
+  gpt2_zero_grad(&m);
+  gpt2_forward(&m, &batch);
+  gpt2_crossentropy_backward(m.logits, m.lse, batch.targets, 1.0f / (float)BT, BT, V);
+  gpt2_matmul_backward(NULL, dw, NULL, m.logits, m.lnf, m.p.wte, BT, C, V, 0);
+  gpt2_forward(&m, &batch);
+  gpt2_backward(&m, &batch, 1.0f, NULL, NULL, 0);
+  CHECK(max_rel_diff(dw, m.g.wte, V * C) < 1e-5);
+  free(dw);
+  gpt2_batch_buf_free(&bb);
+  gpt2_model_free(&m);
 }
 
 static void test_model_misc(void) {
@@ -415,9 +470,10 @@ static void test_model_misc(void) {
   CHECK(fabs(loss - log(20.0)) < 0.2);
   hook_n = 0;
   gpt2_backward(&m, &batch, 1.0f, record_hook, NULL, 1);
-  int want[] = {GPT2_EV_HEAD, GPT2_EV_TAIL, 102, 101, 100, GPT2_EV_EMBED};
+  int want[] = {10020, GPT2_EV_TAIL, 102, 101, 100, GPT2_EV_EMBED};
   CHECK_EQ_INT(hook_n, 6);
   CHECK(memcmp(hook_seq, want, sizeof(want)) == 0);
+  test_head_rows(&tiny);
   /* scatter_wte = 0 leaves the embedding's part of dwte to the caller:
    * adding d(encoded) by hand gives the same gradient. */
   float *g1 = malloc(m.nparams * sizeof(float));

@@ -164,6 +164,8 @@ static void compare_compressed(const char *name, const char **extra, int world) 
   char path[600];
   snprintf(path, sizeof(path), "%s/%s.r0.out", tmp, name);
   char *out = slurp(path);
+  /* 16 bits without ZeRO: the split exchange (reduce-scatter, gathers in the next forward). */
+  CHECK((strstr(out, " split") != NULL) == (strstr(name, "zero") == NULL));
   const char *c = strstr(out, "(compression ");
   double ratio = c ? atof(c + 13) : 0.0;
   CHECK(ratio > 1.5 && ratio <= 2.0);
@@ -226,23 +228,25 @@ static int same_file(const char *a, const char *b) {
 /* 8 steps straight against 4 steps resumed from the straight run's step-4 checkpoint: the final
  * checkpoints (parameters, optimiser state, PowerSGD's Q and every rank's error) are identical
  * byte for byte. */
-static void test_powersgd_resume(void) {
-  char a[300], b[300], cmd[1200];
-  snprintf(a, sizeof(a), "%s/psgd_ckpt_a", tmp);
-  snprintf(b, sizeof(b), "%s/psgd_ckpt_b", tmp);
-  const char *args[] = {PSGD_TINY, "--steps",      "8", "--grad-compress", "powersgd:2",
+static void test_resume(const char *tag, const char *compress) {
+  char a[300], b[300], cmd[1200], na[64], nb[64];
+  snprintf(a, sizeof(a), "%s/%s_ckpt_a", tmp, tag);
+  snprintf(b, sizeof(b), "%s/%s_ckpt_b", tmp, tag);
+  snprintf(na, sizeof(na), "%s_a", tag);
+  snprintf(nb, sizeof(nb), "%s_b", tag);
+  const char *args[] = {PSGD_TINY, "--steps",      "8", "--grad-compress", compress,
                         "--quiet", "--ckpt-every", "4", "--ckpt-dir",      a,
                         NULL};
-  CHECK(run_ranks("psgd_a", 2, args));
+  CHECK(run_ranks(na, 2, args));
   snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && cp '%s/ckpt_000000000004.bin' '%s/'", b, a, b);
   CHECK_EQ_INT(system(cmd), 0);
   args[sizeof(args) / sizeof(args[0]) - 2] = b; /* the --ckpt-dir value, last */
-  CHECK(run_ranks("psgd_b", 2, args));
+  CHECK(run_ranks(nb, 2, args));
   char pa[600], pb[600];
   snprintf(pa, sizeof(pa), "%s/ckpt_000000000008.bin", a);
   snprintf(pb, sizeof(pb), "%s/ckpt_000000000008.bin", b);
   CHECK(same_file(pa, pb));
-  snprintf(pb, sizeof(pb), "%s/psgd_b.r0.out", tmp);
+  snprintf(pb, sizeof(pb), "%s/%s.r0.out", tmp, nb);
   char *out = slurp(pb);
   CHECK(strstr(out, "resumed from") != NULL && strstr(out, "at step 4") != NULL);
   free(out);
@@ -250,10 +254,13 @@ static void test_powersgd_resume(void) {
 
 /* A rank killed mid-run: the survivor reports a communication error and
  * exits non-zero well before the test's timeout. */
-static void test_dead_peer(void) {
-  const char *args[] = {"--model", "tiny", "--seq-len", "16", "--steps", "100000", "--quiet", NULL};
-  pid_t p0 = spawn("dead.r0", 0, 2, "jobdead", args);
-  pid_t p1 = spawn("dead.r1", 1, 2, "jobdead", args);
+static void test_dead_peer(const char *compress) {
+  const char *args[] = {"--model", "tiny",    "--seq-len",       "16",     "--steps",
+                        "100000",  "--quiet", "--grad-compress", compress, NULL};
+  char job[64];
+  snprintf(job, sizeof(job), "jobdead-%s", compress);
+  pid_t p0 = spawn("dead.r0", 0, 2, job, args);
+  pid_t p1 = spawn("dead.r1", 1, 2, job, args);
   struct timespec ts = {1, 0};
   nanosleep(&ts, NULL);
   kill(p1, SIGKILL);
@@ -294,8 +301,21 @@ int main(int argc, char **argv) {
   compare_compressed("lm_fp16_zero_3ranks",
                      (const char *[]){"--grad-compress", "fp16", "--zero", "1", NULL}, 3);
   test_powersgd_trains();
-  test_powersgd_resume();
-  test_dead_peer();
+  /* bf16 without ZeRO takes the split exchange: with remainders (3 ranks), accumulation and the
+   * QA head too; a checkpoint resumes bitwise; a dead peer fails the survivor. */
+  compare_tol("lm_bf16_3ranks_accum", (const char *[]){"--grad-compress", "bf16", NULL}, 3, 2,
+              1e-2);
+  char path[600];
+  snprintf(path, sizeof(path), "%s/lm_bf16_3ranks_accum.r0.out", tmp);
+  char *out = slurp(path);
+  CHECK(strstr(out, "bf16 split") != NULL);
+  free(out);
+  compare_compressed("qa_fp16_3ranks",
+                     (const char *[]){"--head", "qa", "--grad-compress", "fp16", NULL}, 3);
+  test_resume("psgd", "powersgd:2");
+  test_resume("bf16", "bf16");
+  test_dead_peer("none");
+  test_dead_peer("bf16");
 
   store_server_stop(srv);
   char cmd[300];

@@ -223,10 +223,10 @@ COHORT_API int cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, coh
  * f32 in recv: values exactly representable in the wire type, with sums that
  * are too, come out exact; otherwise the error is that of the wire type's
  * rounding at each of the algorithm's steps (about 2^-8 relative per step
- * for bf16, 2^-11 for f16, whose range is also only +-65504). The library
- * holds a temporary buffer of the wire type (half of send's bytes) while the
- * operation runs. All ranks must call it with the same wire type (a peer
- * calling the f32 collective fails with COHORT_EMISMATCH). wire == dtype is
+ * for bf16, 2^-11 for f16, whose range is also only +-65504). The
+ * communicator keeps a buffer of the wire type as large as the largest such
+ * operation so far (half of its send bytes) until it is destroyed. All ranks must call it with the
+ * same wire type (a peer calling the f32 collective fails with COHORT_EMISMATCH). wire == dtype is
  * the plain collective; any other combination is -EINVAL. Semantics,
  * in-place use and ordering are those of the plain functions above.
  */
@@ -241,6 +241,15 @@ COHORT_API int cohort_reduce_scatter_wire(cohort_comm *comm, const void *send, v
 COHORT_API int cohort_ireduce_scatter_wire(cohort_comm *comm, const void *send, void *recv,
                                            size_t recvcount, cohort_dtype dtype, cohort_dtype wire,
                                            cohort_redop op, cohort_request **req);
+/* The allgather of an f32 buffer whose blocks travel as `wire`: every rank's block is rounded to
+ * the wire type (its own in recv too), so all ranks receive the same values; blocks exact in the
+ * wire type (a reduce-scatter_wire's results) arrive exact. Buffers and ordering as
+ * cohort_allgather. */
+COHORT_API int cohort_allgather_wire(cohort_comm *comm, const void *send, void *recv,
+                                     size_t sendcount, cohort_dtype dtype, cohort_dtype wire);
+COHORT_API int cohort_iallgather_wire(cohort_comm *comm, const void *send, void *recv,
+                                      size_t sendcount, cohort_dtype dtype, cohort_dtype wire,
+                                      cohort_request **req);
 
 /* Sets *done to 1 when the request has finished (then wait returns at once). */
 COHORT_API int cohort_request_test(cohort_request *req, int *done);

@@ -233,6 +233,11 @@ struct cohort_comm {
   uint32_t seq;  /* collectives executed so far */
   void *scratch; /* 2 * slice_bytes (bounded staging of algorithms) */
   size_t scratch_bytes;
+  /* The wire-type copy of compressed reductions (execute_wire), kept between them: as large as
+   * the largest one so far (half its f32 bytes); a fresh one per call cost its page faults on
+   * every call, time in which the link sat idle. */
+  uint16_t *wire_buf;
+  size_t wire_cap; /* elements */
   /* Shared buffers (cohort_mem_alloc), the same list on every rank; index -1 entries are freed. */
   coll_buf *bufs;
   int nbufs, live_bufs;

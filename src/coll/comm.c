@@ -133,6 +133,7 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   coll_tcp_destroy(c->tcp);
   coll_shm_destroy(c->shm);
   free(c->scratch);
+  free(c->wire_buf);
   free(c->peer_ops);
   free(c->peer_t);
   free(c->local.ranks);
@@ -187,31 +188,46 @@ static int execute_plain(cohort_comm *c, const coll_op *op) {
   return rc;
 }
 
+/* c->wire_buf with room for n elements (grown, never shrunk); NULL when out of memory. */
+static uint16_t *wire_buffer(cohort_comm *c, size_t n) {
+  if (n <= c->wire_cap && c->wire_buf != NULL) return c->wire_buf;
+  uint16_t *w = malloc(n ? n * sizeof *w : 1);
+  if (w == NULL) return NULL;
+  free(c->wire_buf);
+  c->wire_buf = w;
+  c->wire_cap = n;
+  return w;
+}
+
 /*
- * An f32 allreduce or reduce-scatter whose bytes travel in 16 bits: the
- * input is rounded into a temporary buffer of the wire type (half the
- * input's size, held while the operation runs), reduced there in place (the
+ * An f32 allreduce, reduce-scatter or allgather whose bytes travel in 16 bits: the
+ * input is rounded into a buffer of the wire type (half the input's size;
+ * the communicator keeps it for the next one), reduced there in place (the
  * kernels accumulate in f32 and round every partial result to the wire
  * type), and the result widened into recv. The peers see an ordinary
- * collective of the wire type.
+ * collective of the wire type. One operation executes at a time (`busy`),
+ * so one buffer serves them all.
  */
 static int execute_wire(cohort_comm *c, const coll_op *op) {
-  int rs = op->kind == COLL_REDUCE_SCATTER;
-  size_t nin = rs ? op->count * (size_t)c->size : op->count;
-  uint16_t *w = malloc(nin ? nin * sizeof *w : 1);
+  int rs = op->kind == COLL_REDUCE_SCATTER, ag = op->kind == COLL_ALLGATHER;
+  size_t block = (size_t)c->rank * op->count;
+  size_t nbuf = rs || ag ? op->count * (size_t)c->size : op->count;
+  uint16_t *w = wire_buffer(c, nbuf);
   if (w == NULL) return coll_fail(c, -ENOMEM, "rank %d: out of memory", c->rank);
-  coll_to_wire(op->wire, w, op->send, nin);
+  /* An allgather sends one block: its own, in place in the gathered buffer. */
+  coll_to_wire(op->wire, ag ? w + block : w, op->send, ag ? op->count : nbuf);
   coll_op inner = *op;
   inner.dtype = op->wire;
-  inner.send = inner.recv = w;
+  inner.send = ag ? w + block : w;
+  inner.recv = w;
   int rc = execute_plain(c, &inner);
-  if (rc == 0) {
+  if (rc == 0 && rs) {
     /* In place, a reduce-scatter's result lands in block `rank` of the buffer. */
-    float *dst = rs && op->recv == op->send ? (float *)op->recv + (size_t)c->rank * op->count
-                                            : (float *)op->recv;
-    coll_from_wire(op->wire, dst, rs ? w + (size_t)c->rank * op->count : w, op->count);
+    float *dst = op->recv == op->send ? (float *)op->recv + block : (float *)op->recv;
+    coll_from_wire(op->wire, dst, w + block, op->count);
+  } else if (rc == 0) {
+    coll_from_wire(op->wire, op->recv, w, ag ? nbuf : op->count);
   }
-  free(w);
   return rc;
 }
 
@@ -249,7 +265,8 @@ static int check_op(cohort_comm *c, coll_op *op) {
     return -EINVAL;
   if (op->wire != op->dtype &&
       (op->dtype != COHORT_F32 || (op->wire != COHORT_BF16 && op->wire != COHORT_F16) ||
-       (op->kind != COLL_ALLREDUCE && op->kind != COLL_REDUCE_SCATTER)))
+       (op->kind != COLL_ALLREDUCE && op->kind != COLL_REDUCE_SCATTER &&
+        op->kind != COLL_ALLGATHER)))
     return -EINVAL;
   size_t es = cohort_dtype_size(op->dtype);
   size_t total = op->count;
@@ -439,5 +456,19 @@ COHORT_API int cohort_ireduce_scatter_wire(cohort_comm *c, const void *send, voi
                                            cohort_redop op, cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OPW(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, wire, op, -1);
+  return start(c, &o, req);
+}
+
+COHORT_API int cohort_allgather_wire(cohort_comm *c, const void *send, void *recv, size_t sendcount,
+                                     cohort_dtype dtype, cohort_dtype wire) {
+  coll_op o = OPW(COLL_ALLGATHER, send, recv, sendcount, dtype, wire, COHORT_SUM, -1);
+  return start(c, &o, NULL);
+}
+
+COHORT_API int cohort_iallgather_wire(cohort_comm *c, const void *send, void *recv,
+                                      size_t sendcount, cohort_dtype dtype, cohort_dtype wire,
+                                      cohort_request **req) {
+  if (req == NULL) return -EINVAL;
+  coll_op o = OPW(COLL_ALLGATHER, send, recv, sendcount, dtype, wire, COHORT_SUM, -1);
   return start(c, &o, req);
 }

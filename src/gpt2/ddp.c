@@ -25,7 +25,7 @@ static int add_bucket(gpt2_ddp *d, size_t lo, size_t hi, gpt2_grad_event ev, int
   if (nb == NULL) return -ENOMEM;
   d->buckets = nb;
   size_t per = d->zero ? (hi - lo) / (size_t)d->world : 0;
-  d->buckets[d->nbuckets++] = (gpt2_bucket){lo, hi, ev, layer, per};
+  d->buckets[d->nbuckets++] = (gpt2_bucket){lo, hi, ev, layer, per, NULL};
   return 0;
 }
 
@@ -133,6 +133,8 @@ void gpt2_ddp_free(gpt2_ddp *d) {
   free(d->buckets);
   free(d->reqs);
   free(d->req_done_us);
+  for (int i = 0; i < d->nbuckets; i++) cohort_request_wait(d->buckets[i].gather);
+  free(d->order);
   free(d->gath_rows);
   free(d->gath_tok);
   gpt2_psgd_free(d->psgd);
@@ -160,16 +162,22 @@ int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed) {
 }
 
 int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens) {
+  gpt2_ddp_settle(d, SIZE_MAX); /* the forward has, unless it was not given the wait */
   d->psgd_now = d->psgd != NULL && step >= d->psgd_start && d->world > 1;
   d->psgd_live = d->psgd_now && last && d->psgd_overlap;
   if (d->psgd_now && last) gpt2_psgd_begin(d->psgd);
   /* A compressing step communicates after backward: the buckets stay idle. */
   d->active = last && d->world > 1 && !d->psgd_now;
+  d->split_now = d->active && d->split;
   d->tokens = tokens;
+  d->head_sent = 0;
   d->nreqs = 0;
   d->t_first_us = 0;
   d->t_last_done_us = 0;
-  d->exposed_ms = d->comm_ms = 0.0;
+  /* The previous split step's gathers were waited for in this step's forward. */
+  d->exposed_ms = d->carry_exposed_ms;
+  d->comm_ms = d->carry_comm_ms;
+  if (last) d->carry_exposed_ms = d->carry_comm_ms = 0.0;
   d->wire_bytes = d->f32_bytes = 0.0;
   /* Outside the communicating micro-step the model does the whole dwte. */
   return !(d->active && d->gather_embed);
@@ -185,8 +193,36 @@ static void push_req(gpt2_ddp *d, int rc, cohort_request *req, const char *what)
   d->reqs[d->nreqs++] = req;
 }
 
-void gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire) {
+/* The split exchange: buckets from the token embedding's end on reduce-scattered, one optimiser
+ * shard for what comes before them and one per split bucket, so each updates on its own. */
+static int split_setup(gpt2_ddp *d) {
+  d->split_lo = (size_t)d->m->cfg.vocab * (size_t)d->m->cfg.channels;
+  d->order = malloc((size_t)d->nbuckets * sizeof(int));
+  if (d->order == NULL) return -ENOMEM;
+  for (int i = 0; i < d->nbuckets; i++) {
+    gpt2_bucket *b = &d->buckets[i];
+    if (b->lo < d->split_lo) continue;
+    b->per = (b->hi - b->lo) / (size_t)d->world;
+    int k = d->norder++;
+    for (; k > 0 && d->buckets[d->order[k - 1]].lo > b->lo; k--) d->order[k] = d->order[k - 1];
+    d->order[k] = i;
+  }
+  for (int i = 0; i < d->nshards; i++) gpt2_optim_free(&d->shards[i]);
+  d->nshards = 0;
+  d->state_floats = 0;
+  int rc = add_shard(d, 0, d->split_lo);
+  for (int k = 0; k < d->norder && rc == 0; k++) {
+    const gpt2_bucket *b = &d->buckets[d->order[k]];
+    rc = add_shard(d, b->lo, b->hi);
+  }
+  d->split = 1;
+  return rc;
+}
+
+int gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire) {
   d->wire = wire;
+  if (wire == COHORT_F32 || d->zero || d->world < 2 || d->split) return 0;
+  return split_setup(d);
 }
 
 /* Counts n floats handed to a collective, travelling as `wire`. */
@@ -201,7 +237,7 @@ static void launch(gpt2_ddp *d, const gpt2_bucket *b) {
   cohort_request *req = NULL;
   if (d->err) return;
   size_t all = b->lo;
-  if (d->zero && b->per > 0) {
+  if (b->per > 0) {
     int rc = cohort_ireduce_scatter_wire(d->comm, g + b->lo, g + b->lo, b->per, COHORT_F32, d->wire,
                                          COHORT_SUM, &req);
     push_req(d, rc, req, "reduce-scatter of gradients");
@@ -235,26 +271,35 @@ static void powersgd_hook(gpt2_ddp *d, gpt2_grad_event ev, int layer) {
   if (rc != 0) fail(d, rc, "PowerSGD exchange of gradients");
 }
 
-void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer) {
+/* Launches the head's buckets of dwte whose rows are all in (`rows` of them), in order. */
+static void launch_head(gpt2_ddp *d, int rows) {
+  size_t ready = (size_t)rows * (size_t)d->m->cfg.channels;
+  for (int i = 0; i < d->nbuckets; i++) {
+    const gpt2_bucket *b = &d->buckets[i];
+    if (b->event != GPT2_EV_HEAD || b->lo < d->head_sent || b->hi > ready) continue;
+    launch(d, b);
+    d->head_sent = b->hi;
+  }
+}
+
+void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at) {
   gpt2_ddp *d = ctx;
-  if (d->psgd_live && !d->err) powersgd_hook(d, ev, layer);
+  if (d->psgd_live && !d->err) powersgd_hook(d, ev, at);
   if (!d->active || d->err) return;
   gpt2_model *m = d->m;
   size_t BT = (size_t)m->B * (size_t)m->T;
-  if (ev == GPT2_EV_HEAD && d->gather_embed) {
+  if (ev == GPT2_EV_HEAD) launch_head(d, at);
+  for (int i = 0; i < d->nbuckets && ev != GPT2_EV_HEAD; i++) {
+    const gpt2_bucket *b = &d->buckets[i];
+    if (b->event == ev && (ev != GPT2_EV_LAYER || b->layer == at)) launch(d, b);
+  }
+  if (ev == GPT2_EV_EMBED && d->gather_embed) {
     cohort_request *req = NULL;
     int rc = cohort_iallgather(d->comm, d->tokens, d->gath_tok, BT, COHORT_I32, &req);
     count_bytes(d, BT, COHORT_I32);
     push_req(d, rc, req, "allgather of tokens");
-  }
-  for (int i = 0; i < d->nbuckets; i++) {
-    const gpt2_bucket *b = &d->buckets[i];
-    if (b->event == ev && (ev != GPT2_EV_LAYER || b->layer == layer)) launch(d, b);
-  }
-  if (ev == GPT2_EV_EMBED && d->gather_embed) {
-    cohort_request *req = NULL;
-    int rc = cohort_iallgather(d->comm, m->dres, d->gath_rows, BT * (size_t)m->cfg.channels,
-                               COHORT_F32, &req);
+    rc = cohort_iallgather(d->comm, m->dres, d->gath_rows, BT * (size_t)m->cfg.channels, COHORT_F32,
+                           &req);
     count_bytes(d, BT * (size_t)m->cfg.channels, COHORT_F32);
     push_req(d, rc, req, "allgather of embedding gradients");
   }
@@ -335,7 +380,25 @@ static int shard_counted(const gpt2_ddp *d, int i) {
   return 1;
 }
 
+/* The split step's norm: the allreduced token embedding here, the rest from each rank's reduced
+ * share (and rank 0's remainders), summed over the ranks. */
+static int split_norm(gpt2_ddp *d, double *norm) {
+  const float *g = d->m->grads;
+  double own = 0.0;
+  for (int k = 0; k < d->norder; k++) {
+    const gpt2_bucket *b = &d->buckets[d->order[k]];
+    size_t rest = b->lo + b->per * (size_t)d->world;
+    own += gpt2_sumsq(g + b->lo + (size_t)d->rank * b->per, b->per);
+    if (d->rank == 0) own += gpt2_sumsq(g + rest, b->hi - rest);
+  }
+  int rc = gpt2_ddp_sum(d, &own, 1);
+  if (rc != 0) return rc;
+  *norm = sqrt(gpt2_sumsq(g, d->split_lo) + own);
+  return 0;
+}
+
 int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm) {
+  if (d->split_now) return split_norm(d, norm);
   double s = 0.0;
   for (int i = 0; i < d->nshards; i++) {
     const gpt2_optim *o = &d->shards[i];
@@ -349,7 +412,53 @@ int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm) {
   return 0;
 }
 
+/* The split step: the gathers launched in the forward's order, then the token embedding's update
+ * while they run (it reads none of their gradients). */
+static int split_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
+  d->upd_scale = grad_scale;
+  d->upd_lr = lr;
+  d->upd_t = t;
+  d->gather_t0_us = gpt2_now_us();
+  float *g = d->m->grads;
+  for (int k = 0; k < d->norder && !d->err; k++) {
+    gpt2_bucket *b = &d->buckets[d->order[k]];
+    if (b->per == 0) continue;
+    int rc = cohort_iallgather_wire(d->comm, g + b->lo + (size_t)d->rank * b->per, g + b->lo,
+                                    b->per, COHORT_F32, d->wire, &b->gather);
+    if (rc != 0) return fail(d, rc, "allgather of gradients");
+    d->gathers_pending++;
+  }
+  gpt2_optim_step(&d->shards[0], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
+  return d->err;
+}
+
+/* Shard k + 1 holds split bucket k's optimiser state (split_setup). */
+int gpt2_ddp_settle(gpt2_ddp *d, size_t hi) {
+  for (int k = 0; k < d->norder && d->gathers_pending > 0; k++) {
+    gpt2_bucket *b = &d->buckets[d->order[k]];
+    if (b->lo >= hi) break;
+    if (b->gather == NULL) continue;
+    int64_t t0 = gpt2_now_us();
+    int rc = cohort_request_wait(b->gather);
+    int64_t t1 = gpt2_now_us();
+    b->gather = NULL;
+    d->gathers_pending--;
+    d->carry_exposed_ms += (double)(t1 - t0) * 1e-3;
+    if (d->gathers_pending == 0) d->carry_comm_ms += (double)(t1 - d->gather_t0_us) * 1e-3;
+    if (rc != 0) fail(d, rc, "allgather of gradients");
+    if (d->err) continue;
+    gpt2_optim_step(&d->shards[k + 1], d->m, d->m->params, d->m->grads, d->upd_scale, d->upd_lr,
+                    d->upd_t);
+  }
+  return d->err;
+}
+
+void gpt2_ddp_param_wait(void *ctx, size_t hi) {
+  gpt2_ddp_settle(ctx, hi);
+}
+
 int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
+  if (d->split_now) return split_step(d, grad_scale, lr, t);
   for (int i = 0; i < d->nshards; i++)
     gpt2_optim_step(&d->shards[i], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
   if (!d->zero) return 0;
@@ -392,6 +501,7 @@ int gpt2_ddp_broadcast(gpt2_ddp *d, float *buf, size_t n) {
 int gpt2_ddp_check_params(gpt2_ddp *d, int *same) {
   *same = 1;
   if (d->world == 1) return 0;
+  if (gpt2_ddp_settle(d, SIZE_MAX) != 0) return d->err;
   int64_t h = (int64_t)gpt2_ckpt_hash(0, d->m->params, d->m->nparams * sizeof(float));
   int64_t *all = calloc((size_t)d->world, sizeof(int64_t));
   if (all == NULL) return -ENOMEM;
@@ -415,10 +525,11 @@ size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d) {
 }
 
 float *gpt2_ddp_whole_state(gpt2_ddp *d) {
-  return d->zero || d->psgd ? NULL : d->shards[0].state;
+  return d->zero || d->psgd || d->split ? NULL : d->shards[0].state;
 }
 
 int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
+  if (gpt2_ddp_settle(d, SIZE_MAX) != 0) return d->err;
   size_t n = d->m->nparams;
   int parts = d->ocfg.kind == GPT2_OPT_ADAMW ? 2 : 1;
   for (int i = 0; i < d->nshards; i++) {

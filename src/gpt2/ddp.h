@@ -20,6 +20,20 @@
  * allreduced and updated by every rank alike.) The token embedding is then
  * exchanged after backward, not overlapped.
  *
+ * With a 16-bit wire (bf16, fp16) and no ZeRO the buckets after the token
+ * embedding are split in two ("split" exchange): backward reduce-scatters
+ * them, and the gradients are allgathered only after the update has been
+ * decided, in the order the next forward reads the parameters (position
+ * embedding, layer 0, layer 1, ...). The next forward waits for each
+ * bucket's gather and applies its optimiser update just before it reads that
+ * bucket's parameters, so the second half of the exchange overlaps the
+ * forward instead of delaying it. The gradient norm for clipping comes from
+ * each rank's reduced share (gathered values are the same bf16 numbers), so
+ * the update is the one the allreduce would give, up to the order of the
+ * norm's sum. dwte stays an allreduce (its head part is in first, the
+ * forward needs it first). Parameters and optimiser state are complete again
+ * after gpt2_ddp_settle.
+ *
  * Gradients are summed, not averaged: the trainer scales the loss by
  * 1/(K*world) so the sum is the mean over the global batch.
  *
@@ -46,10 +60,11 @@
 #include "gpt2/powersgd.h"
 
 typedef struct gpt2_bucket {
-  size_t lo, hi;         /* range of the flat buffer */
-  gpt2_grad_event event; /* launched when backward reports this event */
-  int layer;             /* for GPT2_EV_LAYER */
-  size_t per;            /* ZeRO: elements per rank of the divisible part */
+  size_t lo, hi;          /* range of the flat buffer */
+  gpt2_grad_event event;  /* launched when backward reports this event */
+  int layer;              /* for GPT2_EV_LAYER */
+  size_t per;             /* ZeRO or split: elements per rank of the divisible part */
+  cohort_request *gather; /* split: its gradients' allgather, pending until settled */
 } gpt2_bucket;
 
 typedef struct gpt2_ddp {
@@ -71,6 +86,7 @@ typedef struct gpt2_ddp {
   int active;       /* the current backward communicates */
   int gather_embed; /* d(encoded) rows travel by allgather */
   const int32_t *tokens;
+  size_t head_sent;  /* dwte's head buckets launched this step: up to this float */
   float *gath_rows;  // (world, B*T, C)
   int32_t *gath_tok; // (world, B*T)
   int64_t t_first_us, t_last_done_us;
@@ -91,6 +107,16 @@ typedef struct gpt2_ddp {
   int psgd_overlap;
   int psgd_now;  /* the current step compresses */
   int psgd_live; /* ... and its backward launches the groups */
+  /* Split exchange (see above): on when `split`, used by the steps that exchange buckets
+   * (split_now). Buckets from split_lo on are split; `order` lists them by offset. The update
+   * they wait for is upd_*; the gathers' waits and window go into the next step's figures. */
+  int split, split_now;
+  size_t split_lo;
+  int *order, norder;
+  float upd_scale, upd_lr;
+  int64_t upd_t, gather_t0_us;
+  int gathers_pending;
+  double carry_exposed_ms, carry_comm_ms;
   int err;
   char errmsg[256];
 } gpt2_ddp;
@@ -100,8 +126,10 @@ int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_opti
 /* Collective when the gradients are shared (cohort_mem_free): every rank frees, or the
  * communicator has been aborted. The model's gradient pointer is NULL afterwards. */
 void gpt2_ddp_free(gpt2_ddp *d);
-/* Gradients travel as `wire` (COHORT_F32, COHORT_BF16 or COHORT_F16) from the next step on. */
-void gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);
+/* Gradients travel as `wire` (COHORT_F32, COHORT_BF16 or COHORT_F16) from the next step on; a
+ * 16-bit wire without ZeRO turns the split exchange on. Call before the first step. Returns 0 or
+ * -ENOMEM. */
+int gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);
 
 /* PowerSGD of rank `rank` from step `start` (0-based) on; the plain bucketed exchange before it.
  * Not with ZeRO. Returns 0 or -errno. */
@@ -113,7 +141,7 @@ int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed);
  * scatter_wte argument of gpt2_backward). */
 int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens);
 /* The gpt2_grad_hook to pass to gpt2_backward (ctx = d). */
-void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int layer);
+void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at);
 /* After the last backward: waits for every exchange and completes dwte. */
 int gpt2_ddp_finish_backward(gpt2_ddp *d);
 
@@ -121,8 +149,14 @@ int gpt2_ddp_finish_backward(gpt2_ddp *d);
 int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm);
 /* Optimiser update from grad_scale times the reduced gradients (clipping)
  * with learning rate lr, update number t (1-based); with ZeRO also
- * allgathers the parameters. */
+ * allgathers the parameters. After a split step only the token embedding is
+ * updated here; the rest waits for gpt2_ddp_settle. */
 int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
+/* Completes the split step's gathers and updates of the parameters below offset hi (SIZE_MAX:
+ * all). Returns 0 or the exchange's error. */
+int gpt2_ddp_settle(gpt2_ddp *d, size_t hi);
+/* gpt2_param_wait for gpt2_forward_wait (ctx = d); an error stays in d->err. */
+void gpt2_ddp_param_wait(void *ctx, size_t hi);
 
 /* Sum of x over ranks (doubles, blocking). */
 int gpt2_ddp_sum(gpt2_ddp *d, double *x, int n);

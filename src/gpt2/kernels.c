@@ -169,7 +169,8 @@ void gpt2_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
  * OpenMP thread and call single-threaded sgemm on each slice. One thread
  * pool then serves every kernel: OpenBLAS's own pool would spin against
  * OpenMP's on a small machine. Each output element is computed by one sgemm
- * call over the full inner dimension, so results do not depend on the split. */
+ * call over the full inner dimension: no partial sums are added up afterwards
+ * (a differently shaped call may still round differently). */
 static void slice_of(size_t n, int parts, int i, size_t *lo, size_t *hi) {
   size_t per = (n + (size_t)parts - 1) / (size_t)parts;
   per = (per + 15) / 16 * 16;
@@ -220,25 +221,21 @@ void gpt2_matmul_forward(float *out, const float *inp, const float *w, const flo
   }
 }
 
-void gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                          const float *w, size_t N, size_t C, size_t OC, int accumulate_dinp) {
+void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const float *inp,
+                               size_t N, size_t C, size_t OC, size_t j0, size_t j1) {
   int parts = nthreads();
 #pragma omp parallel num_threads(parts)
   {
-    size_t c0, c1, j0, j1;
-    slice_of(C, parts, thread_id(), &c0, &c1);
-    slice_of(OC, parts, thread_id(), &j0, &j1);
-    if (dinp != NULL && c1 > c0) {
-      // dinp[:, c0:c1] (N, C') = dout (N, OC) @ w[:, c0:c1] (OC, C')
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)(c1 - c0), (int)OC, 1.0f,
-                  dout, (int)OC, w + c0, (int)C, accumulate_dinp ? 1.0f : 0.0f, dinp + c0, (int)C);
-    }
-    if (j1 > j0) {
-      // dw[j0:j1] (OC', C) += dout[:, j0:j1]^T (OC', N) @ inp (N, C)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(j1 - j0), (int)C, (int)N, 1.0f,
-                  dout + j0, (int)OC, inp, (int)C, 1.0f, dw + j0 * C, (int)C);
+    size_t a, b;
+    slice_of(j1 - j0, parts, thread_id(), &a, &b);
+    a += j0;
+    b += j0;
+    if (b > a) {
+      // dw[a:b] (OC', C) += dout[:, a:b]^T (OC', N) @ inp (N, C)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(b - a), (int)C, (int)N, 1.0f,
+                  dout + a, (int)OC, inp, (int)C, 1.0f, dw + a * C, (int)C);
       if (dbias != NULL) {
-        for (size_t j = j0; j < j1; j++) {
+        for (size_t j = a; j < b; j++) {
           float acc = 0.0f;
           for (size_t i = 0; i < N; i++) acc += dout[i * OC + j];
           dbias[j] += acc;
@@ -246,6 +243,24 @@ void gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
       }
     }
   }
+}
+
+void gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                          const float *w, size_t N, size_t C, size_t OC, int accumulate_dinp) {
+  int parts = nthreads();
+  if (dinp != NULL) {
+#pragma omp parallel num_threads(parts)
+    {
+      size_t c0, c1;
+      slice_of(C, parts, thread_id(), &c0, &c1);
+      // dinp[:, c0:c1] (N, C') = dout (N, OC) @ w[:, c0:c1] (OC, C')
+      if (c1 > c0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)(c1 - c0), (int)OC,
+                    1.0f, dout, (int)OC, w + c0, (int)C, accumulate_dinp ? 1.0f : 0.0f, dinp + c0,
+                    (int)C);
+    }
+  }
+  if (dw != NULL) gpt2_matmul_backward_rows(dw, dbias, dout, inp, N, C, OC, 0, OC);
 }
 
 void gpt2_attention_forward(float *out, float *att, const float *qkv, const int32_t *mask, size_t B,

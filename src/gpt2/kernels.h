@@ -70,12 +70,16 @@ void gpt2_matmul_forward(float *out,        // (N, OC)
                          size_t N, size_t C, size_t OC, int accumulate);
 /* dinp (= or +=, see accumulate_dinp) dout @ w; dw += dout^T @ inp; dbias += sum(dout). */
 void gpt2_matmul_backward(float *dinp,       // (N, C) or NULL
-                          float *dw,         // (OC, C)
+                          float *dw,         // (OC, C) or NULL (with dbias)
                           float *dbias,      // (OC) or NULL
                           const float *dout, // (N, OC)
                           const float *inp,  // (N, C)
                           const float *w,    // (OC, C)
                           size_t N, size_t C, size_t OC, int accumulate_dinp);
+/* Rows j0..j1 of dw (and of dbias) alone, bit for bit as gpt2_matmul_backward computes them: each
+ * element is one sgemm over the whole of N, so a caller may do dw in row blocks. */
+void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const float *inp,
+                               size_t N, size_t C, size_t OC, size_t j0, size_t j1);
 
 /*
  * Causal multi-head self-attention with an optional padding mask on keys.

@@ -317,12 +317,18 @@ void gpt2_model_use_grads(gpt2_model *m, float *buf) {
 }
 
 double gpt2_forward(gpt2_model *m, const gpt2_batch *batch) {
+  return gpt2_forward_wait(m, batch, NULL, NULL);
+}
+
+double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait wait, void *ctx) {
   size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.channels;
   size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, BT = B * T;
+  if (wait) wait(ctx, m->layer_offset0);
   gpt2_encoder_forward(m->encoded, batch->tokens, m->p.wte, m->p.wpe, B, T, C);
   const float *x = m->encoded; // (B, T, C) residual stream
   for (int l = 0; l < m->cfg.layers; l++) {
     const gpt2_layer *w = &m->p.layer[l];
+    if (wait) wait(ctx, m->layer_offset0 + (size_t)(l + 1) * m->layer_size);
     gpt2_layernorm_forward(m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], x, w->ln1w, w->ln1b, BT, C);
     gpt2_matmul_forward(m->qkv[l], m->ln1[l], w->qkvw, w->qkvb, BT, C, 3 * C, 0);
     gpt2_attention_forward(m->atty[l], m->att[l], m->qkv[l], batch->mask, B, T, C, NH);
@@ -337,6 +343,7 @@ double gpt2_forward(gpt2_model *m, const gpt2_batch *batch) {
     gpt2_matmul_forward(m->res3[l], m->fch_gelu[l], w->fcprojw, w->fcprojb, BT, 4 * C, C, 1);
     x = m->res3[l];
   }
+  if (wait) wait(ctx, m->nparams);
   gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, BT, C);
   if (m->cfg.head == GPT2_HEAD_LM) {
     gpt2_matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, V, 0);
@@ -357,14 +364,21 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
   if (m->cfg.head == GPT2_HEAD_LM) {
     /* dloss is per sequence-mean; each of the BT tokens carries 1/BT. */
     gpt2_crossentropy_backward(m->logits, m->lse, batch->targets, dloss / (float)BT, BT, V);
-    gpt2_matmul_backward(m->dC, m->g.wte, NULL, m->logits, m->lnf, m->p.wte, BT, C, V, 0);
+    /* dwte's head part in row blocks, each announced as soon as it is in: the exchange of the
+     * largest gradient starts while the rest of the head's backward runs. */
+    for (size_t j0 = 0; j0 < V; j0 += GPT2_HEAD_ROWS) {
+      size_t j1 = j0 + GPT2_HEAD_ROWS < V ? j0 + GPT2_HEAD_ROWS : V;
+      gpt2_matmul_backward_rows(m->g.wte, NULL, m->logits, m->lnf, BT, C, V, j0, j1);
+      if (hook) hook(hook_ctx, GPT2_EV_HEAD, (int)j1);
+    }
+    gpt2_matmul_backward(m->dC, NULL, NULL, m->logits, m->lnf, m->p.wte, BT, C, V, 0);
   } else {
     float *dlogits = m->d4C; // (B, T, 2)
     gpt2_qa_loss_backward(dlogits, m->logits, m->lse, batch->start, batch->end, dloss / (float)B, B,
                           T);
     gpt2_matmul_backward(m->dC, m->g.qaw, m->g.qab, dlogits, m->lnf, m->p.qaw, BT, C, 2, 0);
+    if (hook) hook(hook_ctx, GPT2_EV_HEAD, (int)V); /* no head part in dwte: all of it is in */
   }
-  if (hook) hook(hook_ctx, GPT2_EV_HEAD, -1);
   memset(m->dres, 0, BT * C * sizeof(float));
   const float *xlast = L > 0 ? m->res3[L - 1] : m->encoded;
   gpt2_layernorm_backward(m->dres, m->g.lnfw, m->g.lnfb, m->dC, xlast, m->p.lnfw, m->lnf_mean,

@@ -95,12 +95,15 @@ typedef struct gpt2_batch {
 
 /* Points in backward at which a range of gradients is final. */
 typedef enum gpt2_grad_event {
-  GPT2_EV_HEAD,  /* LM head: its part of dwte is in */
+  GPT2_EV_HEAD,  /* the head's part of dwte is in for its first `at` rows; reported one or more
+                    times, with `at` growing to the vocabulary size */
   GPT2_EV_TAIL,  /* ln_f (and qa) gradients are final */
-  GPT2_EV_LAYER, /* layer `layer` is final */
+  GPT2_EV_LAYER, /* layer `at` is final */
   GPT2_EV_EMBED  /* wpe (and wte unless the caller scatters it) are final */
 } gpt2_grad_event;
-typedef void (*gpt2_grad_hook)(void *ctx, gpt2_grad_event ev, int layer);
+typedef void (*gpt2_grad_hook)(void *ctx, gpt2_grad_event ev, int at);
+/* Rows of dwte per GPT2_EV_HEAD report of the LM head's backward. */
+#define GPT2_HEAD_ROWS 2048
 
 typedef struct gpt2_model {
   gpt2_config cfg;
@@ -148,6 +151,11 @@ void gpt2_model_init_weights(gpt2_model *m, uint64_t seed);
 
 /* Forward pass; returns the mean loss over the batch. */
 double gpt2_forward(gpt2_model *m, const gpt2_batch *batch);
+/* Called before the forward first reads parameters below offset hi of the flat buffer (hi grows
+ * from call to call and ends at nparams): the caller may still be updating the rest. */
+typedef void (*gpt2_param_wait)(void *ctx, size_t hi);
+/* gpt2_forward that calls wait(ctx, hi) as it goes (wait NULL: gpt2_forward). */
+double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait wait, void *ctx);
 /*
  * Backward pass of the last forward; adds d(dloss * mean loss)/d(params) to
  * m->grads. hook (may be NULL) is told when ranges of gradients are final.

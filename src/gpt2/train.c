@@ -187,9 +187,12 @@ static int train_setup(train_run *r) {
             "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
             "allreduce between this host's ranks\n",
             cohort_strerror(r->ddp.shared_rc));
-  gpt2_ddp_set_wire(&r->ddp, o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
-                             : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
-                                                                      : COHORT_F32);
+  if (gpt2_ddp_set_wire(&r->ddp, o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
+                                 : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
+                                                                          : COHORT_F32) != 0) {
+    fprintf(r->errf, "cohort-gpt2: out of memory\n");
+    return RUN_FAIL;
+  }
   if (o->grad_compress == GPT2_COMPRESS_POWERSGD) {
     rc = gpt2_ddp_set_powersgd(&r->ddp, o->powersgd_rank, o->powersgd_start, o->seed);
     if (rc != 0) {
@@ -303,11 +306,12 @@ static int open_outputs(train_run *r) {
              (long long)o->powersgd_start + 1);
   fprintf(r->out,
           "cohort-gpt2: %s head, %zu parameters (L=%d H=%d C=%d V=%d), B=%d T=%d accum=%d "
-          "world=%d%s%s%s, %s, %d threads, parameters identical on all ranks\n",
+          "world=%d%s%s%s%s, %s, %d threads, parameters identical on all ranks\n",
           o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", r->model.nparams, o->cfg.layers, o->cfg.heads,
           o->cfg.channels, o->cfg.vocab, o->B, o->T, o->grad_accum, r->world,
-          r->ddp.zero ? " zero-1" : "", r->world > 1 ? compress_names[o->grad_compress] : "", psgd,
-          o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", r->threads);
+          r->ddp.zero ? " zero-1" : "", r->world > 1 ? compress_names[o->grad_compress] : "",
+          r->ddp.split ? " split" : "", psgd, o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD",
+          r->threads);
   fflush(r->out);
   return RUN_OK;
 }
@@ -318,13 +322,16 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   const gpt2_train_opts *o = r->o;
   const int K = o->grad_accum;
   double t0 = now_s();
-  gpt2_zero_grad(&r->model);
   double loss_sum = 0.0;
   for (int k = 0; k < K; k++) {
     gpt2_batch batch;
     uint64_t g0 = step * r->global_batch + ((uint64_t)r->rank * K + (uint64_t)k) * (uint64_t)o->B;
     gpt2_data_fill(&r->data, g0, &r->bb, &batch);
-    loss_sum += gpt2_forward(&r->model, &batch);
+    /* The first forward finishes the last update (split exchange) as it reads the parameters;
+     * only then are the gradients free to be zeroed. */
+    loss_sum += gpt2_forward_wait(&r->model, &batch, gpt2_ddp_param_wait, &r->ddp);
+    if (r->ddp.err) return RUN_COMM;
+    if (k == 0) gpt2_zero_grad(&r->model);
     int scatter = gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, batch.tokens);
     gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
   }
