@@ -128,12 +128,12 @@ int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_opti
 void gpt2_ddp_free(gpt2_ddp *d) {
   if (d == NULL) return;
   for (int i = 0; i < d->nreqs; i++) cohort_request_wait(d->reqs[i]);
+  for (int i = 0; i < d->nbuckets; i++) cohort_request_wait(d->buckets[i].gather);
   for (int i = 0; i < d->nshards; i++) gpt2_optim_free(&d->shards[i]);
   free(d->shards);
   free(d->buckets);
   free(d->reqs);
   free(d->req_done_us);
-  for (int i = 0; i < d->nbuckets; i++) cohort_request_wait(d->buckets[i].gather);
   free(d->order);
   free(d->gath_rows);
   free(d->gath_tok);
