@@ -33,6 +33,13 @@ add_test(NAME gpt2_powersgd COMMAND test_gpt2_powersgd)
 set_tests_properties(gpt2_powersgd PROPERTIES TIMEOUT 60 LABELS "unit"
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 
+# The split exchange of a 16-bit wire between forked ranks (row path, early gathers).
+add_executable(test_gpt2_split ${CMAKE_SOURCE_DIR}/tests/test_gpt2_split.c)
+target_link_libraries(test_gpt2_split PRIVATE gpt2)
+add_test(NAME gpt2_split COMMAND test_gpt2_split)
+set_tests_properties(gpt2_split PROPERTIES TIMEOUT 60 LABELS "unit"
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+
 # The gradient buffer shared between a host's ranks (cohort_mem_alloc), and the
 # fallback when /dev/shm is too small (a mount namespace with a 4 MiB tmpfs).
 add_test(NAME gpt2_shm COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_shm.sh

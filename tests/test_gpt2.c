@@ -208,6 +208,13 @@ static void test_kernels(void) {
     CHECK(max_rel_diff(dw, dw2, 3 * KC * KC) < 1e-5);
     CHECK(memcmp(db, db2, 3 * KC * sizeof(float)) == 0);
     free(dw2), free(db2);
+    /* The forward in row blocks of w (columns of out): what the one call computes. */
+    float *o1 = malloc(k.nout * sizeof(float)), *o3 = malloc(k.nout * sizeof(float));
+    gpt2_matmul_forward(o1, k.a, k.b, NULL, N, KC, 3 * KC, 0);
+    for (size_t j0 = 0; j0 < 3 * KC; j0 += 5)
+      gpt2_matmul_forward_rows(o3, k.a, k.b, N, KC, 3 * KC, j0, j0 + 5 < 3 * KC ? j0 + 5 : 3 * KC);
+    CHECK(max_rel_diff(o1, o3, k.nout) < 1e-6);
+    free(o1), free(o3);
     /* accumulate=1 adds inp @ w^T + bias to what is there. */
     float *o2 = malloc(k.nout * sizeof(float));
     for (size_t i = 0; i < k.nout; i++) o2[i] = 1.0f;
@@ -392,6 +399,23 @@ static void test_model_gradcheck(gpt2_head head) {
 /* Hooks arrive in order: head, tail, layers L-1..0, embed. */
 /* Layer l reports as 100 + l, the head's first n rows of dwte as 10000 + n. */
 static int hook_seq[16], hook_n;
+/* What the forward announced it would read: [lo, hi) pairs, ntok for the call with tokens. */
+static size_t wait_seq[64][2];
+static int wait_n, wait_tok_at = -1;
+static size_t wait_ntok;
+
+static void record_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
+  (void)ctx;
+  if (tokens != NULL) {
+    wait_tok_at = wait_n;
+    wait_ntok = ntok;
+  }
+  if (wait_n < 64) {
+    wait_seq[wait_n][0] = lo;
+    wait_seq[wait_n++][1] = hi;
+  }
+}
+
 static void record_hook(void *ctx, gpt2_grad_event ev, int at) {
   (void)ctx;
   int code = ev == GPT2_EV_LAYER ? 100 + at : ev == GPT2_EV_HEAD ? 10000 + at : (int)ev;
@@ -428,6 +452,29 @@ static void test_head_rows(const gpt2_config *tiny) {
   gpt2_backward(&m, &batch, 1.0f, NULL, NULL, 0);
   CHECK(max_rel_diff(dw, m.g.wte, V * C) < 1e-5);
   free(dw);
+  /* The forward announces the lookup's rows with the tokens first, then the position embedding,
+   * each layer and the rest, then the head's blocks of wte; the logits are the plain forward's. */
+  float *logits = malloc(BT * V * sizeof(float));
+  gpt2_forward(&m, &batch);
+  memcpy(logits, m.logits, BT * V * sizeof(float));
+  wait_n = 0;
+  gpt2_forward_wait(&m, &batch, record_wait, NULL);
+  CHECK(memcmp(logits, m.logits, BT * V * sizeof(float)) == 0);
+  int L = big.layers;
+  CHECK_EQ_INT(wait_n, 1 + 1 + L + 1 + 3);
+  CHECK_EQ_INT(wait_tok_at, 0);
+  CHECK_EQ_INT((long long)wait_ntok, (long long)BT);
+  CHECK(wait_seq[0][0] == 0 && wait_seq[0][1] == V * C);
+  CHECK(wait_seq[1][0] == V * C && wait_seq[1][1] == m.layer_offset0);
+  for (int l = 0; l < L; l++)
+    CHECK(wait_seq[2 + l][0] == m.layer_offset0 + (size_t)l * m.layer_size &&
+          wait_seq[2 + l][1] == m.layer_offset0 + (size_t)(l + 1) * m.layer_size);
+  CHECK(wait_seq[2 + L][0] == m.tail_offset && wait_seq[2 + L][1] == m.nparams);
+  size_t blk = (size_t)GPT2_HEAD_ROWS * C;
+  CHECK(wait_seq[3 + L][0] == 0 && wait_seq[3 + L][1] == blk);
+  CHECK(wait_seq[4 + L][0] == blk && wait_seq[4 + L][1] == 2 * blk);
+  CHECK(wait_seq[5 + L][0] == 2 * blk && wait_seq[5 + L][1] == V * C);
+  free(logits);
   gpt2_batch_buf_free(&bb);
   gpt2_model_free(&m);
 }

@@ -224,8 +224,10 @@ COHORT_API int cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, coh
  * are too, come out exact; otherwise the error is that of the wire type's
  * rounding at each of the algorithm's steps (about 2^-8 relative per step
  * for bf16, 2^-11 for f16, whose range is also only +-65504). The
- * communicator keeps a buffer of the wire type as large as the largest such
- * operation so far (half of its send bytes) until it is destroyed. All ranks must call it with the
+ * communicator keeps two buffers of the wire type, each as large as the largest such
+ * operation so far (half of its f32 bytes), until it is destroyed: one for the operation
+ * executing, one for the next queued one's input, rounded while the first waits on the link
+ * (unless the first writes it). All ranks must call it with the
  * same wire type (a peer calling the f32 collective fails with COHORT_EMISMATCH). wire == dtype is
  * the plain collective; any other combination is -EINVAL. Semantics,
  * in-place use and ordering are those of the plain functions above.

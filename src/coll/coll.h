@@ -238,6 +238,15 @@ struct cohort_comm {
    * every call, time in which the link sat idle. */
   uint16_t *wire_buf;
   size_t wire_cap; /* elements */
+  /* The next queued compressed operation's input, rounded into a second such buffer while the one
+   * before it waits on the link (coll_prepare_next): `prep_done` elements of prep_op's input. The
+   * two buffers swap when prep_op runs. */
+  uint16_t *prep_buf;
+  size_t prep_cap;
+  const coll_op *prep_op;
+  size_t prep_done;
+  const coll_op *cur_op; /* the operation executing (its output is not read ahead) */
+  uint64_t prepared_ops; /* compressed operations that found their input rounded (for tests) */
   /* Shared buffers (cohort_mem_alloc), the same list on every rank; index -1 entries are freed. */
   coll_buf *bufs;
   int nbufs, live_bufs;
@@ -268,6 +277,9 @@ int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg);
 
 /* Records the first failure (formatted message) and aborts every transport. Returns err. */
 int coll_fail(cohort_comm *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Work for the executing thread while its transfers wait: rounds a slice of the next queued
+ * compressed operation's input to its wire type. Returns 1 if it did some, 0 if there is none. */
+int coll_prepare_next(cohort_comm *c);
 /* Shuts transports down so peers notice; idempotent. */
 void coll_abort_transports(cohort_comm *c, const char *why);
 /* When a peer aborted the communicator through a transport: 1 and who and why. */

@@ -134,6 +134,7 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   coll_shm_destroy(c->shm);
   free(c->scratch);
   free(c->wire_buf);
+  free(c->prep_buf);
   free(c->peer_ops);
   free(c->peer_t);
   free(c->local.ranks);
@@ -188,15 +189,61 @@ static int execute_plain(cohort_comm *c, const coll_op *op) {
   return rc;
 }
 
-/* c->wire_buf with room for n elements (grown, never shrunk); NULL when out of memory. */
-static uint16_t *wire_buffer(cohort_comm *c, size_t n) {
-  if (n <= c->wire_cap && c->wire_buf != NULL) return c->wire_buf;
+/* A wire buffer (*buf, *cap) with room for n elements (grown, never shrunk); NULL when out of
+ * memory. */
+static uint16_t *wire_room(uint16_t **buf, size_t *cap, size_t n) {
+  if (n <= *cap && *buf != NULL) return *buf;
   uint16_t *w = malloc(n ? n * sizeof *w : 1);
   if (w == NULL) return NULL;
-  free(c->wire_buf);
-  c->wire_buf = w;
-  c->wire_cap = n;
+  free(*buf);
+  *buf = w;
+  *cap = n;
   return w;
+}
+
+/* The shape of a compressed operation in its wire buffer: `total` elements, of which the input
+ * (`in` of them) starts at `at` (an allgather's own block sits in place in the gathered buffer). */
+static void wire_shape(const cohort_comm *c, const coll_op *op, size_t *total, size_t *at,
+                       size_t *in) {
+  int rs = op->kind == COLL_REDUCE_SCATTER, ag = op->kind == COLL_ALLGATHER;
+  *total = rs || ag ? op->count * (size_t)c->size : op->count;
+  *at = ag ? (size_t)c->rank * op->count : 0;
+  *in = ag ? op->count : *total;
+}
+
+/* Whether operation op (NULL: none) writes into [p, p + len). */
+static int writes_into(const cohort_comm *c, const coll_op *op, const void *p, size_t len) {
+  if (op == NULL || op->recv == NULL) return 0;
+  int many = op->kind == COLL_REDUCE_SCATTER || op->kind == COLL_ALLGATHER;
+  size_t out = op->count * (many ? (size_t)c->size : 1) * cohort_dtype_size(op->dtype);
+  uintptr_t a = (uintptr_t)p, b = (uintptr_t)op->recv;
+  return a < b + out && b < a + len;
+}
+
+/* Elements rounded per call of coll_prepare_next: about 0.1 ms, so the transfers it interleaves
+ * with are looked at again soon. */
+#define PREP_SLICE (256u << 10)
+
+int coll_prepare_next(cohort_comm *c) {
+  pthread_mutex_lock(&c->mu);
+  const cohort_request *r = c->head; /* stays queued: only the executing side dequeues */
+  pthread_mutex_unlock(&c->mu);
+  if (r == NULL || r->op.wire == r->op.dtype) return 0;
+  const coll_op *op = &r->op;
+  size_t total, at, in;
+  wire_shape(c, op, &total, &at, &in);
+  if (writes_into(c, c->cur_op, op->send, in * sizeof(float))) return 0; /* it reads our result */
+  if (c->prep_op != op) {
+    if (wire_room(&c->prep_buf, &c->prep_cap, total) == NULL) return 0;
+    c->prep_op = op;
+    c->prep_done = 0;
+  }
+  if (c->prep_done >= in) return 0;
+  size_t n = in - c->prep_done < PREP_SLICE ? in - c->prep_done : PREP_SLICE;
+  coll_to_wire(op->wire, c->prep_buf + at + c->prep_done, (const float *)op->send + c->prep_done,
+               n);
+  c->prep_done += n;
+  return 1;
 }
 
 /*
@@ -206,34 +253,48 @@ static uint16_t *wire_buffer(cohort_comm *c, size_t n) {
  * kernels accumulate in f32 and round every partial result to the wire
  * type), and the result widened into recv. The peers see an ordinary
  * collective of the wire type. One operation executes at a time (`busy`),
- * so one buffer serves them all.
+ * so one buffer serves them all, and a second holds the input of the next
+ * one, rounded while this one waits on the link: `ready` elements of it.
  */
-static int execute_wire(cohort_comm *c, const coll_op *op) {
-  int rs = op->kind == COLL_REDUCE_SCATTER, ag = op->kind == COLL_ALLGATHER;
-  size_t block = (size_t)c->rank * op->count;
-  size_t nbuf = rs || ag ? op->count * (size_t)c->size : op->count;
-  uint16_t *w = wire_buffer(c, nbuf);
+static int execute_wire(cohort_comm *c, const coll_op *op, size_t ready) {
+  size_t total, at, in;
+  wire_shape(c, op, &total, &at, &in);
+  if (ready > 0) {
+    c->prepared_ops++;
+    uint16_t *b = c->wire_buf;
+    size_t cap = c->wire_cap;
+    c->wire_buf = c->prep_buf;
+    c->wire_cap = c->prep_cap;
+    c->prep_buf = b;
+    c->prep_cap = cap;
+  }
+  uint16_t *w = wire_room(&c->wire_buf, &c->wire_cap, total);
   if (w == NULL) return coll_fail(c, -ENOMEM, "rank %d: out of memory", c->rank);
-  /* An allgather sends one block: its own, in place in the gathered buffer. */
-  coll_to_wire(op->wire, ag ? w + block : w, op->send, ag ? op->count : nbuf);
+  coll_to_wire(op->wire, w + at + ready, (const float *)op->send + ready, in - ready);
   coll_op inner = *op;
   inner.dtype = op->wire;
-  inner.send = ag ? w + block : w;
+  inner.send = w + at;
   inner.recv = w;
   int rc = execute_plain(c, &inner);
-  if (rc == 0 && rs) {
+  if (rc == 0 && op->kind == COLL_REDUCE_SCATTER) {
     /* In place, a reduce-scatter's result lands in block `rank` of the buffer. */
+    size_t block = (size_t)c->rank * op->count;
     float *dst = op->recv == op->send ? (float *)op->recv + block : (float *)op->recv;
     coll_from_wire(op->wire, dst, w + block, op->count);
   } else if (rc == 0) {
-    coll_from_wire(op->wire, op->recv, w, ag ? nbuf : op->count);
+    coll_from_wire(op->wire, op->recv, w, total);
   }
   return rc;
 }
 
 static int execute(cohort_comm *c, const coll_op *op) {
+  /* What coll_prepare_next did is this operation's only if it was prepared for it. */
+  size_t ready = c->prep_op == op ? c->prep_done : 0;
+  c->prep_op = NULL;
   if (atomic_load(&c->failed)) return COHORT_EABORTED;
-  int rc = op->wire != op->dtype ? execute_wire(c, op) : execute_plain(c, op);
+  c->cur_op = op;
+  int rc = op->wire != op->dtype ? execute_wire(c, op, ready) : execute_plain(c, op);
+  c->cur_op = NULL;
   if (rc == 0) coll_heartbeat_auto(); /* progress, for the agent's --hang-timeout */
   return rc;
 }

@@ -380,6 +380,8 @@ static int run(coll_ctx *x, xfer *v, int n) {
       continue;
     }
     polls = 0;
+    /* Rather than sleep, round the next operation's input to its wire type, a slice at a time. */
+    if (coll_prepare_next(c)) continue;
 
     int arank;
     char amsg[400];

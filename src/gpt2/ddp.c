@@ -38,6 +38,14 @@ static int add_chunked(gpt2_ddp *d, size_t lo, size_t hi, size_t chunk, gpt2_gra
   return 0;
 }
 
+/* The token embedding's buckets hold whole rows, and whole blocks of the head's rows when they are
+ * that large, so each is complete when the head's backward reports a block. */
+static size_t wte_chunk(size_t chunk, int channels) {
+  size_t C = (size_t)channels, block = (size_t)GPT2_HEAD_ROWS * C;
+  if (chunk >= block) return chunk / block * block;
+  return chunk >= C ? chunk / C * C : C;
+}
+
 static int add_shard(gpt2_ddp *d, size_t lo, size_t hi) {
   if (hi <= lo) return 0;
   gpt2_optim *ns = realloc(d->shards, (size_t)(d->nshards + 1) * sizeof(gpt2_optim));
@@ -92,7 +100,8 @@ int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_opti
     } else if (rc == 0) {
       d->gather_embed = 1;
       int wte_needed = m->cfg.head == GPT2_HEAD_LM || accum > 1;
-      if (wte_needed) rc = add_chunked(d, 0, wte_end, chunk, GPT2_EV_HEAD);
+      if (wte_needed)
+        rc = add_chunked(d, 0, wte_end, wte_chunk(chunk, m->cfg.channels), GPT2_EV_HEAD);
       if (rc == 0) rc = add_bucket(d, wte_end, m->layer_offset0, GPT2_EV_EMBED, -1);
       size_t BT = (size_t)m->B * (size_t)m->T;
       d->gath_rows = malloc((size_t)d->world * BT * (size_t)m->cfg.channels * sizeof(float));
@@ -135,6 +144,8 @@ void gpt2_ddp_free(gpt2_ddp *d) {
   free(d->reqs);
   free(d->req_done_us);
   free(d->order);
+  free(d->rows);
+  free(d->row_grads);
   free(d->gath_rows);
   free(d->gath_tok);
   gpt2_psgd_free(d->psgd);
@@ -162,7 +173,7 @@ int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed) {
 }
 
 int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens) {
-  gpt2_ddp_settle(d, SIZE_MAX); /* the forward has, unless it was not given the wait */
+  gpt2_ddp_settle(d); /* the forward has, unless it was not given the wait */
   d->psgd_now = d->psgd != NULL && step >= d->psgd_start && d->world > 1;
   d->psgd_live = d->psgd_now && last && d->psgd_overlap;
   if (d->psgd_now && last) gpt2_psgd_begin(d->psgd);
@@ -177,8 +188,9 @@ int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *
   /* The previous split step's gathers were waited for in this step's forward. */
   d->exposed_ms = d->carry_exposed_ms;
   d->comm_ms = d->carry_comm_ms;
-  if (last) d->carry_exposed_ms = d->carry_comm_ms = 0.0;
-  d->wire_bytes = d->f32_bytes = 0.0;
+  d->wire_bytes = d->carry_wire_bytes;
+  d->f32_bytes = d->carry_f32_bytes;
+  if (last) d->carry_exposed_ms = d->carry_comm_ms = d->carry_wire_bytes = d->carry_f32_bytes = 0.0;
   /* Outside the communicating micro-step the model does the whole dwte. */
   return !(d->active && d->gather_embed);
 }
@@ -193,18 +205,29 @@ static void push_req(gpt2_ddp *d, int rc, cohort_request *req, const char *what)
   d->reqs[d->nreqs++] = req;
 }
 
-/* The split exchange: buckets from the token embedding's end on reduce-scattered, one optimiser
- * shard for what comes before them and one per split bucket, so each updates on its own. */
+/* Where a split bucket's gather goes: after the others for the token embedding's (the head reads
+ * them last), else in the order of the flat buffer (the order the forward reads it). */
+static size_t gather_key(const gpt2_ddp *d, const gpt2_bucket *b) {
+  size_t wte_end = (size_t)d->m->cfg.vocab * (size_t)d->m->cfg.channels;
+  return b->lo < wte_end ? d->m->nparams + b->lo : b->lo;
+}
+
+/* The split exchange: every bucket reduce-scattered (the token embedding's in shares of whole
+ * rows), one optimiser shard for what no bucket holds (the token embedding with the QA head and
+ * no accumulation) and one per bucket in gather order, so each updates on its own. */
 static int split_setup(gpt2_ddp *d) {
-  d->split_lo = (size_t)d->m->cfg.vocab * (size_t)d->m->cfg.channels;
+  size_t C = (size_t)d->m->cfg.channels, wte_end = (size_t)d->m->cfg.vocab * C;
+  size_t W = (size_t)d->world;
   d->order = malloc((size_t)d->nbuckets * sizeof(int));
   if (d->order == NULL) return -ENOMEM;
+  d->split_lo = d->m->nparams;
   for (int i = 0; i < d->nbuckets; i++) {
     gpt2_bucket *b = &d->buckets[i];
-    if (b->lo < d->split_lo) continue;
-    b->per = (b->hi - b->lo) / (size_t)d->world;
+    b->per = b->lo < wte_end ? (b->hi - b->lo) / (C * W) * C : (b->hi - b->lo) / W;
+    if (b->lo < d->split_lo) d->split_lo = b->lo;
     int k = d->norder++;
-    for (; k > 0 && d->buckets[d->order[k - 1]].lo > b->lo; k--) d->order[k] = d->order[k - 1];
+    for (; k > 0 && gather_key(d, &d->buckets[d->order[k - 1]]) > gather_key(d, b); k--)
+      d->order[k] = d->order[k - 1];
     d->order[k] = i;
   }
   for (int i = 0; i < d->nshards; i++) gpt2_optim_free(&d->shards[i]);
@@ -271,6 +294,31 @@ static void powersgd_hook(gpt2_ddp *d, gpt2_grad_event ev, int layer) {
   if (rc != 0) fail(d, rc, "PowerSGD exchange of gradients");
 }
 
+/* Starts the allgather of a split bucket's reduced gradients (in place, in the wire type). */
+static void launch_gather(gpt2_ddp *d, gpt2_bucket *b) {
+  if (b->per == 0 || d->err) return;
+  float *g = d->m->grads;
+  int rc = cohort_iallgather_wire(d->comm, g + b->lo + (size_t)d->rank * b->per, g + b->lo, b->per,
+                                  COHORT_F32, d->wire, &b->gather);
+  if (rc != 0) {
+    fail(d, rc, "allgather of gradients");
+    return;
+  }
+  d->gathers_pending++;
+}
+
+/* The split exchange's upper half of the layers gathers early: during backward, each bucket's
+ * gather queued behind the reduce-scatter of the next one down, in the link's spare time while
+ * backward computes the lower layers; the next forward then has only the rest to wait for. Called
+ * as bucket `launched` starts, for the upper buckets started before it. */
+static void gather_early(gpt2_ddp *d, int launched) {
+  for (int i = 0; i < launched; i++) {
+    gpt2_bucket *b = &d->buckets[i];
+    if (b->event == GPT2_EV_LAYER && 2 * b->layer >= d->m->cfg.layers && b->gather == NULL)
+      launch_gather(d, b);
+  }
+}
+
 /* Launches the head's buckets of dwte whose rows are all in (`rows` of them), in order. */
 static void launch_head(gpt2_ddp *d, int rows) {
   size_t ready = (size_t)rows * (size_t)d->m->cfg.channels;
@@ -291,7 +339,9 @@ void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at) {
   if (ev == GPT2_EV_HEAD) launch_head(d, at);
   for (int i = 0; i < d->nbuckets && ev != GPT2_EV_HEAD; i++) {
     const gpt2_bucket *b = &d->buckets[i];
-    if (b->event == ev && (ev != GPT2_EV_LAYER || b->layer == at)) launch(d, b);
+    if (b->event != ev || (ev == GPT2_EV_LAYER && b->layer != at)) continue;
+    launch(d, b);
+    if (d->split_now) gather_early(d, i);
   }
   if (ev == GPT2_EV_EMBED && d->gather_embed) {
     cohort_request *req = NULL;
@@ -412,31 +462,162 @@ int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm) {
   return 0;
 }
 
-/* The split step: the gathers launched in the forward's order, then the token embedding's update
- * while they run (it reads none of their gradients). */
+/* The optimiser shard of split bucket order[k] (after the one of what no bucket holds, if any). */
+static gpt2_optim *split_shard(gpt2_ddp *d, int k) {
+  return &d->shards[d->nshards - d->norder + k];
+}
+
+/* The pending update of params[lo, hi) from g[0, hi - lo), in shard o. */
+static void update(gpt2_ddp *d, gpt2_optim *o, size_t lo, size_t hi, const float *g) {
+  gpt2_optim_update(o, d->m, d->m->params, g, lo, hi, d->upd_scale, d->upd_lr, d->upd_t);
+}
+
+/* The split bucket (its place k in the gather order) holding flat offset `at`, and the rank whose
+ * reduce-scatter share holds it (-1 for the allreduced remainder, which every rank holds). */
+static int split_bucket_of(const gpt2_ddp *d, size_t at, int *owner) {
+  for (int k = 0; k < d->norder; k++) {
+    const gpt2_bucket *b = &d->buckets[d->order[k]];
+    if (at < b->lo || at >= b->hi) continue;
+    size_t j = at - b->lo;
+    *owner = j < b->per * (size_t)d->world ? (int)(j / b->per) : -1;
+    return k;
+  }
+  *owner = -1;
+  return -1;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sorts the n tokens, drops repeats and any outside the vocabulary; returns how many are left. */
+static size_t unique_rows(int32_t *tok, size_t n, int32_t vocab) {
+  qsort(tok, n, sizeof *tok, cmp_i32);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (tok[i] >= 0 && tok[i] < vocab && (k == 0 || tok[i] != tok[k - 1])) tok[k++] = tok[i];
+  return k;
+}
+
+static int rows_reserve(gpt2_ddp *d, size_t n) {
+  if (n <= d->rows_cap) return 0;
+  size_t C = (size_t)d->m->cfg.channels;
+  int32_t *r = realloc(d->rows, n * sizeof *r);
+  if (r != NULL) d->rows = r;
+  float *g = realloc(d->row_grads, n * C * sizeof *g);
+  if (g != NULL) d->row_grads = g;
+  if (r == NULL || g == NULL) return -ENOMEM;
+  d->rows_cap = n;
+  return 0;
+}
+
+/* The row path's exchange (see split_launch): every rank's tokens, then the reduced gradient of
+ * each of their rows from the rank whose share holds it, the others adding -0 (x + -0 is x, bit
+ * for bit), summed in the wire type: the values the row's gather would bring. (A row of a
+ * bucket's allreduced remainder is complete everywhere already: all add -0, and rows_apply reads
+ * the row itself.) Returns the pending sum, or NULL (nothing to do, or an error in d->err). */
+static cohort_request *rows_launch(gpt2_ddp *d, const int32_t *tokens, size_t ntok) {
+  size_t C = (size_t)d->m->cfg.channels, all = ntok * (size_t)d->world;
+  int rc = rows_reserve(d, all);
+  if (rc == 0) rc = cohort_allgather(d->comm, tokens, d->rows, ntok, COHORT_I32);
+  if (rc != 0) {
+    fail(d, rc, "allgather of the next tokens");
+    return NULL;
+  }
+  size_t n = unique_rows(d->rows, all, d->m->cfg.vocab);
+  for (size_t i = 0; i < n; i++) {
+    size_t at = (size_t)d->rows[i] * C;
+    float *dst = d->row_grads + i * C;
+    int owner = 0;
+    split_bucket_of(d, at, &owner);
+    if (owner == d->rank) {
+      memcpy(dst, d->m->grads + at, C * sizeof(float));
+    } else {
+      for (size_t j = 0; j < C; j++) dst[j] = -0.0f;
+    }
+  }
+  cohort_request *req = NULL;
+  rc = cohort_iallreduce_wire(d->comm, d->row_grads, d->row_grads, n * C, COHORT_F32, d->wire,
+                              COHORT_SUM, &req);
+  if (rc != 0) {
+    fail(d, rc, "allreduce of the token embedding's rows");
+    return NULL;
+  }
+  d->nrows = n;
+  d->carry_wire_bytes += (double)ntok * 4 + (double)(n * C) * cohort_dtype_size(d->wire);
+  d->carry_f32_bytes += (double)ntok * 4 + (double)(n * C) * sizeof(float);
+  return req;
+}
+
+/* The row path's updates, once its sum is in. */
+static void rows_apply(gpt2_ddp *d, cohort_request *req) {
+  int rc = cohort_request_wait(req);
+  if (rc != 0) {
+    d->nrows = 0;
+    fail(d, rc, "allreduce of the token embedding's rows");
+    return;
+  }
+  size_t C = (size_t)d->m->cfg.channels;
+  for (size_t i = 0; i < d->nrows; i++) {
+    size_t at = (size_t)d->rows[i] * C;
+    int owner = 0, k = split_bucket_of(d, at, &owner);
+    const float *g = owner < 0 ? d->m->grads + at : d->row_grads + i * C;
+    update(d, split_shard(d, k), at, at + C, g);
+  }
+}
+
+/* Launches the split step's gathers in the order the forward reads the parameters. Given the next
+ * forward's tokens, first the row path: the token embedding's rows those tokens read are exchanged
+ * and updated at once, so the lookup need not wait for the token embedding's gathers, which then
+ * travel last, while the layers compute, and arrive block by block as the LM head needs them. */
+static void split_launch(gpt2_ddp *d, const int32_t *tokens, size_t ntok) {
+  d->gathers_due = 0;
+  d->gather_t0_us = gpt2_now_us();
+  cohort_request *rows = NULL;
+  if (tokens != NULL && d->split_lo == 0) rows = rows_launch(d, tokens, ntok);
+  for (int k = 0; k < d->norder && !d->err; k++) {
+    gpt2_bucket *b = &d->buckets[d->order[k]];
+    if (b->gather == NULL) launch_gather(d, b);
+  }
+  if (rows != NULL) {
+    rows_apply(d, rows);
+    d->carry_exposed_ms += (double)(gpt2_now_us() - d->gather_t0_us) * 1e-3;
+  }
+}
+
+/* The split step: the update decided, its gathers left for the next forward to launch (it brings
+ * the tokens the row path needs). Without the token embedding among the buckets (the QA head
+ * without accumulation) they leave now, and the token embedding is updated while they run. */
 static int split_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
   d->upd_scale = grad_scale;
   d->upd_lr = lr;
   d->upd_t = t;
-  d->gather_t0_us = gpt2_now_us();
-  float *g = d->m->grads;
-  for (int k = 0; k < d->norder && !d->err; k++) {
-    gpt2_bucket *b = &d->buckets[d->order[k]];
-    if (b->per == 0) continue;
-    int rc = cohort_iallgather_wire(d->comm, g + b->lo + (size_t)d->rank * b->per, g + b->lo,
-                                    b->per, COHORT_F32, d->wire, &b->gather);
-    if (rc != 0) return fail(d, rc, "allgather of gradients");
-    d->gathers_pending++;
-  }
-  gpt2_optim_step(&d->shards[0], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
+  d->gathers_due = 1;
+  if (d->split_lo > 0) split_launch(d, NULL, 0);
+  if (d->nshards > d->norder)
+    gpt2_optim_step(&d->shards[0], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
   return d->err;
 }
 
-/* Shard k + 1 holds split bucket k's optimiser state (split_setup). */
-int gpt2_ddp_settle(gpt2_ddp *d, size_t hi) {
-  for (int k = 0; k < d->norder && d->gathers_pending > 0; k++) {
+/* Split bucket order[k]'s update, without the rows the row path has done. */
+static void update_bucket(gpt2_ddp *d, int k) {
+  gpt2_optim *o = split_shard(d, k);
+  size_t C = (size_t)d->m->cfg.channels, at = o->lo;
+  const float *g = d->m->grads;
+  for (size_t i = 0; i < d->nrows; i++) {
+    size_t r = (size_t)d->rows[i] * C;
+    if (r < o->lo || r >= o->hi) continue;
+    if (r > at) update(d, o, at, r, g + at);
+    at = r + C;
+  }
+  if (at < o->hi) update(d, o, at, o->hi, g + at);
+}
+
+/* Waits for the gathers of order[0..kend) and applies their updates, in order. */
+static int settle_to(gpt2_ddp *d, int kend) {
+  for (int k = 0; k < kend && d->gathers_pending > 0; k++) {
     gpt2_bucket *b = &d->buckets[d->order[k]];
-    if (b->lo >= hi) break;
     if (b->gather == NULL) continue;
     int64_t t0 = gpt2_now_us();
     int rc = cohort_request_wait(b->gather);
@@ -446,15 +627,27 @@ int gpt2_ddp_settle(gpt2_ddp *d, size_t hi) {
     d->carry_exposed_ms += (double)(t1 - t0) * 1e-3;
     if (d->gathers_pending == 0) d->carry_comm_ms += (double)(t1 - d->gather_t0_us) * 1e-3;
     if (rc != 0) fail(d, rc, "allgather of gradients");
-    if (d->err) continue;
-    gpt2_optim_step(&d->shards[k + 1], d->m, d->m->params, d->m->grads, d->upd_scale, d->upd_lr,
-                    d->upd_t);
+    if (d->err == 0) update_bucket(d, k);
   }
+  if (d->gathers_pending == 0) d->nrows = 0;
   return d->err;
 }
 
-void gpt2_ddp_param_wait(void *ctx, size_t hi) {
-  gpt2_ddp_settle(ctx, hi);
+int gpt2_ddp_settle(gpt2_ddp *d) {
+  if (d->gathers_due) split_launch(d, NULL, 0);
+  return settle_to(d, d->norder);
+}
+
+void gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
+  gpt2_ddp *d = ctx;
+  if (d->gathers_due) split_launch(d, tokens, ntok);
+  if (tokens != NULL && d->nrows > 0) return; /* the lookup's rows are up to date */
+  int last = -1;
+  for (int k = 0; k < d->norder; k++) {
+    const gpt2_bucket *b = &d->buckets[d->order[k]];
+    if (b->gather != NULL && b->lo < hi && lo < b->hi) last = k;
+  }
+  settle_to(d, last + 1);
 }
 
 int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
@@ -501,7 +694,7 @@ int gpt2_ddp_broadcast(gpt2_ddp *d, float *buf, size_t n) {
 int gpt2_ddp_check_params(gpt2_ddp *d, int *same) {
   *same = 1;
   if (d->world == 1) return 0;
-  if (gpt2_ddp_settle(d, SIZE_MAX) != 0) return d->err;
+  if (gpt2_ddp_settle(d) != 0) return d->err;
   int64_t h = (int64_t)gpt2_ckpt_hash(0, d->m->params, d->m->nparams * sizeof(float));
   int64_t *all = calloc((size_t)d->world, sizeof(int64_t));
   if (all == NULL) return -ENOMEM;
@@ -529,7 +722,7 @@ float *gpt2_ddp_whole_state(gpt2_ddp *d) {
 }
 
 int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
-  if (gpt2_ddp_settle(d, SIZE_MAX) != 0) return d->err;
+  if (gpt2_ddp_settle(d) != 0) return d->err;
   size_t n = d->m->nparams;
   int parts = d->ocfg.kind == GPT2_OPT_ADAMW ? 2 : 1;
   for (int i = 0; i < d->nshards; i++) {

@@ -20,19 +20,24 @@
  * allreduced and updated by every rank alike.) The token embedding is then
  * exchanged after backward, not overlapped.
  *
- * With a 16-bit wire (bf16, fp16) and no ZeRO the buckets after the token
- * embedding are split in two ("split" exchange): backward reduce-scatters
- * them, and the gradients are allgathered only after the update has been
- * decided, in the order the next forward reads the parameters (position
- * embedding, layer 0, layer 1, ...). The next forward waits for each
- * bucket's gather and applies its optimiser update just before it reads that
- * bucket's parameters, so the second half of the exchange overlaps the
- * forward instead of delaying it. The gradient norm for clipping comes from
+ * With a 16-bit wire (bf16, fp16) and no ZeRO every bucket is split in two
+ * ("split" exchange): backward reduce-scatters it, and the gradients are
+ * allgathered only after the update has been decided, in the order the next
+ * forward reads the parameters (position embedding, layer 0, layer 1, ...,
+ * then the token embedding, which the LM head reads last, in blocks of its
+ * rows). The next forward waits for each bucket's gather and applies its
+ * optimiser update just before it reads that bucket's parameters, so the
+ * second half of the exchange overlaps the forward instead of delaying it.
+ * The embedding lookup at the forward's start reads only the rows of the
+ * batch's tokens: the "row path" exchanges just those rows first (every
+ * rank's tokens, then each row's reduced gradient from the rank that holds
+ * it) and updates them, so the rest of the token embedding travels while the
+ * layers and the LM head compute. The result is bit for bit that of settling
+ * the whole token embedding first. The gradient norm for clipping comes from
  * each rank's reduced share (gathered values are the same bf16 numbers), so
  * the update is the one the allreduce would give, up to the order of the
- * norm's sum. dwte stays an allreduce (its head part is in first, the
- * forward needs it first). Parameters and optimiser state are complete again
- * after gpt2_ddp_settle.
+ * norm's sum. Parameters and optimiser state are complete again after
+ * gpt2_ddp_settle.
  *
  * Gradients are summed, not averaged: the trainer scales the loss by
  * 1/(K*world) so the sum is the mean over the global batch.
@@ -115,8 +120,15 @@ typedef struct gpt2_ddp {
   int *order, norder;
   float upd_scale, upd_lr;
   int64_t upd_t, gather_t0_us;
+  int gathers_due; /* the update is decided, its gathers not yet launched */
   int gathers_pending;
-  double carry_exposed_ms, carry_comm_ms;
+  /* The row path: the token embedding's rows of the next forward's tokens (sorted, nrows > 0
+   * while their update is done and the rest of their buckets' is not), their gathered
+   * gradients; room for rows_cap. */
+  int32_t *rows;
+  float *row_grads;
+  size_t nrows, rows_cap;
+  double carry_exposed_ms, carry_comm_ms, carry_wire_bytes, carry_f32_bytes;
   int err;
   char errmsg[256];
 } gpt2_ddp;
@@ -149,14 +161,16 @@ int gpt2_ddp_finish_backward(gpt2_ddp *d);
 int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm);
 /* Optimiser update from grad_scale times the reduced gradients (clipping)
  * with learning rate lr, update number t (1-based); with ZeRO also
- * allgathers the parameters. After a split step only the token embedding is
- * updated here; the rest waits for gpt2_ddp_settle. */
+ * allgathers the parameters. After a split step only what no bucket holds is
+ * updated here; the rest waits for the next forward or gpt2_ddp_settle. */
 int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
-/* Completes the split step's gathers and updates of the parameters below offset hi (SIZE_MAX:
- * all). Returns 0 or the exchange's error. */
-int gpt2_ddp_settle(gpt2_ddp *d, size_t hi);
-/* gpt2_param_wait for gpt2_forward_wait (ctx = d); an error stays in d->err. */
-void gpt2_ddp_param_wait(void *ctx, size_t hi);
+/* Launches the split step's gathers if the forward has not, waits for them and applies their
+ * updates. Returns 0 or the exchange's error. */
+int gpt2_ddp_settle(gpt2_ddp *d);
+/* gpt2_param_wait for gpt2_forward_wait (ctx = d): launches the split step's gathers (with the
+ * row path when given the lookup's tokens) and settles the buckets the forward is about to read;
+ * an error stays in d->err. */
+void gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok);
 
 /* Sum of x over ranks (doubles, blocking). */
 int gpt2_ddp_sum(gpt2_ddp *d, double *x, int n);

@@ -194,31 +194,44 @@ static int thread_id(void) {
 #endif
 }
 
-void gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias, size_t N,
-                         size_t C, size_t OC, int accumulate) {
+/* out[:, j0:j1] (= or +=) inp @ w[j0:j1]^T (+ bias[j0:j1]), the columns split over the threads. */
+static void matmul_cols(float *out, const float *inp, const float *w, const float *bias, size_t N,
+                        size_t C, size_t OC, size_t j0, size_t j1, int accumulate) {
   int parts = nthreads();
 #pragma omp parallel num_threads(parts)
   {
-    size_t j0, j1;
-    slice_of(OC, parts, thread_id(), &j0, &j1);
-    if (j1 > j0) {
+    size_t a, b;
+    slice_of(j1 - j0, parts, thread_id(), &a, &b);
+    a += j0;
+    b += j0;
+    if (b > a) {
       float beta = accumulate ? 1.0f : 0.0f;
       if (bias != NULL) {
         for (size_t i = 0; i < N; i++) {
           float *o = out + i * OC;
           if (accumulate) {
-            for (size_t j = j0; j < j1; j++) o[j] += bias[j];
+            for (size_t j = a; j < b; j++) o[j] += bias[j];
           } else {
-            for (size_t j = j0; j < j1; j++) o[j] = bias[j];
+            for (size_t j = a; j < b; j++) o[j] = bias[j];
           }
         }
         beta = 1.0f;
       }
-      // out[:, j0:j1] (N, OC') = inp (N, C) @ w[j0:j1]^T (C, OC')
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)(j1 - j0), (int)C, 1.0f,
-                  inp, (int)C, w + j0 * C, (int)C, beta, out + j0, (int)OC);
+      // out[:, a:b] (N, OC') = inp (N, C) @ w[a:b]^T (C, OC')
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)(b - a), (int)C, 1.0f, inp,
+                  (int)C, w + a * C, (int)C, beta, out + a, (int)OC);
     }
   }
+}
+
+void gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias, size_t N,
+                         size_t C, size_t OC, int accumulate) {
+  matmul_cols(out, inp, w, bias, N, C, OC, 0, OC, accumulate);
+}
+
+void gpt2_matmul_forward_rows(float *out, const float *inp, const float *w, size_t N, size_t C,
+                              size_t OC, size_t j0, size_t j1) {
+  matmul_cols(out, inp, w, NULL, N, C, OC, j0, j1, 0);
 }
 
 void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const float *inp,

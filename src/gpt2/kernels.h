@@ -68,6 +68,10 @@ void gpt2_matmul_forward(float *out,        // (N, OC)
                          const float *w,    // (OC, C)
                          const float *bias, // (OC) or NULL
                          size_t N, size_t C, size_t OC, int accumulate);
+/* out[:, j0:j1] = inp @ w[j0:j1]^T: rows j0..j1 of w alone (no bias), the other columns of out
+ * untouched; a forward in row blocks computes what the one call does. */
+void gpt2_matmul_forward_rows(float *out, const float *inp, const float *w, size_t N, size_t C,
+                              size_t OC, size_t j0, size_t j1);
 /* dinp (= or +=, see accumulate_dinp) dout @ w; dw += dout^T @ inp; dbias += sum(dout). */
 void gpt2_matmul_backward(float *dinp,       // (N, C) or NULL
                           float *dw,         // (OC, C) or NULL (with dbias)

@@ -320,15 +320,22 @@ double gpt2_forward(gpt2_model *m, const gpt2_batch *batch) {
   return gpt2_forward_wait(m, batch, NULL, NULL);
 }
 
+static void need(gpt2_param_wait wait, void *ctx, size_t lo, size_t hi) {
+  if (wait) wait(ctx, lo, hi, NULL, 0);
+}
+
 double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait wait, void *ctx) {
   size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.channels;
   size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, BT = B * T;
-  if (wait) wait(ctx, m->layer_offset0);
+  size_t wte_end = V * C;
+  if (wait) wait(ctx, 0, wte_end, batch->tokens, BT);
+  need(wait, ctx, wte_end, m->layer_offset0);
   gpt2_encoder_forward(m->encoded, batch->tokens, m->p.wte, m->p.wpe, B, T, C);
   const float *x = m->encoded; // (B, T, C) residual stream
   for (int l = 0; l < m->cfg.layers; l++) {
     const gpt2_layer *w = &m->p.layer[l];
-    if (wait) wait(ctx, m->layer_offset0 + (size_t)(l + 1) * m->layer_size);
+    size_t lo = m->layer_offset0 + (size_t)l * m->layer_size;
+    need(wait, ctx, lo, lo + m->layer_size);
     gpt2_layernorm_forward(m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], x, w->ln1w, w->ln1b, BT, C);
     gpt2_matmul_forward(m->qkv[l], m->ln1[l], w->qkvw, w->qkvb, BT, C, 3 * C, 0);
     gpt2_attention_forward(m->atty[l], m->att[l], m->qkv[l], batch->mask, B, T, C, NH);
@@ -343,10 +350,15 @@ double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait
     gpt2_matmul_forward(m->res3[l], m->fch_gelu[l], w->fcprojw, w->fcprojb, BT, 4 * C, C, 1);
     x = m->res3[l];
   }
-  if (wait) wait(ctx, m->nparams);
+  need(wait, ctx, m->tail_offset, m->nparams);
   gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, BT, C);
   if (m->cfg.head == GPT2_HEAD_LM) {
-    gpt2_matmul_forward(m->logits, m->lnf, m->p.wte, NULL, BT, C, V, 0);
+    /* The logits in blocks of the vocabulary: each block of wte is read as soon as it is ready. */
+    for (size_t j0 = 0; j0 < V; j0 += GPT2_HEAD_ROWS) {
+      size_t j1 = j0 + GPT2_HEAD_ROWS < V ? j0 + GPT2_HEAD_ROWS : V;
+      need(wait, ctx, j0 * C, j1 * C);
+      gpt2_matmul_forward_rows(m->logits, m->lnf, m->p.wte, BT, C, V, j0, j1);
+    }
     m->loss = gpt2_crossentropy_forward(m->lse, m->losses, m->logits, batch->targets, BT, V);
   } else {
     gpt2_matmul_forward(m->logits, m->lnf, m->p.qaw, m->p.qab, BT, C, 2, 0);

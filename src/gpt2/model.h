@@ -151,10 +151,14 @@ void gpt2_model_init_weights(gpt2_model *m, uint64_t seed);
 
 /* Forward pass; returns the mean loss over the batch. */
 double gpt2_forward(gpt2_model *m, const gpt2_batch *batch);
-/* Called before the forward first reads parameters below offset hi of the flat buffer (hi grows
- * from call to call and ends at nparams): the caller may still be updating the rest. */
-typedef void (*gpt2_param_wait)(void *ctx, size_t hi);
-/* gpt2_forward that calls wait(ctx, hi) as it goes (wait NULL: gpt2_forward). */
+/* Called before the forward first reads parameters [lo, hi) of the flat buffer: the caller may
+ * still be updating the others. The token embedding is announced twice: first with `tokens` (the
+ * ntok tokens of the batch) for the rows the lookup reads, at the start; then, with the LM head,
+ * in blocks of GPT2_HEAD_ROWS rows (tokens NULL) as the head reads them, at the end. In between
+ * come the position embedding, each layer, then the rest (ln_f, the QA head). */
+typedef void (*gpt2_param_wait)(void *ctx, size_t lo, size_t hi, const int32_t *tokens,
+                                size_t ntok);
+/* gpt2_forward that calls wait as it goes (wait NULL: gpt2_forward). */
 double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait wait, void *ctx);
 /*
  * Backward pass of the last forward; adds d(dloss * mean loss)/d(params) to

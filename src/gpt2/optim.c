@@ -28,13 +28,14 @@ void gpt2_optim_free(gpt2_optim *o) {
   memset(o, 0, sizeof(*o));
 }
 
-static void adamw_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t hi, float lr,
-                        float wd, int64_t t, float gs) {
+/* params[lo, hi) from g[0, hi - lo): AdamW with decoupled weight decay. */
+static void adamw_range(gpt2_optim *o, float *params, const float *g, size_t lo, size_t hi,
+                        float lr, float wd, int64_t t, float gs) {
   const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
   const float c1 = 1.0f / (1.0f - powf(b1, (float)t)), c2 = 1.0f / (1.0f - powf(b2, (float)t));
-  float *m = o->m - o->lo, *v = o->v - o->lo; /* indexed by flat position */
+  float *p = params + lo, *m = o->m + (lo - o->lo), *v = o->v + (lo - o->lo);
 #pragma omp parallel for schedule(static)
-  for (size_t i = lo; i < hi; i++) {
+  for (size_t i = 0; i < hi - lo; i++) {
     float gi = g[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
@@ -45,12 +46,13 @@ static void adamw_range(gpt2_optim *o, float *p, const float *g, size_t lo, size
   }
 }
 
-static void sgd_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t hi, float lr,
+/* params[lo, hi) from g[0, hi - lo): SGD with momentum and L2 weight decay. */
+static void sgd_range(gpt2_optim *o, float *params, const float *g, size_t lo, size_t hi, float lr,
                       float wd, float gs) {
   const float mom = o->cfg.momentum;
-  float *buf = o->m - o->lo;
+  float *p = params + lo, *buf = o->m + (lo - o->lo);
 #pragma omp parallel for schedule(static)
-  for (size_t i = lo; i < hi; i++) {
+  for (size_t i = 0; i < hi - lo; i++) {
     float gi = g[i] * gs + wd * p[i];
     float bi = mom * buf[i] + gi;
     buf[i] = bi;
@@ -58,20 +60,25 @@ static void sgd_range(gpt2_optim *o, float *p, const float *g, size_t lo, size_t
   }
 }
 
-void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
-                     float grad_scale, float lr, int64_t t) {
+void gpt2_optim_update(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
+                       size_t lo, size_t hi, float grad_scale, float lr, int64_t t) {
   for (int ti = 0; ti < m->ntensors; ti++) {
     const gpt2_tensor *tn = &m->tensors[ti];
-    size_t lo = tn->offset > o->lo ? tn->offset : o->lo;
-    size_t hi = tn->offset + tn->size < o->hi ? tn->offset + tn->size : o->hi;
-    if (lo >= hi) continue;
+    size_t a = tn->offset > lo ? tn->offset : lo;
+    size_t b = tn->offset + tn->size < hi ? tn->offset + tn->size : hi;
+    if (a >= b) continue;
     float wd = tn->decay ? o->cfg.weight_decay : 0.0f;
     if (o->cfg.kind == GPT2_OPT_ADAMW) {
-      adamw_range(o, params, grads, lo, hi, lr, wd, t, grad_scale);
+      adamw_range(o, params, grads + (a - lo), a, b, lr, wd, t, grad_scale);
     } else {
-      sgd_range(o, params, grads, lo, hi, lr, wd, grad_scale);
+      sgd_range(o, params, grads + (a - lo), a, b, lr, wd, grad_scale);
     }
   }
+}
+
+void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
+                     float grad_scale, float lr, int64_t t) {
+  gpt2_optim_update(o, m, params, grads + o->lo, o->lo, o->hi, grad_scale, lr, t);
 }
 
 float gpt2_lr_at(gpt2_lr_schedule s, float lr, int64_t warmup, int64_t total, float min_ratio,

@@ -42,6 +42,11 @@ void gpt2_optim_free(gpt2_optim *o);
  */
 void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
                      float grad_scale, float lr, int64_t t);
+/* The same update of params[lo, hi) alone (inside the shard), its gradients read from
+ * grads[0, hi - lo): a shard may be updated piece by piece, each element once, with the same
+ * result. */
+void gpt2_optim_update(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
+                       size_t lo, size_t hi, float grad_scale, float lr, int64_t t);
 
 typedef enum gpt2_lr_schedule { GPT2_LR_CONST = 0, GPT2_LR_COSINE = 1 } gpt2_lr_schedule;
 
