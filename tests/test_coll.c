@@ -755,6 +755,52 @@ static int rk_failure(cohort_comm *c, void *arg) {
 
 /* ---- unit checks of the kernels ---- */
 
+/* bf16 rounding written the plain way (branch on NaN), as the reference of the vectorised one. */
+static uint16_t ref_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (uint16_t)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+static float bits_f32(uint32_t x) {
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+/* The bf16 conversion and sum kernels against ref_bf16: infinities, overflow, NaNs (kept, made
+ * quiet), every bf16 value as an operand of the sum, and random f32 bit patterns rounded. */
+static void test_bf16_kernels(void) {
+  CHECK_EQ_INT(coll_f32_to_bf16(bits_f32(0x7f800000u)), 0x7f80);
+  CHECK_EQ_INT(coll_f32_to_bf16(bits_f32(0xff800000u)), 0xff80);
+  CHECK_EQ_INT(coll_f32_to_bf16(3.4028235e38f), 0x7f80); /* the largest float rounds to inf */
+  CHECK_EQ_INT(coll_f32_to_bf16(bits_f32(0x7f800001u)), 0x7fc0);
+  CHECK_EQ_INT(coll_f32_to_bf16(bits_f32(0xffffffffu)), 0xffff);
+  enum { N = 65536 };
+  uint16_t *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *z = malloc(N * sizeof *z);
+  float *f = malloc(N * sizeof *f);
+  uint64_t st = 12345;
+  for (uint32_t i = 0; i < N; i++) {
+    x[i] = (uint16_t)i;
+    y[i] = (uint16_t)(i * 40503u + 7u);
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    f[i] = bits_f32((uint32_t)(st >> 32));
+  }
+  coll_reduce(COHORT_BF16, COHORT_SUM, z, x, y, N);
+  size_t bad = 0;
+  for (uint32_t i = 0; i < N; i++)
+    if (z[i] != ref_bf16(coll_bf16_to_f32(x[i]) + coll_bf16_to_f32(y[i]))) bad++;
+  CHECK_EQ_INT(bad, 0);
+  coll_to_wire(COHORT_BF16, z, f, N);
+  bad = 0;
+  for (uint32_t i = 0; i < N; i++)
+    if (z[i] != ref_bf16(f[i])) bad++;
+  CHECK_EQ_INT(bad, 0);
+  free(x), free(y), free(z), free(f);
+}
+
 static void test_conversions(void) {
   CHECK_EQ_INT(coll_f32_to_f16(1.0f), 0x3c00);
   CHECK_EQ_INT(coll_f32_to_f16(-2.0f), 0xc000);
@@ -772,6 +818,7 @@ static void test_conversions(void) {
   CHECK_EQ_INT(coll_f32_to_bf16(257.0f), 0x4380); /* tie to even: 256 */
   CHECK_EQ_INT(coll_f32_to_bf16(259.0f), 0x4382); /* tie to even: 260 */
   CHECK(coll_bf16_to_f32(0xc040) == -3.0f);
+  test_bf16_kernels();
   uint16_t a[3] = {coll_f32_to_f16(1.5f), coll_f32_to_f16(-4), coll_f32_to_f16(7)};
   uint16_t b[3] = {coll_f32_to_f16(2.5f), coll_f32_to_f16(3), coll_f32_to_f16(-7)};
   coll_reduce(COHORT_F16, COHORT_SUM, a, a, b, 3);

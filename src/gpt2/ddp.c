@@ -614,20 +614,35 @@ static void update_bucket(gpt2_ddp *d, int k) {
   if (at < o->hi) update(d, o, at, o->hi, g + at);
 }
 
-/* Waits for the gathers of order[0..kend) and applies their updates, in order. */
+/* Waits for split bucket order[k]'s gather and applies its update. */
+static void settle_one(gpt2_ddp *d, int k) {
+  gpt2_bucket *b = &d->buckets[d->order[k]];
+  int64_t t0 = gpt2_now_us();
+  int rc = cohort_request_wait(b->gather);
+  int64_t t1 = gpt2_now_us();
+  b->gather = NULL;
+  d->gathers_pending--;
+  d->carry_exposed_ms += (double)(t1 - t0) * 1e-3;
+  if (d->gathers_pending == 0) d->carry_comm_ms += (double)(t1 - d->gather_t0_us) * 1e-3;
+  if (rc != 0) fail(d, rc, "allgather of gradients");
+  if (d->err == 0) update_bucket(d, k);
+}
+
+static int gather_in(const gpt2_bucket *b) {
+  int done = 0;
+  return cohort_request_test(b->gather, &done) == 0 && done;
+}
+
+/* Waits for the gathers of order[0..kend) and applies their updates, in order. Rather than wait
+ * for one still on the link, it first applies the updates of later buckets whose gathers are in
+ * (those that left during backward): the forward reads them later, so it loses nothing. */
 static int settle_to(gpt2_ddp *d, int kend) {
   for (int k = 0; k < kend && d->gathers_pending > 0; k++) {
-    gpt2_bucket *b = &d->buckets[d->order[k]];
-    if (b->gather == NULL) continue;
-    int64_t t0 = gpt2_now_us();
-    int rc = cohort_request_wait(b->gather);
-    int64_t t1 = gpt2_now_us();
-    b->gather = NULL;
-    d->gathers_pending--;
-    d->carry_exposed_ms += (double)(t1 - t0) * 1e-3;
-    if (d->gathers_pending == 0) d->carry_comm_ms += (double)(t1 - d->gather_t0_us) * 1e-3;
-    if (rc != 0) fail(d, rc, "allgather of gradients");
-    if (d->err == 0) update_bucket(d, k);
+    if (d->buckets[d->order[k]].gather == NULL) continue;
+    for (int j = k + 1; j < d->norder && !gather_in(&d->buckets[d->order[k]]); j++)
+      if (d->buckets[d->order[j]].gather != NULL && gather_in(&d->buckets[d->order[j]]))
+        settle_one(d, j);
+    settle_one(d, k);
   }
   if (d->gathers_pending == 0) d->nrows = 0;
   return d->err;
