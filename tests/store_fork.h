@@ -10,12 +10,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "cohort/cohort.h"
 #include "store/store.h"
 
 typedef struct store_fork {
@@ -82,6 +84,44 @@ static inline int store_fork_stop(store_fork *f) {
   kill(f->pid, SIGKILL);
   waitpid(f->pid, NULL, 0);
   return -1;
+}
+
+/* A rank's communicator of `world` over the forked store on loopback port `port` (20 s
+ * deadline); NULL, with the reason on stderr, when it cannot be made. */
+static inline cohort_comm *store_fork_comm(int rank, int world, int port, const char *job) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  cohort_comm_config cc = {
+      .rank = rank, .size = world, .store_addr = addr, .job_id = job, .timeout_ms = 20000};
+  cohort_comm *comm = NULL;
+  int rc = cohort_comm_create(&cc, &comm);
+  if (rc != 0) fprintf(stderr, "rank %d: cohort_comm_create: %s\n", rank, cohort_strerror(rc));
+  return comm;
+}
+
+/* A store on loopback and `world` forked ranks, rank r running rank_main(r, world, port) and
+ * exiting with its result (fork before the test process starts OpenMP threads). Returns how many
+ * ranks did not exit 0 (each named on stderr), or -1 when the store would not start. */
+static inline int store_fork_ranks(int world, int (*rank_main)(int rank, int world, int port)) {
+  store_fork sf;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  if (store_fork_start(&so, 1, &sf) != 0) return -1;
+  pid_t pids[64];
+  if (world > 64) world = 64;
+  for (int r = 0; r < world; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(rank_main(r, world, sf.port));
+  }
+  int bad = 0;
+  for (int r = 0; r < world; r++) {
+    int st = 0;
+    if (pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      continue;
+    fprintf(stderr, "rank %d: status 0x%x\n", r, st);
+    bad++;
+  }
+  store_fork_stop(&sf);
+  return bad;
 }
 
 #endif

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gpt2/ddp.h"
@@ -303,20 +302,9 @@ static int trainer_backward(trainer *t, int rank, int step) {
 
 /* A rank: two trainers on one communicator, one overlapping the exchange with backward, one
  * exchanging after it; their gradients, then parameters and PowerSGD state, agree bit for bit. */
-static int overlap_rank(int rank, int port) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  cohort_comm_config cc = {.rank = rank,
-                           .size = WORLD,
-                           .store_addr = addr,
-                           .job_id = "psgd-overlap",
-                           .timeout_ms = 20000};
-  cohort_comm *comm = NULL;
-  int rc = cohort_comm_create(&cc, &comm);
-  if (rc != 0) {
-    fprintf(stderr, "rank %d: cohort_comm_create: %s\n", rank, cohort_strerror(rc));
-    return 1;
-  }
+static int overlap_rank(int rank, int world, int port) {
+  cohort_comm *comm = store_fork_comm(rank, world, port, "psgd-overlap");
+  if (comm == NULL) return 1;
   trainer a, b;
   CHECK_EQ_INT(trainer_init(&a, comm, 1), 0);
   CHECK_EQ_INT(trainer_init(&b, comm, 0), 0);
@@ -345,29 +333,8 @@ static int overlap_rank(int rank, int port) {
   return check_failed_count != 0;
 }
 
-/* Forks the ranks (before this process has started any OpenMP threads). */
-static void test_overlap_ranks(void) {
-  store_fork sf;
-  store_server_opts so = {.bind_host = "127.0.0.1"};
-  if (store_fork_start(&so, 1, &sf) != 0) {
-    CHECK(0 && "store");
-    return;
-  }
-  pid_t pids[WORLD];
-  for (int r = 0; r < WORLD; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(overlap_rank(r, sf.port));
-  }
-  for (int r = 0; r < WORLD; r++) {
-    int st = 0;
-    CHECK(waitpid(pids[r], &st, 0) == pids[r] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "rank %d: status 0x%x\n", r, st);
-  }
-  store_fork_stop(&sf);
-}
-
 int main(void) {
-  test_overlap_ranks();
+  CHECK_EQ_INT(store_fork_ranks(WORLD, overlap_rank), 0);
   test_orthonormalize();
   test_layout();
   test_low_rank_exact();

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gpt2/ddp.h"
@@ -40,6 +39,11 @@ static int trainer_init(trainer *t, cohort_comm *comm) {
   if (rc == 0) rc = gpt2_ddp_set_wire(&t->d, COHORT_BF16);
   if (rc == 0) gpt2_model_init_weights(&t->m, 3);
   return rc;
+}
+
+static void trainer_free(trainer *t) {
+  gpt2_ddp_free(&t->d);
+  gpt2_model_free(&t->m);
 }
 
 /* The row path, and a record of whether it had the lookup's rows ready. */
@@ -85,16 +89,8 @@ static double train_step(trainer *t, gpt2_param_wait wait, int rank, int step, i
 }
 
 static int split_rank(int rank, int world, int port) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  cohort_comm_config cc = {
-      .rank = rank, .size = world, .store_addr = addr, .job_id = "split", .timeout_ms = 20000};
-  cohort_comm *comm = NULL;
-  int rc = cohort_comm_create(&cc, &comm);
-  if (rc != 0) {
-    fprintf(stderr, "rank %d: cohort_comm_create: %s\n", rank, cohort_strerror(rc));
-    return 1;
-  }
+  cohort_comm *comm = store_fork_comm(rank, world, port, "split");
+  if (comm == NULL) return 1;
   trainer a, b;
   CHECK_EQ_INT(trainer_init(&a, comm), 0);
   CHECK_EQ_INT(trainer_init(&b, comm), 0);
@@ -114,37 +110,14 @@ static int split_rank(int rank, int world, int port) {
   int same = 0;
   CHECK_EQ_INT(gpt2_ddp_check_params(&a.d, &same), 0);
   CHECK(same);
-  gpt2_ddp_free(&b.d);
-  gpt2_ddp_free(&a.d);
-  gpt2_model_free(&b.m);
-  gpt2_model_free(&a.m);
+  trainer_free(&b);
+  trainer_free(&a);
   cohort_comm_destroy(comm);
   return check_failed_count != 0;
 }
 
-/* Forks `world` ranks (before this process has started any OpenMP threads). */
-static void test_split_ranks(int world) {
-  store_fork sf;
-  store_server_opts so = {.bind_host = "127.0.0.1"};
-  if (store_fork_start(&so, 1, &sf) != 0) {
-    CHECK(0 && "store");
-    return;
-  }
-  pid_t pids[3];
-  for (int r = 0; r < world; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(split_rank(r, world, sf.port));
-  }
-  for (int r = 0; r < world; r++) {
-    int st = 0;
-    CHECK(waitpid(pids[r], &st, 0) == pids[r] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "rank %d: status 0x%x\n", r, st);
-  }
-  store_fork_stop(&sf);
-}
-
 int main(void) {
-  test_split_ranks(2);
-  test_split_ranks(3);
+  CHECK_EQ_INT(store_fork_ranks(2, split_rank), 0);
+  CHECK_EQ_INT(store_fork_ranks(3, split_rank), 0);
   return check_report();
 }
