@@ -113,8 +113,10 @@ typedef struct gpt2_ddp {
   int psgd_now;  /* the current step compresses */
   int psgd_live; /* ... and its backward launches the groups */
   /* Split exchange (see above): on when `split`, used by the steps that exchange buckets
-   * (split_now). Buckets from split_lo on are split; `order` lists them by offset. The update
-   * they wait for is upd_*; the gathers' waits and window go into the next step's figures. */
+   * (split_now). Every bucket is split; split_lo is the lowest offset a bucket holds (what lies
+   * below has a shard of its own); `order` lists them in gather order (the token embedding's
+   * last). The update they wait for is upd_*; the gathers' waits and window go into the next
+   * step's figures. */
   int split, split_now;
   size_t split_lo;
   int *order, norder;
