@@ -330,6 +330,7 @@ void cluster_compare_network(cluster *c, int round, const doctor_result *net) {
 
 int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd) {
   if (!c->multinode) return 0;
+  c->store_lost = 0; /* it has just answered the join */
   c->watch_names = calloc((size_t)c->plan.nnodes, sizeof *c->watch_names);
   int rc = -ENOMEM;
   if (c->watch_names != NULL) {
@@ -347,6 +348,7 @@ int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd)
   }
   if (rc != 0) {
     cluster_unwatch(c);
+    c->store_lost = rc == -ECONNREFUSED || rc == -ETIMEDOUT;
     fprintf(stderr, "cohort: cannot watch the other nodes: %s\n", cohort_strerror(rc));
   }
   return rc;
@@ -357,6 +359,7 @@ int cluster_failure(cluster *c, char *report, size_t len) {
 }
 
 void cluster_unwatch(cluster *c) {
+  if (watch_store_lost(c->watch)) c->store_lost = 1;
   watch_stop(c->watch);
   c->watch = NULL;
   free(c->watch_names);
@@ -365,7 +368,7 @@ void cluster_unwatch(cluster *c) {
 
 void cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
                              size_t winner_len) {
-  if (!c->multinode) {
+  if (!c->multinode || c->store_lost) {
     base_strlcpy(winner, report, winner_len);
     return;
   }
@@ -405,7 +408,8 @@ static int first_absent(cluster *c, const char **keys, int from, int n, int64_t 
 }
 
 /* A store that stopped answering while we wait for the done keys: the report. */
-static void store_lost(cluster *c, int rc, char *report, size_t len) {
+static void report_store_lost(cluster *c, int rc, char *report, size_t len) {
+  c->store_lost = 1;
   if (c->etcd)
     snprintf(report, len, "lost %s: %s", rdzv_backend_name(c->backend), cohort_strerror(rc));
   else
@@ -438,7 +442,7 @@ static int wait_all_done(cluster *c, const char **keys, char *report, size_t len
     int rc = got < 0 ? got : store_wait(c->client, keys + got, 1, base_deadline_in(200));
     if (got >= 0) from = got;
     if (rc != 0 && rc != -ETIMEDOUT) {
-      store_lost(c, rc, report, len);
+      report_store_lost(c, rc, report, len);
       return -1;
     }
     if (stop_came(stop_signal)) return -1;
@@ -542,7 +546,7 @@ static void wait_nodes_left(cluster *c, int round, int64_t deadline) {
 }
 
 void cluster_leave(cluster *c, int round) {
-  if (!c->multinode || c->client == NULL) return;
+  if (!c->multinode || c->client == NULL || c->store_lost) return;
   char key[STORE_KEY_MAX];
   node_key(c, round, "exit", c->plan.my_index, key, sizeof key);
   store_set(c->client, key, "1", 1, base_deadline_in(2000));
@@ -558,6 +562,7 @@ void cluster_close(cluster *c) {
   c->pub = NULL;
   store_client_close(c->client);
   c->client = NULL;
+  if (c->store_lost) rdzv_backend_lost(c->backend);
   rdzv_backend_close(c->backend);
   c->backend = NULL;
   if (c->local_file[0] != '\0') unlink(c->local_file);

@@ -32,6 +32,7 @@ typedef struct cluster {
                                for its workers when it is node 0), else NULL */
   int etcd;                 /* the rendezvous is in etcd: no node hosts it */
   rdzv_backend *backend;    /* where the rendezvous keys are (multi-node) */
+  int store_lost;           /* the store stopped answering: the way out writes nothing to it */
   store_client *client;     /* the main thread's connection (multi-node) */
   rdzv_publisher *pub;      /* announces the store until the first round is joined */
   agent_watch *watch;       /* this round's watcher (multi-node) */

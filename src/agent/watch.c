@@ -23,6 +23,7 @@ struct agent_watch {
   pthread_mutex_t lock;
   int stop;
   int failed;
+  int store_lost; /* the failure is the store's silence */
   char report[WATCH_REPORT_MAX];
   int64_t *last_value;
   int64_t *last_change;
@@ -35,10 +36,11 @@ static int stop_requested(agent_watch *w) {
   return s;
 }
 
-static void set_failure(agent_watch *w, const char *text) {
+static void set_failure(agent_watch *w, const char *text, int store_lost) {
   pthread_mutex_lock(&w->lock);
   if (!w->failed) {
     w->failed = 1;
+    w->store_lost = store_lost;
     base_strlcpy(w->report, text, sizeof w->report);
   }
   pthread_mutex_unlock(&w->lock);
@@ -160,43 +162,48 @@ typedef struct watch_clock {
   int64_t last_ok; /* last answer from the store */
 } watch_clock;
 
+/* What one look found: nothing, a failure, or the store itself gone. */
+enum { SEEN_NOTHING, SEEN_FAILURE, SEEN_STORE_LOST };
+
 /*
- * Bumps this node's heartbeat when due. Returns 1 with the report in text
- * when the store has not answered for lost_after_ms: cut off from node 0
- * (its agent gone or our link down).
+ * Bumps this node's heartbeat when due. Returns SEEN_STORE_LOST with the
+ * report in text when the store has not answered for lost_after_ms: cut off
+ * from node 0 (its agent gone or our link down), or from etcd.
  */
 static int beat(agent_watch *w, const char *my_hb, watch_clock *t, char *text, size_t len) {
   const watch_opts *o = &w->o;
-  if (base_now_ms() < t->next_hb) return 0;
+  if (base_now_ms() < t->next_hb) return SEEN_NOTHING;
   int64_t v;
   if (store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS)) == 0)
     t->last_ok = base_now_ms();
   int64_t now = base_now_ms();
   t->next_hb = now + o->heartbeat_ms;
-  if (now - t->last_ok < o->lost_after_ms) return 0;
+  if (now - t->last_ok < o->lost_after_ms) return SEEN_NOTHING;
   if (rdzv_backend_is_etcd(o->backend))
     snprintf(text, len, "lost %s: no answer for %.1f s", rdzv_backend_name(o->backend),
              (double)(now - t->last_ok) / 1000.0);
   else
     snprintf(text, len, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
              o->hostnames[0], (double)(now - t->last_ok) / 1000.0);
-  return 1;
+  return SEEN_STORE_LOST;
 }
 
-/* One slice of waiting on the fail key: 1 with the report in text when
- * there is a failure (or the store is gone), else 0. */
+/* One slice of waiting on the fail key: what it saw, with the report in text. */
 static int wait_fail_key(agent_watch *w, const char *fail_key, char *text, size_t len) {
   const char *keys[1] = {fail_key};
   int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
-  if (rc == -ETIMEDOUT) return 0;
-  if (rc != 0 && rdzv_backend_is_etcd(w->o.backend))
-    snprintf(text, len, "lost %s: %s", rdzv_backend_name(w->o.backend), cohort_strerror(rc));
-  else if (rc != 0)
-    snprintf(text, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
-             w->o.hostnames[0], cohort_strerror(rc));
-  else if (read_text(w->client, fail_key, text, len) != 0)
+  if (rc == -ETIMEDOUT) return SEEN_NOTHING;
+  if (rc != 0) {
+    if (rdzv_backend_is_etcd(w->o.backend))
+      snprintf(text, len, "lost %s: %s", rdzv_backend_name(w->o.backend), cohort_strerror(rc));
+    else
+      snprintf(text, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
+               w->o.hostnames[0], cohort_strerror(rc));
+    return SEEN_STORE_LOST;
+  }
+  if (read_text(w->client, fail_key, text, len) != 0)
     base_strlcpy(text, "the job failed on another node (its report could not be read)", len);
-  return 1;
+  return SEEN_FAILURE;
 }
 
 static void *watch_main(void *arg) {
@@ -210,15 +217,17 @@ static void *watch_main(void *arg) {
   watch_clock t = {.next_hb = 0, .next_check = now + o->heartbeat_ms, .last_ok = now};
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
-    if (wait_fail_key(w, fail_key, text, sizeof text) || beat(w, my_hb, &t, text, sizeof text)) {
-      set_failure(w, text);
+    int seen = wait_fail_key(w, fail_key, text, sizeof text);
+    if (seen == SEEN_NOTHING) seen = beat(w, my_hb, &t, text, sizeof text);
+    if (seen != SEEN_NOTHING) {
+      set_failure(w, text, seen == SEEN_STORE_LOST);
       break;
     }
     now = base_now_ms();
     if (now < t.next_check) continue;
     t.next_check = now + o->heartbeat_ms;
     if (check_nodes(w, text, sizeof text)) {
-      set_failure(w, text);
+      set_failure(w, text, 0);
       break;
     }
   }
@@ -240,7 +249,9 @@ int watch_start(const watch_opts *o, agent_watch **out) {
     w->last_value[k] = -1;
     w->last_change[k] = now;
   }
-  rc = rdzv_backend_connect(o->backend, base_deadline_in(10000), &w->client, NULL, 0);
+  /* The store has just answered the join: silent for the heartbeat timeout, it is lost. */
+  int64_t patience = o->lost_after_ms > OP_TIMEOUT_MS ? o->lost_after_ms : OP_TIMEOUT_MS;
+  rc = rdzv_backend_connect(o->backend, base_deadline_in(patience), &w->client, NULL, 0);
   if (rc != 0) goto fail;
   rc = -pthread_create(&w->thread, NULL, watch_main, w);
   if (rc != 0) goto fail;
@@ -263,6 +274,14 @@ int watch_failure(agent_watch *w, char *buf, size_t len) {
   if (f) base_strlcpy(buf, w->report, len);
   pthread_mutex_unlock(&w->lock);
   return f;
+}
+
+int watch_store_lost(agent_watch *w) {
+  if (w == NULL) return 0;
+  pthread_mutex_lock(&w->lock);
+  int lost = w->store_lost;
+  pthread_mutex_unlock(&w->lock);
+  return lost;
 }
 
 void watch_stop(agent_watch *w) {

@@ -41,6 +41,8 @@ typedef struct watch_opts {
 int watch_start(const watch_opts *o, agent_watch **out);
 /* 1 and the report in buf when a failure was seen, else 0. Thread-safe. */
 int watch_failure(agent_watch *w, char *buf, size_t len);
+/* 1 when that failure is the store's silence (writing to it is in vain). Thread-safe. */
+int watch_store_lost(agent_watch *w);
 void watch_stop(agent_watch *w);
 
 /* Publishes report as the round's failure unless another node was first;

@@ -28,6 +28,7 @@ struct rdzv_backend {
   int64_t lease; /* 0 until the first connection granted it */
   pthread_t keeper;
   int keeping, stop;
+  int lost; /* the store is gone: no revoke on the way out */
 };
 
 static char *dup_or_null(const char *s) {
@@ -205,9 +206,10 @@ static void *keep_lease(void *arg) {
     pthread_mutex_lock(&b->lock);
   }
   int64_t lease = b->lease;
+  int lost = b->lost;
   pthread_mutex_unlock(&b->lock);
-  if (e == NULL) etcd_connect(&o, base_deadline_in(2000), &e, err, sizeof err);
-  if (e != NULL) etcd_lease_revoke(e, lease, base_deadline_in(2000));
+  if (e == NULL && !lost) etcd_connect(&o, base_deadline_in(2000), &e, err, sizeof err);
+  if (e != NULL && !lost) etcd_lease_revoke(e, lease, base_deadline_in(2000));
   etcd_close(e);
   return NULL;
 }
@@ -248,6 +250,13 @@ int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **ou
                          size_t errlen) {
   if (b->is_etcd) return connect_etcd(b, deadline_ms, out, err, errlen);
   return store_client_connect(b->host, b->port, b->token, deadline_ms, out, err, errlen);
+}
+
+void rdzv_backend_lost(rdzv_backend *b) {
+  if (b == NULL) return;
+  pthread_mutex_lock(&b->lock);
+  b->lost = 1;
+  pthread_mutex_unlock(&b->lock);
 }
 
 void rdzv_backend_close(rdzv_backend *b) {

@@ -58,6 +58,8 @@ int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **ou
                          size_t errlen);
 
 /* Stops the lease's keep-alive and revokes it (etcd), frees b. NULL ok. */
+/* The store is gone: closing does not try to revoke the lease (it lapses after its TTL). */
+void rdzv_backend_lost(rdzv_backend *b);
 void rdzv_backend_close(rdzv_backend *b);
 
 #endif
