@@ -95,7 +95,7 @@ static int split_rank(int rank, int world, int port) {
   trainer a, b;
   CHECK_EQ_INT(trainer_init(&a, comm), 0);
   CHECK_EQ_INT(trainer_init(&b, comm), 0);
-  CHECK(a.d.split && a.d.split_lo == 0);
+  CHECK(gpt2_ddp_split(&a.d) && a.d.split_lo == 0);
   for (int step = 0; step < STEPS && check_failed_count == 0; step++) {
     double la = train_step(&a, wait_rows, rank, step, world);
     double lb = train_step(&b, wait_whole, rank, step, world);

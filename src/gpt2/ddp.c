@@ -179,7 +179,7 @@ int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *
   if (d->psgd_now && last) gpt2_psgd_begin(d->psgd);
   /* A compressing step communicates after backward: the buckets stay idle. */
   d->active = last && d->world > 1 && !d->psgd_now;
-  d->split_now = d->active && d->split;
+  d->split_now = d->active && gpt2_ddp_split(d);
   d->tokens = tokens;
   d->head_sent = 0;
   d->nreqs = 0;
@@ -238,13 +238,12 @@ static int split_setup(gpt2_ddp *d) {
     const gpt2_bucket *b = &d->buckets[d->order[k]];
     rc = add_shard(d, b->lo, b->hi);
   }
-  d->split = 1;
   return rc;
 }
 
 int gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire) {
   d->wire = wire;
-  if (wire == COHORT_F32 || d->zero || d->world < 2 || d->split) return 0;
+  if (wire == COHORT_F32 || d->zero || d->world < 2 || gpt2_ddp_split(d)) return 0;
   return split_setup(d);
 }
 
@@ -733,7 +732,7 @@ size_t gpt2_ddp_full_state_floats(const gpt2_ddp *d) {
 }
 
 float *gpt2_ddp_whole_state(gpt2_ddp *d) {
-  return d->zero || d->psgd || d->split ? NULL : d->shards[0].state;
+  return d->zero || d->psgd || gpt2_ddp_split(d) ? NULL : d->shards[0].state;
 }
 
 int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {

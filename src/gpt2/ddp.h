@@ -112,12 +112,12 @@ typedef struct gpt2_ddp {
   int psgd_overlap;
   int psgd_now;  /* the current step compresses */
   int psgd_live; /* ... and its backward launches the groups */
-  /* Split exchange (see above): on when `split`, used by the steps that exchange buckets
-   * (split_now). Every bucket is split; split_lo is the lowest offset a bucket holds (what lies
-   * below has a shard of its own); `order` lists them in gather order (the token embedding's
-   * last). The update they wait for is upd_*; the gathers' waits and window go into the next
-   * step's figures. */
-  int split, split_now;
+  /* Split exchange (see above): on when `order` lists buckets (norder > 0, gpt2_ddp_split), used
+   * by the steps that exchange buckets (split_now). Every bucket is split; split_lo is the lowest
+   * offset a bucket holds (what lies below has a shard of its own); `order` lists them in gather
+   * order (the token embedding's last). The update they wait for is upd_*; the gathers' waits and
+   * window go into the next step's figures. */
+  int split_now;
   size_t split_lo;
   int *order, norder;
   float upd_scale, upd_lr;
@@ -144,6 +144,10 @@ void gpt2_ddp_free(gpt2_ddp *d);
  * 16-bit wire without ZeRO turns the split exchange on. Call before the first step. Returns 0 or
  * -ENOMEM. */
 int gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);
+/* Whether the split exchange is on. */
+static inline int gpt2_ddp_split(const gpt2_ddp *d) {
+  return d->norder > 0;
+}
 
 /* PowerSGD of rank `rank` from step `start` (0-based) on; the plain bucketed exchange before it.
  * Not with ZeRO. Returns 0 or -errno. */

@@ -310,8 +310,8 @@ static int open_outputs(train_run *r) {
           o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", r->model.nparams, o->cfg.layers, o->cfg.heads,
           o->cfg.channels, o->cfg.vocab, o->B, o->T, o->grad_accum, r->world,
           r->ddp.zero ? " zero-1" : "", r->world > 1 ? compress_names[o->grad_compress] : "",
-          r->ddp.split ? " split" : "", psgd, o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD",
-          r->threads);
+          gpt2_ddp_split(&r->ddp) ? " split" : "", psgd,
+          o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", r->threads);
   fflush(r->out);
   return RUN_OK;
 }
