@@ -126,3 +126,27 @@ wait_all() {
   done
   codes="${list[*]}"
 }
+
+# stop_checked OUT LINE PIDS CMD...: runs a `cohort stop` command line (output in OUT) against
+# the job whose agents are PIDS (one word, space-separated) and checks that it exits 0, that
+# every agent exits with the stopped status 4, the last within 1 s of the command, and that each
+# agent's output (the files "$tmp"/a0, a1, ...) holds LINE. Uses check (check_lib.sh).
+stop_checked() {
+  local out=$1 line=$2 pids=$3 t0 rc ms i=0 p want=""
+  shift 3
+  for p in $pids; do want="${want:+$want }4"; done
+  t0=$(date +%s%N)
+  "$@" >"$out" 2>&1
+  rc=$?
+  # shellcheck disable=SC2086
+  wait_all 15 $pids
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  echo "stop to the last agent's exit: $ms ms"
+  check "stop exits 0 ($rc)" [ $rc = 0 ]
+  check "every agent exits with the stopped status 4 ($codes)" [ "$codes" = "$want" ]
+  check "every node stopped within 1 s of the command ($ms ms)" [ "$ms" -le 1000 ]
+  for p in $pids; do
+    check "node $i prints the reason" contains "$tmp/a$i" "$line"
+    i=$((i + 1))
+  done
+}

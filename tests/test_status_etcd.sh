@@ -93,18 +93,8 @@ check "--rdzv-backend etcd without an endpoint: exit 2" [ $? = 2 ]
 q status --master "$A3:29400" --rdzv-conf "$CONF" >"$tmp/noetcd" 2>&1
 check "--rdzv-conf without etcd: exit 2" [ $? = 2 ]
 
-t0=$(date +%s%N)
-q stop "${E[@]}" --rdzv-conf "$CONF" --reason "through etcd" >"$tmp/stop" 2>&1
-rc=$?
-wait_all 15 $a0 $a1 $a2
-ms=$((($(date +%s%N) - t0) / 1000000))
-echo "stop to the last agent's exit: $ms ms"
-check "stop exits 0 ($rc)" [ $rc = 0 ]
-check "every agent exits with the stopped status 4 ($codes)" [ "$codes" = "4 4 4" ]
-check "every node stopped within 1 s of the command ($ms ms)" [ "$ms" -le 1000 ]
-for i in 0 1 2; do
-  check "node $i prints the reason" contains "$tmp/a$i" "cohort: stopped by $(id -un)@node4: through etcd"
-done
+stop_checked "$tmp/stop" "cohort: stopped by $(id -un)@node4: through etcd" "$a0 $a1 $a2" \
+  q stop "${E[@]}" --rdzv-conf "$CONF" --reason "through etcd"
 check "no key left in etcd (the stop and the stacks request went with node 0's lease)" \
   [ "$(left_keys)" = 0 ]
 

@@ -50,18 +50,8 @@ check "... within its timeout" [ $((SECONDS - start)) -le 3 ]
 q status --discover mcast >"$tmp/nojob" 2>&1
 check "--discover mcast without --job: exit 2" [ $? = 2 ]
 
-t0=$(date +%s%N)
-q stop "${J[@]}" --reason "by multicast" >"$tmp/stop" 2>&1
-rc=$?
-wait_all 15 $a0 $a1 $a2
-ms=$((($(date +%s%N) - t0) / 1000000))
-echo "stop to the last agent's exit: $ms ms"
-check "stop exits 0 ($rc)" [ $rc = 0 ]
-check "every agent exits with the stopped status 4 ($codes)" [ "$codes" = "4 4 4" ]
-check "every node stopped within 1 s of the command ($ms ms)" [ "$ms" -le 1000 ]
-for i in 0 1 2; do
-  check "node $i prints the reason" contains "$tmp/a$i" "cohort: stopped by $(id -un)@node3: by multicast"
-done
+stop_checked "$tmp/stop" "cohort: stopped by $(id -un)@node3: by multicast" "$a0 $a1 $a2" \
+  q stop "${J[@]}" --reason "by multicast"
 
 if [ "$failed" -gt 0 ]; then for f in "$tmp"/a* "$tmp"/st "$tmp"/stop; do echo "--- $f"; tail -n 5 "$f"; done; fi
 echo "$passed passed, $failed failed"
