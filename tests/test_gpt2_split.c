@@ -70,8 +70,7 @@ static double train_step(trainer *t, gpt2_param_wait wait, int rank, int step, i
     for (int i = 0; i <= TB * TT; i++) tok[i] = (int32_t)(gpt2_rng_next(&st) % 512);
     gpt2_batch b = {.tokens = tok, .targets = tok + 1};
     loss += gpt2_forward_wait(&t->m, &b, wait, t);
-    if (k == 0) CHECK_EQ_INT(gpt2_ddp_settle(&t->d), 0); /* as cohort-gpt2 does */
-    if (k == 0) gpt2_zero_grad(&t->m);
+    if (k == 0) CHECK_EQ_INT(gpt2_ddp_zero_grad(&t->d), 0); /* as cohort-gpt2 does */
     int scatter = gpt2_ddp_begin_backward(&t->d, step, k == ACCUM - 1, tok);
     gpt2_backward(&t->m, &b, 1.0f / (float)(ACCUM * world), gpt2_ddp_hook, &t->d, scatter);
   }

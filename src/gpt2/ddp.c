@@ -652,6 +652,12 @@ int gpt2_ddp_settle(gpt2_ddp *d) {
   return settle_to(d, d->norder);
 }
 
+int gpt2_ddp_zero_grad(gpt2_ddp *d) {
+  int rc = gpt2_ddp_settle(d);
+  if (rc == 0) gpt2_zero_grad(d->m);
+  return rc;
+}
+
 void gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
   gpt2_ddp *d = ctx;
   if (d->gathers_due) split_launch(d, tokens, ntok);

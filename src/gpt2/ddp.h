@@ -171,9 +171,12 @@ int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm);
  * updated here; the rest waits for the next forward or gpt2_ddp_settle. */
 int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
 /* Launches the split step's gathers if the forward has not, waits for them and applies their
- * updates; the gradients must not be zeroed before (the gathers write them). Returns 0 or the
- * exchange's error. */
+ * updates. Returns 0 or the exchange's error. */
 int gpt2_ddp_settle(gpt2_ddp *d);
+/* Zeroes the gradients for a new step, once the split update's gathers (which write them) have
+ * landed: gpt2_ddp_settle, then gpt2_zero_grad. Returns 0 or the exchange's error (the
+ * gradients then untouched). */
+int gpt2_ddp_zero_grad(gpt2_ddp *d);
 /* gpt2_param_wait for gpt2_forward_wait (ctx = d): launches the split step's gathers (with the
  * row path when given the lookup's tokens) and settles the buckets the forward is about to read;
  * an error stays in d->err. */

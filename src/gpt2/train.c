@@ -327,13 +327,12 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     gpt2_batch batch;
     uint64_t g0 = step * r->global_batch + ((uint64_t)r->rank * K + (uint64_t)k) * (uint64_t)o->B;
     gpt2_data_fill(&r->data, g0, &r->bb, &batch);
-    /* The first forward finishes the last update (split exchange) as it reads the parameters,
-     * and what it did not read (the token embedding without the LM head) is settled after it;
-     * only then are the gradients free to be zeroed. */
+    /* The first forward finishes the last update (split exchange) as it reads the parameters;
+     * what it did not read (the token embedding without the LM head) is settled as the
+     * gradients are zeroed. */
     loss_sum += gpt2_forward_wait(&r->model, &batch, gpt2_ddp_param_wait, &r->ddp);
     if (r->ddp.err) return RUN_COMM;
-    if (k == 0 && gpt2_ddp_settle(&r->ddp) != 0) return RUN_COMM;
-    if (k == 0) gpt2_zero_grad(&r->model);
+    if (k == 0 && gpt2_ddp_zero_grad(&r->ddp) != 0) return RUN_COMM;
     int scatter = gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, batch.tokens);
     gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
   }
