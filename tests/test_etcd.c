@@ -7,6 +7,7 @@
  *        test_etcd auth ENDPOINTS USER PASSWORD   right and wrong passwords
  *        test_etcd tls ENDPOINTS CA CERT KEY      HTTPS with a client certificate, and without
  *        test_etcd down ENDPOINTS         nothing listens: one line, within the deadline
+ *        test_etcd hung ENDPOINTS PID     etcd PID stopped: a lost backend closes at once
  */
 #include <errno.h>
 #include <signal.h>
@@ -326,6 +327,33 @@ static int down(const etcd_opts *o) {
   return check_report();
 }
 
+/*
+ * An etcd that stops answering (SIGSTOP to its pid) while the lease keeper renews: once the store
+ * is called lost, closing the backend waits for one slice of the renewal (200 ms), not for the
+ * renewal's deadline (a third of the TTL, 2 s here: about 1.7 s of it would be left).
+ */
+static int hung(const etcd_opts *o, pid_t etcd_pid) {
+  char job[64], err[512] = "";
+  snprintf(job, sizeof job, "hung-%d", (int)getpid());
+  etcd_opts eo = *o;
+  eo.prefix = NULL;
+  rdzv_backend *b = NULL;
+  store_client *c = NULL;
+  CHECK(rdzv_backend_etcd(&eo, job, 6000, &b) == 0);
+  CHECK(rdzv_backend_connect(b, base_deadline_in(10000), &c, err, sizeof err) == 0);
+  store_client_close(c);
+  CHECK(kill(etcd_pid, SIGSTOP) == 0);
+  base_sleep_ms(2300); /* the keeper's first renewal began at 2 s and hangs until 4 s */
+  rdzv_backend_lost(b);
+  int64_t t0 = base_now_ms();
+  rdzv_backend_close(b);
+  int64_t took = base_now_ms() - t0;
+  CHECK(kill(etcd_pid, SIGCONT) == 0);
+  fprintf(stderr, "hung: close took %lld ms\n", (long long)took);
+  CHECK(took < 1000);
+  return check_report();
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_etcd MODE ENDPOINTS [...]\n");
@@ -339,6 +367,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "auth") == 0 && argc == 5) return auth(&o, argv[3], argv[4]);
   if (strcmp(mode, "tls") == 0 && argc == 6) return tls(&o, argv[3], argv[4], argv[5]);
   if (strcmp(mode, "down") == 0) return down(&o);
+  if (strcmp(mode, "hung") == 0 && argc == 4) return hung(&o, (pid_t)atoi(argv[3]));
   fprintf(stderr, "test_etcd: bad arguments\n");
   return 2;
 }

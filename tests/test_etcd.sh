@@ -2,9 +2,11 @@
 # The etcd client (src/rdzv/etcd.c) against real etcd servers (Debian's
 # etcd-server) this script starts on loopback and removes: one member for
 # every operation, counters from several processes, leases (and a guest
-# backend writing under an agent's lease), waiting and
-# prefixes; a 3-member cluster whose first member is killed (requests go to
-# the others); user/password authentication (right and wrong); TLS with a
+# backend writing under an agent's lease), waiting and prefixes; the member
+# stopped (SIGSTOP) while a backend that has lost it closes (the close does not
+# wait out the lease's renewal); a 3-member cluster whose first member is
+# killed (requests go to the others); user/password authentication (right and
+# wrong); TLS with a
 # client certificate (and refused without); nothing listening (one line,
 # within the deadline).
 # usage: test_etcd.sh TEST_ETCD_BINARY
@@ -70,6 +72,9 @@ p1=$base
 start one $p1 $((p1 + 1)) "one=http://127.0.0.1:$((p1 + 1))"
 ready $p1 || exit 1
 step basic basic "127.0.0.1:$p1"
+step hung hung "127.0.0.1:$p1" "$pid_one"
+kill -CONT "$pid_one" 2>/dev/null # whatever became of the step
+ready $p1 || exit 1
 
 # Three members; the first one killed: the client goes to the others.
 c1=$((base + 2)) c2=$((base + 4)) c3=$((base + 6))
@@ -117,4 +122,4 @@ fi
 step down down "127.0.0.1:$c1"
 
 echo "$passed passed, $failed failed"
-[ "$failed" = 0 ] && [ "$passed" -ge 7 ]
+[ "$failed" = 0 ] && [ "$passed" -ge 8 ]

@@ -179,13 +179,41 @@ static void etcd_options(const rdzv_backend *b, etcd_opts *o) {
 
 /* ---- the lease ---- */
 
-/* Renews the lease every third of its TTL until told to stop; then revokes it. */
+/* A renewal's attempts last this long at most: between them the keeper looks at `stop`, so a
+ * close waits this long, not the renewal's whole deadline, for an etcd that does not answer. */
+#define RENEW_SLICE_MS 200
+
+static int stopping(rdzv_backend *b) {
+  pthread_mutex_lock(&b->lock);
+  int stop = b->stop;
+  pthread_mutex_unlock(&b->lock);
+  return stop;
+}
+
+/* Renews the lease within a third of its TTL, (re)opening *e as needed, in slices; 0 or the
+ * last attempt's error. */
+static int renew(rdzv_backend *b, const etcd_opts *o, etcd **e, int64_t lease) {
+  int64_t deadline = base_deadline_in((int64_t)b->ttl_s * 1000 / 3);
+  int rc = -ETIMEDOUT;
+  while (base_deadline_left(deadline) > 0 && !stopping(b)) {
+    int64_t slice = base_deadline_in(RENEW_SLICE_MS);
+    if (slice > deadline) slice = deadline;
+    if (*e == NULL && (rc = etcd_connect(o, slice, e, NULL, 0)) != 0)
+      *e = NULL;
+    else
+      rc = etcd_lease_keepalive(*e, lease, slice);
+    if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) break;
+  }
+  return rc;
+}
+
+/* Renews the lease every third of its TTL until told to stop; then revokes it, unless the store
+ * is lost. */
 static void *keep_lease(void *arg) {
   rdzv_backend *b = arg;
   etcd_opts o;
   etcd_options(b, &o);
   etcd *e = NULL;
-  char err[512];
   int warned = 0;
   pthread_mutex_lock(&b->lock);
   while (!b->stop) {
@@ -198,17 +226,14 @@ static void *keep_lease(void *arg) {
     if (b->stop) break;
     int64_t lease = b->lease;
     pthread_mutex_unlock(&b->lock);
-    int64_t deadline = base_deadline_in((int64_t)b->ttl_s * 1000 / 3);
-    if (e == NULL && etcd_connect(&o, deadline, &e, err, sizeof err) != 0) e = NULL;
-    int rc = e != NULL ? etcd_lease_keepalive(e, lease, deadline) : -ECONNREFUSED;
-    if (rc == -ENOENT && !warned++)
+    if (renew(b, &o, &e, lease) == -ENOENT && !warned++)
       base_log(BASE_LOG_WARN, "the etcd lease of this agent expired: its keys are gone");
     pthread_mutex_lock(&b->lock);
   }
   int64_t lease = b->lease;
   int lost = b->lost;
   pthread_mutex_unlock(&b->lock);
-  if (e == NULL && !lost) etcd_connect(&o, base_deadline_in(2000), &e, err, sizeof err);
+  if (e == NULL && !lost) etcd_connect(&o, base_deadline_in(2000), &e, NULL, 0);
   if (e != NULL && !lost) etcd_lease_revoke(e, lease, base_deadline_in(2000));
   etcd_close(e);
   return NULL;
