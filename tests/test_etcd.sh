@@ -6,9 +6,8 @@
 # stopped (SIGSTOP) while a backend that has lost it closes (the close does not
 # wait out the lease's renewal); a 3-member cluster whose first member is
 # killed (requests go to the others); user/password authentication (right and
-# wrong); TLS with a
-# client certificate (and refused without); nothing listening (one line,
-# within the deadline).
+# wrong); TLS with a client certificate (and refused without); nothing
+# listening (one line, within the deadline).
 # usage: test_etcd.sh TEST_ETCD_BINARY
 set -u
 bin=$(readlink -f "$1")

@@ -198,10 +198,8 @@ static int renew(rdzv_backend *b, const etcd_opts *o, etcd **e, int64_t lease) {
   while (base_deadline_left(deadline) > 0 && !stopping(b)) {
     int64_t slice = base_deadline_in(RENEW_SLICE_MS);
     if (slice > deadline) slice = deadline;
-    if (*e == NULL && (rc = etcd_connect(o, slice, e, NULL, 0)) != 0)
-      *e = NULL;
-    else
-      rc = etcd_lease_keepalive(*e, lease, slice);
+    rc = *e != NULL ? 0 : etcd_connect(o, slice, e, NULL, 0);
+    if (rc == 0) rc = etcd_lease_keepalive(*e, lease, slice);
     if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) break;
   }
   return rc;
@@ -233,8 +231,8 @@ static void *keep_lease(void *arg) {
   int64_t lease = b->lease;
   int lost = b->lost;
   pthread_mutex_unlock(&b->lock);
-  if (e == NULL && !lost) etcd_connect(&o, base_deadline_in(2000), &e, NULL, 0);
-  if (e != NULL && !lost) etcd_lease_revoke(e, lease, base_deadline_in(2000));
+  if (!lost && (e != NULL || etcd_connect(&o, base_deadline_in(2000), &e, NULL, 0) == 0))
+    etcd_lease_revoke(e, lease, base_deadline_in(2000));
   etcd_close(e);
   return NULL;
 }

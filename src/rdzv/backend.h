@@ -57,9 +57,9 @@ const char *rdzv_backend_name(const rdzv_backend *b);
 int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **out, char *err,
                          size_t errlen);
 
-/* Stops the lease's keep-alive and revokes it (etcd), frees b. NULL ok. */
 /* The store is gone: closing does not try to revoke the lease (it lapses after its TTL). */
 void rdzv_backend_lost(rdzv_backend *b);
+/* Stops the lease's keep-alive and revokes it (etcd) unless lost, frees b. NULL ok. */
 void rdzv_backend_close(rdzv_backend *b);
 
 #endif
