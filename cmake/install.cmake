@@ -21,7 +21,7 @@ install(TARGETS cohort_shared cohort_static EXPORT cohortTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/include/cohort/cohort.h
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/cohort)
+  ${CMAKE_BINARY_DIR}/generated/include/cohort/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/cohort)
 install(EXPORT cohortTargets NAMESPACE cohort:: DESTINATION ${COHORT_CMAKE_DIR})
 
 # The package configuration: the static library needs Threads and libcrypto

@@ -68,7 +68,7 @@ trap cleanup EXIT
 mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
 cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
 cc -O3 -pthread -o "$WORK/mem_bound" "$HERE/mem_bound.c" || exit 1
-cc -O2 -I"$ROOT/include" -o "$WORK/shared_allreduce" "$HERE/shared_allreduce.c" -L"$BUILD" -lcohort \
+cc -O2 -I"$ROOT/include" -I"$BUILD/generated/include" -o "$WORK/shared_allreduce" "$HERE/shared_allreduce.c" -L"$BUILD" -lcohort \
   -Wl,-rpath,"$BUILD" || exit 1
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }

@@ -31,9 +31,8 @@
 extern "C" {
 #endif
 
-#define COHORT_VERSION_MAJOR 0
-#define COHORT_VERSION_MINOR 1
-#define COHORT_VERSION_PATCH 0
+/* COHORT_VERSION_MAJOR/_MINOR/_PATCH and COHORT_VERSION_STRING ("0.1.0"). */
+#include "cohort/version.h"
 
 #if defined(__GNUC__)
 #define COHORT_API __attribute__((visibility("default")))
@@ -53,7 +52,7 @@ extern "C" {
 /* Text for an error code (static storage, never NULL). */
 COHORT_API const char *cohort_strerror(int err);
 
-/* "0.1.0" */
+/* The library's version, COHORT_VERSION_STRING when it was built. */
 COHORT_API const char *cohort_version(void);
 
 /*

@@ -33,5 +33,5 @@ COHORT_API const char *cohort_strerror(int err) {
 }
 
 COHORT_API const char *cohort_version(void) {
-  return "0.1.0";
+  return COHORT_VERSION_STRING;
 }

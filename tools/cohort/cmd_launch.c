@@ -13,6 +13,7 @@
 #include "agent/agent.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "cohort/cohort.h"
 #include "launch/launch.h"
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cohort/cohort.h"
 #include "tools/cohort/cmd.h"
 
 typedef struct subcommand {
