@@ -1,6 +1,7 @@
 /*
  * internal.h - the state of `cohort run` on this node, shared by the agent's
- * files (agent.c: the loop; report.c: the failure report).
+ * files (agent.c: the loop; report.c: the failure report; snapshot.c,
+ * straggle.c and remote_stacks.c, which the loop's timers run).
  *
  * Main thread only.
  */
