@@ -1,8 +1,8 @@
 # Convenience front end over CMake. The README's two commands:
-#   make demo   installs what is missing, builds, and runs the main job
+#   make demo   installs what the build needs, builds, and runs the main job
 #               (DEMO=qa: the seed's fake-data stress test instead)
-#   make test   installs what is missing, builds, and runs every test
-# (also an ASan+UBSan build of the tests).
+#   make test   installs everything the tests need, builds, and runs every
+#               test (also an ASan+UBSan build of the tests).
 PREFIX ?= /usr/local
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -10,18 +10,23 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-asan test-fuzz install install-torchrun clean
+.PHONY: all deps deps-demo build demo test test-asan test-fuzz install install-torchrun clean
 
 all: build
 
+# Every purpose (scripts/deps.sh); deps-demo only what building needs.
 deps:
 	./scripts/deps.sh
+
+deps-demo:
+	./scripts/deps.sh demo
 
 build:
 	cmake -S . -B $(BUILD) -DCOHORT_WERROR=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: deps build
+demo: deps-demo
+	$(MAKE) build
 	./scripts/demo.sh $(if $(filter qa,$(DEMO)),--qa) $(BUILD)
 
 test: deps build
