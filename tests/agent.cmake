@@ -8,6 +8,12 @@ add_test(NAME agent_torch_ddp COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torch_ddp.s
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(agent_torch_ddp PROPERTIES TIMEOUT 400 LABELS "slow")
 
+# Three agents on loopback (no root) with uneven slots: global ranks, RANK and
+# LOCAL_RANK, and the failure report of a rank that is not its local rank.
+add_test(NAME agent_nodes COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_agent_nodes.sh
+  $<TARGET_FILE:cohort>)
+set_tests_properties(agent_nodes PROPERTIES TIMEOUT 180 LABELS "unit")
+
 # Multi-node agents in network namespaces the test creates and removes (root).
 add_test(NAME agent_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_multinode.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})

@@ -1,8 +1,8 @@
 /*
  * test_rdzv.c - discovery: Slurm hostlists, every scheduler environment and
- * its conflicts, the static method's hosting decision, the shared file
- * (format, stale and malformed files, atomic replace, processes racing to
- * host).
+ * its conflicts, the static method's hosting decision, the rank plan with
+ * uneven slots, the shared file (format, stale and malformed files, atomic
+ * replace, processes racing to host).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,6 +17,7 @@
 #include "base/base.h"
 #include "rdzv/discover.h"
 #include "rdzv/internal.h"
+#include "rdzv/join.h"
 #include "tests/check.h"
 
 static char tmpdir[256];
@@ -460,6 +461,35 @@ static void test_static(void) {
   }
   o.master = NULL;
   CHECK_EQ_INT(disc(&o, env, &t, err), -EINVAL);
+}
+
+/* ---- the rank plan ---- */
+
+/* A plan of three nodes with uneven slots (2, 1, 3), as node 0 publishes it: each node's first
+ * global rank is the sum of the slots before it, not node rank x slots; the world is the sum. */
+static void test_plan_ranks(void) {
+  const char *text = "ok nnodes=3 master=10.0.0.1 port=29500 store=29401\n"
+                     "0 00000000000000a0 2 10.0.0.1 n0\n"
+                     "1 00000000000000b1 1 10.0.0.2 n1\n"
+                     "2 00000000000000c2 3 10.0.0.3 n2\n";
+  static const uint64_t uid[3] = {0xa0, 0xb1, 0xc2};
+  static const int nproc[3] = {2, 1, 3}, first[3] = {0, 2, 3};
+  for (int me = 0; me < 3; me++) {
+    rdzv_plan p = {0};
+    char err[128] = "";
+    CHECK_EQ_INT(rdzv_plan_parse(text, uid[me], &p, err, sizeof err), 0);
+    CHECK_EQ_INT(p.nnodes, 3);
+    CHECK_EQ_INT(p.world_size, 6);
+    CHECK_EQ_INT(p.my_index, me);
+    CHECK_EQ_INT(p.master_port, 29500);
+    CHECK_EQ_INT(p.store_port, 29401);
+    for (int n = 0; n < 3 && p.nodes != NULL; n++) {
+      CHECK_EQ_INT(p.nodes[n].node_rank, n);
+      CHECK_EQ_INT(p.nodes[n].nproc, nproc[n]);
+      CHECK_EQ_INT(p.nodes[n].rank_offset, first[n]);
+    }
+    rdzv_plan_free(&p);
+  }
 }
 
 /* ---- shared file ---- */
@@ -1126,6 +1156,7 @@ int main(void) {
   test_ompi();
   test_no_env();
   test_static();
+  test_plan_ranks();
   test_etcd_target();
   test_file_format();
   test_file_sealed();
