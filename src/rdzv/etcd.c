@@ -2,9 +2,11 @@
 #include "rdzv/etcd.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,65 @@ struct etcd {
   char quiet_key[512];
   int64_t quiet_rev;
 };
+
+/* ---- libcurl, loaded at the first connection ----
+ * Linked, libcurl and its tree (TLS, Kerberos, LDAP, ...: 28 libraries on Debian) would
+ * load with every `cohort` exec, though only the etcd backend uses it; opened here,
+ * only a process that connects to etcd pays for it. */
+
+#define CURL_SONAME "libcurl.so.4"
+
+static struct {
+  CURLcode (*global_init)(long);
+  CURL *(*easy_init)(void);
+  CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+  CURLcode (*easy_perform)(CURL *);
+  CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+  const char *(*easy_strerror)(CURLcode);
+  void (*easy_cleanup)(CURL *);
+  struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+  void (*slist_free_all)(struct curl_slist *);
+  char err[256]; /* why it could not be loaded, "" when it was */
+} lc;
+static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
+
+static void lc_load(void) {
+  void *h = dlopen(CURL_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    snprintf(lc.err, sizeof lc.err, "the etcd backend needs %s: %s", CURL_SONAME, dlerror());
+    return;
+  }
+  struct {
+    void **fn;
+    const char *name;
+  } syms[] = {
+      {(void **)&lc.global_init, "curl_global_init"},
+      {(void **)&lc.easy_init, "curl_easy_init"},
+      {(void **)&lc.easy_setopt, "curl_easy_setopt"},
+      {(void **)&lc.easy_perform, "curl_easy_perform"},
+      {(void **)&lc.easy_getinfo, "curl_easy_getinfo"},
+      {(void **)&lc.easy_strerror, "curl_easy_strerror"},
+      {(void **)&lc.easy_cleanup, "curl_easy_cleanup"},
+      {(void **)&lc.slist_append, "curl_slist_append"},
+      {(void **)&lc.slist_free_all, "curl_slist_free_all"},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
+    if ((*syms[i].fn = dlsym(h, syms[i].name)) == NULL) {
+      snprintf(lc.err, sizeof lc.err, "%s has no %s", CURL_SONAME, syms[i].name);
+      return;
+    }
+  if (lc.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    snprintf(lc.err, sizeof lc.err, "curl_global_init failed");
+}
+
+/* 0 once libcurl is loaded and initialised (the first call does it, thread-safe);
+ * -ENOSYS with e->err saying why not. */
+static int lc_ready(etcd *e) {
+  pthread_once(&lc_once, lc_load);
+  if (lc.err[0] == '\0') return 0;
+  snprintf(e->err, sizeof e->err, "%s", lc.err);
+  return -ENOSYS;
+}
 
 /* ---- bytes and JSON ---- */
 
@@ -135,22 +196,21 @@ static int post_once(etcd *e, const char *path, const char *req, int64_t deadlin
                      curl_write_callback fn, void *arg) {
   char url[BASE_HOST_MAX + 64];
   snprintf(url, sizeof url, "%s://%s%s", e->scheme, e->endpoints[e->cur], path);
-  struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-  if (e->auth_header[0] != '\0') hdrs = curl_slist_append(hdrs, e->auth_header);
+  struct curl_slist *hdrs = lc.slist_append(NULL, "Content-Type: application/json");
+  if (e->auth_header[0] != '\0') hdrs = lc.slist_append(hdrs, e->auth_header);
   int left = base_deadline_left(deadline);
-  curl_easy_setopt(e->curl, CURLOPT_URL, url);
-  curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, req);
-  curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(left > 1 ? left : 1));
-  curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(left > 1 ? left : 1));
-  curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, fn);
-  curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, arg);
-  CURLcode cc = curl_easy_perform(e->curl);
-  curl_slist_free_all(hdrs);
-  curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
+  lc.easy_setopt(e->curl, CURLOPT_URL, url);
+  lc.easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdrs);
+  lc.easy_setopt(e->curl, CURLOPT_POSTFIELDS, req);
+  lc.easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(left > 1 ? left : 1));
+  lc.easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(left > 1 ? left : 1));
+  lc.easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, fn);
+  lc.easy_setopt(e->curl, CURLOPT_WRITEDATA, arg);
+  CURLcode cc = lc.easy_perform(e->curl);
+  lc.slist_free_all(hdrs);
+  lc.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
   if (cc == CURLE_OK) return 0;
-  snprintf(e->err, sizeof e->err, "%s (last tried %s)", curl_easy_strerror(cc),
-           e->endpoints[e->cur]);
+  snprintf(e->err, sizeof e->err, "%s (last tried %s)", lc.easy_strerror(cc), e->endpoints[e->cur]);
   if (cc == CURLE_OPERATION_TIMEDOUT) return -ETIMEDOUT;
   if (cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_PEER_FAILED_VERIFICATION ||
       cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CONNECT_ERROR)
@@ -281,22 +341,20 @@ static int setup(etcd *e, const etcd_opts *o) {
   if (o->user != NULL &&
       ((e->user = strdup(o->user)) == NULL || (e->password = strdup(o->password)) == NULL))
     return -ENOMEM;
-  if ((e->curl = curl_easy_init()) == NULL) return -ENOMEM;
-  curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (o->cacert != NULL && o->cacert[0] != '\0')
-    curl_easy_setopt(e->curl, CURLOPT_CAINFO, o->cacert);
-  if (o->cert != NULL) curl_easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert);
-  if (o->key != NULL) curl_easy_setopt(e->curl, CURLOPT_SSLKEY, o->key);
+  if ((e->curl = lc.easy_init()) == NULL) return -ENOMEM;
+  lc.easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+  lc.easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o->cacert != NULL && o->cacert[0] != '\0') lc.easy_setopt(e->curl, CURLOPT_CAINFO, o->cacert);
+  if (o->cert != NULL) lc.easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert);
+  if (o->key != NULL) lc.easy_setopt(e->curl, CURLOPT_SSLKEY, o->key);
   return 0;
 }
 
 int etcd_connect(const etcd_opts *o, int64_t deadline_ms, etcd **out, char *err, size_t errlen) {
-  static int curl_ready;
-  if (!curl_ready) curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == 0;
   etcd *e = calloc(1, sizeof *e);
   if (e == NULL) return -ENOMEM;
-  int rc = setup(e, o);
+  int rc = lc_ready(e);
+  if (rc == 0) rc = setup(e, o);
   json_t *req = json_object(), *resp = NULL;
   if (rc == 0 && e->user != NULL) rc = authenticate(e, deadline_ms);
   /* A read under the prefix checks the connection and the permissions. */
@@ -315,7 +373,7 @@ int etcd_connect(const etcd_opts *o, int64_t deadline_ms, etcd **out, char *err,
 
 void etcd_close(etcd *e) {
   if (e == NULL) return;
-  if (e->curl != NULL) curl_easy_cleanup(e->curl);
+  if (e->curl != NULL) lc.easy_cleanup(e->curl);
   free(e->user);
   free(e->password);
   free(e);
