@@ -1,7 +1,7 @@
 /*
  * reference.c - inputs and the serial reference (see reference.h).
  *
- * f16 and bf16 values are made with libcohort's own converters (coll/coll.h):
+ * f16 and bf16 values are made with libcohort's own converters (coll/convert.h):
  * the reference must round exactly as the library does, so it uses them
  * rather than a copy.
  */
@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "coll/coll.h"
+#include "coll/convert.h"
 
 void bench_put(cohort_dtype dt, void *buf, size_t i, double v) {
   switch (dt) {

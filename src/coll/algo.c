@@ -238,7 +238,7 @@ static int allreduce_direct(coll_ctx *x, const char *send, char *recv, size_t co
 }
 
 static int direct_possible(const cohort_comm *c) {
-  return c->single_copy && c->live_bufs > 0 && c->shm != NULL && c->local.n == c->size;
+  return c->single_copy && coll_bufs_shared(c) && c->local.n == c->size;
 }
 
 /* ---- reduce-scatter ---- */

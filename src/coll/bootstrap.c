@@ -346,16 +346,16 @@ static int make_groups(cohort_comm *c, const peer_info *peers, int by_host, int 
 
 /* Each peer's transport: shared memory for the ranks of this host, TCP for the others. */
 static void pick_transports(cohort_comm *c) {
-  c->tport_ops[c->ntports] = &coll_tcp_ops;
-  c->tport_t[c->ntports++] = c->tcp;
+  c->eng.tport_ops[c->eng.ntports] = &coll_tcp_ops;
+  c->eng.tport_t[c->eng.ntports++] = c->tcp;
   if (c->shm != NULL) {
-    c->tport_ops[c->ntports] = &coll_shm_ops;
-    c->tport_t[c->ntports++] = c->shm;
+    c->eng.tport_ops[c->eng.ntports] = &coll_shm_ops;
+    c->eng.tport_t[c->eng.ntports++] = c->shm;
   }
   for (int i = 0; i < c->size; i++) {
     int shm = coll_shm_has(c->shm, i);
-    c->peer_ops[i] = shm ? &coll_shm_ops : &coll_tcp_ops;
-    c->peer_t[i] = shm ? (void *)c->shm : (void *)c->tcp;
+    c->eng.peer_ops[i] = shm ? &coll_shm_ops : &coll_tcp_ops;
+    c->eng.peer_t[i] = shm ? (void *)c->shm : (void *)c->tcp;
   }
 }
 

@@ -54,6 +54,7 @@ COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg) {
 }
 
 static void *progress_main(void *arg);
+static int prepare_next(void *arg);
 
 COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **out) {
   if (out == NULL) return -EINVAL;
@@ -67,11 +68,14 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   c->rank = cfg->rank;
   c->size = cfg->size;
   c->world = (coll_group){.n = cfg->size, .me = cfg->rank, .ranks = NULL};
+  c->eng.rank = cfg->rank;
+  c->eng.idle = prepare_next;
+  c->eng.idle_arg = c;
   c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
   c->algo_threshold = DEFAULT_THRESHOLD;
   c->slice_bytes = DEFAULT_SLICE;
   c->staging_bytes = DEFAULT_STAGING;
-  pthread_mutex_init(&c->err_mu, NULL);
+  pthread_mutex_init(&c->eng.err_mu, NULL);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   int rc = coll_env_size("COHORT_ALGO_THRESHOLD", 0, (uint64_t)1 << 40, &c->algo_threshold);
@@ -84,9 +88,9 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   /* Scratch: two slices; latency algorithms reuse it when the message fits. */
   c->scratch_bytes = 2 * c->slice_bytes;
   c->scratch = malloc(c->scratch_bytes);
-  c->peer_ops = calloc((size_t)c->size, sizeof *c->peer_ops);
-  c->peer_t = calloc((size_t)c->size, sizeof *c->peer_t);
-  if (c->scratch == NULL || c->peer_ops == NULL || c->peer_t == NULL) {
+  c->eng.peer_ops = calloc((size_t)c->size, sizeof *c->eng.peer_ops);
+  c->eng.peer_t = calloc((size_t)c->size, sizeof *c->eng.peer_t);
+  if (c->scratch == NULL || c->eng.peer_ops == NULL || c->eng.peer_t == NULL) {
     rc = -ENOMEM;
     goto fail;
   }
@@ -135,12 +139,12 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   free(c->scratch);
   free(c->wire_buf);
   free(c->prep_buf);
-  free(c->peer_ops);
-  free(c->peer_t);
+  free(c->eng.peer_ops);
+  free(c->eng.peer_t);
   free(c->local.ranks);
   free(c->leaders.ranks);
   free(c->cross.ranks);
-  pthread_mutex_destroy(&c->err_mu);
+  pthread_mutex_destroy(&c->eng.err_mu);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c);
@@ -148,9 +152,10 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
 
 COHORT_API void cohort_comm_abort(cohort_comm *c) {
   if (c == NULL) return;
-  coll_fail(c, COHORT_EABORTED, "rank %d: aborted by the application (cohort_comm_abort)", c->rank);
+  coll_fail(&c->eng, COHORT_EABORTED, "rank %d: aborted by the application (cohort_comm_abort)",
+            c->rank);
   /* Again when it had already failed: wakes this rank's waits too (idempotent). */
-  coll_abort_transports(c, c->errmsg);
+  coll_abort_transports(&c->eng, c->eng.errmsg);
 }
 
 COHORT_API int cohort_comm_rank(const cohort_comm *c) {
@@ -171,20 +176,21 @@ COHORT_API int cohort_comm_set_timeout(cohort_comm *c, int timeout_ms) {
 
 COHORT_API const char *cohort_comm_error_message(const cohort_comm *c) {
   if (c == NULL) return "";
-  return atomic_load(&((cohort_comm *)c)->failed) ? c->errmsg : "";
+  return atomic_load(&((cohort_comm *)c)->eng.failed) ? c->eng.errmsg : "";
 }
 
 /* ---- execution ---- */
 
 static int execute_plain(cohort_comm *c, const coll_op *op) {
-  coll_ctx x = {.comm = c,
+  coll_ctx x = {.eng = &c->eng,
+                .comm = c,
                 .op = op,
                 .seq = c->seq++,
                 .deadline_ms = 0, /* set when it first waits: no clock read when it never does */
                 .es = cohort_dtype_size(op->dtype)};
   int rc = coll_run_op(&x);
-  if (rc != 0 && !atomic_load(&c->failed))
-    coll_fail(c, rc, "rank %d: %s #%u failed: %s", c->rank, coll_kind_name(op->kind), x.seq,
+  if (rc != 0 && !atomic_load(&c->eng.failed))
+    coll_fail(&c->eng, rc, "rank %d: %s #%u failed: %s", c->rank, coll_kind_name(op->kind), x.seq,
               cohort_strerror(rc));
   return rc;
 }
@@ -220,11 +226,14 @@ static int writes_into(const cohort_comm *c, const coll_op *op, const void *p, s
   return a < b + out && b < a + len;
 }
 
-/* Elements rounded per call of coll_prepare_next: about 0.1 ms, so the transfers it interleaves
- * with are looked at again soon. */
+/* Elements rounded per call of prepare_next: about 0.1 ms, so the transfers it interleaves with
+ * are looked at again soon. */
 #define PREP_SLICE (256u << 10)
 
-int coll_prepare_next(cohort_comm *c) {
+/* The engine's idle work while a collective waits on its transfers: rounds a slice of the next
+ * queued compressed operation's input to its wire type. 1 if it did some, 0 if there is none. */
+static int prepare_next(void *arg) {
+  cohort_comm *c = arg;
   pthread_mutex_lock(&c->mu);
   const cohort_request *r = c->head; /* stays queued: only the executing side dequeues */
   pthread_mutex_unlock(&c->mu);
@@ -269,7 +278,7 @@ static int execute_wire(cohort_comm *c, const coll_op *op, size_t ready) {
     c->prep_cap = cap;
   }
   uint16_t *w = wire_room(&c->wire_buf, &c->wire_cap, total);
-  if (w == NULL) return coll_fail(c, -ENOMEM, "rank %d: out of memory", c->rank);
+  if (w == NULL) return coll_fail(&c->eng, -ENOMEM, "rank %d: out of memory", c->rank);
   coll_to_wire(op->wire, w + at + ready, (const float *)op->send + ready, in - ready);
   coll_op inner = *op;
   inner.dtype = op->wire;
@@ -288,10 +297,10 @@ static int execute_wire(cohort_comm *c, const coll_op *op, size_t ready) {
 }
 
 static int execute(cohort_comm *c, const coll_op *op) {
-  /* What coll_prepare_next did is this operation's only if it was prepared for it. */
+  /* What prepare_next did is this operation's only if it was prepared for it. */
   size_t ready = c->prep_op == op ? c->prep_done : 0;
   c->prep_op = NULL;
-  if (atomic_load(&c->failed)) return COHORT_EABORTED;
+  if (atomic_load(&c->eng.failed)) return COHORT_EABORTED;
   c->cur_op = op;
   int rc = op->wire != op->dtype ? execute_wire(c, op, ready) : execute_plain(c, op);
   c->cur_op = NULL;
@@ -355,10 +364,10 @@ static int start(cohort_comm *c, coll_op *op, cohort_request **req) {
     /* Peers would wait for this rank until their deadline: tell them now. */
     char msg[64];
     snprintf(msg, sizeof msg, "%s", cohort_strerror(rc));
-    return coll_fail(c, rc, "rank %d called %s with invalid arguments (%s)", c->rank,
+    return coll_fail(&c->eng, rc, "rank %d called %s with invalid arguments (%s)", c->rank,
                      coll_kind_name(op->kind), msg);
   }
-  if (atomic_load(&c->failed)) return COHORT_EABORTED;
+  if (atomic_load(&c->eng.failed)) return COHORT_EABORTED;
   pthread_mutex_lock(&c->mu);
   op->timeout_ms = c->timeout_ms;
   if (req == NULL && c->head == NULL && !c->busy) {

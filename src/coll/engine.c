@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "coll/coll.h"
+#include "coll/engine.h"
+#include "coll/reduce.h"
 
 #define HDR_MAGIC 0x31544843u /* "CHT1" */
 #define MAX_XFER 4
@@ -112,38 +113,38 @@ static int check_hdr(coll_ctx *x, xfer *v) {
   char a[160], b[160];
   if (h->magic != HDR_MAGIC || h->kind < COLL_ALLREDUCE || h->kind > COLL_BARRIER ||
       h->dtype >= COHORT_DTYPE_COUNT || h->redop >= COHORT_REDOP_COUNT)
-    return coll_fail(x->comm, COHORT_EPROTO, "rank %d: malformed message header from rank %d",
-                     x->comm->rank, v->peer);
+    return coll_fail(x->eng, COHORT_EPROTO, "rank %d: malformed message header from rank %d",
+                     x->eng->rank, v->peer);
   if (h->seq != mine.seq || h->kind != mine.kind || h->dtype != mine.dtype ||
       h->redop != mine.redop || h->root != mine.root || h->count != mine.count) {
     describe(h, a, sizeof a);
     describe(&mine, b, sizeof b);
-    return coll_fail(x->comm, COHORT_EMISMATCH,
+    return coll_fail(x->eng, COHORT_EMISMATCH,
                      "mismatched collectives: rank %d called %s as its collective #%u, rank %d "
                      "called %s as #%u",
-                     v->peer, a, h->seq, x->comm->rank, b, mine.seq);
+                     v->peer, a, h->seq, x->eng->rank, b, mine.seq);
   }
   if (h->len != mine.len)
-    return coll_fail(x->comm, COHORT_EMISMATCH,
+    return coll_fail(x->eng, COHORT_EMISMATCH,
                      "rank %d sent %llu bytes where rank %d expected %llu in %s #%u (different "
                      "COHORT_ALGO_THRESHOLD settings?)",
-                     v->peer, (unsigned long long)h->len, x->comm->rank,
+                     v->peer, (unsigned long long)h->len, x->eng->rank,
                      (unsigned long long)mine.len, coll_kind_name(mine.kind), mine.seq);
   return 0;
 }
 
 static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
-  cohort_comm *c = x->comm;
+  coll_engine *e = x->eng;
   int arank;
   char amsg[400];
-  if (coll_peer_aborted(c, &arank, amsg, sizeof amsg))
-    return coll_fail(c, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
+  if (coll_peer_aborted(e, &arank, amsg, sizeof amsg))
+    return coll_fail(e, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
   if (err == COHORT_EPEER)
-    return coll_fail(c, COHORT_EPEER,
+    return coll_fail(e, COHORT_EPEER,
                      "rank %d: lost the connection to rank %d (it died, exited or aborted) "
                      "while %s in %s #%u",
-                     c->rank, peer, what, coll_kind_name(x->op->kind), x->seq);
-  return coll_fail(c, err, "rank %d: %s with rank %d in %s #%u failed: %s", c->rank, what, peer,
+                     e->rank, peer, what, coll_kind_name(x->op->kind), x->seq);
+  return coll_fail(e, err, "rank %d: %s with rank %d in %s #%u failed: %s", e->rank, what, peer,
                    coll_kind_name(x->op->kind), x->seq, cohort_strerror(err));
 }
 
@@ -269,9 +270,9 @@ static int xfer_done(const xfer *v) {
 }
 
 static void xfer_start(coll_ctx *x, xfer *v) {
-  cohort_comm *c = x->comm;
-  v->ops = c->peer_ops[v->peer];
-  v->t = c->peer_t[v->peer];
+  coll_engine *e = x->eng;
+  v->ops = e->peer_ops[v->peer];
+  v->t = e->peer_t[v->peer];
   size_t t = sizeof(coll_hdr) + v->len, a = v->ops->frame_align;
   t = t <= v->ops->frame_min ? v->ops->frame_min : (t + a - 1) / a * a;
   v->padded = t - sizeof(coll_hdr);
@@ -298,25 +299,25 @@ static int pending_list(const xfer *v, int n, int *peers, int *want) {
 
 /* Blocks on the transport(s) of the pending transfers for at most `left` ms. */
 static int block(coll_ctx *x, const int *peers, const int *want, int k, int left) {
-  cohort_comm *c = x->comm;
-  const coll_tport_ops *ops = c->peer_ops[peers[0]];
+  coll_engine *e = x->eng;
+  const coll_tport_ops *ops = e->peer_ops[peers[0]];
   int mixed = 0, bad = -1, rc = 0;
   for (int i = 1; i < k; i++)
-    if (c->peer_ops[peers[i]] != ops) mixed = 1;
+    if (e->peer_ops[peers[i]] != ops) mixed = 1;
   if (!mixed) {
-    rc = ops->wait(c->peer_t[peers[0]], peers, want, k, left < 100 ? left : 100, &bad);
+    rc = ops->wait(e->peer_t[peers[0]], peers, want, k, left < 100 ? left : 100, &bad);
   } else {
     /* Rare (hierarchies): wait briefly on the transports that block in the kernel, then retry
      * everything (the polled ones are re-polled by the caller). */
-    for (int j = 0; j < c->ntports && rc == 0; j++) {
-      if (c->tport_ops[j]->polled) continue;
+    for (int j = 0; j < e->ntports && rc == 0; j++) {
+      if (e->tport_ops[j]->polled) continue;
       int tp[MAX_XFER], tw[MAX_XFER], tk = 0;
       for (int i = 0; i < k; i++)
-        if (c->peer_ops[peers[i]] == c->tport_ops[j]) {
+        if (e->peer_ops[peers[i]] == e->tport_ops[j]) {
           tp[tk] = peers[i];
           tw[tk++] = want[i];
         }
-      if (tk > 0) rc = c->tport_ops[j]->wait(c->tport_t[j], tp, tw, tk, 1, &bad);
+      if (tk > 0) rc = e->tport_ops[j]->wait(e->tport_t[j], tp, tw, tk, 1, &bad);
     }
   }
   return rc < 0 ? peer_error(x, bad >= 0 ? bad : peers[0], rc, "waiting") : 0;
@@ -325,10 +326,10 @@ static int block(coll_ctx *x, const int *peers, const int *want, int k, int left
 /* Some transports cannot see a peer die: ask theirs. A peer that finished its part and exited
  * may have left bytes for us: it is lost only once nothing of it is left to read. */
 static int check_liveness(coll_ctx *x, const int *peers, const int *want, int k) {
-  cohort_comm *c = x->comm;
+  coll_engine *e = x->eng;
   for (int i = 0; i < k; i++) {
-    const coll_tport_ops *ops = c->peer_ops[peers[i]];
-    void *t = c->peer_t[peers[i]];
+    const coll_tport_ops *ops = e->peer_ops[peers[i]];
+    void *t = e->peer_t[peers[i]];
     if (ops->peer_gone != NULL && ops->peer_gone(t, peers[i]) &&
         !(want[i] == COLL_WANT_RECV && ops->pending(t, peers[i])))
       return peer_error(x, peers[i], COHORT_EPEER, "waiting");
@@ -339,8 +340,8 @@ static int check_liveness(coll_ctx *x, const int *peers, const int *want, int k)
 static int timed_out(coll_ctx *x, const xfer *v, int n) {
   int first = 0;
   while (first < n - 1 && xfer_done(&v[first])) first++;
-  return coll_fail(x->comm, -ETIMEDOUT, "rank %d: %s #%u timed out after %d ms %s rank %d",
-                   x->comm->rank, coll_kind_name(x->op->kind), x->seq, x->op->timeout_ms,
+  return coll_fail(x->eng, -ETIMEDOUT, "rank %d: %s #%u timed out after %d ms %s rank %d",
+                   x->eng->rank, coll_kind_name(x->op->kind), x->seq, x->op->timeout_ms,
                    v[first].mode == XF_SEND ? "sending to" : "waiting for data from",
                    v[first].peer);
 }
@@ -361,7 +362,7 @@ static int advance(coll_ctx *x, xfer *v, int n, int *pending) {
 }
 
 static int run(coll_ctx *x, xfer *v, int n) {
-  cohort_comm *c = x->comm;
+  coll_engine *e = x->eng;
   int64_t last_live = 0;
   int polls = 0;
   for (int i = 0; i < n; i++) xfer_start(x, &v[i]);
@@ -369,7 +370,7 @@ static int run(coll_ctx *x, xfer *v, int n) {
     int pending, rc = advance(x, v, n, &pending);
     if (rc < 0) return rc;
     if (pending == 0) return 0;
-    if (atomic_load(&c->failed)) return COHORT_EABORTED;
+    if (atomic_load(&e->failed)) return COHORT_EABORTED;
     if (rc > 0) {
       polls = 0;
       continue;
@@ -380,13 +381,13 @@ static int run(coll_ctx *x, xfer *v, int n) {
       continue;
     }
     polls = 0;
-    /* Rather than sleep, round the next operation's input to its wire type, a slice at a time. */
-    if (coll_prepare_next(c)) continue;
+    /* Rather than sleep, do the owner's idle work (a slice of it at a time). */
+    if (e->idle != NULL && e->idle(e->idle_arg)) continue;
 
     int arank;
     char amsg[400];
-    if (coll_peer_aborted(c, &arank, amsg, sizeof amsg))
-      return coll_fail(c, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
+    if (coll_peer_aborted(e, &arank, amsg, sizeof amsg))
+      return coll_fail(e, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
     int64_t now = base_now_ms();
     /* The deadline starts when the operation first has to wait (see execute()). */
     if (x->deadline_ms == 0) x->deadline_ms = now + x->op->timeout_ms;
@@ -436,30 +437,30 @@ int coll_sendrecv_reduce(coll_ctx *x, int speer, const void *sbuf, size_t slen, 
   return run(x, v, 2);
 }
 
-int coll_fail(cohort_comm *c, int err, const char *fmt, ...) {
-  pthread_mutex_lock(&c->err_mu);
-  int first = !atomic_load(&c->failed);
+int coll_fail(coll_engine *e, int err, const char *fmt, ...) {
+  pthread_mutex_lock(&e->err_mu);
+  int first = !atomic_load(&e->failed);
   if (first) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    vsnprintf(e->errmsg, sizeof e->errmsg, fmt, ap);
     va_end(ap);
-    c->err = err;
-    atomic_store(&c->failed, 1);
+    e->err = err;
+    atomic_store(&e->failed, 1);
   }
-  pthread_mutex_unlock(&c->err_mu);
-  if (first) coll_abort_transports(c, c->errmsg);
+  pthread_mutex_unlock(&e->err_mu);
+  if (first) coll_abort_transports(e, e->errmsg);
   return err;
 }
 
-void coll_abort_transports(cohort_comm *c, const char *why) {
-  for (int j = 0; j < c->ntports; j++) c->tport_ops[j]->abort(c->tport_t[j], c->rank, why);
+void coll_abort_transports(coll_engine *e, const char *why) {
+  for (int j = 0; j < e->ntports; j++) e->tport_ops[j]->abort(e->tport_t[j], e->rank, why);
 }
 
-int coll_peer_aborted(cohort_comm *c, int *rank, char *msg, size_t msglen) {
-  for (int j = 0; j < c->ntports; j++)
-    if (c->tport_ops[j]->aborted != NULL &&
-        c->tport_ops[j]->aborted(c->tport_t[j], rank, msg, msglen))
+int coll_peer_aborted(coll_engine *e, int *rank, char *msg, size_t msglen) {
+  for (int j = 0; j < e->ntports; j++)
+    if (e->tport_ops[j]->aborted != NULL &&
+        e->tport_ops[j]->aborted(e->tport_t[j], rank, msg, msglen))
       return 1;
   return 0;
 }

@@ -7,7 +7,8 @@
  */
 #include <string.h>
 
-#include "coll/coll.h"
+#include "coll/convert.h"
+#include "coll/reduce.h"
 
 /* The 16-bit wire kernels are built twice on x86-64 by gcc, for AVX2 and for the baseline, and
  * the loader picks the one the CPU runs (an ifunc): AVX2's 256-bit lanes and its packing of

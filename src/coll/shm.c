@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "coll/coll.h"
+#include "cohort/cohort.h"
+#include "coll/tport.h"
 
 #define SHM_MAGIC 0x636f686f72747368ull /* "cohortsh" */
 #define SHM_INL_WORDS 6

@@ -138,6 +138,10 @@ int coll_buf_find(cohort_comm *c, const void *p, size_t len, size_t *off) {
   return -1;
 }
 
+int coll_bufs_shared(const cohort_comm *c) {
+  return c->live_bufs > 0 && c->shm != NULL;
+}
+
 void coll_buf_release_all(cohort_comm *c) {
   for (int i = 0; i < c->nbufs; i++) unmap_buf(c, &c->bufs[i]);
   free(c->bufs);

@@ -17,7 +17,8 @@
 
 #include "base/base.h"
 #include "base/net.h"
-#include "coll/coll.h"
+#include "cohort/cohort.h"
+#include "coll/tport.h"
 
 typedef struct tcp_peer {
   int fd;

@@ -1,0 +1,23 @@
+/*
+ * convert.h - f32 <-> the 16-bit float types (f16, bf16), rounding to
+ * nearest even (defined in reduce.c). Below every layer of the collectives,
+ * and the one part of them that code outside (the benchmark's reference)
+ * may share.
+ */
+#ifndef COHORT_COLL_CONVERT_H
+#define COHORT_COLL_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+float coll_f16_to_f32(uint16_t h);
+uint16_t coll_f32_to_f16(float f);
+float coll_bf16_to_f32(uint16_t h);
+uint16_t coll_f32_to_bf16(float f);
+/* f32 <-> a 16-bit wire type (COHORT_BF16 or COHORT_F16), rounding to nearest even. */
+void coll_to_wire(cohort_dtype wire, uint16_t *dst, const float *src, size_t n);
+void coll_from_wire(cohort_dtype wire, float *dst, const uint16_t *src, size_t n);
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * engine.h - the middle layer of the collectives (engine.c): transfers to and
+ * from peer ranks through their transports' ops tables, each message framed
+ * with a header that detects mismatched collectives, received bytes reduced
+ * as they arrive, a deadline, and the first failure recorded and broadcast.
+ *
+ * The algorithms above call coll_send() and friends with a coll_ctx; the
+ * communicator that owns the engine fills a coll_engine (which transport
+ * reaches which peer, and an idle hook) and never reaches inside a transfer.
+ */
+#ifndef COHORT_COLL_ENGINE_H
+#define COHORT_COLL_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+#include "coll/tport.h"
+
+enum coll_kind {
+  COLL_ALLREDUCE = 1,
+  COLL_REDUCE_SCATTER,
+  COLL_ALLGATHER,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_BARRIER,
+};
+
+const char *coll_kind_name(int kind);
+
+/* One collective call, as every rank describes it in its message headers. */
+typedef struct coll_op {
+  int kind;
+  const void *send;
+  void *recv;
+  size_t count; /* allreduce/bcast/reduce: count; rs: recvcount; ag: sendcount */
+  cohort_dtype dtype;
+  cohort_dtype wire; /* the type on the wire: dtype, or a 16-bit type for an f32 buffer */
+  cohort_redop op;
+  int root;
+  int timeout_ms;
+} coll_op;
+
+/* The engine of one communicator: its transports, its idle work and its failure state. */
+typedef struct coll_engine {
+  int rank;
+  const coll_tport_ops **peer_ops; /* [size] transport of each peer */
+  void **peer_t;                   /* [size] its instance */
+  int ntports;                     /* the instances in use (for abort) */
+  const coll_tport_ops *tport_ops[2];
+  void *tport_t[2];
+  /* Work for the executing thread while its transfers wait, instead of sleeping (NULL: none):
+   * returns 1 when it did some (the transfers are looked at again at once), 0 when there is none.
+   * Called only between steps of a transfer, on the thread that runs the collective. */
+  int (*idle)(void *arg);
+  void *idle_arg;
+  /* Failure state: the first error wins. */
+  pthread_mutex_t err_mu;
+  atomic_int failed;
+  int err;
+  char errmsg[512];
+} coll_engine;
+
+/* What one collective's transfers run under. `comm` is the algorithms' (the engine never looks
+ * at it). */
+typedef struct coll_ctx {
+  coll_engine *eng;
+  cohort_comm *comm;
+  const coll_op *op;
+  uint32_t seq;
+  int64_t deadline_ms; /* 0 until the operation first has to wait */
+  size_t es;           /* element size */
+} coll_ctx;
+
+int coll_send(coll_ctx *x, int peer, const void *buf, size_t len);
+int coll_recv(coll_ctx *x, int peer, void *buf, size_t len);
+/* dst = local op incoming (len bytes, whole elements); dst may equal local. */
+int coll_recv_reduce(coll_ctx *x, int peer, const void *local, void *dst, size_t len);
+int coll_sendrecv(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpeer, void *rbuf,
+                  size_t rlen);
+int coll_sendrecv_reduce(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpeer,
+                         const void *local, void *dst, size_t rlen);
+
+/* Records the first failure (formatted message) and aborts every transport. Returns err. */
+int coll_fail(coll_engine *e, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Shuts transports down so peers notice; idempotent. */
+void coll_abort_transports(coll_engine *e, const char *why);
+/* When a peer aborted the communicator through a transport: 1 and who and why. */
+int coll_peer_aborted(coll_engine *e, int *rank, char *msg, size_t msglen);
+
+#endif
