@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gpt2/ddp.h"
+#include "gpt2/internal.h"
 #include "gpt2/powersgd.h"
 #include "gpt2/rng.h"
 #include "tests/check.h"
@@ -267,20 +268,25 @@ static int trainer_init(trainer *t, cohort_comm *comm, int overlap) {
   gpt2_optim_config oc = {
       .kind = GPT2_OPT_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   int rc = gpt2_model_init(&t->m, &cfg, TB, TT);
-  if (rc == 0) rc = gpt2_ddp_init(&t->d, comm, &t->m, &oc, 4096 * sizeof(float), 0, ACCUM);
-  if (rc == 0) rc = gpt2_ddp_set_powersgd(&t->d, 2, 1, 5);
+  gpt2_ddp_opts o = {.bucket_bytes = 4096 * sizeof(float),
+                     .accum = ACCUM,
+                     .powersgd_rank = 2,
+                     .powersgd_start = 1,
+                     .seed = 5,
+                     .powersgd_after_backward = !overlap};
+  if (rc == 0) rc = gpt2_ddp_init(&t->d, comm, &t->m, &oc, &o);
   if (rc != 0) return rc;
   gpt2_model_init_weights(&t->m, 3);
-  t->d.psgd_overlap = overlap;
   return 0;
 }
 
 static void probe_hook(void *ctx, gpt2_grad_event ev, int layer) {
   trainer *t = ctx;
   gpt2_ddp_hook(&t->d, ev, layer);
-  if (ev == GPT2_EV_EMBED && t->d.psgd_now) {
-    t->launched_at_end = t->d.psgd->nlaunched;
-    t->first_stage_at_end = t->d.psgd->groups[0].stage;
+  const gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(&t->d);
+  if (ev == GPT2_EV_EMBED && p->now) {
+    t->launched_at_end = p->s.nlaunched;
+    t->first_stage_at_end = p->s.groups[0].stage;
   }
 }
 
@@ -314,7 +320,7 @@ static int overlap_rank(int rank, int world, int port) {
     CHECK(memcmp(a.m.grads, b.m.grads, a.m.nparams * sizeof(float)) == 0);
     if (step >= 1) {
       /* Overlapped: all launched inside backward, the first group already done; else none. */
-      CHECK_EQ_INT(a.launched_at_end, a.d.psgd->ngroups);
+      CHECK_EQ_INT(a.launched_at_end, gpt2_ddp_powersgd_of(&a.d)->s.ngroups);
       CHECK_EQ_INT(a.first_stage_at_end, 3);
       CHECK_EQ_INT(b.launched_at_end, 0);
       CHECK(a.d.wire_bytes == b.d.wire_bytes && a.d.wire_bytes < 0.5 * a.d.f32_bytes);
@@ -323,8 +329,9 @@ static int overlap_rank(int rank, int world, int port) {
     CHECK_EQ_INT(gpt2_ddp_step(&b.d, 1.0f, 1e-3f, step + 1), 0);
   }
   CHECK(memcmp(a.m.params, b.m.params, a.m.nparams * sizeof(float)) == 0);
-  CHECK(memcmp(a.d.psgd->err, b.d.psgd->err, a.d.psgd->nerr * sizeof(float)) == 0);
-  CHECK(memcmp(a.d.psgd->Q, b.d.psgd->Q, a.d.psgd->nq * sizeof(float)) == 0);
+  const gpt2_psgd *pa = &gpt2_ddp_powersgd_of(&a.d)->s, *pb = &gpt2_ddp_powersgd_of(&b.d)->s;
+  CHECK(memcmp(pa->err, pb->err, pa->nerr * sizeof(float)) == 0);
+  CHECK(memcmp(pa->Q, pb->Q, pa->nq * sizeof(float)) == 0);
   gpt2_ddp_free(&b.d);
   gpt2_ddp_free(&a.d);
   gpt2_model_free(&b.m);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gpt2/ddp.h"
+#include "gpt2/internal.h"
 #include "gpt2/rng.h"
 #include "tests/check.h"
 #include "tests/store_fork.h"
@@ -35,8 +36,8 @@ static int trainer_init(trainer *t, cohort_comm *comm) {
   memset(t, 0, sizeof *t);
   int rc = gpt2_model_init(&t->m, &cfg, TB, TT);
   /* Buckets of 4096 floats: the token embedding in 8 buckets of 64 rows. */
-  if (rc == 0) rc = gpt2_ddp_init(&t->d, comm, &t->m, &oc, 4096 * sizeof(float), 0, ACCUM);
-  if (rc == 0) rc = gpt2_ddp_set_wire(&t->d, COHORT_BF16);
+  gpt2_ddp_opts o = {.bucket_bytes = 4096 * sizeof(float), .accum = ACCUM, .wire = COHORT_BF16};
+  if (rc == 0) rc = gpt2_ddp_init(&t->d, comm, &t->m, &oc, &o);
   if (rc == 0) gpt2_model_init_weights(&t->m, 3);
   return rc;
 }
@@ -50,7 +51,7 @@ static void trainer_free(trainer *t) {
 static void wait_rows(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
   trainer *t = ctx;
   gpt2_ddp_param_wait(&t->d, lo, hi, tokens, ntok);
-  if (tokens != NULL && t->d.nrows > 0) t->rows_seen++;
+  if (tokens != NULL && gpt2_ddp_split_of(&t->d)->nrows > 0) t->rows_seen++;
 }
 
 /* The same waits without the tokens: the lookup waits for the whole token embedding. */
@@ -95,7 +96,8 @@ static int split_rank(int rank, int world, int port) {
   trainer a, b;
   CHECK_EQ_INT(trainer_init(&a, comm), 0);
   CHECK_EQ_INT(trainer_init(&b, comm), 0);
-  CHECK(gpt2_ddp_split(&a.d) && a.d.split_lo == 0);
+  CHECK(strcmp(gpt2_ddp_mode(&a.d), "split") == 0);
+  CHECK(gpt2_ddp_split_of(&a.d)->lo == 0);
   for (int step = 0; step < STEPS && check_failed_count == 0; step++) {
     double la = train_step(&a, wait_rows, rank, step, world);
     double lb = train_step(&b, wait_whole, rank, step, world);

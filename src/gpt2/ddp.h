@@ -2,6 +2,10 @@
  * ddp.h - data parallelism for cohort-gpt2 over libcohort, and the owner of
  * the optimiser state (whole, or sharded with ZeRO-1).
  *
+ * One exchange runs for the whole run, chosen by gpt2_ddp_init from its
+ * options: plain, zero-1, split or powersgd, each a file with an ops table
+ * (internal.h). What follows describes them.
+ *
  * Gradients are exchanged in buckets of about bucket_bytes, in the reverse
  * order of the flat buffer, each started asynchronously (cohort_iallreduce)
  * from the backward hook as soon as backward has finished its layers, so the
@@ -62,7 +66,6 @@
 #include "cohort/cohort.h"
 #include "gpt2/model.h"
 #include "gpt2/optim.h"
-#include "gpt2/powersgd.h"
 
 typedef struct gpt2_bucket {
   size_t lo, hi;          /* range of the flat buffer */
@@ -72,11 +75,34 @@ typedef struct gpt2_bucket {
   cohort_request *gather; /* split: its gradients' allgather, pending until settled */
 } gpt2_bucket;
 
+/* The exchange's mode: plain, zero-1, split or powersgd (an ops table, see internal.h). */
+typedef struct gpt2_ddp_ops gpt2_ddp_ops;
+
+typedef struct gpt2_ddp_opts {
+  size_t bucket_bytes;
+  int accum; /* micro-steps per optimiser step */
+  int zero;  /* ZeRO-1 (with several ranks) */
+  /* The wire type of the gradient reductions: COHORT_F32 (none), or COHORT_BF16 / COHORT_F16
+   * (see cohort_allreduce_wire); a 16-bit wire without ZeRO is the split exchange. */
+  cohort_dtype wire;
+  /* PowerSGD of rank powersgd_rank (0: off; not with ZeRO) from 0-based step powersgd_start
+   * on, its first factors drawn from seed; powersgd_after_backward: the groups exchanged after
+   * backward rather than during it (the same bits, later: what the tests compare against). */
+  int powersgd_rank;
+  int64_t powersgd_start;
+  uint64_t seed;
+  int powersgd_after_backward;
+} gpt2_ddp_opts;
+
 typedef struct gpt2_ddp {
   cohort_comm *comm; /* NULL: one process */
-  int rank, world, zero, accum;
+  int rank, world, accum;
   gpt2_model *m;
   gpt2_optim_config ocfg;
+  const gpt2_ddp_ops *ops; /* the mode, for the whole run */
+  void *x;                 /* its state */
+  cohort_dtype wire;
+  size_t chunk;       /* floats of a bucket, at most */
   void *shared_grads; /* the model's gradients, from cohort_mem_alloc; NULL: its own */
   int shared_rc;      /* why not shared (cohort_mem_alloc's error), else 0 */
   gpt2_bucket *buckets;
@@ -88,70 +114,29 @@ typedef struct gpt2_ddp {
   cohort_request **reqs;
   int64_t *req_done_us; /* completion time seen by polling, 0 if not seen */
   int nreqs, cap_reqs;
-  int active;       /* the current backward communicates */
-  int gather_embed; /* d(encoded) rows travel by allgather */
+  int active; /* the current micro-step's backward launches the buckets */
   const int32_t *tokens;
   size_t head_sent;  /* dwte's head buckets launched this step: up to this float */
-  float *gath_rows;  // (world, B*T, C)
+  float *gath_rows;  // (world, B*T, C); NULL: the lookup's share travels in the buckets
   int32_t *gath_tok; // (world, B*T)
-  int64_t t_first_us, t_last_done_us;
-  double exposed_ms, comm_ms; /* of the last step */
-  /* Gradient compression: the wire type of the gradient reductions (COHORT_F32: none, or
-   * COHORT_BF16 / COHORT_F16, see cohort_allreduce_wire). */
-  cohort_dtype wire;
-  /* Payload bytes this rank handed to the collectives in the last step, as sent and as they
-   * would have been in f32 (their ratio is the compression). */
-  double wire_bytes, f32_bytes;
-  /* PowerSGD (NULL: off): from step psgd_start on, the last micro-step's gradients are summed
-   * compressed instead of in buckets: each group of layers launched from the backward hook as
-   * soon as backward has finished it, and moved on one launch behind (psgd_overlap, the default),
-   * or all of them after backward (psgd_overlap 0: the same collectives and the same bits, later;
-   * the form the tests compare the overlap against). */
-  gpt2_psgd *psgd;
-  int64_t psgd_start;
-  int psgd_overlap;
-  int psgd_now;  /* the current step compresses */
-  int psgd_live; /* ... and its backward launches the groups */
-  /* Split exchange (see above): on when `order` lists buckets (norder > 0, gpt2_ddp_split), used
-   * by the steps that exchange buckets (split_now). Every bucket is split; split_lo is the lowest
-   * offset a bucket holds (what lies below has a shard of its own); `order` lists them in gather
-   * order (the token embedding's last). The update they wait for is upd_*; the gathers' waits and
-   * window go into the next step's figures. */
-  int split_now;
-  size_t split_lo;
-  int *order, norder;
-  float upd_scale, upd_lr;
-  int64_t upd_t, gather_t0_us;
-  int gathers_due; /* the update is decided, its gathers not yet launched */
-  int gathers_pending;
-  /* The row path: the token embedding's rows of the next forward's tokens (sorted, nrows > 0
-   * while their update is done and the rest of their buckets' is not), their gathered
-   * gradients; room for rows_cap. */
-  int32_t *rows;
-  float *row_grads;
-  size_t nrows, rows_cap;
-  double carry_exposed_ms, carry_comm_ms, carry_wire_bytes, carry_f32_bytes;
+  int64_t t_first_us;
+  /* The last step's figures: the exchange's exposed wait and window, the payload bytes this
+   * rank handed to the collectives, as sent and as they would have been in f32 (their ratio is
+   * the compression). */
+  double exposed_ms, comm_ms, wire_bytes, f32_bytes;
   int err;
   char errmsg[256];
 } gpt2_ddp;
 
+/* Chooses the mode from o and sets it up. Returns 0, -EINVAL (PowerSGD with ZeRO on several
+ * ranks) or -ENOMEM. */
 int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_optim_config *ocfg,
-                  size_t bucket_bytes, int zero, int accum);
+                  const gpt2_ddp_opts *o);
 /* Collective when the gradients are shared (cohort_mem_free): every rank frees, or the
  * communicator has been aborted. The model's gradient pointer is NULL afterwards. */
 void gpt2_ddp_free(gpt2_ddp *d);
-/* Gradients travel as `wire` (COHORT_F32, COHORT_BF16 or COHORT_F16) from the next step on; a
- * 16-bit wire without ZeRO turns the split exchange on. Call before the first step. Returns 0 or
- * -ENOMEM. */
-int gpt2_ddp_set_wire(gpt2_ddp *d, cohort_dtype wire);
-/* Whether the split exchange is on. */
-static inline int gpt2_ddp_split(const gpt2_ddp *d) {
-  return d->norder > 0;
-}
-
-/* PowerSGD of rank `rank` from step `start` (0-based) on; the plain bucketed exchange before it.
- * Not with ZeRO. Returns 0 or -errno. */
-int gpt2_ddp_set_powersgd(gpt2_ddp *d, int rank, int64_t start, uint64_t seed);
+/* The mode's name: "plain", "zero-1", "split" or "powersgd". */
+const char *gpt2_ddp_mode(const gpt2_ddp *d);
 
 /* Call before each micro-step's backward of 0-based optimiser step `step`; last != 0 on the last
  * micro-step of an optimiser step; tokens (B, T) of this micro-step stay valid until finish.

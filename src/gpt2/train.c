@@ -177,30 +177,29 @@ static int train_setup(train_run *r) {
     fprintf(r->errf, "cohort-gpt2: out of memory\n");
     return RUN_FAIL;
   }
-  rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, o->bucket_bytes, o->zero, o->grad_accum);
+  int psgd = o->grad_compress == GPT2_COMPRESS_POWERSGD;
+  gpt2_ddp_opts dopts = {
+      .bucket_bytes = o->bucket_bytes,
+      .accum = o->grad_accum,
+      .zero = o->zero,
+      .wire = o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
+              : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
+                                                       : COHORT_F32,
+      .powersgd_rank = psgd ? o->powersgd_rank : 0,
+      .powersgd_start = o->powersgd_start,
+      .seed = o->seed,
+  };
+  rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, &dopts);
   if (rc != 0) {
-    fprintf(r->errf, "cohort-gpt2: cannot allocate the optimiser state: %s\n", strerror(-rc));
-    return RUN_FAIL;
+    fprintf(r->errf, "cohort-gpt2: cannot set up the data parallelism: %s\n",
+            rc == -EINVAL ? "PowerSGD not with --zero 1" : strerror(-rc));
+    return rc == -EINVAL ? RUN_USAGE : RUN_FAIL;
   }
   if (r->ddp.shared_rc != 0 && r->rank == 0)
     fprintf(r->errf,
             "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
             "allreduce between this host's ranks\n",
             cohort_strerror(r->ddp.shared_rc));
-  if (gpt2_ddp_set_wire(&r->ddp, o->grad_compress == GPT2_COMPRESS_BF16   ? COHORT_BF16
-                                 : o->grad_compress == GPT2_COMPRESS_FP16 ? COHORT_F16
-                                                                          : COHORT_F32) != 0) {
-    fprintf(r->errf, "cohort-gpt2: out of memory\n");
-    return RUN_FAIL;
-  }
-  if (o->grad_compress == GPT2_COMPRESS_POWERSGD) {
-    rc = gpt2_ddp_set_powersgd(&r->ddp, o->powersgd_rank, o->powersgd_start, o->seed);
-    if (rc != 0) {
-      fprintf(r->errf, "cohort-gpt2: cannot set up PowerSGD: %s\n",
-              rc == -EINVAL ? "not with --zero 1" : strerror(-rc));
-      return rc == -EINVAL ? RUN_USAGE : RUN_FAIL;
-    }
-  }
   gpt2_model_init_weights(&r->model, o->seed);
   r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
   r->tokens_per_step = (double)r->global_batch * o->T;
@@ -300,6 +299,7 @@ static int open_outputs(train_run *r) {
     }
   }
   static const char *const compress_names[] = {"", " bf16", " fp16", " powersgd"};
+  const char *mode = gpt2_ddp_mode(&r->ddp);
   char psgd[64] = "";
   if (o->grad_compress == GPT2_COMPRESS_POWERSGD)
     snprintf(psgd, sizeof psgd, ":%d from step %lld", o->powersgd_rank,
@@ -309,8 +309,9 @@ static int open_outputs(train_run *r) {
           "world=%d%s%s%s%s, %s, %d threads, parameters identical on all ranks\n",
           o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", r->model.nparams, o->cfg.layers, o->cfg.heads,
           o->cfg.channels, o->cfg.vocab, o->B, o->T, o->grad_accum, r->world,
-          r->ddp.zero ? " zero-1" : "", r->world > 1 ? compress_names[o->grad_compress] : "",
-          gpt2_ddp_split(&r->ddp) ? " split" : "", psgd,
+          strcmp(mode, "zero-1") == 0 ? " zero-1" : "",
+          r->world > 1 ? compress_names[o->grad_compress] : "",
+          strcmp(mode, "split") == 0 ? " split" : "", psgd,
           o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", r->threads);
   fflush(r->out);
   return RUN_OK;
