@@ -22,3 +22,9 @@ set_tests_properties(hang_run PROPERTIES TIMEOUT 300 LABELS "slow")
 add_test(NAME straggler COMMAND ${CMAKE_SOURCE_DIR}/tests/test_straggler.sh $<TARGET_FILE:cohort>
   ${CMAKE_SOURCE_DIR})
 set_tests_properties(straggler PROPERTIES TIMEOUT 120 LABELS "slow")
+
+# Silent healthy ranks (DDP, plain collectives, a busy Python loop) are not
+# hung under --hang-timeout; stuck ones still are (needs python3-torch).
+add_test(NAME hang_healthy COMMAND ${CMAKE_SOURCE_DIR}/tests/test_hang_healthy.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(hang_healthy PROPERTIES TIMEOUT 400 LABELS "slow")

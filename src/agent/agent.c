@@ -360,6 +360,7 @@ static int spawn_one(job *j, worker *w) {
   if (j->hang.prog != NULL) {
     hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
     in.heartbeat = hb;
+    in.hang_watch = j->cfg->hang_timeout_ms > 0;
   }
   if (j->hang.prog != NULL && j->cfg->hang_timeout_ms > 0) { /* the stacks' hooks */
     in.stacks_file = py;

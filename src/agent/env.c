@@ -119,10 +119,16 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
   return rc;
 }
 
-/* --hang-timeout's variables: the heartbeat file and the Python stack hook. */
-static int env_hang(agent_env *e, const agent_env_in *in) {
+/* The heartbeat file, and with --hang-timeout the automatic beats of Python ranks. */
+static int env_heartbeat(agent_env *e, const agent_env_in *in) {
   int rc = env_setf(e, "COHORT_HEARTBEAT", "%s", in->heartbeat);
-  if (in->hook_dir == NULL) return rc; /* heartbeats without --hang-timeout's hooks */
+  if (in->hang_watch) rc |= env_setf(e, "COHORT_HANG_WATCH", "%s", "1");
+  return rc;
+}
+
+/* The Python stack hook: its directory first on PYTHONPATH, where it dumps, on what signal. */
+static int env_stacks_hook(agent_env *e, const agent_env_in *in) {
+  int rc = 0;
   const char *pp = agent_env_get(in->parent, "PYTHONPATH");
   if (pp != NULL && pp[0] != '\0')
     rc |= env_setf(e, "PYTHONPATH", "%s:%s", in->hook_dir, pp);
@@ -149,7 +155,8 @@ int agent_env_build(const agent_env_in *in, agent_env *out) {
     rc |= env_default(out, in, "GLOO_SOCKET_IFNAME", in->iface);
     rc |= env_default(out, in, "NCCL_SOCKET_IFNAME", in->iface);
   }
-  if (rc == 0 && in->heartbeat != NULL) rc |= env_hang(out, in);
+  if (rc == 0 && in->heartbeat != NULL) rc |= env_heartbeat(out, in);
+  if (rc == 0 && in->hook_dir != NULL) rc |= env_stacks_hook(out, in);
   if (rc == 0) {
     rc |= env_setf(out, "COHORT_STORE", "%s", in->store);
     rc |= env_setf(out, "COHORT_JOB_ID", "%s", in->run_id);

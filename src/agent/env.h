@@ -32,9 +32,11 @@ typedef struct agent_env_in {
   const char *token;      /* COHORT_TOKEN, or NULL */
   const doctor_var *net;  /* derived network settings (--net auto), nnet of them */
   size_t nnet;
-  /* --hang-timeout: COHORT_HEARTBEAT, and the Python stack hook (its directory
-   * first on PYTHONPATH, COHORT_STACKS_FILE/SIGNAL); NULL: none of them. */
-  const char *heartbeat, *stacks_file, *hook_dir;
+  const char *heartbeat; /* COHORT_HEARTBEAT, NULL none */
+  int hang_watch;        /* --hang-timeout: COHORT_HANG_WATCH=1, Python ranks beat by themselves */
+  /* The Python stack hook: its directory first on PYTHONPATH,
+   * COHORT_STACKS_FILE/SIGNAL; NULL: none of them. */
+  const char *stacks_file, *hook_dir;
   int stacks_signal;
   int virtual_local_rank; /* torchrun's --virtual-local-rank: LOCAL_RANK 0, CUDA_VISIBLE_DEVICES
                              the local rank's entry of the parent's list (or its number) */

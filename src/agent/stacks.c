@@ -460,17 +460,19 @@ static int collective_name(const frame *f, int python, char *out, size_t outlen)
   return 0;
 }
 
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
 /* A frame of the user's own code rather than of Python, torch or libc. */
 static int user_frame(const frame *f, int python) {
   if (f->line <= 0 || f->file[0] == '\0') return 0;
   if (!python) return f->file[0] == '/';
-  return strstr(f->file, "-packages/") == NULL && strncmp(f->file, "/usr/lib/python", 15) != 0 &&
-         f->file[0] != '<';
-}
-
-static const char *base_name(const char *path) {
-  const char *s = strrchr(path, '/');
-  return s ? s + 1 : path;
+  /* cohort's start-up hook (its collective wrappers) is no user code either. */
+  return strstr(f->file, "-packages/") == NULL &&
+         strcmp(base_name(f->file), "sitecustomize.py") != 0 &&
+         strncmp(f->file, "/usr/lib/python", 15) != 0 && f->file[0] != '<';
 }
 
 void stacks_classify(const stacks_dump *d, stacks_verdict *v) {

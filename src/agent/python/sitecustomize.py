@@ -39,6 +39,168 @@ def _register():
         sys.stderr.write("cohort: no Python stack dumps for this worker: %s\n" % e)
 
 
+# Automatic beats come at most this often (seconds), as libcohort's do.
+_BEAT_EVERY = 0.2
+# How often the main thread's Python stack is sampled (seconds).
+_SAMPLE_EVERY = 0.25
+# torch.distributed's blocking calls that complete a collective.
+_COLLECTIVES = (
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_object",
+    "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
+    "broadcast", "broadcast_object_list", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
+    "all_to_all_single", "barrier", "monitored_barrier", "gather",
+    "gather_object", "scatter", "scatter_object_list", "send", "recv",
+)
+
+
+class _Beat:
+    """Touches the rank's heartbeat file, at most every _BEAT_EVERY s."""
+
+    def __init__(self, path):
+        self.path = path
+        self.last = 0.0
+
+    def __call__(self):
+        import time
+
+        now = time.monotonic()
+        if now - self.last < _BEAT_EVERY:
+            return
+        self.last = now
+        try:
+            os.utime(self.path)
+        except OSError:
+            pass  # deleted or replaced: the agent says so, once
+
+
+def _stack(frame):
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def _sample(beat, ident):
+    """Beats whenever the main thread's stack is not made of the same calls
+    as at the last sample: a loop that returns from a function and calls it
+    again has moved, even when each sample finds it in the same line; a rank
+    spinning in one loop or blocked in one call has not. The last sample's
+    frames are held, so that a new call cannot reuse an old one's identity."""
+    import time
+
+    last = None
+    while True:
+        time.sleep(_SAMPLE_EVERY)
+        now = _stack(sys._current_frames().get(ident))
+        if not now:
+            return  # the main thread is gone
+        if last is not None and (
+            len(now) != len(last) or any(a is not b for a, b in zip(now, last))
+        ):
+            beat()
+        last = now
+
+
+def _wrap_collective(f, beat):
+    import functools
+
+    @functools.wraps(f)
+    def collective(*args, **kwargs):
+        result = f(*args, **kwargs)
+        if not kwargs.get("async_op"):
+            beat()
+        return result
+
+    collective._cohort_beats = True
+    return collective
+
+
+def _patch_distributed(module, beat):
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    for where in (module, c10d):
+        for name in _COLLECTIVES:
+            f = getattr(where, name, None) if where is not None else None
+            if callable(f) and not getattr(f, "_cohort_beats", False):
+                setattr(where, name, _wrap_collective(f, beat))
+
+
+def _patch_ddp(module, beat):
+    ddp = getattr(module, "DistributedDataParallel", None)
+    forward = getattr(ddp, "forward", None)
+    if forward is None or getattr(forward, "_cohort_beats", False):
+        return
+    import functools
+
+    # A new forward means the last step's gradient all_reduce completed.
+    @functools.wraps(forward)
+    def stepped(self, *args, **kwargs):
+        beat()
+        return forward(self, *args, **kwargs)
+
+    stepped._cohort_beats = True
+    ddp.forward = stepped
+
+
+class _AfterImport:
+    """A meta path finder that patches modules once they are executed."""
+
+    def __init__(self, patches):
+        self.patches = patches
+
+    def find_spec(self, name, path, target=None):
+        patch = self.patches.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            try:
+                patch(module)
+            except Exception as e:  # never break the user's import
+                sys.stderr.write("cohort: no progress beats from %s: %s\n" % (name, e))
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _progress():
+    """Progress without changes to the script: completed torch.distributed
+    collectives and DDP steps beat the heartbeat, and so does the main
+    thread's Python stack moving. Only in the worker's own process (a child
+    Python inherits COHORT_PROGRESS_PID and stays out)."""
+    path = os.environ.get("COHORT_HEARTBEAT")
+    if not path or os.environ.get("COHORT_HANG_WATCH") != "1":
+        return
+    me = str(os.getpid())
+    if os.environ.setdefault("COHORT_PROGRESS_PID", me) != me:
+        return
+    import threading
+
+    beat = _Beat(path)
+    patches = {
+        "torch.distributed": lambda m: _patch_distributed(m, beat),
+        "torch.nn.parallel.distributed": lambda m: _patch_ddp(m, beat),
+    }
+    sys.meta_path.insert(0, _AfterImport(patches))
+    ident = threading.main_thread().ident
+    threading.Thread(target=_sample, args=(beat, ident), name="cohort-progress",
+                     daemon=True).start()
+
+
 def _chain():
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
@@ -54,4 +216,5 @@ def _chain():
 
 
 _register()
+_progress()
 _chain()
