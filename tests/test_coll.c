@@ -436,10 +436,15 @@ static float wire_exact_in(int r, size_t i) {
   return (float)((int)((r * 7 + i * 3) % 9) - 4);
 }
 
-/* Fractions that bf16 and f16 round: the result cannot be exact by accident. */
+/* Fractions that bf16 and f16 round: the result cannot be exact by accident. One in eight is
+ * an exact tie, halfway between two neighbours (257 x 2^k for bf16's 8 bits, 2049 x 2^k for
+ * f16's 11), which rounds to the even one, down: rounding ties away from zero shows. */
 static float wire_frac_in(int r, size_t i) {
   uint32_t h = (uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u;
   h ^= h >> 13;
+  float sign = h & 1u ? -1.0f : 1.0f;
+  if (i % 16 == 5) return sign * ldexpf(257.0f, -8 - (int)(h % 3));
+  if (i % 16 == 13) return sign * ldexpf(2049.0f, -11 - (int)(h % 3));
   return (float)(h % 20001) / 10000.0f - 1.0f + 1.0f / 3.0f;
 }
 
@@ -524,10 +529,10 @@ static int rk_wire(cohort_comm *c, void *arg) {
   return fails;
 }
 
-/* x rounded to the wire type and widened back. */
+/* x rounded to the wire type and widened back, by the reference's arithmetic, not the library's
+ * converters under test. */
 static float wire_round(cohort_dtype wire, float x) {
-  return wire == COHORT_BF16 ? coll_bf16_to_f32(coll_f32_to_bf16(x))
-                             : coll_f16_to_f32(coll_f32_to_f16(x));
+  return (float)bench_round(wire, x);
 }
 
 /* The compressed allgather, in place and not, blocking and not: every rank holds every block
@@ -808,6 +813,80 @@ static void test_bf16_kernels(void) {
   free(x), free(y), free(z), free(f);
 }
 
+/* The 16-bit pattern bench_put stores for v. */
+static uint16_t ref_bits(cohort_dtype dt, double v) {
+  uint16_t h;
+  bench_put(dt, &h, 0, v);
+  return h;
+}
+
+/* The value of a finite f16 pattern, by arithmetic (not the library's widening). */
+static double f16_value(uint32_t h) {
+  int e = (int)((h >> 10) & 0x1fu);
+  double m = (double)(h & 0x3ffu);
+  double v = e == 0 ? ldexp(m, -24) : ldexp(1024.0 + m, e - 25);
+  return h & 0x8000u ? -v : v;
+}
+
+/* Counts x (and its float neighbours) where the library's rounding to dt differs from the
+ * reference's; prints the first when none were found before (`before`). */
+static size_t round_mismatches(cohort_dtype dt, float x, size_t before) {
+  size_t bad = 0;
+  float xs[3] = {nextafterf(x, -INFINITY), x, nextafterf(x, INFINITY)};
+  for (int k = 0; k < 3; k++) {
+    uint16_t got = dt == COHORT_BF16 ? coll_f32_to_bf16(xs[k]) : coll_f32_to_f16(xs[k]);
+    uint16_t want = ref_bits(dt, xs[k]);
+    if (got != want && before + bad++ == 0)
+      fprintf(stderr, "%s(%a): library 0x%04x, reference 0x%04x\n",
+              dt == COHORT_BF16 ? "bf16" : "f16", (double)xs[k], got, want);
+  }
+  return bad;
+}
+
+/* The reference's rounding (src/bench/reference.c, which the collectives' checks and `cohort
+ * bench` use) against values worked out by hand, then the library's converters against it at
+ * every value of both 16-bit formats, every midpoint between neighbours (the ties) and the
+ * floats on either side of each: a rounding bug in the converters fails here and in the
+ * collectives, not only against ref_bf16. */
+static void test_reference_rounding(void) {
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 1.0), 0x3c00);
+  CHECK_EQ_INT(ref_bits(COHORT_F16, -2.0), 0xc000);
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 65504.0), 0x7bff);
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 65520.0), 0x7c00); /* rounds to inf */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 0.1f), 0x2e66);
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 0x1p-24), 0x0001);     /* smallest subnormal */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 0x1p-25), 0x0000);     /* tie to even: 0 */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 0x3p-25), 0x0002);     /* tie to even: 2 x 2^-24 */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 0x1.ffep-15), 0x0400); /* subnormal rounds up to normal */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 2049.0), 0x6800);      /* tie to even: 2048 */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, 2051.0), 0x6802);      /* tie to even: 2052 */
+  CHECK_EQ_INT(ref_bits(COHORT_F16, -1.0 / 3.0), 0xb555);
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 1.0), 0x3f80);
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, -3.0), 0xc040);
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 257.0), 0x4380); /* tie to even: 256 */
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 259.0), 0x4382); /* tie to even: 260 */
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 1.0 / 3.0), 0x3eab);
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 0x1p-133), 0x0001);     /* smallest subnormal */
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 0x1p-134), 0x0000);     /* tie to even: 0 */
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, 3.4028235e38), 0x7f80); /* the largest float: inf */
+  CHECK_EQ_INT(ref_bits(COHORT_BF16, -0x1.fep127), 0xff7f);  /* the largest bf16 */
+  size_t bad = 0;
+  for (uint32_t h = 0; h < 0x7f80; h++) /* bf16: the pattern is the float's top half */
+    for (uint32_t sign = 0; sign < 2; sign++) {
+      uint32_t top = sign << 31 | h << 16;
+      bad += round_mismatches(COHORT_BF16, bits_f32(top), bad);
+      bad += round_mismatches(COHORT_BF16, bits_f32(top | 0x8000u), bad);
+    }
+  for (uint32_t h = 0; h < 0x7c00; h++)
+    for (uint32_t sign = 0; sign < 2; sign++) {
+      uint32_t s = sign << 15 | h;
+      bad += round_mismatches(COHORT_F16, (float)f16_value(s), bad);
+      if (h < 0x7bff)
+        bad += round_mismatches(COHORT_F16, (float)((f16_value(s) + f16_value(s + 1)) / 2), bad);
+    }
+  CHECK_EQ_INT(bad, 0);
+}
+
 static void test_conversions(void) {
   CHECK_EQ_INT(coll_f32_to_f16(1.0f), 0x3c00);
   CHECK_EQ_INT(coll_f32_to_f16(-2.0f), 0xc000);
@@ -826,6 +905,7 @@ static void test_conversions(void) {
   CHECK_EQ_INT(coll_f32_to_bf16(259.0f), 0x4382); /* tie to even: 260 */
   CHECK(coll_bf16_to_f32(0xc040) == -3.0f);
   test_bf16_kernels();
+  test_reference_rounding();
   uint16_t a[3] = {coll_f32_to_f16(1.5f), coll_f32_to_f16(-4), coll_f32_to_f16(7)};
   uint16_t b[3] = {coll_f32_to_f16(2.5f), coll_f32_to_f16(3), coll_f32_to_f16(-7)};
   coll_reduce(COHORT_F16, COHORT_SUM, a, a, b, 3);

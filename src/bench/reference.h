@@ -14,7 +14,12 @@
 
 #include "cohort/cohort.h"
 
-/* Stores v as element i of buf, of type dt (rounded as libcohort rounds). */
+/* v rounded to dt's precision, to nearest with ties to even as IEEE 754 (and libcohort) round,
+ * beyond dt's range infinity: f32, f16 and bf16 (through f32 first, as f32 buffers are sent
+ * in 16 bits); any other type's v unchanged. Computed without libcohort's converters. */
+double bench_round(cohort_dtype dt, double v);
+
+/* Stores v as element i of buf, of type dt (rounded as bench_round rounds). */
 void bench_put(cohort_dtype dt, void *buf, size_t i, double v);
 
 /* The input of rank r at element i for operator op. */
