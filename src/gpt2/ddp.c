@@ -258,7 +258,7 @@ int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *
   d->head_sent = 0;
   d->nreqs = 0;
   d->t_first_us = 0;
-  d->exposed_ms = d->comm_ms = d->wire_bytes = d->f32_bytes = 0.0;
+  d->exposed_ms = d->comm_ms = d->wire_bytes = d->f32_bytes = d->compress_ms = 0.0;
   return d->ops->begin(d, step, last);
 }
 

@@ -124,6 +124,7 @@ typedef struct gpt2_ddp {
    * rank handed to the collectives, as sent and as they would have been in f32 (their ratio is
    * the compression). */
   double exposed_ms, comm_ms, wire_bytes, f32_bytes;
+  double compress_ms; /* CPU time of the compression on this thread (PowerSGD's kernels) */
   int err;
   char errmsg[256];
 } gpt2_ddp;

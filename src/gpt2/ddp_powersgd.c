@@ -72,6 +72,7 @@ static int psgd_finish(gpt2_ddp *d) {
   d->f32_bytes += (double)d->m->nparams * sizeof(float);
   d->comm_ms = (double)(t1 - d->t_first_us) * 1e-3;
   d->exposed_ms = (double)(t1 - t0 + hook_wait_us) * 1e-3;
+  d->compress_ms = (double)p->s.cpu_us * 1e-3;
   p->live = 0;
   return 0;
 }

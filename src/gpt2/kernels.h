@@ -153,5 +153,7 @@ void gpt2_big_free(void *p, size_t bytes);
 
 /* Microseconds of the monotonic clock. */
 int64_t gpt2_now_us(void);
+/* Microseconds of CPU time the calling thread has used. */
+int64_t gpt2_cpu_us(void);
 
 #endif

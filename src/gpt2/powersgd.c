@@ -2,7 +2,6 @@
  * backward (see powersgd.h). */
 #include "gpt2/powersgd.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,9 +10,19 @@
 #include "gpt2/kernels.h"
 #include "gpt2/rng.h"
 
-/* Tiles of the kernels: fixed sizes, so the products of a tile do not depend on the thread count.
- */
-enum { ROW_TILE = 2048, COL_TILE = 256 };
+/* The kernels stream each matrix once per stage, row by row, and call no matrix product for these
+ * thin factors: a rank-r product does 2r flops an element, so it is a pass over memory, and BLAS's
+ * packing (and its zeroing of an output it then overwrites) adds passes of its own. Every sum has
+ * a fixed order whatever the vector width or the thread count: a row's dot products in LANES
+ * partial sums added in lane order, a column's sum over the rows in row order. Threads take whole
+ * rows (stages 1 and 3) or whole columns (stage 2): ROW_TILE rows a task; the factors' columns KB
+ * at a time (zeros beyond the rank); stage 2's sums in COL_FLOATS floats, in the first-level
+ * cache. */
+enum { LANES = 8, KB = 4, ROW_TILE = 64, COL_FLOATS = 4096 };
+
+static int kblocks(int r) {
+  return (r + KB - 1) / KB;
+}
 
 static double col_norm2(const float *a, int rows, int cols, int j) {
   double n2 = 0.0;
@@ -139,6 +148,17 @@ static void lay_out_groups(gpt2_psgd *s) {
   }
 }
 
+/* Room for one factor of any matrix in blocks (to_blocks). */
+static size_t scratch_floats(const gpt2_psgd *s) {
+  size_t n = 0;
+  for (int i = 0; i < s->nmats; i++) {
+    size_t big =
+        s->mats[i].rows > s->mats[i].cols ? (size_t)s->mats[i].rows : (size_t)s->mats[i].cols;
+    if (big > n) n = big;
+  }
+  return n * (size_t)kblocks(s->rank) * KB;
+}
+
 int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed) {
   memset(s, 0, sizeof *s);
   s->rank = rank;
@@ -149,8 +169,9 @@ int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed) {
     s->packed = malloc((s->npacked + s->np + 1) * sizeof(float));
     s->Q = malloc((s->nq + 1) * sizeof(float));
     s->err = calloc(s->nerr + 1, sizeof(float));
+    s->scratch = malloc((scratch_floats(s) + 1) * sizeof(float));
     s->order = calloc((size_t)s->ngroups, sizeof(int));
-    if (!s->packed || !s->Q || !s->err || !s->order) rc = -ENOMEM;
+    if (!s->packed || !s->Q || !s->err || !s->scratch || !s->order) rc = -ENOMEM;
   }
   if (rc != 0) {
     gpt2_psgd_free(s);
@@ -172,51 +193,125 @@ void gpt2_psgd_free(gpt2_psgd *s) {
   free(s->packed);
   free(s->Q);
   free(s->err);
+  free(s->scratch);
   free(s->order);
   memset(s, 0, sizeof *s);
 }
 
-/* ---- kernels (one matrix; tiles of fixed size, spread over the threads) ---- */
+/* ---- kernels (one matrix M, rows x cols, row-major; the factors' columns in blocks of KB) ---- */
 
-/* E += G, then P = E Q: G and E (rows, cols), Q (cols, r), P (rows, r). */
-static void add_and_project(const float *G, float *E, const float *Q, float *P, size_t rows,
+/* The factor F (n, r) as blocks of its transpose: Ft[c][j] = F[j][c] for c < kblocks(r) * KB, zero
+ * for c >= r (row c of F^T, n floats each, back to back). */
+static void to_blocks(const float *F, float *Ft, size_t n, int r) {
+  for (int c = 0; c < kblocks(r) * KB; c++) {
+    float *dst = Ft + (size_t)c * n;
+    for (size_t j = 0; j < n; j++) dst[j] = c < r ? F[j * (size_t)r + (size_t)c] : 0.0f;
+  }
+}
+
+/* out[k] = e . qt[k] for the KB rows of one block: LANES partial sums each, added in lane order. */
+static void row_dots(const float *e, const float *qt, size_t cols, float out[KB]) {
+  float acc[KB][LANES] = {{0}};
+  size_t j = 0;
+  for (; j + LANES <= cols; j += LANES)
+    for (int k = 0; k < KB; k++)
+      for (int l = 0; l < LANES; l++) acc[k][l] += e[j + l] * qt[(size_t)k * cols + j + l];
+  for (size_t l = 0; j + l < cols; l++)
+    for (int k = 0; k < KB; k++) acc[k][l] += e[j + l] * qt[(size_t)k * cols + j + l];
+  for (int k = 0; k < KB; k++) {
+    float sum = 0.0f;
+    for (int l = 0; l < LANES; l++) sum += acc[k][l];
+    out[k] = sum;
+  }
+}
+
+/* Stage 1, error feedback fused with the first product: E += G, then P = E Q, a row at a time
+ * while it is in the cache. Qt: Q in blocks (to_blocks); P (rows, r). */
+static void add_and_project(const float *G, float *E, const float *Qt, float *P, size_t rows,
                             size_t cols, int r) {
   size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
 #pragma omp parallel for schedule(static)
   for (size_t t = 0; t < ntiles; t++) {
-    size_t i0 = t * ROW_TILE, n = rows - i0 < ROW_TILE ? rows - i0 : ROW_TILE;
-    float *e = E + i0 * cols;
-    const float *g = G + i0 * cols;
-    for (size_t k = 0; k < n * cols; k++) e[k] += g[k];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, r, (int)cols, 1.0f, e, (int)cols,
-                Q, r, 0.0f, P + i0 * (size_t)r, r);
+    size_t end = (t + 1) * ROW_TILE < rows ? (t + 1) * ROW_TILE : rows;
+    for (size_t i = t * ROW_TILE; i < end; i++) {
+      float *e = E + i * cols, *p = P + i * (size_t)r;
+      const float *g = G + i * cols;
+      for (size_t j = 0; j < cols; j++) e[j] += g[j];
+      for (int b = 0; b < kblocks(r); b++) {
+        float out[KB];
+        row_dots(e, Qt + (size_t)b * KB * cols, cols, out);
+        for (int k = 0; k < KB && b * KB + k < r; k++) p[b * KB + k] = out[k];
+      }
+    }
   }
 }
 
-/* Q = E^T P: E (rows, cols), P (rows, r), Q (cols, r); each column tile sums over every row. */
-static void project_back(const float *E, const float *P, float *Q, size_t rows, size_t cols,
+/* acc[k][j] (KB x n) += the sum over the rows i, in order, of pt[k][i] * E[i][j0 + j]: four rows
+ * a step, added one after another (the order of one row a step). pt: one block of P in blocks. */
+static void column_sums(const float *E, const float *pt, float *acc, size_t rows, size_t cols,
+                        size_t j0, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    const float *e0 = E + i * cols + j0, *e1 = e0 + cols, *e2 = e1 + cols, *e3 = e2 + cols;
+    for (int k = 0; k < KB; k++) {
+      const float *p = pt + (size_t)k * rows + i;
+      float *a = acc + (size_t)k * n;
+      for (size_t j = 0; j < n; j++) {
+        float x = a[j];
+        x += p[0] * e0[j];
+        x += p[1] * e1[j];
+        x += p[2] * e2[j];
+        x += p[3] * e3[j];
+        a[j] = x;
+      }
+    }
+  }
+  for (; i < rows; i++) {
+    const float *e = E + i * cols + j0;
+    for (int k = 0; k < KB; k++) {
+      float pk = pt[(size_t)k * rows + i], *a = acc + (size_t)k * n;
+      for (size_t j = 0; j < n; j++) a[j] += pk * e[j];
+    }
+  }
+}
+
+/* Stage 2's product Q = E^T P, E streamed once per block of P's columns: all its rows for a tile
+ * of columns whose sums stay in the first-level cache. Pt: P in blocks; Q (cols, r). */
+static void project_back(const float *E, const float *Pt, float *Q, size_t rows, size_t cols,
                          int r) {
-  size_t ntiles = (cols + COL_TILE - 1) / COL_TILE;
+  const size_t tile = COL_FLOATS / KB;
+  size_t ntiles = (cols + tile - 1) / tile, nb = (size_t)kblocks(r);
 #pragma omp parallel for schedule(static)
-  for (size_t t = 0; t < ntiles; t++) {
-    size_t j0 = t * COL_TILE, n = cols - j0 < COL_TILE ? cols - j0 : COL_TILE;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, r, (int)rows, 1.0f, E + j0,
-                (int)cols, P, r, 0.0f, Q + j0 * (size_t)r, r);
+  for (size_t t = 0; t < ntiles * nb; t++) {
+    size_t j0 = t / nb * tile, n = cols - j0 < tile ? cols - j0 : tile, b = t % nb;
+    float acc[COL_FLOATS];
+    memset(acc, 0, KB * n * sizeof(float));
+    column_sums(E, Pt + b * KB * rows, acc, rows, cols, j0, n);
+    for (size_t k = 0; k < KB && b * KB + k < (size_t)r; k++)
+      for (size_t j = 0; j < n; j++) Q[(j0 + j) * (size_t)r + b * KB + k] = acc[k * n + j];
   }
 }
 
-/* G = P Q^T and E -= share P Q^T: P (rows, r), Q (cols, r), G and E (rows, cols). */
-static void expand(const float *P, const float *Q, float *G, float *E, float share, size_t rows,
+/* Stage 3, reconstruction fused with the error update: each row of P Q^T computed once, into G
+ * (overwritten, not zeroed first), then E -= share P Q^T from it while it is in the cache. Qt: Q
+ * in blocks. */
+static void expand(const float *P, const float *Qt, float *G, float *E, float share, size_t rows,
                    size_t cols, int r) {
   size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
 #pragma omp parallel for schedule(static)
   for (size_t t = 0; t < ntiles; t++) {
-    size_t i0 = t * ROW_TILE, n = rows - i0 < ROW_TILE ? rows - i0 : ROW_TILE;
-    const float *p = P + i0 * (size_t)r;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)cols, r, 1.0f, p, r, Q, r,
-                0.0f, G + i0 * cols, (int)cols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)cols, r, -share, p, r, Q, r,
-                1.0f, E + i0 * cols, (int)cols);
+    size_t end = (t + 1) * ROW_TILE < rows ? (t + 1) * ROW_TILE : rows;
+    for (size_t i = t * ROW_TILE; i < end; i++) {
+      const float *p = P + i * (size_t)r;
+      float *g = G + i * cols, *e = E + i * cols;
+      for (size_t j = 0; j < cols; j++) g[j] = p[0] * Qt[j];
+      for (int k = 1; k < r; k++) {
+        const float *q = Qt + (size_t)k * cols;
+        float pk = p[k];
+        for (size_t j = 0; j < cols; j++) g[j] += pk * q[j];
+      }
+      for (size_t j = 0; j < cols; j++) e[j] -= share * g[j];
+    }
   }
 }
 
@@ -227,7 +322,8 @@ void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp) {
   for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
     /* The error becomes the matrix to compress: what this step adds plus what was left over. */
-    add_and_project(g + x->off, s->err + x->e, s->Q + x->q, s->packed + x->p, (size_t)x->rows,
+    to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
+    add_and_project(g + x->off, s->err + x->e, s->scratch, s->packed + x->p, (size_t)x->rows,
                     (size_t)x->cols, s->rank);
   }
 }
@@ -238,8 +334,8 @@ void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp) {
   for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
     gpt2_psgd_orthonormalize(s->packed + x->p, x->rows, s->rank);
-    project_back(s->err + x->e, s->packed + x->p, s->Q + x->q, (size_t)x->rows, (size_t)x->cols,
-                 s->rank);
+    to_blocks(s->packed + x->p, s->scratch, (size_t)x->rows, s->rank);
+    project_back(s->err + x->e, s->scratch, s->Q + x->q, (size_t)x->rows, (size_t)x->cols, s->rank);
   }
 }
 
@@ -249,7 +345,8 @@ void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world) {
   const float share = 1.0f / (float)world;
   for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
-    expand(s->packed + x->p, s->Q + x->q, g + x->off, s->err + x->e, share, (size_t)x->rows,
+    to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
+    expand(s->packed + x->p, s->scratch, g + x->off, s->err + x->e, share, (size_t)x->rows,
            (size_t)x->cols, s->rank);
   }
 }
@@ -287,8 +384,10 @@ int gpt2_psgd_launch(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
   gpt2_psgd_group *gr = &s->groups[grp];
   if (gr->stage != 0) return -EINVAL;
   s->order[s->nlaunched++] = grp;
+  int64_t c0 = gpt2_cpu_us();
   pack(s, g, grp, 1);
   gpt2_psgd_compute_p(s, g, grp);
+  s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 1;
   return sum_async(s, comm, s->packed + gr->pk, gr->npk, &gr->req);
 }
@@ -298,8 +397,10 @@ static int to_stage2(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
   gpt2_psgd_group *gr = &s->groups[grp];
   int rc = wait_group(s, gr);
   if (rc != 0) return rc;
+  int64_t c0 = gpt2_cpu_us();
   pack(s, g, grp, 0);
   gpt2_psgd_compute_q(s, g, grp);
+  s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 2;
   return gr->nq > 0 ? sum_async(s, comm, s->Q + gr->q, gr->nq, &gr->req) : 0;
 }
@@ -309,7 +410,9 @@ static int to_stage3(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
   gpt2_psgd_group *gr = &s->groups[grp];
   int rc = wait_group(s, gr);
   if (rc != 0) return rc;
+  int64_t c0 = gpt2_cpu_us();
   gpt2_psgd_decompress(s, g, grp, cohort_comm_size(comm));
+  s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 3;
   return 0;
 }
@@ -332,6 +435,7 @@ void gpt2_psgd_begin(gpt2_psgd *s) {
   for (int g = 0; g < s->ngroups; g++) s->groups[g].stage = 0;
   s->nlaunched = 0;
   s->wait_us = 0;
+  s->cpu_us = 0;
   s->wire_bytes = 0.0;
 }
 

@@ -81,11 +81,13 @@ typedef struct gpt2_psgd {
   int ngroups;
   float *packed; /* per group: its uncompressed floats, then its P */
   float *Q, *err;
+  float *scratch;               /* one factor in the kernels' layout */
   size_t np, nq, nerr, npacked; /* floats of P, Q, error, uncompressed part */
   /* The current step: groups in the order they were launched. */
   int *order;
   int nlaunched;
   int64_t wait_us;   /* time spent blocked on requests this step */
+  int64_t cpu_us;    /* CPU time of this step's compression (its kernels and packing) */
   double wire_bytes; /* bytes handed to the collectives this step */
 } gpt2_psgd;
 

@@ -125,6 +125,10 @@ typedef struct step_stats {
   uint64_t step; /* 1-based */
   double loss, gnorm, step_s, tok_s, gflops, comm_ms, hidden;
   double wire_mb, ratio; /* MB this rank handed to the collectives; f32 bytes / wire bytes */
+  /* The main thread's CPU time over the step (cpu_ms), split into forward, backward and the
+   * rest (compute_ms), the compression (compress_ms) and the norm and update (update_ms); the
+   * wall time it waited for the exchange (exposed_ms). */
+  double cpu_ms, compute_ms, compress_ms, update_ms, exposed_ms;
   float lr;
 } step_stats;
 
@@ -323,6 +327,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   const gpt2_train_opts *o = r->o;
   const int K = o->grad_accum;
   double t0 = now_s();
+  int64_t c0 = gpt2_cpu_us();
   double loss_sum = 0.0;
   for (int k = 0; k < K; k++) {
     gpt2_batch batch;
@@ -348,6 +353,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     return RUN_FAIL;
   }
   double gnorm = 0.0;
+  int64_t c1 = gpt2_cpu_us();
   if (gpt2_ddp_grad_norm(&r->ddp, &gnorm) != 0) return RUN_COMM;
   float gscale = 1.0f;
   if (o->clip > 0.0f && gnorm > o->clip) gscale = (float)(o->clip / (gnorm + 1e-6));
@@ -355,6 +361,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
   if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
   double step_s = now_s() - t0;
+  int64_t c2 = gpt2_cpu_us();
   double comm_ms = r->ddp.comm_ms;
   /* The share of the communication window that backward covered. */
   double hidden = comm_ms > 0.0 ? 1.0 - r->ddp.exposed_ms / comm_ms : 1.0;
@@ -368,7 +375,12 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
                      .hidden = hidden < 0.0 ? 0.0 : hidden,
                      .wire_mb = r->ddp.wire_bytes * 1e-6,
                      .ratio = r->ddp.wire_bytes > 0 ? r->ddp.f32_bytes / r->ddp.wire_bytes : 1.0,
-                     .lr = lr};
+                     .lr = lr,
+                     .cpu_ms = (double)(c2 - c0) * 1e-3,
+                     .compute_ms = (double)(c1 - c0) * 1e-3 - r->ddp.compress_ms,
+                     .compress_ms = r->ddp.compress_ms,
+                     .update_ms = (double)(c2 - c1) * 1e-3,
+                     .exposed_ms = r->ddp.exposed_ms};
   r->wire_total += r->ddp.wire_bytes;
   r->f32_total += r->ddp.f32_bytes;
   r->step_times[r->ntimes++] = step_s;
@@ -382,11 +394,13 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
 
 /* One JSON object per line, the step first (what `cohort plot` and the tests key on). */
 static int write_metrics(train_run *r, const step_stats *st) {
-  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f}", "step",
-                        (json_int_t)st->step, "loss", st->loss, "lr", (double)st->lr, "grad_norm",
-                        st->gnorm, "step_ms", st->step_s * 1e3, "tokens_per_s", st->tok_s, "gflops",
-                        st->gflops, "comm_ms", st->comm_ms, "hidden_frac", st->hidden, "world",
-                        r->world, "wire_mb", st->wire_mb, "compress_ratio", st->ratio);
+  json_t *j = json_pack(
+      "{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "step",
+      (json_int_t)st->step, "loss", st->loss, "lr", (double)st->lr, "grad_norm", st->gnorm,
+      "step_ms", st->step_s * 1e3, "tokens_per_s", st->tok_s, "gflops", st->gflops, "comm_ms",
+      st->comm_ms, "hidden_frac", st->hidden, "world", r->world, "wire_mb", st->wire_mb,
+      "compress_ratio", st->ratio, "cpu_ms", st->cpu_ms, "compute_ms", st->compute_ms,
+      "compress_ms", st->compress_ms, "update_ms", st->update_ms, "exposed_ms", st->exposed_ms);
   int rc = j == NULL ? -1 : json_dumpf(j, r->metrics, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   if (rc != 0 || fputc('\n', r->metrics) == EOF || fflush(r->metrics) != 0) {
@@ -418,10 +432,11 @@ static int report_step(train_run *r, const step_stats *st) {
   if (!r->o->quiet) {
     fprintf(r->out,
             "step %5llu/%lld | loss %.6f | lr %.3e | norm %.3f | %8.1f ms | %9.1f tok/s | "
-            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden) | wire %.2f MB (%.2fx)\n",
+            "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden) | wire %.2f MB (%.2fx) | cpu %.0f ms: "
+            "compute %.0f compress %.0f update %.0f | waited %.0f ms\n",
             (unsigned long long)st->step, (long long)r->o->steps, st->loss, st->lr, st->gnorm,
             st->step_s * 1e3, st->tok_s, st->gflops, st->comm_ms, st->hidden * 100.0, st->wire_mb,
-            st->ratio);
+            st->ratio, st->cpu_ms, st->compute_ms, st->compress_ms, st->update_ms, st->exposed_ms);
     fflush(r->out);
   }
   int rc = r->metrics != NULL ? write_metrics(r, st) : RUN_OK;
