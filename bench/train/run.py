@@ -23,7 +23,10 @@ its steps after the first):
      after that): tokens/s, scaling, allreduce time and hidden share, bytes on the
      wire. A run that did not do its work (a rank failed, fewer steps, no
      bytes on the wire, no compression where asked) stops the benchmark
-     instead of printing a figure.
+     instead of printing a figure. Then where rank 0's step goes: its main
+     thread's CPU time (compute, compression, update) and its waits.
+Every table is printed with the machine: CPU model, cores, OPENBLAS_CORETYPE
+and OpenBLAS's core, memory bandwidth (bench/collectives/mem_bound), load.
 
 usage: bench/train/run.py [--build DIR] [--reps N] [--steps N] [--model M]
                           [--only all|scaling|shaped] [--rates 1gbit,10gbit]
@@ -41,6 +44,45 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def machine_probe(a, tmp):
+    """What the figures were measured on: CPU model and cores (/proc/cpuinfo), OPENBLAS_CORETYPE
+    and the core OpenBLAS runs (its OPENBLAS_VERBOSE line), and the memory bandwidth of
+    bench/collectives/mem_bound (two threads, each reading its half of two 256 MiB arrays and
+    writing both: 4 x 256 MiB a round; the best of 5 rounds). Returns a function that formats
+    them with the load average of the moment."""
+    model, cores = "unknown CPU", os.cpu_count()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    env = dict(os.environ, OPENBLAS_VERBOSE="2")
+    out = subprocess.run([os.path.join(a.build, "gpt2-sgemm-rate")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    m = re.search(r"Core: (\S+)", out.stdout + out.stderr)
+    core = m.group(1) if m else "?"
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    blas = ("OPENBLAS_CORETYPE=%s" % coretype if coretype else "OPENBLAS_CORETYPE unset") + \
+        " (OpenBLAS core %s)" % core
+    exe, nbytes = os.path.join(tmp, "mem_bound"), 256 << 20
+    bw = "memory bandwidth: no figure"
+    if subprocess.run(["cc", "-O3", "-pthread", "-o", exe,
+                       os.path.join(HERE, "..", "collectives", "mem_bound.c")]).returncode == 0:
+        us = []
+        for _ in range(5):
+            r = subprocess.run([exe, "1", "1", str(nbytes)], capture_output=True, text=True,
+                               timeout=300)
+            if r.returncode == 0 and r.stdout.split():
+                us.append(float(r.stdout.split()[1]))
+        if len(us) == 5:
+            bw = "memory %.1f GB/s (mem_bound, 2 threads)" % (4 * nbytes / min(us) / 1e3)
+
+    def describe():
+        load = " ".join(open("/proc/loadavg").read().split()[:3])
+        return "machine: %s, %d cores, %s, %s, load average %s" % (model, cores, blas, bw, load)
+    return describe
 
 
 def median(xs):
@@ -156,6 +198,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bench_train.")
     print("cohort-gpt2 training benchmark: GPT-2 %s, B=%d, T=%d, %d threads, %d reps x %d steps"
           % (a.model, a.batch, a.seq_len, a.threads, a.reps, a.steps))
+    a.machine = machine_probe(a, tmp)
+    print(a.machine())
 
     # 1. throughput against PyTorch
     cases = [("lm", "adamw"), ("qa", "sgd")]
@@ -184,6 +228,7 @@ def main():
     if a.only == "all":
         print("\n## memory (LM head, AdamW, 1 rank)")
         if rss:
+            print(a.machine())
             print("| peak RSS MiB | params+grads+optimizer+activations MiB | ratio |")
             print("|---|---|---|")
             print("| %.1f | %.1f | %.2f |" % (rss[0], rss[1], rss[0] / rss[1]))
@@ -193,6 +238,7 @@ def main():
 
 def report_throughput(a, cases, res, sgemm, tokens):
     print("\n## throughput (median step; tokens/s = B*T/step)")
+    print(a.machine())
     print("| head / optimiser | PyTorch s/step | PyTorch tok/s | cohort-gpt2 s/step | cohort-gpt2 tok/s | speed-up |")
     print("|---|---|---|---|---|---|")
     for head, opt in cases:
@@ -206,6 +252,7 @@ def report_throughput(a, cases, res, sgemm, tokens):
     blas = median([s["openblas_gflops"] for s in sgemm])
     sliced = median([s["sliced_gflops"] for s in sgemm])
     model = median(res[("lm", "adamw")]["gflops"])
+    print(a.machine())
     print("| model GFLOP/s | OpenBLAS sgemm GFLOP/s | cohort matmul kernels GFLOP/s | model / sgemm |")
     print("|---|---|---|---|")
     print("| %.1f | %.1f | %.1f | %.0f%% |" % (model, blas, sliced, 100 * model / blas))
@@ -222,6 +269,7 @@ def scaling(a, tmp):
         comm.append(median([r["comm_ms"] for r in rows[1:]]))
     t1, t2 = median(one), median(two)
     print("\n## scaling (LM head, AdamW, B=%d per rank, 1 thread per rank)" % a.batch)
+    print(a.machine())
     print("| 1 rank tok/s | 2 ranks tok/s | efficiency | comm ms/step | comm hidden |")
     print("|---|---|---|---|---|")
     print("| %.1f | %.1f | %.0f%% | %.1f | %.0f%% |" % (t1, t2, 100 * t2 / (2 * t1), median(comm),
@@ -327,15 +375,17 @@ def shaped(a, tmp):
     for rate in a.rates.split(","):
         ns_up(rate)
         try:
-            r = {"c1": [], "t1": []}
+            r = {"c1": [], "t1": [], "ph1": []}
             for c in comps:
                 r["c2" + c], r["hid" + c], r["comm" + c], r["mb" + c] = [], [], [], []
+                r["ph" + c] = []
             for h in hooks:
                 r["t2" + h] = []
             for rep in range(a.reps):
                 rows1, _ = run_cohort(a, tmp, "sh1_%s_%d" % (rate, rep), "lm", "adamw", 1,
                                       world=1, ns=NS)
                 r["c1"].append(a.batch * a.seq_len / step_median(rows1))
+                r["ph1"].append(phases(rows1[1:]))
                 for c in comps:
                     rows2, _ = run_cohort(a, tmp, "sh2_%s_%s_%d" % (rate, c, rep), "lm", "adamw",
                                           1, world=2, ns=NS, compress=c)
@@ -346,6 +396,7 @@ def shaped(a, tmp):
                     r["hid" + c].append(median([x["hidden_frac"] for x in rows2[1:]]))
                     r["comm" + c].append(median([x["comm_ms"] for x in rows2[1:]]))
                     r["mb" + c].append(median([x["wire_mb"] for x in rows2[1:]]))
+                    r["ph" + c].append(phases(rows2[1:]))
                 if not a.skip_torch:
                     r["t1"].append(run_torch_ns(a, 1, "none"))
                     for h in hooks:
@@ -353,6 +404,7 @@ def shaped(a, tmp):
             rows.append((rate, r))
         finally:
             ns_down()
+    print(a.machine())
     print("| link | run | 1 rank tok/s | 2 ranks tok/s | scaling | allreduce ms/step | hidden "
           "| wire MB/step/rank |")
     print("|---|---|---|---|---|---|---|---|")
@@ -371,6 +423,28 @@ def shaped(a, tmp):
                     rate, hook_name(h), t1, t2, t2 / (2 * t1)))
     print("(medians of %d reps, each the median of its steps after the first; scaling = 2-rank "
           "tok/s / (2 x 1-rank tok/s) in the same run)" % a.reps)
+    print("\nWhere rank 0's step goes (ms, medians as above; cpu = its main thread's CPU time ="
+          " compute + compress + update; waited: wall time blocked on the exchange):")
+    print("| link | run | ranks | step | cpu | compute | compress | update | waited |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for rate, r in rows:
+        print(phase_row(rate, "(any)", 1, r["ph1"]))
+        for c in comps:
+            print(phase_row(rate, c, 2, r["ph" + c]))
+
+
+PHASES = ("step_ms", "cpu_ms", "compute_ms", "compress_ms", "update_ms", "exposed_ms")
+
+
+def phases(rows):
+    """The medians of a run's per-phase figures (NaN for a cohort-gpt2 that does not report
+    them)."""
+    return {k: median([x[k] for x in rows if k in x]) for k in PHASES}
+
+
+def phase_row(rate, run, ranks, reps):
+    return "| %s | %s | %d | %s |" % (rate, run, ranks, " | ".join(
+        "%.0f" % median([p[k] for p in reps]) for k in PHASES))
 
 
 if __name__ == "__main__":
