@@ -14,6 +14,10 @@
 
 #define WAIT_SLICE_MS 200
 #define OP_TIMEOUT_MS 2000
+/* etcd whose members answer but cannot serve (no leader: an election, or quorum lost) is
+ * given this long beyond the heartbeat timeout before it counts as lost. etcd's election
+ * timeout is 1 s by default; an election takes one to a few of them. */
+#define ELECTION_GRACE_MS 5000
 
 struct agent_watch {
   watch_opts o;
@@ -27,6 +31,7 @@ struct agent_watch {
   char report[WATCH_REPORT_MAX];
   int64_t *last_value;
   int64_t *last_change;
+  int64_t last_sweep; /* when check_nodes last read the counters */
 };
 
 static int stop_requested(agent_watch *w) {
@@ -107,15 +112,28 @@ static int node_silent(agent_watch *w, int k, int64_t now, char *text, size_t le
 }
 
 /*
+ * A node's silence counts only while the store answered this one: after
+ * sweeps that could not read (an etcd election, say, when no node could
+ * beat either), every node's silence is shortened by the time unread.
+ */
+static void forgive_outage(agent_watch *w, int64_t now) {
+  int64_t unread = now - w->last_sweep - w->o.heartbeat_ms;
+  w->last_sweep = now;
+  if (unread <= w->o.heartbeat_ms) return;
+  for (int k = 0; k < w->o.nnodes; k++)
+    w->last_change[k] = w->last_change[k] + unread < now ? w->last_change[k] + unread : now;
+}
+
+/*
  * Node 0 reads the other nodes' heartbeat counters, all in one pipelined
  * round trip. A counter that has not moved for lost_after_ms (its node not
  * done) is published as the failure, and the report that counts is
  * returned in text: 1, else 0. The other nodes leave the sweep to node 0
  * (N reads per period instead of N²): they learn of a loss from the fail
- * key, and of node 0's from its store falling silent (beat()) or, with
+ * key, and of node 0's from its store falling silent (store_silent) or, with
  * etcd, from node 0's own counter, which they read (first == 0, n == 1).
  */
-static int check_nodes(agent_watch *w, char *text, size_t len) {
+static int check_nodes(agent_watch *w, int64_t deadline, char *text, size_t len) {
   const watch_opts *o = &w->o;
   if (o->nnodes < 2 || (o->my_node != 0 && !rdzv_backend_is_etcd(o->backend))) return 0;
   int first = o->my_node == 0 ? 1 : 0;
@@ -132,8 +150,9 @@ static int check_nodes(agent_watch *w, char *text, size_t len) {
     rdzv_key(keys[i], sizeof keys[i], o->job_id, o->round, suffix);
     kp[i] = keys[i];
   }
-  if (store_get_many(w->client, kp, n, vals, lens, base_deadline_in(OP_TIMEOUT_MS)) != 0) goto out;
+  if (store_get_many(w->client, kp, n, vals, lens, deadline) != 0) goto out;
   int64_t now = base_now_ms();
+  forgive_outage(w, now);
   for (size_t i = 0; i < n && !lost; i++) {
     int k = (int)i + first;
     char num[32] = "";
@@ -160,45 +179,64 @@ out:
 typedef struct watch_clock {
   int64_t next_hb, next_check;
   int64_t last_ok; /* last answer from the store */
+  int64_t beats;   /* this node's heartbeat count, the value of its key */
 } watch_clock;
 
 /* What one look found: nothing, a failure, or the store itself gone. */
 enum { SEEN_NOTHING, SEEN_FAILURE, SEEN_STORE_LOST };
 
 /*
- * Bumps this node's heartbeat when due. Returns SEEN_STORE_LOST with the
- * report in text when the store has not answered for lost_after_ms: cut off
- * from node 0 (its agent gone or our link down), or from etcd.
+ * SEEN_STORE_LOST with the report in text when the store has not answered
+ * for lost_after_ms: cut off from node 0 (its agent gone or our link down),
+ * or from etcd. etcd whose members answer without serving (no leader: an
+ * election) is given ELECTION_GRACE_MS more.
  */
-static int beat(agent_watch *w, const char *my_hb, watch_clock *t, char *text, size_t len) {
+static int store_silent(agent_watch *w, const watch_clock *t, int64_t now, char *text, size_t len) {
   const watch_opts *o = &w->o;
-  if (base_now_ms() < t->next_hb) return SEEN_NOTHING;
-  int64_t v;
-  if (store_add(w->client, my_hb, 1, &v, base_deadline_in(OP_TIMEOUT_MS)) == 0)
-    t->last_ok = base_now_ms();
-  int64_t now = base_now_ms();
-  t->next_hb = now + o->heartbeat_ms;
-  if (now - t->last_ok < o->lost_after_ms) return SEEN_NOTHING;
-  if (rdzv_backend_is_etcd(o->backend))
-    snprintf(text, len, "lost %s: no answer for %.1f s", rdzv_backend_name(o->backend),
-             (double)(now - t->last_ok) / 1000.0);
-  else
+  int64_t silent = now - t->last_ok;
+  if (silent < o->lost_after_ms) return SEEN_NOTHING;
+  if (!rdzv_backend_is_etcd(o->backend)) {
     snprintf(text, len, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
-             o->hostnames[0], (double)(now - t->last_ok) / 1000.0);
+             o->hostnames[0], (double)silent / 1000.0);
+    return SEEN_STORE_LOST;
+  }
+  int busy = now - rdzv_backend_answered(o->backend) < o->lost_after_ms;
+  if (busy && silent < o->lost_after_ms + ELECTION_GRACE_MS) return SEEN_NOTHING;
+  snprintf(text, len, "lost %s: %s for %.1f s", rdzv_backend_name(o->backend),
+           busy ? "its members answer but serve nothing (no leader)" : "no answer",
+           (double)silent / 1000.0);
   return SEEN_STORE_LOST;
+}
+
+/* An operation's deadline: OP_TIMEOUT_MS, but not past the moment the store would count as
+ * lost (so that its silence is seen then), and at least a slice. */
+static int64_t op_deadline(const agent_watch *w, const watch_clock *t) {
+  int64_t now = base_now_ms(), d = t->last_ok + w->o.lost_after_ms;
+  if (d > now + OP_TIMEOUT_MS) d = now + OP_TIMEOUT_MS;
+  return d > now + WAIT_SLICE_MS ? d : now + WAIT_SLICE_MS;
+}
+
+/* Bumps this node's heartbeat when due: puts its count (a put of the whole value, which the
+ * etcd client may send again when an answer is lost). */
+static void beat(agent_watch *w, const char *my_hb, watch_clock *t) {
+  if (base_now_ms() < t->next_hb) return;
+  char count[32];
+  int n = snprintf(count, sizeof count, "%lld", (long long)++t->beats);
+  if (store_set(w->client, my_hb, count, (size_t)n, op_deadline(w, t)) == 0)
+    t->last_ok = base_now_ms();
+  t->next_hb = base_now_ms() + w->o.heartbeat_ms;
 }
 
 /* One slice of waiting on the fail key: what it saw, with the report in text. */
 static int wait_fail_key(agent_watch *w, const char *fail_key, char *text, size_t len) {
   const char *keys[1] = {fail_key};
   int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
-  if (rc == -ETIMEDOUT) return SEEN_NOTHING;
+  /* etcd failing a wait (every member refusing, an election) is lost only when store_silent
+   * says so; the built-in store failing one is node 0 gone. */
+  if (rc == -ETIMEDOUT || (rc != 0 && rdzv_backend_is_etcd(w->o.backend))) return SEEN_NOTHING;
   if (rc != 0) {
-    if (rdzv_backend_is_etcd(w->o.backend))
-      snprintf(text, len, "lost %s: %s", rdzv_backend_name(w->o.backend), cohort_strerror(rc));
-    else
-      snprintf(text, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
-               w->o.hostnames[0], cohort_strerror(rc));
+    snprintf(text, len, "node 0 (%s) lost: the rendezvous store stopped answering (%s)",
+             w->o.hostnames[0], cohort_strerror(rc));
     return SEEN_STORE_LOST;
   }
   if (read_text(w->client, fail_key, text, len) != 0)
@@ -214,11 +252,14 @@ static void *watch_main(void *arg) {
   snprintf(suffix, sizeof suffix, "hb/%d", o->my_node);
   rdzv_key(my_hb, sizeof my_hb, o->job_id, o->round, suffix);
   int64_t now = base_now_ms();
-  watch_clock t = {.next_hb = 0, .next_check = now + o->heartbeat_ms, .last_ok = now};
+  watch_clock t = {.next_hb = 0, .next_check = now + o->heartbeat_ms, .last_ok = now, .beats = 0};
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
     int seen = wait_fail_key(w, fail_key, text, sizeof text);
-    if (seen == SEEN_NOTHING) seen = beat(w, my_hb, &t, text, sizeof text);
+    if (seen == SEEN_NOTHING) {
+      beat(w, my_hb, &t);
+      seen = store_silent(w, &t, base_now_ms(), text, sizeof text);
+    }
     if (seen != SEEN_NOTHING) {
       set_failure(w, text, seen == SEEN_STORE_LOST);
       break;
@@ -226,7 +267,7 @@ static void *watch_main(void *arg) {
     now = base_now_ms();
     if (now < t.next_check) continue;
     t.next_check = now + o->heartbeat_ms;
-    if (check_nodes(w, text, sizeof text)) {
+    if (check_nodes(w, op_deadline(w, &t), text, sizeof text)) {
       set_failure(w, text, 0);
       break;
     }
@@ -245,6 +286,7 @@ int watch_start(const watch_opts *o, agent_watch **out) {
   int rc = -ENOMEM;
   if (w->last_value == NULL || w->last_change == NULL) goto fail;
   int64_t now = base_now_ms();
+  w->last_sweep = now;
   for (int k = 0; k < o->nnodes; k++) {
     w->last_value[k] = -1;
     w->last_change[k] = now;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ struct rdzv_backend {
   char prefix[128];
   char anchor[STORE_KEY_MAX]; /* a guest's: the key whose lease its writes take; "" none */
   int ttl_s;
+  _Atomic int64_t answered; /* when a member last answered anything (etcd_opts.answered) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
   int64_t lease; /* 0 until the first connection granted it */
@@ -92,6 +94,10 @@ int rdzv_backend_is_etcd(const rdzv_backend *b) {
 
 const char *rdzv_backend_name(const rdzv_backend *b) {
   return b->name;
+}
+
+int64_t rdzv_backend_answered(rdzv_backend *b) {
+  return b->is_etcd ? atomic_load(&b->answered) : 0;
 }
 
 /* ---- etcd behind the store's calls ---- */
@@ -167,14 +173,15 @@ static void op_close(void *impl) {
 static const store_ops etcd_ops = {op_set, op_get,      op_wait, op_add,
                                    op_cas, op_get_many, op_del,  op_close};
 
-static void etcd_options(const rdzv_backend *b, etcd_opts *o) {
+static void etcd_options(rdzv_backend *b, etcd_opts *o) {
   *o = (etcd_opts){.endpoints = b->endpoints,
                    .prefix = b->prefix,
                    .cacert = b->cacert,
                    .cert = b->cert,
                    .key = b->key,
                    .user = b->user,
-                   .password = b->password};
+                   .password = b->password,
+                   .answered = &b->answered};
 }
 
 /* ---- the lease ---- */
@@ -212,19 +219,23 @@ static void *keep_lease(void *arg) {
   etcd_opts o;
   etcd_options(b, &o);
   etcd *e = NULL;
-  int warned = 0;
+  int warned = 0, renewed = 1;
   pthread_mutex_lock(&b->lock);
   while (!b->stop) {
+    /* A third of the TTL after a renewal; soon after one that failed (an election, a member
+     * gone), which would otherwise leave the lease a third of its TTL to live. */
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    int64_t ns = until.tv_nsec + (int64_t)b->ttl_s * 1000000000 / 3;
+    int64_t ns = until.tv_nsec + (renewed ? (int64_t)b->ttl_s * 1000000000 / 3 : 50000000);
     until.tv_sec += ns / 1000000000;
     until.tv_nsec = ns % 1000000000;
     pthread_cond_timedwait(&b->wake, &b->lock, &until);
     if (b->stop) break;
     int64_t lease = b->lease;
     pthread_mutex_unlock(&b->lock);
-    if (renew(b, &o, &e, lease) == -ENOENT && !warned++)
+    int rc = renew(b, &o, &e, lease);
+    renewed = rc != -ETIMEDOUT && rc != -ECONNREFUSED;
+    if (rc == -ENOENT && !warned++)
       base_log(BASE_LOG_WARN, "the etcd lease of this agent expired: its keys are gone");
     pthread_mutex_lock(&b->lock);
   }

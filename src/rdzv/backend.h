@@ -51,6 +51,13 @@ int rdzv_backend_is_etcd(const rdzv_backend *b);
 const char *rdzv_backend_name(const rdzv_backend *b);
 
 /*
+ * etcd: when (base_now_ms) a member last answered anything, an error or a 503 of an election
+ * included; 0 before any answer, and always for the built-in store. A member that answers
+ * but cannot serve is etcd busy, not etcd gone.
+ */
+int64_t rdzv_backend_answered(rdzv_backend *b);
+
+/*
  * A new connection (retrying until deadline_ms). etcd: the first one grants
  * the lease and starts keeping it alive (not for a guest). Errors with one line in err.
  */

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,10 @@
 #define ETCD_MAX_ENDPOINTS 16
 #define ETCD_TXN_OPS 128 /* etcd's default --max-txn-ops */
 #define ETCD_BODY_MAX (64u << 20)
+/* With several members, one attempt of a request that may be replayed lasts at most its share
+ * of the time left, and at least this: a member that cannot serve it (a follower whose leader
+ * has just died holds requests until it times out) does not take the whole deadline. */
+#define ETCD_ATTEMPT_MIN_MS 1000
 
 struct etcd {
   CURL *curl;
@@ -33,6 +38,7 @@ struct etcd {
    * watches on from there without reading it first. */
   char quiet_key[512];
   int64_t quiet_rev;
+  _Atomic int64_t *answered; /* etcd_opts.answered */
 };
 
 /* ---- libcurl, loaded at the first connection ----
@@ -198,6 +204,9 @@ static int post_once(etcd *e, const char *path, const char *req, int64_t deadlin
   snprintf(url, sizeof url, "%s://%s%s", e->scheme, e->endpoints[e->cur], path);
   struct curl_slist *hdrs = lc.slist_append(NULL, "Content-Type: application/json");
   if (e->auth_header[0] != '\0') hdrs = lc.slist_append(hdrs, e->auth_header);
+  /* etcd's "require leader" (gRPC metadata through the gateway): a member without a leader
+   * answers 503 at once instead of holding the request until it times out. */
+  hdrs = lc.slist_append(hdrs, "Grpc-Metadata-hasleader: true");
   int left = base_deadline_left(deadline);
   lc.easy_setopt(e->curl, CURLOPT_URL, url);
   lc.easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdrs);
@@ -209,6 +218,7 @@ static int post_once(etcd *e, const char *path, const char *req, int64_t deadlin
   CURLcode cc = lc.easy_perform(e->curl);
   lc.slist_free_all(hdrs);
   lc.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
+  if (*status > 0 && e->answered != NULL) atomic_store(e->answered, base_now_ms());
   if (cc == CURLE_OK) return 0;
   snprintf(e->err, sizeof e->err, "%s (last tried %s)", lc.easy_strerror(cc), e->endpoints[e->cur]);
   if (cc == CURLE_OPERATION_TIMEDOUT) return -ETIMEDOUT;
@@ -235,19 +245,29 @@ static int answer_error(etcd *e, long status, const json_t *doc) {
 
 static int authenticate(etcd *e, int64_t deadline);
 
+/* The deadline of one attempt: the whole of it for a request that must not be replayed once
+ * sent (or with one member); else its share of the time left. */
+static int64_t attempt_deadline(const etcd *e, int replay, int64_t deadline) {
+  if (!replay || e->nendpoints < 2) return deadline;
+  int64_t share = base_deadline_left(deadline) / e->nendpoints;
+  int64_t d = base_deadline_in(share > ETCD_ATTEMPT_MIN_MS ? share : ETCD_ATTEMPT_MIN_MS);
+  return d < deadline ? d : deadline;
+}
+
 /*
  * POSTs req to path, moving to the next endpoint when one cannot be
- * reached, until the deadline; *resp the parsed answer. An expired token
- * is renewed once.
+ * reached or (replay) does not answer within its share of the time, until
+ * the deadline; *resp the parsed answer. An expired token is renewed once.
  */
-static int call(etcd *e, const char *path, json_t *req, json_t **resp, int64_t deadline) {
+static int request(etcd *e, const char *path, json_t *req, json_t **resp, int64_t deadline,
+                   int replay) {
   char *text = json_dumps(req, JSON_COMPACT);
   if (text == NULL) return -ENOMEM;
   int rc = -ETIMEDOUT, reauth = e->user != NULL && strcmp(path, "/v3/auth/authenticate") != 0;
   for (int tries = 0; base_deadline_left(deadline) > 0; tries++) {
     body b = {0};
     long status = 0;
-    rc = post_once(e, path, text, deadline, &status, on_data, &b);
+    rc = post_once(e, path, text, attempt_deadline(e, replay, deadline), &status, on_data, &b);
     if (rc == -ECONNREFUSED || rc == -ETIMEDOUT) {
       free(b.p);
       e->cur = (e->cur + 1) % e->nendpoints;
@@ -284,6 +304,11 @@ static int call(etcd *e, const char *path, json_t *req, json_t **resp, int64_t d
     snprintf(e->err, sizeof e->err, "no answer before the deadline");
   free(text);
   return rc;
+}
+
+/* A request that may be sent again when its answer did not come (see etcd.h). */
+static int call(etcd *e, const char *path, json_t *req, json_t **resp, int64_t deadline) {
+  return request(e, path, req, resp, deadline, 1);
 }
 
 static int authenticate(etcd *e, int64_t deadline) {
@@ -333,6 +358,7 @@ static int setup(etcd *e, const etcd_opts *o) {
     return -EINVAL;
   }
   snprintf(e->prefix, sizeof e->prefix, "%s", o->prefix != NULL ? o->prefix : "");
+  e->answered = o->answered;
   snprintf(e->scheme, sizeof e->scheme, "%s", o->cacert != NULL ? "https" : "http");
   if ((o->user == NULL) != (o->password == NULL)) {
     snprintf(e->err, sizeof e->err, "an etcd user needs a password, and a password a user");
@@ -566,7 +592,9 @@ static int put_counted(etcd *e, const char *key, int64_t lease, int64_t *count,
   int rc = req ? set_key(e, req, "key", key) : -ENOMEM;
   if (rc == 0) rc = set_b64(req, "value", COUNTER_MARK, strlen(COUNTER_MARK));
   if (rc == 0 && lease != 0) json_object_set_new(req, "lease", i64_json(lease));
-  if (rc == 0) rc = call(e, "/v3/kv/put", req, &resp, deadline_ms);
+  /* An attempt that timed out may have been applied: it is not sent again (a member refusing
+   * it or a reset connection still moves it on, see etcd.h). */
+  if (rc == 0) rc = request(e, "/v3/kv/put", req, &resp, deadline_ms, 0);
   if (rc == 0) *count = json_i64(json_object_get(resp, "prev_kv"), "version", 0) + 1;
   json_decref(req);
   json_decref(resp);

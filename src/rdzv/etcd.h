@@ -14,8 +14,11 @@
  * to the next; it fails only when none answered before its deadline. A
  * request is retried only where that is safe: reads, puts of a whole value,
  * and the compare-and-set transactions (their compare makes a replay a
- * no-op or a visible failure). An answer of 503 (a leader election under
- * way) is retried the same way. etcd_add is a put counted by the key's
+ * no-op or a visible failure); with several members, one that has not
+ * answered such a request within its share of the time left (at least
+ * 1 s) is left for the next. Every request requires a leader (etcd's
+ * "hasleader"): a member without one (an election under way, or quorum
+ * lost) answers 503 at once, and the request moves on. etcd_add is a put counted by the key's
  * version: an addition whose answer was lost after etcd applied it (a
  * member dying at that moment) is added again; a counter read across such
  * a failure may be one high.
@@ -48,6 +51,9 @@ typedef struct etcd_opts {
   const char *cacert;     /* CA file: speak HTTPS ("": HTTPS with the system's CAs); NULL: HTTP */
   const char *cert, *key; /* client certificate and its key (PEM), or NULL */
   const char *user, *password; /* NULL: no authentication */
+  /* When not NULL: set to base_now_ms() whenever a member answers anything at all (an error,
+   * a 503 during an election), so that a caller can tell etcd busy from etcd gone. */
+  _Atomic int64_t *answered;
 } etcd_opts;
 
 /*
