@@ -317,6 +317,13 @@ put("fuzz_plot", "nonfinite", '{"step": 4, "loss": NaN, "tokens_per_s": Infinity
     '"lr": -Infinity, "note": "NaN \\" \\u00e9"}\n{"step": 5, "loss": 1, "x": "\\u0000"}\n')
 
 # ---- PyTorch error files (agent_error_json_message) ----
+put("fuzz_metrics_http", "get", "GET /metrics HTTP/1.1\r\nHost: 10.0.0.1:9400\r\nUser-Agent: "
+    "Prometheus/2.42.0\r\nAccept: text/plain;version=0.0.4\r\n\r\n")
+put("fuzz_metrics_http", "head_query", "HEAD /metrics?x=1 HTTP/1.0\n\n")
+put("fuzz_metrics_http", "post", "POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+put("fuzz_metrics_http", "other", "GET /metricsx HTTP/1.1\r\n\r\n")
+put("fuzz_metrics_http", "partial", "GET /metrics HTTP/1.1\r\nHost: a\r\n")
+put("fuzz_metrics_http", "garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
 put("fuzz_errfile", "torch", '{"message": {"message": "ValueError: learning rate must be '
     'positive\\nsecond line\\t\\u00e9", "extraInfo": {"py_callstack": "Traceback ...", '
     '"timestamp": "1700000000"}}}')

@@ -24,7 +24,7 @@ test=(
   openmpi-bin groff-base
   slurm-wlm munge
   openssl curl
-  etcd-server etcd-client openssh-server openssh-client gdb elfutils
+  etcd-server etcd-client openssh-server openssh-client gdb elfutils prometheus
 )
 # The libFuzzer targets and the sanitizer builds (scripts/fuzz-ci.sh).
 fuzz=(clang libclang-rt-14-dev)

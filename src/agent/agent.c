@@ -209,6 +209,7 @@ static void on_hung(job *j, int i) {
            HANG_REPORT_PREFIX, w->rank, j->cl.plan.my_index, j->cl.hostname, (int)w->pid,
            (double)j->cfg->hang_timeout_ms / 1000);
   j->hung = 1;
+  j->hung_rank = w->rank;
   char winner[WATCH_REPORT_MAX];
   cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
@@ -422,6 +423,8 @@ static int run_timers(job *j) {
   int timeout = snapshot_tick(j, now);
   int hang_ms = hang_tick(j, now);
   if (hang_ms >= 0 && (timeout < 0 || hang_ms < timeout)) timeout = hang_ms;
+  int metrics_ms = metrics_tick(&j->metrics, j, now);
+  if (metrics_ms >= 0 && (timeout < 0 || metrics_ms < timeout)) timeout = metrics_ms;
   if (j->stopping && !j->killed && base_deadline_left(j->kill_at) < timeout)
     timeout = base_deadline_left(j->kill_at);
   if (j->publish_at != 0) {
@@ -431,11 +434,13 @@ static int run_timers(job *j) {
   return timeout;
 }
 
-/* What the loop polls: the self-pipe first, then every open output stream. */
+/* What the loop polls: the self-pipe first, then every open output stream,
+ * then the metrics server's descriptors. */
 typedef struct poll_set {
-  struct pollfd pfd[1 + 2 * AGENT_MAX_NPROC];
+  struct pollfd pfd[1 + 2 * AGENT_MAX_NPROC + 1 + METRICS_MAX_CLIENTS];
   worker_stream *stream[1 + 2 * AGENT_MAX_NPROC];
   worker *owner[1 + 2 * AGENT_MAX_NPROC];
+  nfds_t streams_end; /* the self-pipe and the streams: pfd[0, streams_end) */
   nfds_t n;
 } poll_set;
 
@@ -453,6 +458,8 @@ static void poll_set_fill(job *j, poll_set *ps) {
       ps->n++;
     }
   }
+  ps->streams_end = ps->n;
+  ps->n += (nfds_t)metrics_pollfds(&j->metrics, ps->pfd + ps->n);
 }
 
 /* Relays the output ready and handles the events; -1 when poll failed. */
@@ -463,8 +470,9 @@ static int poll_once(job *j, poll_set *ps, int timeout) {
     return -1;
   }
   if (ready <= 0) return 0;
-  for (nfds_t k = 1; k < ps->n; k++)
+  for (nfds_t k = 1; k < ps->streams_end; k++)
     if (ps->pfd[k].revents != 0) worker_stream_read(ps->owner[k], ps->stream[k]);
+  metrics_serve(&j->metrics, ps->pfd + ps->streams_end, (int)(ps->n - ps->streams_end), j);
   if (ps->pfd[0].revents & POLLIN) {
     unsigned char evs[64];
     ssize_t got = signals_read(evs, sizeof evs);
@@ -484,7 +492,7 @@ static attempt_outcome supervise(job *j) {
     int timeout = run_timers(j);
     poll_set_fill(j, ps);
     if (running_count(j) == 0 && j->publish_at == 0) {
-      if (ps->n == 1) break;
+      if (ps->streams_end == 1) break;
       if (drain_until == 0) drain_until = base_now_ms() + DRAIN_MS;
       if (base_now_ms() >= drain_until) break;
       timeout = base_deadline_left(drain_until);
@@ -655,6 +663,8 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
   j->nworkers = place->nproc;
   j->guard.fd = -1;
   j->dup_fd[0] = j->dup_fd[1] = -1;
+  j->hung_rank = -1;
+  metrics_init(&j->metrics);
   j->workers = calloc((size_t)j->nworkers, sizeof *j->workers);
   if (j->workers == NULL) return -ENOMEM;
   for (int i = 0; i < j->nworkers; i++)
@@ -667,6 +677,7 @@ static void job_free(job *j) {
   doctor_result_destroy(j->net);
   hang_free(&j->hang);
   straggle_free(&j->strag);
+  metrics_close(&j->metrics);
   dirs_remove(j->err_dir);
   guard_stop(&j->guard);
   signals_restore();
@@ -707,9 +718,17 @@ int agent_run(const agent_config *cfg) {
     fprintf(stderr, "cohort: cannot start the guard process: %s\n", strerror(-rc));
     goto out;
   }
+  rc = metrics_open(&j.metrics, cfg->metrics_port, cfg->metrics_file);
+  if (rc != 0) {
+    fprintf(stderr, "cohort: cannot serve metrics on port %d: %s\n", cfg->metrics_port,
+            strerror(-rc));
+    status = AGENT_EXIT_USAGE;
+    goto out;
+  }
   status = cluster_open(&j.cl, cfg);
   if (status != AGENT_EXIT_OK) goto out;
   status = run_rounds(&j);
+  metrics_flush(&j.metrics, &j);
   cluster_leave(&j.cl, j.round);
 out:
   job_free(&j);

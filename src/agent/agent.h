@@ -120,6 +120,10 @@ typedef struct agent_config {
   double straggler_factor; /* report a rank whose step time is this many times the others'; 0 off */
   int64_t hang_start_ms;   /* ... or this long before its first line or beat (0: the same) */
   int launcher_stdin;      /* stdin is the connection to `cohort launch` (agent/launcher.h) */
+  int metrics_port;        /* serve Prometheus metrics on this port (agent/metrics.h); 0 off */
+  const char *metrics_file;    /* ... and write them to this file (textfile collector), or NULL */
+  const char *termination_log; /* write the root cause of a failure here when the file exists
+                                  (Kubernetes' terminationMessagePath), or NULL */
 } agent_config;
 
 /*

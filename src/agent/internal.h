@@ -14,6 +14,7 @@
 #include "agent/cluster.h"
 #include "agent/guard.h"
 #include "agent/hang.h"
+#include "agent/metrics.h"
 #include "agent/place.h"
 #include "agent/snapshot.h"
 #include "agent/straggle.h"
@@ -48,6 +49,7 @@ typedef struct job {
   int dup_fd[2];      /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */
   hang hang;          /* heartbeats (--hang-timeout, --straggler-factor); hang.prog NULL: off */
   straggle strag;     /* node 0: the ranks straggling now (--straggler-factor) */
+  metrics metrics;    /* --metrics-port's server and --metrics-file */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */
   int64_t kill_at;    /* when the stragglers get SIGKILL */
@@ -59,6 +61,7 @@ typedef struct job {
   int exec_errno;                /* the command could not be executed: why */
   int remote_failed;             /* another node failed (or was lost) first */
   int hung;                      /* this node found a rank silent for --hang-timeout */
+  int hung_rank;                 /* ... that rank (global) */
   char report[WATCH_REPORT_MAX]; /* the root cause, as every node prints it */
 } job;
 

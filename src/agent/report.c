@@ -2,9 +2,11 @@
 #include "agent/report.h"
 #include "agent/launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 
@@ -73,14 +75,14 @@ void report_cause(const job *j, char *out, size_t outlen) {
 }
 
 /* The root cause: the same text on every node (`cohort stop`'s says itself who stopped it). */
-static void print_cause(const job *j, attempt_outcome o) {
+static void print_cause(const job *j, attempt_outcome o, FILE *f) {
   const char *p = j->report;
   int first = 1;
   while (*p) {
     const char *nl = strchr(p, '\n');
     int n = nl ? (int)(nl - p) : (int)strlen(p);
     int plain = o == ATTEMPT_STOPPED || o == ATTEMPT_HUNG; /* the report says what happened */
-    fprintf(stderr, "cohort: %s%.*s\n", first && !plain ? "job failed: " : "", n, p);
+    fprintf(f, "cohort: %s%.*s\n", first && !plain ? "job failed: " : "", n, p);
     first = 0;
     p += n;
     if (*p == '\n') p++;
@@ -112,13 +114,34 @@ static void print_workers(const job *j) {
   }
 }
 
+/*
+ * The root cause into the container's termination message file, which
+ * Kubernetes shows in `kubectl describe pod`; only where the file exists (the
+ * kubelet mounts it): the agent creates nothing.
+ */
+static void write_termination_log(const job *j, attempt_outcome o) {
+  const char *path = j->cfg->termination_log;
+  if (path == NULL || j->report[0] == '\0') return;
+  int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return;
+  FILE *f = fdopen(fd, "w");
+  if (f == NULL) {
+    close(fd);
+    return;
+  }
+  if (j->cl.multinode) fprintf(f, "cohort: node %d (%s)\n", j->cl.plan.my_index, j->cl.hostname);
+  print_cause(j, o, f);
+  if (fclose(f) != 0) base_log(BASE_LOG_WARN, "cannot write the termination message to %s", path);
+}
+
 void report_print(const job *j, attempt_outcome o) {
   if (!j->cl.multinode && o != ATTEMPT_FAILED && o != ATTEMPT_HUNG) {
     /* The agent's own end on one node: one line says it all. */
     fprintf(stderr, "cohort: %s\n", j->report);
   } else {
-    print_cause(j, o);
+    print_cause(j, o, stderr);
     print_workers(j);
   }
   fflush(stderr);
+  write_termination_log(j, o);
 }

@@ -93,6 +93,11 @@
   "  --straggler-factor F  report (on node 0, once per episode) a rank whose step time, from\n"    \
   "                       the step numbers it writes to $COHORT_HEARTBEAT, is above F times\n"     \
   "                       the other ranks' median (default 1.5; 0: off); never stops the job\n"    \
+  "  --metrics-port PORT  serve Prometheus metrics (per rank step, beat age, hang; per node\n"     \
+  "                       round, members, restarts, store) on PORT at /metrics\n"                  \
+  "  --metrics-file PATH  also write them to PATH (node-exporter's textfile collector)\n"          \
+  "  --termination-log PATH  write a failed job's root cause to PATH if it exists\n"               \
+  "                       (default /dev/termination-log: Kubernetes' termination message)\n"       \
   "  --net auto|off       add the NCCL/UCX/Gloo settings `cohort doctor` derives for this\n"       \
   "                       node (never overriding what you set; default auto)\n"                    \
   "  --sysfs-root DIR, --proc-root DIR, --dev-root DIR  read GPUs and the CPU topology\n"          \
@@ -465,6 +470,11 @@ static const cli_opt run_opts[] = {
      .what = "0 (off) or a factor above 1, up to 1000"},
     {"--hang-start-timeout", 0, CLI_SECONDS, .at = AT(cfg.hang_start_ms, int64_t), .min = 1000,
      .max = 86400000LL * 7},
+    {"--metrics-port", 0, CLI_INT, .at = AT(cfg.metrics_port, int), .min = 1, .max = 65535},
+    {"--metrics-file", 0, CLI_STR, .at = AT(cfg.metrics_file, const char *), .what = "a path",
+     .flags = CLI_NONEMPTY},
+    {"--termination-log", 0, CLI_STR, .at = AT(cfg.termination_log, const char *), .what = "a path",
+     .flags = CLI_NONEMPTY},
     {"--net", 0, CLI_CHOICE, .at = AT(cfg.net_auto, int), .choices = net_modes},
     {"--cpu-bind", 0, CLI_CHOICE, .at = AT(cpu_bind, int), .choices = cpu_modes},
     {"--sysfs-root", 0, CLI_STR, .at = AT(cfg.sysfs_root, const char *), .what = "a directory",
@@ -718,6 +728,7 @@ static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
               .lost_after_ms = 5000,
               .straggler_factor = 1.5,
               .net_auto = 1,
+              .termination_log = "/dev/termination-log",
           },
       .method = RDZV_AUTO,
       .master_port = -1,
