@@ -16,11 +16,12 @@ demo=(
   libssl-dev libjansson-dev libcurl4-openssl-dev
 )
 # The ctest suites: namespaces and process tools, PyTorch for the torchrun
-# and DDP tests, the real servers (Slurm with munge, etcd, sshd), gdb and
-# eu-stack for workers' stacks, groff for the man pages.
+# and DDP tests, jsonschema for the Kubernetes templates' schemas, the real
+# servers (Slurm with munge, etcd, sshd, Prometheus), gdb and eu-stack for
+# workers' stacks, groff for the man pages.
 test=(
   iproute2 util-linux procps psmisc
-  python3 python3-torch python3-numpy python3-yaml python3-protobuf
+  python3 python3-torch python3-numpy python3-yaml python3-protobuf python3-jsonschema
   openmpi-bin groff-base
   slurm-wlm munge
   openssl curl

@@ -10,6 +10,13 @@ add_test(NAME manifest_cli
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest.py $<TARGET_FILE:cohort>)
 set_tests_properties(manifest_cli PROPERTIES TIMEOUT 120 LABELS "unit")
 
+# Every Kubernetes kind against the real schemas of its API (tests/schemas/,
+# Debian's python3-jsonschema).
+add_test(NAME manifest_schema
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest_schema.py $<TARGET_FILE:cohort>
+          ${CMAKE_SOURCE_DIR}/tests/schemas)
+set_tests_properties(manifest_schema PROPERTIES TIMEOUT 120 LABELS "unit")
+
 add_test(NAME install
   COMMAND ${CMAKE_SOURCE_DIR}/tests/test_install.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 set_tests_properties(install PROPERTIES TIMEOUT 300 LABELS "slow")

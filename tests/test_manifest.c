@@ -162,6 +162,65 @@ static void test_k8s_validation(void) {
   manifest_buf_free(&b);
 }
 
+typedef int (*kube_fn)(const manifest_k8s_opts *, manifest_buf *, char *, size_t);
+
+/* The controllers' kinds: their pod names bound --name, Trainer fixes the
+ * port, and the metrics port must be a port of its own. */
+static void test_kube_kinds(void) {
+  static const struct {
+    kube_fn fn;
+    int longest; /* the longest name for 10 nodes (indices up to 9) */
+  } kinds[] = {{manifest_k8s, 61},
+               {manifest_jobset, 54},
+               {manifest_trainjob, 54},
+               {manifest_pytorchjob, 54}};
+  char name[80], err[256];
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    manifest_k8s_opts o = {.image = "img",
+                           .nodes = 10,
+                           .nproc_per_node = 2,
+                           .port = MANIFEST_DEFAULT_PORT,
+                           .token = "0123456789abcdef0123456789abcdef",
+                           .cmd = cmd_default,
+                           .ncmd = 2};
+    manifest_buf b;
+    manifest_buf_init(&b);
+    memset(name, 'a', sizeof name);
+    name[kinds[k].longest] = '\0';
+    o.name = name;
+    CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), 0);
+    manifest_buf_free(&b);
+    name[kinds[k].longest] = 'a';
+    name[kinds[k].longest + 1] = '\0';
+    CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "--name") != NULL);
+    o.name = "t";
+    o.metrics_port = o.port;
+    CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "--metrics-port") != NULL);
+    o.metrics_port = 9400;
+    CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), 0);
+    CHECK(strstr(b.data, "\"--metrics-port\"\n") != NULL);
+    CHECK(strstr(b.data, "prometheus.io/port: \"9400\"") != NULL);
+    CHECK(strstr(b.data, "terminationMessagePolicy: FallbackToLogsOnError") != NULL);
+    manifest_buf_free(&b);
+  }
+  manifest_k8s_opts o = {.name = "t",
+                         .image = "img",
+                         .nodes = 2,
+                         .nproc_per_node = 1,
+                         .port = 29500,
+                         .token = "t",
+                         .cmd = cmd_default,
+                         .ncmd = 2};
+  manifest_buf b;
+  manifest_buf_init(&b);
+  CHECK_EQ_INT(manifest_trainjob(&o, &b, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "29400") != NULL);
+  CHECK_EQ_INT(b.len, 0);
+  manifest_buf_free(&b);
+}
+
 static int slurm_rc(const char *time, const char *partition, const char *job_name) {
   manifest_slurm_opts o = {.nodes = 2,
                            .nproc_per_node = 4,
@@ -295,6 +354,7 @@ int main(void) {
   test_shell_quote();
   test_parse_size();
   test_k8s_validation();
+  test_kube_kinds();
   test_slurm_validation();
   test_docker_validation();
   test_docker_ipv6_master();

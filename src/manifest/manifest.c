@@ -1,5 +1,7 @@
-/* manifest.c - Kubernetes, Slurm and docker templates for cohort jobs. */
+/* manifest.c - the text buffer, quoting and checks of every template; the Slurm and docker
+ * templates (Kubernetes' are in k8s.c). */
 #include "manifest/manifest.h"
+#include "manifest/internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -224,9 +226,7 @@ int manifest_parse_size(const char *s, uint64_t *bytes) {
   return 0;
 }
 
-static int seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int seterr(char *err, size_t errlen, const char *fmt, ...) {
+int manifest_seterr(char *err, size_t errlen, const char *fmt, ...) {
   if (errlen > 0) {
     va_list ap;
     va_start(ap, fmt);
@@ -237,7 +237,7 @@ static int seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* RFC 1123 label as Kubernetes checks it for Service names. */
-static int dns_label_ok(const char *s, size_t maxlen) {
+int manifest_dns_label_ok(const char *s, size_t maxlen) {
   size_t n = strlen(s);
   if (n == 0 || n > maxlen) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -248,45 +248,46 @@ static int dns_label_ok(const char *s, size_t maxlen) {
 }
 
 /* RFC 1123 subdomain, as Kubernetes checks it for Secret names. */
-static int dns_subdomain_ok(const char *s) {
+int manifest_dns_subdomain_ok(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > 253) return 0;
   char label[254];
   memcpy(label, s, n + 1);
   for (char *save = NULL, *tok = strtok_r(label, ".", &save); tok != NULL;
        tok = strtok_r(NULL, ".", &save))
-    if (!dns_label_ok(tok, 63)) return 0;
+    if (!manifest_dns_label_ok(tok, 63)) return 0;
   return s[0] != '.' && s[n - 1] != '.' && strstr(s, "..") == NULL;
 }
 
 /* Image references, host names and similar: printable ASCII, no spaces. */
-static int token_ok(const char *s) {
+int manifest_token_ok(const char *s) {
   if (s == NULL || *s == '\0') return 0;
   for (const unsigned char *p = (const unsigned char *)s; *p; p++)
     if (*p <= 0x20 || *p >= 0x7F) return 0;
   return 1;
 }
 
-static int common_checks(int nodes, int nproc, char *const *cmd, size_t ncmd, char *err,
-                         size_t errlen) {
+int manifest_common_checks(int nodes, int nproc, char *const *cmd, size_t ncmd, char *err,
+                           size_t errlen) {
   if (nodes < 1 || nodes > MANIFEST_MAX_NODES)
-    return seterr(err, errlen, "--nodes must be in 1..%d", MANIFEST_MAX_NODES);
+    return manifest_seterr(err, errlen, "--nodes must be in 1..%d", MANIFEST_MAX_NODES);
   if (nproc < 1 || nproc > MANIFEST_MAX_NPROC)
-    return seterr(err, errlen, "--nproc-per-node must be in 1..%d", MANIFEST_MAX_NPROC);
+    return manifest_seterr(err, errlen, "--nproc-per-node must be in 1..%d", MANIFEST_MAX_NPROC);
   if (cmd == NULL || ncmd == 0)
-    return seterr(err, errlen, "no command: give the training command after '--'");
+    return manifest_seterr(err, errlen, "no command: give the training command after '--'");
   for (size_t i = 0; i < ncmd; i++) {
     manifest_buf tmp;
     manifest_buf_init(&tmp);
     int rc = manifest_yaml_quote(&tmp, cmd[i], 0);
     manifest_buf_free(&tmp);
-    if (rc != 0) return seterr(err, errlen, "command argument %zu is not valid UTF-8", i + 1);
+    if (rc != 0)
+      return manifest_seterr(err, errlen, "command argument %zu is not valid UTF-8", i + 1);
   }
   return 0;
 }
 
 /* Formats a byte count with the largest binary unit that divides it. */
-static void size_str(uint64_t bytes, const char *const units[4], char *out, size_t outlen) {
+void manifest_size_str(uint64_t bytes, const char *const units[4], char *out, size_t outlen) {
   static const unsigned shifts[4] = {40, 30, 20, 10};
   for (int i = 0; i < 4; i++) {
     uint64_t unit = (uint64_t)1 << shifts[i];
@@ -298,183 +299,12 @@ static void size_str(uint64_t bytes, const char *const units[4], char *out, size
   snprintf(out, outlen, "%llu", (unsigned long long)bytes);
 }
 
-static int finish(manifest_buf *out, char *err, size_t errlen) {
+int manifest_finish(manifest_buf *out, char *err, size_t errlen) {
   if (out->oom) {
-    seterr(err, errlen, "out of memory");
+    manifest_seterr(err, errlen, "out of memory");
     return -ENOMEM;
   }
   return 0;
-}
-
-/* ---- Kubernetes ---- */
-
-static void yaml_line(manifest_buf *b, int indent, const char *key, const char *value) {
-  manifest_buf_printf(b, "%*s%s: ", indent, "", key);
-  manifest_yaml_quote(b, value, 0);
-  manifest_buf_puts(b, "\n");
-}
-
-/* The Secret that holds a generated job token. */
-static void k8s_secret(manifest_buf *b, const char *job, const char *secret, const char *token) {
-  manifest_buf_puts(b, "---\napiVersion: v1\nkind: Secret\nmetadata:\n");
-  yaml_line(b, 2, "name", secret);
-  manifest_buf_puts(b, "  labels:\n");
-  yaml_line(b, 4, "cohort.job", job);
-  manifest_buf_puts(b, "type: Opaque\nstringData:\n");
-  yaml_line(b, 2, "token", token);
-}
-
-static int k8s_check(const manifest_k8s_opts *o, char *err, size_t errlen) {
-  int rc = common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
-  if (rc != 0) return rc;
-  if (o->name == NULL) return seterr(err, errlen, "--name is required");
-  /* Pods of an Indexed Job are named "<job>-<index>", which must stay a
-   * DNS label (63 characters). */
-  char last[32];
-  int digits = snprintf(last, sizeof last, "%d", o->nodes - 1);
-  if (!dns_label_ok(o->name, (size_t)(62 - digits)))
-    return seterr(err, errlen,
-                  "--name '%s' must be lower-case letters, digits and '-', start and end "
-                  "with a letter or digit, at most %d characters",
-                  o->name, 62 - digits);
-  if (!token_ok(o->image))
-    return seterr(err, errlen, "--image must be a non-empty image reference");
-  if (o->gpus < 0 || o->gpus > MANIFEST_MAX_NPROC)
-    return seterr(err, errlen, "--gpus must be in 0..%d", MANIFEST_MAX_NPROC);
-  if (o->port < 1 || o->port > 65535) return seterr(err, errlen, "--port must be in 1..65535");
-  if (o->token_secret != NULL && !dns_subdomain_ok(o->token_secret))
-    return seterr(err, errlen, "--token-secret '%s' is not a valid Secret name", o->token_secret);
-  if (o->token_secret == NULL && !token_ok(o->token))
-    return seterr(err, errlen, "no job token for the generated Secret");
-  return 0;
-}
-
-/* The comments that start the output, and the Secret with a generated token. */
-static void k8s_head(manifest_buf *b, const manifest_k8s_opts *o, const char *secret) {
-  manifest_buf_puts(b, "# Generated by `cohort manifest k8s`. Apply with: kubectl apply -f FILE\n"
-                       "# The headless Service gives pod 0 the DNS name ");
-  manifest_buf_printf(b, "%s-0.%s, where its agent hosts\n", o->name, o->name);
-  manifest_buf_puts(b, "# the rendezvous; every pod's agent joins it with its completion index "
-                       "as node rank.\n");
-  if (o->token_secret != NULL)
-    manifest_buf_printf(
-        b,
-        "# The job token is the key \"token\" of Secret %s, e.g.\n"
-        "#   kubectl create secret generic %s --from-literal=token=$(cohort token)\n",
-        o->token_secret, o->token_secret);
-  else
-    manifest_buf_printf(b,
-                        "# The job token, generated with this file, is the key \"token\" of Secret "
-                        "%s below:\n"
-                        "# keep the file private, since whoever has the token can join or stop "
-                        "the job.\n",
-                        secret);
-  if (o->token_secret == NULL) k8s_secret(b, o->name, secret, o->token);
-}
-
-/* The headless Service that gives pod i the name NAME-i.NAME. */
-static void k8s_service(manifest_buf *b, const manifest_k8s_opts *o) {
-  manifest_buf_puts(b, "---\napiVersion: v1\nkind: Service\nmetadata:\n");
-  yaml_line(b, 2, "name", o->name);
-  manifest_buf_puts(b, "  labels:\n");
-  yaml_line(b, 4, "cohort.job", o->name);
-  manifest_buf_puts(b, "spec:\n  clusterIP: None\n"
-                       "  # Publish pod addresses before readiness so that the agents can find\n"
-                       "  # pod 0 as soon as it runs.\n"
-                       "  publishNotReadyAddresses: true\n"
-                       "  selector:\n");
-  yaml_line(b, 4, "cohort.job", o->name);
-  manifest_buf_printf(b, "  ports:\n  - name: rendezvous\n    port: %d\n    protocol: TCP\n",
-                      o->port);
-}
-
-int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
-  int rc = k8s_check(o, err, errlen);
-  if (rc != 0) return rc;
-  char master[320], secret[300];
-  if (o->token_secret != NULL)
-    snprintf(secret, sizeof secret, "%s", o->token_secret);
-  else
-    snprintf(secret, sizeof secret, "%s-token", o->name);
-  snprintf(master, sizeof master, "%s-0.%s:%d", o->name, o->name, o->port);
-  char num[32];
-  manifest_buf *b = out;
-  k8s_head(b, o, secret);
-  k8s_service(b, o);
-
-  /* The Job. */
-  manifest_buf_puts(b, "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n");
-  yaml_line(b, 2, "name", o->name);
-  manifest_buf_puts(b, "  labels:\n");
-  yaml_line(b, 4, "cohort.job", o->name);
-  manifest_buf_printf(b,
-                      "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
-                      "  # A failed worker stops the agents on every node, so the Job fails as a "
-                      "whole\n  # instead of restarting one pod into a finished rendezvous.\n"
-                      "  backoffLimit: 0\n"
-                      "  template:\n    metadata:\n      labels:\n",
-                      o->nodes, o->nodes);
-  yaml_line(b, 8, "cohort.job", o->name);
-  if (o->rdma == MANIFEST_RDMA_ROCE)
-    manifest_buf_puts(b, "      annotations:\n"
-                         "        k8s.v1.cni.cncf.io/networks: \"kube-system/roce\"\n");
-  manifest_buf_puts(b, "    spec:\n"
-                       "      # With the Service's name as subdomain, pod i (hostname <job>-i) is\n"
-                       "      # reachable as <job>-i.<service>.\n");
-  yaml_line(b, 6, "subdomain", o->name);
-  manifest_buf_puts(b, "      restartPolicy: Never\n      containers:\n      - name: cohort\n");
-  yaml_line(b, 8, "image", o->image);
-  manifest_buf_puts(b, "        command:\n");
-  const char *fixed[] = {"cohort", "run",      "--nnodes", NULL,          "--nproc-per-node",
-                         NULL,     "--master", master,     "--node-rank", "$(JOB_COMPLETION_INDEX)",
-                         NULL,     NULL,       "--"};
-  char nnodes[16], nproc[16], hang[16];
-  snprintf(nnodes, sizeof nnodes, "%d", o->nodes);
-  snprintf(nproc, sizeof nproc, "%d", o->nproc_per_node);
-  snprintf(hang, sizeof hang, "%d", o->hang_timeout);
-  fixed[3] = nnodes;
-  fixed[5] = nproc;
-  if (o->hang_timeout > 0) {
-    fixed[10] = "--hang-timeout";
-    fixed[11] = hang;
-  }
-  for (size_t i = 0; i < BASE_ARRAY_LEN(fixed); i++) {
-    if (fixed[i] == NULL) continue;
-    manifest_buf_puts(b, "        - ");
-    manifest_yaml_quote(b, fixed[i], 0); /* the index reference must be expanded */
-    manifest_buf_puts(b, "\n");
-  }
-  for (size_t i = 0; i < o->ncmd; i++) {
-    manifest_buf_puts(b, "        - ");
-    manifest_yaml_quote(b, o->cmd[i], 1);
-    manifest_buf_puts(b, "\n");
-  }
-  manifest_buf_puts(b, "        env:\n        - name: COHORT_TOKEN\n          valueFrom:\n"
-                       "            secretKeyRef:\n");
-  yaml_line(b, 14, "name", secret);
-  manifest_buf_puts(b, "              key: token\n");
-  manifest_buf_printf(
-      b, "        ports:\n        - name: rendezvous\n          containerPort: %d\n", o->port);
-  if (o->gpus > 0 || o->rdma != MANIFEST_RDMA_NONE) {
-    manifest_buf_puts(b, "        resources:\n          limits:\n");
-    if (o->gpus > 0) manifest_buf_printf(b, "            nvidia.com/gpu: %d\n", o->gpus);
-    if (o->rdma != MANIFEST_RDMA_NONE) manifest_buf_puts(b, "            rdma/rdma: 1\n");
-  }
-  if (o->rdma != MANIFEST_RDMA_NONE)
-    manifest_buf_puts(b, "        securityContext:\n"
-                         "          # RDMA registers (pins) memory, which needs IPC_LOCK.\n"
-                         "          capabilities:\n            add:\n            - IPC_LOCK\n");
-  manifest_buf_puts(b,
-                    "        volumeMounts:\n        - name: dshm\n          mountPath: /dev/shm\n"
-                    "      volumes:\n      - name: dshm\n"
-                    "        # Shared-memory transports need more than the runtime's 64 MiB.\n"
-                    "        emptyDir:\n          medium: Memory\n");
-  if (o->shm_bytes > 0) {
-    static const char *const units[4] = {"Ti", "Gi", "Mi", "Ki"};
-    size_str(o->shm_bytes, units, num, sizeof num);
-    yaml_line(b, 10, "sizeLimit", num);
-  }
-  return finish(out, err, errlen);
 }
 
 /* ---- Slurm ---- */
@@ -513,19 +343,20 @@ static int slurm_name_ok(const char *s, const char *extra) {
 }
 
 int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, size_t errlen) {
-  int rc = common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
+  int rc = manifest_common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
   if (rc != 0) return rc;
   if (o->gpus_per_node < 0 || o->gpus_per_node > MANIFEST_MAX_NPROC)
-    return seterr(err, errlen, "--gpus-per-node must be in 0..%d", MANIFEST_MAX_NPROC);
+    return manifest_seterr(err, errlen, "--gpus-per-node must be in 0..%d", MANIFEST_MAX_NPROC);
   if (o->time != NULL && !slurm_time_ok(o->time))
-    return seterr(err, errlen,
-                  "--time '%s' is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)",
-                  o->time);
+    return manifest_seterr(err, errlen,
+                           "--time '%s' is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)",
+                           o->time);
   if (o->partition != NULL && !slurm_name_ok(o->partition, "_.-,"))
-    return seterr(err, errlen, "--partition '%s' must be letters, digits and _ . - ,",
-                  o->partition);
+    return manifest_seterr(err, errlen, "--partition '%s' must be letters, digits and _ . - ,",
+                           o->partition);
   if (o->job_name != NULL && !slurm_name_ok(o->job_name, "_.-"))
-    return seterr(err, errlen, "--job-name '%s' must be letters, digits and _ . -", o->job_name);
+    return manifest_seterr(err, errlen, "--job-name '%s' must be letters, digits and _ . -",
+                           o->job_name);
 
   manifest_buf *b = out;
   manifest_buf_puts(b, "#!/bin/bash\n");
@@ -560,7 +391,7 @@ int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, s
     manifest_shell_quote(b, o->cmd[i]);
   }
   manifest_buf_puts(b, "\n");
-  return finish(out, err, errlen);
+  return manifest_finish(out, err, errlen);
 }
 
 /* ---- docker ---- */
@@ -582,29 +413,31 @@ static void docker_env_file(manifest_buf *b, const char *token) {
 }
 
 int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err, size_t errlen) {
-  int rc = common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
+  int rc = manifest_common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
   if (rc != 0) return rc;
-  if (!token_ok(o->image))
-    return seterr(err, errlen, "--image must be a non-empty image reference");
-  if (o->master_addr == NULL) return seterr(err, errlen, "--master-addr is required");
-  if (!token_ok(o->master_addr) || strlen(o->master_addr) >= BASE_HOST_MAX ||
+  if (!manifest_token_ok(o->image))
+    return manifest_seterr(err, errlen, "--image must be a non-empty image reference");
+  if (o->master_addr == NULL) return manifest_seterr(err, errlen, "--master-addr is required");
+  if (!manifest_token_ok(o->master_addr) || strlen(o->master_addr) >= BASE_HOST_MAX ||
       strspn(o->master_addr,
              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:_") !=
           strlen(o->master_addr))
-    return seterr(err, errlen, "--master-addr '%s' must be a host name or an IP address",
-                  o->master_addr);
-  if (o->port < 1 || o->port > 65535) return seterr(err, errlen, "--port must be in 1..65535");
-  if (o->gpus != NULL && !token_ok(o->gpus))
-    return seterr(err, errlen, "--gpus must be a docker --gpus value such as all or 2");
+    return manifest_seterr(err, errlen, "--master-addr '%s' must be a host name or an IP address",
+                           o->master_addr);
+  if (o->port < 1 || o->port > 65535)
+    return manifest_seterr(err, errlen, "--port must be in 1..65535");
+  if (o->gpus != NULL && !manifest_token_ok(o->gpus))
+    return manifest_seterr(err, errlen, "--gpus must be a docker --gpus value such as all or 2");
   /* An env file holds one line per variable, taken as is. */
-  if (!token_ok(o->token)) return seterr(err, errlen, "no job token for the env file");
+  if (!manifest_token_ok(o->token))
+    return manifest_seterr(err, errlen, "no job token for the env file");
 
   char master[BASE_HOST_MAX + 16];
   base_join_hostport(o->master_addr, o->port, master, sizeof master);
   char shm[32] = "";
   if (o->shm_bytes > 0) {
     static const char *const units[4] = {"t", "g", "m", "k"};
-    size_str(o->shm_bytes, units, shm, sizeof shm);
+    manifest_size_str(o->shm_bytes, units, shm, sizeof shm);
     if (shm[strlen(shm) - 1] == 't') /* docker knows no "t" */
       snprintf(shm, sizeof shm, "%llug", (unsigned long long)(o->shm_bytes >> 30));
   }
@@ -644,5 +477,5 @@ int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err,
     }
     manifest_buf_puts(b, "\n");
   }
-  return finish(out, err, errlen);
+  return manifest_finish(out, err, errlen);
 }

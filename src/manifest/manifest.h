@@ -1,6 +1,7 @@
 /*
- * manifest.h - job templates for Kubernetes, Slurm and docker that start
- * `cohort run` on every node of a job.
+ * manifest.h - job templates for Kubernetes (a Job, JobSet, Kubeflow TrainJob
+ * or PyTorchJob), Slurm and docker that start `cohort run` on every node of a
+ * job.
  *
  * The renderers are pure functions: they validate their options, append the
  * text to a growable buffer and return 0, or return a negative code and write
@@ -83,13 +84,36 @@ typedef struct manifest_k8s_opts {
   const char *token;        /* without token_secret: the token of the Secret NAME-token
                                that the output then holds (printable ASCII) */
   int hang_timeout;         /* cohort run --hang-timeout in seconds, 0 to leave it off */
+  int metrics_port;         /* cohort run --metrics-port, a container port and the pods'
+                               prometheus.io scrape annotations; 0 for none */
   char *const *cmd;         /* the training command, ncmd >= 1 */
   size_t ncmd;
 } manifest_k8s_opts;
 
-/* An Indexed Job plus the headless Service that names its pods, and the
- * Secret with the job's token unless token_secret names one. */
+/*
+ * The Kubernetes kinds, each with the Secret holding the job's token unless
+ * token_secret names one. Every pod runs `cohort run` (and the root cause of
+ * a failure becomes its container's termination message):
+ *  - manifest_k8s: an Indexed Job plus the headless Service that names its
+ *    pods; pod 0 (NAME-0.NAME) hosts the rendezvous.
+ *  - manifest_jobset: a JobSet (jobset.x-k8s.io/v1alpha2) of one replicated
+ *    Job "node"; JobSet names pod i NAME-node-0-i.NAME.
+ *  - manifest_trainjob: a Kubeflow Trainer v2 TrainJob
+ *    (trainer.kubeflow.org/v1alpha1) and the TrainingRuntime NAME-cohort it
+ *    runs on (the pod's /dev/shm, capabilities, ports and annotations, which
+ *    a TrainJob cannot set); the torch plugin's PET_* variables give the
+ *    agents their shape. Its port is the plugin's 29400.
+ *  - manifest_pytorchjob: a Training Operator v1 PyTorchJob
+ *    (kubeflow.org/v1), Master and Worker replicas; the agents read the
+ *    operator's PET_* variables.
+ */
 int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
+int manifest_jobset(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
+int manifest_trainjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
+int manifest_pytorchjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
+
+/* The rendezvous port Kubeflow Trainer's torch plugin gives PET_MASTER_PORT. */
+#define MANIFEST_TRAINER_PORT 29400
 
 typedef struct manifest_slurm_opts {
   int nodes;

@@ -1,7 +1,7 @@
 /*
- * cmd_manifest.c - `cohort manifest k8s|slurm|docker`: print a job template
- * that starts `cohort run` on every node. Argument parsing only; the
- * templates are built by src/manifest.
+ * cmd_manifest.c - `cohort manifest k8s|jobset|trainjob|pytorchjob|slurm|docker`: print a job
+ * template that starts `cohort run` on every node. Argument parsing only; the templates are built
+ * by src/manifest.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,9 +19,12 @@ static const char manifest_usage[] =
     "Prints a job template that runs `cohort run ... -- COMMAND` on every node.\n"
     "\n"
     "kinds:\n"
-    "  k8s     Kubernetes Indexed Job and headless Service (YAML)\n"
-    "  slurm   sbatch script starting one agent per node with srun\n"
-    "  docker  one `docker run` line per node\n"
+    "  k8s         Kubernetes Indexed Job and headless Service (YAML)\n"
+    "  jobset      JobSet (jobset.x-k8s.io) of one Indexed Job\n"
+    "  trainjob    Kubeflow Trainer v2 TrainJob and its TrainingRuntime\n"
+    "  pytorchjob  Kubeflow Training Operator v1 PyTorchJob\n"
+    "  slurm       sbatch script starting one agent per node with srun\n"
+    "  docker      one `docker run` line per node\n"
     "\n"
     "'cohort manifest <kind> --help' lists the options of a kind.\n";
 
@@ -47,7 +50,55 @@ static const char k8s_usage[] =
     "                        token generated now; keep the file private)\n"
     "  --port PORT           rendezvous port of pod 0 (default 29400)\n"
     "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"
+    "  --metrics-port PORT   cohort run --metrics-port PORT: Prometheus metrics on that\n"
+    "                        port of every pod, with prometheus.io scrape annotations\n"
     "  -h, --help            show this help\n";
+
+/* The options every Kubernetes kind shares. */
+#define KUBE_OPTIONS                                                                               \
+  "options:\n"                                                                                     \
+  "  --name NAME           the job's name (DNS label)\n"                                           \
+  "  --nodes N             number of pods (nodes)\n"                                               \
+  "  --nproc-per-node G    workers per pod\n"                                                      \
+  "  --image IMAGE         container image; must have `cohort` on its PATH\n"                      \
+  "  --gpus G              nvidia.com/gpu resources per pod (default: none)\n"                     \
+  "  --rdma roce|ib        request rdma/rdma and IPC_LOCK; roce also attaches the\n"               \
+  "                        kube-system/roce network\n"                                             \
+  "  --shm SIZE            size limit of the memory-backed /dev/shm (e.g. 8G)\n"                   \
+  "  --token-secret NAME   existing Secret whose key \"token\" becomes COHORT_TOKEN\n"             \
+  "                        (default: the output holds a Secret NAME-token with a\n"                \
+  "                        token generated now; keep the file private)\n"                          \
+  "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"                 \
+  "  --metrics-port PORT   cohort run --metrics-port PORT: Prometheus metrics on that\n"           \
+  "                        port of every pod, with prometheus.io scrape annotations\n"             \
+  "  -h, --help            show this help\n"
+
+static const char jobset_usage[] =
+    "usage: cohort manifest jobset --name NAME --nodes N --nproc-per-node G --image IMAGE\n"
+    "                              [options] -- COMMAND [ARG...]\n"
+    "\n"
+    "Prints a JobSet (jobset.x-k8s.io/v1alpha2) of one Indexed Job of N pods; JobSet\n"
+    "names pod 0 NAME-node-0-0.NAME, where its agent hosts the rendezvous.\n"
+    "\n" KUBE_OPTIONS "  --port PORT           rendezvous port of pod 0 (default 29400)\n";
+
+static const char trainjob_usage[] =
+    "usage: cohort manifest trainjob --name NAME --nodes N --nproc-per-node G --image IMAGE\n"
+    "                                [options] -- COMMAND [ARG...]\n"
+    "\n"
+    "Prints a Kubeflow Trainer v2 TrainJob and the TrainingRuntime NAME-cohort it runs\n"
+    "on. The torch plugin sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and\n"
+    "PET_MASTER_PORT (29400) in every pod, which `cohort run` reads as torchrun does.\n"
+    "\n" KUBE_OPTIONS;
+
+static const char pytorchjob_usage[] =
+    "usage: cohort manifest pytorchjob --name NAME --nodes N --nproc-per-node G --image IMAGE\n"
+    "                                  [options] -- COMMAND [ARG...]\n"
+    "\n"
+    "Prints a Kubeflow Training Operator v1 PyTorchJob (one Master, N-1 Workers). The\n"
+    "operator sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT in\n"
+    "every pod, which `cohort run` reads as torchrun does.\n"
+    "\n" KUBE_OPTIONS
+    "  --port PORT           the Master's port, pytorchjob-port (default 29400)\n";
 
 static const char slurm_usage[] =
     "usage: cohort manifest slurm --nodes N --nproc-per-node G [options] -- COMMAND [ARG...]\n"
@@ -90,7 +141,7 @@ static const char docker_usage[] =
 
 typedef struct manifest_args {
   const char *name, *image, *time, *partition, *job_name, *master_addr, *gpus_str, *token_secret;
-  int nodes, nproc, gpus, gpus_per_node, port, rdma_flag, rdma, hang_timeout;
+  int nodes, nproc, gpus, gpus_per_node, port, rdma_flag, rdma, hang_timeout, metrics_port;
   uint64_t shm;
 } manifest_args;
 
@@ -137,6 +188,7 @@ static const cli_opt k8s_opts[] = {
     {"--token-secret", 0, CLI_STR, .at = AT(token_secret, const char *)},
     PORT_ROW,
     HANG_ROW,
+    {"--metrics-port", 0, CLI_INT, .at = AT(metrics_port, int), .min = 1, .max = 65535},
 };
 
 static const cli_opt slurm_opts[] = {
@@ -174,8 +226,10 @@ static int new_token(char token[STORE_TOKEN_NEW_LEN + 1], char *err, size_t errl
   return -EIO;
 }
 
-static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
-                     size_t errlen) {
+/* The Kubernetes kinds: one set of options, one renderer each. */
+static int build_kube(int (*render)(const manifest_k8s_opts *, manifest_buf *, char *, size_t),
+                      const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+                      size_t errlen) {
   char token[STORE_TOKEN_NEW_LEN + 1] = "";
   if (a->token_secret == NULL && new_token(token, err, errlen) != 0) return -EIO;
   manifest_k8s_opts o = {.name = a->name,
@@ -189,9 +243,30 @@ static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *
                          .token_secret = a->token_secret,
                          .token = token,
                          .hang_timeout = a->hang_timeout,
+                         .metrics_port = a->metrics_port,
                          .cmd = cmd->argv,
                          .ncmd = (size_t)cmd->argc};
-  return manifest_k8s(&o, out, err, errlen);
+  return render(&o, out, err, errlen);
+}
+
+static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+                     size_t errlen) {
+  return build_kube(manifest_k8s, a, cmd, out, err, errlen);
+}
+
+static int build_jobset(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+                        size_t errlen) {
+  return build_kube(manifest_jobset, a, cmd, out, err, errlen);
+}
+
+static int build_trainjob(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+                          size_t errlen) {
+  return build_kube(manifest_trainjob, a, cmd, out, err, errlen);
+}
+
+static int build_pytorchjob(const manifest_args *a, const cli_args *cmd, manifest_buf *out,
+                            char *err, size_t errlen) {
+  return build_kube(manifest_pytorchjob, a, cmd, out, err, errlen);
 }
 
 static int build_slurm(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
@@ -242,6 +317,9 @@ typedef struct manifest_kind {
 
 static const manifest_kind kinds[] = {
     KIND("k8s", k8s_usage, k8s_opts, build_k8s),
+    KIND("jobset", jobset_usage, k8s_opts, build_jobset),
+    KIND("trainjob", trainjob_usage, k8s_opts, build_trainjob),
+    KIND("pytorchjob", pytorchjob_usage, k8s_opts, build_pytorchjob),
     KIND("slurm", slurm_usage, slurm_opts, build_slurm),
     KIND("docker", docker_usage, docker_opts, build_docker),
 };
@@ -275,7 +353,9 @@ static int manifest_run(const manifest_kind *k, int argc, char **argv) {
 
 int cmd_manifest(int argc, char **argv) {
   const char *prog = "cohort manifest";
-  if (argc < 2) return cli_usage_error(prog, "missing kind (k8s, slurm or docker)");
+  if (argc < 2)
+    return cli_usage_error(prog,
+                           "missing kind (k8s, jobset, trainjob, pytorchjob, slurm or docker)");
   const char *kind = argv[1];
   if (strcmp(kind, "-h") == 0 || strcmp(kind, "--help") == 0) {
     fputs(manifest_usage, stdout);
@@ -283,5 +363,6 @@ int cmd_manifest(int argc, char **argv) {
   }
   for (size_t i = 0; i < BASE_ARRAY_LEN(kinds); i++)
     if (strcmp(kind, kinds[i].name) == 0) return manifest_run(&kinds[i], argc - 1, argv + 1);
-  return cli_usage_error(prog, "unknown kind '%s'; expected k8s, slurm or docker", kind);
+  return cli_usage_error(
+      prog, "unknown kind '%s'; expected k8s, jobset, trainjob, pytorchjob, slurm or docker", kind);
 }
