@@ -14,3 +14,12 @@ add_test(NAME metrics_prom COMMAND ${CMAKE_SOURCE_DIR}/tests/test_metrics_prom.s
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(metrics_prom PROPERTIES TIMEOUT 300 LABELS "slow")
 
+# The pods of the TrainJob, PyTorchJob and JobSet templates, each a network
+# namespace the test creates and removes (root) with exactly the variables
+# its controller sets, start a 2-pod DDP job (Debian's torch, gloo); the
+# TrainJob also as Trainer's docs write it, `torchrun SCRIPT` with cohort's
+# torchrun link; about 60 s.
+add_test(NAME k8s_pods
+  COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_k8s_pods.py $<TARGET_FILE_DIR:cohort>
+          ${CMAKE_SOURCE_DIR})
+set_tests_properties(k8s_pods PROPERTIES TIMEOUT 400 LABELS "slow")
