@@ -252,6 +252,14 @@ put("fuzz_cli", "docker", argv("docker", "--nodes", "2", "--nproc-per-node", "1"
                                "--master-addr", "10.0.0.1", "--port", "29400", "--rdma", "--",
                                "sh", "-c", "echo $HOME"))
 put("fuzz_cli", "bad", argv("k8s", "--nodes", "0", "--", "x"))
+for kind in ("jobset", "trainjob", "pytorchjob"):
+    put("fuzz_cli", kind, argv(kind, "--name", "j", "--nodes", "3", "--nproc-per-node", "2",
+                               "--image", "img", "--gpus", "2", "--rdma", "roce", "--shm", "1G",
+                               "--metrics-port", "9400", "--hang-timeout", "60", "--", "python3",
+                               "t.py", "$(X)"))
+put("fuzz_cli", "run_metrics", b"\x02" + b"\0".join(
+    x.encode() for x in ("--metrics-port", "9400", "--metrics-file", "/tmp/m.prom",
+                         "--termination-log", "/dev/termination-log", "--", "x")))
 
 
 def run_argv(*a):
