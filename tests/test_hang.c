@@ -7,6 +7,7 @@
  *
  * Usage: test_hang SOURCE_DIR
  */
+#include <elf.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,39 @@
 
 static const char *src_dir;
 static char tmp_dir[] = "/tmp/cohort-test-hang-XXXXXX";
+
+/* Whether the ELF file at path carries line tables (.debug_line). A build with -g (the default
+ * RelWithDebInfo, Debug) does; Release does not, and its native frames name functions without
+ * file:line: the checks of native stacks expect what the build gives. */
+static int has_line_info(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return 0;
+  Elf64_Ehdr eh;
+  Elf64_Shdr *sh = NULL;
+  char *names = NULL;
+  int found = 0;
+  if (fread(&eh, sizeof eh, 1, f) != 1 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shstrndx == SHN_UNDEF ||
+      eh.e_shstrndx >= eh.e_shnum)
+    goto out;
+  sh = calloc(eh.e_shnum, sizeof *sh);
+  if (sh == NULL || fseek(f, (long)eh.e_shoff, SEEK_SET) != 0 ||
+      fread(sh, sizeof *sh, eh.e_shnum, f) != eh.e_shnum)
+    goto out;
+  const Elf64_Shdr *strs = &sh[eh.e_shstrndx];
+  names = malloc(strs->sh_size + 1);
+  if (names == NULL || fseek(f, (long)strs->sh_offset, SEEK_SET) != 0 ||
+      fread(names, 1, strs->sh_size, f) != strs->sh_size)
+    goto out;
+  names[strs->sh_size] = '\0';
+  for (int i = 0; i < eh.e_shnum && !found; i++)
+    found = sh[i].sh_name < strs->sh_size && strcmp(names + sh[i].sh_name, ".debug_line") == 0;
+out:
+  free(names);
+  free(sh);
+  fclose(f);
+  return found;
+}
 
 /* The line of a fixture under tests/torch/ that carries `marker`. */
 static int line_of(const char *file, const char *marker) {
@@ -177,9 +211,12 @@ static const char *tool_dir(const char *sub, const char *name, const char *targe
 }
 
 /* A native process through eu-stack, then through gdb: the frame of this
- * file is found in the main thread. */
+ * file is found in the main thread (by file:line when this program has line
+ * tables, else by its function's name alone). */
 static void test_native(void) {
   const char *paths[2] = {"/usr/bin", tool_dir("gdbonly", "gdb", "/usr/bin/gdb")};
+  int lines = has_line_info("/proc/self/exe");
+  if (!lines) fprintf(stderr, "test_hang has no line tables: native frames by function name\n");
   for (int k = 0; k < 2; k++) {
     pid_t pid = fork_waiting_child();
     stacks_target t = {.rank = 5, .pid = pid};
@@ -190,10 +227,13 @@ static void test_native(void) {
     stacks_verdict v;
     stacks_classify(&d, &v);
     CHECK_EQ_INT(v.in_collective, 0);
-    if (strstr(v.where, "test_hang.c:") == NULL || strstr(v.frames, "child_waits_here") == NULL)
+    /* Without line tables `where` is the innermost function alone (pause). */
+    int where_ok = lines ? strstr(v.where, "test_hang.c:") != NULL
+                         : v.where[0] != '\0' && strchr(v.where, ':') == NULL;
+    if (!where_ok || strstr(v.frames, "child_waits_here") == NULL)
       fprintf(stderr, "%s: where '%s'\nframes:\n%s\ntext:\n%s\n", paths[k], v.where, v.frames,
               d.text);
-    CHECK(strstr(v.where, "test_hang.c:") != NULL);
+    CHECK(where_ok);
     CHECK(strstr(v.frames, "child_waits_here") != NULL);
     stacks_dump_free(&d, 1);
     reap_child(pid);
@@ -625,16 +665,24 @@ static void test_native_collective(const char *cohort, const char *worker_bin) {
   stacks_opts o = opts(getenv("PATH"), 15000);
   if (t[0].pid > 0 && t[1].pid > 0 && stacks_collect(t, 2, &o, d) == 0) {
     for (int r = 0; r < 2; r++) stacks_classify(&d[r], &v[r]);
+    /* The worker's line when it has line tables; else the collective's name alone, and rank 1's
+     * frames reach the worker's main without a collective. */
+    int lines = has_line_info(worker_bin);
     char want[256];
-    snprintf(want, sizeof want, "cohort_allreduce, test_hang_worker.c:%d",
-             line_of("../test_hang_worker.c", "WORKER-ALLREDUCE"));
+    if (lines)
+      snprintf(want, sizeof want, "cohort_allreduce, test_hang_worker.c:%d",
+               line_of("../test_hang_worker.c", "WORKER-ALLREDUCE"));
+    else
+      snprintf(want, sizeof want, "cohort_allreduce");
     if (strcmp(v[0].where, want) != 0) fprintf(stderr, "rank 0:\n%s\n", d[0].text);
     CHECK_STREQ(v[0].where, want);
     CHECK_EQ_INT(v[0].in_collective, 1);
     CHECK_EQ_INT(v[1].in_collective, 0);
     snprintf(want, sizeof want, "test_hang_worker.c:%d",
              line_of("../test_hang_worker.c", "WORKER-SLEEP"));
-    CHECK(strstr(v[1].where, want) != NULL);
+    int rank1_ok = lines ? strstr(v[1].where, want) != NULL : strstr(v[1].frames, "main") != NULL;
+    if (!rank1_ok) fprintf(stderr, "rank 1: where '%s'\n%s\n", v[1].where, d[1].text);
+    CHECK(rank1_ok);
     stacks_place at[2] = {{0, "h", t[0].pid, 2000}, {0, "h", t[1].pid, 1000}};
     char rep[4096];
     CHECK_EQ_INT(stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);

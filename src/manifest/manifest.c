@@ -119,7 +119,7 @@ int manifest_yaml_quote(manifest_buf *b, const char *s, int dollar_escape) {
   }
   buf_putn(b, "\"", 1);
   while (*p) {
-    uint32_t c;
+    uint32_t c = 0; /* valid UTF-8 (checked above), but -O3 cannot see that utf8_decode sets it */
     size_t n = utf8_decode(p, &c);
     switch (c) {
     case '"':

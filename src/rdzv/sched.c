@@ -43,7 +43,7 @@ static int env_int(const char *name, const char *val, int min, int max, int *out
                    size_t errlen) {
   if (base_parse_int(val, min, max, out) != 0)
     return rdzv_err(errbuf, errlen, -EINVAL, "%s='%.40s' is not a whole number in %d..%d", name,
-                    val, min, max);
+                    val != NULL ? val : "", min, max);
   return 0;
 }
 
