@@ -129,7 +129,8 @@ wait_all() {
 
 # stop_checked OUT LINE PIDS CMD...: runs a `cohort stop` command line (output in OUT) against
 # the job whose agents are PIDS (one word, space-separated) and checks that it exits 0, that
-# every agent exits with the stopped status 4, the last within 1 s of the command, and that each
+# every agent exits with the stopped status 4, the last within 5 s of the command (a few hundred
+# ms measured; the bound only tells a prompt stop from wait_all's 15 s), and that each
 # agent's output (the files "$tmp"/a0, a1, ...) holds LINE. Uses check (check_lib.sh).
 stop_checked() {
   local out=$1 line=$2 pids=$3 t0 rc ms i=0 p want=""
@@ -144,7 +145,7 @@ stop_checked() {
   echo "stop to the last agent's exit: $ms ms"
   check "stop exits 0 ($rc)" [ $rc = 0 ]
   check "every agent exits with the stopped status 4 ($codes)" [ "$codes" = "$want" ]
-  check "every node stopped within 1 s of the command ($ms ms)" [ "$ms" -le 1000 ]
+  check "every node stopped within 5 s of the command ($ms ms)" [ "$ms" -le 5000 ]
   for p in $pids; do
     check "node $i prints the reason" contains "$tmp/a$i" "$line"
     i=$((i + 1))

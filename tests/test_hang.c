@@ -143,10 +143,9 @@ static void test_python_modes(void) {
   }
   CHECK(ok);
   stacks_dump d[3];
-  int64_t t0 = base_now_ms();
   stacks_opts o = opts(getenv("PATH"), 10000);
   CHECK_EQ_INT(stacks_collect(t, 3, &o, d), 0);
-  CHECK(base_now_ms() - t0 < 3000);
+  /* Each rank's own hook answered (STACKS_PYTHON below), not a debugger after it was given up. */
   for (int i = 0; i < 3; i++) {
     CHECK_EQ_INT(d[i].kind, STACKS_PYTHON);
     stacks_verdict v;
@@ -281,7 +280,8 @@ static void test_stuck_debugger(void) {
   stacks_opts o = opts(dir, 1000);
   CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
   int64_t took = base_now_ms() - t0;
-  CHECK(took >= 900 && took < 2500);
+  /* Not before the deadline; killed there, not waited for (it sleeps 60 s). */
+  CHECK(took >= 900 && took < 30000);
   CHECK(strstr(d.text, "did not finish before the deadline") != NULL);
   CHECK(strstr(d.text, "partial_frame") != NULL);
   stacks_dump_free(&d, 1);
@@ -534,8 +534,9 @@ static void test_heartbeat_bad(void) {
   CHECK(progress_init(&p, 0, "/nonexistent-dir/hb", 0) < 0);
 }
 
-/* Four ranks beating step numbers, one sleeping longer per step: it alone
- * is a straggler, reported once; an even job has none. */
+/* Four ranks beating step numbers, one sleeping ten times longer per step: it alone
+ * is a straggler, reported once; an even job has none. The step times are compared with
+ * each other, not with the sleeps: a busy machine lengthens them all. */
 static void test_stragglers(void) {
   progress p[4];
   char path[4][512], cmd[4][2048];
@@ -545,7 +546,7 @@ static void test_stragglers(void) {
     snprintf(cmd[i], sizeof cmd[i],
              "/usr/bin/python3 -c \"import sys, time\nfor s in range(7):\n"
              "  open(sys.argv[1], 'w').write(str(s)); time.sleep(%s)\" %s &",
-             i == 2 ? "0.25" : "0.08", path[i]);
+             i == 2 ? "0.5" : "0.05", path[i]);
     CHECK_EQ_INT(system(cmd[i]), 0);
   }
   char msg[8400];
@@ -561,7 +562,7 @@ static void test_stragglers(void) {
   }
   double ms[4];
   for (int i = 0; i < 4; i++) ms[i] = progress_step_ms(&p[i]);
-  CHECK(ms[2] > 200 && ms[0] > 50 && ms[0] < 150);
+  CHECK(ms[0] > 0 && ms[2] > 250 && ms[2] > 2 * ms[0]);
   int flagged[4] = {0}, out[4];
   double ratio[4];
   CHECK_EQ_INT(progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 1);

@@ -116,20 +116,21 @@ check "agent kill: node 2 says node 1 lost its agent" contains "$tmp/l2" "job fa
 sleep 0.5
 check "agent kill: node 1's worker died with its agent" [ ! -d "/proc/$(cat "$tmp/lw")" ]
 
-# 7. kill -9 of node 0's agent (the store): the other stops within the heartbeat timeout (its
-# watcher's connection to the store breaks at once; about 55 ms measured).
-netns_agent 0 "$tmp/m0" --nnodes 2 --node-rank 0 --master "$M:29406" --job m --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+# 7. kill -9 of node 0's agent (the store): the other stops well within the heartbeat timeout
+# (its watcher's connection to the store breaks at once; about 55 ms measured). A timeout of 30 s
+# and a bound of 10 s: a busy machine has room, and waiting out the timeout still fails.
+netns_agent 0 "$tmp/m0" --nnodes 2 --node-rank 0 --master "$M:29406" --job m --heartbeat-timeout 30 -- sh -c 'echo ready; exec sleep 60'
 a0=$!
-netns_agent 1 "$tmp/m1" --nnodes 2 --node-rank 1 --master "$M:29406" --job m --heartbeat-timeout 2 -- sh -c 'echo ready; exec sleep 60'
+netns_agent 1 "$tmp/m1" --nnodes 2 --node-rank 1 --master "$M:29406" --job m --heartbeat-timeout 30 -- sh -c 'echo ready; exec sleep 60'
 a1=$!
 for _ in $(seq 100); do grep -q ready "$tmp/m1" 2>/dev/null && grep -q ready "$tmp/m0" && break; sleep 0.1; done
 agent0=$(netns_pid 0 cohort)
 t0=$(date +%s%N)
 kill -9 "$agent0"
-wait_all 30 $a1
+wait_all 50 $a1
 took=$((($(date +%s%N) - t0) / 1000000))
 check "master kill: node 1 exits 1 ($codes)" [ "$codes" = "1" ]
-check "master kill: node 1 out within the heartbeat timeout ($took ms, bound 2000)" [ "$took" -lt 2000 ]
+check "master kill: node 1 out before its heartbeat timeout ($took ms, bound 10000)" [ "$took" -lt 10000 ]
 check "master kill: node 1 says node 0 lost" contains "$tmp/m1" "node 0 (node0) lost"
 
 # 8. link down: node 2 is cut off; node 0 and 1 stop with "node 2 lost", node 2 stops too.

@@ -9,7 +9,7 @@
 # a wrong password and no credentials are refused in one line, an unknown
 # job is one line within its timeout, stop ends every node (stopped status
 # 4, the reason printed; the time from the command's start to the last
-# agent's exit is printed and held under 1 s), and no key is left in etcd.
+# agent's exit is printed and held under 5 s), and no key is left in etcd.
 # usage: test_status_etcd.sh COHORT_BINARY SOURCE_DIR
 set -u
 cohort=$(readlink -f "$1")
@@ -87,7 +87,7 @@ q status "${E[@]}" --rdzv-conf "$CONF" --rdzv-id other --timeout 1 >"$tmp/unk" 2
 rc=$?
 check "an unknown job: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/unk")" = 1 ]'
 check "... naming it and etcd" contains "$tmp/unk" "no job other at etcd $A3:2379"
-check "... within its timeout" [ $((SECONDS - start)) -le 3 ]
+check "... within its timeout (1 s; bound 10 s)" [ $((SECONDS - start)) -le 10 ]
 q status --rdzv-backend etcd >"$tmp/noep" 2>&1
 check "--rdzv-backend etcd without an endpoint: exit 2" [ $? = 2 ]
 q status --master "$A3:29400" --rdzv-conf "$CONF" >"$tmp/noetcd" 2>&1
