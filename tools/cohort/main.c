@@ -22,7 +22,7 @@ static subcommand subcommands[] = {
     {"doctor", cmd_doctor, "derive and check RDMA, NCCL, UCX and Gloo settings"},
     {"bench", cmd_bench, "collective bandwidth table (nccl-tests style)"},
     {"store", cmd_store, "host or query a rendezvous store"},
-    {"manifest", cmd_manifest, "Kubernetes, Slurm and docker job templates"},
+    {"manifest", cmd_manifest, "job templates: Kubernetes (4 kinds), Slurm, docker"},
     {"plot", cmd_plot, "SVG plot of a training metrics file"},
     {"token", cmd_token, "print a fresh random job token"},
     {"status", cmd_status, "nodes and ranks of a running job"},
