@@ -742,9 +742,16 @@ static void swarm_free(swarm *w) {
   if (w->epfd >= 0) close(w->epfd);
 }
 
-static void raise_nofile(void) {
+/* Two connections a node on each side (this process and the store, its child, which inherits
+ * the limit): the hard limit is raised too where allowed (root), as far as the nodes need. */
+static void raise_nofile(int nodes) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = 2 * (rlim_t)nodes + 1024;
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+    struct rlimit more = {want, want};
+    if (setrlimit(RLIMIT_NOFILE, &more) == 0) return;
+  }
   rl.rlim_cur = rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
 }
@@ -753,7 +760,7 @@ int main(int argc, char **argv) {
   swarm w;
   memset(&w, 0, sizeof w);
   parse_args(argc, argv, &w.o);
-  raise_nofile();
+  raise_nofile(w.o.nodes);
   signal(SIGPIPE, SIG_IGN);
   int ctl = -1;
   pid_t store = spawn_store(w.o.token, &w.store_port, &ctl);

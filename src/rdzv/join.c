@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "store/proto.h"
 
 #define POLL_MS 50
 
@@ -156,7 +157,11 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     rdzv_key(keybuf[i], sizeof keybuf[i], o->job_id, o->round, suffix);
     if (i < o->nnodes_min) keys[i] = keybuf[i];
   }
-  rc = store_wait(c, keys, (size_t)o->nnodes_min, o->deadline_ms);
+  /* A WAIT names at most STORE_WAIT_KEYS_MAX keys: the records in slices of that many. */
+  for (int at = 0; rc == 0 && at < o->nnodes_min; at += STORE_WAIT_KEYS_MAX) {
+    int k = o->nnodes_min - at < STORE_WAIT_KEYS_MAX ? o->nnodes_min - at : STORE_WAIT_KEYS_MAX;
+    rc = store_wait(c, keys + at, (size_t)k, o->deadline_ms);
+  }
   if (rc != 0) {
     int64_t joined = 0;
     rdzv_key(key, sizeof key, o->job_id, o->round, "joined");

@@ -18,7 +18,8 @@
 #include "base/net.h"
 #include "store/store.h"
 
-#define RDZV_MAX_NODES 4096
+/* At most this many nodes a job (the plan, about 50 bytes a node, stays under a value's 1 MiB). */
+#define RDZV_MAX_NODES 16384
 
 typedef struct rdzv_node {
   int node_rank;

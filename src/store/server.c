@@ -44,7 +44,8 @@
 #include "store/store.h"
 #include "store/table.h"
 
-#define DEFAULT_MAX_CONNS 16384
+/* A 16,384-node job (rdzv's RDZV_MAX_NODES) holds a join and a watch connection a node. */
+#define DEFAULT_MAX_CONNS 65536
 #define DEFAULT_IDLE_MS (600 * 1000)
 #define DEFAULT_IO_MS (10 * 1000)
 #define DEFAULT_MAX_BYTES ((size_t)256 << 20)
