@@ -157,6 +157,18 @@ static void test_roce_bond(void) {
   CHECK_STREQ(doctor_result_get(r, "NCCL_SOCKET_IFNAME"), "eth0");
   CHECK_STREQ(doctor_result_get(r, "NCCL_IB_GID_INDEX"), "9");
   doctor_result_destroy(r);
+
+  /* pip's NCCL in the Python environment on PATH beside an older system
+   * libnccl, as on the GPU node (torch's venv 2.28.9, the image's 2.28.3):
+   * the newer is the one reported. */
+  char *venv[] = {"PATH=/opt/venv/bin:/usr/bin:/bin", NULL};
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, venv, &r), 0);
+  if (r == NULL) return;
+  CHECK_EQ_INT(r->facts->nccl_minor, 28);
+  CHECK_EQ_INT(r->facts->nccl_patch, 9);
+  CHECK(strstr(r->facts->nccl_path, "/opt/venv/lib/python3.12/site-packages/"
+                                    "nvidia_nccl_cu13-2.28.9.dist-info") != NULL);
+  doctor_result_destroy(r);
 }
 
 static void test_gid_many(void) {

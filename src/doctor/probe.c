@@ -687,6 +687,35 @@ static void nccl_inspect(doctor_facts *f, const char *path) {
   }
 }
 
+/* Each absolute directory of the colon-separated variable VAR ("NAME=") in
+ * envp, less the suffix STRIP (entries without it are skipped) when given,
+ * followed by the glob pattern TAIL, under the lib root. */
+static void nccl_search_var(const probe_roots *r, char **envp, const char *var, const char *strip,
+                            const char *tail, doctor_facts *f) {
+  size_t vlen = strlen(var), slen = strip ? strlen(strip) : 0;
+  for (char **e = envp; e != NULL && *e != NULL; e++) {
+    if (strncmp(*e, var, vlen) != 0) continue;
+    char dirs[4096];
+    base_strlcpy(dirs, *e + vlen, sizeof dirs);
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
+      size_t dlen = strlen(d);
+      if (d[0] != '/') continue;
+      if (strip != NULL) {
+        if (dlen <= slen || strcmp(d + dlen - slen, strip) != 0) continue;
+        d[dlen - slen] = '\0';
+      }
+      char rel[PATH_MAX], path[PATH_MAX];
+      if (doctor_pathf(rel, sizeof rel, "%s%s", d, tail) != 0) continue;
+      if (doctor_join(path, sizeof path, r->lib, rel) != 0) continue;
+      glob_t g;
+      if (glob(path, GLOB_NOSORT, NULL, &g) == 0)
+        for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);
+      globfree(&g);
+    }
+  }
+}
+
 static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
   static const char *patterns[] = {
       "usr/lib/libnccl.so*",
@@ -714,23 +743,12 @@ static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
     }
     globfree(&g);
   }
-  /* The loader also looks in LD_LIBRARY_PATH: so do we, under the root. */
-  for (char **e = envp; e != NULL && *e != NULL; e++) {
-    if (strncmp(*e, "LD_LIBRARY_PATH=", 16) != 0) continue;
-    char dirs[4096];
-    base_strlcpy(dirs, *e + 16, sizeof dirs);
-    char *save = NULL;
-    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
-      if (d[0] != '/') continue;
-      char rel[PATH_MAX];
-      if (doctor_pathf(rel, sizeof rel, "%s/libnccl.so*", d) != 0) continue;
-      if (doctor_join(path, sizeof path, r->lib, rel) != 0) continue;
-      glob_t g;
-      if (glob(path, GLOB_NOSORT, NULL, &g) == 0)
-        for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);
-      globfree(&g);
-    }
-  }
+  /* The loader also looks in LD_LIBRARY_PATH; and a worker's Python is one
+   * on PATH, with pip's NCCL in its environment (a venv or conda prefix:
+   * DIR/bin on PATH, DIR/lib/python3.X/site-packages), as on GPU images. */
+  nccl_search_var(r, envp, "LD_LIBRARY_PATH=", NULL, "/libnccl.so*", f);
+  nccl_search_var(r, envp, "PATH=", "/bin", "/lib/python3*/*-packages/nvidia_nccl_cu*.dist-info",
+                  f);
 }
 
 static int check_dir(const char *root) {
