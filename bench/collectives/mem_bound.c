@@ -1,12 +1,13 @@
 /*
- * mem_bound.c - the memory-bandwidth bound of a 2-rank float32 allreduce on
- * one host: two buffers (the two ranks' data) and two threads, each reducing
- * its half of both in place (a[i] = b[i] = a[i] + b[i]), so every input is
- * read once and every output written once, which no allreduce can beat.
+ * mem_bound.c - the memory-bandwidth bound of an N-rank float32 allreduce on
+ * one host (N = 2 unless given): N buffers (the ranks' data) and N threads,
+ * each reducing its slice of all N in place (every buffer's slice becomes the
+ * sum of the N slices), so every input is read once and every output written
+ * once, which no allreduce can beat.
  *
- * usage: mem_bound ITERS WARMUP BYTES   prints "BYTES MEAN_US" (the same line
- * as the other runners of bench/collectives/run.sh), or nothing and exit 1
- * when the sums are wrong.
+ * usage: mem_bound ITERS WARMUP BYTES [RANKS]   prints "BYTES MEAN_US" (the
+ * same line as the other runners of bench/collectives/run.sh), or nothing and
+ * exit 1 when the sums are wrong.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,11 +15,14 @@
 #include <stdlib.h>
 #include <time.h>
 
+#define MAX_RANKS 64
+
 static size_t g_n;
-static float *g_a, *g_b;
+static int g_ranks;
+static float *g_buf[MAX_RANKS];
 static int g_iters;
 static double g_mean_us;
-/* A spinning barrier of the two threads (one per core): a futex wake-up would add its ~100 us to
+/* A spinning barrier of the threads (one per core): a futex wake-up would add its ~100 us to
  * every round and loosen the bound. */
 static atomic_uint g_arrived, g_generation;
 
@@ -28,9 +32,9 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static void barrier2(unsigned *gen) {
+static void barrier(unsigned *gen) {
   unsigned next = ++*gen;
-  if (atomic_fetch_add(&g_arrived, 1) == 1) {
+  if (atomic_fetch_add(&g_arrived, 1) == (unsigned)g_ranks - 1) {
     atomic_store(&g_arrived, 0);
     atomic_store(&g_generation, next);
   } else {
@@ -39,19 +43,44 @@ static void barrier2(unsigned *gen) {
   }
 }
 
-static void *worker(void *arg) {
-  size_t t = (size_t)arg, lo = t * g_n / 2, hi = (t + 1) * g_n / 2;
-  float *a = g_a, *b = g_b;
-  unsigned gen = atomic_load(&g_generation);
-  barrier2(&gen);
-  double t0 = now_us();
-  for (int it = 0; it < g_iters; it++) {
+/* Slice [lo, hi) of every buffer becomes the sum over the buffers: a chunk at a time, summed in an
+ * L1-sized scratch array, so that every buffer is read once and written once with loops the
+ * compiler vectorises. */
+#define CHUNK 1024
+static void reduce_slice(size_t lo, size_t hi) {
+  if (g_ranks == 2) { /* run.sh's bound: one pass, no scratch */
+    float *a = g_buf[0], *b = g_buf[1];
     for (size_t i = lo; i < hi; i++) {
       float s = a[i] + b[i];
       a[i] = s;
       b[i] = s;
     }
-    barrier2(&gen);
+    return;
+  }
+  float acc[CHUNK];
+  for (size_t c = lo; c < hi; c += CHUNK) {
+    size_t n = hi - c < CHUNK ? hi - c : CHUNK;
+    const float *b0 = g_buf[0] + c;
+    for (size_t i = 0; i < n; i++) acc[i] = b0[i];
+    for (int r = 1; r < g_ranks; r++) {
+      const float *b = g_buf[r] + c;
+      for (size_t i = 0; i < n; i++) acc[i] += b[i];
+    }
+    for (int r = 0; r < g_ranks; r++) {
+      float *b = g_buf[r] + c;
+      for (size_t i = 0; i < n; i++) b[i] = acc[i];
+    }
+  }
+}
+
+static void *worker(void *arg) {
+  size_t t = (size_t)arg, lo = t * g_n / g_ranks, hi = (t + 1) * g_n / g_ranks;
+  unsigned gen = atomic_load(&g_generation);
+  barrier(&gen);
+  double t0 = now_us();
+  for (int it = 0; it < g_iters; it++) {
+    reduce_slice(lo, hi);
+    barrier(&gen);
   }
   if (t == 0) g_mean_us = (now_us() - t0) / g_iters;
   return NULL;
@@ -59,36 +88,40 @@ static void *worker(void *arg) {
 
 /* Runs `iters` timed rounds; returns the mean microseconds per round. */
 static double run(int iters) {
-  pthread_t th[2];
+  pthread_t th[MAX_RANKS];
   g_iters = iters;
-  for (size_t t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, (void *)t);
-  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  for (size_t t = 0; t < (size_t)g_ranks; t++) pthread_create(&th[t], NULL, worker, (void *)t);
+  for (int t = 0; t < g_ranks; t++) pthread_join(th[t], NULL);
   return g_mean_us;
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: mem_bound ITERS WARMUP BYTES\n");
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: mem_bound ITERS WARMUP BYTES [RANKS]\n");
     return 2;
   }
   int iters = atoi(argv[1]), warm = atoi(argv[2]);
   size_t bytes = strtoull(argv[3], NULL, 10);
+  g_ranks = argc == 5 ? atoi(argv[4]) : 2;
   g_n = bytes / sizeof(float);
-  g_a = malloc(g_n * sizeof(float));
-  g_b = malloc(g_n * sizeof(float));
-  if (iters < 1 || warm < 0 || g_n < 2 || g_a == NULL || g_b == NULL) return 2;
+  if (iters < 1 || warm < 0 || g_ranks < 2 || g_ranks > MAX_RANKS || g_n < (size_t)g_ranks)
+    return 2;
+  for (int r = 0; r < g_ranks; r++)
+    if ((g_buf[r] = malloc(g_n * sizeof(float))) == NULL) return 2;
   /* Small integers: exact sums. */
-  for (size_t i = 0; i < g_n; i++) {
-    g_a[i] = (float)(i % 7);
-    g_b[i] = 1.0f;
-  }
+  for (size_t i = 0; i < g_n; i++)
+    for (int r = 0; r < g_ranks; r++) g_buf[r][i] = r == 0 ? (float)(i % 7) : (float)r;
+  float extra = (float)(g_ranks * (g_ranks - 1) / 2); /* 1 + 2 + ... + (N - 1) */
   run(1);
   for (size_t i = 0; i < g_n; i++)
-    if (g_a[i] != (float)(i % 7) + 1.0f || g_b[i] != g_a[i]) {
-      fprintf(stderr, "mem_bound: wrong sum at %zu\n", i);
-      return 1;
-    }
-  for (size_t i = 0; i < g_n; i++) g_a[i] = g_b[i] = 0.0f; /* stays 0: no overflow, no denormals */
+    for (int r = 0; r < g_ranks; r++)
+      if (g_buf[r][i] != (float)(i % 7) + extra) {
+        fprintf(stderr, "mem_bound: wrong sum at %zu\n", i);
+        return 1;
+      }
+  /* stays 0: no overflow, no denormals */
+  for (int r = 0; r < g_ranks; r++)
+    for (size_t i = 0; i < g_n; i++) g_buf[r][i] = 0.0f;
   if (warm > 0) run(warm);
   printf("%zu %.3f\n", bytes, run(iters));
   return 0;
