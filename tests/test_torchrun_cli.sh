@@ -6,7 +6,9 @@
 # link, and seed 004's single-node c10d line training a DDP script that parses
 # its own arguments (identical parameters on both ranks).
 # usage: test_torchrun_cli.sh COHORT_BINARY SOURCE_DIR
+# (env COHORT_TEST_PYTHON: the Python with torch, default /usr/bin/python3)
 set -u
+py=${COHORT_TEST_PYTHON:-/usr/bin/python3}
 cohort=$(readlink -f "$1")
 src=$(cd "$2" && pwd)
 . "$src/tests/check_lib.sh"
@@ -40,14 +42,14 @@ check "... one line naming the variable" contains "$tmp/petbad.err" "(from PET_N
 
 # The program, as torchrun runs it; its arguments are its own, even those that look like ours.
 printf 'import sys\nprint("args", sys.argv[1:])\n' >"$tmp/s.py"
-run py env PYTHON_EXEC=/usr/bin/python3 "$cohort" run --nproc-per-node 2 "$tmp/s.py" --nnodes 3 -m
+run py env PYTHON_EXEC="$py" "$cohort" run --nproc-per-node 2 "$tmp/s.py" --nnodes 3 -m
 check "script through PYTHON_EXEC, its own arguments" contains "$tmp/py.out" "[r1] args ['--nnodes', '3', '-m']"
 mkdir "$tmp/bin" && printf '#!/bin/sh\necho "python3 $*"\n' >"$tmp/bin/python3" && chmod +x "$tmp/bin/python3"
 run path env -u PYTHON_EXEC PATH="$tmp/bin:$PATH" "$cohort" run x.py a
 check "else python3 on PATH, unbuffered" contains "$tmp/path.out" "[r0] python3 -u x.py a"
-run mod env PYTHON_EXEC=/usr/bin/python3 "$cohort" run -m json.tool --help
+run mod env PYTHON_EXEC="$py" "$cohort" run -m json.tool --help
 check "-m runs a module" contains "$tmp/mod.out" "usage: python -m json.tool"
-run rp env PYTHON_EXEC=/usr/bin/python3 "$cohort" run --run-path "$tmp/s.py" b c
+run rp env PYTHON_EXEC="$py" "$cohort" run --run-path "$tmp/s.py" b c
 check "--run-path" contains "$tmp/rp.out" "[r0] args ['b', 'c']"
 run dd env PYTHON_EXEC=/bin/false "$cohort" run -- echo direct
 check "'--' form runs the command itself" contains "$tmp/dd.out" "[r0] direct"
@@ -154,9 +156,9 @@ run linkbad "$tmp/bin/torchrun" --bogus x.py
 check "torchrun: errors name torchrun" contains "$tmp/linkbad.err" "torchrun: unknown option '--bogus'"
 
 # Seed 004 (GreenNode), verbatim with cohort run: single-node c10d, a DDP script with its own flags.
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if "$py" -c 'import torch' 2>/dev/null; then
   cd "$tmp" && cp "$src"/tests/torch/ddp_train.py "$src"/tests/torch/ddp_args.py . &&
-    PYTHON_EXEC=/usr/bin/python3 timeout 300 "$cohort" run --nnodes=1 --nproc_per_node=2 --rdzv_id=1 \
+    PYTHON_EXEC="$py" timeout 300 "$cohort" run --nnodes=1 --nproc_per_node=2 --rdzv_id=1 \
       --rdzv_endpoint=127.0.0.1:$((port + 1)) --rdzv_backend=c10d ddp_args.py --backend gloo --steps 10 \
       >"$tmp/ddp.out" 2>"$tmp/ddp.err"
   check "seed 004 line: exit 0" [ $? = 0 ] || cat "$tmp/ddp.err"
@@ -165,7 +167,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   d1=$(sed -n 's/^\[r1\] PARAMS //p' "$tmp/ddp.out")
   check "... identical parameters on both ranks" [ -n "$d0" -a "$d0" = "$d1" ]
 else
-  check "/usr/bin/python3 imports torch" false
+  check "$py imports torch" false
 fi
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
