@@ -3,7 +3,9 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/mman.h>
 
@@ -500,4 +502,22 @@ int64_t gpt2_cpu_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+const char *gpt2_blas_core(void) {
+  const char *core = openblas_get_corename();
+  return core != NULL ? core : "unknown";
+}
+
+const char *gpt2_blas_better_core(void) {
+  if (getenv("OPENBLAS_CORETYPE") != NULL || strcasecmp(gpt2_blas_core(), "prescott") != 0)
+    return NULL;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return NULL;
 }

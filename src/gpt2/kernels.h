@@ -156,4 +156,17 @@ int64_t gpt2_now_us(void);
 /* Microseconds of CPU time the calling thread has used. */
 int64_t gpt2_cpu_us(void);
 
+/* The name of the OpenBLAS kernels in use ("SkylakeX", "Haswell", ...). */
+const char *gpt2_blas_core(void);
+
+/* The OPENBLAS_CORETYPE a program should be started with, or NULL to keep
+ * what OpenBLAS chose. OpenBLAS picks its kernels once, when it is loaded,
+ * from the CPU's model; one that does not know the model falls back to
+ * Prescott, its SSE3 kernels (Debian 12's 0.3.21 on Intel family 6 model
+ * 207, the Xeons of the dev VM and the GPU node: sgemm at a third of its
+ * AVX-512 rate). Then, unless OPENBLAS_CORETYPE is set: "SkylakeX" when the
+ * CPU has AVX-512 F/BW/VL/DQ, "Haswell" when it has AVX2 and FMA. The tools
+ * re-execute themselves with it (the variable is read at load time only). */
+const char *gpt2_blas_better_core(void);
+
 #endif

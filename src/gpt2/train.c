@@ -310,13 +310,14 @@ static int open_outputs(train_run *r) {
              (long long)o->powersgd_start + 1);
   fprintf(r->out,
           "cohort-gpt2: %s head, %zu parameters (L=%d H=%d C=%d V=%d), B=%d T=%d accum=%d "
-          "world=%d%s%s%s%s, %s, %d threads, parameters identical on all ranks\n",
+          "world=%d%s%s%s%s, %s, %d threads, OpenBLAS %s kernels, parameters identical on all "
+          "ranks\n",
           o->cfg.head == GPT2_HEAD_LM ? "lm" : "qa", r->model.nparams, o->cfg.layers, o->cfg.heads,
           o->cfg.channels, o->cfg.vocab, o->B, o->T, o->grad_accum, r->world,
           strcmp(mode, "zero-1") == 0 ? " zero-1" : "",
           r->world > 1 ? compress_names[o->grad_compress] : "",
           strcmp(mode, "split") == 0 ? " split" : "", psgd,
-          o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", r->threads);
+          o->opt.kind == GPT2_OPT_ADAMW ? "AdamW" : "SGD", r->threads, gpt2_blas_core());
   fflush(r->out);
   return RUN_OK;
 }

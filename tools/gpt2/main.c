@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
+#include "gpt2/kernels.h"
 #include "gpt2/train.h"
 #include "tools/cli.h"
 
@@ -202,7 +204,18 @@ static void apply_optimizer(gpt2_args *a) {
     o->warmup = sgd ? 0 : o->steps / 10 < 100 ? o->steps / 10 : 100;
 }
 
+/* OpenBLAS chose its fallback kernels on a CPU it does not know: start again
+ * with the ones the CPU allows (gpt2_blas_better_core; the header line names
+ * the kernels in use). When the exec fails, go on as we are. */
+static void blas_reexec(char **argv) {
+  const char *core = gpt2_blas_better_core();
+  if (core == NULL || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
 int main(int argc, char **argv) {
+  blas_reexec(argv);
   gpt2_args a = {.lr = -1, .weight_decay = -1, .schedule = -1, .warmup = -1, .seed = -1};
   gpt2_train_defaults(&a.o);
   a.head = a.o.cfg.head;
