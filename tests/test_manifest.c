@@ -203,7 +203,16 @@ static void test_kube_kinds(void) {
     CHECK(strstr(b.data, "\"--metrics-port\"\n") != NULL);
     CHECK(strstr(b.data, "prometheus.io/port: \"9400\"") != NULL);
     CHECK(strstr(b.data, "terminationMessagePolicy: FallbackToLogsOnError") != NULL);
+    CHECK(strstr(b.data, "PodMonitor") == NULL);
     manifest_buf_free(&b);
+    o.pod_monitor = 1;
+    CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), 0);
+    CHECK(strstr(b.data, "kind: PodMonitor\n") != NULL);
+    manifest_buf_free(&b);
+    o.metrics_port = 0;
+    CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "--pod-monitor needs --metrics-port") != NULL);
+    CHECK_EQ_INT(b.len, 0);
   }
   manifest_k8s_opts o = {.name = "t",
                          .image = "img",

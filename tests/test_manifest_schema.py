@@ -8,6 +8,7 @@ The schemas (tests/schemas/README.md says where each comes from):
   trainjob.json, trainingruntime.json  Kubeflow Trainer v2.3.0's CRDs
   jobset.json           JobSet v0.12.0's CRD
   pytorchjob.json       Training Operator v1.9.0's CRD
+  podmonitor.json       Prometheus Operator v0.93.0's PodMonitor CRD
 Every object is validated strictly, as `kubectl apply` (field validation
 Strict, its default) treats it: an object schema with properties and no
 additionalProperties or x-kubernetes-preserve-unknown-fields accepts no other
@@ -65,7 +66,7 @@ VALIDATORS = {
     ("v1", "Service"): core_validator("io.k8s.api.core.v1.Service"),
     ("batch/v1", "Job"): core_validator("io.k8s.api.batch.v1.Job"),
 }
-for crd in ["trainjob", "trainingruntime", "jobset", "pytorchjob"]:
+for crd in ["trainjob", "trainingruntime", "jobset", "pytorchjob", "podmonitor"]:
     doc = load(crd + ".json")
     VALIDATORS[(doc["apiVersion"], doc["kind"])] = jsonschema.Draft7Validator(
         closed(doc["schema"]))
@@ -98,7 +99,7 @@ CMD = ["--", "python3", "train.py", "--lr", "$(LR)", "it's \"quoted\"", "ünï"]
 COMBOS = [
     [],
     ["--gpus", "8", "--rdma", "roce", "--shm", "16G", "--token-secret", "gpt2-token",
-     "--hang-timeout", "300", "--metrics-port", "9400"],
+     "--hang-timeout", "300", "--metrics-port", "9400", "--pod-monitor"],
     ["--rdma", "ib", "--metrics-port", "9090", "--shm", "512M"],
     ["--gpus", "1", "--hang-timeout", "60"],
 ]
@@ -115,6 +116,7 @@ def test_kinds():
         for combo in COMBOS:
             docs = manifest(kind, *BASE, *combo, *CMD)
             want = [o for o in objects if o != "Secret" or "--token-secret" not in combo]
+            want += ["PodMonitor"] if "--pod-monitor" in combo else []
             check([d["kind"] for d in docs] == want,
                   "%s %r: objects %r" % (kind, combo, [d["kind"] for d in docs]))
             for d in docs:
@@ -173,6 +175,16 @@ def test_validator_rejects():
         ("a PyTorchJob container's port as text", pj,
          ["spec", "pytorchReplicaSpecs", "Master", "template", "spec", "containers", 0, "ports",
           0, "containerPort"], "29400"),
+    ]
+    pm = manifest("jobset", *BASE, "--metrics-port", "9400", "--pod-monitor", *CMD)[-1]
+    check(pm["kind"] == "PodMonitor", "--pod-monitor prints a PodMonitor last")
+    check(pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics" and
+          pm["spec"]["selector"]["matchLabels"] == {"cohort.job": "gpt2"},
+          "the PodMonitor selects the job's pods and their port named metrics")
+    cases += [
+        ("a PodMonitor without a selector", pm, ["spec", "selector"], None),
+        ("a PodMonitor endpoint's unknown field", pm, ["spec", "podMetricsEndpoints", 0,
+                                                       "ports"], "metrics"),
     ]
     for what, doc, path, value in cases:
         check(errors(doc) == [], "the unbroken %s validates" % doc["kind"])

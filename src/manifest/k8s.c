@@ -212,6 +212,8 @@ static int kube_check(const manifest_k8s_opts *o, const char *suffix, int last_i
   if (o->metrics_port < 0 || o->metrics_port > 65535 || o->metrics_port == o->port)
     return manifest_seterr(err, errlen,
                            "--metrics-port must be in 1..65535 and differ from --port");
+  if (o->pod_monitor && o->metrics_port == 0)
+    return manifest_seterr(err, errlen, "--pod-monitor needs --metrics-port");
   if (o->token_secret != NULL && !manifest_dns_subdomain_ok(o->token_secret))
     return manifest_seterr(err, errlen, "--token-secret '%s' is not a valid Secret name",
                            o->token_secret);
@@ -270,6 +272,19 @@ static void object_head(manifest_buf *b, const char *api, const char *kind, cons
   kv(b, 4, "cohort.job", job);
 }
 
+/* The Prometheus Operator's PodMonitor of the pods' "metrics" port, when
+ * asked; then the end of every kind's output. */
+static int kube_finish(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+  if (o->pod_monitor) {
+    object_head(out, "monitoring.coreos.com/v1", "PodMonitor", o->name, o->name);
+    manifest_buf_puts(out, "spec:\n  selector:\n    matchLabels:\n");
+    kv(out, 6, "cohort.job", o->name);
+    manifest_buf_puts(out, "  podTargetLabels:\n  - cohort.job\n"
+                           "  podMetricsEndpoints:\n  - port: metrics\n    path: /metrics\n");
+  }
+  return manifest_finish(out, err, errlen);
+}
+
 /* ---- an Indexed Job and its headless Service ---- */
 
 /* The headless Service that gives pod i the name NAME-i.NAME. */
@@ -310,7 +325,7 @@ int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_
                  .port_name = "rendezvous",
                  .subdomain = 1};
   pod_template(out, 4, o, &p, secret);
-  return manifest_finish(out, err, errlen);
+  return kube_finish(o, out, err, errlen);
 }
 
 /* ---- JobSet ---- */
@@ -351,7 +366,7 @@ int manifest_jobset(const manifest_k8s_opts *o, manifest_buf *out, char *err, si
   pod_parts p = {
       .container = "cohort", .job_fields = 1, .master = master, .port_name = "rendezvous"};
   indexed_job_spec(out, 8, o, &p, secret, 1);
-  return manifest_finish(out, err, errlen);
+  return kube_finish(o, out, err, errlen);
 }
 
 /* ---- Kubeflow Trainer v2: TrainingRuntime and TrainJob ---- */
@@ -403,7 +418,7 @@ int manifest_trainjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, 
                       o->nproc_per_node);
   token_env(out, 4, secret);
   resources(out, 4, "resourcesPerNode", o);
-  return manifest_finish(out, err, errlen);
+  return kube_finish(o, out, err, errlen);
 }
 
 /* ---- Training Operator v1: PyTorchJob ---- */
@@ -436,5 +451,5 @@ int manifest_pytorchjob(const manifest_k8s_opts *o, manifest_buf *out, char *err
                       o->nproc_per_node);
   pytorch_replica(out, "Master", 1, o, secret);
   if (o->nodes > 1) pytorch_replica(out, "Worker", o->nodes - 1, o, secret);
-  return manifest_finish(out, err, errlen);
+  return kube_finish(o, out, err, errlen);
 }

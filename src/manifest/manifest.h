@@ -86,6 +86,8 @@ typedef struct manifest_k8s_opts {
   int hang_timeout;         /* cohort run --hang-timeout in seconds, 0 to leave it off */
   int metrics_port;         /* cohort run --metrics-port, a container port and the pods'
                                prometheus.io scrape annotations; 0 for none */
+  int pod_monitor;          /* also a PodMonitor (monitoring.coreos.com/v1) of the pods'
+                               metrics port, for the Prometheus Operator; needs metrics_port */
   char *const *cmd;         /* the training command, ncmd >= 1 */
   size_t ncmd;
 } manifest_k8s_opts;

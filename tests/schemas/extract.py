@@ -15,7 +15,8 @@ import yaml
 
 SRC, OUT = sys.argv[1], sys.argv[2]
 CRDS = {"trainjob": "trainjobs.yaml", "trainingruntime": "trainingruntimes.yaml",
-        "jobset": "jobsets.yaml", "pytorchjob": "pytorchjobs.yaml"}
+        "jobset": "jobsets.yaml", "pytorchjob": "pytorchjobs.yaml",
+        "podmonitor": "podmonitors.yaml"}
 ROOTS = ["io.k8s.api.batch.v1.Job", "io.k8s.api.core.v1.Service", "io.k8s.api.core.v1.Secret"]
 
 

@@ -52,6 +52,7 @@ static const char k8s_usage[] =
     "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"
     "  --metrics-port PORT   cohort run --metrics-port PORT: Prometheus metrics on that\n"
     "                        port of every pod, with prometheus.io scrape annotations\n"
+    "  --pod-monitor         also print a PodMonitor of that port (Prometheus Operator)\n"
     "  -h, --help            show this help\n";
 
 /* The options every Kubernetes kind shares. */
@@ -71,6 +72,7 @@ static const char k8s_usage[] =
   "  --hang-timeout SEC    pass --hang-timeout SEC to cohort run (default: off)\n"                 \
   "  --metrics-port PORT   cohort run --metrics-port PORT: Prometheus metrics on that\n"           \
   "                        port of every pod, with prometheus.io scrape annotations\n"             \
+  "  --pod-monitor         also print a PodMonitor of that port (Prometheus Operator)\n"           \
   "  -h, --help            show this help\n"
 
 static const char jobset_usage[] =
@@ -141,7 +143,8 @@ static const char docker_usage[] =
 
 typedef struct manifest_args {
   const char *name, *image, *time, *partition, *job_name, *master_addr, *gpus_str, *token_secret;
-  int nodes, nproc, gpus, gpus_per_node, port, rdma_flag, rdma, hang_timeout, metrics_port;
+  int nodes, nproc, gpus, gpus_per_node, port, rdma_flag, rdma, hang_timeout, metrics_port,
+      pod_monitor;
   uint64_t shm;
 } manifest_args;
 
@@ -189,6 +192,7 @@ static const cli_opt k8s_opts[] = {
     PORT_ROW,
     HANG_ROW,
     {"--metrics-port", 0, CLI_INT, .at = AT(metrics_port, int), .min = 1, .max = 65535},
+    {"--pod-monitor", 0, CLI_FLAG, .at = AT(pod_monitor, int)},
 };
 
 static const cli_opt slurm_opts[] = {
@@ -244,6 +248,7 @@ static int build_kube(int (*render)(const manifest_k8s_opts *, manifest_buf *, c
                          .token = token,
                          .hang_timeout = a->hang_timeout,
                          .metrics_port = a->metrics_port,
+                         .pod_monitor = a->pod_monitor,
                          .cmd = cmd->argv,
                          .ncmd = (size_t)cmd->argc};
   return render(&o, out, err, errlen);
