@@ -229,25 +229,26 @@ static int attack_idle(void) {
       fprintf(stderr, "idle attacker: only %d of %d connections were accepted\n", n, N_IDLE);
       bad = 1;
     }
-    base_sleep_ms(IO_MS + 1500);
+    /* Each is cut at io_timeout; a busy server has up to ten times that. */
+    int64_t until = base_now_ms() + 10 * IO_MS;
     int cut = 0;
     for (int i = 0; i < N_IDLE; i++) {
       if (fds[i] < 0) continue;
-      char c;
-      ssize_t r = recv(fds[i], &c, 1, MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno == ECONNRESET)) cut++;
+      int left = (int)(until - base_now_ms());
+      cut += wait_closed(fds[i], left > 0 ? left : 0);
       close(fds[i]);
     }
     if (cut != n) {
       fprintf(stderr, "idle attacker: %d of %d silent connections still open after %d ms\n",
-              n - cut, n, IO_MS + 1500);
+              n - cut, n, 10 * IO_MS);
       bad = 1;
     }
   }
   return bad;
 }
 
-/* One byte a second: the server must cut it within io_timeout (+ slack). */
+/* One byte a second: the server must cut it at io_timeout, long before the hello is complete
+ * (bound: ten times io_timeout). */
 static int attack_slow(void) {
   int bad = 0;
   while (base_now_ms() + IO_MS + 2000 < attack_end) {
@@ -264,7 +265,7 @@ static int attack_slow(void) {
         cut = 1;
     }
     int64_t dt = base_now_ms() - t0;
-    if (!cut || dt > IO_MS + 1500) {
+    if (!cut || dt > 10 * IO_MS) {
       fprintf(stderr, "slow attacker: cut=%d after %lld ms (io timeout %d ms)\n", cut,
               (long long)dt, IO_MS);
       bad = 1;
@@ -303,7 +304,7 @@ static int attack_huge(void) {
     static uint8_t junk[65536];
     send_all(fd, h, 4);
     send_all(fd, junk, sizeof junk);
-    if (!wait_closed(fd, IO_MS + 2000)) {
+    if (!wait_closed(fd, 10 * IO_MS)) {
       fprintf(stderr, "huge attacker: a stalled maximal frame was not cut\n");
       bad = 1;
     }
