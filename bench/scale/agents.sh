@@ -5,7 +5,8 @@
 # store (node 0 hosts it at --master) and through etcd (Debian's
 # etcd-server, one member on loopback, started and removed here).
 # REPS runs of each, interleaved; prints the median and the ratio
-# etcd / store. A run in which any agent exits non-zero or that does not end
+# etcd / store, and the CPU each agent cost (user + system of the agents
+# and their workers, from the shell's `times`, divided by N; the medians). A run in which any agent exits non-zero or that does not end
 # within TIMEOUT seconds prints "fail" for that backend and size, and the
 # script exits 1.
 # usage: bench/scale/agents.sh [COHORT_BINARY] [REPS] [SIZES...]
@@ -49,7 +50,15 @@ start_etcd() {
   return 1
 }
 
-# one BACKEND N RUN: prints the milliseconds from first start to last exit, or "fail".
+# cpu_ms: the CPU (user + system, milliseconds) of this shell's waited-for children so far.
+# (`times` in this shell, not in a pipeline's or a substitution's subshell, which starts at 0.)
+cpu_ms() {
+  times >"$tmp/times"
+  sed -n 2p "$tmp/times" | tr 'ms' '  ' |
+    awk '{printf "%d\n", ($1 * 60 + $2 + $3 * 60 + $4) * 1000}'
+}
+
+# one BACKEND N RUN: prints "WALL_MS:CPU_MS" from first start to last exit, or "fail".
 one() {
   local backend=$1 n=$2 run=$3 i args t0 t1 bad=0
   local tok="bench-$$-$run"
@@ -59,6 +68,7 @@ one() {
     args=(--rdzv-backend etcd --rdzv-endpoint "$ETCD_EP" --rdzv-id "b$$-$run")
   fi
   pids=()
+  cpu_ms >"$tmp/c0"
   t0=$(date +%s%N)
   for ((i = 0; i < n; i++)); do
     # node 0 hosts the built-in store (every agent owns 127.0.0.1: ranks say which)
@@ -76,35 +86,40 @@ one() {
   done
   t1=$(date +%s%N)
   pids=()
-  if [ "$bad" = 1 ]; then echo fail; else echo $(((t1 - t0) / 1000000)); fi
+  if [ "$bad" = 1 ]; then echo fail; else cpu_ms >"$tmp/c1"; echo "$(((t1 - t0) / 1000000)):$(($(cat "$tmp/c1") - $(cat "$tmp/c0")))"; fi
 }
 
 [[ " ${backends[*]} " == *" etcd "* ]] && { start_etcd || exit 1; }
 echo "bench/scale/agents: $(nproc) cores, $(uptime | sed 's/.*load/load/'), reps=$reps"
 status=0
-printf '%-6s %12s %12s %12s\n' nodes store_ms etcd_ms etcd/store
+printf '%-6s %12s %12s %12s %18s %18s\n' nodes store_ms etcd_ms etcd/store \
+  store_cpu_ms/agent etcd_cpu_ms/agent
 for n in "${sizes[@]}"; do
   declare -A got=()
   for b in "${backends[@]}"; do got[$b]=""; done
   for r in $(seq "$reps"); do
     for b in "${backends[@]}"; do got[$b]+="$(one "$b" "$n" "$r") "; done
   done
-  declare -A med=()
+  declare -A med=() cpu=()
   for b in store etcd; do
+    cpu[$b]=-
     if [ -z "${got[$b]+x}" ]; then med[$b]=-; continue; fi
     if [[ ${got[$b]} == *fail* ]]; then
       med[$b]=fail status=1
       echo "  $b n=$n: a run failed (${got[$b]}); its agents' last lines:" >&2
       tail -q -n 2 "$tmp"/a*.log 2>/dev/null | sort | uniq -c | sort -rn | head -5 >&2
     else
-      med[$b]=$(echo "${got[$b]}" | tr ' ' '\n' | grep . | median)
+      med[$b]=$(echo "${got[$b]}" | tr ' ' '\n' | grep . | cut -d: -f1 | median)
+      cpu[$b]=$(echo "${got[$b]}" | tr ' ' '\n' | grep . | cut -d: -f2 | median |
+        awk -v n="$n" '{printf "%.1f", $1 / n}')
     fi
   done
   ratio=-
   if [[ ${med[store]} =~ ^[0-9.]+$ && ${med[etcd]} =~ ^[0-9.]+$ ]]; then
     ratio=$(awk -v s="${med[store]}" -v e="${med[etcd]}" 'BEGIN {printf "%.2f", e / s}')
   fi
-  printf '%-6s %12s %12s %12s\n' "$n" "${med[store]}" "${med[etcd]}" "$ratio"
-  unset got med
+  printf '%-6s %12s %12s %12s %18s %18s\n' "$n" "${med[store]}" "${med[etcd]}" "$ratio" \
+    "${cpu[store]}" "${cpu[etcd]}"
+  unset got med cpu
 done
 exit $status
