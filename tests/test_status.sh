@@ -82,7 +82,7 @@ status --job nosuch --timeout 1 >"$tmp/unk" 2>&1
 rc=$?
 check "unknown job: exit 1 ($rc)" [ $rc = 1 ]
 check "unknown job: one line" eval '[ "$(wc -l <"$tmp/unk")" = 1 ] && contains "$tmp/unk" "no job nosuch"'
-check "unknown job: within its timeout" [ $((SECONDS - start)) -le 3 ]
+check "unknown job: within its timeout (1 s; bound 10 s)" [ $((SECONDS - start)) -le 10 ]
 netns_exec 3 "$cohort" status --master "$(netns_addr 2):29599" --timeout 1 >"$tmp/none" 2>&1
 rc=$?
 check "no store there: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/none")" = 1 ]'
