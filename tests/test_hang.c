@@ -493,6 +493,31 @@ static void test_heartbeat(void) {
   CHECK_EQ_INT(progress_silent_ms(&p, 7000), 1000);
 }
 
+/* The hook's automatic progress file: a touch is progress but no beat and
+ * does not end the start-up; once written, the start-up is over. */
+static void test_auto_progress(void) {
+  char path[512], msg[8400];
+  snprintf(path, sizeof path, "%s/hb-auto", tmp_dir);
+  progress p;
+  CHECK_EQ_INT(progress_init(&p, 0, path, 1000), 0);
+  CHECK_EQ_INT(progress_watch_auto(&p), 0);
+  CHECK_EQ_INT(progress_poll(&p, 1500, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 1500), 500); /* creation is no progress */
+  base_sleep_ms(20);
+  sh("touch %s.auto", path);
+  CHECK_EQ_INT(progress_poll(&p, 2000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 2000), 0);
+  CHECK(!p.started && !p.beaten);
+  progress_output(&p, 3000); /* no beat: output still counts */
+  CHECK_EQ_INT(progress_silent_ms(&p, 3000), 0);
+  CHECK_EQ_INT(progress_poll(&p, 3500, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 3500), 500); /* unchanged: nothing */
+  sh("echo step > %s.auto", path);
+  CHECK_EQ_INT(progress_poll(&p, 4000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(progress_silent_ms(&p, 4000), 0);
+  CHECK(p.started && !p.beaten);
+}
+
 /* Deleted, a directory, garbage: one line each, once; beats resume. */
 static void test_heartbeat_bad(void) {
   char path[512], msg[8400];
@@ -721,6 +746,7 @@ int main(int argc, char **argv) {
   test_stuck_debugger();
   test_hook_chains();
   test_heartbeat();
+  test_auto_progress();
   test_heartbeat_bad();
   test_stragglers();
   if (argc == 4) test_native_collective(argv[2], argv[3]);

@@ -357,11 +357,12 @@ static int spawn_one(job *j, worker *w) {
                      .nnet = j->net ? j->net->nset : 0,
                      .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0,
                      .virtual_local_rank = j->cfg->virtual_local_rank};
-  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
+  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], watch[PROGRESS_PATH_MAX + 8];
   if (j->hang.prog != NULL) {
     hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
     in.heartbeat = hb;
-    in.hang_watch = j->cfg->hang_timeout_ms > 0;
+    snprintf(watch, sizeof watch, "%s.auto", hb);
+    if (j->cfg->hang_timeout_ms > 0) in.hang_watch = watch;
   }
   if (j->hang.prog != NULL && j->cfg->hang_timeout_ms > 0) { /* the stacks' hooks */
     in.stacks_file = py;

@@ -122,7 +122,7 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
 /* The heartbeat file, and with --hang-timeout the automatic beats of Python ranks. */
 static int env_heartbeat(agent_env *e, const agent_env_in *in) {
   int rc = env_setf(e, "COHORT_HEARTBEAT", "%s", in->heartbeat);
-  if (in->hang_watch) rc |= env_setf(e, "COHORT_HANG_WATCH", "%s", "1");
+  if (in->hang_watch != NULL) rc |= env_setf(e, "COHORT_HANG_WATCH", "%s", in->hang_watch);
   return rc;
 }
 

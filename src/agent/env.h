@@ -32,8 +32,9 @@ typedef struct agent_env_in {
   const char *token;      /* COHORT_TOKEN, or NULL */
   const doctor_var *net;  /* derived network settings (--net auto), nnet of them */
   size_t nnet;
-  const char *heartbeat; /* COHORT_HEARTBEAT, NULL none */
-  int hang_watch;        /* --hang-timeout: COHORT_HANG_WATCH=1, Python ranks beat by themselves */
+  const char *heartbeat;  /* COHORT_HEARTBEAT, NULL none */
+  const char *hang_watch; /* --hang-timeout: COHORT_HANG_WATCH, the file of Python ranks'
+                             automatic progress (progress.h); NULL none */
   /* The Python stack hook: its directory first on PYTHONPATH,
    * COHORT_STACKS_FILE/SIGNAL; NULL: none of them. */
   const char *stacks_file, *hook_dir;

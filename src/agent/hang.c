@@ -75,6 +75,7 @@ int hang_begin(hang *h, worker *w, int64_t now) {
     hang_paths(h, i, hb, sizeof hb, py, sizeof py);
     unlink(hb); /* a new file: the last attempt's beats are not this one's */
     rc = progress_init(&h->prog[i], w[i].rank, hb, now);
+    if (rc == 0 && h->timeout_ms > 0) rc = progress_watch_auto(&h->prog[i]);
     if (rc != 0) return rc;
     w[i].prog = &h->prog[i];
   }

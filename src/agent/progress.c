@@ -36,6 +36,36 @@ int progress_init(progress *p, int rank, const char *path, int64_t now) {
   return 0;
 }
 
+int progress_watch_auto(progress *p) {
+  char path[PROGRESS_PATH_MAX + 8];
+  snprintf(path, sizeof path, "%s.auto", p->path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return -errno;
+  struct stat st;
+  int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+  close(fd);
+  if (rc != 0) return rc;
+  p->auto_on = 1;
+  p->auto_mtime = st.st_mtim;
+  p->auto_size = st.st_size;
+  return 0;
+}
+
+/* Automatic progress: <path>.auto changed since the last look. */
+static void poll_auto(progress *p, int64_t now) {
+  char path[PROGRESS_PATH_MAX + 8];
+  struct stat st;
+  snprintf(path, sizeof path, "%s.auto", p->path);
+  if (!p->auto_on || stat(path, &st) != 0) return;
+  if (st.st_size == p->auto_size && st.st_mtim.tv_sec == p->auto_mtime.tv_sec &&
+      st.st_mtim.tv_nsec == p->auto_mtime.tv_nsec)
+    return;
+  p->auto_mtime = st.st_mtim;
+  p->auto_size = st.st_size;
+  p->last_ms = now;
+  if (st.st_size > 0) p->started = 1; /* a collective or a DDP step completed */
+}
+
 void progress_output(progress *p, int64_t now) {
   p->started = 1;
   if (!p->beaten || (p->problems & BAD_BLIND)) p->last_ms = now;
@@ -82,6 +112,7 @@ static int read_step(int fd, int64_t *step) {
 }
 
 int progress_poll(progress *p, int64_t now, char *msg, size_t msglen) {
+  poll_auto(p, now);
   int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
     int e = errno;

@@ -13,6 +13,12 @@
  * each such state in one line, once, and the rank's progress is then what
  * is left (its output until it beats again).
  *
+ * Automatic progress: the file <path>.auto (progress_watch_auto) is touched
+ * by the agent's Python start-up hook when the rank's Python stack moves,
+ * and written (non-empty) once a collective or a DDP step completed. A
+ * touch is progress but neither a beat nor the end of the start-up (a
+ * long import moves too); once non-empty, the start-up is over.
+ *
  * Step times: each rise of the step number gives a step duration, measured
  * between the file's modification times; the median of the last
  * PROGRESS_WINDOW of them is the rank's step time. progress_stragglers()
@@ -46,6 +52,10 @@ typedef struct progress {
   off_t size;
   ino_t ino;
   unsigned problems; /* the bad states already reported (bit per kind) */
+  /* <path>.auto as last seen: automatic progress (progress_watch_auto) */
+  int auto_on;
+  struct timespec auto_mtime;
+  off_t auto_size;
   /* step durations */
   double step_ms[PROGRESS_WINDOW];
   int nsteps; /* how many of step_ms hold values (up to the window) */
@@ -59,6 +69,10 @@ typedef struct progress {
  * Returns 0 or -errno (the path is too long, the file cannot be created).
  */
 int progress_init(progress *p, int rank, const char *path, int64_t now);
+
+/* Creates <path>.auto (empty) and counts its changes as automatic
+ * progress. 0 or -errno. */
+int progress_watch_auto(progress *p);
 
 /* The rank printed a line: progress, until its first beat. */
 void progress_output(progress *p, int64_t now);

@@ -55,23 +55,32 @@ _COLLECTIVES = (
 
 
 class _Beat:
-    """Touches the rank's heartbeat file, at most every _BEAT_EVERY s."""
+    """Touches the rank's automatic progress file (COHORT_HANG_WATCH), at
+    most every _BEAT_EVERY s; writes it once the first collective or DDP
+    step completed, which ends the rank's start-up for the agent."""
 
     def __init__(self, path):
         self.path = path
         self.last = 0.0
+        self.stepped = False
 
-    def __call__(self):
+    def __call__(self, step=False):
         import time
 
         now = time.monotonic()
-        if now - self.last < _BEAT_EVERY:
+        first = step and not self.stepped
+        if now - self.last < _BEAT_EVERY and not first:
             return
         self.last = now
         try:
-            os.utime(self.path)
+            if first:
+                with open(self.path, "w") as f:
+                    f.write("step\n")
+                self.stepped = True
+            else:
+                os.utime(self.path)
         except OSError:
-            pass  # deleted or replaced: the agent says so, once
+            pass  # the agent's directory is gone: the job is ending
 
 
 def _stack(frame):
@@ -110,7 +119,7 @@ def _wrap_collective(f, beat):
     def collective(*args, **kwargs):
         result = f(*args, **kwargs)
         if not kwargs.get("async_op"):
-            beat()
+            beat(step=True)
         return result
 
     collective._cohort_beats = True
@@ -136,7 +145,7 @@ def _patch_ddp(module, beat):
     # A new forward means the last step's gradient all_reduce completed.
     @functools.wraps(forward)
     def stepped(self, *args, **kwargs):
-        beat()
+        beat(step=True)
         return forward(self, *args, **kwargs)
 
     stepped._cohort_beats = True
@@ -179,11 +188,11 @@ class _AfterImport:
 
 def _progress():
     """Progress without changes to the script: completed torch.distributed
-    collectives and DDP steps beat the heartbeat, and so does the main
-    thread's Python stack moving. Only in the worker's own process (a child
+    collectives and DDP steps are progress, and so is the main thread's
+    Python stack moving (both in COHORT_HANG_WATCH's file). Only in the worker's own process (a child
     Python inherits COHORT_PROGRESS_PID and stays out)."""
-    path = os.environ.get("COHORT_HEARTBEAT")
-    if not path or os.environ.get("COHORT_HANG_WATCH") != "1":
+    path = os.environ.get("COHORT_HANG_WATCH")
+    if not path:
         return
     me = str(os.getpid())
     if os.environ.setdefault("COHORT_PROGRESS_PID", me) != me:
