@@ -38,3 +38,9 @@ add_test(NAME place COMMAND test_place)
 set_tests_properties(place PROPERTIES TIMEOUT 60 LABELS "unit")
 add_test(NAME place_run COMMAND ${CMAKE_SOURCE_DIR}/tests/test_place_run.sh $<TARGET_FILE:cohort>)
 set_tests_properties(place_run PROPERTIES TIMEOUT 300 LABELS "unit")
+
+# No descendant of a worker outlives the job: setsid, double fork, nohup,
+# own process group; worker exit, agent SIGKILL, unprivileged agent (root).
+add_test(NAME agent_orphans COMMAND ${CMAKE_SOURCE_DIR}/tests/test_orphans.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(agent_orphans PROPERTIES TIMEOUT 120 LABELS "slow")

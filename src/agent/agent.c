@@ -371,7 +371,7 @@ static int spawn_one(job *j, worker *w) {
   }
   agent_env env = {0};
   int rc = agent_env_build(&in, &env);
-  if (rc == 0) rc = worker_spawn(w, j->cfg->argv, env.v, cpus, &j->exec_errno);
+  if (rc == 0) rc = worker_spawn(w, j->cfg->argv, env.v, cpus, &j->sweep, &j->exec_errno);
   agent_env_free(&env);
   return rc;
 }
@@ -518,6 +518,9 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
       guard_remove(&j->guard, w->pid);
     }
   }
+  /* What left the groups (setsid, double forks, nohup) ends here too. */
+  int left = sweep_kill(&j->sweep, "/proc", getpid(), j->guard.pid);
+  if (left > 0) base_log(BASE_LOG_INFO, "killed %d process(es) the workers left behind", left);
   cleanup_shm(j->cl.run_id);
   signals_set_workers(0);
   if (outcome != ATTEMPT_OK) return outcome;
@@ -681,6 +684,7 @@ static void job_free(job *j) {
   metrics_close(&j->metrics);
   dirs_remove(j->err_dir);
   guard_stop(&j->guard);
+  sweep_close(&j->sweep);
   signals_restore();
   place_free(&j->place);
   for (int k = 0; k < 2; k++)
@@ -726,6 +730,9 @@ int agent_run(const agent_config *cfg) {
     status = AGENT_EXIT_USAGE;
     goto out;
   }
+  char cg[64];
+  snprintf(cg, sizeof cg, "cohort-%d", (int)getpid());
+  if (sweep_open(&j.sweep, "/proc", cg) == 0) guard_set_cgroup(&j.guard, j.sweep.dir, j.sweep.v2);
   status = cluster_open(&j.cl, cfg);
   if (status != AGENT_EXIT_OK) goto out;
   status = run_rounds(&j);

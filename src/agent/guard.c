@@ -11,6 +11,7 @@
 
 #include "agent/agent.h"
 #include "agent/dirs.h"
+#include "agent/sweep.h"
 #include "agent/watch.h"
 #include "base/base.h"
 
@@ -18,6 +19,8 @@
 static char report_line[1024];
 /* A directory of the agent's to remove after it died: "d<path>\n". */
 static char dir_line[256];
+/* The job's cgroup to kill after it died: "c<1 v2, 0 v1><path>\n". */
+static char cgroup_line[300];
 
 /* Publishes the agent's death as the job's failure (see guard_set_report). */
 static void publish_death(void) {
@@ -64,8 +67,10 @@ typedef struct guard_reader {
 } guard_reader;
 
 static void read_text_char(guard_reader *r, char c) {
-  char *line = r->in_text == 'r' ? report_line : dir_line;
-  size_t cap = r->in_text == 'r' ? sizeof report_line : sizeof dir_line;
+  char *line = r->in_text == 'r' ? report_line : r->in_text == 'd' ? dir_line : cgroup_line;
+  size_t cap = r->in_text == 'r'   ? sizeof report_line
+               : r->in_text == 'd' ? sizeof dir_line
+                                   : sizeof cgroup_line;
   if (c == '\n') {
     line[r->textlen] = '\0';
     r->in_text = 0;
@@ -90,7 +95,7 @@ static void add_or_forget(guard_reader *r, pid_t p) {
 static void read_char(guard_reader *r, char c) {
   if (r->in_text) {
     read_text_char(r, c);
-  } else if (c == 'r' || c == 'd') {
+  } else if (c == 'r' || c == 'd' || c == 'c') {
     r->in_text = c;
     r->textlen = 0;
   } else if (c == 'q') {
@@ -123,6 +128,13 @@ static void guard_main(int fd) {
   /* Say why before the workers' deaths make their peers fail for another reason. */
   if (report_line[0] != '\0' && r.ngroups > 0) publish_death();
   for (size_t k = 0; k < r.ngroups; k++) kill(-r.groups[k], SIGKILL);
+  /* What left the groups is still in the job's cgroup. */
+  if (cgroup_line[0] != '\0') {
+    sweep s = {.v2 = cgroup_line[0] == '1'};
+    base_strlcpy(s.dir, cgroup_line + 1, sizeof s.dir);
+    sweep_kill_cgroup(s.dir, s.v2);
+    sweep_close(&s);
+  }
   if (dir_line[0] != '\0') dirs_remove(dir_line);
   _exit(0);
 }
@@ -220,6 +232,14 @@ void guard_set_dir(guard *g, const char *dir) {
   if (g->fd < 0 || strlen(dir) >= sizeof dir_line || strchr(dir, '\n') != NULL) return;
   char line[300];
   int n = snprintf(line, sizeof line, "d%s\n", dir);
+  ssize_t k = write(g->fd, line, (size_t)n);
+  (void)k;
+}
+
+void guard_set_cgroup(guard *g, const char *dir, int v2) {
+  if (g->fd < 0 || strlen(dir) + 2 >= sizeof cgroup_line || strchr(dir, '\n') != NULL) return;
+  char line[320];
+  int n = snprintf(line, sizeof line, "c%d%s\n", v2 ? 1 : 0, dir);
   ssize_t k = write(g->fd, line, (size_t)n);
   (void)k;
 }

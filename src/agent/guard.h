@@ -5,7 +5,8 @@
  * PR_SET_PDEATHSIG covers the workers themselves but not the processes they
  * fork; the guard holds the read end of a pipe from the agent and, when it
  * sees end of file without having been told to quit, sends SIGKILL to every
- * process group the agent registered.
+ * process group the agent registered and to every process of the job's
+ * cgroup (what left the groups: setsid, double forks, nohup).
  */
 #ifndef COHORT_AGENT_GUARD_H
 #define COHORT_AGENT_GUARD_H
@@ -33,6 +34,9 @@ void guard_set_report(guard *g, const char *store_host, int store_port, const ch
 
 /* A directory of the agent's (its temporary files) to remove if it dies. */
 void guard_set_dir(guard *g, const char *dir);
+
+/* The job's cgroup (sweep.h), every process of which the guard kills if the agent dies. */
+void guard_set_cgroup(guard *g, const char *dir, int v2);
 
 /* Tells the guard to exit without killing anything and reaps it. */
 void guard_stop(guard *g);

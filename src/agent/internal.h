@@ -18,6 +18,7 @@
 #include "agent/place.h"
 #include "agent/snapshot.h"
 #include "agent/straggle.h"
+#include "agent/sweep.h"
 #include "agent/watch.h"
 #include "agent/worker.h"
 #include "doctor/doctor.h"
@@ -40,6 +41,7 @@ typedef struct job {
   worker *workers;         /* this node's, nworkers (cfg->nproc) of them */
   int nworkers;
   guard guard;
+  sweep sweep;        /* the job's cgroup, what is left at an attempt's end killed */
   cluster cl;         /* the store and the other nodes */
   doctor_result *net; /* derived network settings (--net auto), or NULL */
   int restart;        /* the attempt: restarts used so far (TORCHELASTIC_RESTART_COUNT) */

@@ -208,7 +208,7 @@ static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const
 }
 
 int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
-                 int *exec_errno) {
+                 const sweep *sw, int *exec_errno) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, ex[2] = {-1, -1};
   int rc = 0;
   *exec_errno = 0;
@@ -222,7 +222,10 @@ int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_se
     rc = -errno;
     goto out;
   }
-  if (pid == 0) exec_child(parent, out[1], err[1], ex[1], argv, envp, cpus);
+  if (pid == 0) {
+    sweep_enter_self(sw); /* before exec: nothing it starts is outside */
+    exec_child(parent, out[1], err[1], ex[1], argv, envp, cpus);
+  }
   /* Parent: set the group here too so that it exists before we signal it. */
   setpgid(pid, pid);
   close(out[1]);

@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "agent/progress.h"
+#include "agent/sweep.h"
 
 /* Longer lines are relayed in pieces of this size. */
 #define WORKER_LINE_MAX 16384
@@ -59,12 +60,13 @@ void worker_duplicate(worker *w, int stream, const agent_filters *f, int fd);
 /*
  * Forks and execs argv in a new process group with envp, its stdout and
  * stderr on pipes and stdin on /dev/null. The child dies with the agent
- * (PR_SET_PDEATHSIG), bound to cpus unless NULL. Returns 0, or -errno of a
+ * (PR_SET_PDEATHSIG), bound to cpus unless NULL, in the job's cgroup sw
+ * when it has one. Returns 0, or -errno of a
  * failed fork/pipe, or exec_errno > 0 (and 0 returned) when the command
  * could not be executed (or bound).
  */
 int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
-                 int *exec_errno);
+                 const sweep *sw, int *exec_errno);
 
 /*
  * Reads what is available on one of the worker's streams and relays the
