@@ -97,14 +97,30 @@ check "stacks: one line per place first" grep -Eq '^ranks 0-4 in .*nanosleep' "$
 status >"$tmp/st3" 2>&1
 check "the job still runs after stacks" [ "$(grep -c ' running ' "$tmp/st3")" = 5 ]
 
-# 7. cohort stop: every node ends (no restart tried, exit 4), each printing who and why.
+# 7. cohort stop: every node ends (no restart tried, exit 4), each printing who and why; while
+# node 2's agent is SIGSTOPped, the stop is published but not acknowledged: exit 1, not 0;
+# once it continues, the stop is acknowledged by every node: exit 0.
 netns_exec 3 "$cohort" stop --master "$M:29500" --job nosuch --timeout 1 >"$tmp/stopunk" 2>&1
 rc=$?
 check "stop of an unknown job: exit 1 in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/stopunk")" = 1 ]'
+# Node 2's agent itself (its guard is a cohort too, the agent's child).
+agent2=
+for p in $(ip netns pids "$(netns_node 2)"); do
+  [ "$(cat /proc/$p/comm 2>/dev/null)" = cohort ] || continue
+  pp=$(awk '{print $4}' /proc/$p/stat 2>/dev/null)
+  [ "$(cat /proc/$pp/comm 2>/dev/null)" = cohort ] || agent2=$p
+done
 start=$SECONDS
+kill -STOP $agent2
+netns_exec 3 "$cohort" stop --master "$M:29500" --reason "maintenance window" --timeout 1 \
+  >"$tmp/stop0" 2>&1
+rc=$?
+kill -CONT $agent2
+check "stop with node 2 frozen: exit 1, node 2 named ($rc)" \
+  eval '[ $rc = 1 ] && grep -q "node 2 has not acknowledged" "$tmp/stop0"'
 netns_exec 3 "$cohort" stop --master "$M:29500" --reason "maintenance window" >"$tmp/stop" 2>&1
 rc=$?
-check "stop exits 0 ($rc)" [ $rc = 0 ]
+check "stop exits 0 once every node acknowledged ($rc)" [ $rc = 0 ]
 wait_all 15 $a0 $a1 $a2
 check "every agent exits with the stopped status 4 ($codes)" [ "$codes" = "4 4 4" ]
 check "the nodes stopped within 5 s ($((SECONDS - start)) s)" [ $((SECONDS - start)) -le 5 ]
@@ -112,7 +128,8 @@ for i in 0 1 2; do
   check "node $i prints who stopped it and why" contains "$tmp/a$i" "cohort: stopped by $(id -un)@node3: maintenance window"
   check "node $i tries no restart" not_contains "$tmp/a$i" "restarting"
 done
-# 8. a job of one machine alone: found through its user's directory, stacks too; stop refused.
+# 8. a job of one machine alone: found through its user's directory, stacks too; stopped like
+# any other (exit 4), but not while its agent (and store) is SIGSTOPped: exit 1, not 0.
 xdg="$tmp/xdg"
 mkdir -m 700 "$xdg"
 solo_env() { XDG_RUNTIME_DIR=$xdg env -u COHORT_TOKEN "$@"; }
@@ -128,14 +145,22 @@ check "one machine alone: status without options lists its 2 ranks" [ "$(grep -c
 check "one machine alone: the job line" contains "$tmp/so1" "job solo: 1 of 1 nodes joined, round 0, running"
 solo_env "$cohort" stacks >"$tmp/so2" 2>&1
 check "one machine alone: stacks of both ranks" [ "$(grep -c '^== rank [01], node 0' "$tmp/so2")" = 2 ]
-solo_env "$cohort" stop >"$tmp/so3" 2>&1
-rc=$?
-check "one machine alone: stop refused in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/so3")" = 1 ]'
 solo_env "$cohort" status --job other >"$tmp/so4" 2>&1
 rc=$?
 check "one machine alone: an unknown job in one line ($rc)" eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/so4")" = 1 ]'
-kill -TERM $solo
+kill -STOP $solo
+solo_env "$cohort" stop --reason frozen --timeout 2 >"$tmp/so3" 2>&1
+rc=$?
+kill -CONT $solo
+check "one machine alone, agent SIGSTOPped: stop exits 1 in one line ($rc)" \
+  eval '[ $rc = 1 ] && [ "$(wc -l <"$tmp/so3")" = 1 ]'
+solo_env "$cohort" stop --reason "one machine" >"$tmp/so6" 2>&1
+rc=$?
+check "one machine alone: stop exits 0 ($rc)" [ $rc = 0 ]
 wait_all 10 $solo
+check "one machine alone: its agent exits 4 ($codes)" [ "$codes" = 4 ]
+check "one machine alone: the agent prints who stopped it and why" \
+  contains "$tmp/solo" "cohort: stopped by $(id -un)@$(hostname): one machine"
 check "one machine alone: the job's file is gone with it" [ -z "$(ls "$xdg/cohort")" ]
 
 echo "$passed passed, $failed failed"

@@ -89,6 +89,7 @@ static int running_count(const job *j) {
 /* Another node's report is the root cause; a local failure, if any, is a consequence. */
 static void adopt_report(job *j, const char *report) {
   if (report != j->report) base_strlcpy(j->report, report, sizeof j->report);
+  if (cluster_stopped(j->report)) cluster_ack_stop(&j->cl, j->round);
   j->remote_failed = 1;
   j->first_failed = -1;
   j->publish_at = 0;

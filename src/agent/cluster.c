@@ -56,7 +56,8 @@ static int open_alone(cluster *c) {
       jobctl_local_publish(c->run_id, c->store_port, c->token, c->local_file,
                            sizeof c->local_file) != 0)
     base_log(BASE_LOG_INFO, "cohort status will not find this job");
-  return 0;
+  /* Its round's failure key watched as a job of several nodes: `cohort stop`. */
+  return rdzv_backend_store("127.0.0.1", c->store_port, c->token, &c->backend);
 }
 
 /* A status snapshot or stacks request check waits no longer than this: the
@@ -175,6 +176,7 @@ static int join_alone(cluster *c, const agent_config *cfg) {
   c->plan.world_size = cfg->nproc;
   c->plan.my_index = 0;
   c->plan.nodes[0].nproc = cfg->nproc;
+  base_strlcpy(c->plan.nodes[0].hostname, c->hostname, sizeof c->plan.nodes[0].hostname);
   base_strlcpy(c->plan.master_addr, "127.0.0.1", sizeof c->plan.master_addr);
   if (base_free_port("127.0.0.1", &c->plan.master_port) != 0) c->plan.master_port = 29500;
   base_strlcpy(c->iface, "lo", sizeof c->iface);
@@ -329,7 +331,7 @@ void cluster_compare_network(cluster *c, int round, const doctor_result *net) {
 }
 
 int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd) {
-  if (!c->multinode) return 0;
+  if (c->backend == NULL) return 0;
   c->store_lost = 0; /* it has just answered the join */
   c->watch_names = calloc((size_t)c->plan.nnodes, sizeof *c->watch_names);
   int rc = -ENOMEM;
@@ -459,6 +461,7 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
   store_set(c->client, keys[c->plan.my_index], "1", 1, base_deadline_in(5000));
   int rc = wait_all_done(c, keys, report, len, stop_signal);
   free(keys);
+  if (rc != 0 && cluster_stopped(report)) cluster_ack_stop(c, round);
   return rc;
 }
 
@@ -514,6 +517,13 @@ int cluster_stopped(const char *report) {
   return strncmp(report, JOBCTL_STOPPED_BY, strlen(JOBCTL_STOPPED_BY)) == 0;
 }
 
+void cluster_ack_stop(cluster *c, int round) {
+  if (c->client == NULL) return;
+  char key[STORE_KEY_MAX];
+  jobctl_stop_ack_key(key, sizeof key, c->run_id, round, c->plan.my_index);
+  if (store_set(c->client, key, "1", 1, base_deadline_in(2000)) == 0) c->stop_acked = 1;
+}
+
 /* With etcd: node k's heartbeat key is gone (its agent ended and its lease took its keys). */
 static int node_gone(cluster *c, int round, int k, int64_t deadline) {
   char key[STORE_KEY_MAX];
@@ -545,9 +555,18 @@ static void wait_nodes_left(cluster *c, int round, int64_t deadline) {
   free(keys);
 }
 
+/* How long the store's host waits for `cohort stop` to have read every node's acknowledgement. */
+#define STOP_LINGER_MS 5000
+
 void cluster_leave(cluster *c, int round) {
-  if (!c->multinode || c->client == NULL || c->store_lost) return;
+  if (c->client == NULL || c->store_lost) return;
   char key[STORE_KEY_MAX];
+  if (c->stop_acked && c->store != NULL) {
+    const char *all = key;
+    jobctl_stop_ack_key(key, sizeof key, c->run_id, round, -1);
+    store_wait(c->client, &all, 1, base_deadline_in(STOP_LINGER_MS));
+  }
+  if (!c->multinode) return;
   node_key(c, round, "exit", c->plan.my_index, key, sizeof key);
   store_set(c->client, key, "1", 1, base_deadline_in(2000));
   /* Node 0 keeps its store up until everyone has read the end; with etcd every

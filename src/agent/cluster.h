@@ -33,6 +33,7 @@ typedef struct cluster {
   int etcd;                 /* the rendezvous is in etcd: no node hosts it */
   rdzv_backend *backend;    /* where the rendezvous keys are (multi-node) */
   int store_lost;           /* the store stopped answering: the way out writes nothing to it */
+  int stop_acked;           /* a stop acknowledged: the store's host waits for `cohort stop` */
   store_client *client;     /* the main thread's connection (multi-node) */
   rdzv_publisher *pub;      /* announces the store until the first round is joined */
   agent_watch *watch;       /* this round's watcher (multi-node) */
@@ -107,6 +108,8 @@ void cluster_publish_stacks(cluster *c, const char *json);
 
 /* Whether a round's report is `cohort stop`'s ("stopped by USER@HOST: TEXT"). */
 int cluster_stopped(const char *report);
+/* Tells `cohort stop` that this node is stopping for it (jobctl_stop_ack_key). */
+void cluster_ack_stop(cluster *c, int round);
 
 /*
  * Every node's status snapshot (J/status/<node>): texts[k] (plan.nnodes of

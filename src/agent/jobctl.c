@@ -12,6 +12,16 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "rdzv/join.h"
+
+void jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round, int node) {
+  char suffix[32];
+  if (node >= 0)
+    snprintf(suffix, sizeof suffix, "stopped/%d", node);
+  else
+    snprintf(suffix, sizeof suffix, "stopped/all");
+  rdzv_key(out, outlen, job_id, round, suffix);
+}
 
 void jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node) {
   if (node >= 0)

@@ -25,6 +25,12 @@
 /* The prefix of the root cause of a job stopped by `cohort stop`. */
 #define JOBCTL_STOPPED_BY "stopped by "
 
+/* Node node's acknowledgement of a stop of round, the key `cohort stop`
+ * waits for on every node: "J/<round>/stopped/<node>"; node -1: the key
+ * `cohort stop` sets once it has read them all ("J/<round>/stopped/all"),
+ * until which the store's host keeps it up (a few seconds at most). */
+void jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round, int node);
+
 /* "J/<what>" or, for node >= 0, "J/<what>/<node>". */
 void jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node);
 

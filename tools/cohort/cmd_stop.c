@@ -28,8 +28,10 @@ static const char stop_usage[] =
     "  --reason TEXT        why, for every node's report (default: none given)\n" JOB_ARGS_USAGE(
         "5") "  -h, --help           this help\n"
              "\n"
-             "Exit status: 0 the stop was published (or the job was already being\n"
-             "stopped), 1 no such job or it is ending for another reason, 2 usage error.\n";
+             "Exit status: 0 every node of the job acknowledged the stop (it was\n"
+             "published, or the job was already being stopped), 1 no such job, it is\n"
+             "ending for another reason, or a node did not acknowledge the stop within\n"
+             "the timeout, 2 usage error.\n";
 
 typedef struct stop_args {
   job_args job;
@@ -78,6 +80,55 @@ static int publish_stop(job_conn *jc, int round, const char *text, char *current
   return strncmp(current, JOBCTL_STOPPED_BY, strlen(JOBCTL_STOPPED_BY)) == 0 ? 0 : 1;
 }
 
+/* The ack keys of round's nnodes nodes, and last the key that says they were read. */
+static const char **ack_keys(job_conn *jc, int round, int nnodes) {
+  const char **keys = calloc((size_t)nnodes + 1, sizeof *keys + STORE_KEY_MAX);
+  char *text = keys != NULL ? (char *)(keys + nnodes + 1) : NULL;
+  for (int k = 0; keys != NULL && k <= nnodes; k++) {
+    keys[k] = text + (size_t)k * STORE_KEY_MAX;
+    jobctl_stop_ack_key(text + (size_t)k * STORE_KEY_MAX, STORE_KEY_MAX, jc->where.job_id, round,
+                        k < nnodes ? k : -1);
+  }
+  return keys;
+}
+
+/* The first node whose key is absent (nnodes: none), or a negative error. */
+static int first_unacked(job_conn *jc, const char **keys, int nnodes) {
+  int k = 0, rc = 0;
+  for (; rc == 0 && k < nnodes; k++) {
+    void *val = NULL;
+    size_t len = 0;
+    rc = store_get(jc->client, keys[k], &val, &len, base_deadline_in(2000));
+    free(val);
+  }
+  return rc == -ENOENT ? k - 1 : rc != 0 ? rc : nnodes;
+}
+
+/* Waits until every node acknowledged round's stop: 0, or 1 after one line. */
+static int wait_acks(job_conn *jc, int round, int nnodes, const char *text) {
+  if (nnodes < 1 || nnodes > RDZV_MAX_NODES) nnodes = 1;
+  const char **keys = ack_keys(jc, round, nnodes);
+  int rc = keys != NULL ? store_wait(jc->client, keys, (size_t)nnodes, jc->deadline_ms) : -ENOMEM;
+  if (rc == 0) {
+    store_set(jc->client, keys[nnodes], "1", 1, base_deadline_in(2000));
+    fprintf(stderr, "cohort stop: job %s (round %d): %s\n", jc->where.job_id, round, text);
+  } else {
+    int k = rc == -ETIMEDOUT ? first_unacked(jc, keys, nnodes) : rc;
+    if (k >= 0 && k < nnodes)
+      cli_error(prog, 1,
+                "job %s (round %d): the stop is published, but node %d has not acknowledged it "
+                "(its agent is stopped, busy or gone)",
+                jc->where.job_id, round, k);
+    else
+      cli_error(prog, 1,
+                "job %s (round %d): the stop is published, but its store stopped "
+                "answering: %s",
+                jc->where.job_id, round, cohort_strerror(k < 0 ? k : rc));
+  }
+  free(keys);
+  return rc == 0 ? 0 : 1;
+}
+
 int cmd_stop(int argc, char **argv) {
   stop_args a = {.job.timeout_ms = JOB_ARGS_DEFAULT_TIMEOUT_MS};
   cli_args rest;
@@ -85,24 +136,16 @@ int cmd_stop(int argc, char **argv) {
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
   job_conn jc;
   if ((rc = job_connect(prog, &a.job, &jc)) != 0) return rc;
-  if (jc.alone) {
-    /* No other node watches its failure key: its agent takes signals. */
-    job_close(&jc);
-    return cli_error(prog, 1,
-                     "job %s runs on this machine alone: stop it with SIGTERM to its agent",
-                     jc.where.job_id);
-  }
   char text[WATCH_REPORT_MAX], current[WATCH_REPORT_MAX] = "";
   stop_text(a.reason, text, sizeof text);
-  int round = -1, status = 1;
+  int round = -1, nnodes = 1, status = 1;
   /* A round that already ended otherwise (a failure with restarts left, a
    * node joining) is followed by another: try that one, until the timeout. */
   for (;;) {
-    if (job_round(prog, &jc, &round, NULL) != 0) break;
+    if (job_round(prog, &jc, &round, &nnodes) != 0) break;
     rc = publish_stop(&jc, round, text, current, sizeof current);
     if (rc == 0) {
-      fprintf(stderr, "cohort stop: job %s (round %d): %s\n", jc.where.job_id, round, current);
-      status = 0;
+      status = wait_acks(&jc, round, nnodes, current);
       break;
     }
     /* etcd: -ENOENT, node 0's agent left between the two reads (the stop lives under its
