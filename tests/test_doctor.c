@@ -313,6 +313,49 @@ static void test_no_rdma(void) {
   doctor_result_destroy(r);
 }
 
+/* GPUs as the placement sees them: PCI order, the NUMA node (-1 read as 0)
+ * and its CPUs, CUDA_VISIBLE_DEVICES, the driver; in the report. */
+static void test_gpus(void) {
+  doctor_result *r = NULL;
+  CHECK_EQ_INT(plan("no_rdma", NULL, 0, NULL, &r), 0);
+  if (r == NULL) return;
+  const doctor_facts *f = r->facts;
+  CHECK_STREQ(f->gpu_vendor, "nvidia");
+  CHECK_EQ_INT(f->gpus_found, 2);
+  CHECK_EQ_INT((int)f->ngpus, 2);
+  CHECK_STREQ(f->gpus[0].pci, "0000:3b:00.0");
+  CHECK_STREQ(f->gpus[0].uuid, "GPU-9ce285ff-0000");
+  CHECK_EQ_INT(f->gpus[0].numa, 1);
+  CHECK_STREQ(f->gpus[0].cpus, "2-3");
+  CHECK_EQ_INT(f->gpus[1].numa, 0);
+  CHECK_STREQ(f->gpus[1].cpus, "0-1");
+  CHECK_STREQ(f->driver, "580.159.04");
+  char *text = NULL;
+  CHECK_EQ_INT(doctor_format_report(r, &text), 0);
+  CHECK(text != NULL && strstr(text, "GPUs\n  0  0000:3b:00.0  GPU-9ce285ff-0000  NUMA node 1 "
+                                     "(CPUs 2-3)\n") != NULL);
+  CHECK(text != NULL && strstr(text, "  driver 580.159.04\n") != NULL);
+  free(text);
+  doctor_result_destroy(r);
+
+  char *env[] = {"PATH=/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=1", NULL};
+  CHECK_EQ_INT(plan("no_rdma", NULL, 0, env, &r), 0);
+  if (r == NULL) return;
+  CHECK_EQ_INT((int)r->facts->ngpus, 1);
+  CHECK_STREQ(r->facts->gpus[0].pci, "0000:86:00.0");
+  CHECK_STREQ(r->facts->gpu_visible_var, "CUDA_VISIBLE_DEVICES");
+  doctor_result_destroy(r);
+
+  /* A tree without GPUs (nor CPUs): none found. */
+  CHECK_EQ_INT(plan("roce_bond", NULL, 0, NULL, &r), 0);
+  if (r == NULL) return;
+  CHECK_EQ_INT(r->facts->gpus_found, 0);
+  CHECK_EQ_INT(doctor_format_report(r, &text), 0);
+  CHECK(text != NULL && strstr(text, "GPUs\n  none found\n") != NULL);
+  free(text);
+  doctor_result_destroy(r);
+}
+
 /* The user's own NCCL_IB_GID_INDEX is checked, and their NCCL_IB_HCA followed. */
 static void test_user_settings(void) {
   doctor_result *r = NULL;
@@ -867,6 +910,7 @@ int main(int argc, char **argv) {
   test_roce_single_and_none();
   test_ib_and_port_down();
   test_no_rdma();
+  test_gpus();
   test_user_settings();
   test_derive_edits();
   test_summary();

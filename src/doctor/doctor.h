@@ -129,6 +129,15 @@ typedef struct doctor_iface {
   size_t naddrs;
 } doctor_iface;
 
+#define DOCTOR_MAX_GPUS 64
+
+typedef struct doctor_gpu {
+  char pci[32];   /* "0000:3b:00.0", "" when unknown */
+  char uuid[64];  /* "GPU-...", "" when unknown */
+  int numa;       /* its NUMA node (-1, unknown, reads as 0, as the binding does) */
+  char cpus[256]; /* that node's CPUs, "0-15" ("" when the CPUs could not be read) */
+} doctor_gpu;
+
 typedef struct doctor_facts {
   doctor_hca *hcas; /* sorted by name, numbers compared as numbers (mlx5_2 < mlx5_10) */
   size_t nhcas;
@@ -155,6 +164,15 @@ typedef struct doctor_facts {
   int nccl_found;
   int nccl_major, nccl_minor, nccl_patch; /* -1 when the version could not be told */
   char nccl_path[512];                    /* the file the version came from */
+
+  /* GPUs as `cohort run --nproc-per-node gpu` and `--numa-binding` see them
+   * (src/doctor/topo.h, read under the same roots and environment). */
+  char gpu_vendor[8]; /* "nvidia", "amd", "" when none was found */
+  int gpus_found;     /* present, visible or not */
+  size_t ngpus;       /* visible, in visible order */
+  doctor_gpu gpus[DOCTOR_MAX_GPUS];
+  char gpu_visible_var[24]; /* CUDA_VISIBLE_DEVICES (or HIP_) when it chose them, "" */
+  char driver[64];          /* NVIDIA: PROC/driver/nvidia/version's version, "" unknown */
 
   char **notes; /* things the probe could not read that matter, one line each */
   size_t nnotes;

@@ -166,6 +166,25 @@ static void nccl_version(const doctor_facts *f, char *out, size_t len) {
 
 /* ---- report ----------------------------------------------------------- */
 
+/* GPUs: PCI address, UUID, NUMA node and its CPUs; the driver. */
+static void format_gpus(doctor_buf *b, const doctor_facts *f) {
+  doctor_buf_puts(b, "GPUs\n");
+  if (f->gpus_found == 0) {
+    doctor_buf_puts(b, "  none found\n");
+    return;
+  }
+  for (size_t i = 0; i < f->ngpus; i++) {
+    const doctor_gpu *g = &f->gpus[i];
+    doctor_buf_printf(b, "  %zu  %s  %s  NUMA node %d (CPUs %s)\n", i, g->pci[0] ? g->pci : "pci ?",
+                      g->uuid[0] ? g->uuid : "-", g->numa, g->cpus[0] ? g->cpus : "?");
+  }
+  if ((size_t)f->gpus_found != f->ngpus)
+    doctor_buf_printf(b, "  %zu of %d visible (%s)\n", f->ngpus, f->gpus_found,
+                      f->gpu_visible_var[0] ? f->gpu_visible_var : "?");
+  if (strcmp(f->gpu_vendor, "nvidia") == 0)
+    doctor_buf_printf(b, "  driver %s\n", f->driver[0] ? f->driver : "unknown");
+}
+
 int doctor_format_report(const doctor_result *r, char **out) {
   if (r == NULL || out == NULL) return -EINVAL;
   doctor_buf b = {0};
@@ -232,6 +251,7 @@ int doctor_format_report(const doctor_result *r, char **out) {
                       f->dev_infiniband ? "present" : "missing", f->uverbs_count);
     if (f->hugepages_known)
       doctor_buf_printf(&b, "  hugepages: %ld of %ld KiB\n", f->hugepages_total, f->hugepage_kb);
+    format_gpus(&b, f);
     nccl_version(f, t, sizeof t);
     if (f->nccl_found)
       doctor_buf_printf(&b, "NCCL\n  %s (%s)\n", t, f->nccl_path);

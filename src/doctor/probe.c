@@ -27,6 +27,7 @@
 #include "base/base.h"
 #include "base/net.h"
 #include "doctor/internal.h"
+#include "doctor/topo.h"
 
 typedef struct probe_roots {
   const char *sys, *proc, *dev, *lib;
@@ -751,6 +752,53 @@ static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
                   f);
 }
 
+/* The NVIDIA driver's version: the first token that starts with a digit and
+ * holds a dot in PROC/driver/nvidia/version's first line ("NVRM version:
+ * NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."). */
+static void probe_driver(const probe_roots *r, doctor_facts *f) {
+  char path[PATH_MAX], line[512];
+  if (doctor_join(path, sizeof path, r->proc, "driver/nvidia/version") != 0) return;
+  FILE *fp = fopen(path, "re");
+  if (fp == NULL) return;
+  if (fgets(line, sizeof line, fp) != NULL) {
+    char *save = NULL;
+    for (char *w = strtok_r(line, " \t\n", &save); w != NULL; w = strtok_r(NULL, " \t\n", &save))
+      if (w[0] >= '0' && w[0] <= '9' && strchr(w, '.') != NULL) {
+        base_strlcpy(f->driver, w, sizeof f->driver);
+        break;
+      }
+  }
+  fclose(fp);
+}
+
+/* The GPUs, through the placement's own probe (topo.h); a tree without CPUs
+ * (the RDMA fixtures) has no GPU facts either. */
+static int probe_gpus(const probe_roots *r, char **envp, doctor_facts *f) {
+  topo *t = calloc(1, sizeof *t);
+  if (t == NULL) return -ENOMEM;
+  topo_config tc = {r->sys, r->proc, r->dev, envp};
+  char err[160];
+  if (topo_probe(&tc, t, err, sizeof err) == 0 && t->vendor != TOPO_NO_GPU) {
+    base_strlcpy(f->gpu_vendor, t->vendor == TOPO_NVIDIA ? "nvidia" : "amd", sizeof f->gpu_vendor);
+    f->gpus_found = t->nfound;
+    base_strlcpy(f->gpu_visible_var, t->visible_var, sizeof f->gpu_visible_var);
+    for (int i = 0; i < t->ngpu && f->ngpus < DOCTOR_MAX_GPUS; i++) {
+      doctor_gpu *g = &f->gpus[f->ngpus++];
+      base_strlcpy(g->pci, t->gpu[i].pci, sizeof g->pci);
+      base_strlcpy(g->uuid, t->gpu[i].uuid, sizeof g->uuid);
+      g->numa = t->gpu[i].numa < 0 ? 0 : t->gpu[i].numa;
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c = 0; c < t->ncpu; c++)
+        if (t->cpu[c].numa == g->numa) CPU_SET(t->cpu[c].id, &set);
+      topo_format_cpulist(&set, g->cpus, sizeof g->cpus);
+    }
+    if (t->vendor == TOPO_NVIDIA) probe_driver(r, f);
+  }
+  free(t);
+  return 0;
+}
+
 static int check_dir(const char *root) {
   struct stat st;
   if (stat(root, &st) != 0) return -errno;
@@ -801,6 +849,7 @@ int doctor_probe(const doctor_config *cfg_in, char **envp, doctor_facts **out) {
   probe_routes(&r, &cfg, f);
   probe_limits(&r, &cfg, f);
   probe_nccl(&r, envp, f);
+  if ((rc = probe_gpus(&r, envp, f)) != 0) goto fail;
   *out = f;
   return 0;
 fail:
