@@ -17,3 +17,9 @@ set_tests_properties(torchrun_multinode PROPERTIES TIMEOUT 300 LABELS "slow")
 # is opened by the etcd client when it connects).
 add_test(NAME exec_libs COMMAND ${CMAKE_SOURCE_DIR}/tests/test_exec_libs.sh $<TARGET_FILE:cohort>)
 set_tests_properties(exec_libs PROPERTIES TIMEOUT 30 LABELS "unit")
+
+# Every exit status of cohort run brought about for real, and the one table
+# of them in the README, --help and the man page (loopback only).
+add_test(NAME exit_status COMMAND ${CMAKE_SOURCE_DIR}/tests/test_exit_status.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(exit_status PROPERTIES TIMEOUT 120 LABELS "unit")

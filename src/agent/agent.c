@@ -19,6 +19,7 @@
 #include "agent/internal.h"
 #include "agent/network.h"
 #include "agent/report.h"
+#include "agent/secure.h"
 #include "agent/signals.h"
 #include "agent/stacks.h"
 #include "base/base.h"
@@ -576,10 +577,24 @@ static int exit_status(const job *j, attempt_outcome o) {
   return AGENT_EXIT_INTERNAL;
 }
 
+/*
+ * The one mapping from an error that ended the agent before its workers ran
+ * to the exit status: in the rendezvous (meeting: finding the store, the
+ * join), a wrong token, a store that never answered or nodes that never all
+ * came are AGENT_EXIT_RDZV; a required token missing is a usage error.
+ */
+static int exit_of_error(int rc, int meeting) {
+  if (rc == AGENT_TOKEN_REFUSED) return AGENT_EXIT_USAGE;
+  int unreached = rc == COHORT_EAUTH || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
+                  rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNRESET;
+  return rc != -ENOMEM && (meeting || unreached) ? AGENT_EXIT_RDZV : AGENT_EXIT_INTERNAL;
+}
+
 /* Joins the round and prepares what its workers need. */
 static int begin_round(job *j) {
   cluster *c = &j->cl;
-  if (cluster_join(c, j->cfg, &j->round) != 0) return AGENT_EXIT_WORKER_FAILED;
+  int rc = cluster_join(c, j->cfg, &j->round);
+  if (rc != 0) return exit_of_error(rc, 1);
   /* One node's settings do not change between rounds; several nodes'
    * master may. */
   if (j->cfg->net_auto && (c->multinode || j->round == 0)) {
@@ -734,7 +749,8 @@ int agent_run(const agent_config *cfg) {
   char cg[64];
   snprintf(cg, sizeof cg, "cohort-%d", (int)getpid());
   if (sweep_open(&j.sweep, "/proc", cg) == 0) guard_set_cgroup(&j.guard, j.sweep.dir, j.sweep.v2);
-  status = cluster_open(&j.cl, cfg);
+  rc = cluster_open(&j.cl, cfg);
+  status = rc != 0 ? exit_of_error(rc, 0) : AGENT_EXIT_OK;
   if (status != AGENT_EXIT_OK) goto out;
   status = run_rounds(&j);
   metrics_flush(&j.metrics, &j);

@@ -29,6 +29,7 @@
 #define AGENT_EXIT_INTERNAL 3
 #define AGENT_EXIT_STOPPED 4 /* `cohort stop` (docs/status.md) */
 #define AGENT_EXIT_HUNG 5    /* --hang-timeout: a rank made no progress (docs/hang.md) */
+#define AGENT_EXIT_RDZV 6    /* the rendezvous never completed: no worker ran */
 #define AGENT_EXIT_NOT_EXECUTABLE 126
 #define AGENT_EXIT_NOT_FOUND 127
 /* Stopped by signal N: 128 + N. */

@@ -145,26 +145,25 @@ int cluster_open(cluster *c, const agent_config *cfg) {
   c->etcd = cfg->rdzv.method == RDZV_ETCD;
   if (cfg->run_id != NULL) base_strlcpy(c->run_id, cfg->run_id, sizeof c->run_id);
   if (cfg->token != NULL) base_strlcpy(c->token, cfg->token, sizeof c->token);
-  int src = setup_store(c, cfg);
-  if (src != 0) return src == AGENT_TOKEN_REFUSED ? AGENT_EXIT_USAGE : AGENT_EXIT_INTERNAL;
-  if (!c->multinode) return AGENT_EXIT_OK;
+  int rc = setup_store(c, cfg);
+  if (rc != 0 || !c->multinode) return rc;
   char err[512] = "";
   if (c->store != NULL && !c->etcd) {
-    int rc = rdzv_publish_start(&c->ropts, NULL, c->store_port, &c->pub, err, sizeof err);
+    rc = rdzv_publish_start(&c->ropts, NULL, c->store_port, &c->pub, err, sizeof err);
     if (rc != 0) {
       fprintf(stderr, "cohort: cannot announce the store: %s\n",
               err[0] ? err : cohort_strerror(rc));
-      return AGENT_EXIT_INTERNAL;
+      return rc;
     }
   }
-  int rc = rdzv_backend_connect(c->backend, base_deadline_in(cfg->join_timeout_ms), &c->client, err,
-                                sizeof err);
+  rc = rdzv_backend_connect(c->backend, base_deadline_in(cfg->join_timeout_ms), &c->client, err,
+                            sizeof err);
   if (rc != 0) {
     fprintf(stderr, "cohort: cannot reach %s: %s\n", c->etcd ? "etcd" : "the rendezvous store",
             err[0] ? err : cohort_strerror(rc));
-    return rc == COHORT_EAUTH ? AGENT_EXIT_WORKER_FAILED : AGENT_EXIT_INTERNAL;
+    return rc;
   }
-  return AGENT_EXIT_OK;
+  return 0;
 }
 
 /* One node: a plan of its own, with a fresh master port. */

@@ -56,7 +56,9 @@ typedef struct cluster {
 
 /*
  * Decides one node or several, starts (or finds) the store, announces it
- * and connects. Returns AGENT_EXIT_OK or the exit status to end with.
+ * and connects. Returns 0 or a negative error (AGENT_TOKEN_REFUSED: no
+ * token where one is required; COHORT_EAUTH: the store refused the token;
+ * -ETIMEDOUT, -ECONNREFUSED...: the store never answered), after one line.
  */
 int cluster_open(cluster *c, const agent_config *cfg);
 

@@ -7,10 +7,13 @@
 #ifndef COHORT_AGENT_SECURE_H
 #define COHORT_AGENT_SECURE_H
 
+#include <errno.h>
+
 #include "agent/agent.h"
 
-/* agent_token_policy() refused the job: the agent ends with AGENT_EXIT_USAGE. */
-#define AGENT_TOKEN_REFUSED 1
+/* agent_token_policy() refused the job, an error as any other (the agent
+ * maps it to AGENT_EXIT_USAGE). */
+#define AGENT_TOKEN_REFUSED (-EKEYREJECTED)
 
 /*
  * Called once a job is known to span several nodes, with its token (NULL

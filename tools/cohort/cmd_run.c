@@ -111,10 +111,19 @@
   "note: --monitor-interval, --start-method, --event-log-handler, --local-addr, --logs-specs,\n"   \
   "--signals-to-handle. docs/torchrun.md lists the differences from torchrun.\n"                   \
   "\n"                                                                                             \
-  "exit status: 0 every worker succeeded; 1 a worker failed (a report names it);\n"                \
-  "2 usage error; 3 internal error; 4 stopped by cohort stop; 5 hung (--hang-timeout);\n"          \
-  "126 command not\n"                                                                              \
-  "executable; 127 command not found; 128+N stopped by signal N.\n"
+  "exit status:\n"                                                                                 \
+  "  0        every worker succeeded\n"                                                            \
+  "  1        a worker failed (the report names it)\n"                                             \
+  "  2        usage error (a required token missing too)\n"                                        \
+  "  3        internal error of the agent\n"                                                       \
+  "  4        stopped by cohort stop\n"                                                            \
+  "  5        hung (--hang-timeout)\n"                                                             \
+  "  6        the rendezvous never completed (no worker ran): the nodes did not all\n"             \
+  "           come within --join-timeout, the store never answered, or it refused\n"               \
+  "           the token\n"                                                                         \
+  "  126      command not executable\n"                                                            \
+  "  127      command not found\n"                                                                 \
+  "  128+N    stopped by signal N\n"
 
 static const char run_usage[] =
     "usage: cohort run [options] -- CMD [ARGS...]\n"

@@ -77,8 +77,9 @@ static int find_local(const char *prog_name, const job_args *a, const char **tok
                      "job of several nodes)",
                      a->job);
   if (rc != 0)
-    return cli_usage_error(prog_name, "which job? give --master or --rdzv-file (no job of this "
-                                      "machine alone runs)");
+    return cli_error(prog_name, 1,
+                     "no job found: none runs on this machine alone (give --master or "
+                     "--rdzv-file for a job of several nodes)");
   *token = local_token;
   jc->alone = 1;
   base_join_hostport(jc->where.host, jc->where.port, jc->addr, sizeof jc->addr);
