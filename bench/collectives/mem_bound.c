@@ -1,9 +1,10 @@
 /*
  * mem_bound.c - the memory-bandwidth bound of an N-rank float32 allreduce on
  * one host (N = 2 unless given): N buffers (the ranks' data) and N threads,
- * each reducing its slice of all N in place (every buffer's slice becomes the
- * sum of the N slices), so every input is read once and every output written
- * once, which no allreduce can beat.
+ * or one per core when there are fewer cores, each reducing its slice of all
+ * N in place (every buffer's slice becomes the sum of the N slices), so every
+ * input is read once and every output written once, which no allreduce can
+ * beat.
  *
  * usage: mem_bound ITERS WARMUP BYTES [RANKS]   prints "BYTES MEAN_US" (the
  * same line as the other runners of bench/collectives/run.sh), or nothing and
@@ -14,11 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_RANKS 64
 
 static size_t g_n;
-static int g_ranks;
+static int g_ranks, g_threads; /* g_threads <= the cores: the barrier spins */
 static float *g_buf[MAX_RANKS];
 static int g_iters;
 static double g_mean_us;
@@ -34,7 +36,7 @@ static double now_us(void) {
 
 static void barrier(unsigned *gen) {
   unsigned next = ++*gen;
-  if (atomic_fetch_add(&g_arrived, 1) == (unsigned)g_ranks - 1) {
+  if (atomic_fetch_add(&g_arrived, 1) == (unsigned)g_threads - 1) {
     atomic_store(&g_arrived, 0);
     atomic_store(&g_generation, next);
   } else {
@@ -74,7 +76,7 @@ static void reduce_slice(size_t lo, size_t hi) {
 }
 
 static void *worker(void *arg) {
-  size_t t = (size_t)arg, lo = t * g_n / g_ranks, hi = (t + 1) * g_n / g_ranks;
+  size_t t = (size_t)arg, nt = (size_t)g_threads, lo = t * g_n / nt, hi = (t + 1) * g_n / nt;
   unsigned gen = atomic_load(&g_generation);
   barrier(&gen);
   double t0 = now_us();
@@ -90,8 +92,8 @@ static void *worker(void *arg) {
 static double run(int iters) {
   pthread_t th[MAX_RANKS];
   g_iters = iters;
-  for (size_t t = 0; t < (size_t)g_ranks; t++) pthread_create(&th[t], NULL, worker, (void *)t);
-  for (int t = 0; t < g_ranks; t++) pthread_join(th[t], NULL);
+  for (size_t t = 0; t < (size_t)g_threads; t++) pthread_create(&th[t], NULL, worker, (void *)t);
+  for (int t = 0; t < g_threads; t++) pthread_join(th[t], NULL);
   return g_mean_us;
 }
 
@@ -106,6 +108,10 @@ int main(int argc, char **argv) {
   g_n = bytes / sizeof(float);
   if (iters < 1 || warm < 0 || g_ranks < 2 || g_ranks > MAX_RANKS || g_n < (size_t)g_ranks)
     return 2;
+  /* A spinning thread that shares a core waits out whole time slices of the others: with more
+   * ranks than cores, the cores there are do the same traffic. */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  g_threads = cores > 0 && cores < g_ranks ? (int)cores : g_ranks;
   for (int r = 0; r < g_ranks; r++)
     if ((g_buf[r] = malloc(g_n * sizeof(float))) == NULL) return 2;
   /* Small integers: exact sums. */

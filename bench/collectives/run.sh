@@ -3,14 +3,17 @@
 # run: cohort (libcohort through `cohort bench`), Open MPI 4.1 (MPI_Allreduce,
 # mpi_allreduce.c) and PyTorch Gloo (torch.distributed, gloo_allreduce.py).
 #
-#   one host:            2 processes; cohort uses shared memory, Open MPI its
-#                        default (vader shared memory), Gloo TCP over loopback;
-#                        beside them the memory bound (mem_bound.c: two
-#                        threads reducing their halves of two buffers in
-#                        place, every input read and every output written
-#                        once), measured in the same run; and cohort's
-#                        single-copy allreduce on buffers from cohort_mem_alloc
-#                        (shared_allreduce.c) against the same bound.
+#   host:                cohort on one host, 2, 4 and 8 ranks (LOCAL_RANKS),
+#                        on ordinary buffers (`cohort bench --mem private`,
+#                        what a program passes its own memory gets) and on
+#                        buffers from cohort_mem_alloc (`--mem shared`), each
+#                        beside the memory bound measured in the same run
+#                        (mem_bound.c: one thread per rank reducing its 1/n
+#                        of n buffers in place, every input read and every
+#                        output written once).
+#   peers:               one host, 2 processes: cohort (ordinary buffers,
+#                        shared memory), Open MPI (vader shared memory), Gloo
+#                        (TCP over loopback).
 #   two namespaces:      one rank in each of two network namespaces joined by
 #                        veth links (tests/netns_lib.sh, 10.201.0.0/24); all
 #                        three use TCP (Open MPI: --mca btl tcp,self), plus
@@ -27,19 +30,26 @@
 # Bus bandwidth (nccl-tests: algbw * 2(n-1)/n, = algbw for 2 ranks) at 64 KiB,
 # 4 MiB and 64 MiB, and the 8-byte latency; every number is the median of
 # REPS runs (each run: warmup, then the mean of its iterations, slowest rank).
-# Usage: bench/collectives/run.sh [BUILD_DIR]   (env: REPS=5)
-# Needs root (namespaces), mpicc/mpirun, /usr/bin/python3 with torch.
+# Usage: bench/collectives/run.sh [BUILD_DIR]
+#   env: REPS=5; PARTS="host peers ns hier" (the parts to run); LOCAL_RANKS="2 4 8";
+#        PRIO: a prefix for the host part's runs, e.g. "chrt -f 1" (real-time priority) on a
+#        machine others load, where a spinning bound or rank loses its core for whole slices
+# Needs root (namespaces), mpicc/mpirun, /usr/bin/python3 with torch (PARTS=host needs none).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 COHORT=$BUILD/cohort
 REPS=${REPS:-5}
+PARTS=${PARTS:-host peers ns hier}
+PRIO=${PRIO:-}
+LOCAL_RANKS=${LOCAL_RANKS:-2 4 8}
+want() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 PY=/usr/bin/python3
 SIZES=(65536 4194304 67108864)
 declare -A ITERS=([8]=2000 [65536]=300 [4194304]=30 [67108864]=6)
 declare -A WARM=([8]=200 [65536]=30 [4194304]=5 [67108864]=2)
-# The bound and the single copy take a few milliseconds at most: ten times the iterations, so
+# One host's cohort and the bound take a few milliseconds at most: ten times the iterations, so
 # that a single slow round does not move their means.
 declare -A BITERS=([65536]=3000 [4194304]=300 [67108864]=60)
 declare -A BWARM=([65536]=300 [4194304]=30 [67108864]=6)
@@ -50,10 +60,14 @@ LAT_ITERS=50000
 lat_it() { if [ "$1" = 8 ]; then echo $LAT_ITERS; else echo "${ITERS[$1]}"; fi; }
 lat_wu() { if [ "$1" = 8 ]; then echo $LAT_ITERS; else echo "${WARM[$1]}"; fi; }
 
-for t in "$COHORT" mpicc mpirun "$PY"; do
+NEEDS=("$COHORT")
+want peers || want ns || want hier && NEEDS+=(mpicc mpirun "$PY")
+for t in "${NEEDS[@]}"; do
   command -v "$t" >/dev/null || { echo "run.sh: $t not found (build first; scripts/deps.sh)" >&2; exit 2; }
 done
-[ "$(id -u)" -eq 0 ] || { echo "run.sh: needs root for the network namespaces" >&2; exit 2; }
+if want ns || want hier; then
+  [ "$(id -u)" -eq 0 ] || { echo "run.sh: needs root for the network namespaces" >&2; exit 2; }
+fi
 
 WORK=$(mktemp -d /tmp/cohort-bench-coll.XXXXXX)
 STORE_PID=
@@ -65,11 +79,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
-cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
+if [ ${#NEEDS[@]} -gt 1 ]; then
+  mpicc -O2 -o "$WORK/mpi_allreduce" "$HERE/mpi_allreduce.c" || exit 1
+  cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
+fi
 cc -O3 -pthread -o "$WORK/mem_bound" "$HERE/mem_bound.c" || exit 1
-cc -O2 -I"$ROOT/include" -I"$BUILD/generated/include" -o "$WORK/shared_allreduce" "$HERE/shared_allreduce.c" -L"$BUILD" -lcohort \
-  -Wl,-rpath,"$BUILD" || exit 1
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
 # busbw in GB/s from bytes, microseconds and ranks (default 2: busbw = algbw).
@@ -80,43 +94,26 @@ free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0));
 # Each runner appends "SIZE TIME_US" lines to $WORK/<setting>.<tool>.
 size_list() { echo 8 "${SIZES[@]}"; }
 
-cohort_local() {
-  local s
-  for s in $(size_list); do
-    timeout 300 "$COHORT" bench --nproc 2 -b "$s" -e "$s" -n "$(lat_it "$s")" -w "$(lat_wu "$s")" |
-      awk -v s="$s" '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG: no figure" > "/dev/stderr"; else print s, $6}'
+# cohort_host NP MEM: `cohort bench` of NP local ranks on private or shared buffers: "SIZE
+# OUT_OF_PLACE_US IN_PLACE_US"; with 2 ranks on private ones also the 8-byte latency (the peers'
+# table).
+cohort_host() {
+  local np=$1 mem=$2 s sizes=("${SIZES[@]}")
+  [ "$np" = 2 ] && [ "$mem" = private ] && want peers && sizes=(8 "${SIZES[@]}")
+  for s in "${sizes[@]}"; do
+    timeout 600 $PRIO "$COHORT" bench --nproc "$np" --mem "$mem" -b "$s" -e "$s" -n "$(host_it "$s")" -w "$(host_wu "$s")" |
+      awk -v s="$s" '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG: no figure" > "/dev/stderr"; else print s, $6, $10}'
   done
 }
+host_it() { if [ "$1" = 8 ]; then echo $LAT_ITERS; else echo "${BITERS[$1]}"; fi; }
+host_wu() { if [ "$1" = 8 ]; then echo $LAT_ITERS; else echo "${BWARM[$1]}"; fi; }
 
-# The bound: no figure when its sums are wrong (it prints nothing then).
-bound_local() {
+# The bound of NP ranks: no figure when its sums are wrong (it prints nothing then).
+bound_host() {
   local s
   for s in "${SIZES[@]}"; do
-    timeout 300 "$WORK/mem_bound" "${BITERS[$s]}" "${BWARM[$s]}" "$s"
+    timeout 600 $PRIO "$WORK/mem_bound" "${BITERS[$s]}" "${BWARM[$s]}" "$s" "$1"
   done
-}
-
-# The single-copy allreduce (buffers from cohort_mem_alloc), 2 ranks on a loopback store.
-single_local() {
-  local s addr peer
-  "$COHORT" store serve --host 127.0.0.1 --port 0 >"$WORK/lstore.out" 2>&1 &
-  local spid=$!
-  for _ in $(seq 50); do
-    addr=$(grep -o '127\.0\.0\.1:[0-9]*' "$WORK/lstore.out" | head -1)
-    [ -n "$addr" ] && break
-    sleep 0.1
-  done
-  for s in "${SIZES[@]}"; do
-    JOBN=$((JOBN + 1))
-    RANK=1 WORLD_SIZE=2 COHORT_STORE=$addr COHORT_JOB_ID="sc$$-$JOBN" \
-      timeout 300 "$WORK/shared_allreduce" "${BITERS[$s]}" "${BWARM[$s]}" "$s" &
-    peer=$!
-    RANK=0 WORLD_SIZE=2 COHORT_STORE=$addr COHORT_JOB_ID="sc$$-$JOBN" \
-      timeout 300 "$WORK/shared_allreduce" "${BITERS[$s]}" "${BWARM[$s]}" "$s"
-    wait "$peer"
-  done
-  kill "$spid"
-  wait "$spid" 2>/dev/null
 }
 
 mpi_local() {
@@ -139,20 +136,21 @@ gloo_local() {
   done
 }
 
-netns_up 2 || { echo "run.sh: cannot create network namespaces" >&2; exit 1; }
-A=$(netns_addr 0)
-B=$(netns_addr 1)
-netns_exec 0 "$COHORT" store serve --host "$A" --port 29400 >"$WORK/store.log" 2>&1 &
-STORE_PID=$!
-
-# Open MPI across namespaces: node 1's orted is started through this "rsh".
-cat >"$WORK/nsrsh" <<EOF
+if want ns || want hier; then
+  netns_up 2 || { echo "run.sh: cannot create network namespaces" >&2; exit 1; }
+  A=$(netns_addr 0)
+  B=$(netns_addr 1)
+  netns_exec 0 "$COHORT" store serve --host "$A" --port 29400 >"$WORK/store.log" 2>&1 &
+  STORE_PID=$!
+  # Open MPI across namespaces: node 1's orted is started through this "rsh".
+  cat >"$WORK/nsrsh" <<EOF
 #!/bin/sh
 host=\$1; shift
 case \$host in $A) i=0 ;; $B) i=1 ;; *) echo "nsrsh: unknown host \$host" >&2; exit 1 ;; esac
 exec ip netns exec ${NETNS_PREFIX}n\$i unshare --uts sh -c "hostname node\$i; \$*"
 EOF
-chmod +x "$WORK/nsrsh"
+  chmod +x "$WORK/nsrsh"
+fi
 
 JOBN=0
 # cohort_nodes NP HIER: NP ranks over the two namespaces (rank r in node r*2/NP).
@@ -223,25 +221,40 @@ raw_ns() {
 }
 
 for ((rep = 1; rep <= REPS; rep++)); do
-  echo "run.sh: repetition $rep/$REPS" >&2
-  cohort_local >>"$WORK/local.cohort"
-  bound_local >>"$WORK/local.bound"
-  single_local >>"$WORK/local.single"
-  mpi_local >>"$WORK/local.mpi"
-  gloo_local >>"$WORK/local.gloo"
-  cohort_nodes 2 1 >>"$WORK/ns.cohort"
-  mpi_nodes 2 "$A,$B" tcp,self >>"$WORK/ns.mpi"
-  gloo_nodes 2 >>"$WORK/ns.gloo"
-  raw_ns
-  # 2 x 2: ranks 0 and 1 in node 0, ranks 2 and 3 in node 1.
-  cohort_nodes 4 1 >>"$WORK/hier.cohort"
-  cohort_nodes 4 0 >>"$WORK/hier.flat"
-  mpi_nodes 4 "$A:2,$B:2" tcp,vader,self >>"$WORK/hier.mpi"
-  gloo_nodes 4 >>"$WORK/hier.gloo"
+  echo "run.sh: repetition $rep/$REPS ($(uptime | sed 's/.*load/load/'))" >&2
+  if want host; then
+    for np in $LOCAL_RANKS; do
+      cohort_host "$np" private >>"$WORK/host$np.private"
+      bound_host "$np" >>"$WORK/host$np.bound"
+      cohort_host "$np" shared >>"$WORK/host$np.shared"
+    done
+  fi
+  if want peers; then
+    if ! want host || [[ " $LOCAL_RANKS " != *" 2 "* ]]; then cohort_host 2 private >>"$WORK/host2.private"; fi
+    mpi_local >>"$WORK/local.mpi"
+    gloo_local >>"$WORK/local.gloo"
+  fi
+  if want ns; then
+    cohort_nodes 2 1 >>"$WORK/ns.cohort"
+    mpi_nodes 2 "$A,$B" tcp,self >>"$WORK/ns.mpi"
+    gloo_nodes 2 >>"$WORK/ns.gloo"
+    raw_ns
+  fi
+  if want hier; then
+    # 2 x 2: ranks 0 and 1 in node 0, ranks 2 and 3 in node 1.
+    cohort_nodes 4 1 >>"$WORK/hier.cohort"
+    cohort_nodes 4 0 >>"$WORK/hier.flat"
+    mpi_nodes 4 "$A:2,$B:2" tcp,vader,self >>"$WORK/hier.mpi"
+    gloo_nodes 4 >>"$WORK/hier.gloo"
+  fi
 done
+echo "run.sh: done ($(uptime | sed 's/.*load/load/')); CPU: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores" >&2
 
-# t SETTING TOOL SIZE: median time (us)
+# t SETTING TOOL SIZE: median time (us); ti: of the in-place form (cohort_host's third column)
 t() { awk -v s="$3" '$1 == s {print $2}' "$WORK/$1.$2" 2>/dev/null | median; }
+ti() { awk -v s="$3" '$1 == s {print $3}' "$WORK/$1.$2" 2>/dev/null | median; }
+# The peers' table reads cohort's 2-rank figures on private buffers as the local setting's.
+[ -f "$WORK/host2.private" ] && cp "$WORK/host2.private" "$WORK/local.cohort"
 
 report() {
   local set=$1 title=$2 s tc tm tg bc bm bg raw=""
@@ -254,17 +267,12 @@ report() {
   fi
   printf "%-10s %12s %12s %12s %11s %11s" size "cohort GB/s" "MPI GB/s" "Gloo GB/s" cohort/MPI cohort/Gloo
   [ "$set" = ns ] && printf " %11s %11s" cohort/raw cohort/raw2
-  [ "$set" = local ] && printf " %11s %12s" "bound GB/s" cohort/bound
   printf "\n"
   for s in "${SIZES[@]}"; do
     tc=$(t "$set" cohort "$s"); tm=$(t "$set" mpi "$s"); tg=$(t "$set" gloo "$s")
     bc=$(busbw "$s" "$tc"); bm=$(busbw "$s" "$tm"); bg=$(busbw "$s" "$tg")
     printf "%-10s %12s %12s %12s %11s %11s" "$((s / 1024)) KiB" "$bc" "$bm" "$bg" "$(ratio "$bc" "$bm")" "$(ratio "$bc" "$bg")"
     [ "$set" = ns ] && printf " %11s %11s" "$(ratio "$bc" "$raw")" "$(ratio "$bc" "$raw2")"
-    if [ "$set" = local ]; then
-      bb=$(busbw "$s" "$(t local bound "$s")")
-      printf " %11s %12s" "$bb" "$(ratio "$bc" "$bb")"
-    fi
     printf "\n"
   done
   tc=$(t "$set" cohort 8); tm=$(t "$set" mpi 8); tg=$(t "$set" gloo 8)
@@ -272,21 +280,32 @@ report() {
   echo "(8 B row: latency; its ratios are MPI/cohort and Gloo/cohort, > 1 means cohort is faster)"
 }
 
-report local "one host"
-echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB"
-echo "(bound: two threads reducing their halves of two buffers in place, the least memory traffic a 2-rank allreduce can have)"
-echo
-echo "== one host, buffers from cohort_mem_alloc (single-copy allreduce), 2 ranks, median of $REPS =="
-printf "%-10s %16s %12s %14s\n" size "single GB/s" "bound GB/s" "single/bound"
-for s in "${SIZES[@]}"; do
-  bs=$(busbw "$s" "$(t local single "$s")"); bb=$(busbw "$s" "$(t local bound "$s")")
-  printf "%-10s %16s %12s %14s\n" "$((s / 1024)) KiB" "$bs" "$bb" "$(ratio "$bs" "$bb")"
-done
-echo "targets: single >= 0.60x the bound at 4 MiB and >= 0.80x at 64 MiB (below the 128 KiB threshold the latency algorithms run)"
-report ns "two network namespaces (TCP over veth)"
-echo "targets: cohort >= 1.3x MPI, >= 2x Gloo, >= 0.70x raw TCP at 4 and 64 MiB"
-echo "(raw2: the both-ways rate, the most a 2-rank allreduce can reach: each rank sends and receives the whole message)"
-
+if want host; then
+  echo
+  echo "== one host: float32 allreduce, busbw GB/s in place (out of place), median of $REPS; private: ordinary buffers, shared: from cohort_mem_alloc =="
+  printf "%-6s %-10s %17s %17s %9s %14s %13s\n" ranks size "private" "shared" "bound" private/bound shared/bound
+  for np in $LOCAL_RANKS; do
+    for s in "${SIZES[@]}"; do
+      bp=$(busbw "$s" "$(ti "host$np" private "$s")" "$np"); bs=$(busbw "$s" "$(ti "host$np" shared "$s")" "$np")
+      op=$(busbw "$s" "$(t "host$np" private "$s")" "$np"); os=$(busbw "$s" "$(t "host$np" shared "$s")" "$np")
+      bb=$(busbw "$s" "$(t "host$np" bound "$s")" "$np")
+      printf "%-6s %-10s %7s (%7s) %7s (%7s) %9s %14s %13s\n" "$np" "$((s / 1024)) KiB" "$bp" "$op" "$bs" "$os" "$bb" \
+        "$(ratio "$bp" "$bb")" "$(ratio "$bs" "$bb")"
+    done
+  done
+  echo "targets, 2 ranks at 4 and 64 MiB, in place: private >= 0.5x the bound, shared >= 0.8x (below the 128 KiB threshold the latency algorithms run)"
+  echo "(bound: n threads each reducing its 1/n of n buffers in place, the least memory traffic an allreduce can have; busbw = algbw * 2(n-1)/n)"
+fi
+if want peers; then
+  report local "one host, cohort on ordinary buffers"
+  echo "targets: cohort >= 1.5x MPI and >= 2x Gloo at 4 and 64 MiB"
+fi
+if want ns; then
+  report ns "two network namespaces (TCP over veth)"
+  echo "targets: cohort >= 1.3x MPI, >= 2x Gloo, >= 0.70x raw TCP at 4 and 64 MiB"
+  echo "(raw2: the both-ways rate, the most a 2-rank allreduce can reach: each rank sends and receives the whole message)"
+fi
+want hier || exit 0
 echo
 echo "== 2 x 2: two namespaces, two ranks in each: float32 allreduce, 4 ranks, median of $REPS =="
 printf "%-10s %12s %12s %12s %12s %11s %11s %11s\n" size "hier GB/s" "flat GB/s" "MPI GB/s" "Gloo GB/s" hier/flat hier/MPI hier/Gloo

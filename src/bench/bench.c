@@ -25,6 +25,24 @@ const char *bench_op_name(bench_op op) {
   return (unsigned)op < BENCH_NOPS ? names[op] : "?";
 }
 
+/* One buffer of b->bytes, zeroed: ordinary memory, or shared with the host's ranks. */
+static int buf_alloc(bench *b, char **out) {
+  if (!b->o.shared) {
+    *out = calloc(1, b->bytes);
+    return *out == NULL ? -ENOMEM : 0;
+  }
+  int rc = cohort_mem_alloc(b->comm, b->bytes, (void **)out);
+  if (rc == 0) memset(*out, 0, b->bytes);
+  return rc;
+}
+
+static void buf_free(bench *b, char *p) {
+  if (p != NULL && b->o.shared)
+    cohort_mem_free(b->comm, p);
+  else
+    free(p);
+}
+
 int bench_create(cohort_comm *c, const bench_opts *o, bench **out) {
   int n = cohort_comm_size(c);
   if (o->root >= n) return -EINVAL;
@@ -33,12 +51,13 @@ int bench_create(cohort_comm *c, const bench_opts *o, bench **out) {
   b->comm = c;
   b->o = *o;
   b->bytes = (size_t)o->maxb + cohort_dtype_size(o->dtype) * (size_t)n + 64;
-  b->send = calloc(1, b->bytes);
-  b->recv = calloc(1, b->bytes);
+  int rc = buf_alloc(b, &b->send);
+  if (rc == 0) rc = buf_alloc(b, &b->recv);
   b->want = malloc(b->bytes);
-  if (b->send == NULL || b->recv == NULL || b->want == NULL) {
+  if (rc == 0 && b->want == NULL) rc = -ENOMEM;
+  if (rc != 0) {
     bench_destroy(b);
-    return -ENOMEM;
+    return rc;
   }
   *out = b;
   return 0;
@@ -46,8 +65,8 @@ int bench_create(cohort_comm *c, const bench_opts *o, bench **out) {
 
 void bench_destroy(bench *b) {
   if (b == NULL) return;
-  free(b->send);
-  free(b->recv);
+  buf_free(b, b->send);
+  buf_free(b, b->recv);
   free(b->want);
   free(b);
 }

@@ -35,6 +35,7 @@ typedef struct bench_opts {
   int iters, warmup; /* timed and untimed iterations per size */
   int root;          /* of broadcast and reduce */
   int check;         /* 1: a separate run per size is compared with the reference */
+  int shared;        /* 1: send and recv from cohort_mem_alloc, else ordinary (private) memory */
 } bench_opts;
 
 /* One size of one collective: out of place [0] and in place [1]. */
@@ -53,9 +54,10 @@ typedef void (*bench_row_fn)(const bench_row *row, void *ctx);
 
 typedef struct bench bench;
 
-/* Buffers for o on communicator c. Returns 0 or -ENOMEM, -EINVAL (root beyond the ranks). */
+/* Buffers for o on communicator c (a collective call when o->shared). Returns 0 or -ENOMEM,
+ * -EINVAL (root beyond the ranks), or cohort_mem_alloc's error. */
 int bench_create(cohort_comm *c, const bench_opts *o, bench **out);
-void bench_destroy(bench *b); /* NULL: no-op */
+void bench_destroy(bench *b); /* NULL: no-op; a collective call when the buffers are shared */
 
 /*
  * Runs op for every size of the options on every rank (a collective call)
