@@ -192,6 +192,7 @@ typedef struct world_opts {
   int hosts;             /* > 0: rank r acts as host r % hosts (COHORT_HOST_SALT) */
   int flat;              /* COHORT_HIER=0 */
   int shared;            /* buffers from cohort_mem_alloc: 1 single copy on, 2 off */
+  int direct_off;        /* COHORT_SINGLE_COPY=0 on ordinary buffers */
   int expect_create_fail;
 } world_opts;
 
@@ -215,7 +216,11 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
     setenv("COHORT_HIER", "0", 1);
   else
     unsetenv("COHORT_HIER");
-  if (o->shared == 2)
+  if (o->cma)
+    setenv("COHORT_SHM_CMA", "1", 1);
+  else
+    unsetenv("COHORT_SHM_CMA");
+  if (o->shared == 2 || o->direct_off)
     setenv("COHORT_SINGLE_COPY", "0", 1);
   else
     unsetenv("COHORT_SINGLE_COPY");
@@ -381,6 +386,21 @@ static int rk_shared(cohort_comm *c, void *arg) {
   g_shared = 0;
   fails += check_one(c, COLL_ALLREDUCE, COHORT_F32, COHORT_SUM, (1u << 20) + 3, 0, 0);
   if (c->single_copy_ops != before) fails++;
+  return fails;
+}
+
+/* Every collective, type and operator on ordinary buffers; arg != NULL: the direct allreduce must
+ * have reached the peers' buffers through one-sided access (process_vm_readv/writev, which root
+ * always may use; another user only where Yama and the sandbox allow), else never. */
+static int rk_private(cohort_comm *c, void *arg) {
+  int fails = rk_matrix(c, (void *)1);
+  int on = arg != NULL && (geteuid() == 0 || (c->shm != NULL && coll_shm_hdr_cma(c->shm)));
+  if ((c->one_sided_ops > 0) != on || c->single_copy_ops != 0) {
+    fprintf(stderr, "rank %d: %llu one-sided and %llu single-copy allreduces, expected %s\n",
+            cohort_comm_rank(c), (unsigned long long)c->one_sided_ops,
+            (unsigned long long)c->single_copy_ops, on ? "some and none" : "none");
+    fails++;
+  }
   return fails;
 }
 
@@ -776,6 +796,8 @@ static int rk_failure(cohort_comm *c, void *arg) {
   if (!g_shared) free(buf); /* a shared one is unmapped by the destroy */
   int fails = 0;
   if (g_shared && c->single_copy_ops == 0) fails++;
+  /* Ordinary buffers on one host: the peer died while the others read and wrote its memory. */
+  if (!g_shared && c->shm != NULL && geteuid() == 0 && c->one_sided_ops == 0) fails++;
   const char *msg = cohort_comm_error_message(c);
   if (rc == 0 || strstr(msg, "rank ") == NULL) fails++;
   if (cohort_allreduce(c, NULL, NULL, 0, COHORT_F32, COHORT_SUM) != COHORT_EABORTED) fails++;
@@ -1190,6 +1212,20 @@ static int unit(void) {
   /* Over TCP the buffers are ordinary memory and the path is off. */
   world_opts sc_tcp = {.n = 2, .shared = 1, .transport = COHORT_TRANSPORT_TCP};
   CHECK_EQ_INT(run_world(&sc_tcp, rk_shared, NULL), 0);
+  /* The direct allreduce on ordinary buffers through one-sided access: every size (threshold 0),
+   * many chunks (4 KiB slices), the defaults; off when turned off, over TCP, across hosts. */
+  world_opts os2 = {.n = 2, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&os2, rk_private, (void *)1), 0);
+  world_opts os3 = {.n = 3, .threshold = "0", .slice = "4096"};
+  CHECK_EQ_INT(run_world(&os3, rk_private, (void *)1), 0);
+  world_opts os4 = {.n = 4};
+  CHECK_EQ_INT(run_world(&os4, rk_private, (void *)1), 0);
+  world_opts os_off = {.n = 3, .direct_off = 1, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&os_off, rk_private, NULL), 0);
+  world_opts os_tcp = {.n = 2, .transport = COHORT_TRANSPORT_TCP, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&os_tcp, rk_private, NULL), 0);
+  world_opts os_hier = {.n = 4, .hosts = 2};
+  CHECK_EQ_INT(run_world(&os_hier, rk_private, NULL), 0);
   world_opts as = {.n = 3};
   CHECK_EQ_INT(run_world(&as, rk_async, NULL), 0);
   /* Compressed reductions over shared memory, TCP rings and the hierarchy. */

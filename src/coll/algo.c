@@ -18,10 +18,12 @@
  *   broadcast      small: binomial tree; large: pipelined chain in slices.
  *   reduce         small: binomial tree; large: pipelined chain in slices.
  *   barrier        recursive doubling of headers only.
- * A large allreduce on one host whose buffers all come from cohort_mem_alloc
- * runs allreduce_direct instead: each rank reduces its block straight from
- * the peers' buffers and writes it into theirs (one read of every input and
- * one write of every output).
+ * A large allreduce with all ranks on one host runs allreduce_direct instead:
+ * each rank reduces its block straight from the peers' buffers and writes it
+ * into theirs (one read of every input and one write of every output),
+ * through the mappings when every buffer comes from cohort_mem_alloc, else
+ * through the engine's one-sided access (coll_get/coll_put) where the
+ * transport offers it.
  * Extra memory per rank is bounded: 2 slices of scratch plus, below the
  * threshold, one message-sized temporary (at most the threshold).
  *
@@ -155,33 +157,50 @@ static int allreduce_ring(coll_ctx *x, const coll_group *g, const char *send, ch
 /* Elements reduced per chunk: the inputs of a chunk and its result stay in the L2 cache. */
 #define DIRECT_CHUNK_BYTES (64u * 1024u)
 
-/* Where every local rank's send and recv are: (allocation, offset) pairs of all ranks, exchanged
- * with every peer (the exchange is also the start barrier: a peer's data is ready once it sent).
- * Returns 0 and *ok = 1 when every rank's buffers are shared, filling src/dst[local index]. */
-static int direct_addresses(coll_ctx *x, const char *send, char *recv, size_t bytes, int *ok,
-                            const char **src, char **dst) {
+/* Where one local rank's buffers are: mapped here (shared buffers; NULL when not) and at its own
+ * addresses (for one-sided access). */
+typedef struct direct_at {
+  const char *src;
+  char *dst;
+  uint64_t rsrc, rdst;
+} direct_at;
+
+/* Exchanges with every local peer where its send and recv are (the exchange is also the start
+ * barrier: a peer's data is ready, and its recv free, once it sent). *mapped = 1 when every rank's
+ * buffers are shared ones mapped here; *reach = 1 when every rank reaches all its peers' memory
+ * through the transport. Every rank sees the same words, so all decide alike. */
+static int direct_addresses(coll_ctx *x, const char *send, char *recv, size_t bytes, int reach_me,
+                            int *mapped, int *reach, direct_at *at_) {
   cohort_comm *c = x->comm;
   const coll_group *g = &c->local;
   int n = g->n, me = g->me;
   size_t so = 0, ro = 0;
-  int64_t mine[4] = {coll_buf_find(c, send, bytes, &so), 0, coll_buf_find(c, recv, bytes, &ro), 0};
+  int64_t mine[7] = {coll_buf_find(c, send, bytes, &so),
+                     0,
+                     coll_buf_find(c, recv, bytes, &ro),
+                     0,
+                     (int64_t)(uintptr_t)send,
+                     (int64_t)(uintptr_t)recv,
+                     reach_me};
   mine[1] = (int64_t)so;
   mine[3] = (int64_t)ro;
-  int64_t all[4];
-  *ok = mine[0] >= 0 && mine[2] >= 0;
-  src[me] = send;
-  dst[me] = recv;
+  int64_t all[7];
+  *mapped = mine[0] >= 0 && mine[2] >= 0;
+  *reach = reach_me;
+  at_[me] = (direct_at){send, recv, (uint64_t)(uintptr_t)send, (uint64_t)(uintptr_t)recv};
   for (int s = 1; s < n; s++) {
     int to = mod(me + s, n), from = mod(me - s, n);
     int rc = coll_sendrecv(x, at(g, to), mine, sizeof mine, at(g, from), all, sizeof all);
     if (rc != 0) return rc;
+    at_[from] = (direct_at){NULL, NULL, (uint64_t)all[4], (uint64_t)all[5]};
+    if (!all[6]) *reach = 0;
     if (all[0] < 0 || all[2] < 0 || all[0] >= c->nbufs || all[2] >= c->nbufs ||
         c->bufs[all[0]].base == NULL || c->bufs[all[2]].base == NULL) {
-      *ok = 0;
+      *mapped = 0;
       continue;
     }
-    src[from] = c->bufs[all[0]].peer[from] + all[1];
-    dst[from] = c->bufs[all[2]].peer[from] + all[3];
+    at_[from].src = c->bufs[all[0]].peer[from] + all[1];
+    at_[from].dst = c->bufs[all[2]].peer[from] + all[3];
   }
   return 0;
 }
@@ -190,7 +209,7 @@ static int direct_addresses(coll_ctx *x, const char *send, char *recv, size_t by
  * each chunk of the result into every rank's recv. Every element is computed once (in rank order
  * from three ranks on), so all ranks end with the same bits. In place is safe: a chunk is read
  * whole before any rank's copy of it is written, and no other rank touches this block. */
-static void direct_block(coll_ctx *x, const char **src, char **dst, size_t count, int fin) {
+static void direct_block(coll_ctx *x, const direct_at *at_, size_t count, int fin) {
   const coll_group *g = &x->comm->local;
   size_t es = x->es, off, len;
   block(count, g->n, g->me, &off, &len);
@@ -198,47 +217,109 @@ static void direct_block(coll_ctx *x, const char **src, char **dst, size_t count
    * straight into this rank's recv (which may be its send, exactly); a float sum or average in
    * one pass into both ranks' recv, anything else copied to the peer's from there. */
   int two = g->n == 2, me = g->me;
-  if (two && coll_reduce_pair(x->op->dtype, x->op->op, dst[me] + off * es, dst[1 - me] + off * es,
-                              src[me] + off * es, src[1 - me] + off * es, len, fin))
+  if (two &&
+      coll_reduce_pair(x->op->dtype, x->op->op, at_[me].dst + off * es, at_[1 - me].dst + off * es,
+                       at_[me].src + off * es, at_[1 - me].src + off * es, len, fin))
     return;
   size_t cb =
       DIRECT_CHUNK_BYTES < x->comm->scratch_bytes ? DIRECT_CHUNK_BYTES : x->comm->scratch_bytes;
   size_t chunk = cb / es;
   for (size_t o = off; o < off + len; o += chunk) {
     size_t k = off + len - o < chunk ? off + len - o : chunk, b = o * es;
-    char *acc = two ? dst[me] + b : x->comm->scratch;
-    coll_reduce(x->op->dtype, x->op->op, acc, two ? src[me] + b : src[0] + b,
-                two ? src[1 - me] + b : src[1] + b, k);
-    for (int r = 2; r < g->n; r++) coll_reduce(x->op->dtype, x->op->op, acc, acc, src[r] + b, k);
+    char *acc = two ? at_[me].dst + b : x->comm->scratch;
+    coll_reduce(x->op->dtype, x->op->op, acc, two ? at_[me].src + b : at_[0].src + b,
+                two ? at_[1 - me].src + b : at_[1].src + b, k);
+    for (int r = 2; r < g->n; r++)
+      coll_reduce(x->op->dtype, x->op->op, acc, acc, at_[r].src + b, k);
     finish(x, acc, k, fin);
     for (int r = 0; r < g->n; r++)
-      if (acc != dst[r] + b) memcpy(dst[r] + b, acc, k * es);
+      if (acc != at_[r].dst + b) memcpy(at_[r].dst + b, acc, k * es);
   }
 }
 
-/* The single-copy allreduce when every rank's buffers are shared (cohort_mem_alloc) and all ranks
- * share this host; *done = 0 (and nothing changed) when some rank's are not. */
-static int allreduce_direct(coll_ctx *x, const char *send, char *recv, size_t count, int fin,
-                            int *done) {
-  cohort_comm *c = x->comm;
-  int n = c->local.n, ok = 0;
-  const char **src = calloc((size_t)n, sizeof *src);
-  char **dst = calloc((size_t)n, sizeof *dst);
-  int rc = src && dst ? direct_addresses(x, send, recv, count * x->es, &ok, src, dst) : -ENOMEM;
-  *done = rc == 0 && ok;
-  if (*done) {
-    direct_block(x, src, dst, count, fin);
-    /* Nobody returns (and reuses its buffers) before every rank has written its block. */
-    rc = allreduce_rd(x, &c->local, NULL, NULL, 0, 0);
-    c->single_copy_ops++;
+/* Elements per chunk of the one-sided path: a peer's chunk, this rank's and the result stay in the
+ * L2 cache, and each system call moves enough to cost little. */
+#define ONESIDED_CHUNK_BYTES (256u * 1024u)
+
+/* direct_block for private buffers: the peers' chunks are read into the scratch buffer through the
+ * transport (coll_get) and the result written into their recv (coll_put). The same order of
+ * operands, so the same bits, as direct_block's chunked path. */
+static int onesided_block(coll_ctx *x, const direct_at *at_, size_t count, int fin) {
+  const coll_group *g = &x->comm->local;
+  int n = g->n, me = g->me, rc = 0;
+  size_t es = x->es, off, len, half = x->comm->scratch_bytes / 2;
+  block(count, n, me, &off, &len);
+  size_t chunk = (ONESIDED_CHUNK_BYTES < half ? ONESIDED_CHUNK_BYTES : half) / es;
+  char *stage = x->comm->scratch, *tmp = stage + half;
+  const char *send = at_[me].src;
+  char *recv = at_[me].dst;
+  for (size_t o = off; o < off + len && rc == 0; o += chunk) {
+    size_t k = off + len - o < chunk ? off + len - o : chunk, b = o * es, kb = k * es;
+    char *acc = n == 2 ? recv + b : tmp;
+    if (n == 2) {
+      /* Into this rank's recv, which may be its send: two-operand operators are commutative. */
+      rc = coll_get(x, at(g, 1 - me), stage, at_[1 - me].rsrc + b, kb);
+      if (rc == 0) coll_reduce(x->op->dtype, x->op->op, acc, send + b, stage, k);
+    }
+    /* More ranks in rank order: acc = in0 op in1, then op in2 and on; a peer's in0 goes straight
+     * into acc, the others through stage. */
+    const char *prev = NULL;
+    for (int r = 0; n > 2 && r < n && rc == 0; r++) {
+      const char *in = send + b;
+      char *buf = r == 0 ? tmp : stage;
+      if (r != me) {
+        rc = coll_get(x, at(g, r), buf, at_[r].rsrc + b, kb);
+        in = buf;
+      }
+      if (rc == 0 && r > 0) coll_reduce(x->op->dtype, x->op->op, tmp, prev, in, k);
+      prev = r == 0 ? in : tmp;
+    }
+    if (rc != 0) break;
+    finish(x, acc, k, fin);
+    if (acc != recv + b) memcpy(recv + b, acc, kb);
+    for (int r = 0; r < n && rc == 0; r++)
+      if (r != me) rc = coll_put(x, at(g, r), at_[r].rdst + b, acc, kb);
   }
-  free(src);
-  free(dst);
   return rc;
 }
 
-static int direct_possible(const cohort_comm *c) {
-  return c->single_copy && coll_bufs_shared(c) && c->local.n == c->size;
+/* 1 when every local peer's memory is reached through its transport (one-sided access). */
+static int reaches_peers(coll_ctx *x) {
+  const coll_group *g = &x->comm->local;
+  for (int i = 0; i < g->n; i++)
+    if (i != g->me && !coll_one_sided(x, at(g, i))) return 0;
+  return 1;
+}
+
+/* The direct allreduce when all ranks share this host: each rank reduces its block straight from
+ * every rank's send and writes it into every rank's recv, through mappings when every rank's
+ * buffers are shared (cohort_mem_alloc), else through the transport's one-sided access when it
+ * reaches every peer. *done = 0 (and nothing changed) when neither. */
+static int allreduce_direct(coll_ctx *x, const char *send, char *recv, size_t count, int fin,
+                            int *done) {
+  cohort_comm *c = x->comm;
+  int n = c->local.n, mapped = 0, reach = 0;
+  direct_at *at_ = calloc((size_t)n, sizeof *at_);
+  int rc =
+      at_ ? direct_addresses(x, send, recv, count * x->es, reaches_peers(x), &mapped, &reach, at_)
+          : -ENOMEM;
+  *done = rc == 0 && (mapped || reach);
+  if (*done && mapped) {
+    direct_block(x, at_, count, fin);
+    c->single_copy_ops++;
+  } else if (*done) {
+    rc = onesided_block(x, at_, count, fin);
+    c->one_sided_ops++;
+  }
+  /* Nobody returns (and reuses its buffers) before every rank has written its block. */
+  if (*done && rc == 0) rc = allreduce_rd(x, &c->local, NULL, NULL, 0, 0);
+  free(at_);
+  return rc;
+}
+
+static int direct_possible(coll_ctx *x) {
+  const cohort_comm *c = x->comm;
+  return c->single_copy && c->local.n == c->size && (coll_bufs_shared(c) || reaches_peers(x));
 }
 
 /* ---- reduce-scatter ---- */
@@ -486,7 +567,7 @@ int coll_run_op(coll_ctx *x) {
   }
   switch (op->kind) {
   case COLL_ALLREDUCE:
-    if (!small && direct_possible(c)) {
+    if (!small && direct_possible(x)) {
       int done = 0, rc = allreduce_direct(x, send, recv, op->count, n, &done);
       if (rc != 0 || done) return rc;
     }

@@ -210,7 +210,7 @@ static void sanitize(const char *in, char *out, size_t outlen) {
 
 /* The creator's side of the handshake (see setup_shm). */
 static int shm_handshake_creator(cohort_comm *c, const char *name, const int *fds, size_t chan,
-                                 int want_cma, int64_t deadline) {
+                                 int64_t deadline) {
   const int *local = c->local.ranks;
   int nlocal = c->local.n;
   shm_unlink(name); /* a leftover of a crashed earlier run with the same name */
@@ -229,9 +229,9 @@ static int shm_handshake_creator(cohort_comm *c, const char *name, const int *fd
       rc = COHORT_EPEER;
   }
   shm_unlink(name);
-  /* Every rank has mapped the segment and published its pid: decide on single copy. */
+  /* Every rank has mapped the segment and published its pid: can they read each other? */
   if (rc == 0) {
-    coll_shm_set_hdr_cma(c->shm, want_cma && coll_shm_probe_cma(c->shm));
+    coll_shm_set_hdr_cma(c->shm, coll_shm_probe_cma(c->shm));
     msg = 'G';
     for (int i = 1; i < nlocal && rc == 0; i++)
       rc = base_write_full(fds[local[i]], &msg, 1, deadline);
@@ -266,8 +266,8 @@ static int setup_shm(cohort_comm *c, const cohort_comm_config *cfg, int k, const
                      int64_t deadline) {
   size_t chan = DEFAULT_SHM_CHAN, cma = 0, spin = COLL_SHM_SPIN_US;
   int rc = coll_env_size("COHORT_SHM_CHANNEL", 4096, 1u << 30, &chan);
-  /* Single copy is off by default: on the 2-core test machine it measured slower than the
-   * rings. */
+  /* The rings' payloads by address are off by default: on the 2-core test machine they measured
+   * slower than the rings. */
   if (rc == 0) rc = coll_env_size("COHORT_SHM_CMA", 0, 1, &cma);
   if (rc == 0) rc = coll_env_size("COHORT_SHM_SPIN_US", 0, 1000000, &spin);
   if (rc != 0) return rc;
@@ -276,11 +276,14 @@ static int setup_shm(cohort_comm *c, const cohort_comm_config *cfg, int k, const
   char job[101], name[200];
   sanitize(cfg->job_id, job, sizeof job);
   snprintf(name, sizeof name, "/cohort-%s-%d-%d-%d", job, cfg->restart, k, c->local.ranks[0]);
-  if (cma) coll_shm_allow_pull();
-  rc = c->local.me == 0 ? shm_handshake_creator(c, name, fds, p2, (int)cma, deadline)
+  /* process_vm_readv/writev between the local ranks, probed in the handshake: the direct
+   * allreduce's one-sided access to ordinary buffers, and with COHORT_SHM_CMA=1 the rings' large
+   * payloads by address. */
+  coll_shm_allow_pull((int)cma);
+  rc = c->local.me == 0 ? shm_handshake_creator(c, name, fds, p2, deadline)
                         : shm_handshake_other(c, name, fds, p2, deadline);
   if (rc != 0) return rc;
-  coll_shm_set_cma(c->shm, coll_shm_hdr_cma(c->shm));
+  coll_shm_set_cma(c->shm, cma && coll_shm_hdr_cma(c->shm));
   coll_shm_set_spin(c->shm, (int)spin);
   coll_shm_watch(c->shm, fds);
   return 0;
@@ -361,8 +364,11 @@ static void pick_transports(cohort_comm *c) {
 
 static void log_setup(const cohort_comm *c, const char *addr) {
   int nshm = c->shm != NULL ? c->local.n - 1 : 0;
-  base_log(BASE_LOG_INFO, "rank %d: %d peer(s) over shared memory%s, %d over TCP (listening on %s)",
-           c->rank, nshm, coll_shm_cma(c->shm) ? " (single copy)" : "", c->size - 1 - nshm, addr);
+  int reach = c->shm != NULL && coll_shm_hdr_cma(c->shm);
+  base_log(BASE_LOG_INFO,
+           "rank %d: %d peer(s) over shared memory%s%s, %d over TCP (listening on %s)", c->rank,
+           nshm, reach ? " (one-sided access)" : "",
+           coll_shm_cma(c->shm) ? " (large payloads by address)" : "", c->size - 1 - nshm, addr);
   if (c->hier)
     base_log(BASE_LOG_INFO, "rank %d: hierarchical allreduce over %d hosts (%d rank(s) here, %s)",
              c->rank, c->leaders.n, c->local.n,

@@ -103,8 +103,11 @@ struct cohort_comm {
   /* Shared buffers (cohort_mem_alloc), the same list on every rank; index -1 entries are freed. */
   coll_buf *bufs;
   int nbufs, live_bufs;
-  int single_copy;          /* COHORT_SINGLE_COPY: allreduce straight between shared buffers */
-  uint64_t single_copy_ops; /* allreduces that took that path (for tests) */
+  /* COHORT_SINGLE_COPY: an allreduce of ranks all on one host reduces straight from the peers'
+   * buffers (allreduce_direct), mapped when shared, else through one-sided access. */
+  int single_copy;
+  uint64_t single_copy_ops; /* allreduces that took the mapped path (for tests) */
+  uint64_t one_sided_ops;   /* allreduces that took the one-sided path (for tests) */
 
   /* Queue executed in order by the progress thread (or the caller when idle). */
   pthread_mutex_t mu;

@@ -437,6 +437,25 @@ int coll_sendrecv_reduce(coll_ctx *x, int speer, const void *sbuf, size_t slen, 
   return run(x, v, 2);
 }
 
+int coll_one_sided(coll_ctx *x, int peer) {
+  const coll_tport_ops *ops = x->eng->peer_ops[peer];
+  return ops->reaches != NULL && ops->reaches(x->eng->peer_t[peer], peer);
+}
+
+int coll_get(coll_ctx *x, int peer, void *dst, uint64_t raddr, size_t len) {
+  coll_engine *e = x->eng;
+  if (atomic_load(&e->failed)) return COHORT_EABORTED;
+  int rc = e->peer_ops[peer]->get(e->peer_t[peer], peer, dst, raddr, len);
+  return rc < 0 ? peer_error(x, peer, rc, "reading memory") : 0;
+}
+
+int coll_put(coll_ctx *x, int peer, uint64_t raddr, const void *src, size_t len) {
+  coll_engine *e = x->eng;
+  if (atomic_load(&e->failed)) return COHORT_EABORTED;
+  int rc = e->peer_ops[peer]->put(e->peer_t[peer], peer, raddr, src, len);
+  return rc < 0 ? peer_error(x, peer, rc, "writing memory") : 0;
+}
+
 int coll_fail(coll_engine *e, int err, const char *fmt, ...) {
   pthread_mutex_lock(&e->err_mu);
   int first = !atomic_load(&e->failed);

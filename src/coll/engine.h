@@ -83,6 +83,14 @@ int coll_sendrecv(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpe
 int coll_sendrecv_reduce(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpeer,
                          const void *local, void *dst, size_t rlen);
 
+/* One-sided access to a peer's memory, when its transport has it (coll_one_sided): copies len
+ * bytes from the peer's address raddr into dst, or from src to raddr, while the peer goes on with
+ * its own work; the algorithm orders them with messages. 0 or an error (the communicator failed).
+ */
+int coll_one_sided(coll_ctx *x, int peer);
+int coll_get(coll_ctx *x, int peer, void *dst, uint64_t raddr, size_t len);
+int coll_put(coll_ctx *x, int peer, uint64_t raddr, const void *src, size_t len);
+
 /* Records the first failure (formatted message) and aborts every transport. Returns err. */
 int coll_fail(coll_engine *e, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Shuts transports down so peers notice; idempotent. */

@@ -13,6 +13,10 @@
  *
  * Ring sizes are powers of two and every message is padded to 8 bytes, so
  * elements never straddle the wrap and peek hands out aligned pointers.
+ *
+ * One-sided access (get, put) is process_vm_readv/writev into the peer's
+ * address space, offered when the probe at set-up found it working between
+ * every pair of local ranks.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +51,7 @@ typedef struct shm_hdr {
   uint64_t chan_bytes;
   _Atomic int32_t abort_owner; /* -1, or the rank that writes abort_msg */
   _Atomic uint32_t abort_flag; /* 1 once abort_msg is complete */
-  _Atomic uint32_t cma_ok;     /* 1: large payloads are pulled with process_vm_readv */
+  _Atomic uint32_t cma_ok;     /* 1: process_vm_readv/writev work between all local ranks */
   char abort_msg[400];
 } shm_hdr;
 
@@ -256,9 +260,30 @@ static long pull(coll_shm *s, int from, void *dst, uint64_t addr, size_t len) {
   return n < 0 ? -errno : (long)n;
 }
 
-void coll_shm_allow_pull(void) {
-  /* Under Yama's ptrace_scope=1 a non-descendant may only read us once we allow it. */
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+/* process_vm_readv or _writev of all len bytes between local and addr in local rank p. */
+static int cma_whole(coll_shm *s, int p, int write, char *local, uint64_t addr, size_t len) {
+  while (len > 0) {
+    struct iovec l = {.iov_base = local, .iov_len = len};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
+    pid_t pid = (pid_t)s->bells[p].pid;
+    ssize_t n =
+        write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno == ESRCH ? COHORT_EPEER : -errno;
+    if (n == 0) return -EFAULT;
+    local += n;
+    addr += (uint64_t)n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+void coll_shm_allow_pull(int any) {
+  /* Under Yama's ptrace_scope=1 a non-descendant may only read us once we allow it: the ranks of
+   * one launcher (agent, torchrun, mpirun) are its children, so our parent and its descendants;
+   * anyone of our user when asked for (and when there is no parent to name). */
+  pid_t parent = getppid();
+  prctl(PR_SET_PTRACER, any || parent <= 1 ? PR_SET_PTRACER_ANY : (unsigned long)parent, 0, 0, 0);
 }
 
 int coll_shm_probe_cma(coll_shm *s) {
@@ -315,6 +340,21 @@ static int shm_aborted(void *sp, int *rank, char *msg, size_t msglen) {
   *rank = atomic_load(&s->hdr->abort_owner);
   snprintf(msg, msglen, "%s", s->hdr->abort_msg);
   return 1;
+}
+
+static int shm_reaches(void *sp, int peer) {
+  coll_shm *s = sp;
+  return coll_shm_has(s, peer) && coll_shm_hdr_cma(s);
+}
+
+static int shm_get(void *sp, int peer, void *dst, uint64_t raddr, size_t len) {
+  coll_shm *s = sp;
+  return cma_whole(s, s->lidx[peer], 0, dst, raddr, len);
+}
+
+static int shm_put(void *sp, int peer, uint64_t raddr, const void *src, size_t len) {
+  coll_shm *s = sp;
+  return cma_whole(s, s->lidx[peer], 1, (char *)src, raddr, len);
 }
 
 static shm_ctrl *chan(coll_shm *s, int from, int to) {
@@ -565,6 +605,9 @@ const coll_tport_ops coll_shm_ops = {
     .pending = shm_pending,
     .abort = shm_abort,
     .aborted = shm_aborted,
+    .reaches = shm_reaches,
+    .get = shm_get,
+    .put = shm_put,
     /* Whole cache lines per message; a small one is exactly as long as the inline copy (the
      * header and up to 16 bytes), so it travels with the ring's head. */
     .frame_align = 64,

@@ -216,6 +216,7 @@ const coll_tport_ops coll_tcp_ops = {
     .pending = tcp_pending,
     .abort = tcp_abort,
     .aborted = NULL,
+    .reaches = NULL, /* no one-sided access */
     .frame_align = 8,
     .frame_min = 0,
     .peek_whole_max = 0,

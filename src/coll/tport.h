@@ -55,6 +55,13 @@ typedef struct coll_tport_ops {
   void (*abort)(void *t, int rank, const char *why);
   /* When a peer aborted through this transport: 1 and its rank and reason (NULL: never). */
   int (*aborted)(void *t, int *rank, char *msg, size_t msglen);
+  /* One-sided access to a peer's memory (NULL: none): 1 when get and put reach peer (the
+   * instance's set-up decides, the same on every rank of a host). */
+  int (*reaches)(void *t, int peer);
+  /* Copies len bytes from the peer's address raddr into dst (get), or from src to raddr (put),
+   * whole, without the peer taking part. Returns 0 or an error (COHORT_EPEER: it is gone). */
+  int (*get)(void *t, int peer, void *dst, uint64_t raddr, size_t len);
+  int (*put)(void *t, int peer, uint64_t raddr, const void *src, size_t len);
   /* Framing: a message (32-byte header and payload) is padded to a multiple of frame_align and
    * to at least frame_min bytes. */
   unsigned frame_align, frame_min;
@@ -100,11 +107,13 @@ void coll_shm_destroy(coll_shm *s);
 /* Shared memory says nothing when a peer dies; the TCP connection to it does. watch_fds[rank]
  * (world ranks, not owned) is polled for the peer_gone op. */
 void coll_shm_watch(coll_shm *s, const int *watch_fds);
-/* Lets same-user processes read this one (Yama); call before peers probe. */
-void coll_shm_allow_pull(void);
+/* Lets this process's siblings (any: every same-user process) read and write it under Yama; call
+ * before peers probe. */
+void coll_shm_allow_pull(int any);
 /* 1 when process_vm_readv() can read every other local rank (all have mapped the segment). */
 int coll_shm_probe_cma(coll_shm *s);
-/* The host-wide decision, published by the creator in the segment. */
+/* The host-wide probe result, published by the creator in the segment: get and put reach the
+ * local peers when it is 1. */
 int coll_shm_hdr_cma(coll_shm *s);
 void coll_shm_set_hdr_cma(coll_shm *s, int on);
 /* Large payloads (>= 64 KiB) travel by address and one copy when on; else through the ring. */
