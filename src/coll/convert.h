@@ -1,8 +1,7 @@
 /*
  * convert.h - f32 <-> the 16-bit float types (f16, bf16), rounding to
- * nearest even (defined in reduce.c). Below every layer of the collectives,
- * and the one part of them that code outside (the benchmark's reference)
- * may share.
+ * nearest even (defined in reduce.c), beneath every layer of the
+ * collectives.
  */
 #ifndef COHORT_COLL_CONVERT_H
 #define COHORT_COLL_CONVERT_H
