@@ -294,7 +294,7 @@ if want host; then
     done
   done
   echo "targets, 2 ranks at 4 and 64 MiB, in place: private >= 0.5x the bound, shared >= 0.8x (below the 128 KiB threshold the latency algorithms run)"
-  echo "(bound: n threads each reducing its 1/n of n buffers in place, the least memory traffic an allreduce can have; busbw = algbw * 2(n-1)/n)"
+  echo "(bound: n buffers reduced in place by a thread per rank, at most one per core: the least memory traffic an allreduce can have; busbw = algbw * 2(n-1)/n)"
 fi
 if want peers; then
   report local "one host, cohort on ordinary buffers"
