@@ -30,7 +30,8 @@ netns_up() {
   # Callers with a cleanup of their own (which calls netns_down) keep it.
   [ -n "$(trap -p EXIT)" ] || trap netns_down EXIT
   ip netns add "$NETNS_BR" || return 1
-  ip -n "$NETNS_BR" link add br0 type bridge || return 1
+  # No IGMP snooping: multicast reaches every node, as on a plain switch.
+  ip -n "$NETNS_BR" link add br0 type bridge mcast_snooping 0 || return 1
   ip -n "$NETNS_BR" link set br0 up
   ip -n "$NETNS_BR" link set lo up
   for ((i = 0; i < n; i++)); do

@@ -13,12 +13,8 @@ set -u
 bin=$(readlink -f "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/check_lib.sh"
-etcd=$(command -v etcd || echo /usr/bin/etcd)
-etcdctl=$(command -v etcdctl || echo /usr/bin/etcdctl)
-if [ ! -x "$etcd" ] || [ ! -x "$etcdctl" ]; then
-  echo "etcd and etcdctl are needed (Debian's etcd-server and etcd-client; scripts/deps.sh installs them)"
-  exit 1
-fi
+. "$here/etcd_lib.sh"
+etcd_find || exit 1
 tmp=$(mktemp -d /tmp/cohort-etcd-XXXXXX)
 pids=()
 cleanup() {
@@ -36,11 +32,7 @@ start() {
   local name=$1 cport=$2 pport=$3 cluster=$4 scheme=http
   shift 4
   case " $* " in *" --cert-file "*) scheme=https ;; esac
-  "$etcd" --name "$name" --data-dir "$tmp/$name" \
-    --listen-client-urls "$scheme://127.0.0.1:$cport" --advertise-client-urls "$scheme://127.0.0.1:$cport" \
-    --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
-    --initial-cluster "$cluster" --initial-cluster-state new "$@" >"$tmp/$name.log" 2>&1 &
-  pids+=($!)
+  etcd_member - "$name" "$scheme://127.0.0.1:$cport" "http://127.0.0.1:$pport" "$cluster" "$@"
   eval "pid_$name=$!"
 }
 # ready PORT [curl flags]: the member answers within 30 s (a loaded machine
@@ -49,10 +41,7 @@ ready() {
   local port=$1 url=http
   shift
   [ $# -gt 0 ] && url=https
-  for _ in $(seq 1 300); do
-    curl -s -m 1 "$@" -X POST "$url://127.0.0.1:$port/v3/maintenance/status" -d '{}' | grep -q '"version"' && return 0
-    sleep 0.1
-  done
+  etcd_ready - "$url://127.0.0.1:$port" "$@" && return 0
   check "etcd on port $port comes up" false
   tail -n 5 "$tmp"/*.log | cut -c1-200
   return 1
@@ -100,16 +89,7 @@ fi
 
 # TLS: a CA, a server certificate for 127.0.0.1, a client certificate.
 pki=$tmp/pki
-mkdir -p "$pki"
-(
-  cd "$pki" || exit 1
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=test-ca
-  openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1
-  printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
-  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile san.ext
-  openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=client
-  openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 1
-) >"$tmp/pki.log" 2>&1
+etcd_pki "$pki" 127.0.0.1
 pt=$((base + 8))
 start tls $pt $((pt + 1)) "tls=http://127.0.0.1:$((pt + 1))" --cert-file "$pki/server.crt" \
   --key-file "$pki/server.key" --client-cert-auth --trusted-ca-file "$pki/ca.crt"

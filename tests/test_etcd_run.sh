@@ -19,10 +19,9 @@ cohort=$(readlink -f "$1")
 src=$(cd "$2" && pwd)
 . "$src/tests/check_lib.sh"
 . "$src/tests/netns_lib.sh"
+. "$src/tests/etcd_lib.sh"
 if [ "$(id -u)" != 0 ]; then echo "needs root (network namespaces)"; exit 1; fi
-etcd=$(command -v etcd || echo /usr/bin/etcd)
-etcdctl=$(command -v etcdctl || echo /usr/bin/etcdctl)
-[ -x "$etcd" ] && [ -x "$etcdctl" ] || { echo "needs etcd-server and etcd-client"; exit 1; }
+etcd_find || exit 1
 tmp=$(mktemp -d /tmp/cohort-etcdrun-XXXXXX)
 pids=()
 cleanup() {
@@ -37,24 +36,9 @@ EPS="$A0:2379,$A1:2379,$A2:2379"
 
 # member I [state]: etcd member e<I> in node I's namespace
 member() {
-  local i=$1 state=${2:-new} a
-  a=$(netns_addr "$i")
-  netns_bg "$i" "$tmp/e$i.log" "$etcd" --name "e$i" --data-dir "$tmp/e$i" \
-    --listen-client-urls "http://$a:2379" --advertise-client-urls "http://$a:2379" \
-    --listen-peer-urls "http://$a:2380" --initial-advertise-peer-urls "http://$a:2380" \
-    --initial-cluster "$CLUSTER" --initial-cluster-state "$state"
-}
-# healthy I URL [curl flags]: the member answers from node I within 20 s
-healthy() {
-  local i=$1 url=$2
-  shift 2
-  for _ in $(seq 1 200); do
-    netns_exec "$i" curl -s -m 1 "$@" -X POST "$url/v3/maintenance/status" -d '{}' 2>/dev/null |
-      grep -q '"leader"' && return 0
-    sleep 0.1
-  done
-  echo "etcd at $url is not up"
-  return 1
+  local a
+  a=$(netns_addr "$1")
+  ETCD_STATE=${2:-new} etcd_member "$1" "e$1" "http://$a:2379" "http://$a:2380" "$CLUSTER"
 }
 # kill_member I: SIGKILL to the etcd server in node I's namespace (the PID
 # netns_bg gives is the shell around it); a failed check if none was there.
@@ -71,7 +55,7 @@ failed_codes() {
   return 0
 }
 for i in 0 1 2; do member "$i"; done
-for i in 0 1 2; do healthy "$i" "http://$(netns_addr "$i"):2379" || exit 1; done
+for i in 0 1 2; do etcd_ready "$i" "http://$(netns_addr "$i"):2379" || exit 1; done
 
 E=(--rdzv-backend etcd --rdzv-endpoint "$EPS" --token "t-$$" --heartbeat-timeout 2)
 left_keys() { netns_exec 1 env ETCDCTL_API=3 "$etcdctl" --endpoints "$A1:2379" get --prefix /cohort --keys-only 2>&1 | grep -c .; }
@@ -108,7 +92,7 @@ check "... they saw node 0 lost" grep -q "node 0 (node0) lost" "$tmp/k1"
 check "... and re-formed with WORLD_SIZE=2, restart 1" grep -q "ws=2 restart=1" "$tmp/k1" "$tmp/k2"
 check "... and finished" grep -q "finished" "$tmp/k2"
 member 0 existing
-healthy 0 "http://$A0:2379"
+etcd_ready 0 "http://$A0:2379"
 
 # 3. An etcd member (the endpoint every client tries first) killed mid-job.
 ap=()
@@ -154,24 +138,13 @@ healthy "${lead:-0}" "http://$(netns_addr "${lead:-0}"):2379"
 
 # 4. TLS with client certificates (a member of its own in node 2's namespace).
 pki=$tmp/pki
-mkdir -p "$pki"
-(
-  cd "$pki" || exit 1
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=test-ca
-  openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj "/CN=$A2"
-  printf 'subjectAltName=IP:%s\n' "$A2" >san.ext
-  openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out srv.crt -days 1 -extfile san.ext
-  openssl req -newkey rsa:2048 -nodes -keyout cli.key -out cli.csr -subj /CN=client
-  openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out cli.crt -days 1
-) >"$tmp/pki.log" 2>&1
-netns_bg 2 "$tmp/tls.log" "$etcd" --name tls --data-dir "$tmp/tls" \
-  --listen-client-urls "https://$A2:2479" --advertise-client-urls "https://$A2:2479" \
-  --listen-peer-urls "http://127.0.0.1:2480" --initial-advertise-peer-urls "http://127.0.0.1:2480" \
-  --initial-cluster "tls=http://127.0.0.1:2480" --cert-file "$pki/srv.crt" --key-file "$pki/srv.key" \
-  --client-cert-auth --trusted-ca-file "$pki/ca.crt"
-healthy 2 "https://$A2:2479" --cacert "$pki/ca.crt" --cert "$pki/cli.crt" --key "$pki/cli.key"
+etcd_pki "$pki" "$A2"
+etcd_member 2 tls "https://$A2:2479" "http://127.0.0.1:2480" "tls=http://127.0.0.1:2480" \
+  --cert-file "$pki/server.crt" --key-file "$pki/server.key" --client-cert-auth \
+  --trusted-ca-file "$pki/ca.crt"
+etcd_ready 2 "https://$A2:2479" --cacert "$pki/ca.crt" --cert "$pki/client.crt" --key "$pki/client.key"
 T=(--rdzv-backend etcd --rdzv-endpoint "$A2:2479" --token "t-$$"
-  --rdzv-conf "protocol=https,cacert=$pki/ca.crt,cert=$pki/cli.crt,key=$pki/cli.key")
+  --rdzv-conf "protocol=https,cacert=$pki/ca.crt,cert=$pki/client.crt,key=$pki/client.key")
 ap=()
 for i in 0 1; do
   netns_agent "$i" "$tmp/t$i" "${T[@]}" --nnodes 2 --no-python sh -c 'echo ws=$WORLD_SIZE'

@@ -13,14 +13,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/check_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-placerun-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-run() { # run NAME ARGS...: stdout in $tmp/NAME.out, stderr in $tmp/NAME.err, status in $tmp/NAME.rc
-  local name=$1
-  shift
-  timeout 60 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  echo $? >"$tmp/$name.rc"
-}
-rc() { [ "$(cat "$tmp/$1.rc")" = "$2" ]; }
-lines() { [ "$(wc -l <"$tmp/$1")" = "$2" ]; }
 ncpu=$(getconf _NPROCESSORS_ONLN)
 allowed=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
 show='echo "cpus=$(awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status) omp=$OMP_NUM_THREADS n=$LOCAL_WORLD_SIZE"'

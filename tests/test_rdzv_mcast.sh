@@ -2,7 +2,7 @@
 # test_rdzv_mcast.sh DRIVER - multicast discovery between three network namespaces.
 #
 # Creates three node namespaces joined by a bridge that lives in a fourth
-# namespace (10.77.1.0/24; node 1 has a default route, nodes 2 and 3 a
+# (tests/netns_lib.sh; node 1 has a default route, nodes 2 and 3 a
 # 224.0.0.0/4 route), runs the driver (tests/test_rdzv_mcast.c) in them in
 # several start orders, and removes every namespace on exit, also on failure.
 # No traffic leaves these namespaces. Exits 77 (skipped) without root or ip.
@@ -13,48 +13,32 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
   exit 77
 fi
 
-TAG="crz$$"
-BR="${TAG}br"
-NS=("${TAG}n1" "${TAG}n2" "${TAG}n3")
-ADDR=(10.77.1.1 10.77.1.2 10.77.1.3)
+. "$(dirname "$0")/netns_lib.sh"
 OUT=$(mktemp -d /tmp/cohort_rdzv_mcast.XXXXXX)
-PIDS=()
+pids=()
 
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  for n in "${NS[@]}" "$BR"; do ip netns del "$n" 2>/dev/null; done
+  netns_down
   rm -rf "$OUT"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-set -e
-ip netns add "$BR"
-ip -n "$BR" link add br0 type bridge mcast_snooping 0
-ip -n "$BR" link set br0 up
-for i in 0 1 2; do
-  n=${NS[$i]}
-  ip netns add "$n"
-  ip -n "$n" link add eth0 type veth peer name "p$i" netns "$BR"
-  ip -n "$BR" link set "p$i" master br0 up
-  ip -n "$n" addr add "${ADDR[$i]}/24" dev eth0
-  ip -n "$n" link set lo up
-  ip -n "$n" link set eth0 up
-done
+netns_up 3 || exit 1
 # Both ways an interface for multicast is found: the default route, and a 224/4 route.
-ip -n "${NS[0]}" route add default via 10.77.1.254 dev eth0
-ip -n "${NS[1]}" route add 224.0.0.0/4 dev eth0
-ip -n "${NS[2]}" route add 224.0.0.0/4 dev eth0
-set +e
+ip -n "$(netns_node 0)" route replace default via "$NETNS_SUBNET.254" dev eth0 || exit 1
+for i in 1 2; do
+  ip -n "$(netns_node $i)" route del default &&
+    ip -n "$(netns_node $i)" route add 224.0.0.0/4 dev eth0 || exit 1
+done
 
 FAILED=0
 # run NAME NODE(1..3) DRIVER-ARGS...: starts the driver in the background.
 run() {
   local name=$1 node=$2
   shift 2
-  ip netns exec "${NS[$((node - 1))]}" "$DRV" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err" &
-  PIDS+=($!)
+  ip netns exec "$(netns_node $((node - 1)))" "$DRV" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+  pids+=($!)
   echo "$!" >"$OUT/$name.pid"
 }
 # finish NAME...: waits for the drivers, returns non-zero if any failed.

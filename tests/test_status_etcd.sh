@@ -16,10 +16,9 @@ cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
 . "$src/tests/netns_lib.sh"
 . "$src/tests/check_lib.sh"
+. "$src/tests/etcd_lib.sh"
 if [ "$(id -u)" != 0 ]; then echo "needs root (network namespaces)"; exit 1; fi
-etcd=$(command -v etcd || echo /usr/bin/etcd)
-etcdctl=$(command -v etcdctl || echo /usr/bin/etcdctl)
-[ -x "$etcd" ] && [ -x "$etcdctl" ] || { echo "needs etcd-server and etcd-client"; exit 1; }
+etcd_find || exit 1
 tmp=$(mktemp -d /tmp/cohort-status-etcd-XXXXXX)
 pids=()
 cleanup() {
@@ -29,15 +28,8 @@ cleanup() {
 trap cleanup EXIT
 netns_up 5 || { echo "cannot create network namespaces"; exit 1; }
 A3=$(netns_addr 3)
-netns_bg 3 "$tmp/etcd.log" "$etcd" --name e --data-dir "$tmp/e" \
-  --listen-client-urls "http://$A3:2379" --advertise-client-urls "http://$A3:2379" \
-  --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
-  --initial-cluster "e=http://127.0.0.1:2380"
-for _ in $(seq 1 200); do
-  netns_exec 4 curl -s -m 1 -X POST "http://$A3:2379/v3/maintenance/status" -d '{}' 2>/dev/null |
-    grep -q '"leader"' && break
-  sleep 0.1
-done
+etcd_member 3 e "http://$A3:2379" "http://127.0.0.1:2380" "e=http://127.0.0.1:2380"
+etcd_ready 4 "http://$A3:2379"
 ctl() { netns_exec 4 env ETCDCTL_API=3 "$etcdctl" --endpoints "$A3:2379" "$@"; }
 ctl user add root:rootpw >/dev/null 2>&1 && ctl user add trainer:s3cret >/dev/null 2>&1 &&
   ctl role add cohort >/dev/null 2>&1 &&

@@ -20,21 +20,21 @@ d=0.1; [ "$RANK" = "$SLOW" ] && d=0.4
 end=$(( $(date +%s) + 6 )); s=0
 while [ "$(date +%s)" -lt "$end" ]; do sleep $d; s=$((s + 1)); echo $s > "$COHORT_HEARTBEAT"; done
 SH
-lines() { grep -c "straggler:" "$1"; }
+reports() { grep -c "straggler:" "$1"; } # reports FILE: how many straggler lines FILE holds
 
 SLOW=2 "$cohort" run --nproc-per-node 4 --no-python sh "$tmp/steps.sh" >"$tmp/one.out" 2>&1
 check "one node, rank 2 slow: the job ends well" [ $? = 0 ]
 check "... rank 2 is reported on node 0" grep -q "straggler: rank 2 (node 0, host .*) takes [3-5]\.[0-9]x the other ranks' median step time" "$tmp/one.out"
-check "... once" [ "$(lines "$tmp/one.out")" = 1 ]
+check "... once" [ "$(reports "$tmp/one.out")" = 1 ]
 
 SLOW=none "$cohort" run --nproc-per-node 4 --no-python sh "$tmp/steps.sh" >"$tmp/even.out" 2>&1
-check "an even job: no straggler" [ "$(lines "$tmp/even.out")" = 0 ]
+check "an even job: no straggler" [ "$(reports "$tmp/even.out")" = 0 ]
 
 SLOW=2 "$cohort" run --straggler-factor 0 --nproc-per-node 4 --no-python sh "$tmp/steps.sh" >"$tmp/off.out" 2>&1
-check "--straggler-factor 0: nothing reported" [ "$(lines "$tmp/off.out")" = 0 ]
+check "--straggler-factor 0: nothing reported" [ "$(reports "$tmp/off.out")" = 0 ]
 
 # Two nodes on loopback: node 0 hosts the store at --master.
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 M=(--nnodes 2 --master "127.0.0.1:$port" --token "t-$$" --nproc-per-node 2)
 SLOW=3 "$cohort" run "${M[@]}" --node-rank 1 --no-python sh "$tmp/steps.sh" >"$tmp/n1.out" 2>&1 &
 n1=$!
@@ -44,8 +44,8 @@ wait "$n1"
 rc1=$?
 check "two nodes: both end well (got $rc0 $rc1)" [ "$rc0 $rc1" = "0 0" ]
 check "... node 0 reports rank 3 on node 1" grep -q "straggler: rank 3 (node 1, host .*) takes" "$tmp/n0.out"
-check "... once" [ "$(lines "$tmp/n0.out")" = 1 ]
-check "... node 1 reports nothing" [ "$(lines "$tmp/n1.out")" = 0 ]
+check "... once" [ "$(reports "$tmp/n0.out")" = 1 ]
+check "... node 1 reports nothing" [ "$(reports "$tmp/n1.out")" = 0 ]
 
 env_of() { "$cohort" run "$@" --no-python sh -c 'echo "hb=${COHORT_HEARTBEAT:-none} pp=${PYTHONPATH:-none}"' 2>/dev/null; }
 check "the heartbeat file without --hang-timeout" env_of | grep -q "hb=/.*/hb-0 pp=none"

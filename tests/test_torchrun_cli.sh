@@ -14,14 +14,6 @@ src=$(cd "$2" && pwd)
 . "$src/tests/check_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-trcli-XXXXXX)
 trap "rm -rf $tmp" EXIT
-run() { # run NAME ARGS...: output in $tmp/NAME.out, stderr in $tmp/NAME.err, status in $tmp/NAME.rc
-  local name=$1
-  shift
-  timeout 60 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  echo $? >"$tmp/$name.rc"
-}
-rc() { [ "$(cat "$tmp/$1.rc")" = "$2" ]; }
-lines() { [ "$(wc -l <"$tmp/$1")" = "$2" ]; }
 show='echo "$RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE/$ROLE_NAME/$TORCHELASTIC_MAX_RESTARTS"'
 
 # Spellings, = and PET_ (the command line wins over the variable).
@@ -148,7 +140,7 @@ run shutbad "$cohort" run --shutdown_timeout=soon --no-python true
 check "--shutdown-timeout soon: exit 2" rc shutbad 2
 
 # Static: --master-addr/--master-port/--node-rank host the store there (one node).
-port=$((20000 + $$ % 20000))
+port=$(free_port)
 run st "$cohort" run --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 --master_port $port --no-python sh -c "$show"
 check "static one node" contains "$tmp/st.err" "static --master 127.0.0.1:$port, node rank 0"
 check "... runs" contains "$tmp/st.out" "[r0] 0/1/1/default/0"
@@ -164,12 +156,13 @@ check "torchrun: errors name torchrun" contains "$tmp/linkbad.err" "torchrun: un
 
 # Seed 004 (GreenNode), verbatim with cohort run: single-node c10d, a DDP script with its own flags.
 if "$py" -c 'import torch' 2>/dev/null; then
+  port2=$(free_port)
   cd "$tmp" && cp "$src"/tests/torch/ddp_train.py "$src"/tests/torch/ddp_args.py . &&
     PYTHON_EXEC="$py" timeout 300 "$cohort" run --nnodes=1 --nproc_per_node=2 --rdzv_id=1 \
-      --rdzv_endpoint=127.0.0.1:$((port + 1)) --rdzv_backend=c10d ddp_args.py --backend gloo --steps 10 \
+      --rdzv_endpoint=127.0.0.1:$port2 --rdzv_backend=c10d ddp_args.py --backend gloo --steps 10 \
       >"$tmp/ddp.out" 2>"$tmp/ddp.err"
   check "seed 004 line: exit 0" [ $? = 0 ] || cat "$tmp/ddp.err"
-  check "... the store on the endpoint" contains "$tmp/ddp.err" "static --master 127.0.0.1:$((port + 1)) (a local address: hosting)"
+  check "... the store on the endpoint" contains "$tmp/ddp.err" "static --master 127.0.0.1:$port2 (a local address: hosting)"
   d0=$(sed -n 's/^\[r0\] PARAMS //p' "$tmp/ddp.out")
   d1=$(sed -n 's/^\[r1\] PARAMS //p' "$tmp/ddp.out")
   check "... identical parameters on both ranks" [ -n "$d0" -a "$d0" = "$d1" ]

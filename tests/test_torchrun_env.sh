@@ -9,11 +9,9 @@
 set -u
 cohort=$1
 py=${COHORT_TEST_PYTHON:-/usr/bin/python3}
+. "$(dirname "$0")/check_lib.sh"
 tmp=$(mktemp -d /tmp/cohort-envcmp-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-check() { if eval "$2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $1"; fi; }
 
 # Values that differ by design (docs/torchrun-env.md); they must exist in both.
 # TORCHELASTIC_USE_AGENT_STORE: torchrun's True where its workers share its
@@ -45,45 +43,45 @@ compare() {
   "${base[@]}" OUT="$tmp/$name-cohort" timeout 120 "$cohort" run "$@" --no_python sh -c "$dump" \
     >/dev/null 2>&1
   for ((r = 0; r < nproc; r++)); do
-    check "$name rank $r: torchrun dump exists" "[ -s $tmp/$name-torch-$r ]"
-    check "$name rank $r: cohort dump exists" "[ -s $tmp/$name-cohort-$r ]"
+    check "$name rank $r: torchrun dump exists" eval "[ -s $tmp/$name-torch-$r ]"
+    check "$name rank $r: cohort dump exists" eval "[ -s $tmp/$name-cohort-$r ]"
     for n in $(cut -d= -f1 "$tmp/$name-torch-$r" "$tmp/$name-cohort-$r" | sort -u); do
       [ "$n" = OUT ] && continue
       t=$(grep -m1 "^$n=" "$tmp/$name-torch-$r" | cut -d= -f2-)
       c=$(grep -m1 "^$n=" "$tmp/$name-cohort-$r" | cut -d= -f2-)
       ht=$(grep -c "^$n=" "$tmp/$name-torch-$r")
       hc=$(grep -c "^$n=" "$tmp/$name-cohort-$r")
-      case " $torch_only " in *" $n "*) check "$name rank $r: $n only under torchrun" "[ $ht = 1 ] && [ $hc = 0 ]"; continue ;; esac
-      case " $cohort_only " in *" $n "*) check "$name rank $r: $n only under cohort" "[ $ht = 0 ] && [ $hc = 1 ]"; continue ;; esac
-      case " $cohort_both " in *" $n "*) check "$name rank $r: $n set by cohort, as torchrun where it does (torchrun '$t', cohort '$c')" "[ $hc = 1 ] && { [ $ht = 0 ] || [ \"\$t\" = \"\$c\" ]; }"; continue ;; esac
-      case " $differ " in *" $n "*) check "$name rank $r: $n set by both" "[ $ht = 1 ] && [ $hc = 1 ]"; continue ;; esac
-      check "$name rank $r: $n same (torchrun '$t', cohort '$c')" "[ $ht = $hc ] && [ \"\$t\" = \"\$c\" ]"
+      case " $torch_only " in *" $n "*) check "$name rank $r: $n only under torchrun" eval "[ $ht = 1 ] && [ $hc = 0 ]"; continue ;; esac
+      case " $cohort_only " in *" $n "*) check "$name rank $r: $n only under cohort" eval "[ $ht = 0 ] && [ $hc = 1 ]"; continue ;; esac
+      case " $cohort_both " in *" $n "*) check "$name rank $r: $n set by cohort, as torchrun where it does (torchrun '$t', cohort '$c')" eval "[ $hc = 1 ] && { [ $ht = 0 ] || [ \"\$t\" = \"\$c\" ]; }"; continue ;; esac
+      case " $differ " in *" $n "*) check "$name rank $r: $n set by both" eval "[ $ht = 1 ] && [ $hc = 1 ]"; continue ;; esac
+      check "$name rank $r: $n same (torchrun '$t', cohort '$c')" eval "[ $ht = $hc ] && [ \"\$t\" = \"\$c\" ]"
     done
   done
   for n in RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK \
     ROLE_WORLD_SIZE ROLE_NAME TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS \
     TORCHELASTIC_USE_AGENT_STORE; do
-    check "$name: $n compared" "grep -q '^$n=' $tmp/$name-torch-0 && grep -q '^$n=' $tmp/$name-cohort-0"
+    check "$name: $n compared" eval "grep -q '^$n=' $tmp/$name-torch-0 && grep -q '^$n=' $tmp/$name-cohort-0"
   done
   check "$name: torchrun sets one of the async error handling variables" \
-    "grep -q -E '^(TORCH_)?NCCL_ASYNC_ERROR_HANDLING=1' $tmp/$name-torch-0"
+    eval "grep -q -E '^(TORCH_)?NCCL_ASYNC_ERROR_HANDLING=1' $tmp/$name-torch-0"
   # cohort's store is not a TCPStore: rank 0's env:// init hosts PyTorch's.
   check "$name: cohort's TORCHELASTIC_USE_AGENT_STORE is False" \
-    "grep -q '^TORCHELASTIC_USE_AGENT_STORE=False' $tmp/$name-cohort-0"
+    eval "grep -q '^TORCHELASTIC_USE_AGENT_STORE=False' $tmp/$name-cohort-0"
 }
 
 # Python 3.11 needs --redirects 2 --tee 1 under torchrun 1.13; cohort takes them too.
 out=(--redirects 2 --tee 1)
 compare standalone 2 --standalone --nproc_per_node 2 "${out[@]}"
-check "standalone: OMP_NUM_THREADS compared" "grep -q '^OMP_NUM_THREADS=1' $tmp/standalone-cohort-1"
-port=$((20000 + $$ % 20000))
+check "standalone: OMP_NUM_THREADS compared" eval "grep -q '^OMP_NUM_THREADS=1' $tmp/standalone-cohort-1"
+port=$(free_port)
 compare c10d 2 --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d \
   --rdzv_endpoint=127.0.0.1:$port --rdzv_id=envjob --role trainer --max_restarts 2 "${out[@]}"
 check "c10d: the rdzv id is the run id under both" \
-  "grep -q '^TORCHELASTIC_RUN_ID=envjob' $tmp/c10d-torch-0 && grep -q '^TORCHELASTIC_RUN_ID=envjob' $tmp/c10d-cohort-0"
+  eval "grep -q '^TORCHELASTIC_RUN_ID=envjob' $tmp/c10d-torch-0 && grep -q '^TORCHELASTIC_RUN_ID=envjob' $tmp/c10d-cohort-0"
 # Static: torchrun's workers share its store (TORCHELASTIC_USE_AGENT_STORE=True).
 compare static 1 --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 \
-  --master_port $((port + 1)) --nproc_per_node 1 "${out[@]}"
-check "static: one worker, no OMP_NUM_THREADS" "! grep -q '^OMP_NUM_THREADS=' $tmp/static-cohort-0"
+  --master_port "$(free_port)" --nproc_per_node 1 "${out[@]}"
+check "static: one worker, no OMP_NUM_THREADS" eval "! grep -q '^OMP_NUM_THREADS=' $tmp/static-cohort-0"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
