@@ -23,7 +23,8 @@ cleanup() {
 trap cleanup EXIT
 netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
-STEPS=300
+# 150 steps: the faults come at step 60 or later, the checkpoints every 50.
+STEPS=150
 TRAIN=("$gpt2" --model tiny --batch 2 --steps $STEPS --threads 1 --seed 7 --quiet)
 
 

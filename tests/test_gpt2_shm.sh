@@ -83,9 +83,11 @@ for _ in $(seq 100); do grep -q '127.0.0.1:' "$WORK/store.log" && break; sleep 0
 STORE=$(grep -o '127.0.0.1:[0-9]*' "$WORK/store.log" | head -1)
 [ -n "$STORE" ] || { echo "gpt2_shm: no store" >&2; exit 1; }
 
-# 1. Shared: look at the ranks' mappings once the first steps are done.
-start_ranks shared 400
-for _ in $(seq 200); do [ -s "$WORK/shared.r0.jsonl" ] && break; sleep 0.05; done
+# 1. Shared: look at the ranks' mappings once the first step is done (as
+# soon as rank 0's metrics file has a line; the 49 steps after it keep the
+# ranks alive while their maps are read).
+start_ranks shared 50
+for _ in $(seq 1200); do [ -s "$WORK/shared.r0.jsonl" ] && break; sleep 0.05; done
 for r in 0 1; do
   shared_maps "${PIDS[$r]}" >"$WORK/maps.r$r" 2>/dev/null
   check "rank $r maps both gradient buffers, $GRAD_BYTES bytes each" \

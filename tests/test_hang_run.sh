@@ -111,11 +111,12 @@ timeout 60 "$cohort" run --hang-timeout 1 --hang-start-timeout 2 -- sh -c 'sleep
 code=$?
 check "... beyond it: hung (got $code)" [ "$code" = 5 ]
 
-# 3. SIGQUIT: a dump, and the job goes on.
-timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 30 -- sh -c 'sleep 3; echo finished' \
+# 3. SIGQUIT: a dump, and the job goes on. The signal goes once both ranks
+# run (the agent handles signals before it starts them).
+timeout 60 "$cohort" run --nproc-per-node 2 --hang-timeout 30 -- sh -c 'echo up; sleep 5; echo finished' \
   >"$tmp/quit.out" 2>&1 &
 agent=$!
-sleep 1.5
+seconds_until "$tmp/quit.out" "[r0] up" 50 && seconds_until "$tmp/quit.out" "[r1] up" 50
 kill -QUIT "$agent"
 wait "$agent"
 code=$?
