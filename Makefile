@@ -2,15 +2,23 @@
 #   make demo   installs what the build needs, builds, and runs the main job
 #               (DEMO=qa: the seed's fake-data stress test instead)
 #   make test   installs everything the tests need, builds, and runs every
-#               test (also an ASan+UBSan build of the tests).
+#               test (also an ASan+UBSan build of the tests, and the fuzz
+#               targets).
+# and the developers' loop:
+#   make check  builds and runs the unit tests (ctest -L unit).
 PREFIX ?= /usr/local
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
+# Tests run side by side: twice the cores, since most scenario tests wait on
+# sockets and timers; a CPU-heavy test holds two slots (PROCESSORS 2 in
+# tests/*.cmake) and tests that share something name it (RESOURCE_LOCK).
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-demo build demo test test-asan test-fuzz install install-torchrun clean
+.PHONY: all deps deps-demo build demo check test test-suite test-asan test-fuzz install \
+  install-torchrun clean
 
 all: build
 
@@ -29,12 +37,21 @@ demo: deps-demo
 	$(MAKE) build
 	./scripts/demo.sh $(if $(filter qa,$(DEMO)),--qa) $(BUILD)
 
-test: deps build
-	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j 1
-	$(MAKE) test-asan
-	$(MAKE) test-fuzz
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) -L unit
 
-# Every libFuzzer target, bounded (scripts/fuzz-ci.sh; needs clang).
+# The three parts share no build directory, so they run side by side (each
+# one's output shown when it ends): the whole suite, the ASan+UBSan build
+# with the unit tests, the fuzz targets. Most of the suite waits on sockets
+# and timers; the other two fill the cores meanwhile.
+test: deps build
+	$(MAKE) --no-print-directory -j3 -O test-suite test-asan test-fuzz
+
+test-suite: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(TEST_JOBS)
+
+# Every libFuzzer target, bounded (scripts/fuzz-ci.sh; needs clang): JOBS
+# targets at a time, each for the same COHORT_FUZZ_SECONDS as alone.
 test-fuzz:
 	JOBS=$(JOBS) ./scripts/fuzz-ci.sh $(FUZZ_BUILD)
 
@@ -42,7 +59,7 @@ test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DCOHORT_WERROR=ON -DCOHORT_SANITIZE=address,undefined \
 	  -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -j 1 -L unit
+	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -j $(TEST_JOBS) -L unit
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -6,7 +6,7 @@ set_tests_properties(agent PROPERTIES TIMEOUT 300 LABELS "unit")
 # An unmodified PyTorch DDP script under `cohort run` (needs python3-torch).
 add_test(NAME agent_torch_ddp COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torch_ddp.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(agent_torch_ddp PROPERTIES TIMEOUT 400 LABELS "slow")
+set_tests_properties(agent_torch_ddp PROPERTIES TIMEOUT 400 COST 50 LABELS "slow" PROCESSORS 2)
 
 # Three agents on loopback (no root) with uneven slots: global ranks, RANK and
 # LOCAL_RANK, and the failure report of a rank that is not its local rank.
@@ -17,12 +17,12 @@ set_tests_properties(agent_nodes PROPERTIES TIMEOUT 180 LABELS "unit")
 # Multi-node agents in network namespaces the test creates and removes (root).
 add_test(NAME agent_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_multinode.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(agent_multinode PROPERTIES TIMEOUT 600 LABELS "slow")
+set_tests_properties(agent_multinode PROPERTIES TIMEOUT 600 COST 42 LABELS "slow")
 
 # A worker's environment under cohort run and under torchrun (needs python3-torch).
 add_test(NAME agent_torchrun_env COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_env.sh
   $<TARGET_FILE:cohort>)
-set_tests_properties(agent_torchrun_env PROPERTIES TIMEOUT 300 LABELS "slow")
+set_tests_properties(agent_torchrun_env PROPERTIES TIMEOUT 300 COST 85 LABELS "slow" PROCESSORS 2)
 
 # The worker environment as a pure function, against docs/torchrun-env.md.
 add_executable(test_agent_env ${CMAKE_SOURCE_DIR}/tests/test_agent_env.c)

@@ -8,10 +8,10 @@ set_tests_properties(cli PROPERTIES TIMEOUT 60 LABELS "unit")
 # single-node c10d line training a DDP script (needs python3-torch).
 add_test(NAME torchrun_cli COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_cli.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(torchrun_cli PROPERTIES TIMEOUT 300 LABELS "slow")
+set_tests_properties(torchrun_cli PROPERTIES TIMEOUT 300 COST 29 LABELS "slow" PROCESSORS 2)
 add_test(NAME torchrun_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun_multinode.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(torchrun_multinode PROPERTIES TIMEOUT 300 LABELS "slow")
+set_tests_properties(torchrun_multinode PROPERTIES TIMEOUT 300 COST 90 LABELS "slow" PROCESSORS 2)
 
 # Every `cohort` exec loads libc, libm, libcrypto and jansson only (libcurl
 # is opened by the etcd client when it connects).

@@ -8,7 +8,7 @@ set_tests_properties(manifest PROPERTIES TIMEOUT 60 LABELS "unit")
 
 add_test(NAME manifest_cli
   COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_manifest.py $<TARGET_FILE:cohort>)
-set_tests_properties(manifest_cli PROPERTIES TIMEOUT 120 LABELS "unit")
+set_tests_properties(manifest_cli PROPERTIES TIMEOUT 120 COST 25 LABELS "unit")
 
 # Every Kubernetes kind against the real schemas of its API (tests/schemas/,
 # Debian's python3-jsonschema).
@@ -19,7 +19,7 @@ set_tests_properties(manifest_schema PROPERTIES TIMEOUT 120 LABELS "unit")
 
 add_test(NAME install
   COMMAND ${CMAKE_SOURCE_DIR}/tests/test_install.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
-set_tests_properties(install PROPERTIES TIMEOUT 300 LABELS "slow")
+set_tests_properties(install PROPERTIES TIMEOUT 300 COST 22 LABELS "slow")
 
 # The writer is part of src/gpt2, whose module is built by its own fragment:
 # compile the one file into the test.
@@ -61,7 +61,7 @@ function(cohort_eco_gpt2_tests)
     add_test(NAME tb_gpt2
       COMMAND ${COHORT_PYTHON} ${CMAKE_SOURCE_DIR}/tests/test_tb.py gpt2
               $<TARGET_FILE:cohort-gpt2> $<TARGET_FILE:cohort>)
-    set_tests_properties(tb_gpt2 PROPERTIES TIMEOUT 300 LABELS "unit")
+    set_tests_properties(tb_gpt2 PROPERTIES TIMEOUT 300 LABELS "unit" PROCESSORS 2)
   endif()
 endfunction()
 cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL cohort_eco_gpt2_tests)

@@ -11,20 +11,20 @@ add_executable(test_gpt2_ref ${CMAKE_SOURCE_DIR}/tests/test_gpt2_ref.c)
 target_link_libraries(test_gpt2_ref PRIVATE gpt2)
 add_test(NAME gpt2_reference
          COMMAND test_gpt2_ref ${GPT2_PYTHON} ${CMAKE_SOURCE_DIR}/tests/gpt2_reference.py)
-set_tests_properties(gpt2_reference PROPERTIES TIMEOUT 120 LABELS "unit"
+set_tests_properties(gpt2_reference PROPERTIES TIMEOUT 120 COST 24 LABELS "unit" PROCESSORS 2
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 
 # cohort-gpt2 as a program: usage errors, accumulation, kill -9 and resume.
 add_executable(test_gpt2_train ${CMAKE_SOURCE_DIR}/tests/test_gpt2_train.c)
 add_test(NAME gpt2_train COMMAND test_gpt2_train $<TARGET_FILE:cohort-gpt2>)
-set_tests_properties(gpt2_train PROPERTIES TIMEOUT 300 LABELS "slow"
+set_tests_properties(gpt2_train PROPERTIES TIMEOUT 300 COST 20 LABELS "slow" PROCESSORS 2
                      ENVIRONMENT "OMP_WAIT_POLICY=passive")
 
 # Data parallelism across forked ranks (a store on loopback, real libcohort).
 add_executable(test_gpt2_ddp ${CMAKE_SOURCE_DIR}/tests/test_gpt2_ddp.c)
 target_link_libraries(test_gpt2_ddp PRIVATE cohort_static)
 add_test(NAME gpt2_ddp COMMAND test_gpt2_ddp $<TARGET_FILE:cohort-gpt2>)
-set_tests_properties(gpt2_ddp PROPERTIES TIMEOUT 300 LABELS "slow")
+set_tests_properties(gpt2_ddp PROPERTIES TIMEOUT 300 LABELS "slow" PROCESSORS 2)
 
 # PowerSGD's pieces on one process (orthonormal factors, error feedback, state).
 add_executable(test_gpt2_powersgd ${CMAKE_SOURCE_DIR}/tests/test_gpt2_powersgd.c)
@@ -44,4 +44,4 @@ set_tests_properties(gpt2_split PROPERTIES TIMEOUT 60 LABELS "unit"
 # fallback when /dev/shm is too small (a mount namespace with a 4 MiB tmpfs).
 add_test(NAME gpt2_shm COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_shm.sh
          $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2>)
-set_tests_properties(gpt2_shm PROPERTIES TIMEOUT 120 LABELS "slow" SKIP_RETURN_CODE 77)
+set_tests_properties(gpt2_shm PROPERTIES TIMEOUT 300 COST 75 LABELS "slow" PROCESSORS 2 SKIP_RETURN_CODE 77)

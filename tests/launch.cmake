@@ -17,4 +17,4 @@ endif()
 # Real sshd servers in network namespaces the test creates and removes (root).
 add_test(NAME launch_ssh COMMAND ${CMAKE_SOURCE_DIR}/tests/test_launch.sh
   $<TARGET_FILE:cohort> $<TARGET_FILE:test_launch> ${CMAKE_SOURCE_DIR})
-set_tests_properties(launch_ssh PROPERTIES TIMEOUT 900 LABELS "slow")
+set_tests_properties(launch_ssh PROPERTIES TIMEOUT 900 COST 110 LABELS "slow")

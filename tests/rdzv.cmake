@@ -20,11 +20,11 @@ set_tests_properties(rdzv_file PROPERTIES TIMEOUT 120 LABELS "slow")
 add_executable(test_etcd ${CMAKE_SOURCE_DIR}/tests/test_etcd.c)
 target_link_libraries(test_etcd PRIVATE cohort_node)
 add_test(NAME etcd_client COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_etcd.sh $<TARGET_FILE:test_etcd>)
-set_tests_properties(etcd_client PROPERTIES TIMEOUT 300 LABELS "slow")
+set_tests_properties(etcd_client PROPERTIES TIMEOUT 300 COST 41 LABELS "slow")
 
 # cohort run --rdzv-backend etcd across network namespaces with a 3-member
 # etcd cluster inside them: a job, node 0 killed, a member killed, TLS,
 # passwords, etcd down (root only).
 add_test(NAME etcd_run
   COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_etcd_run.sh $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(etcd_run PROPERTIES TIMEOUT 400 LABELS "slow")
+set_tests_properties(etcd_run PROPERTIES TIMEOUT 400 COST 52 LABELS "slow")

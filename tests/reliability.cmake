@@ -11,4 +11,4 @@ set_tests_properties(adversarial PROPERTIES TIMEOUT 180 LABELS "slow")
 # them failing on purpose, then nothing may be left over.
 add_test(NAME soak COMMAND ${CMAKE_SOURCE_DIR}/tests/test_soak.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} 200)
-set_tests_properties(soak PROPERTIES TIMEOUT 900 LABELS "slow")
+set_tests_properties(soak PROPERTIES TIMEOUT 900 COST 240 LABELS "slow" PROCESSORS 2)

@@ -5,4 +5,4 @@
 # `ctest` and so by `make test`.
 add_test(NAME slurm
   COMMAND ${CMAKE_SOURCE_DIR}/tests/test_slurm.sh $<TARGET_FILE_DIR:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(slurm PROPERTIES TIMEOUT 600 LABELS "slurm")
+set_tests_properties(slurm PROPERTIES TIMEOUT 600 COST 150 LABELS "slurm")

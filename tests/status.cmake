@@ -15,4 +15,4 @@ set_tests_properties(status_mcast PROPERTIES TIMEOUT 120 LABELS "slow")
 # within 1 s, no key left in etcd.
 add_test(NAME status_etcd COMMAND ${CMAKE_SOURCE_DIR}/tests/test_status_etcd.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
-set_tests_properties(status_etcd PROPERTIES TIMEOUT 120 LABELS "slow")
+set_tests_properties(status_etcd PROPERTIES TIMEOUT 120 COST 30 LABELS "slow")
