@@ -1084,11 +1084,13 @@ static void test_api_errors(void) {
  * what rank 0 left instead of failing with "lost the connection".
  */
 static void test_early_exit(void) {
-  char job[64], go[160];
+  char job[64], go[160], ready[176];
   g_job++;
   job_name(job, sizeof job);
   snprintf(go, sizeof go, "/tmp/cohort-test-coll-go-%d", (int)getpid());
+  snprintf(ready, sizeof ready, "%s.ready", go);
   unlink(go);
+  unlink(ready);
   enum { N = 64 * 1024 };
   pid_t p[2];
   for (int r = 0; r < 2; r++) {
@@ -1107,6 +1109,8 @@ static void test_early_exit(void) {
       cohort_comm_destroy(c);
       _exit(rc == 0 ? 0 : 1);
     }
+    FILE *rf = fopen(ready, "w"); /* both ranks are connected */
+    if (rf) fclose(rf);
     int rc = cohort_broadcast(c, buf, N, COHORT_F32, 0);
     int bad = 0;
     for (int i = 0; i < N; i++) bad += buf[i] != (float)i;
@@ -1114,7 +1118,10 @@ static void test_early_exit(void) {
     cohort_comm_destroy(c);
     _exit(rc == 0 && bad == 0 ? 0 : 1);
   }
-  base_sleep_ms(300); /* rank 1 is waiting for the broadcast by now */
+  /* Once rank 1 has its communicator (rank 0 has one then too), and a moment
+   * for it to wait in the broadcast: stopped before, rank 0 would wait for it. */
+  for (int i = 0; i < 20000 && access(ready, F_OK) != 0; i++) base_sleep_ms(1);
+  base_sleep_ms(300);
   kill(p[1], SIGSTOP);
   FILE *f = fopen(go, "w");
   if (f) fclose(f);
@@ -1127,6 +1134,7 @@ static void test_early_exit(void) {
   waitpid(p[0], NULL, WNOHANG);
   waitpid(p[1], NULL, WNOHANG);
   unlink(go);
+  unlink(ready);
   CHECK(WIFEXITED(st0) && WEXITSTATUS(st0) == 0);
   CHECK(WIFEXITED(st1) && WEXITSTATUS(st1) == 0);
 }
