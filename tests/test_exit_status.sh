@@ -33,9 +33,10 @@ expect 2 "usage error" run --no-such-flag -- true
 expect 2 "a required token missing" run --require-token --nnodes 2 --node-rank 1 \
   --master "127.0.0.1:$(port)" --join-timeout 2 -- true
 p=$(port)
-python3 -c "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', $p)); s.listen(); time.sleep(60)" &
+python3 -c "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', $p)); s.listen()
+open(sys.argv[1], 'w').close(); time.sleep(60)" "$tmp/taken" &
 bg+=($!)
-sleep 0.5
+for _ in $(seq 100); do [ -e "$tmp/taken" ] && break; sleep 0.1; done
 expect 3 "internal error (the store's port is taken)" run --nnodes 2 --node-rank 0 \
   --master "127.0.0.1:$p" --join-timeout 2 -- true
 
