@@ -4,13 +4,14 @@
 # any crash, leak, timeout or out-of-memory. Run by `make test`.
 #   scripts/fuzz-ci.sh [BUILD_DIR]       (default build-fuzz)
 # Environment: COHORT_FUZZ_SECONDS per target (default 30), JOBS (default
-# nproc) for the build and the number of targets fuzzing at once, one core
-# each: 15 targets take 15 x 30 s / JOBS (about 4 minutes on 2 cores).
+# nproc) for the build, FUZZ_JOBS (default JOBS) targets fuzzing at once,
+# one core each: 15 targets take 15 x 30 s / FUZZ_JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-fuzz}
 secs=${COHORT_FUZZ_SECONDS:-30}
 jobs=${JOBS:-$(nproc)}
+fuzz_jobs=${FUZZ_JOBS:-$jobs}
 
 cc=$(command -v clang || command -v clang-14 || true)
 if [ -z "$cc" ]; then
@@ -33,7 +34,7 @@ cmake --build "$build" -j "$jobs" --target fuzz_all
 rm -rf "$build/fuzz-results"
 start=$(date +%s)
 status=0
-(cd "$build" && ctest --output-on-failure -L fuzz -j "$jobs") || status=$?
+(cd "$build" && ctest --output-on-failure -L fuzz -j "$fuzz_jobs") || status=$?
 echo "fuzz-ci: $(($(date +%s) - start)) s of fuzzing; per target:"
 cat "$build"/fuzz-results/*.txt 2>/dev/null || true
 exit $status
