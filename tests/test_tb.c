@@ -53,12 +53,22 @@ static void test_crc(void) {
 
 static void test_errors(void) {
   gpt2_tb_writer *w = (gpt2_tb_writer *)&w;
-  CHECK_EQ_INT(gpt2_tb_open("/nonexistent/dir/for/tb", &w), -ENOENT);
+  CHECK_EQ_INT(gpt2_tb_open("/dev/null/dir/for/tb", &w), -ENOTDIR);
   CHECK(w == NULL);
   CHECK_EQ_INT(gpt2_tb_open("", &w), -EINVAL);
 
   char dir[] = "/tmp/cohort_test_tb_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
+  /* A directory that does not exist yet, two levels of it: created. */
+  char deep[64];
+  snprintf(deep, sizeof deep, "%s/runs/a", dir);
+  CHECK_EQ_INT(gpt2_tb_open(deep, &w), 0);
+  CHECK(w != NULL && strncmp(gpt2_tb_path(w), deep, strlen(deep)) == 0);
+  unlink(gpt2_tb_path(w));
+  gpt2_tb_close(w);
+  CHECK(rmdir(deep) == 0);
+  snprintf(deep, sizeof deep, "%s/runs", dir);
+  CHECK(rmdir(deep) == 0);
   CHECK_EQ_INT(gpt2_tb_open(dir, &w), 0);
   gpt2_tb_writer *w2 = NULL;
   CHECK_EQ_INT(gpt2_tb_open(dir, &w2), 0); /* same second: a distinct file */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,9 +183,29 @@ static int write_event(gpt2_tb_writer *w, int64_t step, const char *version, siz
   return rc;
 }
 
+/* Creates dir and the directories above it that are missing, as
+ * TensorBoard's own writers do (mkdir -p). 0 or -errno. */
+static int make_dirs(const char *dir) {
+  char *path = strdup(dir);
+  if (path == NULL) return -ENOMEM;
+  int rc = 0;
+  for (char *p = path + 1; rc == 0; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) rc = -errno;
+    *p = c;
+    if (c == '\0') break;
+  }
+  free(path);
+  return rc;
+}
+
 int gpt2_tb_open(const char *logdir, gpt2_tb_writer **out) {
   *out = NULL;
   if (logdir == NULL || *logdir == '\0') return -EINVAL;
+  int made = make_dirs(logdir);
+  if (made != 0) return made;
   char host[256];
   if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
   host[sizeof host - 1] = '\0';
