@@ -114,7 +114,9 @@ static void test_low_rank_exact(void) {
   one_round(&s, g);
   CHECK(max_abs_diff(g, want, NPARAMS) < 1e-4);
   float zero[ROWS * COLS] = {0};
-  CHECK(max_abs_diff(s.err, zero, ROWS * COLS) < 1e-4);
+  static float err[ROWS * COLS];
+  gpt2_psgd_error(&s, err);
+  CHECK(max_abs_diff(err, zero, ROWS * COLS) < 1e-4);
   /* P's first column is u's direction, the second (dependent) one zero. */
   const float *P = s.packed + s.mats[0].p;
   double n0 = 0.0, n1 = 0.0;
@@ -145,9 +147,10 @@ static void test_error_feedback(void) {
       approx[i * COLS + j] = (float)d;
     }
   CHECK(max_abs_diff(g + N0, approx, ROWS * COLS) < 1e-4);
-  static float resid[ROWS * COLS];
+  static float resid[ROWS * COLS], err[ROWS * COLS];
   for (int i = 0; i < ROWS * COLS; i++) resid[i] = g0[N0 + i] - g[N0 + i];
-  CHECK(max_abs_diff(s.err, resid, ROWS * COLS) < 1e-5);
+  gpt2_psgd_error(&s, err);
+  CHECK(max_abs_diff(err, resid, ROWS * COLS) < 1e-5);
   double rn = 0.0;
   for (int i = 0; i < ROWS * COLS; i++) rn += (double)resid[i] * resid[i];
   CHECK(rn > 1.0); /* rank 2 of a random 40x30 matrix loses most of it */
@@ -178,10 +181,13 @@ static void test_error_share(void) {
   gpt2_psgd_compute_p(&s, g, 0);
   gpt2_psgd_compute_q(&s, g, 0);
   gpt2_psgd_decompress(&s, g, 0, 2);
+  float *err = malloc(s.nerr * sizeof(float)); /* rank 1 compresses the thin matrix too */
+  gpt2_psgd_error(&s, err);
   int ok = 1;
   for (int i = 0; i < ROWS * COLS; i++)
-    ok &= fabsf(s.err[i] - (g0[N0 + i] - 0.5f * g[N0 + i])) < 1e-5f;
+    ok &= fabsf(err[i] - (g0[N0 + i] - 0.5f * g[N0 + i])) < 1e-5f;
   CHECK(ok);
+  free(err);
   gpt2_psgd_free(&s);
 }
 
@@ -199,7 +205,22 @@ static void test_state_round_trip(void) {
   CHECK_EQ_INT(gpt2_psgd_state_get(&a, NULL, full), 0);
   gpt2_psgd_state_set(&b, 0, full);
   CHECK(memcmp(a.Q, b.Q, a.nq * sizeof(float)) == 0);
+  /* a keeps its last M and factors, b the error they stand for: the same error, and the same
+   * next step, bit for bit. */
+  float *ea = malloc(a.nerr * sizeof(float)), *eb = malloc(a.nerr * sizeof(float));
+  gpt2_psgd_error(&a, ea);
+  gpt2_psgd_error(&b, eb);
+  CHECK(memcmp(ea, eb, a.nerr * sizeof(float)) == 0);
+  CHECK(memcmp(ea, full + a.nq, a.nerr * sizeof(float)) == 0);
+  static float ga[NPARAMS], gb[NPARAMS];
+  fill_randn(ga, NPARAMS);
+  memcpy(gb, ga, sizeof ga);
+  one_round(&a, ga);
+  one_round(&b, gb);
+  CHECK(memcmp(ga, gb, sizeof ga) == 0);
   CHECK(memcmp(a.err, b.err, a.nerr * sizeof(float)) == 0);
+  free(ea);
+  free(eb);
   free(full);
   gpt2_psgd_free(&a);
   gpt2_psgd_free(&b);

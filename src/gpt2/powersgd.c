@@ -20,6 +20,18 @@
  * cache. */
 enum { LANES = 8, KB = 4, ROW_TILE = 64, COL_FLOATS = 4096 };
 
+/* The row kernels are built twice on x86-64 by gcc, for AVX2 and for the baseline (SSE2), and the
+ * loader picks the one the CPU runs (an ifunc, as coll/reduce.c's): the same bits, since AVX2
+ * brings wider lanes but no fused multiply-add, and the order of every sum is fixed. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define ROW_KERNEL __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef ROW_KERNEL
+#define ROW_KERNEL
+#endif
+
 static int kblocks(int r) {
   return (r + KB - 1) / KB;
 }
@@ -210,7 +222,7 @@ static void to_blocks(const float *F, float *Ft, size_t n, int r) {
 }
 
 /* out[k] = e . qt[k] for the KB rows of one block: LANES partial sums each, added in lane order. */
-static void row_dots(const float *e, const float *qt, size_t cols, float out[KB]) {
+static inline void row_dots(const float *e, const float *qt, size_t cols, float out[KB]) {
   float acc[KB][LANES] = {{0}};
   size_t j = 0;
   for (; j + LANES <= cols; j += LANES)
@@ -225,31 +237,59 @@ static void row_dots(const float *e, const float *qt, size_t cols, float out[KB]
   }
 }
 
-/* Stage 1, error feedback fused with the first product: E += G, then P = E Q, a row at a time
- * while it is in the cache. Qt: Q in blocks (to_blocks); P (rows, r). */
-static void add_and_project(const float *G, float *E, const float *Qt, float *P, size_t rows,
-                            size_t cols, int r) {
+/* out[j] = the sum over k, in order, of p[k] * Qt[k][j0 + j], j < n: a piece of a row of P Q^T
+ * (the same bits wherever it is computed). */
+static inline void row_expand(const float *p, const float *Qt, size_t cols, int r, size_t j0,
+                              size_t n, float *out) {
+  for (size_t j = 0; j < n; j++) out[j] = p[0] * Qt[j0 + j];
+  for (int k = 1; k < r; k++) {
+    const float *q = Qt + (size_t)k * cols + j0;
+    float pk = p[k];
+    for (size_t j = 0; j < n; j++) out[j] += pk * q[j];
+  }
+}
+
+/* e[j] -= share * (p Q^T)[j] over a row: the error the buffer stands for, made explicit. */
+static inline void row_settle(float *e, const float *p, const float *Qt, float share, size_t cols,
+                              int r) {
+  float pq[COL_FLOATS];
+  for (size_t j0 = 0; j0 < cols; j0 += COL_FLOATS) {
+    size_t n = cols - j0 < COL_FLOATS ? cols - j0 : COL_FLOATS;
+    row_expand(p, Qt, cols, r, j0, n, pq);
+    for (size_t j = 0; j < n; j++) e[j0 + j] -= share * pq[j];
+  }
+}
+
+/* Stage 1 of one row (below). */
+ROW_KERNEL static void project_row(const float *g, float *e, float *p, const float *Qt, float share,
+                                   size_t cols, int r) {
+  if (share != 0.0f) row_settle(e, p, Qt, share, cols, r);
+  for (size_t j = 0; j < cols; j++) e[j] += g[j];
+  for (int b = 0; b < kblocks(r); b++) {
+    float out[KB];
+    row_dots(e, Qt + (size_t)b * KB * cols, cols, out);
+    for (int k = 0; k < KB && b * KB + k < r; k++) p[b * KB + k] = out[k];
+  }
+}
+
+/* Stage 1, error feedback fused with the first product, a row at a time while it is in the cache:
+ * E holds the last M, of which share P Q^T (the last P, in P, and this Q) was sent: E becomes
+ * E - share P Q^T + G, then P = E Q. Qt: Q in blocks (to_blocks); P (rows, r). */
+static void add_and_project(const float *G, float *E, const float *Qt, float *P, float share,
+                            size_t rows, size_t cols, int r) {
   size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
 #pragma omp parallel for schedule(static)
   for (size_t t = 0; t < ntiles; t++) {
     size_t end = (t + 1) * ROW_TILE < rows ? (t + 1) * ROW_TILE : rows;
-    for (size_t i = t * ROW_TILE; i < end; i++) {
-      float *e = E + i * cols, *p = P + i * (size_t)r;
-      const float *g = G + i * cols;
-      for (size_t j = 0; j < cols; j++) e[j] += g[j];
-      for (int b = 0; b < kblocks(r); b++) {
-        float out[KB];
-        row_dots(e, Qt + (size_t)b * KB * cols, cols, out);
-        for (int k = 0; k < KB && b * KB + k < r; k++) p[b * KB + k] = out[k];
-      }
-    }
+    for (size_t i = t * ROW_TILE; i < end; i++)
+      project_row(G + i * cols, E + i * cols, P + i * (size_t)r, Qt, share, cols, r);
   }
 }
 
 /* acc[k][j] (KB x n) += the sum over the rows i, in order, of pt[k][i] * E[i][j0 + j]: four rows
  * a step, added one after another (the order of one row a step). pt: one block of P in blocks. */
-static void column_sums(const float *E, const float *pt, float *acc, size_t rows, size_t cols,
-                        size_t j0, size_t n) {
+ROW_KERNEL static void column_sums(const float *E, const float *pt, float *acc, size_t rows,
+                                   size_t cols, size_t j0, size_t n) {
   size_t i = 0;
   for (; i + 4 <= rows; i += 4) {
     const float *e0 = E + i * cols + j0, *e1 = e0 + cols, *e2 = e1 + cols, *e3 = e2 + cols;
@@ -292,27 +332,31 @@ static void project_back(const float *E, const float *Pt, float *Q, size_t rows,
   }
 }
 
-/* Stage 3, reconstruction fused with the error update: each row of P Q^T computed once, into G
- * (overwritten, not zeroed first), then E -= share P Q^T from it while it is in the cache. Qt: Q
- * in blocks. */
-static void expand(const float *P, const float *Qt, float *G, float *E, float share, size_t rows,
-                   size_t cols, int r) {
+ROW_KERNEL static void expand_row(const float *p, const float *Qt, size_t cols, int r, float *g) {
+  row_expand(p, Qt, cols, r, 0, cols, g);
+}
+
+/* Stage 3, the reconstruction: G = P Q^T, each row computed once and written over G (not zeroed
+ * first). The error update waits for the next stage 1, which reads E anyway. Qt: Q in blocks. */
+static void expand(const float *P, const float *Qt, float *G, size_t rows, size_t cols, int r) {
   size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
 #pragma omp parallel for schedule(static)
   for (size_t t = 0; t < ntiles; t++) {
     size_t end = (t + 1) * ROW_TILE < rows ? (t + 1) * ROW_TILE : rows;
-    for (size_t i = t * ROW_TILE; i < end; i++) {
-      const float *p = P + i * (size_t)r;
-      float *g = G + i * cols, *e = E + i * cols;
-      for (size_t j = 0; j < cols; j++) g[j] = p[0] * Qt[j];
-      for (int k = 1; k < r; k++) {
-        const float *q = Qt + (size_t)k * cols;
-        float pk = p[k];
-        for (size_t j = 0; j < cols; j++) g[j] += pk * q[j];
-      }
-      for (size_t j = 0; j < cols; j++) e[j] -= share * g[j];
-    }
+    for (size_t i = t * ROW_TILE; i < end; i++)
+      expand_row(P + i * (size_t)r, Qt, cols, r, G + i * cols);
   }
+}
+
+/* The error of matrix x into out: E - share P Q^T (one thread, rows in order). */
+static void settle_into(gpt2_psgd *s, const gpt2_psgd_mat *x, float share, float *out) {
+  size_t cols = (size_t)x->cols;
+  memcpy(out, s->err + x->e, (size_t)x->rows * cols * sizeof(float));
+  if (share == 0.0f) return;
+  to_blocks(s->Q + x->q, s->scratch, cols, s->rank);
+  for (size_t i = 0; i < (size_t)x->rows; i++)
+    row_settle(out + i * cols, s->packed + x->p + i * (size_t)s->rank, s->scratch, share, cols,
+               s->rank);
 }
 
 /* ---- one group's computations ---- */
@@ -323,8 +367,8 @@ void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp) {
     const gpt2_psgd_mat *x = &s->mats[i];
     /* The error becomes the matrix to compress: what this step adds plus what was left over. */
     to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
-    add_and_project(g + x->off, s->err + x->e, s->scratch, s->packed + x->p, (size_t)x->rows,
-                    (size_t)x->cols, s->rank);
+    add_and_project(g + x->off, s->err + x->e, s->scratch, s->packed + x->p, gr->share,
+                    (size_t)x->rows, (size_t)x->cols, s->rank);
   }
 }
 
@@ -340,15 +384,20 @@ void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp) {
 }
 
 void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world) {
-  const gpt2_psgd_group *gr = &s->groups[grp];
-  /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
-  const float share = 1.0f / (float)world;
+  gpt2_psgd_group *gr = &s->groups[grp];
   for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
     to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
-    expand(s->packed + x->p, s->scratch, g + x->off, s->err + x->e, share, (size_t)x->rows,
-           (size_t)x->cols, s->rank);
+    expand(s->packed + x->p, s->scratch, g + x->off, (size_t)x->rows, (size_t)x->cols, s->rank);
   }
+  /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
+  gr->share = 1.0f / (float)world;
+}
+
+void gpt2_psgd_error(gpt2_psgd *s, float *out) {
+  for (int g = 0; g < s->ngroups; g++)
+    for (int i = s->groups[g].m0; i < s->groups[g].m1; i++)
+      settle_into(s, &s->mats[i], s->groups[g].share, out + s->mats[i].e);
 }
 
 /* Moves a group's uncompressed ranges of g into its packed block (out != 0) or back. */
@@ -473,7 +522,7 @@ int gpt2_psgd_state_get(gpt2_psgd *s, cohort_comm *comm, float *full) {
   const size_t chunk = 16u << 20; /* floats per call: bounded transfers */
   for (int r = 0; r < world; r++) {
     float *e = full + s->nq + (size_t)r * s->nerr;
-    if (r == me) memcpy(e, s->err, s->nerr * sizeof(float));
+    if (r == me) gpt2_psgd_error(s, e);
     for (size_t a = 0; a < s->nerr && world > 1; a += chunk) {
       size_t n = a + chunk < s->nerr ? chunk : s->nerr - a;
       int rc = cohort_broadcast(comm, e + a, n, COHORT_F32, r);
@@ -486,4 +535,5 @@ int gpt2_psgd_state_get(gpt2_psgd *s, cohort_comm *comm, float *full) {
 void gpt2_psgd_state_set(gpt2_psgd *s, int rank, const float *full) {
   memcpy(s->Q, full, s->nq * sizeof(float));
   memcpy(s->err, full + s->nq + (size_t)rank * s->nerr, s->nerr * sizeof(float));
+  for (int g = 0; g < s->ngroups; g++) s->groups[g].share = 0.0f; /* err is the error itself */
 }

@@ -13,7 +13,12 @@
  * 1/world share of P Q^T) is added to its next gradient, so no part of the
  * gradient is dropped for good. Warm start: Q is kept from step to step as
  * the starting point of the next power iteration. Both are state of the run
- * and travel in checkpoints (Q once, the error of every rank).
+ * and travel in checkpoints (Q once, the error of every rank). The error
+ * buffer keeps M itself after a step, with the group's `share`: the error
+ * is M - share P Q^T, the P and Q of that step, which stay where they are
+ * until the next stage 1 subtracts them as it adds the new gradient (saving
+ * the reconstruction a read and a write of the error; gpt2_psgd_error makes
+ * it explicit).
  *
  * Groups: the flat buffer is cut where backward finishes ranges (the last
  * layer with ln_f and the QA head, each layer down to layer 0, then the
@@ -22,7 +27,7 @@
  *      uncompressed floats and P (one packed block);
  *   2. when that is done: unpack, orthonormalise P, Q = M^T P, start the
  *      allreduce of the group's Q;
- *   3. when that is done: M = P Q^T, error = M_before - P Q^T / world.
+ *   3. when that is done: M = P Q^T (the error: M_before - P Q^T / world).
  * A group is launched as soon as backward has finished it (the trainer's
  * hook), and the older groups are moved on at each launch, a fixed number of
  * launches behind (gpt2_psgd_advance), so the exchanges overlap the rest of
@@ -68,6 +73,7 @@ typedef struct gpt2_psgd_group {
   size_t pk, npk;     /* its block of packed: the uncompressed floats, then its P */
   size_t q, nq;       /* its block of Q */
   int stage;          /* 0 idle, 1 P summing, 2 Q summing, 3 done */
+  float share;        /* the error is err - share P Q^T (0 before a step, after state_set) */
   cohort_request *req;
 } gpt2_psgd_group;
 
@@ -122,6 +128,8 @@ void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp);
 void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp);
 /* stage 3's (each matrix of g replaced by P Q^T, error = M - P Q^T / world). */
 void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world);
+/* This rank's error (nerr floats, the layout of err) into out. */
+void gpt2_psgd_error(gpt2_psgd *s, float *out);
 
 /* Gram-Schmidt on the `cols` columns of the row-major rows x cols matrix a: orthonormal columns
  * (a column that is numerically zero, or dependent on the earlier ones to within 1e-5 of its
