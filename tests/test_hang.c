@@ -358,12 +358,16 @@ static void test_classify_native_texts(void) {
                    "TID 100:\n"
                    "#0  0x00007f __GI___poll\n    ../sysdeps/poll.c:29:10\n"
                    "#1  0x000055 cohort_barrier\n    /src/coll/comm.c:500:3\n"
-                   "#2  0x000055 main\n    /src/tests/test_hang_worker.c:77:5\n";
+                   "#2  0x000055 main\n    /src/tests/test_hang_worker.c:77:5\n"
+                   "#3  0x00007f\n";
   d.text = (char *)eu;
   stacks_classify(&d, &v);
   CHECK_EQ_INT(v.in_collective, 1);
   CHECK_STREQ(v.where, "cohort_barrier, test_hang_worker.c:77");
   CHECK(strstr(v.frames, "__GI___poll at ../sysdeps/poll.c:29") != NULL);
+  /* A frame without a symbol is named so, not an empty report line. */
+  CHECK(strstr(v.frames, "    \n") == NULL);
+  CHECK(strstr(v.frames, "?? (no symbol)") != NULL);
   /* A Python rank in torch.distributed, and one in DDP's backward. */
   const char *py = "Thread 0x7f02 (most recent call first):\n"
                    "  File \"/usr/lib/python3.11/threading.py\", line 320 in wait\n"

@@ -512,8 +512,9 @@ void stacks_classify(const stacks_dump *d, stacks_verdict *v) {
     if (f->line > 0)
       off += (size_t)snprintf(v->frames + off, sizeof v->frames - off, "    %s at %s:%d\n", f->func,
                               f->file, f->line);
-    else
-      off += (size_t)snprintf(v->frames + off, sizeof v->frames - off, "    %s\n", f->func);
+    else /* a native frame without a symbol has no name */
+      off += (size_t)snprintf(v->frames + off, sizeof v->frames - off, "    %s\n",
+                              f->func[0] != '\0' ? f->func : "?? (no symbol)");
   }
   free(t);
 }
