@@ -23,8 +23,10 @@ cleanup() {
 trap cleanup EXIT
 netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
-# 150 steps: the faults come at step 60 or later, the checkpoints every 50.
-STEPS=150
+# 300 steps: the faults come once step 60 is logged and must find the
+# workers still running (150 left too little on an idle machine, where a
+# step takes under 20 ms).
+STEPS=300
 TRAIN=("$gpt2" --model tiny --batch 2 --steps $STEPS --threads 1 --seed 7 --quiet)
 
 
