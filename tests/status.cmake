@@ -16,3 +16,8 @@ set_tests_properties(status_mcast PROPERTIES TIMEOUT 120 LABELS "slow")
 add_test(NAME status_etcd COMMAND ${CMAKE_SOURCE_DIR}/tests/test_status_etcd.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(status_etcd PROPERTIES TIMEOUT 120 COST 30 LABELS "slow")
+
+# cohort stacks: a Python rank's Python frames without --hang-timeout.
+add_test(NAME stacks_python COMMAND ${CMAKE_SOURCE_DIR}/tests/test_stacks_python.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(stacks_python PROPERTIES TIMEOUT 60 LABELS "unit")

@@ -167,8 +167,9 @@ static hang_node here(const job *j) {
 
 /* SIGQUIT: every rank's stack on the console and in the log directory; the job goes on. */
 static void dump_stacks(job *j) {
-  if (j->hang.prog == NULL || j->cfg->hang_timeout_ms == 0) {
-    base_log(BASE_LOG_WARN, "SIGQUIT: stack dumps need --hang-timeout (its hooks are off)");
+  if (j->hang.prog == NULL) {
+    base_log(BASE_LOG_WARN,
+             "SIGQUIT: no stack dumps with --straggler-factor 0 and no --hang-timeout (no hooks)");
     return;
   }
   char dir[4096];
@@ -366,7 +367,7 @@ static int spawn_one(job *j, worker *w) {
     snprintf(watch, sizeof watch, "%s.auto", hb);
     if (j->cfg->hang_timeout_ms > 0) in.hang_watch = watch;
   }
-  if (j->hang.prog != NULL && j->cfg->hang_timeout_ms > 0) { /* the stacks' hooks */
+  if (j->hang.prog != NULL) { /* the stacks' hooks, with or without --hang-timeout */
     in.stacks_file = py;
     in.hook_dir = j->hang.dir;
     in.stacks_signal = stacks_py_signal();
