@@ -2,6 +2,7 @@
 #include "bench/bench.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,26 +261,50 @@ static int wait_ranks(const pid_t *pids, int n) {
   return status;
 }
 
-int bench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg) {
-  store_server *srv = NULL;
-  store_server_opts so = {.bind_host = "127.0.0.1"};
-  int rc = store_server_start(&so, &srv);
-  if (rc != 0) return rc;
-  pid_t *pids = calloc((size_t)n, sizeof *pids);
-  if (pids == NULL) {
-    store_server_stop(srv);
-    return -ENOMEM;
-  }
+/* In the child: wait for the store's port on fd (EOF: the parent could not start it). */
+static void rank_child_wait(int fd, int r, int n, const char *transport,
+                            int (*rank_main)(void *arg), void *arg) {
+  int port = 0;
+  ssize_t got;
+  do got = read(fd, &port, sizeof port);
+  while (got < 0 && errno == EINTR);
+  if (got != (ssize_t)sizeof port) _exit(1);
   char store[64], job[64];
-  snprintf(store, sizeof store, "127.0.0.1:%d", store_server_port(srv));
-  snprintf(job, sizeof job, "bench-%d", (int)getpid());
+  snprintf(store, sizeof store, "127.0.0.1:%d", port);
+  snprintf(job, sizeof job, "bench-%d", (int)getppid());
+  rank_child(r, n, store, job, transport, rank_main, arg);
+}
+
+/* The ranks are forked before the store's thread starts: a child of a process
+ * with threads may inherit a lock another thread held (ASan's allocator did,
+ * and the rank hung in its first allocation of that size). Each child reads
+ * the port from a pipe once the store is up; the parent writes it n times. */
+int bench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg) {
+  pid_t *pids = calloc((size_t)n, sizeof *pids);
+  int fds[2];
+  if (pids == NULL) return -ENOMEM;
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    free(pids);
+    return -errno;
+  }
   fflush(NULL); /* nothing buffered is written twice by the children */
   int err = 0;
   for (int r = 0; r < n && err == 0; r++) {
     pids[r] = fork();
     if (pids[r] < 0) err = -errno;
-    if (pids[r] == 0) rank_child(r, n, store, job, transport, rank_main, arg);
+    if (pids[r] == 0) {
+      close(fds[1]);
+      rank_child_wait(fds[0], r, n, transport, rank_main, arg);
+    }
   }
+  close(fds[0]);
+  store_server *srv = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  if (err == 0) err = store_server_start(&so, &srv);
+  int port = err == 0 ? store_server_port(srv) : 0;
+  for (int r = 0; r < n && err == 0; r++)
+    if (write(fds[1], &port, sizeof port) != (ssize_t)sizeof port) err = -errno;
+  close(fds[1]); /* children still waiting read EOF and exit */
   int status = wait_ranks(pids, n);
   free(pids);
   store_server_stop(srv);
