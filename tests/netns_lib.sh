@@ -95,11 +95,16 @@ netns_agent() {
   netns_bg "$i" "$out" "$cohort" run "$@"
 }
 
-# netns_pid NODE COMM: the PID of a process named COMM in node i's namespace.
+# netns_pid NODE COMM [ARG]: the PID of a process named COMM in node i's
+# namespace (with ARG one of its arguments, when given: of two etcd
+# members in one namespace, the one named so).
 netns_pid() {
   local p
   for p in $(ip netns pids "$(netns_node "$1")"); do
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ] && echo "$p" && return 0
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ] || continue
+    [ $# -lt 3 ] || tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -qxF -- "$3" || continue
+    echo "$p"
+    return 0
   done
   return 1
 }

@@ -51,9 +51,11 @@ done
 E=(--rdzv-backend etcd --rdzv-endpoint "$A3:2379")
 q() { netns_exec 4 "$cohort" "$@"; }
 
+# Bounded in tries and time: each try has a 2 s timeout, all of them 60 s.
+end=$((SECONDS + 60))
 for _ in $(seq 1 80); do
-  q status "${E[@]}" --rdzv-conf "$CONF" >"$tmp/st" 2>&1
-  [ "$(grep -c ' running ' "$tmp/st")" = 6 ] && break
+  q status "${E[@]}" --rdzv-conf "$CONF" --timeout 2 >"$tmp/st" 2>&1
+  [ "$(grep -c ' running ' "$tmp/st")" = 6 ] || [ $SECONDS -ge $end ] && break
   sleep 0.25
 done
 check "status through etcd lists 6 running ranks" [ "$(grep -c ' running ' "$tmp/st")" = 6 ]

@@ -29,6 +29,7 @@ struct rdzv_backend {
   pthread_cond_t wake;
   int64_t lease; /* 0 until the first connection granted it */
   pthread_t keeper;
+  etcd *renewer; /* the keeper's connection, made before it starts; then the keeper's */
   int keeping, stop;
   int lost; /* the store is gone: no revoke on the way out */
 };
@@ -197,16 +198,14 @@ static int stopping(rdzv_backend *b) {
   return stop;
 }
 
-/* Renews the lease within a third of its TTL, (re)opening *e as needed, in slices; 0 or the
- * last attempt's error. */
-static int renew(rdzv_backend *b, const etcd_opts *o, etcd **e, int64_t lease) {
+/* Renews the lease within a third of its TTL, in slices; 0 or the last attempt's error. */
+static int renew(rdzv_backend *b, etcd *e, int64_t lease) {
   int64_t deadline = base_deadline_in((int64_t)b->ttl_s * 1000 / 3);
   int rc = -ETIMEDOUT;
   while (base_deadline_left(deadline) > 0 && !stopping(b)) {
     int64_t slice = base_deadline_in(RENEW_SLICE_MS);
     if (slice > deadline) slice = deadline;
-    rc = *e != NULL ? 0 : etcd_connect(o, slice, e, NULL, 0);
-    if (rc == 0) rc = etcd_lease_keepalive(*e, lease, slice);
+    rc = etcd_lease_keepalive(e, lease, slice);
     if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) break;
   }
   return rc;
@@ -216,9 +215,6 @@ static int renew(rdzv_backend *b, const etcd_opts *o, etcd **e, int64_t lease) {
  * is lost. */
 static void *keep_lease(void *arg) {
   rdzv_backend *b = arg;
-  etcd_opts o;
-  etcd_options(b, &o);
-  etcd *e = NULL;
   int warned = 0, renewed = 1;
   pthread_mutex_lock(&b->lock);
   while (!b->stop) {
@@ -233,7 +229,7 @@ static void *keep_lease(void *arg) {
     if (b->stop) break;
     int64_t lease = b->lease;
     pthread_mutex_unlock(&b->lock);
-    int rc = renew(b, &o, &e, lease);
+    int rc = renew(b, b->renewer, lease);
     renewed = rc != -ETIMEDOUT && rc != -ECONNREFUSED;
     if (rc == -ENOENT && !warned++)
       base_log(BASE_LOG_WARN, "the etcd lease of this agent expired: its keys are gone");
@@ -242,23 +238,34 @@ static void *keep_lease(void *arg) {
   int64_t lease = b->lease;
   int lost = b->lost;
   pthread_mutex_unlock(&b->lock);
-  if (!lost && (e != NULL || etcd_connect(&o, base_deadline_in(2000), &e, NULL, 0) == 0))
-    etcd_lease_revoke(e, lease, base_deadline_in(2000));
-  etcd_close(e);
+  if (!lost) etcd_lease_revoke(b->renewer, lease, base_deadline_in(2000));
+  etcd_close(b->renewer);
   return NULL;
 }
 
-/* The first connection grants the lease and starts keeping it. */
+/*
+ * The first connection grants the lease and starts keeping it. The keeper's own connection is
+ * made here, within the caller's deadline: its renewals are attempts of RENEW_SLICE_MS, too
+ * short for an authentication (bcrypt in etcd) on a busy member, which the keeper would abort
+ * and start again every slice until the lease expired.
+ */
 static int ensure_lease(rdzv_backend *b, etcd *e, int64_t deadline) {
   pthread_mutex_lock(&b->lock);
   int rc = 0;
   if (b->lease == 0) {
+    etcd_opts o;
+    etcd_options(b, &o);
     int64_t id = 0;
-    rc = etcd_lease_grant(e, b->ttl_s, &id, deadline);
+    rc = etcd_connect(&o, deadline, &b->renewer, NULL, 0);
+    if (rc == 0) rc = etcd_lease_grant(e, b->ttl_s, &id, deadline);
     if (rc == 0) {
       b->lease = id;
       rc = -pthread_create(&b->keeper, NULL, keep_lease, b);
       b->keeping = rc == 0;
+    }
+    if (rc != 0) {
+      etcd_close(b->renewer);
+      b->renewer = NULL;
     }
   }
   pthread_mutex_unlock(&b->lock);
