@@ -134,6 +134,13 @@ run e3 3 --job jobE --settle 600 --expect 2 $T
 finish e1 e2 e3
 if h=$(the_host e1 e2 e3) && [ "$h" != e3 ]; then
   check "late starter joins the elected host ($h)" "$h" $(echo e1 e2 e3 | tr ' ' '\n' | grep -v "^$h$")
+  # Two nodes stood for election (each sent several candidates): the host counts nodes.
+  if grep -q "hosting (lowest node id of 2 candidates)" "$OUT/$h.err"; then
+    echo "ok: the host counts 2 candidates, not their datagrams"
+  else
+    echo "FAIL: the host's count of candidates: $(cat "$OUT/$h.err")"
+    FAILED=1
+  fi
 else
   echo "FAIL: late starter: not exactly one host, or the late node (${h:-none})"
   dump e1 e2 e3

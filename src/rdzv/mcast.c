@@ -433,6 +433,8 @@ int rdzv_mcast_discover_root(const rdzv_opts *o, const char *proc_root, rdzv_tar
     rdzv_dgram cand = {.kind = RDZV_CANDIDATE, .node_id = self, .claimed_rank = -1};
     base_strlcpy(cand.job_id, o->job_id, sizeof cand.job_id);
     int64_t next_send = base_now_ms();
+    /* The distinct candidates heard (each sends every period): for the log line only. */
+    uint64_t heard[64];
     unsigned seen = 0;
     while (base_now_ms() < window_end) {
       if (base_now_ms() >= next_send) {
@@ -455,7 +457,9 @@ int rdzv_mcast_discover_root(const rdzv_opts *o, const char *proc_root, rdzv_tar
       }
       /* Only nodes without a rank stand for election; ranked joiners send candidates too. */
       if (d.claimed_rank != -1) continue;
-      seen++;
+      unsigned k = 0;
+      while (k < seen && heard[k] != d.node_id) k++;
+      if (k == seen && seen < sizeof heard / sizeof heard[0]) heard[seen++] = d.node_id;
       if (d.node_id < lowest) lowest = d.node_id;
     }
     if (rc != 0 && rc != -ETIMEDOUT) {
@@ -465,7 +469,8 @@ int rdzv_mcast_discover_root(const rdzv_opts *o, const char *proc_root, rdzv_tar
     if (lowest == self) {
       mc_close(&c);
       char why[64];
-      snprintf(why, sizeof why, "lowest node id of %u candidates", seen + 1);
+      snprintf(why, sizeof why, "lowest node id of %s%u candidates",
+               seen == sizeof heard / sizeof heard[0] ? "at least " : "", seen + 1);
       return become_host(o, &c, why, t, errbuf, errlen);
     }
   }
