@@ -59,14 +59,19 @@ void remote_stacks_tick(job *j, int64_t *seen) {
   char(*py)[256] = NULL;
   int n = 0;
   if (t == NULL || d == NULL) goto out;
-  /* With --hang-timeout the Python hook is there: each rank's dump file. */
+  /* With the heartbeat files the Python hook is there: each rank's dump file. */
   if (j->hang.prog != NULL) py = calloc((size_t)j->nworkers, sizeof *py);
+  const char *no_py = j->cfg->hang_timeout_ms == 0 && j->cfg->straggler_factor <= 0
+                          ? "the agent's Python stack hook is off (--straggler-factor 0 and no "
+                            "--hang-timeout)"
+                          : "the agent's Python stack hook is off (no heartbeat files)";
   for (int i = 0; i < j->nworkers; i++) {
     if (!j->workers[i].running) continue;
     char hb[256];
     if (py != NULL) hang_paths(&j->hang, i, hb, sizeof hb, py[n], sizeof py[n]);
     t[n] = (stacks_target){.rank = j->workers[i].rank, .pid = j->workers[i].pid};
     t[n].py_file = py != NULL ? py[n] : NULL;
+    t[n].no_py = j->hang.prog == NULL ? no_py : NULL;
     n++;
   }
   const char *path = getenv("PATH");

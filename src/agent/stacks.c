@@ -208,6 +208,27 @@ static char *proc_state_text(const char *proc_root, pid_t pid, const char *why) 
   return out;
 }
 
+/* A Python interpreter: its executable's name, or its native frames. */
+static int is_python(const char *proc_root, pid_t pid, const char *text) {
+  char path[512], exe[4096];
+  snprintf(path, sizeof path, "%s/%d/exe", proc_root, (int)pid);
+  ssize_t len = readlink(path, exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = '\0';
+    const char *slash = strrchr(exe, '/');
+    if (strncmp(slash != NULL ? slash + 1 : exe, "python", 6) == 0) return 1;
+  }
+  return strstr(text, "_PyEval_EvalFrame") != NULL;
+}
+
+/* One line first: this rank's Python frames cannot be had, and why. */
+static void note_no_python(stacks_dump *d, const char *why) {
+  char *t = NULL;
+  if (asprintf(&t, "(no Python frames for this rank: %s)\n%s", why, d->text) < 0) return;
+  free(d->text);
+  d->text = t;
+}
+
 static void finish_one(const stacks_target *t, const stacks_opts *o, slot *s, stacks_dump *d) {
   d->rank = t->rank;
   d->pid = t->pid;
@@ -244,6 +265,9 @@ static void finish_one(const stacks_target *t, const stacks_opts *o, slot *s, st
     d->kind = STACKS_NONE;
     d->text = strdup("(the process is gone)\n");
   }
+  if (t->py_file == NULL && t->no_py != NULL && d->kind != STACKS_NONE &&
+      is_python(o->proc_root, t->pid, d->text))
+    note_no_python(d, t->no_py);
   if (s->out_fd >= 0) close(s->out_fd);
   s->out_fd = -1;
 }

@@ -47,6 +47,7 @@ typedef struct stacks_target {
   int rank;
   pid_t pid;
   const char *py_file; /* the rank's COHORT_STACKS_FILE, or NULL */
+  const char *no_py;   /* with py_file NULL: why there is no hook, said for a Python rank */
 } stacks_target;
 
 typedef struct stacks_opts {
