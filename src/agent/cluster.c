@@ -253,6 +253,8 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
     jo.my_host = local;
     jo.master_host = c->etcd ? NULL : remote;
   }
+  /* --local-addr: this node's address for the others (MASTER_ADDR when it is node 0). */
+  if (cfg->rdzv.local_addr != NULL) jo.my_host = cfg->rdzv.local_addr;
   rdzv_plan_free(&c->plan);
   int rc = rdzv_join(c->client, &jo, &c->plan, err, errlen);
   if (rc == -EAGAIN) return rc;

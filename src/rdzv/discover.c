@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -159,6 +161,32 @@ int rdzv_host_is_local(const char *host, int timeout_ms) {
   return local;
 }
 
+void rdzv_own_addr(const rdzv_opts *o, char *out, size_t len) {
+  base_strlcpy(out, "127.0.0.1", len);
+  if (o->local_addr != NULL && o->local_addr[0] != '\0') {
+    base_strlcpy(out, o->local_addr, len);
+    return;
+  }
+  char route_if[IF_NAMESIZE] = "";
+  if (rdzv_route_iface(NULL, "0.0.0.0", route_if, sizeof route_if) != 0) route_if[0] = '\0';
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) return;
+  int found = 0; /* 1: an up non-loopback address, 2: the default route's */
+  for (struct ifaddrs *i = ifs; i != NULL && found < 2; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+        (i->ifa_flags & IFF_LOOPBACK))
+      continue;
+    int rank = strcmp(i->ifa_name, route_if) == 0 ? 2 : 1;
+    if (rank <= found) continue;
+    const struct sockaddr_in *sin = (const void *)i->ifa_addr;
+    char a[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &sin->sin_addr, a, sizeof a) == NULL) continue;
+    base_strlcpy(out, a, len);
+    found = rank;
+  }
+  freeifaddrs(ifs);
+}
+
 /* etcd: the first endpoint stands for the store (routes, the job id); nobody hosts. */
 /* The smallest of the comma-separated endpoints in list (so that the job id, derived
  * from it, does not depend on the order each node lists them in). */
@@ -301,6 +329,7 @@ int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int st
     rdzv_publisher *p = calloc(1, sizeof *p);
     if (p == NULL) return rdzv_err(errbuf, errlen, -ENOMEM, "out of memory");
     p->method = RDZV_MCAST;
+    if (advertise_host == NULL) advertise_host = opts->local_addr;
     int rc = rdzv_mcast_publish_start(opts, advertise_host, store_port, &p->mcast, errbuf, errlen);
     if (rc != 0) {
       free(p);
@@ -312,16 +341,15 @@ int rdzv_publish_start(const rdzv_opts *opts, const char *advertise_host, int st
   if (opts->method != RDZV_FILE) return 0;
   if (opts->rdzv_file == NULL || !rdzv_job_id_valid(opts->job_id))
     return rdzv_err(errbuf, errlen, -EINVAL, "the rendezvous file needs --rdzv-file and a job id");
+  /* An address, not the host name: another node's resolver may map the name elsewhere. */
   char host[BASE_HOST_MAX] = "";
-  if (advertise_host != NULL && advertise_host[0] != '\0') {
-    if (!rdzv_word_valid(advertise_host, sizeof host - 1))
-      return rdzv_err(errbuf, errlen, -EINVAL, "advertised host '%.60s' is not a host name",
-                      advertise_host);
+  if (advertise_host != NULL && advertise_host[0] != '\0' && strlen(advertise_host) < sizeof host)
     base_strlcpy(host, advertise_host, sizeof host);
-  } else if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
-    return rdzv_err(errbuf, errlen, -EINVAL, "no host name to write into %s: give an address",
-                    opts->rdzv_file);
-  }
+  else
+    rdzv_own_addr(opts, host, sizeof host);
+  if (!rdzv_word_valid(host, sizeof host - 1))
+    return rdzv_err(errbuf, errlen, -EINVAL, "advertised address '%.60s' is not a host address",
+                    host);
   int rc = rdzv_file_publish(opts->rdzv_file, opts->job_id, host, store_port, opts->token, errbuf,
                              errlen);
   if (rc != 0) return rc;

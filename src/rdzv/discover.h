@@ -37,6 +37,7 @@ typedef struct rdzv_opts {
   const char *iface;          /* multicast interface name or NULL (default route's) */
   const char *mcast_group;    /* "ADDR:PORT" override or NULL (derived from job_id) */
   const char *rdzv_file;      /* path for RDZV_FILE */
+  const char *local_addr;     /* --local-addr: this node's address for the others, or NULL */
   int64_t deadline_ms;        /* absolute base_now_ms() deadline for discovery */
   int settle_ms;              /* election window when nobody claims rank 0 (mcast) */
 } rdzv_opts;
@@ -66,8 +67,9 @@ int rdzv_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, c
  * from a background thread until rdzv_publish_stop(); the shared file written
  * atomically (temporary file + rename) with the job id; nothing for static,
  * DNS and scheduler methods (*out may then be NULL). advertise_host is the
- * address the others should connect to (NULL: the method's own choice, e.g.
- * the multicast interface's address). For RDZV_FILE it fails with -EEXIST
+ * address the others should connect to (NULL: opts->local_addr if given, else
+ * the method's own choice: the multicast interface's address, or for the file
+ * this node's address on its default route's interface). For RDZV_FILE it fails with -EEXIST
  * when another node has claimed the file for this job meanwhile (nodes with
  * and without --node-rank mixed), rather than making a second host.
  * (A host found by RDZV_FILE or RDZV_MCAST gets a free port in

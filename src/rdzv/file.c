@@ -7,7 +7,7 @@
  *   job=<job id>
  *   node=<16 hex digits: the writing agent's node id>
  *   state=claimed | ready
- *   host=<store host>        (ready only)
+ *   host=<store address>     (ready only)
  *   port=<store port>        (ready only)
  *   mac=<64 hex digits>      (with a job token: HMAC-SHA256 of all before it)
  *
@@ -377,8 +377,7 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
   }
   if (hosting) {
     t->host_store = 1;
-    if (gethostname(t->host, sizeof t->host - 1) != 0 || t->host[0] == '\0')
-      base_strlcpy(t->host, "localhost", sizeof t->host);
+    rdzv_own_addr(o, t->host, sizeof t->host);
     rc = base_free_port(NULL, &t->port);
     if (rc != 0) return rdzv_err(errbuf, errlen, rc, "no free port: %s", cohort_strerror(rc));
     rdzv_source(t, "file %.80s: hosting the store for job %.20s", path, o->job_id);

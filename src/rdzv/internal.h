@@ -71,6 +71,13 @@ int rdzv_env_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *ou
  */
 int rdzv_host_is_local(const char *host, int timeout_ms);
 
+/*
+ * The address the other nodes reach this one by: o->local_addr when given,
+ * else the IPv4 address of the default route's interface, else the first
+ * non-loopback IPv4 address that is up, else 127.0.0.1.
+ */
+void rdzv_own_addr(const rdzv_opts *o, char *out, size_t len);
+
 /* ---- shared file ---- */
 
 /* Parsed contents of a rendezvous file. ready=0: claimed, store not up yet. */

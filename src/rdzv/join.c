@@ -245,8 +245,10 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     snprintf(plan, cap, "error %s", reason);
     snprintf(errbuf, errlen, "%s", reason);
   } else {
-    /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. */
-    if (o->first_plans) base_strlcpy(master, nodes[host_index].host, sizeof master);
+    /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. A host
+     * given its own address (--local-addr) is there rather than where the others saw it. */
+    if (o->first_plans || (o->is_host && o->my_host && o->my_host[0]))
+      base_strlcpy(master, nodes[host_index].host, sizeof master);
     if (master[0] == '\0') base_strlcpy(master, "127.0.0.1", sizeof master);
     /* The host's own address is the one the others reached it at. */
     base_strlcpy(nodes[host_index].host, master, sizeof nodes[host_index].host);

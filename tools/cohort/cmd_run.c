@@ -82,6 +82,8 @@
   "  --iface NAME         interface for multicast (default: the default route's)\n"                \
   "  --mcast-group A:P    multicast group and port (default: derived from the job id)\n"           \
   "  --rdzv-file PATH     rendezvous file on a shared filesystem\n"                                \
+  "  --local-addr ADDR    this node's address for the others: written to the rendezvous\n"         \
+  "                       file or announced, MASTER_ADDR when node 0 (default: found)\n"           \
   "  --join-timeout SEC   give up the rendezvous after SEC seconds (default 300)\n"                \
   "  --last-call SEC      elastic: extra wait for nodes beyond MIN (default 3)\n"                  \
   "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"                       \
@@ -108,7 +110,7 @@
   "\n"                                                                                             \
   "Every option also takes --opt=value, the underscore spelling (--nproc_per_node) and,\n"         \
   "as in torchrun, its PET_ variable (PET_NPROC_PER_NODE). Accepted without effect, with a\n"      \
-  "note: --monitor-interval, --start-method, --event-log-handler, --local-addr, --logs-specs,\n"   \
+  "note: --monitor-interval, --start-method, --event-log-handler, --logs-specs,\n"                 \
   "--signals-to-handle. docs/torchrun.md lists the differences from torchrun.\n"                   \
   "\n"                                                                                             \
   "exit status:\n"                                                                                 \
@@ -448,9 +450,8 @@ static const cli_opt run_opts[] = {
      .what = "a host name or address", .env = "PET_MASTER_ADDR", .flags = CLI_NONEMPTY},
     {"--master-port|--master_port", 0, CLI_INT, .at = AT(master_port, int), .min = 1, .max = 65535,
      .env = "PET_MASTER_PORT"},
-    {"--local-addr|--local_addr", 0, CLI_NOTE,
-     .what = "the address others reach this node by is found from the route to the store",
-     .env = "PET_LOCAL_ADDR"},
+    {"--local-addr|--local_addr", 0, CLI_STR, .at = AT(cfg.rdzv.local_addr, const char *),
+     .what = "this node's address", .env = "PET_LOCAL_ADDR", .flags = CLI_NONEMPTY},
     {"--logs-specs|--logs_specs", 0, CLI_NOTE, .what = "cohort's log files are fixed"},
     {"--signals-to-handle|--signals_to_handle", 0, CLI_NOTE,
      .what = "SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the workers",
