@@ -23,9 +23,10 @@ cleanup() {
 trap cleanup EXIT
 netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
-# 300 steps: the faults come once step 60 is logged and must find the
-# workers still running (150 left too little on an idle machine, where a
-# step takes under 20 ms).
+# The faults come once step 60 is logged (after the step-50 checkpoint); the
+# process they hit is found before that, so the fault follows the step within
+# one 10 ms poll, and the 240 steps left (about 2 s on an idle machine, 7 ms a
+# step) are ample room.
 STEPS=300
 TRAIN=("$gpt2" --model tiny --batch 2 --steps $STEPS --threads 1 --seed 7 --quiet)
 
@@ -56,17 +57,29 @@ same_losses() { # reference metrics, faulty run's metrics: every step the faulty
   [ "$n" -gt 0 ] && join <(losses "$ref") <(losses "$got") | awk '$2 != $3 {bad=1} END {exit bad}' &&
     [ "$(join <(losses "$ref") <(losses "$got") | wc -l)" = "$n" ]
 }
-# Waits until the metrics show step >= $2.
+# Waits until the metrics show step >= $2 (the last record: the first round
+# only appends).
 wait_step() {
-  local f=$1 want=$2
-  for _ in $(seq 600); do
-    [ -s "$f" ] && [ "$(losses "$f" | tail -1 | cut -d' ' -f1)" -ge "$want" ] 2>/dev/null && return 0
-    sleep 0.05
+  local f=$1 want=$2 last
+  for _ in $(seq 3000); do
+    last=$(tail -n 1 "$f" 2>/dev/null | sed -n 's/^{"step":\([0-9]*\),.*/\1/p')
+    [ -n "$last" ] && [ "$last" -ge "$want" ] && return 0
+    sleep 0.01
   done
   return 1
 }
-worker_pid() { netns_pid "$1" cohort-gpt2; } # NODE: the pid of that node's cohort-gpt2
-agent_pid() { netns_pid "$1" cohort; }
+# fault NODE COMM STEP SIGNAL: finds node NODE's process COMM (cohort-gpt2:
+# the worker, cohort: the agent), waits until the job's metrics ($metrics)
+# show STEP, then sends it SIGNAL. Fails when the process was not found or
+# had ended before the signal.
+fault() {
+  local node=$1 comm=$2 step=$3 sig=$4 pid=""
+  for _ in $(seq 3000); do
+    pid=$(netns_pid "$node" "$comm") && break
+    sleep 0.01
+  done
+  [ -n "$pid" ] && wait_step "$metrics" "$step" && kill -"$sig" "$pid"
+}
 
 # 0. The uninterrupted reference run.
 job ref 29500
@@ -76,8 +89,8 @@ check "reference run logged every step" [ "$(losses "$tmp/ref/metrics" | wc -l)"
 
 # 1. kill -9 a worker: the job restarts from the last checkpoint, same losses.
 job kw 29501 --max-restarts 2
-wait_step "$tmp/kw/metrics" 60
-kill -9 "$(worker_pid 1)"
+metrics=$tmp/kw/metrics
+check "worker kill: node 1's cohort-gpt2 killed at step 60" fault 1 cohort-gpt2 60 KILL
 wait_all 300 $a0 $a1
 check "worker kill: restarted and finished ($codes)" [ "$codes" = "0 0" ]
 check "worker kill: node 0 reports node 1's rank" contains "$tmp/kw/agent0" "job failed: node 1 (node1): rank 1"
@@ -89,8 +102,8 @@ check "worker kill: losses identical to the uninterrupted run" same_losses "$tmp
 # 2. SIGSTOP a worker (a hang): the collective deadline ends it, the report
 #    names the stopped rank, the restart resumes with identical losses.
 job hang 29502 --max-restarts 1
-wait_step "$tmp/hang/metrics" 60
-kill -STOP "$(worker_pid 1)"
+metrics=$tmp/hang/metrics
+check "hang: node 1's cohort-gpt2 stopped at step 60" fault 1 cohort-gpt2 60 STOP
 wait_all 300 $a0 $a1
 check "hang: restarted and finished ($codes)" [ "$codes" = "0 0" ]
 check "hang: node 1 names its stopped rank" contains "$tmp/hang/agent1" "rank 1: was stopped (SIGSTOP or traced)"
@@ -98,18 +111,18 @@ check "hang: losses identical to the uninterrupted run" same_losses "$tmp/ref/me
 
 # 3. kill -9 an agent: a clean failure naming the lost node.
 job ka 29503 --max-restarts 1
-wait_step "$tmp/ka/metrics" 60
-kill -9 "$(agent_pid 1)"
+metrics=$tmp/ka/metrics
+check "agent kill: node 1's agent killed at step 60" fault 1 cohort 60 KILL
 wait_all 120 $a0
 check "agent kill: node 0 fails cleanly ($codes)" eval '[ "$codes" != "0" ] && [ "$codes" != "timeout" ]'
 check "agent kill: node 0 names node 1's dead agent" contains "$tmp/ka/agent0" "job failed: node 1 (node1): its agent died"
 wait_all 10 $a1
 sleep 0.5
-check "agent kill: node 1's worker is gone" [ -z "$(worker_pid 1)" ]
+check "agent kill: node 1's worker is gone" eval '! netns_pid 1 cohort-gpt2 >/dev/null'
 
 # 4. link down, then up: both sides stop, rendezvous again, resume.
 job link 29504 --max-restarts 2
-wait_step "$tmp/link/metrics" 60
+check "link down/up: the job reached step 60" wait_step "$tmp/link/metrics" 60
 netns_link 1 down
 sleep 4
 netns_link 1 up

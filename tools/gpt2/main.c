@@ -3,6 +3,7 @@
  * This file only parses arguments; the work is in src/gpt2/.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -206,10 +207,19 @@ static void apply_optimizer(gpt2_args *a) {
 
 /* OpenBLAS chose its fallback kernels on a CPU it does not know: start again
  * with the ones the CPU allows (gpt2_blas_better_core; the header line names
- * the kernels in use). When the exec fails, go on as we are. */
+ * the kernels in use). The exec goes through the file's own path: the kernel
+ * names the process (comm, what ps, top and pgrep show) after the last part
+ * of that path, and "/proc/self/exe" would rename every worker "exe".
+ * /proc/self/exe is the fallback. When the exec fails, go on as we are. */
 static void blas_reexec(char **argv) {
   const char *core = gpt2_blas_better_core();
   if (core == NULL || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);
+  }
   execv("/proc/self/exe", argv);
   unsetenv("OPENBLAS_CORETYPE");
 }
