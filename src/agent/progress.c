@@ -16,6 +16,15 @@ enum { BAD_GONE = 1u, BAD_DIR = 2u, BAD_GARBAGE = 4u, BAD_UNREADABLE = 8u };
 /* The states in which no beat can be seen: the rank's output counts again. */
 #define BAD_BLIND (BAD_GONE | BAD_DIR | BAD_UNREADABLE)
 
+/* Creates path empty (or truncates it; never through a symlink) and gives its state. */
+static int create_empty(const char *path, struct stat *st) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return -errno;
+  int rc = fstat(fd, st) == 0 ? 0 : -errno;
+  close(fd);
+  return rc;
+}
+
 int progress_init(progress *p, int rank, const char *path, int64_t now) {
   memset(p, 0, sizeof *p);
   p->rank = rank;
@@ -23,11 +32,8 @@ int progress_init(progress *p, int rank, const char *path, int64_t now) {
   p->last_ms = now;
   if (strlen(path) >= sizeof p->path) return -ENAMETOOLONG;
   base_strlcpy(p->path, path, sizeof p->path);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return -errno;
   struct stat st;
-  int rc = fstat(fd, &st) == 0 ? 0 : -errno;
-  close(fd);
+  int rc = create_empty(path, &st);
   if (rc != 0) return rc;
   p->exists = 1;
   p->mtime = st.st_mtim;
@@ -39,11 +45,8 @@ int progress_init(progress *p, int rank, const char *path, int64_t now) {
 int progress_watch_auto(progress *p) {
   char path[PROGRESS_PATH_MAX + 8];
   snprintf(path, sizeof path, "%s.auto", p->path);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return -errno;
   struct stat st;
-  int rc = fstat(fd, &st) == 0 ? 0 : -errno;
-  close(fd);
+  int rc = create_empty(path, &st);
   if (rc != 0) return rc;
   p->auto_on = 1;
   p->auto_mtime = st.st_mtim;
