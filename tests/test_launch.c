@@ -249,16 +249,15 @@ static void test_run_all(void) {
   char script[300], dir[300];
   snprintf(script, sizeof script, "%s/overlap", tmpdir);
   write_script(
-      script,
-      "d=$1\n"
-      "touch \"$d/run.$$\" \"$d/started.$$\"\n"
-      "ls \"$d\" | grep -c '^run\\.'\n"
-      "i=0\n"
-      "while [ \"$(ls \"$d\" | grep -c '^started\\.')\" -lt \"$2\" ] && [ $i -lt 30 ]; do\n"
-      "  sleep 0.1; i=$((i + 1))\n"
-      "done\n"
-      "sleep 0.2\n"
-      "rm \"$d/run.$$\"");
+      script, "d=$1\n"
+              "touch \"$d/run.$$\" \"$d/started.$$\"\n"
+              "ls \"$d\" | grep -c '^run\\.'\n"
+              "i=0\n"
+              "while [ \"$(ls \"$d\" | grep -c '^started\\.')\" -lt \"$2\" ] && [ $i -lt 30 ]; do\n"
+              "  sleep 0.1; i=$((i + 1))\n"
+              "done\n"
+              "sleep 0.2\n"
+              "rm \"$d/run.$$\"");
   snprintf(dir, sizeof dir, "%s/overlap2", tmpdir);
   CHECK_EQ_INT(most_at_once(script, dir, 2, 6, 2), 2);
   snprintf(dir, sizeof dir, "%s/overlap6", tmpdir);

@@ -134,6 +134,28 @@ static int format_nodes(const rdzv_node *nodes, int n, char *plan, size_t off, s
   return 0;
 }
 
+/*
+ * The plan of a round whose ranks are assigned: its header line (master, a
+ * free port for the workers, the store's port) and the node lines. master
+ * holds the address the other nodes saw the host at ("" if none did).
+ */
+static int format_plan(const rdzv_join_opts *o, rdzv_node *nodes, int n, int host_index,
+                       char *master, char *plan, size_t cap) {
+  /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. A host
+   * given its own address (--local-addr) is there rather than where the others saw it. */
+  if (o->first_plans || (o->is_host && o->my_host && o->my_host[0]))
+    base_strlcpy(master, nodes[host_index].host, BASE_HOST_MAX);
+  if (master[0] == '\0') base_strlcpy(master, "127.0.0.1", BASE_HOST_MAX);
+  /* The host's own address is the one the others reached it at. */
+  base_strlcpy(nodes[host_index].host, master, sizeof nodes[host_index].host);
+  int port = 0;
+  if (base_free_port(NULL, &port) != 0) port = 29500;
+  size_t off = (size_t)snprintf(plan, cap, "ok nnodes=%d master=%s port=%d", n, master, port);
+  if (o->store_port > 0) off += (size_t)snprintf(plan + off, cap - off, " store=%d", o->store_port);
+  off += (size_t)snprintf(plan + off, cap - off, "\n");
+  return format_nodes(nodes, n, plan, off, cap);
+}
+
 /* The host's part: wait for the nodes, plan, publish. */
 static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, size_t errlen) {
   char key[STORE_KEY_MAX];
@@ -244,25 +266,9 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   if (rc != 0) {
     snprintf(plan, cap, "error %s", reason);
     snprintf(errbuf, errlen, "%s", reason);
-  } else {
-    /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. A host
-     * given its own address (--local-addr) is there rather than where the others saw it. */
-    if (o->first_plans || (o->is_host && o->my_host && o->my_host[0]))
-      base_strlcpy(master, nodes[host_index].host, sizeof master);
-    if (master[0] == '\0') base_strlcpy(master, "127.0.0.1", sizeof master);
-    /* The host's own address is the one the others reached it at. */
-    base_strlcpy(nodes[host_index].host, master, sizeof nodes[host_index].host);
-    int port = 0;
-    if (base_free_port(NULL, &port) != 0) port = 29500;
-    size_t off =
-        (size_t)snprintf(plan, cap, "ok nnodes=%lld master=%s port=%d", (long long)n, master, port);
-    if (o->store_port > 0)
-      off += (size_t)snprintf(plan + off, cap - off, " store=%d", o->store_port);
-    off += (size_t)snprintf(plan + off, cap - off, "\n");
-    if (format_nodes(nodes, (int)n, plan, off, cap) != 0) {
-      rc = -ENOMEM;
-      goto out;
-    }
+  } else if (format_plan(o, nodes, (int)n, host_index, master, plan, cap) != 0) {
+    rc = -ENOMEM;
+    goto out;
   }
   char pkey[STORE_KEY_MAX];
   rdzv_key(pkey, sizeof pkey, o->job_id, o->round, "plan");
