@@ -180,15 +180,16 @@ static void check_topology(const char *sys, const char *proc, const char *dev, c
   int n = 0;
   for (int kind = AGENT_NPROC_NUMBER; kind <= AGENT_NPROC_AUTO; kind++) {
     err[0] = '\0';
-    int rc = place_count(&t, (agent_nproc)kind, 2, &n, err, sizeof err);
-    check(rc == 0 ? n >= 1 : rc == -ENODEV && err[0] != '\0', "place_count");
+    int rc = agent_place_count(&t, (agent_nproc)kind, 2, &n, err, sizeof err);
+    check(rc == 0 ? n >= 1 : rc == -ENODEV && err[0] != '\0', "agent_place_count");
   }
   static const int disjoint[] = {0, 1, 1, 0, 0, 1, 0};
   for (int mode = AGENT_BIND_CORES; mode <= AGENT_BIND_GPU_CORE_COMPLEX; mode++) {
     int nproc = 1 + (int)((size + (size_t)mode) % 24);
     err[0] = '\0';
-    int rc = place_plan(&t, NULL, (agent_bind)mode, nproc, sets, err, sizeof err);
-    check(rc == 0 || (rc == -EINVAL && err[0] != '\0' && strchr(err, '\n') == NULL), "place_plan");
+    int rc = agent_place_plan(&t, NULL, (agent_bind)mode, nproc, sets, err, sizeof err);
+    check(rc == 0 || (rc == -EINVAL && err[0] != '\0' && strchr(err, '\n') == NULL),
+          "agent_place_plan");
     if (rc == 0) check_sets(&t, sets, nproc, disjoint[mode]);
   }
 }

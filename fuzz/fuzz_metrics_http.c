@@ -1,6 +1,6 @@
 /*
  * fuzz_metrics_http.c - libFuzzer target for the request parser of
- * `cohort run --metrics-port` (metrics_parse_request, src/agent/metrics.c).
+ * `cohort run --metrics-port` (agent_metrics_parse_request, src/agent/metrics.c).
  *
  * The input is the bytes a client sent so far. Checks: the result is one of
  * the parser's answers; without a line end, a request shorter than the
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (buf == NULL) return 0;
   memcpy(buf, data, size);
   for (size_t n = 0; n <= size; n += n < 64 ? 1 : 61) {
-    metrics_req r = metrics_parse_request(buf, n);
+    metrics_req r = agent_metrics_parse_request(buf, n);
     check(r >= METRICS_REQ_PARTIAL && r <= METRICS_REQ_BAD, "unknown answer");
     if (memchr(buf, '\n', n) == NULL && memchr(buf, '\0', n) == NULL && n < METRICS_REQ_MAX)
       check(r == METRICS_REQ_PARTIAL || r == METRICS_REQ_BAD, "complete without a line end");

@@ -1,8 +1,8 @@
 /*
  * fuzz_stacks.c - libFuzzer target for what the agent reads from workers
- * while it watches for hangs: stack texts (stacks_classify over the input
+ * while it watches for hangs: stack texts (agent_stacks_classify over the input
  * as a Python traceback and as a native backtrace, src/agent/stacks.c) and
- * heartbeat files (progress_poll over the input as the file's content,
+ * heartbeat files (agent_progress_poll over the input as the file's content,
  * src/agent/progress.c).
  *
  * Checks: the verdict's strings are terminated inside their buffers, the
@@ -42,16 +42,16 @@ static void classify(const uint8_t *data, size_t size) {
   for (int k = 0; k < 2; k++) {
     stacks_dump d = {
         .rank = k, .pid = 100, .kind = k ? STACKS_NATIVE : STACKS_PYTHON, .text = text};
-    stacks_classify(&d, &v[k]);
+    agent_stacks_classify(&d, &v[k]);
     check(memchr(v[k].where, '\0', sizeof v[k].where) != NULL, "where not terminated");
     check(memchr(v[k].frames, '\0', sizeof v[k].frames) != NULL, "frames not terminated");
   }
   int64_t silent[2] = {1, 2};
   const char *why = NULL;
-  int cause = stacks_blame(v, silent, 2, &why);
+  int cause = agent_stacks_blame(v, silent, 2, &why);
   check(cause == 0 || cause == 1, "blame out of range");
   char lines[64];
-  stacks_group_lines(v, 2, cause, lines, sizeof lines);
+  agent_stacks_group_lines(v, 2, cause, lines, sizeof lines);
   check(memchr(lines, '\0', sizeof lines) != NULL, "lines not terminated");
   free(text);
 }
@@ -76,14 +76,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static void heartbeat(const uint8_t *data, size_t size) {
   progress p;
-  if (progress_init(&p, 0, path, 0) != 0) return;
+  if (agent_progress_init(&p, 0, path, 0) != 0) return;
   int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) return;
   check(write(fd, data, size) == (ssize_t)size, "write");
   close(fd);
   char msg[256];
-  int lines = progress_poll(&p, 1, msg, sizeof msg);
-  lines += progress_poll(&p, 2, msg, sizeof msg);
+  int lines = agent_progress_poll(&p, 1, msg, sizeof msg);
+  lines += agent_progress_poll(&p, 2, msg, sizeof msg);
   check(lines <= 1, "a bad file reported twice");
   check(p.step >= -1, "negative step");
 }

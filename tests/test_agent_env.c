@@ -2,7 +2,7 @@
  * test_agent_env.c - the worker environment (src/agent/env.c) against
  * docs/torchrun-env.md: every variable of the table, the user's values that
  * win, and the inherited environment passed through. Also the other pure
- * function of a worker's set-up: where its output goes (worker_output,
+ * function of a worker's set-up: where its output goes (agent_worker_output,
  * torchrun's -r/-t and --local-ranks-filter).
  */
 #include <errno.h>
@@ -164,23 +164,23 @@ static void test_output(void) {
 
   agent_config c = {.log_dir = "/logs"};
   int console, files;
-  worker_output(&c, 0, &console, &files); /* torchrun's defaults: the console only */
+  agent_worker_output(&c, 0, &console, &files); /* torchrun's defaults: the console only */
   CHECK_EQ_INT(console, 3);
   CHECK_EQ_INT(files, 0);
   agent_std_parse("2", &c.redirects); /* Debian's line: -r 2 -t 1 */
   agent_std_parse("1", &c.tee);
-  worker_output(&c, 1, &console, &files);
+  agent_worker_output(&c, 1, &console, &files);
   CHECK_EQ_INT(console, 1);
   CHECK_EQ_INT(files, 3);
   c.nshown = 1; /* --local-ranks-filter 0 */
   c.shown[0] = 0;
-  worker_output(&c, 1, &console, &files);
+  agent_worker_output(&c, 1, &console, &files);
   CHECK_EQ_INT(console, 0);
   CHECK_EQ_INT(files, 3);
-  worker_output(&c, 0, &console, &files);
+  agent_worker_output(&c, 0, &console, &files);
   CHECK_EQ_INT(console, 1);
   c.log_dir = NULL; /* no directory: no files, whatever -r says */
-  worker_output(&c, 0, &console, &files);
+  agent_worker_output(&c, 0, &console, &files);
   CHECK_EQ_INT(files, 0);
 }
 

@@ -104,7 +104,7 @@ static int start_fixture(const char *mode, int hook, int rank, proc_handle *h) {
   snprintf(script, sizeof script, "%s/tests/torch/hang_fixture.py", src_dir);
   snprintf(env_path, sizeof env_path, "PYTHONPATH=%s/src/agent/python", src_dir);
   snprintf(env_file, sizeof env_file, "COHORT_STACKS_FILE=%s/py%d.txt", tmp_dir, rank);
-  snprintf(env_sig, sizeof env_sig, "COHORT_STACKS_SIGNAL=%d", stacks_py_signal());
+  snprintf(env_sig, sizeof env_sig, "COHORT_STACKS_SIGNAL=%d", agent_stacks_py_signal());
   char *env[] = {env_path, env_file, env_sig, NULL};
   char *argv[] = {"/usr/bin/python3", script, (char *)mode, NULL};
   if (proc_start(argv, hook ? env : NULL, h) != 0) return 0;
@@ -144,12 +144,12 @@ static void test_python_modes(void) {
   CHECK(ok);
   stacks_dump d[3];
   stacks_opts o = opts(getenv("PATH"), 10000);
-  CHECK_EQ_INT(stacks_collect(t, 3, &o, d), 0);
+  CHECK_EQ_INT(agent_stacks_collect(t, 3, &o, d), 0);
   /* Each rank's own hook answered (STACKS_PYTHON below), not a debugger after it was given up. */
   for (int i = 0; i < 3; i++) {
     CHECK_EQ_INT(d[i].kind, STACKS_PYTHON);
     stacks_verdict v;
-    stacks_classify(&d[i], &v);
+    agent_stacks_classify(&d[i], &v);
     char want[256];
     snprintf(want, sizeof want, "%s, hang_fixture.py:%d", funcs[i],
              line_of("hang_fixture.py", marks[i]));
@@ -168,12 +168,12 @@ static void test_python_modes(void) {
   }
   /* A second request gives one dump again, not two appended. */
   stacks_dump d2[1];
-  CHECK_EQ_INT(stacks_collect(t, 1, &o, d2), 0);
+  CHECK_EQ_INT(agent_stacks_collect(t, 1, &o, d2), 0);
   CHECK_EQ_INT(d2[0].kind, STACKS_PYTHON);
   const char *first = strstr(d2[0].text, "load_batch");
   CHECK(first != NULL && strstr(first + 1, "load_batch") == NULL);
-  stacks_dump_free(d2, 1);
-  stacks_dump_free(d, 3);
+  agent_stacks_dump_free(d2, 1);
+  agent_stacks_dump_free(d, 3);
   for (int i = 0; i < 3; i++) stop(&h[i]);
 }
 
@@ -221,10 +221,10 @@ static void test_native(void) {
     stacks_target t = {.rank = 5, .pid = pid};
     stacks_dump d;
     stacks_opts o = opts(paths[k], 20000);
-    CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+    CHECK_EQ_INT(agent_stacks_collect(&t, 1, &o, &d), 0);
     CHECK_EQ_INT(d.kind, STACKS_NATIVE);
     stacks_verdict v;
-    stacks_classify(&d, &v);
+    agent_stacks_classify(&d, &v);
     CHECK_EQ_INT(v.in_collective, 0);
     /* Without line tables `where` is the innermost function alone (pause). */
     int where_ok = lines ? strstr(v.where, "test_hang.c:") != NULL
@@ -234,7 +234,7 @@ static void test_native(void) {
               d.text);
     CHECK(where_ok);
     CHECK(strstr(v.frames, "child_waits_here") != NULL);
-    stacks_dump_free(&d, 1);
+    agent_stacks_dump_free(&d, 1);
     reap_child(pid);
   }
 }
@@ -249,15 +249,15 @@ static void test_no_debugger(void) {
   stacks_target t = {.rank = 9, .pid = h.pid, .py_file = file};
   stacks_dump d;
   stacks_opts o = opts("", 5000);
-  CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+  CHECK_EQ_INT(agent_stacks_collect(&t, 1, &o, &d), 0);
   CHECK_EQ_INT(d.kind, STACKS_PROC_STATE);
   if (strstr(d.text, "process state S") == NULL) fprintf(stderr, "text: %s\n", d.text);
   CHECK(strstr(d.text, "process state S") != NULL);
   CHECK(strstr(d.text, "install gdb or elfutils") != NULL);
   stacks_verdict v;
-  stacks_classify(&d, &v);
+  agent_stacks_classify(&d, &v);
   CHECK_EQ_INT(v.collected, 0);
-  stacks_dump_free(&d, 1);
+  agent_stacks_dump_free(&d, 1);
   stop(&h);
 }
 
@@ -278,22 +278,22 @@ static void test_stuck_debugger(void) {
   stacks_dump d;
   int64_t t0 = base_now_ms();
   stacks_opts o = opts(dir, 1000);
-  CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+  CHECK_EQ_INT(agent_stacks_collect(&t, 1, &o, &d), 0);
   int64_t took = base_now_ms() - t0;
   /* Not before the deadline; killed there, not waited for (it sleeps 60 s). */
   CHECK(took >= 900 && took < 30000);
   CHECK(strstr(d.text, "did not finish before the deadline") != NULL);
   CHECK(strstr(d.text, "partial_frame") != NULL);
-  stacks_dump_free(&d, 1);
+  agent_stacks_dump_free(&d, 1);
   reap_child(pid);
   /* A real debugger killed while attached: the target runs on. */
   pid = fork_waiting_child();
   t.pid = pid;
   o = opts("/usr/bin", 1);
-  CHECK_EQ_INT(stacks_collect(&t, 1, &o, &d), 0);
+  CHECK_EQ_INT(agent_stacks_collect(&t, 1, &o, &d), 0);
   base_sleep_ms(100);
-  CHECK(!worker_is_frozen(pid));
-  stacks_dump_free(&d, 1);
+  CHECK(!agent_worker_is_frozen(pid));
+  agent_stacks_dump_free(&d, 1);
   reap_child(pid);
 }
 
@@ -311,7 +311,7 @@ static void test_hook_chains(void) {
   snprintf(pp, sizeof pp, "PYTHONPATH=%s/src/agent/python:%s", src_dir, dir);
   snprintf(mark, sizeof mark, "MARK=%s/marked", tmp_dir);
   snprintf(file, sizeof file, "COHORT_STACKS_FILE=%s/chain.txt", tmp_dir);
-  snprintf(sig, sizeof sig, "COHORT_STACKS_SIGNAL=%d", stacks_py_signal());
+  snprintf(sig, sizeof sig, "COHORT_STACKS_SIGNAL=%d", agent_stacks_py_signal());
   char *env[] = {pp, mark, file, sig, NULL};
   /* A program with its own handler for the signal: after the hook, it
    * still gets its signal, and the dump is written too. */
@@ -323,7 +323,7 @@ static void test_hook_chains(void) {
            "os.kill(os.getpid(), %d)\n"
            "time.sleep(0.3)\n"
            "print('hits', len(hits), flush=True)\n",
-           stacks_py_signal(), stacks_py_signal());
+           agent_stacks_py_signal(), agent_stacks_py_signal());
   char *argv[] = {"/usr/bin/python3", "-c", prog, NULL};
   proc_result r;
   CHECK_EQ_INT(proc_run(argv, env, 20000, &r), 0);
@@ -350,7 +350,7 @@ static void test_classify_native_texts(void) {
       "#4  0x000055 in main () at /src/tests/test_hang_worker.c:60\n";
   stacks_dump d = {.rank = 2, .pid = 100, .kind = STACKS_NATIVE, .text = (char *)gdb};
   stacks_verdict v;
-  stacks_classify(&d, &v);
+  agent_stacks_classify(&d, &v);
   CHECK_EQ_INT(v.in_collective, 1);
   CHECK_STREQ(v.where, "cohort_allreduce, test_hang_worker.c:41");
   const char *eu = "PID 100 - process\n"
@@ -361,7 +361,7 @@ static void test_classify_native_texts(void) {
                    "#2  0x000055 main\n    /src/tests/test_hang_worker.c:77:5\n"
                    "#3  0x00007f\n";
   d.text = (char *)eu;
-  stacks_classify(&d, &v);
+  agent_stacks_classify(&d, &v);
   CHECK_EQ_INT(v.in_collective, 1);
   CHECK_STREQ(v.where, "cohort_barrier, test_hang_worker.c:77");
   CHECK(strstr(v.frames, "__GI___poll at ../sysdeps/poll.c:29") != NULL);
@@ -379,7 +379,7 @@ static void test_classify_native_texts(void) {
                    "  File \"/job/train.py\", line 60 in <module>\n";
   d.kind = STACKS_PYTHON;
   d.text = (char *)py;
-  stacks_classify(&d, &v);
+  agent_stacks_classify(&d, &v);
   CHECK_EQ_INT(v.in_collective, 1);
   CHECK_STREQ(v.where, "all_reduce, train.py:41");
   const char *ddp = "Thread 0x7f01 (most recent call first):\n"
@@ -390,12 +390,12 @@ static void test_classify_native_texts(void) {
                     "  File \"/job/train.py\", line 33 in main\n"
                     "  File \"/job/train.py\", line 70 in <module>\n";
   d.text = (char *)ddp;
-  stacks_classify(&d, &v);
+  agent_stacks_classify(&d, &v);
   CHECK_EQ_INT(v.in_collective, 1);
   CHECK_STREQ(v.where, "backward (DDP's gradient all_reduce), train.py:33");
   /* Garbage is no stack, not a crash. */
   d.text = (char *)"#\n#x\nThread \n  File \"\n  File \"a\", line \nTID :\n\x01\xff";
-  stacks_classify(&d, &v);
+  agent_stacks_classify(&d, &v);
   CHECK_EQ_INT(v.in_collective, 0);
 }
 
@@ -417,40 +417,40 @@ static void test_blame(void) {
       verdict(2, 1, 0, "load_batch, t.py:12"), verdict(1, 1, 1, "all_reduce, t.py:41")};
   int64_t silent[4] = {30000, 20000, 10000, 25000};
   const char *why = NULL;
-  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 2);
+  CHECK_EQ_INT(agent_stacks_blame(v, silent, 4, &why), 2);
   CHECK_STREQ(why, "is not in a collective");
   char lines[1024];
-  stacks_group_lines(v, 4, 2, lines, sizeof lines);
+  agent_stacks_group_lines(v, 4, 2, lines, sizeof lines);
   CHECK_STREQ(lines, "ranks 0-1,3 waiting in all_reduce, t.py:41");
   /* Everyone waits, one in another collective. */
   v[2] = verdict(2, 1, 1, "barrier, t.py:50");
-  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 2);
+  CHECK_EQ_INT(agent_stacks_blame(v, silent, 4, &why), 2);
   CHECK(strstr(why, "different collective") != NULL);
   /* Everyone waits in the same one; one gave no stack. */
   v[2] = verdict(2, 0, 0, "unknown (no debugger)");
-  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 2);
-  stacks_group_lines(v, 4, -1, lines, sizeof lines);
+  CHECK_EQ_INT(agent_stacks_blame(v, silent, 4, &why), 2);
+  agent_stacks_group_lines(v, 4, -1, lines, sizeof lines);
   CHECK_STREQ(lines, "ranks 0-1,3 waiting in all_reduce, t.py:41\nrank 2  unknown (no debugger)");
   /* All the same: the longest silent. */
   v[2] = verdict(2, 1, 1, "all_reduce, t.py:41");
-  CHECK_EQ_INT(stacks_blame(v, silent, 4, &why), 0);
+  CHECK_EQ_INT(agent_stacks_blame(v, silent, 4, &why), 0);
   /* The report: the cause, its frames, the others grouped, the files. */
   v[2] = verdict(2, 1, 0, "load_batch, t.py:12");
   snprintf(v[2].frames, sizeof v[2].frames, "    load_batch at /j/t.py:12\n");
   stacks_place at[4] = {
       {1, "h1", 40, 30000}, {0, "h0", 10, 20000}, {1, "h1", 30, 10000}, {0, "h0", 20, 25000}};
   char rep[2048];
-  CHECK_EQ_INT(stacks_report(v, at, 4, "logs/attempt0/stacks", rep, sizeof rep), 2);
+  CHECK_EQ_INT(agent_stacks_report(v, at, 4, "logs/attempt0/stacks", rep, sizeof rep), 2);
   CHECK_STREQ(rep, "job hung: rank 2 (node 1, h1, pid 30) made no progress for 10.0 s and is not "
                    "in a collective: load_batch, t.py:12\n"
                    "    load_batch at /j/t.py:12\n"
                    "ranks 0-1,3 waiting in all_reduce, t.py:41\n"
                    "full stacks: logs/attempt0/stacks/rank<R>.txt on each node");
-  CHECK_EQ_INT(stacks_report(v, at, 0, NULL, rep, sizeof rep), -1);
-  CHECK_EQ_INT(stacks_report(v, at, 4, NULL, rep, 16), 2);
+  CHECK_EQ_INT(agent_stacks_report(v, at, 0, NULL, rep, sizeof rep), -1);
+  CHECK_EQ_INT(agent_stacks_report(v, at, 4, NULL, rep, 16), 2);
   CHECK_EQ_INT((int)strlen(rep), 15);
   int ranks[6] = {0, 1, 2, 4, 6, 7};
-  stacks_rank_list(ranks, 6, lines, sizeof lines);
+  agent_stacks_rank_list(ranks, 6, lines, sizeof lines);
   CHECK_STREQ(lines, "0-2,4,6-7");
 }
 
@@ -467,34 +467,34 @@ static void test_heartbeat(void) {
   char path[512], msg[8400];
   snprintf(path, sizeof path, "%s/hb0", tmp_dir);
   progress p;
-  CHECK_EQ_INT(progress_init(&p, 0, path, 1000), 0);
-  CHECK_EQ_INT(progress_poll(&p, 1500, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 1500), 500); /* creation is no beat */
-  progress_output(&p, 2000);
-  CHECK_EQ_INT(progress_silent_ms(&p, 2500), 500);
+  CHECK_EQ_INT(agent_progress_init(&p, 0, path, 1000), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 1500, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 1500), 500); /* creation is no beat */
+  agent_progress_output(&p, 2000);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 2500), 500);
   sh(": > %s", path);
   base_sleep_ms(20);
   sh("touch %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 3000, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 3000), 0);
-  progress_output(&p, 4000); /* beaten: output no longer counts */
-  CHECK_EQ_INT(progress_silent_ms(&p, 4000), 1000);
+  CHECK_EQ_INT(agent_progress_poll(&p, 3000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 3000), 0);
+  agent_progress_output(&p, 4000); /* beaten: output no longer counts */
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 4000), 1000);
   base_sleep_ms(20);
   sh("touch %s", path);
-  progress_poll(&p, 4100, msg, sizeof msg);
-  CHECK_EQ_INT(progress_silent_ms(&p, 4100), 0);
+  agent_progress_poll(&p, 4100, msg, sizeof msg);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 4100), 0);
   sh("/usr/bin/python3 -c \"import sys; open(sys.argv[1], 'w').write('17')\" %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 5000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 5000, msg, sizeof msg), 0);
   CHECK_EQ_INT(p.step, 17);
   char mv[2048];
   snprintf(mv, sizeof mv, "echo 19 > %s.tmp && mv %s.tmp %s", path, path, path);
   CHECK_EQ_INT(system(mv), 0);
-  CHECK_EQ_INT(progress_poll(&p, 6000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 6000, msg, sizeof msg), 0);
   CHECK_EQ_INT(p.step, 19);
-  CHECK_EQ_INT(progress_silent_ms(&p, 6000), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 6000), 0);
   /* Not moving: no beat. */
-  CHECK_EQ_INT(progress_poll(&p, 7000, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 7000), 1000);
+  CHECK_EQ_INT(agent_progress_poll(&p, 7000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 7000), 1000);
 }
 
 /* The hook's automatic progress file: a touch is progress but no beat and
@@ -503,22 +503,22 @@ static void test_auto_progress(void) {
   char path[512], msg[8400];
   snprintf(path, sizeof path, "%s/hb-auto", tmp_dir);
   progress p;
-  CHECK_EQ_INT(progress_init(&p, 0, path, 1000), 0);
-  CHECK_EQ_INT(progress_watch_auto(&p), 0);
-  CHECK_EQ_INT(progress_poll(&p, 1500, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 1500), 500); /* creation is no progress */
+  CHECK_EQ_INT(agent_progress_init(&p, 0, path, 1000), 0);
+  CHECK_EQ_INT(agent_progress_watch_auto(&p), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 1500, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 1500), 500); /* creation is no progress */
   base_sleep_ms(20);
   sh("touch %s.auto", path);
-  CHECK_EQ_INT(progress_poll(&p, 2000, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 2000), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 2000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 2000), 0);
   CHECK(!p.started && !p.beaten);
-  progress_output(&p, 3000); /* no beat: output still counts */
-  CHECK_EQ_INT(progress_silent_ms(&p, 3000), 0);
-  CHECK_EQ_INT(progress_poll(&p, 3500, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 3500), 500); /* unchanged: nothing */
+  agent_progress_output(&p, 3000); /* no beat: output still counts */
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 3000), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 3500, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 3500), 500); /* unchanged: nothing */
   sh("echo step > %s.auto", path);
-  CHECK_EQ_INT(progress_poll(&p, 4000, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 4000), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 4000, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 4000), 0);
   CHECK(p.started && !p.beaten);
 }
 
@@ -527,40 +527,40 @@ static void test_heartbeat_bad(void) {
   char path[512], msg[8400];
   snprintf(path, sizeof path, "%s/hb1", tmp_dir);
   progress p;
-  CHECK_EQ_INT(progress_init(&p, 3, path, 0), 0);
+  CHECK_EQ_INT(agent_progress_init(&p, 3, path, 0), 0);
   sh("rm %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 100, msg, sizeof msg), 1);
+  CHECK_EQ_INT(agent_progress_poll(&p, 100, msg, sizeof msg), 1);
   CHECK(strstr(msg, "rank 3: heartbeat file") && strstr(msg, "was deleted"));
   CHECK(strchr(msg, '\n') == NULL);
-  CHECK_EQ_INT(progress_poll(&p, 200, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 200, msg, sizeof msg), 0);
   sh("mkdir %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 300, msg, sizeof msg), 1);
+  CHECK_EQ_INT(agent_progress_poll(&p, 300, msg, sizeof msg), 1);
   CHECK(strstr(msg, "not a regular file") != NULL);
-  CHECK_EQ_INT(progress_poll(&p, 400, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 400), 400);
+  CHECK_EQ_INT(agent_progress_poll(&p, 400, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 400), 400);
   sh("rmdir %s && head -c 300 /dev/urandom > %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 500, msg, sizeof msg), 1);
+  CHECK_EQ_INT(agent_progress_poll(&p, 500, msg, sizeof msg), 1);
   CHECK(strstr(msg, "holds no step number") != NULL);
-  CHECK_EQ_INT(progress_silent_ms(&p, 500), 0); /* a write is still a beat */
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 500), 0); /* a write is still a beat */
   sh("head -c 100 /dev/urandom > %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 600, msg, sizeof msg), 0);
-  CHECK_EQ_INT(progress_silent_ms(&p, 600), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 600, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 600), 0);
   sh("echo 5 > %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 700, msg, sizeof msg), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 700, msg, sizeof msg), 0);
   CHECK_EQ_INT(p.step, 5);
   /* Beaten, then deleted: its output counts again until it beats again. */
-  progress_output(&p, 800);
-  CHECK_EQ_INT(progress_silent_ms(&p, 800), 100);
+  agent_progress_output(&p, 800);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 800), 100);
   sh("rm %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 900, msg, sizeof msg), 1);
-  progress_output(&p, 1000);
-  CHECK_EQ_INT(progress_silent_ms(&p, 1000), 0);
+  CHECK_EQ_INT(agent_progress_poll(&p, 900, msg, sizeof msg), 1);
+  agent_progress_output(&p, 1000);
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 1000), 0);
   sh("echo 6 > %s", path);
-  CHECK_EQ_INT(progress_poll(&p, 1100, msg, sizeof msg), 0);
-  progress_output(&p, 1200); /* beating again: output no longer counts */
-  CHECK_EQ_INT(progress_silent_ms(&p, 1200), 100);
+  CHECK_EQ_INT(agent_progress_poll(&p, 1100, msg, sizeof msg), 0);
+  agent_progress_output(&p, 1200); /* beating again: output no longer counts */
+  CHECK_EQ_INT(agent_progress_silent_ms(&p, 1200), 100);
   /* A path that cannot be created is an error, not a crash. */
-  CHECK(progress_init(&p, 0, "/nonexistent-dir/hb", 0) < 0);
+  CHECK(agent_progress_init(&p, 0, "/nonexistent-dir/hb", 0) < 0);
 }
 
 /* Four ranks beating step numbers, one sleeping ten times longer per step: it alone
@@ -571,7 +571,7 @@ static void test_stragglers(void) {
   char path[4][512], cmd[4][2048];
   for (int i = 0; i < 4; i++) {
     snprintf(path[i], sizeof path[i], "%s/st%d", tmp_dir, i);
-    CHECK_EQ_INT(progress_init(&p[i], i, path[i], base_now_ms()), 0);
+    CHECK_EQ_INT(agent_progress_init(&p[i], i, path[i], base_now_ms()), 0);
     snprintf(cmd[i], sizeof cmd[i],
              "/usr/bin/python3 -c \"import sys, time\nfor s in range(7):\n"
              "  open(sys.argv[1], 'w').write(str(s)); time.sleep(%s)\" %s &",
@@ -583,31 +583,31 @@ static void test_stragglers(void) {
   while (base_now_ms() < until) {
     int more = 0;
     for (int i = 0; i < 4; i++) {
-      progress_poll(&p[i], base_now_ms(), msg, sizeof msg);
+      agent_progress_poll(&p[i], base_now_ms(), msg, sizeof msg);
       more += p[i].step < 6;
     }
     if (!more) break;
     base_sleep_ms(5);
   }
   double ms[4];
-  for (int i = 0; i < 4; i++) ms[i] = progress_step_ms(&p[i]);
+  for (int i = 0; i < 4; i++) ms[i] = agent_progress_step_ms(&p[i]);
   CHECK(ms[0] > 0 && ms[2] > 250 && ms[2] > 2 * ms[0]);
   int flagged[4] = {0}, out[4];
   double ratio[4];
-  CHECK_EQ_INT(progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 1);
+  CHECK_EQ_INT(agent_progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 1);
   CHECK_EQ_INT(out[0], 2);
   CHECK(ratio[0] > 2.0);
   /* Once per episode; over when it catches up; 0 turns it off. */
-  CHECK_EQ_INT(progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 0);
-  CHECK_EQ_INT(progress_stragglers(ms, 4, 0, flagged, out, ratio), 0);
+  CHECK_EQ_INT(agent_progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 0);
+  CHECK_EQ_INT(agent_progress_stragglers(ms, 4, 0, flagged, out, ratio), 0);
   double even[4] = {100, 104, 97, 101};
-  CHECK_EQ_INT(progress_stragglers(even, 4, 1.5, flagged, out, ratio), 0);
+  CHECK_EQ_INT(agent_progress_stragglers(even, 4, 1.5, flagged, out, ratio), 0);
   CHECK_EQ_INT(flagged[2], 0);
   double two[2] = {100, 300}, unknown[3] = {0, 100, 0};
   int f2[3] = {0};
-  CHECK_EQ_INT(progress_stragglers(two, 2, 1.5, f2, out, ratio), 1);
+  CHECK_EQ_INT(agent_progress_stragglers(two, 2, 1.5, f2, out, ratio), 1);
   CHECK_EQ_INT(out[0], 1);
-  CHECK_EQ_INT(progress_stragglers(unknown, 3, 1.5, f2, out, ratio), 0);
+  CHECK_EQ_INT(agent_progress_stragglers(unknown, 3, 1.5, f2, out, ratio), 0);
 }
 
 /* Two gloo DDP ranks, rank 1 stuck in `mode`: its Python traceback names
@@ -626,7 +626,7 @@ static void test_torch_mode(const char *mode, const char *marker) {
     snprintf(env[r][0], sizeof env[r][0], "PYTHONPATH=%s/src/agent/python", src_dir);
     snprintf(files[r], sizeof files[r], "%s/torch%d.txt", tmp_dir, r);
     snprintf(env[r][1], sizeof env[r][1], "COHORT_STACKS_FILE=%s", files[r]);
-    snprintf(env[r][2], sizeof env[r][2], "COHORT_STACKS_SIGNAL=%d", stacks_py_signal());
+    snprintf(env[r][2], sizeof env[r][2], "COHORT_STACKS_SIGNAL=%d", agent_stacks_py_signal());
     snprintf(env[r][3], sizeof env[r][3], "RANK=%d", r);
     snprintf(env[r][4], sizeof env[r][4], "WORLD_SIZE=2");
     snprintf(env[r][5], sizeof env[r][5], "MASTER_ADDR=127.0.0.1");
@@ -649,11 +649,11 @@ static void test_torch_mode(const char *mode, const char *marker) {
   base_sleep_ms(1500);
   stacks_dump d[2];
   stacks_opts o = opts(getenv("PATH"), 10000);
-  CHECK_EQ_INT(stacks_collect(t, 2, &o, d), 0);
+  CHECK_EQ_INT(agent_stacks_collect(t, 2, &o, d), 0);
   stacks_verdict v[2];
   for (int r = 0; r < 2; r++) {
     CHECK_EQ_INT(d[r].kind, STACKS_PYTHON);
-    stacks_classify(&d[r], &v[r]);
+    agent_stacks_classify(&d[r], &v[r]);
   }
   char want[256];
   snprintf(want, sizeof want, "get_batch, ddp_hang.py:%d", line_of("ddp_hang.py", marker));
@@ -663,9 +663,9 @@ static void test_torch_mode(const char *mode, const char *marker) {
   CHECK(strstr(v[0].where, want) != NULL);
   stacks_place at[2] = {{0, "h", h[0].pid, 9000}, {0, "h", h[1].pid, 8000}};
   char rep[4096];
-  CHECK_EQ_INT(stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);
+  CHECK_EQ_INT(agent_stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);
   fprintf(stderr, "%s: %s\n", mode, rep);
-  stacks_dump_free(d, 2);
+  agent_stacks_dump_free(d, 2);
   for (int r = 0; r < 2; r++) stop(&h[r]);
 }
 
@@ -693,8 +693,8 @@ static void test_native_collective(const char *cohort, const char *worker_bin) {
   stacks_dump d[2];
   stacks_verdict v[2];
   stacks_opts o = opts(getenv("PATH"), 15000);
-  if (t[0].pid > 0 && t[1].pid > 0 && stacks_collect(t, 2, &o, d) == 0) {
-    for (int r = 0; r < 2; r++) stacks_classify(&d[r], &v[r]);
+  if (t[0].pid > 0 && t[1].pid > 0 && agent_stacks_collect(t, 2, &o, d) == 0) {
+    for (int r = 0; r < 2; r++) agent_stacks_classify(&d[r], &v[r]);
     /* The worker's line when it has line tables; else the collective's name alone, and rank 1's
      * frames reach the worker's main without a collective. */
     int lines = has_line_info(worker_bin);
@@ -715,9 +715,9 @@ static void test_native_collective(const char *cohort, const char *worker_bin) {
     CHECK(rank1_ok);
     stacks_place at[2] = {{0, "h", t[0].pid, 2000}, {0, "h", t[1].pid, 1000}};
     char rep[4096];
-    CHECK_EQ_INT(stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);
+    CHECK_EQ_INT(agent_stacks_report(v, at, 2, NULL, rep, sizeof rep), 1);
     fprintf(stderr, "native: %s\n", rep);
-    stacks_dump_free(d, 2);
+    agent_stacks_dump_free(d, 2);
   }
   kill(h.pid, SIGTERM);
   proc_result r;

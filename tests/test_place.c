@@ -182,19 +182,19 @@ static void test_count(topo *t) {
   char err[256];
   int n = 0;
   probe("big", NULL, t, err);
-  CHECK(place_count(t, AGENT_NPROC_GPU, 1, &n, err, sizeof err) == 0 && n == 8);
-  CHECK(place_count(t, AGENT_NPROC_AUTO, 1, &n, err, sizeof err) == 0 && n == 8);
-  CHECK(place_count(t, AGENT_NPROC_CPU, 1, &n, err, sizeof err) == 0 && n == 32);
-  CHECK(place_count(t, AGENT_NPROC_NUMBER, 3, &n, err, sizeof err) == 0 && n == 3);
+  CHECK(agent_place_count(t, AGENT_NPROC_GPU, 1, &n, err, sizeof err) == 0 && n == 8);
+  CHECK(agent_place_count(t, AGENT_NPROC_AUTO, 1, &n, err, sizeof err) == 0 && n == 8);
+  CHECK(agent_place_count(t, AGENT_NPROC_CPU, 1, &n, err, sizeof err) == 0 && n == 32);
+  CHECK(agent_place_count(t, AGENT_NPROC_NUMBER, 3, &n, err, sizeof err) == 0 && n == 3);
   char *hidden[] = {"CUDA_VISIBLE_DEVICES=", NULL};
   probe("big", hidden, t, err);
-  CHECK(place_count(t, AGENT_NPROC_GPU, 1, &n, err, sizeof err) == -ENODEV);
+  CHECK(agent_place_count(t, AGENT_NPROC_GPU, 1, &n, err, sizeof err) == -ENODEV);
   CHECK(strstr(err, "CUDA_VISIBLE_DEVICES leaves none of this node's 8 NVIDIA GPUs") != NULL);
-  CHECK(place_count(t, AGENT_NPROC_AUTO, 1, &n, err, sizeof err) == 0 && n == 32);
+  CHECK(agent_place_count(t, AGENT_NPROC_AUTO, 1, &n, err, sizeof err) == 0 && n == 32);
   CHECK(probe("none", NULL, t, err) == 0 && t->ngpu == 0 && t->vendor == TOPO_NO_GPU);
-  CHECK(place_count(t, AGENT_NPROC_GPU, 1, &n, err, sizeof err) == -ENODEV);
+  CHECK(agent_place_count(t, AGENT_NPROC_GPU, 1, &n, err, sizeof err) == -ENODEV);
   CHECK(strstr(err, "shows no GPU") != NULL && strchr(err, '\n') == NULL);
-  CHECK(place_count(t, AGENT_NPROC_AUTO, 1, &n, err, sizeof err) == 0 && n == 2);
+  CHECK(agent_place_count(t, AGENT_NPROC_AUTO, 1, &n, err, sizeof err) == 0 && n == 2);
 }
 
 /* Sets pairwise disjoint, each non-empty. */
@@ -214,32 +214,32 @@ static void test_gpu_modes(topo *t) {
   cpu_set_t s[9];
   char err[256];
   probe("big", NULL, t, err);
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_NODE, 8, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_NODE, 8, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "4-7,20-23") && list_is(&s[2], "0-3,16-19") && list_is(&s[7], "8-11,24-27"));
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_SOCKET, 8, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_SOCKET, 8, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-7,16-23") && list_is(&s[4], "8-15,24-31"));
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 8, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 8, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "4-5,20-21") && list_is(&s[1], "6-7,22-23") && list_is(&s[2], "0-1,16-17"));
   CHECK(disjoint(s, 8));
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_CORE_COMPLEX, 8, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_CORE_COMPLEX, 8, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "4-5,20-21") && list_is(&s[1], "6-7,22-23") && list_is(&s[6], "8-9,24-25"));
   CHECK(disjoint(s, 8));
   /* Fewer ranks than GPUs: ranks take GPUs 0.. (exclusive still shares with GPU 1's slot). */
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 1, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 1, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "4-5,20-21"));
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_NODE, 9, s, err, sizeof err) == -EINVAL);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_NODE, 9, s, err, sizeof err) == -EINVAL);
   CHECK(strstr(err, "9 local ranks, 8 GPUs") != NULL);
   /* Allowed CPUs (the agent's affinity): node 1 only. */
   cpu_set_t allowed;
   topo_parse_cpulist("4-7,20-23", &allowed);
-  CHECK(place_plan(t, &allowed, AGENT_BIND_GPU_NODE, 2, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, &allowed, AGENT_BIND_GPU_NODE, 2, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "4-7,20-23"));
-  CHECK(place_plan(t, &allowed, AGENT_BIND_GPU_NODE, 3, s, err, sizeof err) == -EINVAL);
+  CHECK(agent_place_plan(t, &allowed, AGENT_BIND_GPU_NODE, 3, s, err, sizeof err) == -EINVAL);
   CHECK(strstr(err, "GPU 2 is on NUMA node 0, which has no CPU") != NULL);
   /* Visible GPUs renumber: local rank 0 is on GPU 4 (NUMA node 3). */
   char *env[] = {"CUDA_VISIBLE_DEVICES=4,0", NULL};
   probe("big", env, t, err);
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 2, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 2, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "12-15,28-31") && list_is(&s[1], "4-7,20-23"));
 }
 
@@ -247,32 +247,32 @@ static void test_cpu_modes(topo *t) {
   cpu_set_t s[40];
   char err[256];
   probe("big", NULL, t, err);
-  CHECK(place_plan(t, NULL, AGENT_BIND_CORES, 8, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_CORES, 8, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-1,16-17") && list_is(&s[7], "14-15,30-31"));
   CHECK(disjoint(s, 8));
   /* 16 cores over 5 ranks: 4 3 3 3 3 cores, siblings kept together. */
-  CHECK(place_plan(t, NULL, AGENT_BIND_CORES, 5, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_CORES, 5, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-3,16-19") && list_is(&s[1], "4-6,20-22") &&
         list_is(&s[4], "13-15,29-31"));
   CHECK(disjoint(s, 5));
   /* More ranks than cores: logical CPUs. */
-  CHECK(place_plan(t, NULL, AGENT_BIND_CORES, 32, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_CORES, 32, s, err, sizeof err) == 0);
   CHECK(disjoint(s, 32) && CPU_COUNT(&s[31]) == 1);
-  CHECK(place_plan(t, NULL, AGENT_BIND_CORES, 33, s, err, sizeof err) == -EINVAL);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_CORES, 33, s, err, sizeof err) == -EINVAL);
   CHECK(strstr(err, "33 local ranks but only 32 CPUs") != NULL);
   /* numa: two ranks per node, each half the node's cores. */
-  CHECK(place_plan(t, NULL, AGENT_BIND_NUMA, 8, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_NUMA, 8, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-1,16-17") && list_is(&s[2], "4-5,20-21") && list_is(&s[3], "6-7,22-23"));
   CHECK(disjoint(s, 8));
   /* Fewer ranks than nodes: a whole node each, spread. */
-  CHECK(place_plan(t, NULL, AGENT_BIND_NUMA, 2, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_NUMA, 2, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-3,16-19") && list_is(&s[1], "8-11,24-27"));
   /* Three ranks over four nodes. */
-  CHECK(place_plan(t, NULL, AGENT_BIND_NUMA, 3, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_NUMA, 3, s, err, sizeof err) == 0);
   CHECK(disjoint(s, 3));
   cpu_set_t allowed;
   topo_parse_cpulist("0-7", &allowed);
-  CHECK(place_plan(t, &allowed, AGENT_BIND_CORES, 2, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, &allowed, AGENT_BIND_CORES, 2, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-3") && list_is(&s[1], "4-7"));
 }
 
@@ -285,9 +285,9 @@ static void test_others(topo *t) {
   CHECK_EQ_INT(t->ncpu, 2);
   CHECK_EQ_INT(t->ngpu, 4);
   CHECK_EQ_INT(t->gpu[0].numa, 0); /* numa_node -1 */
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 4, s, err, sizeof err) == -EINVAL);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_EXCLUSIVE, 4, s, err, sizeof err) == -EINVAL);
   CHECK(strstr(err, "NUMA node 0 has 4 GPUs but fewer cores") != NULL);
-  CHECK(place_plan(t, NULL, AGENT_BIND_GPU_CORE_COMPLEX, 4, s, err, sizeof err) == 0);
+  CHECK(agent_place_plan(t, NULL, AGENT_BIND_GPU_CORE_COMPLEX, 4, s, err, sizeof err) == 0);
   CHECK(list_is(&s[0], "0-1") && list_is(&s[3], "0-1"));
   /* AMD render nodes (an Intel one ignored); HIP_VISIBLE_DEVICES first. */
   CHECK(probe("amd", NULL, t, err) == 0);

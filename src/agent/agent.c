@@ -45,7 +45,7 @@ int agent_run_id_valid(const char *id) {
   return 1;
 }
 
-void job_error_file(const job *j, int rank, char *out, size_t outlen) {
+void agent_job_error_file(const job *j, int rank, char *out, size_t outlen) {
   out[0] = '\0';
   if (j->err_dir[0] != '\0')
     snprintf(out, outlen, "%s/attempt%d-rank%d.json", j->err_dir, j->restart, rank);
@@ -74,7 +74,8 @@ static void begin_stop(job *j) {
   if (j->stopping) return;
   /* A stopped (hung) worker is worth naming in the report. */
   for (int i = 0; i < j->nworkers; i++)
-    if (j->workers[i].running && worker_is_frozen(j->workers[i].pid)) j->workers[i].was_frozen = 1;
+    if (j->workers[i].running && agent_worker_is_frozen(j->workers[i].pid))
+      j->workers[i].was_frozen = 1;
   signal_groups(j, SIGTERM, 1);
   /* Stopped processes act on SIGTERM only once continued. */
   signal_groups(j, SIGCONT, 0);
@@ -90,7 +91,7 @@ static int running_count(const job *j) {
 /* Another node's report is the root cause; a local failure, if any, is a consequence. */
 static void adopt_report(job *j, const char *report) {
   if (report != j->report) base_strlcpy(j->report, report, sizeof j->report);
-  if (cluster_stopped(j->report)) cluster_ack_stop(&j->cl, j->round);
+  if (agent_cluster_stopped(j->report)) agent_cluster_ack_stop(&j->cl, j->round);
   j->remote_failed = 1;
   j->first_failed = -1;
   j->publish_at = 0;
@@ -99,9 +100,9 @@ static void adopt_report(job *j, const char *report) {
 /* Reports worker `index`'s failure and tells the other nodes now; if one of
  * them was first, its report counts. */
 static void note_local_failure(job *j, int index) {
-  report_worker_failure(j, index);
+  agent_report_worker_failure(j, index);
   char winner[WATCH_REPORT_MAX];
-  cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+  agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
 }
 
@@ -128,8 +129,8 @@ static void reap(job *j) {
       if (w->pid != pid || !w->running) continue;
       w->running = 0;
       w->status = st;
-      if (!worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed && w->stopped_by == 0 &&
-          j->stop_signal == 0)
+      if (!agent_worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed &&
+          w->stopped_by == 0 && j->stop_signal == 0)
         on_worker_failed(j, i);
       /* The worker's own children go with it. */
       kill(-w->pid, SIGKILL);
@@ -174,7 +175,7 @@ static void dump_stacks(job *j) {
   }
   char dir[4096];
   hang_node at = here(j);
-  hang_dump(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir));
+  agent_hang_dump(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir));
 }
 
 /* How long a node waits for the other nodes' stacks before reporting with what it has. */
@@ -189,14 +190,14 @@ static void hang_gather(job *j) {
   char dir[4096];
   hang_node at = here(j);
   const char *sd = stacks_dir(j, dir, sizeof dir);
-  char *mine = j->hang.prog != NULL ? hang_local(&j->hang, j->workers, &at, sd) : NULL;
+  char *mine = j->hang.prog != NULL ? agent_hang_local(&j->hang, j->workers, &at, sd) : NULL;
   int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
   char **texts = calloc((size_t)n, sizeof *texts);
   char report[WATCH_REPORT_MAX];
   if (texts != NULL &&
-      cluster_gather(&j->cl, j->round, "hang", mine ? mine : "{\"ranks\":[]}", HANG_GATHER_MS,
-                     texts) > 0 &&
-      hang_report_all(texts, n, sd, report, sizeof report) == 0)
+      agent_cluster_gather(&j->cl, j->round, "hang", mine ? mine : "{\"ranks\":[]}", HANG_GATHER_MS,
+                           texts) > 0 &&
+      agent_hang_report_all(texts, n, sd, report, sizeof report) == 0)
     base_strlcpy(j->report, report, sizeof j->report);
   for (int k = 0; texts != NULL && k < n; k++) free(texts[k]);
   free(texts);
@@ -214,9 +215,9 @@ static void on_hung(job *j, int i) {
   j->hung = 1;
   j->hung_rank = w->rank;
   char winner[WATCH_REPORT_MAX];
-  cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+  agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
-  if (hang_is_report(j->report)) hang_gather(j);
+  if (agent_hang_is_report(j->report)) hang_gather(j);
   begin_stop(j);
 }
 
@@ -224,7 +225,7 @@ static void on_hung(job *j, int i) {
 static int hang_tick(job *j, int64_t now) {
   if (j->hang.prog == NULL || j->stopping) return -1;
   int next = -1;
-  int i = hang_check(&j->hang, j->workers, now, &next);
+  int i = agent_hang_check(&j->hang, j->workers, now, &next);
   if (i >= 0) on_hung(j, i);
   return next;
 }
@@ -233,9 +234,9 @@ static int hang_tick(job *j, int64_t now) {
 static void on_remote_failure(job *j) {
   int can_adopt = j->first_failed < 0 || j->publish_at != 0;
   if (!can_adopt || j->remote_failed || j->hung) return;
-  if (!cluster_failure(&j->cl, j->report, sizeof j->report)) return;
+  if (!agent_cluster_failure(&j->cl, j->report, sizeof j->report)) return;
   adopt_report(j, j->report);
-  if (hang_is_report(j->report)) hang_gather(j);
+  if (agent_hang_is_report(j->report)) hang_gather(j);
   begin_stop(j);
 }
 
@@ -302,7 +303,7 @@ static void open_filtered(job *j) {
 static void cleanup_shm(const char *run_id) {
   char prefix[AGENT_RUN_ID_MAX + 16];
   snprintf(prefix, sizeof prefix, "cohort-%s-", run_id);
-  dirs_clear("/dev/shm", prefix, "shared memory");
+  agent_dirs_clear("/dev/shm", prefix, "shared memory");
 }
 
 /* The error-file directory, made once workers are about to run; the guard
@@ -317,8 +318,8 @@ static void make_err_dir(job *j) {
     j->err_dir[0] = '\0';
     return;
   }
-  guard_set_dir(&j->guard, j->err_dir);
-  signals_set_dir(j->err_dir);
+  agent_guard_set_dir(&j->guard, j->err_dir);
+  agent_signals_set_dir(j->err_dir);
 }
 
 /* ---- one attempt: spawn everyone, supervise until all are gone ---- */
@@ -338,7 +339,7 @@ static int spawn_one(job *j, worker *w) {
   const rdzv_plan *p = &j->cl.plan;
   const cpu_set_t *cpus = j->place.cpus != NULL ? &j->place.cpus[w->local_rank] : NULL;
   char errfile[256];
-  job_error_file(j, w->rank, errfile, sizeof errfile);
+  agent_job_error_file(j, w->rank, errfile, sizeof errfile);
   agent_env_in in = {.parent = environ,
                      .rank = w->rank,
                      .local_rank = w->local_rank,
@@ -355,14 +356,14 @@ static int spawn_one(job *j, worker *w) {
                      .error_file = errfile[0] ? errfile : NULL,
                      .iface = j->cl.iface,
                      .store = j->cl.store_env,
-                     .token = cluster_token(&j->cl),
+                     .token = agent_cluster_token(&j->cl),
                      .net = j->net ? j->net->set : NULL,
                      .nnet = j->net ? j->net->nset : 0,
                      .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0,
                      .virtual_local_rank = j->cfg->virtual_local_rank};
   char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], watch[PROGRESS_PATH_MAX + 8];
   if (j->hang.prog != NULL) {
-    hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
+    agent_hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
     in.heartbeat = hb;
     snprintf(watch, sizeof watch, "%s.auto", hb);
     if (j->cfg->hang_timeout_ms > 0) in.hang_watch = watch;
@@ -370,11 +371,11 @@ static int spawn_one(job *j, worker *w) {
   if (j->hang.prog != NULL) { /* the stacks' hooks, with or without --hang-timeout */
     in.stacks_file = py;
     in.hook_dir = j->hang.dir;
-    in.stacks_signal = stacks_py_signal();
+    in.stacks_signal = agent_stacks_py_signal();
   }
   agent_env env = {0};
   int rc = agent_env_build(&in, &env);
-  if (rc == 0) rc = worker_spawn(w, j->cfg->argv, env.v, cpus, &j->sweep, &j->exec_errno);
+  if (rc == 0) rc = agent_worker_spawn(w, j->cfg->argv, env.v, cpus, &j->sweep, &j->exec_errno);
   agent_env_free(&env);
   return rc;
 }
@@ -385,16 +386,17 @@ static attempt_outcome spawn_all(job *j) {
   int offset = j->cl.plan.nodes[j->cl.plan.my_index].rank_offset;
   for (int i = 0; i < j->nworkers; i++) {
     int console, files;
-    worker_output(cfg, i, &console, &files);
+    agent_worker_output(cfg, i, &console, &files);
     int fd = files ? open_log(cfg, j->restart, offset + i) : -1;
-    worker_init(&j->workers[i], offset + i, i, console, files, fd);
+    agent_worker_init(&j->workers[i], offset + i, i, console, files, fd);
   }
   open_filtered(j);
   for (int i = 0; i < j->nworkers; i++)
-    for (int k = 0; k < 2; k++) worker_duplicate(&j->workers[i], k, &cfg->dup[k], j->dup_fd[k]);
-  if (j->hang.prog != NULL && hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
+    for (int k = 0; k < 2; k++)
+      agent_worker_duplicate(&j->workers[i], k, &cfg->dup[k], j->dup_fd[k]);
+  if (j->hang.prog != NULL && agent_hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
     base_log(BASE_LOG_WARN, "cannot create the heartbeat files: no hang detection this attempt");
-  signals_set_workers(1);
+  agent_signals_set_workers(1);
   for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
     worker *w = &j->workers[i];
     int rc = spawn_one(j, w);
@@ -403,7 +405,7 @@ static attempt_outcome spawn_all(job *j) {
       begin_stop(j);
       return ATTEMPT_INTERNAL;
     }
-    guard_add(&j->guard, w->pid);
+    agent_guard_add(&j->guard, w->pid);
     if (j->exec_errno != 0) {
       begin_stop(j);
       return ATTEMPT_EXEC_ERROR;
@@ -424,10 +426,10 @@ static int run_timers(job *j) {
     j->publish_at = 0;
     if (j->first_failed >= 0) note_local_failure(j, j->first_failed);
   }
-  int timeout = snapshot_tick(j, now);
+  int timeout = agent_snapshot_tick(j, now);
   int hang_ms = hang_tick(j, now);
   if (hang_ms >= 0 && (timeout < 0 || hang_ms < timeout)) timeout = hang_ms;
-  int metrics_ms = metrics_tick(&j->metrics, j, now);
+  int metrics_ms = agent_metrics_tick(&j->metrics, j, now);
   if (metrics_ms >= 0 && (timeout < 0 || metrics_ms < timeout)) timeout = metrics_ms;
   if (j->stopping && !j->killed && base_deadline_left(j->kill_at) < timeout)
     timeout = base_deadline_left(j->kill_at);
@@ -450,7 +452,7 @@ typedef struct poll_set {
 
 static void poll_set_fill(job *j, poll_set *ps) {
   ps->n = 0;
-  ps->pfd[ps->n++] = (struct pollfd){.fd = signals_fd(), .events = POLLIN};
+  ps->pfd[ps->n++] = (struct pollfd){.fd = agent_signals_fd(), .events = POLLIN};
   for (int i = 0; i < j->nworkers; i++) {
     worker *w = &j->workers[i];
     worker_stream *ss[2] = {&w->out, &w->err};
@@ -463,7 +465,7 @@ static void poll_set_fill(job *j, poll_set *ps) {
     }
   }
   ps->streams_end = ps->n;
-  ps->n += (nfds_t)metrics_pollfds(&j->metrics, ps->pfd + ps->n);
+  ps->n += (nfds_t)agent_metrics_pollfds(&j->metrics, ps->pfd + ps->n);
 }
 
 /* Relays the output ready and handles the events; -1 when poll failed. */
@@ -475,11 +477,11 @@ static int poll_once(job *j, poll_set *ps, int timeout) {
   }
   if (ready <= 0) return 0;
   for (nfds_t k = 1; k < ps->streams_end; k++)
-    if (ps->pfd[k].revents != 0) worker_stream_read(ps->owner[k], ps->stream[k]);
-  metrics_serve(&j->metrics, ps->pfd + ps->streams_end, (int)(ps->n - ps->streams_end), j);
+    if (ps->pfd[k].revents != 0) agent_worker_stream_read(ps->owner[k], ps->stream[k]);
+  agent_metrics_serve(&j->metrics, ps->pfd + ps->streams_end, (int)(ps->n - ps->streams_end), j);
   if (ps->pfd[0].revents & POLLIN) {
     unsigned char evs[64];
-    ssize_t got = signals_read(evs, sizeof evs);
+    ssize_t got = agent_signals_read(evs, sizeof evs);
     for (ssize_t k = 0; k < got; k++) handle_event(j, evs[k]);
   }
   return 0;
@@ -515,26 +517,26 @@ static attempt_outcome supervise(job *j) {
 static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
   for (int i = 0; i < j->nworkers; i++) {
     worker *w = &j->workers[i];
-    worker_close_streams(w);
+    agent_worker_close_streams(w);
     if (w->pid > 0) {
       kill(-w->pid, SIGKILL);
-      guard_remove(&j->guard, w->pid);
+      agent_guard_remove(&j->guard, w->pid);
     }
   }
   /* What left the groups (setsid, double forks, nohup) ends here too. */
-  int left = sweep_kill(&j->sweep, "/proc", getpid(), j->guard.pid);
+  int left = agent_sweep_kill(&j->sweep, "/proc", getpid(), j->guard.pid);
   if (left > 0) base_log(BASE_LOG_INFO, "killed %d process(es) the workers left behind", left);
   cleanup_shm(j->cl.run_id);
-  signals_set_workers(0);
+  agent_signals_set_workers(0);
   if (outcome != ATTEMPT_OK) return outcome;
   if (j->hung) return ATTEMPT_HUNG;
   if (j->remote_failed) return ATTEMPT_FAILED;
   if (j->stop_signal != 0) return ATTEMPT_SIGNALED;
   if (j->first_failed >= 0) return ATTEMPT_FAILED;
   for (int i = 0; i < j->nworkers; i++) {
-    if (!worker_succeeded(&j->workers[i])) {
+    if (!agent_worker_succeeded(&j->workers[i])) {
       j->first_failed = i;
-      report_worker_failure(j, i);
+      agent_report_worker_failure(j, i);
       return ATTEMPT_FAILED;
     }
   }
@@ -546,8 +548,8 @@ static attempt_outcome run_attempt(job *j) {
   make_err_dir(j);
   int beats = j->cfg->hang_timeout_ms > 0 || j->cfg->straggler_factor > 0;
   if (beats && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
-      hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
-                 j->nworkers) != 0)
+      agent_hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
+                       j->nworkers) != 0)
     base_log(BASE_LOG_WARN, "cannot set up the heartbeat files: no hang or straggler detection");
   attempt_outcome spawned = spawn_all(j);
   attempt_outcome supervised = supervise(j);
@@ -594,20 +596,21 @@ static int exit_of_error(int rc, int meeting) {
 /* Joins the round and prepares what its workers need. */
 static int begin_round(job *j) {
   cluster *c = &j->cl;
-  int rc = cluster_join(c, j->cfg, &j->round);
+  int rc = agent_cluster_join(c, j->cfg, &j->round);
   if (rc != 0) return exit_of_error(rc, 1);
   /* One node's settings do not change between rounds; several nodes'
    * master may. */
   if (j->cfg->net_auto && (c->multinode || j->round == 0)) {
     doctor_result_destroy(j->net);
-    j->net = network_derive(c->multinode, c->multinode ? c->plan.master_addr : NULL);
-    cluster_compare_network(c, j->round, j->net);
+    j->net = agent_network_derive(c->multinode, c->multinode ? c->plan.master_addr : NULL);
+    agent_cluster_compare_network(c, j->round, j->net);
   }
   /* With etcd the guard cannot publish (it holds no credentials): the lease says it. */
   if (c->multinode && !c->etcd)
-    guard_set_report(&j->guard, c->store_host, c->store_port, cluster_token(c), c->run_id, j->round,
-                     c->plan.my_index, c->hostname);
-  if (cluster_watch(c, j->cfg, j->round, signals_notify_fd()) != 0) return AGENT_EXIT_INTERNAL;
+    agent_guard_set_report(&j->guard, c->store_host, c->store_port, agent_cluster_token(c),
+                           c->run_id, j->round, c->plan.my_index, c->hostname);
+  if (agent_cluster_watch(c, j->cfg, j->round, agent_signals_notify_fd()) != 0)
+    return AGENT_EXIT_INTERNAL;
   return AGENT_EXIT_OK;
 }
 
@@ -624,32 +627,32 @@ static int run_round(job *j) {
   int status = begin_round(j);
   if (status != AGENT_EXIT_OK) return status;
   attempt_outcome o = run_attempt(j);
-  dirs_clear(j->err_dir, "", NULL); /* the error files are read by now */
+  agent_dirs_clear(j->err_dir, "", NULL); /* the error files are read by now */
   if (o == ATTEMPT_OK &&
-      cluster_wait_done(&j->cl, j->round, j->report, sizeof j->report, &j->stop_signal) != 0)
+      agent_cluster_wait_done(&j->cl, j->round, j->report, sizeof j->report, &j->stop_signal) != 0)
     o = j->stop_signal ? ATTEMPT_SIGNALED : ATTEMPT_FAILED;
   if (o == ATTEMPT_FAILED && j->report[0] == '\0')
-    cluster_failure(&j->cl, j->report, sizeof j->report);
-  if (o == ATTEMPT_FAILED && cluster_stopped(j->report)) o = ATTEMPT_STOPPED;
-  if (o == ATTEMPT_FAILED && hang_is_report(j->report))
+    agent_cluster_failure(&j->cl, j->report, sizeof j->report);
+  if (o == ATTEMPT_FAILED && agent_cluster_stopped(j->report)) o = ATTEMPT_STOPPED;
+  if (o == ATTEMPT_FAILED && agent_hang_is_report(j->report))
     o = ATTEMPT_HUNG; /* another node found the job hung */
   if (o != ATTEMPT_OK && o != ATTEMPT_FAILED && o != ATTEMPT_STOPPED && o != ATTEMPT_HUNG) {
     /* Not a worker's failure: the other nodes stop too, and whichever
      * report came first counts there. */
     char winner[WATCH_REPORT_MAX];
-    report_outcome(j, o);
-    cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+    agent_report_outcome(j, o);
+    agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
     /* Here too (all nodes stopped at once: a launcher's stop), so that
      * every node prints the same cause. */
     base_strlcpy(j->report, winner, sizeof j->report);
   }
-  cluster_unwatch(&j->cl);
+  agent_cluster_unwatch(&j->cl);
   if (grown(j, o)) {
     fprintf(stderr, "cohort: %s: re-forming the job (round %d)\n",
             j->report + strlen(RDZV_GROW_PREFIX), j->round + 1);
     return ROUND_REFORM;
   }
-  if (o != ATTEMPT_OK) report_print(j, o);
+  if (o != ATTEMPT_OK) agent_report_print(j, o);
   return exit_status(j, o);
 }
 
@@ -685,7 +688,7 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
   j->guard.fd = -1;
   j->dup_fd[0] = j->dup_fd[1] = -1;
   j->hung_rank = -1;
-  metrics_init(&j->metrics);
+  agent_metrics_init(&j->metrics);
   j->workers = calloc((size_t)j->nworkers, sizeof *j->workers);
   if (j->workers == NULL) return -ENOMEM;
   for (int i = 0; i < j->nworkers; i++)
@@ -694,16 +697,16 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
 }
 
 static void job_free(job *j) {
-  cluster_close(&j->cl);
+  agent_cluster_close(&j->cl);
   doctor_result_destroy(j->net);
-  hang_free(&j->hang);
-  straggle_free(&j->strag);
-  metrics_close(&j->metrics);
-  dirs_remove(j->err_dir);
-  guard_stop(&j->guard);
-  sweep_close(&j->sweep);
-  signals_restore();
-  place_free(&j->place);
+  agent_hang_free(&j->hang);
+  agent_straggle_free(&j->strag);
+  agent_metrics_close(&j->metrics);
+  agent_dirs_remove(j->err_dir);
+  agent_guard_stop(&j->guard);
+  agent_sweep_close(&j->sweep);
+  agent_signals_restore();
+  agent_place_free(&j->place);
   for (int k = 0; k < 2; k++)
     if (j->dup_fd[k] >= 0) close(j->dup_fd[k]);
   free(j->workers);
@@ -713,34 +716,34 @@ int agent_run(const agent_config *cfg) {
   job j;
   placement place;
   char err[256] = "";
-  if (place_resolve(cfg, environ, stderr, &place, err, sizeof err) != 0) {
+  if (agent_place_resolve(cfg, environ, stderr, &place, err, sizeof err) != 0) {
     fprintf(stderr, "cohort run: %s\n", err);
     return AGENT_EXIT_USAGE;
   }
   if (job_init(&j, cfg, &place) != 0) {
     fprintf(stderr, "cohort: out of memory\n");
-    place_free(&place);
+    agent_place_free(&place);
     free(j.workers);
     return AGENT_EXIT_INTERNAL;
   }
   int status = AGENT_EXIT_INTERNAL;
   /* Orphaned grandchildren come back to us, so nothing outlives the job. */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  int rc = signals_install();
+  int rc = agent_signals_install();
   if (rc != 0) {
     fprintf(stderr, "cohort: cannot set up signal handling: %s\n", strerror(-rc));
     goto out;
   }
-  if (cfg->launcher_stdin && launcher_watch_start(0) != 0) {
+  if (cfg->launcher_stdin && agent_launcher_watch_start(0) != 0) {
     fprintf(stderr, "cohort: cannot watch the launcher's connection\n");
     goto out;
   }
-  rc = guard_start(&j.guard);
+  rc = agent_guard_start(&j.guard);
   if (rc != 0) {
     fprintf(stderr, "cohort: cannot start the guard process: %s\n", strerror(-rc));
     goto out;
   }
-  rc = metrics_open(&j.metrics, cfg->metrics_port, cfg->metrics_file);
+  rc = agent_metrics_open(&j.metrics, cfg->metrics_port, cfg->metrics_file);
   if (rc != 0) {
     fprintf(stderr, "cohort: cannot serve metrics on port %d: %s\n", cfg->metrics_port,
             strerror(-rc));
@@ -749,13 +752,14 @@ int agent_run(const agent_config *cfg) {
   }
   char cg[64];
   snprintf(cg, sizeof cg, "cohort-%d", (int)getpid());
-  if (sweep_open(&j.sweep, "/proc", cg) == 0) guard_set_cgroup(&j.guard, j.sweep.dir, j.sweep.v2);
-  rc = cluster_open(&j.cl, cfg);
+  if (agent_sweep_open(&j.sweep, "/proc", cg) == 0)
+    agent_guard_set_cgroup(&j.guard, j.sweep.dir, j.sweep.v2);
+  rc = agent_cluster_open(&j.cl, cfg);
   status = rc != 0 ? exit_of_error(rc, 0) : AGENT_EXIT_OK;
   if (status != AGENT_EXIT_OK) goto out;
   status = run_rounds(&j);
-  metrics_flush(&j.metrics, &j);
-  cluster_leave(&j.cl, j.round);
+  agent_metrics_flush(&j.metrics, &j);
+  agent_cluster_leave(&j.cl, j.round);
 out:
   job_free(&j);
   return status;

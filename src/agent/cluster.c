@@ -14,13 +14,13 @@
 
 extern char **environ;
 
-const char *cluster_token(const cluster *c) {
+const char *agent_cluster_token(const cluster *c) {
   return c->token[0] != '\0' ? c->token : NULL;
 }
 
 /* Starts the store this agent hosts on bind_host:port. */
 static int host_store(cluster *c, const char *bind_host, int port) {
-  store_server_opts so = {.bind_host = bind_host, .port = port, .token = cluster_token(c)};
+  store_server_opts so = {.bind_host = bind_host, .port = port, .token = agent_cluster_token(c)};
   int rc = store_server_start(&so, &c->store);
   if (rc != 0) {
     if (port != 0)
@@ -53,8 +53,8 @@ static int open_alone(cluster *c) {
   /* Its own connection, for the status snapshots; and where its user finds it. */
   if (store_client_connect("127.0.0.1", c->store_port, c->token, base_deadline_in(2000), &c->client,
                            NULL, 0) != 0 ||
-      jobctl_local_publish(c->run_id, c->store_port, c->token, c->local_file,
-                           sizeof c->local_file) != 0)
+      agent_jobctl_local_publish(c->run_id, c->store_port, c->token, c->local_file,
+                                 sizeof c->local_file) != 0)
     base_log(BASE_LOG_INFO, "cohort status will not find this job");
   /* Its round's failure key watched as a job of several nodes: `cohort stop`. */
   return rdzv_backend_store("127.0.0.1", c->store_port, c->token, &c->backend);
@@ -66,7 +66,7 @@ static int open_alone(cluster *c) {
 
 /* Every node must use the same id: derived from what they share (jobctl.h). */
 static int derive_run_id(cluster *c, const rdzv_target *t) {
-  int rc = jobctl_job_id(t, cluster_token(c), c->run_id);
+  int rc = agent_jobctl_job_id(t, agent_cluster_token(c), c->run_id);
   if (rc != 0) fprintf(stderr, "cohort: cannot derive the job id: %s\n", cohort_strerror(rc));
   return rc;
 }
@@ -80,7 +80,7 @@ static int open_etcd(cluster *c, const agent_config *cfg) {
   o.endpoints = cfg->rdzv.master;
   int rc = rdzv_backend_etcd(&o, c->run_id, cfg->lost_after_ms, &c->backend);
   if (rc != 0) return rc;
-  store_server_opts so = {.bind_host = "0.0.0.0", .port = 0, .token = cluster_token(c)};
+  store_server_opts so = {.bind_host = "0.0.0.0", .port = 0, .token = agent_cluster_token(c)};
   rc = store_server_start(&so, &c->store);
   if (rc != 0) {
     fprintf(stderr, "cohort: cannot start the workers' store: %s\n", cohort_strerror(rc));
@@ -94,7 +94,7 @@ static int open_etcd(cluster *c, const agent_config *cfg) {
 static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t) {
   c->multinode = 1;
   if (t->source[0]) fprintf(stderr, "cohort: rendezvous via %s\n", t->source);
-  int rc = agent_token_policy(cfg, cluster_token(c), t->host, t->port);
+  int rc = agent_token_policy(cfg, agent_cluster_token(c), t->host, t->port);
   if (rc == 0 && c->run_id[0] == '\0') rc = derive_run_id(c, t);
   if (rc != 0) return rc;
   c->ropts.job_id = c->run_id;
@@ -114,7 +114,7 @@ static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t)
     c->store_port = t->port;
   }
   if (c->etcd) return open_etcd(c, cfg);
-  return rdzv_backend_store(c->store_host, c->store_port, cluster_token(c), &c->backend);
+  return rdzv_backend_store(c->store_host, c->store_port, agent_cluster_token(c), &c->backend);
 }
 
 /* Decides one node or several and starts (or finds) the store. */
@@ -127,7 +127,7 @@ static int setup_store(cluster *c, const agent_config *cfg) {
   char err[512] = "";
   c->ropts = *ro;
   c->ropts.job_id = c->run_id[0] ? c->run_id : NULL;
-  c->ropts.token = cluster_token(c);
+  c->ropts.token = agent_cluster_token(c);
   c->ropts.deadline_ms = base_deadline_in(cfg->join_timeout_ms);
   int rc = rdzv_discover(&c->ropts, environ, &t, err, sizeof err);
   if (rc != 0 && (explicit_multi || rc != -ENOENT)) {
@@ -140,7 +140,7 @@ static int setup_store(cluster *c, const agent_config *cfg) {
   return open_multi(c, cfg, &t);
 }
 
-int cluster_open(cluster *c, const agent_config *cfg) {
+int agent_cluster_open(cluster *c, const agent_config *cfg) {
   gethostname(c->hostname, sizeof c->hostname - 1);
   c->etcd = cfg->rdzv.method == RDZV_ETCD;
   if (cfg->run_id != NULL) base_strlcpy(c->run_id, cfg->run_id, sizeof c->run_id);
@@ -228,7 +228,7 @@ static int late_round(cluster *c, int round, int nnodes_max, const char *why) {
   char report[BASE_HOST_MAX + 64], winner[WATCH_REPORT_MAX];
   snprintf(report, sizeof report, "%snode %s joins the job", RDZV_GROW_PREFIX, c->hostname);
   fprintf(stderr, "cohort: the job runs with fewer nodes than it may have: asking it to re-form\n");
-  cluster_publish_failure(c, round, report, winner, sizeof winner);
+  agent_cluster_publish_failure(c, round, report, winner, sizeof winner);
   return round + 1;
 }
 
@@ -292,7 +292,7 @@ static int join_multi(cluster *c, const agent_config *cfg, int *round) {
   return -EAGAIN;
 }
 
-int cluster_join(cluster *c, const agent_config *cfg, int *round) {
+int agent_cluster_join(cluster *c, const agent_config *cfg, int *round) {
   return c->multinode ? join_multi(c, cfg, round) : join_alone(c, cfg);
 }
 
@@ -303,7 +303,7 @@ static void node_key(const cluster *c, int round, const char *what, int k, char 
   rdzv_key(key, len, c->run_id, round, suffix);
 }
 
-void cluster_compare_network(cluster *c, int round, const doctor_result *net) {
+void agent_cluster_compare_network(cluster *c, int round, const doctor_result *net) {
   char mine[DOCTOR_SUMMARY_MAX], key[STORE_KEY_MAX];
   if (!c->multinode || net == NULL) return;
   if (doctor_summary_format(&net->summary, mine, sizeof mine) != 0) return;
@@ -331,7 +331,7 @@ void cluster_compare_network(cluster *c, int round, const doctor_result *net) {
     fprintf(stderr, "cohort: warning: %s\n", msg);
 }
 
-int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd) {
+int agent_cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd) {
   if (c->backend == NULL) return 0;
   c->store_lost = 0; /* it has just answered the join */
   c->watch_names = calloc((size_t)c->plan.nnodes, sizeof *c->watch_names);
@@ -347,35 +347,35 @@ int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd)
                      .heartbeat_ms = cfg->heartbeat_ms,
                      .lost_after_ms = cfg->lost_after_ms,
                      .notify_fd = notify_fd};
-    rc = watch_start(&wo, &c->watch);
+    rc = agent_watch_start(&wo, &c->watch);
   }
   if (rc != 0) {
-    cluster_unwatch(c);
+    agent_cluster_unwatch(c);
     c->store_lost = rc == -ECONNREFUSED || rc == -ETIMEDOUT;
     fprintf(stderr, "cohort: cannot watch the other nodes: %s\n", cohort_strerror(rc));
   }
   return rc;
 }
 
-int cluster_failure(cluster *c, char *report, size_t len) {
-  return watch_failure(c->watch, report, len);
+int agent_cluster_failure(cluster *c, char *report, size_t len) {
+  return agent_watch_failure(c->watch, report, len);
 }
 
-void cluster_unwatch(cluster *c) {
-  if (watch_store_lost(c->watch)) c->store_lost = 1;
-  watch_stop(c->watch);
+void agent_cluster_unwatch(cluster *c) {
+  if (agent_watch_store_lost(c->watch)) c->store_lost = 1;
+  agent_watch_stop(c->watch);
   c->watch = NULL;
   free(c->watch_names);
   c->watch_names = NULL;
 }
 
-void cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
-                             size_t winner_len) {
+void agent_cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
+                                   size_t winner_len) {
   if (!c->multinode || c->store_lost) {
     base_strlcpy(winner, report, winner_len);
     return;
   }
-  watch_publish_failure(c->backend, c->run_id, round, report, winner, winner_len);
+  agent_watch_publish_failure(c->backend, c->run_id, round, report, winner, winner_len);
 }
 
 /* Waits for node k's done key; -1 on a failure or a stop signal. */
@@ -423,9 +423,9 @@ static void report_store_lost(cluster *c, int rc, char *report, size_t len) {
 /* A stop signal that came while we wait: 1 with it in *stop_signal. */
 static int stop_came(int *stop_signal) {
   unsigned char sigs[64];
-  ssize_t got = signals_read(sigs, sizeof sigs);
+  ssize_t got = agent_signals_read(sigs, sizeof sigs);
   for (ssize_t i = 0; i < got; i++) {
-    if (signals_is_stop(sigs[i])) {
+    if (agent_signals_is_stop(sigs[i])) {
       *stop_signal = sigs[i];
       return 1;
     }
@@ -439,7 +439,7 @@ static int wait_all_done(cluster *c, const char **keys, char *report, size_t len
                          int *stop_signal) {
   int n = c->plan.nnodes;
   for (int from = 0;;) {
-    if (cluster_failure(c, report, len)) return -1;
+    if (agent_cluster_failure(c, report, len)) return -1;
     int got = first_absent(c, keys, from, n, base_deadline_in(5000));
     if (got == n) return 0;
     int rc = got < 0 ? got : store_wait(c->client, keys + got, 1, base_deadline_in(200));
@@ -452,7 +452,7 @@ static int wait_all_done(cluster *c, const char **keys, char *report, size_t len
   }
 }
 
-int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal) {
+int agent_cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal) {
   if (!c->multinode) return 0;
   const char **keys = node_keys(c, round, "done");
   if (keys == NULL) {
@@ -462,25 +462,25 @@ int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop
   store_set(c->client, keys[c->plan.my_index], "1", 1, base_deadline_in(5000));
   int rc = wait_all_done(c, keys, report, len, stop_signal);
   free(keys);
-  if (rc != 0 && cluster_stopped(report)) cluster_ack_stop(c, round);
+  if (rc != 0 && agent_cluster_stopped(report)) agent_cluster_ack_stop(c, round);
   return rc;
 }
 
-void cluster_publish_status(cluster *c, const char *json) {
+void agent_cluster_publish_status(cluster *c, const char *json) {
   if (c->client == NULL) return;
   char key[STORE_KEY_MAX];
-  jobctl_key(key, sizeof key, c->run_id, "status", c->plan.my_index);
+  agent_jobctl_key(key, sizeof key, c->run_id, "status", c->plan.my_index);
   store_set(c->client, key, json, strlen(json), base_deadline_in(STATUS_WRITE_MS));
 }
 
-int cluster_read_status(cluster *c, char **texts) {
+int agent_cluster_read_status(cluster *c, char **texts) {
   int n = c->plan.nnodes;
   char(*keys)[STORE_KEY_MAX] = calloc((size_t)n, sizeof *keys);
   const char **kp = calloc((size_t)n, sizeof *kp);
   size_t *lens = calloc((size_t)n, sizeof *lens);
   int rc = keys && kp && lens && c->client ? 0 : -ENOMEM;
   for (int k = 0; rc == 0 && k < n; k++) {
-    jobctl_key(keys[k], sizeof keys[k], c->run_id, "status", k);
+    agent_jobctl_key(keys[k], sizeof keys[k], c->run_id, "status", k);
     kp[k] = keys[k];
   }
   if (rc == 0)
@@ -500,28 +500,28 @@ int cluster_read_status(cluster *c, char **texts) {
   return rc;
 }
 
-int cluster_stacks_requested(cluster *c, int64_t *req) {
+int agent_cluster_stacks_requested(cluster *c, int64_t *req) {
   if (c->client == NULL) return -ENOTCONN;
   char key[STORE_KEY_MAX];
-  jobctl_key(key, sizeof key, c->run_id, "stacks", -1);
+  agent_jobctl_key(key, sizeof key, c->run_id, "stacks", -1);
   return store_add(c->client, key, 0, req, base_deadline_in(STATUS_WRITE_MS));
 }
 
-void cluster_publish_stacks(cluster *c, const char *json) {
+void agent_cluster_publish_stacks(cluster *c, const char *json) {
   if (c->client == NULL) return;
   char key[STORE_KEY_MAX];
-  jobctl_key(key, sizeof key, c->run_id, "stacks", c->plan.my_index);
+  agent_jobctl_key(key, sizeof key, c->run_id, "stacks", c->plan.my_index);
   store_set(c->client, key, json, strlen(json), base_deadline_in(2000));
 }
 
-int cluster_stopped(const char *report) {
+int agent_cluster_stopped(const char *report) {
   return strncmp(report, JOBCTL_STOPPED_BY, strlen(JOBCTL_STOPPED_BY)) == 0;
 }
 
-void cluster_ack_stop(cluster *c, int round) {
+void agent_cluster_ack_stop(cluster *c, int round) {
   if (c->client == NULL) return;
   char key[STORE_KEY_MAX];
-  jobctl_stop_ack_key(key, sizeof key, c->run_id, round, c->plan.my_index);
+  agent_jobctl_stop_ack_key(key, sizeof key, c->run_id, round, c->plan.my_index);
   if (store_set(c->client, key, "1", 1, base_deadline_in(2000)) == 0) c->stop_acked = 1;
 }
 
@@ -559,12 +559,12 @@ static void wait_nodes_left(cluster *c, int round, int64_t deadline) {
 /* How long the store's host waits for `cohort stop` to have read every node's acknowledgement. */
 #define STOP_LINGER_MS 5000
 
-void cluster_leave(cluster *c, int round) {
+void agent_cluster_leave(cluster *c, int round) {
   if (c->client == NULL || c->store_lost) return;
   char key[STORE_KEY_MAX];
   if (c->stop_acked && c->store != NULL) {
     const char *all = key;
-    jobctl_stop_ack_key(key, sizeof key, c->run_id, round, -1);
+    agent_jobctl_stop_ack_key(key, sizeof key, c->run_id, round, -1);
     store_wait(c->client, &all, 1, base_deadline_in(STOP_LINGER_MS));
   }
   if (!c->multinode) return;
@@ -576,8 +576,8 @@ void cluster_leave(cluster *c, int round) {
   wait_nodes_left(c, round, base_deadline_in(3000));
 }
 
-void cluster_close(cluster *c) {
-  cluster_unwatch(c);
+void agent_cluster_close(cluster *c) {
+  agent_cluster_unwatch(c);
   rdzv_publish_stop(c->pub);
   c->pub = NULL;
   store_client_close(c->client);
@@ -592,8 +592,8 @@ void cluster_close(cluster *c) {
   c->store = NULL;
 }
 
-int cluster_gather(cluster *c, int round, const char *what, const char *mine, int64_t timeout_ms,
-                   char **texts) {
+int agent_cluster_gather(cluster *c, int round, const char *what, const char *mine,
+                         int64_t timeout_ms, char **texts) {
   int n = c->plan.nnodes;
   for (int k = 0; k < n; k++) texts[k] = NULL;
   if (!c->multinode) {

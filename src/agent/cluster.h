@@ -60,65 +60,65 @@ typedef struct cluster {
  * token where one is required; COHORT_EAUTH: the store refused the token;
  * -ETIMEDOUT, -ECONNREFUSED...: the store never answered), after one line.
  */
-int cluster_open(cluster *c, const agent_config *cfg);
+int agent_cluster_open(cluster *c, const agent_config *cfg);
 
 /* The job's token, or NULL for a multi-node job started without one. */
-const char *cluster_token(const cluster *c);
+const char *agent_cluster_token(const cluster *c);
 
 /*
  * Joins round *round and fills c->plan (one node: a plan of its own). A
  * node late to a running elastic job with room asks it to re-form and
  * joins the next round: *round says which it joined.
  */
-int cluster_join(cluster *c, const agent_config *cfg, int *round);
+int agent_cluster_join(cluster *c, const agent_config *cfg, int *round);
 
 /* Multi-node: publishes this node's network summary and warns when node 0's differs. */
-void cluster_compare_network(cluster *c, int round, const doctor_result *net);
+void agent_cluster_compare_network(cluster *c, int round, const doctor_result *net);
 
 /* Starts watching the other nodes for this round; notify_fd as in watch_opts. */
-int cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd);
+int agent_cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd);
 /* 1 and the report when another node failed (or was lost) this round. */
-int cluster_failure(cluster *c, char *report, size_t len);
-void cluster_unwatch(cluster *c);
+int agent_cluster_failure(cluster *c, char *report, size_t len);
+void agent_cluster_unwatch(cluster *c);
 
 /*
  * Publishes report as the round's failure unless another node was first;
  * either way winner receives the report that counts (one node: report).
  */
-void cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
-                             size_t winner_len);
+void agent_cluster_publish_failure(cluster *c, int round, const char *report, char *winner,
+                                   size_t winner_len);
 
 /*
  * After local success: says this node is done and waits until every node
  * is, or a failure (report filled) or a stop signal (*stop_signal set).
  * Returns 0 when all are done, -1 otherwise.
  */
-int cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal);
+int agent_cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal);
 
 /*
  * Writes this node's status snapshot (snapshot.h) to its key, waiting a
  * short while at most (the loop must not stall).
  */
-void cluster_publish_status(cluster *c, const char *json);
+void agent_cluster_publish_status(cluster *c, const char *json);
 
 /*
  * `cohort stacks`: the job's request counter (0 when none was made), and
  * this node's answer written to its key. -ENOTCONN without a connection.
  */
-int cluster_stacks_requested(cluster *c, int64_t *req);
-void cluster_publish_stacks(cluster *c, const char *json);
+int agent_cluster_stacks_requested(cluster *c, int64_t *req);
+void agent_cluster_publish_stacks(cluster *c, const char *json);
 
 /* Whether a round's report is `cohort stop`'s ("stopped by USER@HOST: TEXT"). */
-int cluster_stopped(const char *report);
-/* Tells `cohort stop` that this node is stopping for it (jobctl_stop_ack_key). */
-void cluster_ack_stop(cluster *c, int round);
+int agent_cluster_stopped(const char *report);
+/* Tells `cohort stop` that this node is stopping for it (agent_jobctl_stop_ack_key). */
+void agent_cluster_ack_stop(cluster *c, int round);
 
 /*
  * Every node's status snapshot (J/status/<node>): texts[k] (plan.nnodes of
  * them) node k's, malloc'ed and NUL-terminated, or NULL. 0, or -errno when the store did not
  * answer within STATUS_WRITE_MS.
  */
-int cluster_read_status(cluster *c, char **texts);
+int agent_cluster_read_status(cluster *c, char **texts);
 
 /*
  * Every node's answer to one question of the round: publishes mine under
@@ -126,12 +126,12 @@ int cluster_read_status(cluster *c, char **texts);
  * there by timeout_ms). texts[k] (plan.nnodes of them) receives node k's,
  * malloc'ed, or NULL. Returns how many were found (one node: mine).
  */
-int cluster_gather(cluster *c, int round, const char *what, const char *mine, int64_t timeout_ms,
-                   char **texts);
+int agent_cluster_gather(cluster *c, int round, const char *what, const char *mine,
+                         int64_t timeout_ms, char **texts);
 
 /* Says goodbye; node 0 keeps the store up until everyone has read the end. */
-void cluster_leave(cluster *c, int round);
+void agent_cluster_leave(cluster *c, int round);
 
-void cluster_close(cluster *c);
+void agent_cluster_close(cluster *c);
 
 #endif

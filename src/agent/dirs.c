@@ -7,7 +7,7 @@
 
 #include "base/base.h"
 
-void dirs_clear(const char *dir, const char *prefix, const char *what) {
+void agent_dirs_clear(const char *dir, const char *prefix, const char *what) {
   if (dir[0] == '\0') return;
   DIR *d = opendir(dir);
   if (d == NULL) return;
@@ -22,8 +22,8 @@ void dirs_clear(const char *dir, const char *prefix, const char *what) {
   closedir(d);
 }
 
-void dirs_remove(const char *dir) {
+void agent_dirs_remove(const char *dir) {
   if (dir[0] == '\0') return;
-  dirs_clear(dir, "", NULL);
+  agent_dirs_clear(dir, "", NULL);
   rmdir(dir);
 }

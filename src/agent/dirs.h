@@ -9,9 +9,9 @@
 /* Removes the entries of dir whose names start with prefix ("" for all);
  * with what (e.g. "shared memory"), names each one removed in an info
  * line. Errors are ignored. */
-void dirs_clear(const char *dir, const char *prefix, const char *what);
+void agent_dirs_clear(const char *dir, const char *prefix, const char *what);
 
 /* Removes dir and the files in it. */
-void dirs_remove(const char *dir);
+void agent_dirs_remove(const char *dir);
 
 #endif

@@ -22,7 +22,7 @@ static char dir_line[256];
 /* The job's cgroup to kill after it died: "c<1 v2, 0 v1><path>\n". */
 static char cgroup_line[300];
 
-/* Publishes the agent's death as the job's failure (see guard_set_report). */
+/* Publishes the agent's death as the job's failure (see agent_guard_set_report). */
 static void publish_death(void) {
   char host[256], token_hex[520], job[80], hostname[256];
   int port, round, node;
@@ -49,7 +49,7 @@ static void publish_death(void) {
            node, hostname);
   rdzv_backend *b = NULL;
   if (rdzv_backend_store(host, port, tok, &b) != 0) return;
-  watch_publish_failure(b, job, round, report, winner, sizeof winner);
+  agent_watch_publish_failure(b, job, round, report, winner, sizeof winner);
   rdzv_backend_close(b);
 }
 
@@ -132,14 +132,14 @@ static void guard_main(int fd) {
   if (cgroup_line[0] != '\0') {
     sweep s = {.v2 = cgroup_line[0] == '1'};
     base_strlcpy(s.dir, cgroup_line + 1, sizeof s.dir);
-    sweep_kill_cgroup(s.dir, s.v2);
-    sweep_close(&s);
+    agent_sweep_kill_cgroup(s.dir, s.v2);
+    agent_sweep_close(&s);
   }
-  if (dir_line[0] != '\0') dirs_remove(dir_line);
+  if (dir_line[0] != '\0') agent_dirs_remove(dir_line);
   _exit(0);
 }
 
-int guard_start(guard *g) {
+int agent_guard_start(guard *g) {
   int p[2];
   g->pid = 0;
   g->fd = -1;
@@ -192,15 +192,15 @@ static void guard_send(guard *g, char op, pid_t pgid) {
   (void)k;
 }
 
-void guard_add(guard *g, pid_t pgid) {
+void agent_guard_add(guard *g, pid_t pgid) {
   guard_send(g, '+', pgid);
 }
 
-void guard_remove(guard *g, pid_t pgid) {
+void agent_guard_remove(guard *g, pid_t pgid) {
   guard_send(g, '-', pgid);
 }
 
-void guard_stop(guard *g) {
+void agent_guard_stop(guard *g) {
   if (g->fd >= 0) {
     ssize_t k = write(g->fd, "q", 1);
     (void)k;
@@ -214,8 +214,8 @@ void guard_stop(guard *g) {
   }
 }
 
-void guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
-                      const char *job_id, int round, int node, const char *hostname) {
+void agent_guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
+                            const char *job_id, int round, int node, const char *hostname) {
   if (g->fd < 0) return;
   char token_hex[520] = "-";
   if (token != NULL && strlen(token) < 256) base_hex(token, strlen(token), token_hex);
@@ -228,7 +228,7 @@ void guard_set_report(guard *g, const char *store_host, int store_port, const ch
   }
 }
 
-void guard_set_dir(guard *g, const char *dir) {
+void agent_guard_set_dir(guard *g, const char *dir) {
   if (g->fd < 0 || strlen(dir) >= sizeof dir_line || strchr(dir, '\n') != NULL) return;
   char line[300];
   int n = snprintf(line, sizeof line, "d%s\n", dir);
@@ -236,7 +236,7 @@ void guard_set_dir(guard *g, const char *dir) {
   (void)k;
 }
 
-void guard_set_cgroup(guard *g, const char *dir, int v2) {
+void agent_guard_set_cgroup(guard *g, const char *dir, int v2) {
   if (g->fd < 0 || strlen(dir) + 2 >= sizeof cgroup_line || strchr(dir, '\n') != NULL) return;
   char line[320];
   int n = snprintf(line, sizeof line, "c%d%s\n", v2 ? 1 : 0, dir);

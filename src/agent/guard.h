@@ -20,25 +20,25 @@ typedef struct guard {
 } guard;
 
 /* Starts the guard. Returns 0 or -errno. */
-int guard_start(guard *g);
+int agent_guard_start(guard *g);
 /* Registers or forgets a process group. */
-void guard_add(guard *g, pid_t pgid);
-void guard_remove(guard *g, pid_t pgid);
+void agent_guard_add(guard *g, pid_t pgid);
+void agent_guard_remove(guard *g, pid_t pgid);
 /*
  * Multi-node: where to report the agent's death. When the agent dies, the
  * guard first publishes "node N (host): its agent died" as the round's
  * failure (so every node names the right cause), then kills the groups.
  */
-void guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
-                      const char *job_id, int round, int node, const char *hostname);
+void agent_guard_set_report(guard *g, const char *store_host, int store_port, const char *token,
+                            const char *job_id, int round, int node, const char *hostname);
 
 /* A directory of the agent's (its temporary files) to remove if it dies. */
-void guard_set_dir(guard *g, const char *dir);
+void agent_guard_set_dir(guard *g, const char *dir);
 
 /* The job's cgroup (sweep.h), every process of which the guard kills if the agent dies. */
-void guard_set_cgroup(guard *g, const char *dir, int v2);
+void agent_guard_set_cgroup(guard *g, const char *dir, int v2);
 
 /* Tells the guard to exit without killing anything and reaps it. */
-void guard_stop(guard *g);
+void agent_guard_stop(guard *g);
 
 #endif

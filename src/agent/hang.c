@@ -37,11 +37,11 @@ static int write_file(const char *path, const char *text) {
   return close(fd) == 0 ? 0 : -errno;
 }
 
-int hang_is_report(const char *report) {
+int agent_hang_is_report(const char *report) {
   return strncmp(report, HANG_REPORT_PREFIX, strlen(HANG_REPORT_PREFIX)) == 0;
 }
 
-int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n) {
+int agent_hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n) {
   memset(h, 0, sizeof *h);
   if (strlen(dir) >= sizeof h->dir) return -ENAMETOOLONG;
   base_strlcpy(h->dir, dir, sizeof h->dir);
@@ -53,18 +53,18 @@ int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, i
   return 0;
 }
 
-void hang_free(hang *h) {
+void agent_hang_free(hang *h) {
   free(h->prog);
   h->prog = NULL;
   h->timeout_ms = 0;
 }
 
-void hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen) {
+void agent_hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen) {
   snprintf(hb, hblen, "%s/hb-%d", h->dir, i);
   snprintf(py, pylen, "%s/py-%d.txt", h->dir, i);
 }
 
-int hang_begin(hang *h, worker *w, int64_t now) {
+int agent_hang_begin(hang *h, worker *w, int64_t now) {
   /* The agent empties the directory after each attempt: the hook too. */
   char file[sizeof h->dir + 32];
   snprintf(file, sizeof file, "%s/sitecustomize.py", h->dir);
@@ -72,25 +72,25 @@ int hang_begin(hang *h, worker *w, int64_t now) {
   if (rc != 0) return rc;
   for (int i = 0; i < h->n; i++) {
     char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
-    hang_paths(h, i, hb, sizeof hb, py, sizeof py);
+    agent_hang_paths(h, i, hb, sizeof hb, py, sizeof py);
     unlink(hb); /* a new file: the last attempt's beats are not this one's */
-    rc = progress_init(&h->prog[i], w[i].rank, hb, now);
-    if (rc == 0 && h->timeout_ms > 0) rc = progress_watch_auto(&h->prog[i]);
+    rc = agent_progress_init(&h->prog[i], w[i].rank, hb, now);
+    if (rc == 0 && h->timeout_ms > 0) rc = agent_progress_watch_auto(&h->prog[i]);
     if (rc != 0) return rc;
     w[i].prog = &h->prog[i];
   }
   return 0;
 }
 
-int hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
+int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
   int64_t next = CHECK_MAX_MS;
   for (int i = 0; i < h->n; i++) {
     if (!w[i].running) continue;
     char msg[512];
-    if (progress_poll(&h->prog[i], now, msg, sizeof msg))
+    if (agent_progress_poll(&h->prog[i], now, msg, sizeof msg))
       fprintf(stderr, "cohort: %s\n", msg); /* msg names the rank */
     if (h->timeout_ms == 0) continue;       /* heartbeats for the step times alone */
-    int64_t silent = progress_silent_ms(&h->prog[i], now);
+    int64_t silent = agent_progress_silent_ms(&h->prog[i], now);
     int64_t limit = h->prog[i].started ? h->timeout_ms : h->start_ms;
     if (silent >= limit) return i;
     if (limit - silent < next) next = limit - silent;
@@ -116,7 +116,7 @@ static int collect(hang *h, const worker *w, const char *stacks_dir, hang_scratc
   for (int i = 0; i < h->n; i++) {
     if (!w[i].running || w[i].pid <= 0) continue;
     char hb[PROGRESS_PATH_MAX];
-    hang_paths(h, i, hb, sizeof hb, py[n], sizeof py[n]);
+    agent_hang_paths(h, i, hb, sizeof hb, py[n], sizeof py[n]);
     t[n] = (stacks_target){.rank = w[i].rank, .pid = w[i].pid, .py_file = py[n]};
     n++;
   }
@@ -127,8 +127,8 @@ static int collect(hang *h, const worker *w, const char *stacks_dir, hang_scratc
                    .path = path != NULL ? path : "/usr/bin:/bin",
                    .proc_root = "/proc",
                    .deadline_ms = base_now_ms() + COLLECT_MS};
-  if (stacks_collect(t, n, &o, s->d) != 0) return 0;
-  for (int k = 0; k < n; k++) stacks_classify(&s->d[k], &s->v[k]);
+  if (agent_stacks_collect(t, n, &o, s->d) != 0) return 0;
+  for (int k = 0; k < n; k++) agent_stacks_classify(&s->d[k], &s->v[k]);
   return n;
 }
 
@@ -142,7 +142,7 @@ static int scratch_alloc(hang_scratch *s, int n) {
 }
 
 static void scratch_free(hang_scratch *s, int n) {
-  if (s->d != NULL) stacks_dump_free(s->d, n);
+  if (s->d != NULL) agent_stacks_dump_free(s->d, n);
   free(s->d);
   free(s->v);
   free(s->t);
@@ -156,7 +156,7 @@ static void places(hang *h, const worker *w, const hang_node *node, const hang_s
   for (int k = 0; k < n; k++) {
     int64_t silent = 0;
     for (int i = 0; i < h->n; i++)
-      if (w[i].rank == s->t[k].rank) silent = progress_silent_ms(&h->prog[i], now);
+      if (w[i].rank == s->t[k].rank) silent = agent_progress_silent_ms(&h->prog[i], now);
     s->at[k] = (stacks_place){
         .node = node->node, .host = node->host, .pid = s->t[k].pid, .silent_ms = silent};
   }
@@ -170,7 +170,7 @@ static json_t *rank_json(const stacks_verdict *v, const stacks_place *at) {
                    v->frames);
 }
 
-char *hang_local(hang *h, const worker *w, const hang_node *at, const char *stacks_dir) {
+char *agent_hang_local(hang *h, const worker *w, const hang_node *at, const char *stacks_dir) {
   hang_scratch s = {0};
   char *text = NULL;
   json_t *doc = json_pack("{s:s, s:[]}", "host", at->host, "ranks");
@@ -210,8 +210,8 @@ static void read_node(json_t *doc, stacks_verdict *v, stacks_place *at, int *n, 
   }
 }
 
-int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char *out,
-                    size_t outlen) {
+int agent_hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char *out,
+                          size_t outlen) {
   json_t **docs = calloc((size_t)(ntexts > 0 ? ntexts : 1), sizeof *docs);
   int cap = 0;
   for (int k = 0; docs != NULL && k < ntexts; k++) {
@@ -224,7 +224,7 @@ int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char
   if (v != NULL && at != NULL) {
     for (int k = 0; k < ntexts; k++)
       if (docs[k] != NULL) read_node(docs[k], v, at, &n, cap);
-    if (n > 0 && stacks_report(v, at, n, stacks_dir, out, outlen) >= 0) rc = 0;
+    if (n > 0 && agent_stacks_report(v, at, n, stacks_dir, out, outlen) >= 0) rc = 0;
   }
   for (int k = 0; docs != NULL && k < ntexts; k++) json_decref(docs[k]);
   free(docs);
@@ -233,7 +233,7 @@ int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char
   return rc;
 }
 
-void hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks_dir) {
+void agent_hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks_dir) {
   hang_scratch s = {0};
   if (scratch_alloc(&s, h->n) == 0) {
     int n = collect(h, w, stacks_dir, &s);
@@ -242,7 +242,7 @@ void hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks
       fprintf(stderr, "cohort: stacks of rank %d (pid %d):\n%s\n", s.d[k].rank, (int)s.d[k].pid,
               s.d[k].text);
     char groups[4096] = "";
-    if (n > 0) stacks_group_lines(s.v, n, -1, groups, sizeof groups);
+    if (n > 0) agent_stacks_group_lines(s.v, n, -1, groups, sizeof groups);
     fprintf(stderr, "cohort: where the ranks are:\n%s%s%s\n", groups,
             stacks_dir != NULL ? "\ncohort: full stacks: " : "", stacks_dir ? stacks_dir : "");
   }

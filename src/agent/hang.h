@@ -29,7 +29,7 @@
 #define HANG_REPORT_PREFIX "job hung: "
 
 /* Whether a failure report is a hang's. */
-int hang_is_report(const char *report);
+int agent_hang_is_report(const char *report);
 
 typedef struct hang {
   int64_t timeout_ms; /* 0: no hang detection */
@@ -45,21 +45,21 @@ typedef struct hang {
  * start_ms before its first line or beat; timeout_ms 0: no hang detection,
  * the beats' step times alone (--straggler-factor). 0 or -errno.
  */
-int hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n);
-void hang_free(hang *h);
+int agent_hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n);
+void agent_hang_free(hang *h);
 
 /* The heartbeat file and Python dump file of local rank i. */
-void hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen);
+void agent_hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen);
 
 /* A new attempt: the hook and fresh heartbeat files, each worker's progress attached. */
-int hang_begin(hang *h, worker *w, int64_t now);
+int agent_hang_begin(hang *h, worker *w, int64_t now);
 
 /*
  * The index of a running rank silent for the timeout, or -1; *next_ms: the
  * time until a check is worth doing again. Bad heartbeat files are reported
  * in one line each.
  */
-int hang_check(hang *h, const worker *w, int64_t now, int *next_ms);
+int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms);
 
 /* Where this node is, for the report. */
 typedef struct hang_node {
@@ -74,14 +74,14 @@ typedef struct hang_node {
  * report made from every node's part (the same text on every node given the
  * same parts in node order). Returns 0, or -1 when no part had a rank.
  */
-char *hang_local(hang *h, const worker *w, const hang_node *at, const char *stacks_dir);
-int hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char *out,
-                    size_t outlen);
+char *agent_hang_local(hang *h, const worker *w, const hang_node *at, const char *stacks_dir);
+int agent_hang_report_all(char *const *texts, int ntexts, const char *stacks_dir, char *out,
+                          size_t outlen);
 
 /*
  * The ranks' stacks on demand (SIGQUIT): to the console, and to stacks_dir
  * when given, grouped by where the ranks are. The workers go on.
  */
-void hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks_dir);
+void agent_hang_dump(hang *h, const worker *w, const hang_node *at, const char *stacks_dir);
 
 #endif

@@ -68,6 +68,6 @@ typedef struct job {
 } job;
 
 /* Where rank's TORCHELASTIC_ERROR_FILE is in this attempt ("" when none). */
-void job_error_file(const job *j, int rank, char *out, size_t outlen);
+void agent_job_error_file(const job *j, int rank, char *out, size_t outlen);
 
 #endif

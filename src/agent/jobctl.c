@@ -14,7 +14,7 @@
 #include "base/base.h"
 #include "rdzv/join.h"
 
-void jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round, int node) {
+void agent_jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round, int node) {
   char suffix[32];
   if (node >= 0)
     snprintf(suffix, sizeof suffix, "stopped/%d", node);
@@ -23,14 +23,14 @@ void jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round
   rdzv_key(out, outlen, job_id, round, suffix);
 }
 
-void jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node) {
+void agent_jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node) {
   if (node >= 0)
     snprintf(out, outlen, "%s/%s/%d", job_id, what, node);
   else
     snprintf(out, outlen, "%s/%s", job_id, what);
 }
 
-int jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID_LEN + 1]) {
+int agent_jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID_LEN + 1]) {
   const char *sj = getenv("SLURM_JOB_ID");
   const char *ss = getenv("SLURM_STEP_ID");
   char basis[BASE_HOST_MAX + 64];
@@ -38,8 +38,8 @@ int jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID
   return store_job_id(basis, token, out);
 }
 
-int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jobctl_where *out,
-                char *err, size_t errlen) {
+int agent_jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token,
+                      jobctl_where *out, char *err, size_t errlen) {
   rdzv_opts o = *opts;
   o.token = token;
   /* A joiner with a rank of its own never claims the shared file nor stands
@@ -59,7 +59,7 @@ int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jo
     return 0;
   }
   char id[STORE_JOB_ID_LEN + 1];
-  rc = jobctl_job_id(&t, token, id);
+  rc = agent_jobctl_job_id(&t, token, id);
   if (rc != 0) {
     snprintf(err, errlen, "cannot derive the job id: %s", cohort_strerror(rc));
     return rc;
@@ -68,11 +68,11 @@ int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jo
   return 0;
 }
 
-int jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo,
-                   rdzv_backend **out) {
+int agent_jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo,
+                         rdzv_backend **out) {
   if (!w->etcd) return rdzv_backend_store(w->host, w->port, token, out);
   char anchor[STORE_KEY_MAX];
-  jobctl_key(anchor, sizeof anchor, w->job_id, "status", 0);
+  agent_jobctl_key(anchor, sizeof anchor, w->job_id, "status", 0);
   return rdzv_backend_etcd_guest(eo, w->job_id, anchor, out);
 }
 
@@ -90,8 +90,8 @@ static int local_dir(char *out, size_t len, int make) {
   return 0;
 }
 
-int jobctl_local_publish(const char *job_id, int port, const char *token, char *path,
-                         size_t pathlen) {
+int agent_jobctl_local_publish(const char *job_id, int port, const char *token, char *path,
+                               size_t pathlen) {
   char dir[4096], tmp[4200], line[STORE_TOKEN_MAX + 64];
   path[0] = '\0';
   int rc = local_dir(dir, sizeof dir, 1);
@@ -136,8 +136,8 @@ static int read_local(const char *dir, const char *job_id, jobctl_where *out, ch
   return 0;
 }
 
-int jobctl_local_find(const char *job_id, jobctl_where *out, char *token, char *err,
-                      size_t errlen) {
+int agent_jobctl_local_find(const char *job_id, jobctl_where *out, char *token, char *err,
+                            size_t errlen) {
   char dir[4096], first[AGENT_RUN_ID_MAX + 1] = "";
   err[0] = '\0';
   if (local_dir(dir, sizeof dir, 0) != 0) return -ENOENT;

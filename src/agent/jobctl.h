@@ -29,16 +29,16 @@
  * waits for on every node: "J/<round>/stopped/<node>"; node -1: the key
  * `cohort stop` sets once it has read them all ("J/<round>/stopped/all"),
  * until which the store's host keeps it up (a few seconds at most). */
-void jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round, int node);
+void agent_jobctl_stop_ack_key(char *out, size_t outlen, const char *job_id, int round, int node);
 
 /* "J/<what>" or, for node >= 0, "J/<what>/<node>". */
-void jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node);
+void agent_jobctl_key(char *out, size_t outlen, const char *job_id, const char *what, int node);
 
 /*
  * The job id every node derives from the store's address (and Slurm's job
  * and step when there), keyed by the token. Returns 0 or -errno.
  */
-int jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID_LEN + 1]);
+int agent_jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_JOB_ID_LEN + 1]);
 
 /* Where a running job's store is, and the job's id. */
 typedef struct jobctl_where {
@@ -55,18 +55,18 @@ typedef struct jobctl_where {
  * means no job was found (-ENOENT). Returns 0 or a negative code with a
  * one-line reason in err.
  */
-int jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token, jobctl_where *out,
-                char *err, size_t errlen);
+int agent_jobctl_find(const rdzv_opts *opts, char *const envp[], const char *token,
+                      jobctl_where *out, char *err, size_t errlen);
 
 /*
- * The backend holding the keys of the job w (from jobctl_find or
- * jobctl_local_find): its built-in store with token, or, for w->etcd,
+ * The backend holding the keys of the job w (from agent_jobctl_find or
+ * agent_jobctl_local_find): its built-in store with token, or, for w->etcd,
  * etcd at eo (endpoints, TLS, credentials) as a guest whose writes (a
  * stop, a stacks request) live as long as node 0's agent (backend.h).
  * Connects nothing. Returns 0 or -errno.
  */
-int jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo,
-                   rdzv_backend **out);
+int agent_jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo,
+                         rdzv_backend **out);
 
 /*
  * A job on one node alone keeps its store on loopback with a random token;
@@ -74,18 +74,19 @@ int jobctl_backend(const jobctl_where *w, const char *token, const etcd_opts *eo
  * to a file named after the job in a directory only that user may enter:
  * $XDG_RUNTIME_DIR/cohort, else /tmp/cohort-<uid> (mode 0700, file 0600).
  *
- * jobctl_local_publish() writes it (path receives its name, to remove when
+ * agent_jobctl_local_publish() writes it (path receives its name, to remove when
  * the job ends); it refuses (-EPERM) a directory that is not the user's own
  * or that others may enter.
  */
-int jobctl_local_publish(const char *job_id, int port, const char *token, char *path,
-                         size_t pathlen);
+int agent_jobctl_local_publish(const char *job_id, int port, const char *token, char *path,
+                               size_t pathlen);
 /*
  * Finds this user's one-node job: job_id's file, or with job_id NULL the
  * only one there is (files of agents no longer alive do not count). Fills
  * out and token (STORE_TOKEN_MAX + 1 bytes). -ENOENT none, -EINVAL several
  * (err lists them) or a malformed file, -ESRCH job_id's agent is gone.
  */
-int jobctl_local_find(const char *job_id, jobctl_where *out, char *token, char *err, size_t errlen);
+int agent_jobctl_local_find(const char *job_id, jobctl_where *out, char *token, char *err,
+                            size_t errlen);
 
 #endif

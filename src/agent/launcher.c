@@ -39,7 +39,7 @@ static void *launcher_main(void *arg) {
   return NULL;
 }
 
-int launcher_watch_start(int fd) {
+int agent_launcher_watch_start(int fd) {
   pthread_t t;
   pthread_attr_t attr;
   sigset_t all, old;
@@ -54,6 +54,6 @@ int launcher_watch_start(int fd) {
   return -rc;
 }
 
-int launcher_lost(void) {
+int agent_launcher_lost(void) {
   return atomic_load(&lost);
 }

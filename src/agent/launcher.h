@@ -4,7 +4,7 @@
  * thread reads it: a "stop" line is the launcher's request to stop (the
  * agent gets SIGTERM, as from a terminal); end of file means the launcher
  * or the connection to it is gone, and the agent gets SIGHUP with
- * launcher_lost() turning 1, so that its report names that cause. The
+ * agent_launcher_lost() turning 1, so that its report names that cause. The
  * agent's own signal handling does the rest, so a stop behaves the same in
  * rendezvous, while workers run and while it waits for the other nodes.
  */
@@ -16,9 +16,9 @@
  * It blocks in read() for the agent's life: the launcher's end is what
  * bounds it. Returns 0 or -errno.
  */
-int launcher_watch_start(int fd);
+int agent_launcher_watch_start(int fd);
 
 /* 1 once end of file was read on the launcher's connection. Thread-safe. */
-int launcher_lost(void);
+int agent_launcher_lost(void);
 
 #endif

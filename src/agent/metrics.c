@@ -36,7 +36,7 @@ static metrics_req request_line(const char *s, size_t n) {
   return get ? METRICS_REQ_GET : METRICS_REQ_HEAD;
 }
 
-metrics_req metrics_parse_request(const char *buf, size_t len) {
+metrics_req agent_metrics_parse_request(const char *buf, size_t len) {
   if (memchr(buf, '\0', len) != NULL) return METRICS_REQ_BAD;
   const char *nl = memchr(buf, '\n', len);
   if (nl == NULL) return len >= METRICS_REQ_MAX ? METRICS_REQ_BAD : METRICS_REQ_PARTIAL;
@@ -123,7 +123,7 @@ static void rank_values(const job *j, const worker *w, int64_t now, double v[R_C
   if (w->prog != NULL && w->prog->beaten) {
     v[R_BEAT_AGE] = (double)(now - w->prog->last_ms) / 1000;
     if (w->prog->step >= 0) v[R_STEP] = (double)w->prog->step;
-    double ms = progress_step_ms(w->prog);
+    double ms = agent_progress_step_ms(w->prog);
     if (ms > 0) v[R_STEP_SEC] = ms / 1000;
   }
 }
@@ -154,7 +154,7 @@ static void rank_metrics(FILE *f, const job *j, int64_t now) {
   }
 }
 
-char *metrics_text(job *j, int64_t now) {
+char *agent_metrics_text(job *j, int64_t now) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
@@ -170,14 +170,14 @@ char *metrics_text(job *j, int64_t now) {
 
 /* ---- the server ---- */
 
-void metrics_init(metrics *m) {
+void agent_metrics_init(metrics *m) {
   memset(m, 0, sizeof *m);
   m->listen_fd = -1;
   for (int i = 0; i < METRICS_MAX_CLIENTS; i++) m->c[i].fd = -1;
 }
 
-int metrics_open(metrics *m, int port, const char *file) {
-  metrics_init(m);
+int agent_metrics_open(metrics *m, int port, const char *file) {
+  agent_metrics_init(m);
   m->file = file;
   if (port == 0) return 0;
   int fd = -1, bound = 0;
@@ -202,7 +202,7 @@ static void client_close(metrics_client *c) {
   c->len = c->out_len = c->out_off = 0;
 }
 
-void metrics_close(metrics *m) {
+void agent_metrics_close(metrics *m) {
   for (int i = 0; i < METRICS_MAX_CLIENTS; i++) client_close(&m->c[i]);
   if (m->listen_fd >= 0) close(m->listen_fd);
   m->listen_fd = -1;
@@ -214,7 +214,7 @@ static int free_slot(const metrics *m) {
   return -1;
 }
 
-int metrics_pollfds(const metrics *m, struct pollfd *pfd) {
+int agent_metrics_pollfds(const metrics *m, struct pollfd *pfd) {
   int n = 0;
   /* A full house leaves new connections in the backlog. */
   if (m->listen_fd >= 0 && free_slot(m) >= 0)
@@ -239,7 +239,7 @@ static const char *const status_line[] = {
 static char *response(metrics_req r, job *j, size_t *len) {
   char *body;
   if (r == METRICS_REQ_GET || r == METRICS_REQ_HEAD)
-    body = metrics_text(j, base_now_ms());
+    body = agent_metrics_text(j, base_now_ms());
   else
     body = strdup(r == METRICS_REQ_NOT_FOUND    ? "not found\n"
                   : r == METRICS_REQ_BAD_METHOD ? "only GET and HEAD\n"
@@ -271,7 +271,7 @@ static void client_read(metrics_client *c, job *j) {
     return;
   }
   c->len += (size_t)got;
-  metrics_req r = metrics_parse_request(c->req, c->len);
+  metrics_req r = agent_metrics_parse_request(c->req, c->len);
   if (r == METRICS_REQ_PARTIAL) return;
   c->out = response(r, j, &c->out_len);
   if (c->out == NULL) client_close(c);
@@ -312,7 +312,7 @@ static void accept_all(metrics *m) {
   }
 }
 
-void metrics_serve(metrics *m, const struct pollfd *pfd, int n, job *j) {
+void agent_metrics_serve(metrics *m, const struct pollfd *pfd, int n, job *j) {
   for (int k = 0; k < n; k++) {
     if (pfd[k].revents == 0) continue;
     if (pfd[k].fd == m->listen_fd) {
@@ -348,14 +348,14 @@ static void write_file(const char *path, const char *text) {
   if (!ok || rename(tmp, path) != 0) unlink(tmp);
 }
 
-void metrics_flush(metrics *m, job *j) {
+void agent_metrics_flush(metrics *m, job *j) {
   if (m->file == NULL) return;
-  char *text = metrics_text(j, base_now_ms());
+  char *text = agent_metrics_text(j, base_now_ms());
   if (text != NULL) write_file(m->file, text);
   free(text);
 }
 
-int metrics_tick(metrics *m, job *j, int64_t now) {
+int agent_metrics_tick(metrics *m, job *j, int64_t now) {
   int next = -1;
   for (int i = 0; i < METRICS_MAX_CLIENTS; i++) {
     metrics_client *c = &m->c[i];
@@ -371,7 +371,7 @@ int metrics_tick(metrics *m, job *j, int64_t now) {
     if (now >= m->file_next_ms) {
       int64_t period = j->cfg->heartbeat_ms > 1000 ? j->cfg->heartbeat_ms : 1000;
       m->file_next_ms = now + period;
-      metrics_flush(m, j);
+      agent_metrics_flush(m, j);
     }
     int left = (int)(m->file_next_ms - now);
     if (next < 0 || left < next) next = left;

@@ -60,38 +60,38 @@ typedef enum metrics_req {
  * Parses the len bytes of a request received so far (pure; any bytes).
  * Complete once the empty line that ends the headers has come.
  */
-metrics_req metrics_parse_request(const char *buf, size_t len);
+metrics_req agent_metrics_parse_request(const char *buf, size_t len);
 
-/* No server, no file: metrics_close and the loop's calls do nothing. */
-void metrics_init(metrics *m);
+/* No server, no file: agent_metrics_close and the loop's calls do nothing. */
+void agent_metrics_init(metrics *m);
 
 /*
  * Listens on every address on port (0: none) and remembers file (NULL:
  * none). Returns 0 or -errno (the port is taken, ...).
  */
-int metrics_open(metrics *m, int port, const char *file);
-void metrics_close(metrics *m);
+int agent_metrics_open(metrics *m, int port, const char *file);
+void agent_metrics_close(metrics *m);
 
 struct job;
 
 /* Adds the server's descriptors to pfd (room for 1 + METRICS_MAX_CLIENTS);
  * returns how many. */
-int metrics_pollfds(const metrics *m, struct pollfd *pfd);
+int agent_metrics_pollfds(const metrics *m, struct pollfd *pfd);
 
-/* Handles what poll reported for the n descriptors metrics_pollfds gave. */
-void metrics_serve(metrics *m, const struct pollfd *pfd, int n, struct job *j);
+/* Handles what poll reported for the n descriptors agent_metrics_pollfds gave. */
+void agent_metrics_serve(metrics *m, const struct pollfd *pfd, int n, struct job *j);
 
 /*
  * The timers: closes connections past their deadline and rewrites the
  * file when due (once per heartbeat period). Returns the milliseconds until
  * the next is due, -1 for none.
  */
-int metrics_tick(metrics *m, struct job *j, int64_t now);
+int agent_metrics_tick(metrics *m, struct job *j, int64_t now);
 
 /* Rewrites the file now (the job's last state, at its end). */
-void metrics_flush(metrics *m, struct job *j);
+void agent_metrics_flush(metrics *m, struct job *j);
 
 /* The exposition text (malloc'ed), or NULL when out of memory. */
-char *metrics_text(struct job *j, int64_t now);
+char *agent_metrics_text(struct job *j, int64_t now);
 
 #endif

@@ -38,7 +38,7 @@ static void print_added(const doctor_result *net) {
   if (off > 0) fprintf(stderr, "cohort: network settings added: %s\n", line);
 }
 
-doctor_result *network_derive(int multinode, const char *master) {
+doctor_result *agent_network_derive(int multinode, const char *master) {
   doctor_config dc;
   memset(&dc, 0, sizeof dc);
   dc.master = master;

@@ -16,6 +16,6 @@
  * COHORT_DOCTOR_ROOT, when set, names a directory holding sys/, proc/,
  * dev/, lib/ and an ifaddrs file that stand for this machine.
  */
-doctor_result *network_derive(int multinode, const char *master);
+doctor_result *agent_network_derive(int multinode, const char *master);
 
 #endif

@@ -11,7 +11,8 @@ static const char *vendor_name(const topo *t) {
   return t->vendor == TOPO_AMD ? "AMD " : t->vendor == TOPO_NVIDIA ? "NVIDIA " : "";
 }
 
-int place_count(const topo *t, agent_nproc kind, int n, int *nproc, char *err, size_t errlen) {
+int agent_place_count(const topo *t, agent_nproc kind, int n, int *nproc, char *err,
+                      size_t errlen) {
   int gpus = t->ngpu;
   switch (kind) {
   case AGENT_NPROC_NUMBER:
@@ -218,8 +219,8 @@ static int plan_gpu(const topo *t, const cpu_set_t *allowed, agent_bind mode, in
   }
 }
 
-int place_plan(const topo *t, const cpu_set_t *allowed, agent_bind mode, int nproc, cpu_set_t *sets,
-               char *err, size_t errlen) {
+int agent_place_plan(const topo *t, const cpu_set_t *allowed, agent_bind mode, int nproc,
+                     cpu_set_t *sets, char *err, size_t errlen) {
   if (mode == AGENT_BIND_CORES || mode == AGENT_BIND_NUMA)
     return plan_cpu(t, allowed, mode, nproc, sets, err, errlen);
   if (nproc > t->ngpu) {
@@ -253,8 +254,8 @@ static void print_plan(const topo *t, const placement *p, agent_bind mode, FILE 
   }
 }
 
-int place_resolve(const agent_config *cfg, char *const *envp, FILE *log, placement *out, char *err,
-                  size_t errlen) {
+int agent_place_resolve(const agent_config *cfg, char *const *envp, FILE *log, placement *out,
+                        char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   out->nproc = cfg->nproc;
   if (cfg->nproc_kind == AGENT_NPROC_NUMBER && cfg->bind == AGENT_BIND_NONE) return 0;
@@ -262,7 +263,7 @@ int place_resolve(const agent_config *cfg, char *const *envp, FILE *log, placeme
   if (t == NULL) return -ENOMEM;
   topo_config tc = {cfg->sysfs_root, cfg->proc_root, cfg->dev_root, envp};
   int rc = topo_probe(&tc, t, err, errlen);
-  if (rc == 0) rc = place_count(t, cfg->nproc_kind, cfg->nproc, &out->nproc, err, errlen);
+  if (rc == 0) rc = agent_place_count(t, cfg->nproc_kind, cfg->nproc, &out->nproc, err, errlen);
   if (rc == 0 && cfg->bind != AGENT_BIND_NONE) {
     cpu_set_t allowed;
     out->cpus = calloc((size_t)out->nproc, sizeof *out->cpus);
@@ -272,16 +273,16 @@ int place_resolve(const agent_config *cfg, char *const *envp, FILE *log, placeme
     else if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
       rc = -errno;
     else
-      rc = place_plan(t, &allowed, cfg->bind, out->nproc, out->cpus, err, errlen);
+      rc = agent_place_plan(t, &allowed, cfg->bind, out->nproc, out->cpus, err, errlen);
     if (rc == 0) print_plan(t, out, cfg->bind, log);
   }
   free(t);
-  if (rc != 0) place_free(out);
+  if (rc != 0) agent_place_free(out);
   if (rc == -ENOMEM || (rc != 0 && err[0] == '\0')) snprintf(err, errlen, "%s", strerror(-rc));
   return rc;
 }
 
-void place_free(placement *p) {
+void agent_place_free(placement *p) {
   free(p->cpus);
   p->cpus = NULL;
 }

@@ -3,9 +3,9 @@
  * `--nproc-per-node cpu|gpu|auto` counted on the node, torchrun's
  * `--numa-binding` and cohort's `--cpu-bind` (docs/torchrun.md).
  *
- * place_count() and place_plan() are pure functions of a topology (topo.h)
+ * agent_place_count() and agent_place_plan() are pure functions of a topology (topo.h)
  * and the CPUs the agent may use, so tests run them on fixture trees;
- * place_resolve() reads the machine (or the roots the configuration names)
+ * agent_place_resolve() reads the machine (or the roots the configuration names)
  * and does both, once, when the agent starts.
  *
  * The plans, local rank i on the visible GPU i where a GPU is involved:
@@ -45,7 +45,7 @@ typedef struct placement {
  * given). Returns 0, or -ENODEV with one line in err (gpu on a node that
  * shows none).
  */
-int place_count(const topo *t, agent_nproc kind, int n, int *nproc, char *err, size_t errlen);
+int agent_place_count(const topo *t, agent_nproc kind, int n, int *nproc, char *err, size_t errlen);
 
 /*
  * The CPU set of each of nproc local ranks under mode (not AGENT_BIND_NONE),
@@ -54,8 +54,8 @@ int place_count(const topo *t, agent_nproc kind, int n, int *nproc, char *err, s
  * GPU mode with fewer visible GPUs than ranks, a GPU whose NUMA node has no
  * allowed CPU.
  */
-int place_plan(const topo *t, const cpu_set_t *allowed, agent_bind mode, int nproc, cpu_set_t *sets,
-               char *err, size_t errlen);
+int agent_place_plan(const topo *t, const cpu_set_t *allowed, agent_bind mode, int nproc,
+                     cpu_set_t *sets, char *err, size_t errlen);
 
 /*
  * Counts and plans for cfg on this machine (cfg's roots, envp for
@@ -64,9 +64,9 @@ int place_plan(const topo *t, const cpu_set_t *allowed, agent_bind mode, int npr
  * asks for a number of workers and no binding. Returns 0 or -errno with
  * one line in err.
  */
-int place_resolve(const agent_config *cfg, char *const *envp, FILE *log, placement *out, char *err,
-                  size_t errlen);
+int agent_place_resolve(const agent_config *cfg, char *const *envp, FILE *log, placement *out,
+                        char *err, size_t errlen);
 
-void place_free(placement *p);
+void agent_place_free(placement *p);
 
 #endif

@@ -25,7 +25,7 @@ static int create_empty(const char *path, struct stat *st) {
   return rc;
 }
 
-int progress_init(progress *p, int rank, const char *path, int64_t now) {
+int agent_progress_init(progress *p, int rank, const char *path, int64_t now) {
   memset(p, 0, sizeof *p);
   p->rank = rank;
   p->step = -1;
@@ -42,7 +42,7 @@ int progress_init(progress *p, int rank, const char *path, int64_t now) {
   return 0;
 }
 
-int progress_watch_auto(progress *p) {
+int agent_progress_watch_auto(progress *p) {
   char path[PROGRESS_PATH_MAX + 8];
   snprintf(path, sizeof path, "%s.auto", p->path);
   struct stat st;
@@ -69,7 +69,7 @@ static void poll_auto(progress *p, int64_t now) {
   if (st.st_size > 0) p->started = 1; /* a collective or a DDP step completed */
 }
 
-void progress_output(progress *p, int64_t now) {
+void agent_progress_output(progress *p, int64_t now) {
   p->started = 1;
   if (!p->beaten || (p->problems & BAD_BLIND)) p->last_ms = now;
 }
@@ -114,7 +114,7 @@ static int read_step(int fd, int64_t *step) {
   return base_parse_i64(buf + b, 0, INT64_MAX, step) == 0 ? 1 : -1;
 }
 
-int progress_poll(progress *p, int64_t now, char *msg, size_t msglen) {
+int agent_progress_poll(progress *p, int64_t now, char *msg, size_t msglen) {
   poll_auto(p, now);
   int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
@@ -150,7 +150,7 @@ out:
   return rc;
 }
 
-int64_t progress_silent_ms(const progress *p, int64_t now) {
+int64_t agent_progress_silent_ms(const progress *p, int64_t now) {
   return now - p->last_ms;
 }
 
@@ -164,7 +164,7 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-double progress_step_ms(const progress *p) {
+double agent_progress_step_ms(const progress *p) {
   if (p->nsteps < PROGRESS_MIN_STEPS) return 0;
   double v[PROGRESS_WINDOW];
   memcpy(v, p->step_ms, sizeof v);
@@ -179,8 +179,8 @@ static double median_of_others(const double *step_ms, int n, int skip, double *s
   return k > 0 ? median(scratch, k) : 0;
 }
 
-int progress_stragglers(const double *step_ms, int n, double factor, int *flagged, int *out,
-                        double *ratio) {
+int agent_progress_stragglers(const double *step_ms, int n, double factor, int *flagged, int *out,
+                              double *ratio) {
   if (factor <= 0 || n < 2) return 0;
   double *scratch = malloc((size_t)n * sizeof *scratch);
   if (scratch == NULL) return 0;

@@ -9,11 +9,11 @@
  * longer says it is alive.
  *
  * The file may be deleted, replaced by a directory or filled with garbage by
- * the worker; none of that is an error of the agent. progress_poll() reports
+ * the worker; none of that is an error of the agent. agent_progress_poll() reports
  * each such state in one line, once, and the rank's progress is then what
  * is left (its output until it beats again).
  *
- * Automatic progress: the file <path>.auto (progress_watch_auto) is touched
+ * Automatic progress: the file <path>.auto (agent_progress_watch_auto) is touched
  * by the agent's Python start-up hook when the rank's Python stack moves,
  * and written (non-empty) once a collective or a DDP step completed. A
  * touch is progress but neither a beat nor the end of the start-up (a
@@ -21,7 +21,7 @@
  *
  * Step times: each rise of the step number gives a step duration, measured
  * between the file's modification times; the median of the last
- * PROGRESS_WINDOW of them is the rank's step time. progress_stragglers()
+ * PROGRESS_WINDOW of them is the rank's step time. agent_progress_stragglers()
  * compares those across ranks.
  *
  * Thread safety: none; the agent's loop owns these.
@@ -52,7 +52,7 @@ typedef struct progress {
   off_t size;
   ino_t ino;
   unsigned problems; /* the bad states already reported (bit per kind) */
-  /* <path>.auto as last seen: automatic progress (progress_watch_auto) */
+  /* <path>.auto as last seen: automatic progress (agent_progress_watch_auto) */
   int auto_on;
   struct timespec auto_mtime;
   off_t auto_size;
@@ -68,28 +68,28 @@ typedef struct progress {
  * worker can write it; the creation is no beat). now: base_now_ms().
  * Returns 0 or -errno (the path is too long, the file cannot be created).
  */
-int progress_init(progress *p, int rank, const char *path, int64_t now);
+int agent_progress_init(progress *p, int rank, const char *path, int64_t now);
 
 /* Creates <path>.auto (empty) and counts its changes as automatic
  * progress. 0 or -errno. */
-int progress_watch_auto(progress *p);
+int agent_progress_watch_auto(progress *p);
 
 /* The rank printed a line: progress, until its first beat. */
-void progress_output(progress *p, int64_t now);
+void agent_progress_output(progress *p, int64_t now);
 
 /*
  * Looks at the heartbeat file: a beat moves last_ms (and the step and step
  * times when a number was written). Returns 1 and one line in msg when the
  * file turned bad in a way not reported before, else 0.
  */
-int progress_poll(progress *p, int64_t now, char *msg, size_t msglen);
+int agent_progress_poll(progress *p, int64_t now, char *msg, size_t msglen);
 
 /* Milliseconds since the rank last made progress. */
-int64_t progress_silent_ms(const progress *p, int64_t now);
+int64_t agent_progress_silent_ms(const progress *p, int64_t now);
 
 /* The median of the rank's recent step times in ms, 0 while fewer than
  * PROGRESS_MIN_STEPS are known. */
-double progress_step_ms(const progress *p);
+double agent_progress_step_ms(const progress *p);
 
 /*
  * Stragglers among n ranks given their step times (0: unknown): a rank
@@ -100,7 +100,7 @@ double progress_step_ms(const progress *p);
  * out[] with their ratio to the median, and their count is returned.
  * factor <= 0 turns this off (returns 0). Needs two known ranks.
  */
-int progress_stragglers(const double *step_ms, int n, double factor, int *flagged, int *out,
-                        double *ratio);
+int agent_progress_stragglers(const double *step_ms, int n, double factor, int *flagged, int *out,
+                              double *ratio);
 
 #endif

@@ -50,9 +50,9 @@ static char *answer_json(const job *j, int64_t req, const stacks_dump *d, int n)
   return text;
 }
 
-void remote_stacks_tick(job *j, int64_t *seen) {
+void agent_remote_stacks_tick(job *j, int64_t *seen) {
   int64_t req = 0;
-  if (cluster_stacks_requested(&j->cl, &req) != 0 || req <= *seen) return;
+  if (agent_cluster_stacks_requested(&j->cl, &req) != 0 || req <= *seen) return;
   *seen = req;
   stacks_target *t = calloc((size_t)j->nworkers, sizeof *t);
   stacks_dump *d = calloc((size_t)j->nworkers, sizeof *d);
@@ -68,7 +68,7 @@ void remote_stacks_tick(job *j, int64_t *seen) {
   for (int i = 0; i < j->nworkers; i++) {
     if (!j->workers[i].running) continue;
     char hb[256];
-    if (py != NULL) hang_paths(&j->hang, i, hb, sizeof hb, py[n], sizeof py[n]);
+    if (py != NULL) agent_hang_paths(&j->hang, i, hb, sizeof hb, py[n], sizeof py[n]);
     t[n] = (stacks_target){.rank = j->workers[i].rank, .pid = j->workers[i].pid};
     t[n].py_file = py != NULL ? py[n] : NULL;
     t[n].no_py = j->hang.prog == NULL ? no_py : NULL;
@@ -78,11 +78,11 @@ void remote_stacks_tick(job *j, int64_t *seen) {
   stacks_opts so = {.path = path != NULL ? path : "/usr/bin:/bin",
                     .proc_root = "/proc",
                     .deadline_ms = base_deadline_in(REMOTE_STACKS_MS)};
-  if (stacks_collect(t, n, &so, d) != 0) goto out;
+  if (agent_stacks_collect(t, n, &so, d) != 0) goto out;
   char *text = answer_json(j, req, d, n);
-  if (text != NULL) cluster_publish_stacks(&j->cl, text);
+  if (text != NULL) agent_cluster_publish_stacks(&j->cl, text);
   free(text);
-  stacks_dump_free(d, n);
+  agent_stacks_dump_free(d, n);
 out:
   free(py);
   free(t);

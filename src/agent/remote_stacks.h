@@ -20,6 +20,6 @@
 struct job;
 
 /* Answers a pending request, if any (*seen: the last request answered). */
-void remote_stacks_tick(struct job *j, int64_t *seen);
+void agent_remote_stacks_tick(struct job *j, int64_t *seen);
 
 #endif

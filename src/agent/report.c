@@ -27,18 +27,18 @@ static void node_prefix(const job *j, char *out, size_t outlen) {
   if (j->cl.multinode) snprintf(out, outlen, "node %d (%s): ", j->cl.plan.my_index, j->cl.hostname);
 }
 
-void report_worker_failure(job *j, int index) {
+void agent_report_worker_failure(job *j, int index) {
   worker *f = &j->workers[index];
   /* The worker has exited: what it printed last is already in the pipes. */
-  worker_stream_read(f, &f->out);
-  worker_stream_read(f, &f->err);
+  agent_worker_stream_read(f, &f->out);
+  agent_worker_stream_read(f, &f->err);
   char how[128], tail[WATCH_REPORT_MAX / 2];
-  worker_describe_status(f->status, how, sizeof how);
+  agent_worker_describe_status(f->status, how, sizeof how);
   tail_lines(f, tail, sizeof tail);
   char where[BASE_HOST_MAX + 32];
   node_prefix(j, where, sizeof where);
   char exc[1024] = "", path[256];
-  job_error_file(j, f->rank, path, sizeof path);
+  agent_job_error_file(j, f->rank, path, sizeof path);
   if (path[0] != '\0') {
     char msg[900];
     if (agent_error_file_message(path, msg, sizeof msg) == 0)
@@ -48,14 +48,14 @@ void report_worker_failure(job *j, int index) {
            f->rank, f->local_rank, (int)f->pid, how, exc, tail[0] ? "\n" : "", tail);
 }
 
-void report_outcome(job *j, attempt_outcome o) {
+void agent_report_outcome(job *j, attempt_outcome o) {
   char where[BASE_HOST_MAX + 32];
   node_prefix(j, where, sizeof where);
   const char *sn = sigabbrev_np(j->stop_signal);
   if (o == ATTEMPT_EXEC_ERROR)
     snprintf(j->report, sizeof j->report, "%scannot execute '%s': %s", where, j->cfg->argv[0],
              strerror(j->exec_errno));
-  else if (o == ATTEMPT_SIGNALED && launcher_lost())
+  else if (o == ATTEMPT_SIGNALED && agent_launcher_lost())
     snprintf(j->report, sizeof j->report, "%slost the connection to the launcher", where);
   else if (o == ATTEMPT_SIGNALED)
     snprintf(j->report, sizeof j->report, "%scohort run was stopped by SIG%s", where,
@@ -64,7 +64,7 @@ void report_outcome(job *j, attempt_outcome o) {
     snprintf(j->report, sizeof j->report, "%sinternal error of the agent", where);
 }
 
-void report_cause(const job *j, char *out, size_t outlen) {
+void agent_report_cause(const job *j, char *out, size_t outlen) {
   if (!j->remote_failed && j->first_failed >= 0) {
     snprintf(out, outlen, "rank %d failed", j->workers[j->first_failed].rank);
     return;
@@ -93,12 +93,12 @@ static void print_cause(const job *j, attempt_outcome o, FILE *f) {
 static void print_workers(const job *j) {
   char node[32] = "", cause[256];
   if (j->cl.multinode) snprintf(node, sizeof node, "node %d: ", j->cl.plan.my_index);
-  report_cause(j, cause, sizeof cause);
+  agent_report_cause(j, cause, sizeof cause);
   for (int i = 0; i < j->nworkers; i++) {
     const worker *w = &j->workers[i];
     if (i == j->first_failed || w->pid <= 0) continue;
     char st[128];
-    worker_describe_status(w->status, st, sizeof st);
+    agent_worker_describe_status(w->status, st, sizeof st);
     if (w->was_frozen)
       fprintf(
           stderr,
@@ -108,7 +108,7 @@ static void print_workers(const job *j) {
       const char *sn = sigabbrev_np(w->stopped_by);
       fprintf(stderr, "cohort: %srank %d: stopped by cohort (SIG%s) after %s; %s\n", node, w->rank,
               sn ? sn : "?", cause, st);
-    } else if (!worker_succeeded(w)) {
+    } else if (!agent_worker_succeeded(w)) {
       fprintf(stderr, "cohort: %srank %d: also %s\n", node, w->rank, st);
     }
   }
@@ -134,7 +134,7 @@ static void write_termination_log(const job *j, attempt_outcome o) {
   if (fclose(f) != 0) base_log(BASE_LOG_WARN, "cannot write the termination message to %s", path);
 }
 
-void report_print(const job *j, attempt_outcome o) {
+void agent_report_print(const job *j, attempt_outcome o) {
   if (!j->cl.multinode && o != ATTEMPT_FAILED && o != ATTEMPT_HUNG) {
     /* The agent's own end on one node: one line says it all. */
     fprintf(stderr, "cohort: %s\n", j->report);

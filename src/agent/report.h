@@ -14,17 +14,17 @@
 
 /* The root cause of worker `index`'s failure, into j->report: how it ended,
  * the exception of its error file, its last lines. */
-void report_worker_failure(job *j, int index);
+void agent_report_worker_failure(job *j, int index);
 
 /* A failure that is not a worker's (outcome EXEC_ERROR, SIGNALED or
  * INTERNAL), into j->report; prefixed with this node across nodes. */
-void report_outcome(job *j, attempt_outcome o);
+void agent_report_outcome(job *j, attempt_outcome o);
 
 /* The short form of the cause for the "stopped by cohort after ..." lines:
  * "rank N failed" for a failure here, else the report's first line. */
-void report_cause(const job *j, char *out, size_t outlen);
+void agent_report_cause(const job *j, char *out, size_t outlen);
 
 /* Prints the report of a failed attempt to stderr. */
-void report_print(const job *j, attempt_outcome o);
+void agent_report_print(const job *j, attempt_outcome o);
 
 #endif

@@ -19,13 +19,13 @@ static volatile sig_atomic_t no_workers = 1;
  * async-signal-safe) when a signal ends the agent. */
 static char sig_err_dir[128];
 
-int signals_is_stop(int sig) {
+int agent_signals_is_stop(int sig) {
   return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
 }
 
 static void on_signal(int sig) {
   int saved = errno;
-  if (no_workers && signals_is_stop(sig)) {
+  if (no_workers && agent_signals_is_stop(sig)) {
     if (sig_err_dir[0] != '\0') rmdir(sig_err_dir);
     signal(sig, SIG_DFL);
     raise(sig);
@@ -36,7 +36,7 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
-int signals_install(void) {
+int agent_signals_install(void) {
   if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -50,7 +50,7 @@ int signals_install(void) {
   return 0;
 }
 
-void signals_restore(void) {
+void agent_signals_restore(void) {
   signal(SIGCHLD, SIG_DFL);
   for (size_t i = 0; i < BASE_ARRAY_LEN(forwarded_signals); i++)
     signal(forwarded_signals[i], SIG_DFL);
@@ -61,23 +61,23 @@ void signals_restore(void) {
   sig_err_dir[0] = '\0';
 }
 
-int signals_fd(void) {
+int agent_signals_fd(void) {
   return sig_pipe[0];
 }
 
-int signals_notify_fd(void) {
+int agent_signals_notify_fd(void) {
   return sig_pipe[1];
 }
 
-ssize_t signals_read(unsigned char *buf, size_t len) {
+ssize_t agent_signals_read(unsigned char *buf, size_t len) {
   ssize_t got = read(sig_pipe[0], buf, len);
   return got > 0 ? got : 0;
 }
 
-void signals_set_workers(int running) {
+void agent_signals_set_workers(int running) {
   no_workers = !running;
 }
 
-void signals_set_dir(const char *dir) {
+void agent_signals_set_dir(const char *dir) {
   base_strlcpy(sig_err_dir, dir, sizeof sig_err_dir);
 }

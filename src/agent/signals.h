@@ -16,24 +16,24 @@
 
 /* Creates the pipe and installs the handlers (SIGCHLD, the stop signals,
  * SIGUSR1/2, SIGQUIT; SIGPIPE ignored). Returns 0 or -errno. */
-int signals_install(void);
+int agent_signals_install(void);
 /* Default dispositions back, the pipe closed. */
-void signals_restore(void);
+void agent_signals_restore(void);
 
 /* The read end, for poll(). */
-int signals_fd(void);
+int agent_signals_fd(void);
 /* The write end, for other threads' notifications (WATCH_NOTIFY_BYTE). */
-int signals_notify_fd(void);
+int agent_signals_notify_fd(void);
 /* Reads the events pending (non-blocking): their count, 0 when none. */
-ssize_t signals_read(unsigned char *buf, size_t len);
+ssize_t agent_signals_read(unsigned char *buf, size_t len);
 
 /* Whether workers exist: without them a stop signal ends the agent at once. */
-void signals_set_workers(int running);
+void agent_signals_set_workers(int running);
 /* A directory (the error files') for the handler to remove when a signal
  * ends the agent; "" for none. */
-void signals_set_dir(const char *dir);
+void agent_signals_set_dir(const char *dir);
 
 /* 1 for the signals that stop the job (SIGINT, SIGTERM, SIGHUP). */
-int signals_is_stop(int sig);
+int agent_signals_is_stop(int sig);
 
 #endif

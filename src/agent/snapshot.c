@@ -27,7 +27,7 @@ static ssize_t read_small(const char *path, char *buf, size_t len) {
   return n;
 }
 
-int snapshot_proc(pid_t pid, int64_t *ticks, int64_t *rss_bytes) {
+int agent_snapshot_proc(pid_t pid, int64_t *ticks, int64_t *rss_bytes) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   ssize_t n = read_small(path, buf, sizeof buf);
@@ -100,11 +100,11 @@ static json_t *rank_json(snapshot *s, const worker *w, int i, int64_t now) {
   if (w->prog != NULL && w->prog->beaten) {
     if (w->prog->step >= 0) json_object_set_new(r, "step", json_integer(w->prog->step));
     json_object_set_new(r, "beat_age_ms", json_integer(now - w->prog->last_ms));
-    double step_ms = progress_step_ms(w->prog);
+    double step_ms = agent_progress_step_ms(w->prog);
     if (step_ms > 0) json_object_set_new(r, "step_ms", json_real(step_ms));
   }
   int64_t ticks = 0, rss = 0;
-  if (w->running && snapshot_proc(w->pid, &ticks, &rss) == 0) {
+  if (w->running && agent_snapshot_proc(w->pid, &ticks, &rss) == 0) {
     json_object_set_new(r, "cpu_percent", json_real(cpu_percent(s, w, i, ticks, now)));
     json_object_set_new(r, "rss_bytes", json_integer(rss));
   }
@@ -131,7 +131,7 @@ static json_t *node_json(const job *j) {
   return o;
 }
 
-char *snapshot_json(job *j, int64_t now) {
+char *agent_snapshot_json(job *j, int64_t now) {
   json_t *o = node_json(j);
   json_t *ranks = json_array();
   char *text = NULL;
@@ -146,16 +146,16 @@ char *snapshot_json(job *j, int64_t now) {
   return text;
 }
 
-int snapshot_tick(job *j, int64_t now) {
+int agent_snapshot_tick(job *j, int64_t now) {
   int64_t period = j->cfg->heartbeat_ms > 0 ? j->cfg->heartbeat_ms : 500;
   if (now >= j->snap.next_ms) {
     j->snap.next_ms = now + period;
-    char *text = snapshot_json(j, now);
-    if (text != NULL) cluster_publish_status(&j->cl, text);
+    char *text = agent_snapshot_json(j, now);
+    if (text != NULL) agent_cluster_publish_status(&j->cl, text);
     free(text);
-    remote_stacks_tick(j, &j->snap.stacks_seen);
+    agent_remote_stacks_tick(j, &j->snap.stacks_seen);
   }
-  straggle_tick(j, now);
+  agent_straggle_tick(j, now);
   int64_t left = j->snap.next_ms - base_now_ms();
   return left < 0 ? 0 : (int)left;
 }

@@ -40,15 +40,15 @@ struct job;
  * milliseconds until the next is due. A store that does not answer costs
  * at most a short deadline; the snapshot is then skipped.
  */
-int snapshot_tick(struct job *j, int64_t now);
+int agent_snapshot_tick(struct job *j, int64_t now);
 
 /* The snapshot as JSON text (malloc'ed), or NULL when out of memory. */
-char *snapshot_json(struct job *j, int64_t now);
+char *agent_snapshot_json(struct job *j, int64_t now);
 
 /*
  * CPU time (utime + stime, clock ticks) and RSS (bytes) of pid from
  * /proc/PID/stat and /proc/PID/statm. Returns 0 or -errno (-ESRCH gone).
  */
-int snapshot_proc(pid_t pid, int64_t *ticks, int64_t *rss_bytes);
+int agent_snapshot_proc(pid_t pid, int64_t *ticks, int64_t *rss_bytes);
 
 #endif

@@ -23,7 +23,7 @@
 #define PY_WAIT_MS 1500
 #define POLL_MS 20
 
-int stacks_py_signal(void) {
+int agent_stacks_py_signal(void) {
   return SIGRTMIN + STACKS_PY_SIGNAL_OFFSET;
 }
 
@@ -125,7 +125,7 @@ static int start_tool(const char *tool, const char *name, pid_t pid, slot *s) {
 
 /* Sends the Python dump signal to the targets whose hook is listening. */
 static void python_request(const stacks_target *t, int n, const stacks_opts *o, slot *s) {
-  int sig = stacks_py_signal();
+  int sig = agent_stacks_py_signal();
   for (int i = 0; i < n; i++) {
     if (t[i].py_file == NULL || !catches_signal(o->proc_root, t[i].pid, sig)) continue;
     /* The hook appends (O_APPEND): emptying the file first leaves only this dump. */
@@ -297,7 +297,7 @@ static void write_file(const stacks_opts *o, const stacks_dump *d) {
   close(fd);
 }
 
-int stacks_collect(const stacks_target *t, int n, const stacks_opts *o, stacks_dump *out) {
+int agent_stacks_collect(const stacks_target *t, int n, const stacks_opts *o, stacks_dump *out) {
   slot *s = calloc((size_t)(n > 0 ? n : 1), sizeof *s);
   if (s == NULL) return -ENOMEM;
   for (int i = 0; i < n; i++) s[i].out_fd = -1;
@@ -323,7 +323,7 @@ int stacks_collect(const stacks_target *t, int n, const stacks_opts *o, stacks_d
   return 0;
 }
 
-void stacks_dump_free(stacks_dump *d, int n) {
+void agent_stacks_dump_free(stacks_dump *d, int n) {
   for (int i = 0; d != NULL && i < n; i++) {
     free(d[i].text);
     d[i].text = NULL;
@@ -499,7 +499,7 @@ static int user_frame(const frame *f, int python) {
          strncmp(f->file, "/usr/lib/python", 15) != 0 && f->file[0] != '<';
 }
 
-void stacks_classify(const stacks_dump *d, stacks_verdict *v) {
+void agent_stacks_classify(const stacks_dump *d, stacks_verdict *v) {
   memset(v, 0, sizeof *v);
   v->rank = d->rank;
   if (d->kind != STACKS_PYTHON && d->kind != STACKS_NATIVE) {
@@ -581,7 +581,7 @@ static int keep_any(const stacks_verdict *v, int arg, int i) {
   return 1;
 }
 
-int stacks_blame(const stacks_verdict *v, const int64_t *silent_ms, int n, const char **why) {
+int agent_stacks_blame(const stacks_verdict *v, const int64_t *silent_ms, int n, const char **why) {
   if (n <= 0) return -1;
   int i = longest_silent(v, silent_ms, n, keep_not_waiting, 0);
   if (i >= 0) {
@@ -612,7 +612,7 @@ int stacks_blame(const stacks_verdict *v, const int64_t *silent_ms, int n, const
   return longest_silent(v, silent_ms, n, keep_any, 0);
 }
 
-void stacks_rank_list(const int *ranks, int n, char *out, size_t outlen) {
+void agent_stacks_rank_list(const int *ranks, int n, char *out, size_t outlen) {
   size_t off = 0;
   out[0] = '\0';
   for (int i = 0; i < n && off < outlen;) {
@@ -631,7 +631,7 @@ static int cmp_rank(const void *a, const void *b) {
   return ((*x)->rank > (*y)->rank) - ((*x)->rank < (*y)->rank);
 }
 
-void stacks_group_lines(const stacks_verdict *v, int n, int skip, char *out, size_t outlen) {
+void agent_stacks_group_lines(const stacks_verdict *v, int n, int skip, char *out, size_t outlen) {
   out[0] = '\0';
   const stacks_verdict **order = calloc((size_t)(n > 0 ? n : 1), sizeof *order);
   int *ranks = calloc((size_t)(n > 0 ? n : 1), sizeof *ranks);
@@ -650,7 +650,7 @@ void stacks_group_lines(const stacks_verdict *v, int n, int skip, char *out, siz
       ranks[k++] = order[j]->rank;
     }
     char list[512];
-    stacks_rank_list(ranks, k, list, sizeof list);
+    agent_stacks_rank_list(ranks, k, list, sizeof list);
     const char *how = order[i]->in_collective ? "waiting in" : order[i]->collected ? "in" : "";
     off += (size_t)snprintf(out + off, outlen - off, "%s%s %s %s %s", off ? "\n" : "",
                             k > 1 ? "ranks" : "rank", list, how, order[i]->where);
@@ -661,8 +661,8 @@ out:
   free(done);
 }
 
-int stacks_report(const stacks_verdict *v, const stacks_place *at, int n, const char *stacks_dir,
-                  char *out, size_t outlen) {
+int agent_stacks_report(const stacks_verdict *v, const stacks_place *at, int n,
+                        const char *stacks_dir, char *out, size_t outlen) {
   out[0] = '\0';
   int64_t *silent = calloc((size_t)(n > 0 ? n : 1), sizeof *silent);
   if (silent == NULL || n <= 0) {
@@ -671,14 +671,14 @@ int stacks_report(const stacks_verdict *v, const stacks_place *at, int n, const 
   }
   for (int i = 0; i < n; i++) silent[i] = at[i].silent_ms;
   const char *why = "";
-  int c = stacks_blame(v, silent, n, &why);
+  int c = agent_stacks_blame(v, silent, n, &why);
   free(silent);
   size_t off = (size_t)snprintf(
       out, outlen,
       "job hung: rank %d (node %d, %s, pid %d) made no progress for %.1f s and %s: %s\n%s",
       v[c].rank, at[c].node, at[c].host, (int)at[c].pid, (double)at[c].silent_ms / 1000, why,
       v[c].where, v[c].frames);
-  if (off < outlen) stacks_group_lines(v, n, c, out + off, outlen - off);
+  if (off < outlen) agent_stacks_group_lines(v, n, c, out + off, outlen - off);
   off = strlen(out);
   if (stacks_dir != NULL && off < outlen)
     snprintf(out + off, outlen - off, "%sfull stacks: %s/rank<R>.txt on each node",

@@ -1,7 +1,7 @@
 /*
  * stacks.h - the stacks of running workers, and what they say about a hang.
  *
- * Collection (stacks_collect): for each process, in parallel and within one
+ * Collection (agent_stacks_collect): for each process, in parallel and within one
  * deadline,
  *  - a Python worker that loaded cohort's start-up hook (python/ beside this
  *    file, put on PYTHONPATH by the agent) catches STACKS_PY_SIGNAL and has
@@ -15,7 +15,7 @@
  *    /proc/PID/stat and /proc/PID/wchan, plus one line saying what to install.
  * Each process's text goes to DIR/rank<R>.txt when a directory is given.
  *
- * Classification (stacks_classify): a rank whose main thread waits inside a
+ * Classification (agent_stacks_classify): a rank whose main thread waits inside a
  * collective (torch.distributed, DDP's backward, gloo, NCCL, c10d, libcohort)
  * is a victim; one that does not is a cause. The verdict also carries the
  * place where the rank is ("all_reduce, train.py:41") for grouping, and the
@@ -65,16 +65,16 @@ typedef struct stacks_dump {
 } stacks_dump;
 
 /* The signal number the Python hook is told to catch (SIGRTMIN + offset). */
-int stacks_py_signal(void);
+int agent_stacks_py_signal(void);
 
 /*
  * Collects the stacks of n targets into out[0..n) (free with
- * stacks_dump_free). Returns 0, or -errno when nothing could be started
+ * agent_stacks_dump_free). Returns 0, or -errno when nothing could be started
  * (out of memory); a process that cannot be inspected gets a text saying
  * why, not an error. Waits its own children by pid only.
  */
-int stacks_collect(const stacks_target *t, int n, const stacks_opts *o, stacks_dump *out);
-void stacks_dump_free(stacks_dump *d, int n);
+int agent_stacks_collect(const stacks_target *t, int n, const stacks_opts *o, stacks_dump *out);
+void agent_stacks_dump_free(stacks_dump *d, int n);
 
 typedef struct stacks_verdict {
   int rank;
@@ -85,7 +85,7 @@ typedef struct stacks_verdict {
 } stacks_verdict;
 
 /* Reads a dump's main thread (Python or native text) into a verdict. */
-void stacks_classify(const stacks_dump *d, stacks_verdict *v);
+void agent_stacks_classify(const stacks_dump *d, stacks_verdict *v);
 
 /*
  * The rank to blame among n verdicts, by index (silent_ms[i]: how long rank
@@ -95,14 +95,14 @@ void stacks_classify(const stacks_dump *d, stacks_verdict *v);
  * while all others wait; else the longest silent. *why receives the reason
  * in words (static storage). Returns -1 when n is 0.
  */
-int stacks_blame(const stacks_verdict *v, const int64_t *silent_ms, int n, const char **why);
+int agent_stacks_blame(const stacks_verdict *v, const int64_t *silent_ms, int n, const char **why);
 
 /*
  * The others grouped by where they are, one line each, ranks in order:
  * "ranks 0-2,5 waiting in all_reduce, train.py:41" (skip: the index left
  * out, the cause; -1 none).
  */
-void stacks_group_lines(const stacks_verdict *v, int n, int skip, char *out, size_t outlen);
+void agent_stacks_group_lines(const stacks_verdict *v, int n, int skip, char *out, size_t outlen);
 
 /* Where a rank runs and how long it has been silent, for the report. */
 typedef struct stacks_place {
@@ -118,10 +118,10 @@ typedef struct stacks_place {
  * frames, the others grouped by place, and where the full stacks are
  * (stacks_dir, or NULL). Returns the index of the cause, -1 when n is 0.
  */
-int stacks_report(const stacks_verdict *v, const stacks_place *at, int n, const char *stacks_dir,
-                  char *out, size_t outlen);
+int agent_stacks_report(const stacks_verdict *v, const stacks_place *at, int n,
+                        const char *stacks_dir, char *out, size_t outlen);
 
 /* "0-2,5" for a sorted list of ranks. */
-void stacks_rank_list(const int *ranks, int n, char *out, size_t outlen);
+void agent_stacks_rank_list(const int *ranks, int n, char *out, size_t outlen);
 
 #endif

@@ -55,7 +55,8 @@ static double others_median(const double *step_ms, int n, int i) {
 static void compare(straggle *s, double factor, const double *step_ms, const rank_place *at) {
   int *out = malloc((size_t)s->n * sizeof *out);
   double *ratio = malloc((size_t)s->n * sizeof *ratio);
-  int found = out && ratio ? progress_stragglers(step_ms, s->n, factor, s->flagged, out, ratio) : 0;
+  int found =
+      out && ratio ? agent_progress_stragglers(step_ms, s->n, factor, s->flagged, out, ratio) : 0;
   for (int k = 0; k < found; k++) {
     int r = out[k];
     fprintf(stderr,
@@ -76,7 +77,7 @@ static int track(straggle *s, int world) {
   return s->flagged != NULL ? 0 : -1;
 }
 
-void straggle_tick(job *j, int64_t now) {
+void agent_straggle_tick(job *j, int64_t now) {
   straggle *s = &j->strag;
   int nodes = j->cl.plan.nnodes, world = j->cl.plan.world_size;
   if (j->cfg->straggler_factor <= 0 || j->cl.plan.my_index != 0 || now < s->next_ms) return;
@@ -85,7 +86,8 @@ void straggle_tick(job *j, int64_t now) {
   char **texts = calloc((size_t)nodes, sizeof *texts);
   double *step_ms = calloc((size_t)world, sizeof *step_ms);
   rank_place *at = calloc((size_t)world, sizeof *at);
-  if (texts != NULL && step_ms != NULL && at != NULL && cluster_read_status(&j->cl, texts) == 0) {
+  if (texts != NULL && step_ms != NULL && at != NULL &&
+      agent_cluster_read_status(&j->cl, texts) == 0) {
     for (int k = 0; k < nodes; k++)
       if (texts[k] != NULL) read_node(texts[k], world, step_ms, at);
     compare(s, j->cfg->straggler_factor, step_ms, at);
@@ -96,7 +98,7 @@ void straggle_tick(job *j, int64_t now) {
   free(at);
 }
 
-void straggle_free(straggle *s) {
+void agent_straggle_free(straggle *s) {
   free(s->flagged);
   *s = (straggle){0};
 }

@@ -3,10 +3,10 @@
  * persistently slower than the others', reported on node 0.
  *
  * Each rank's step time is the median of its last steps, from the step
- * numbers it writes to its heartbeat file (progress.h: progress_step_ms).
+ * numbers it writes to its heartbeat file (progress.h: agent_progress_step_ms).
  * Every node publishes them in its status snapshot (snapshot.c: step_ms);
  * node 0 reads every node's snapshot every STRAGGLE_PERIOD_MS and compares
- * the ranks (progress_stragglers: above factor times the median of the
+ * the ranks (agent_progress_stragglers: above factor times the median of the
  * others). A rank is reported once per episode, in one line with its node,
  * host and factor; it never stops the job.
  *
@@ -28,8 +28,8 @@ typedef struct straggle {
 struct job;
 
 /* Node 0, when due: reads the snapshots, prints the new stragglers. */
-void straggle_tick(struct job *j, int64_t now);
+void agent_straggle_tick(struct job *j, int64_t now);
 
-void straggle_free(straggle *s);
+void agent_straggle_free(straggle *s);
 
 #endif

@@ -86,7 +86,7 @@ static int make_cgroup(sweep *s, const char *proc_root, const char *name, int v2
   return 0;
 }
 
-int sweep_open(sweep *s, const char *proc_root, const char *name) {
+int agent_sweep_open(sweep *s, const char *proc_root, const char *name) {
   memset(s, 0, sizeof *s);
   int rc = make_cgroup(s, proc_root, name, 1);
   if (rc != 0) rc = make_cgroup(s, proc_root, name, 0);
@@ -94,7 +94,7 @@ int sweep_open(sweep *s, const char *proc_root, const char *name) {
   return rc;
 }
 
-void sweep_enter_self(const sweep *s) {
+void agent_sweep_enter_self(const sweep *s) {
   if (s == NULL || s->procs[0] == '\0') return;
   int fd = open(s->procs, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;
@@ -139,7 +139,7 @@ static void kill_listed(const char *dir) {
   fclose(f);
 }
 
-void sweep_kill_cgroup(const char *dir, int v2) {
+void agent_sweep_kill_cgroup(const char *dir, int v2) {
   if (dir == NULL || dir[0] == '\0') return;
   if (v2) {
     write_text(dir, "cgroup.kill", "1");
@@ -236,8 +236,8 @@ static int kill_pass(const char *proc_root, pid_t self, pid_t spare) {
   return alive;
 }
 
-int sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t spare) {
-  sweep_kill_cgroup(s->dir, s->v2);
+int agent_sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t spare) {
+  agent_sweep_kill_cgroup(s->dir, s->v2);
   int first = -1;
   for (int k = 0; k < PASSES; k++) {
     int alive = kill_pass(proc_root, self, spare);
@@ -251,7 +251,7 @@ int sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t spare) {
   return first;
 }
 
-void sweep_close(sweep *s) {
+void agent_sweep_close(sweep *s) {
   if (s->dir[0] == '\0') return;
   for (int k = 0; k < PASSES && rmdir(s->dir) != 0 && errno == EBUSY; k++) base_sleep_ms(PASS_MS);
   memset(s, 0, sizeof *s);

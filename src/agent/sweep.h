@@ -16,7 +16,7 @@
  *    SIGKILLed, which the first net cannot cover: the orphans of a dead
  *    agent go to init.
  *
- * Thread safety: none; sweep_enter_self() is async-signal-safe (a forked
+ * Thread safety: none; agent_sweep_enter_self() is async-signal-safe (a forked
  * child calls it before exec).
  */
 #ifndef COHORT_AGENT_SWEEP_H
@@ -37,11 +37,11 @@ typedef struct sweep {
  * v1 freezer. Returns 0 with s->dir set, or -errno when the node gives none
  * (no writable hierarchy); s is usable either way.
  */
-int sweep_open(sweep *s, const char *proc_root, const char *name);
+int agent_sweep_open(sweep *s, const char *proc_root, const char *name);
 
 /* In a forked child before exec: moves the calling process into the job's
  * cgroup (nothing when there is none). Async-signal-safe. */
-void sweep_enter_self(const sweep *s);
+void agent_sweep_enter_self(const sweep *s);
 
 /*
  * Kills what is left of the job: every process of its cgroup, and every
@@ -49,13 +49,13 @@ void sweep_enter_self(const sweep *s);
  * proc_root; repeats until none is left or a bounded number of passes.
  * Reaps the children it killed. Returns how many processes it killed.
  */
-int sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t spare);
+int agent_sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t spare);
 
 /* Kills every process of cgroup dir (v2: cgroup.kill; v1: frozen, killed,
  * thawed). What the guard does with the job's cgroup when the agent died. */
-void sweep_kill_cgroup(const char *dir, int v2);
+void agent_sweep_kill_cgroup(const char *dir, int v2);
 
 /* Removes the job's cgroup (waiting briefly for its last processes to go). */
-void sweep_close(sweep *s);
+void agent_sweep_close(sweep *s);
 
 #endif

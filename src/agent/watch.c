@@ -275,7 +275,7 @@ static void *watch_main(void *arg) {
   return NULL;
 }
 
-int watch_start(const watch_opts *o, agent_watch **out) {
+int agent_watch_start(const watch_opts *o, agent_watch **out) {
   *out = NULL;
   agent_watch *w = calloc(1, sizeof *w);
   if (w == NULL) return -ENOMEM;
@@ -309,7 +309,7 @@ fail:
   return rc;
 }
 
-int watch_failure(agent_watch *w, char *buf, size_t len) {
+int agent_watch_failure(agent_watch *w, char *buf, size_t len) {
   if (w == NULL) return 0;
   pthread_mutex_lock(&w->lock);
   int f = w->failed;
@@ -318,7 +318,7 @@ int watch_failure(agent_watch *w, char *buf, size_t len) {
   return f;
 }
 
-int watch_store_lost(agent_watch *w) {
+int agent_watch_store_lost(agent_watch *w) {
   if (w == NULL) return 0;
   pthread_mutex_lock(&w->lock);
   int lost = w->store_lost;
@@ -326,7 +326,7 @@ int watch_store_lost(agent_watch *w) {
   return lost;
 }
 
-void watch_stop(agent_watch *w) {
+void agent_watch_stop(agent_watch *w) {
   if (w == NULL) return;
   pthread_mutex_lock(&w->lock);
   w->stop = 1;
@@ -339,8 +339,8 @@ void watch_stop(agent_watch *w) {
   free(w);
 }
 
-int watch_publish_failure(rdzv_backend *backend, const char *job_id, int round, const char *report,
-                          char *winner, size_t winner_len) {
+int agent_watch_publish_failure(rdzv_backend *backend, const char *job_id, int round,
+                                const char *report, char *winner, size_t winner_len) {
   store_client *c = NULL;
   int rc = rdzv_backend_connect(backend, base_deadline_in(OP_TIMEOUT_MS), &c, NULL, 0);
   if (rc != 0) {

@@ -11,7 +11,7 @@
  * counter, and losing etcd is a failure of its own.
  *
  * When something happens the thread writes one byte (WATCH_NOTIFY_BYTE) to
- * notify_fd; watch_failure() then returns the report text.
+ * notify_fd; agent_watch_failure() then returns the report text.
  */
 #ifndef COHORT_AGENT_WATCH_H
 #define COHORT_AGENT_WATCH_H
@@ -38,16 +38,16 @@ typedef struct watch_opts {
   int notify_fd;
 } watch_opts;
 
-int watch_start(const watch_opts *o, agent_watch **out);
+int agent_watch_start(const watch_opts *o, agent_watch **out);
 /* 1 and the report in buf when a failure was seen, else 0. Thread-safe. */
-int watch_failure(agent_watch *w, char *buf, size_t len);
+int agent_watch_failure(agent_watch *w, char *buf, size_t len);
 /* 1 when that failure is the store's silence (writing to it is in vain). Thread-safe. */
-int watch_store_lost(agent_watch *w);
-void watch_stop(agent_watch *w);
+int agent_watch_store_lost(agent_watch *w);
+void agent_watch_stop(agent_watch *w);
 
 /* Publishes report as the round's failure unless another node was first;
  * either way `winner` receives the report that counts. */
-int watch_publish_failure(rdzv_backend *backend, const char *job_id, int round, const char *report,
-                          char *winner, size_t winner_len);
+int agent_watch_publish_failure(rdzv_backend *backend, const char *job_id, int round,
+                                const char *report, char *winner, size_t winner_len);
 
 #endif

@@ -43,7 +43,7 @@ int agent_std_of(const agent_std *s, int lr) {
   return s->all;
 }
 
-void worker_output(const agent_config *cfg, int lr, int *console, int *files) {
+void agent_worker_output(const agent_config *cfg, int lr, int *console, int *files) {
   int r = agent_std_of(&cfg->redirects, lr), t = agent_std_of(&cfg->tee, lr);
   *files = cfg->log_dir != NULL ? (r | t) : 0;
   *console = (~r | t) & 3;
@@ -53,7 +53,7 @@ void worker_output(const agent_config *cfg, int lr, int *console, int *files) {
   if (!shown) *console = 0;
 }
 
-void worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd) {
+void agent_worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd) {
   w->rank = rank;
   w->local_rank = local_rank;
   w->pid = 0;
@@ -93,7 +93,7 @@ static void write_all(int fd, const char *p, size_t n) {
   }
 }
 
-void worker_duplicate(worker *w, int stream, const agent_filters *f, int fd) {
+void agent_worker_duplicate(worker *w, int stream, const agent_filters *f, int fd) {
   worker_stream *s = stream == 0 ? &w->out : &w->err;
   s->dup = f;
   s->dup_fd = fd;
@@ -120,7 +120,7 @@ static void write_prefixed(int fd, int rank, const char *line, size_t len) {
 }
 
 static void emit_line(worker *w, worker_stream *s, const char *line, size_t len) {
-  if (w->prog != NULL) progress_output(w->prog, base_now_ms());
+  if (w->prog != NULL) agent_progress_output(w->prog, base_now_ms());
   if (s->console_fd >= 0) write_prefixed(s->console_fd, w->rank, line, len);
   if (s->dup_fd >= 0 && line_matches(s->dup, line, len))
     write_prefixed(s->dup_fd, w->rank, line, len);
@@ -135,7 +135,7 @@ static void emit_line(worker *w, worker_stream *s, const char *line, size_t len)
   if (w->tail_count < AGENT_TAIL_LINES) w->tail_count++;
 }
 
-int worker_stream_read(worker *w, worker_stream *s) {
+int agent_worker_stream_read(worker *w, worker_stream *s) {
   if (s->fd < 0) return 1;
   for (;;) {
     ssize_t n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
@@ -169,7 +169,7 @@ int worker_stream_read(worker *w, worker_stream *s) {
   }
 }
 
-void worker_close_streams(worker *w) {
+void agent_worker_close_streams(worker *w) {
   worker_stream *streams[2] = {&w->out, &w->err};
   for (int i = 0; i < 2; i++) {
     worker_stream *s = streams[i];
@@ -207,8 +207,8 @@ static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const
   _exit(127);
 }
 
-int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
-                 const sweep *sw, int *exec_errno) {
+int agent_worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
+                       const sweep *sw, int *exec_errno) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, ex[2] = {-1, -1};
   int rc = 0;
   *exec_errno = 0;
@@ -223,7 +223,7 @@ int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_se
     goto out;
   }
   if (pid == 0) {
-    sweep_enter_self(sw); /* before exec: nothing it starts is outside */
+    agent_sweep_enter_self(sw); /* before exec: nothing it starts is outside */
     exec_child(parent, out[1], err[1], ex[1], argv, envp, cpus);
   }
   /* Parent: set the group here too so that it exists before we signal it. */
@@ -257,7 +257,7 @@ out:
   return rc;
 }
 
-void worker_describe_status(int status, char *out, size_t outlen) {
+void agent_worker_describe_status(int status, char *out, size_t outlen) {
   if (WIFEXITED(status)) {
     snprintf(out, outlen, "exited with code %d", WEXITSTATUS(status));
   } else if (WIFSIGNALED(status)) {
@@ -269,11 +269,11 @@ void worker_describe_status(int status, char *out, size_t outlen) {
   }
 }
 
-int worker_succeeded(const worker *w) {
+int agent_worker_succeeded(const worker *w) {
   return WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
 }
 
-int worker_is_frozen(pid_t pid) {
+int agent_worker_is_frozen(pid_t pid) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -49,13 +49,13 @@ typedef struct worker {
  * Where local rank lr's streams go under cfg: *console and *files as Std
  * masks (bit 1 stdout, bit 2 stderr). Files need cfg->log_dir.
  */
-void worker_output(const agent_config *cfg, int lr, int *console, int *files);
+void agent_worker_output(const agent_config *cfg, int lr, int *console, int *files);
 
-/* Resets the worker's state before a spawn; console and files as worker_output gives. */
-void worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd);
+/* Resets the worker's state before a spawn; console and files as agent_worker_output gives. */
+void agent_worker_init(worker *w, int rank, int local_rank, int console, int files, int log_fd);
 
 /* Also copy the lines of stream (0 stdout, 1 stderr) that hold one of f to fd (prefixed). */
-void worker_duplicate(worker *w, int stream, const agent_filters *f, int fd);
+void agent_worker_duplicate(worker *w, int stream, const agent_filters *f, int fd);
 
 /*
  * Forks and execs argv in a new process group with envp, its stdout and
@@ -65,25 +65,25 @@ void worker_duplicate(worker *w, int stream, const agent_filters *f, int fd);
  * failed fork/pipe, or exec_errno > 0 (and 0 returned) when the command
  * could not be executed (or bound).
  */
-int worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
-                 const sweep *sw, int *exec_errno);
+int agent_worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
+                       const sweep *sw, int *exec_errno);
 
 /*
  * Reads what is available on one of the worker's streams and relays the
  * complete lines. Returns 0, or 1 when the stream reached end of file.
  */
-int worker_stream_read(worker *w, worker_stream *s);
+int agent_worker_stream_read(worker *w, worker_stream *s);
 
 /* Relays a final unterminated line and closes both streams and the log. */
-void worker_close_streams(worker *w);
+void agent_worker_close_streams(worker *w);
 
 /* Describes how the worker ended, e.g. "exited with code 3", "killed by SIGSEGV". */
-void worker_describe_status(int status, char *out, size_t outlen);
+void agent_worker_describe_status(int status, char *out, size_t outlen);
 
 /* 1 when the process is stopped (state T or t in /proc/PID/stat). */
-int worker_is_frozen(pid_t pid);
+int agent_worker_is_frozen(pid_t pid);
 
 /* 1 when the worker ended successfully (exit code 0). */
-int worker_succeeded(const worker *w);
+int agent_worker_succeeded(const worker *w);
 
 #endif

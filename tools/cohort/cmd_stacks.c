@@ -63,7 +63,7 @@ static int read_answers(job_conn *jc, int nnodes, int64_t req, json_t **answers)
   int got = 0;
   if (keyv == NULL || keys == NULL || vals == NULL || lens == NULL) goto out;
   for (int k = 0; k < nnodes; k++) {
-    jobctl_key(keyv[k], sizeof keyv[k], jc->where.job_id, "stacks", k);
+    agent_jobctl_key(keyv[k], sizeof keyv[k], jc->where.job_id, "stacks", k);
     keys[k] = keyv[k];
   }
   for (;;) {
@@ -114,7 +114,7 @@ static rank_stack *collect_ranks(json_t *const *answers, int nnodes, int *n) {
                      : strcmp(x->kind, "proc") == 0   ? STACKS_PROC_STATE
                                                       : STACKS_NONE;
       x->dump.text = (char *)(text != NULL ? text : "");
-      stacks_classify(&x->dump, &x->v);
+      agent_stacks_classify(&x->dump, &x->v);
     }
   }
   return rs;
@@ -132,7 +132,7 @@ static void print_stacks(rank_stack *rs, int n) {
   char *groups = malloc(65536);
   if (v != NULL && groups != NULL) {
     for (int i = 0; i < n; i++) v[i] = rs[i].v;
-    stacks_group_lines(v, n, -1, groups, 65536);
+    agent_stacks_group_lines(v, n, -1, groups, 65536);
     printf("%s\n", groups);
   }
   free(v);
@@ -161,7 +161,7 @@ static int ask(job_conn *jc) {
   if (job_round(prog, jc, &round, &nnodes) != 0) return 1;
   if (nnodes < 1 || nnodes > RDZV_MAX_NODES) return cli_error(prog, 1, "bad node count %d", nnodes);
   char key[STORE_KEY_MAX];
-  jobctl_key(key, sizeof key, jc->where.job_id, "stacks", -1);
+  agent_jobctl_key(key, sizeof key, jc->where.job_id, "stacks", -1);
   int64_t req = 0;
   int rc = store_add(jc->client, key, 1, &req, jc->deadline_ms);
   if (rc != 0) return cli_error(prog, 1, "cannot ask for the stacks: %s", cohort_strerror(rc));

@@ -67,7 +67,7 @@ const cli_choice job_backends[] = {{"c10d", JOB_BACKEND_C10D},
 static int find_local(const char *prog_name, const job_args *a, const char **token, job_conn *jc) {
   static char local_token[STORE_TOKEN_MAX + 1];
   char err[512] = "";
-  int rc = jobctl_local_find(a->job, &jc->where, local_token, err, sizeof err);
+  int rc = agent_jobctl_local_find(a->job, &jc->where, local_token, err, sizeof err);
   if (rc == -EINVAL && err[0] != '\0')
     return cli_usage_error(prog_name, "several jobs run on this machine alone (%s): give --job ID",
                            err);
@@ -160,7 +160,7 @@ static int find_job(const char *prog_name, const job_args *a, const char **token
   if (rc != CLI_OK) return rc;
   ro.deadline_ms = jc->deadline_ms;
   char err[512] = "";
-  rc = jobctl_find(&ro, environ, *token, &jc->where, err, sizeof err);
+  rc = agent_jobctl_find(&ro, environ, *token, &jc->where, err, sizeof err);
   if (rc == -ENOENT && ro.method == RDZV_AUTO) return find_local(prog_name, a, token, jc);
   if (rc == -EINVAL) return cli_usage_error(prog_name, "%s", err[0] ? err : cohort_strerror(rc));
   if (rc != 0) return cli_error(prog_name, 1, "%s", err[0] ? err : cohort_strerror(rc));
@@ -204,7 +204,7 @@ static int open_job(const char *prog_name, const job_args *a, const char *token,
   if (jc->where.etcd && (rc = rdzv_conf(prog_name, a->rdzv_conf, &conf)) == CLI_OK)
     rc = cmd_etcd_opts(prog_name, &conf, eps, password, sizeof password, &eo);
   if (rc != CLI_OK) return rc;
-  rc = jobctl_backend(&jc->where, token, &eo, &jc->backend);
+  rc = agent_jobctl_backend(&jc->where, token, &eo, &jc->backend);
   memset(password, 0, sizeof password); /* the backend keeps its own copy */
   if (rc != 0) return cli_error(prog_name, 1, "cannot open %s: %s", jc->addr, cohort_strerror(rc));
   char err[512] = "";
@@ -255,7 +255,7 @@ json_t *status_parse_snapshot(const void *val, size_t len) {
 /* Waits for node 0's snapshot until the deadline; NULL after one line on stderr. */
 static json_t *read_node0(const char *prog_name, job_conn *jc) {
   char key[STORE_KEY_MAX];
-  jobctl_key(key, sizeof key, jc->where.job_id, "status", 0);
+  agent_jobctl_key(key, sizeof key, jc->where.job_id, "status", 0);
   const char *keys[1] = {key};
   int rc = store_wait(jc->client, keys, 1, jc->deadline_ms);
   void *val = NULL;
@@ -315,7 +315,7 @@ static json_t *read_nodes(job_conn *jc, const json_t *n0) {
   json_t *nodes = NULL;
   if (keyv && keys && vals && lens) {
     for (int64_t k = 0; k < n; k++) {
-      jobctl_key(keyv[k], sizeof keyv[k], jc->where.job_id, "status", (int)k);
+      agent_jobctl_key(keyv[k], sizeof keyv[k], jc->where.job_id, "status", (int)k);
       keys[k] = keyv[k];
     }
     if (store_get_many(jc->client, keys, (size_t)n, vals, lens, jc->deadline_ms) == 0) {

@@ -128,7 +128,7 @@ typedef struct job_conn {
   jobctl_where where;
   char addr[2200];     /* HOST:PORT of the store, or "etcd E1,E2,...": for messages */
   int64_t deadline_ms; /* the --timeout of the whole command */
-  int alone;           /* a job of this machine alone (jobctl_local_find) */
+  int alone;           /* a job of this machine alone (agent_jobctl_local_find) */
 } job_conn;
 
 /*

@@ -86,8 +86,8 @@ static const char **ack_keys(job_conn *jc, int round, int nnodes) {
   char *text = keys != NULL ? (char *)(keys + nnodes + 1) : NULL;
   for (int k = 0; keys != NULL && k <= nnodes; k++) {
     keys[k] = text + (size_t)k * STORE_KEY_MAX;
-    jobctl_stop_ack_key(text + (size_t)k * STORE_KEY_MAX, STORE_KEY_MAX, jc->where.job_id, round,
-                        k < nnodes ? k : -1);
+    agent_jobctl_stop_ack_key(text + (size_t)k * STORE_KEY_MAX, STORE_KEY_MAX, jc->where.job_id,
+                              round, k < nnodes ? k : -1);
   }
   return keys;
 }
