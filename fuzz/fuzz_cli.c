@@ -175,7 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             "run: node rank beyond nnodes");
       check(cfg.token == NULL || (cfg.token[0] != '\0' && strlen(cfg.token) <= 256),
             "run: token length");
-      check(cfg.run_id == NULL || agent_run_id_valid(cfg.run_id), "run: job id");
+      check(cfg.run_id == NULL || rdzv_job_id_valid(cfg.run_id), "run: job id");
     }
     free(text);
     return 0;

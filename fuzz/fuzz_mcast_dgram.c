@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(d.port >= 0 && d.port <= 65535, "port");
     check(d.kind == RDZV_CANDIDATE ? d.port == 0 && d.host[0] == '\0' : d.port > 0,
           "fields that do not fit the kind");
-    check(strlen(d.job_id) >= 1 && strlen(d.job_id) <= RDZV_JOB_MAX, "job id length");
+    check(strlen(d.job_id) >= 1 && strlen(d.job_id) <= RDZV_JOB_ID_MAX, "job id length");
     check(d.authenticated == with_token, "authenticated flag");
     uint8_t again[RDZV_DGRAM_MAX + RDZV_MAC_LEN];
     int n = rdzv_dgram_encode(&d, token, again, sizeof again);

@@ -1013,7 +1013,7 @@ static void test_dgram(void) {
     if (rc == 0) {
       accepted++;
       CHECK(iter % 4 == 0); /* with a token, no corrupted or random datagram passes */
-      CHECK(strlen(out.job_id) > 0 && strlen(out.job_id) <= RDZV_JOB_MAX);
+      CHECK(strlen(out.job_id) > 0 && strlen(out.job_id) <= RDZV_JOB_ID_MAX);
     }
   }
   printf("garbage datagrams parsed: %d of 20000 (all without a token)\n", accepted);

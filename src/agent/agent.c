@@ -33,18 +33,6 @@ extern char **environ;
  * cause, in case another node reports the failure it reacted to. */
 #define PUBLISH_DELAY_MS 300
 
-int agent_run_id_valid(const char *id) {
-  size_t n = strlen(id);
-  if (n == 0 || n > AGENT_RUN_ID_MAX) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = id[i];
-    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '_' || c == '-';
-    if (!ok) return 0;
-  }
-  return 1;
-}
-
 void agent_job_error_file(const job *j, int rank, char *out, size_t outlen) {
   out[0] = '\0';
   if (j->err_dir[0] != '\0')
@@ -301,7 +289,7 @@ static void open_filtered(job *j) {
 
 /* Removes shared-memory segments a crashed job of this run id left behind. */
 static void cleanup_shm(const char *run_id) {
-  char prefix[AGENT_RUN_ID_MAX + 16];
+  char prefix[RDZV_JOB_ID_MAX + 16];
   snprintf(prefix, sizeof prefix, "cohort-%s-", run_id);
   agent_dirs_clear("/dev/shm", prefix, "shared memory");
 }

@@ -35,7 +35,6 @@
 /* Stopped by signal N: 128 + N. */
 
 #define AGENT_MAX_NPROC 1024
-#define AGENT_RUN_ID_MAX 64
 #define AGENT_TAIL_LINES 10
 #define AGENT_STD_MAX 64 /* local ranks a per-rank list may name */
 
@@ -133,9 +132,6 @@ typedef struct agent_config {
  * Returns 0, -errno when unreadable, -EPROTO when not in that format.
  */
 int agent_error_file_message(const char *path, char *out, size_t outlen);
-
-/* Checks a run id: 1..64 characters of [A-Za-z0-9._-]. */
-int agent_run_id_valid(const char *id);
 
 /*
  * Runs the job on this node until it ends and returns the exit code of

@@ -42,7 +42,7 @@ typedef struct cluster {
   /* The node counts and this node's rank: the flags', else discovery's. */
   int nnodes_min, nnodes_max, node_rank;
   char token[STORE_TOKEN_MAX + 1]; /* "" for a multi-node job started without one */
-  char run_id[AGENT_RUN_ID_MAX + 1];
+  char run_id[RDZV_JOB_ID_MAX + 1];
   char hostname[BASE_HOST_MAX];
   char
       store_host[BASE_HOST_MAX]; /* the store (etcd: its first endpoint) as this agent reaches it */

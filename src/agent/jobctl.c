@@ -138,7 +138,7 @@ static int read_local(const char *dir, const char *job_id, jobctl_where *out, ch
 
 int agent_jobctl_local_find(const char *job_id, jobctl_where *out, char *token, char *err,
                             size_t errlen) {
-  char dir[4096], first[AGENT_RUN_ID_MAX + 1] = "";
+  char dir[4096], first[RDZV_JOB_ID_MAX + 1] = "";
   err[0] = '\0';
   if (local_dir(dir, sizeof dir, 0) != 0) return -ENOENT;
   if (job_id != NULL) return read_local(dir, job_id, out, token);
@@ -148,7 +148,7 @@ int agent_jobctl_local_find(const char *job_id, jobctl_where *out, char *token, 
   size_t off = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.' || strlen(e->d_name) > AGENT_RUN_ID_MAX) continue;
+    if (e->d_name[0] == '.' || strlen(e->d_name) > RDZV_JOB_ID_MAX) continue;
     jobctl_where w;
     char t[STORE_TOKEN_MAX + 1];
     if (read_local(dir, e->d_name, &w, t) != 0) continue; /* stale or not a job's */

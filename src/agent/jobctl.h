@@ -44,7 +44,7 @@ int agent_jobctl_job_id(const rdzv_target *t, const char *token, char out[STORE_
 typedef struct jobctl_where {
   char host[BASE_HOST_MAX]; /* with etcd: the endpoint the job id derives from */
   int port;
-  char job_id[AGENT_RUN_ID_MAX + 1];
+  char job_id[RDZV_JOB_ID_MAX + 1];
   int etcd; /* the job's keys are in etcd (found with RDZV_ETCD) */
 } jobctl_where;
 

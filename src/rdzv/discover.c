@@ -50,7 +50,16 @@ int rdzv_word_valid(const char *s, size_t max) {
 }
 
 int rdzv_job_id_valid(const char *job_id) {
-  return rdzv_word_valid(job_id, RDZV_JOB_MAX);
+  if (job_id == NULL) return 0;
+  size_t n = strlen(job_id);
+  if (n == 0 || n > RDZV_JOB_ID_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = job_id[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    if (!ok) return 0;
+  }
+  return 1;
 }
 
 /*
@@ -266,8 +275,8 @@ static int check_opts(const rdzv_opts *o, char *errbuf, size_t errlen) {
                     o->node_rank, o->nnodes_max);
   if (o->job_id != NULL && !rdzv_job_id_valid(o->job_id))
     return rdzv_err(errbuf, errlen, -EINVAL,
-                    "job id '%.40s' must be 1..%d printable characters without spaces", o->job_id,
-                    RDZV_JOB_MAX);
+                    "job id '%.40s' must be 1..%d characters of A-Z a-z 0-9 . _ -", o->job_id,
+                    RDZV_JOB_ID_MAX);
   return 0;
 }
 

@@ -18,6 +18,14 @@
 
 #define RDZV_DEFAULT_PORT 29400
 
+/*
+ * A job id (--job, --run-id, --rdzv-id, and the ids read back from
+ * rendezvous files and multicast datagrams): 1 to RDZV_JOB_ID_MAX of
+ * [A-Za-z0-9._-]. The one rule for it; 1 when job_id follows it.
+ */
+#define RDZV_JOB_ID_MAX 64
+int rdzv_job_id_valid(const char *job_id);
+
 typedef enum rdzv_method {
   RDZV_AUTO = 0, /* scheduler environment if detected, else static (--master) */
   RDZV_STATIC,   /* --master HOST:PORT (HOST may be a DNS name that resolves late) */

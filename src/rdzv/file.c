@@ -89,7 +89,9 @@ int rdzv_file_parse(const char *buf, size_t len, rdzv_file_info *out) {
     size_t vlen = n - klen - 1;
     char tmp[16];
     if (klen == 3 && memcmp(line, "job", 3) == 0 && !have_job) {
-      if (take_value(v, vlen, out->job_id, sizeof out->job_id) != 0) return -EINVAL;
+      if (take_value(v, vlen, out->job_id, sizeof out->job_id) != 0 ||
+          !rdzv_job_id_valid(out->job_id))
+        return -EINVAL;
       have_job = 1;
     } else if (klen == 4 && memcmp(line, "node", 4) == 0 && !have_node) {
       if (vlen != 16) return -EINVAL;
@@ -385,7 +387,7 @@ int rdzv_file_discover(const rdzv_opts *o, rdzv_target *t, char *errbuf, size_t 
   }
   /* Joining: poll until the host has written its address. */
   const char *seen = "no file";
-  char other[RDZV_JOB_MAX + 1] = "";
+  char other[RDZV_JOB_ID_MAX + 1] = "";
   for (;;) {
     rdzv_file_info cur;
     struct stat st;

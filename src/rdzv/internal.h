@@ -27,9 +27,6 @@ void rdzv_source(rdzv_target *t, const char *fmt, ...) __attribute__((format(pri
 
 /* 1 when s is 1..max printable ASCII characters without spaces. */
 int rdzv_word_valid(const char *s, size_t max);
-/* A job id is such a word of at most RDZV_JOB_MAX characters. */
-#define RDZV_JOB_MAX 128
-int rdzv_job_id_valid(const char *job_id);
 
 /* ---- Slurm hostlists ---- */
 
@@ -82,7 +79,7 @@ void rdzv_own_addr(const rdzv_opts *o, char *out, size_t len);
 
 /* Parsed contents of a rendezvous file. ready=0: claimed, store not up yet. */
 typedef struct rdzv_file_info {
-  char job_id[RDZV_JOB_MAX + 1];
+  char job_id[RDZV_JOB_ID_MAX + 1];
   uint64_t node_id; /* the agent that wrote it (rdzv_node_id()) */
   int ready;
   char host[BASE_HOST_MAX];
@@ -129,7 +126,7 @@ typedef struct rdzv_dgram {
   int kind;         /* rdzv_dgram_kind */
   uint64_t node_id; /* the sender agent's random id */
   int claimed_rank; /* the sender's --node-rank, -1 when none */
-  char job_id[RDZV_JOB_MAX + 1];
+  char job_id[RDZV_JOB_ID_MAX + 1];
   char host[BASE_HOST_MAX]; /* announce: the store's host, "" for the sender's address */
   int port;                 /* announce: the store's port (1..65535); 0 in a candidate */
   int authenticated;        /* set by parse: 1 when a MAC was present and verified */

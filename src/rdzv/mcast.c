@@ -120,7 +120,7 @@ int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgr
   int kind = buf[5], flags = buf[6];
   size_t jlen = buf[7], hlen = buf[22];
   if ((kind != RDZV_ANNOUNCE && kind != RDZV_CANDIDATE) || (flags & ~FLAG_MAC) != 0 ||
-      buf[23] != 0 || jlen == 0 || jlen > RDZV_JOB_MAX)
+      buf[23] != 0 || jlen == 0 || jlen > RDZV_JOB_ID_MAX)
     return COHORT_EPROTO;
   size_t body = RDZV_DGRAM_HEADER + jlen + hlen;
   size_t want = body + ((flags & FLAG_MAC) ? RDZV_MAC_LEN : 0);
@@ -132,6 +132,9 @@ int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgr
   if (kind == RDZV_CANDIDATE && (port != 0 || hlen != 0)) return COHORT_EPROTO;
   const uint8_t *job = buf + RDZV_DGRAM_HEADER, *host = job + jlen;
   if (!word_bytes_ok(job, jlen) || !word_bytes_ok(host, hlen)) return COHORT_EPROTO;
+  memcpy(out->job_id, job, jlen);
+  out->job_id[jlen] = '\0';
+  if (!rdzv_job_id_valid(out->job_id)) return COHORT_EPROTO;
   /* Structure first, then authenticity: a token mismatch is reported only for well-formed bytes. */
   if (has_token(token)) {
     if (!(flags & FLAG_MAC)) return COHORT_EAUTH;
@@ -144,8 +147,6 @@ int rdzv_dgram_parse(const uint8_t *buf, size_t len, const char *token, rdzv_dgr
   out->node_id = get_u64(buf + 8);
   out->claimed_rank = rank;
   out->port = port;
-  memcpy(out->job_id, job, jlen);
-  out->job_id[jlen] = '\0';
   memcpy(out->host, host, hlen);
   out->host[hlen] = '\0';
   return 0;
@@ -517,7 +518,7 @@ struct rdzv_mcast_pub {
   pthread_t thread;
   int wake[2]; /* written by stop */
   char *token;
-  char job_id[RDZV_JOB_MAX + 1];
+  char job_id[RDZV_JOB_ID_MAX + 1];
   rdzv_dgram announce;
 };
 

@@ -75,7 +75,7 @@ static int set_master(void *settings, const char *v) {
 }
 
 static int set_job(void *settings, const char *v) {
-  if (!agent_run_id_valid(v)) return -1;
+  if (!rdzv_job_id_valid(v)) return -1;
   ((launch_args *)settings)->job = v;
   return 0;
 }

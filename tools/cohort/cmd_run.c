@@ -252,7 +252,7 @@ static int set_mcast_group(void *settings, const char *v) {
 
 /* --run-id, --job and --rdzv-id: one id under three names. */
 static int set_run_id(void *settings, const char *v) {
-  if (!agent_run_id_valid(v)) return -1;
+  if (!rdzv_job_id_valid(v)) return -1;
   ((run_args *)settings)->cfg.run_id = v;
   return 0;
 }
