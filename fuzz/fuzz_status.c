@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/cohort/cmd_stacks.h"
 #include "tools/cohort/cmd_status.h"
+#include "tools/cohort/job.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -36,11 +38,11 @@ static int split(const uint8_t *data, size_t size, const uint8_t **v, size_t *le
 }
 
 static void status_case(const uint8_t **v, const size_t *len, int n, int64_t now) {
-  json_t *n0 = status_parse_snapshot(v[0], len[0]);
+  json_t *n0 = job_parse_snapshot(v[0], len[0]);
   if (n0 == NULL) return;
   json_t *nodes = json_array();
   for (int k = 0; k < n; k++) {
-    json_t *s = status_parse_snapshot(v[k], len[k]);
+    json_t *s = job_parse_snapshot(v[k], len[k]);
     json_array_append_new(nodes, s != NULL ? s : json_null());
   }
   json_t *doc = status_document("fuzz", "127.0.0.1:1", n0, nodes, now);

@@ -25,8 +25,6 @@ COHORT_WEAK int cmd_stacks(int argc, char **argv);
 
 #include <stddef.h>
 
-#include "rdzv/etcd.h"
-
 /*
  * Reads a job token file given as --token-file (or COHORT_TOKEN_FILE) into
  * buf (STORE_TOKEN_MAX + 2 bytes), refusing one that others may read.
@@ -43,28 +41,5 @@ int cmd_secret_file(const char *who, const char *what, const char *path, char *b
  */
 int cmd_token_load(const char *who, const char *token, const char *token_file, char *buf,
                    size_t len, const char **out);
-
-/* etcd's --rdzv-conf settings (cmd_etcd.c); strings in static storage. */
-typedef struct cmd_etcd {
-  int https; /* protocol=https */
-  const char *cacert, *cert, *key, *user, *password_file;
-} cmd_etcd;
-
-/* One --rdzv-conf KEY=VALUE of etcd's: 0 taken, 1 not one of etcd's keys, -1 a bad value. */
-int cmd_etcd_conf_pair(cmd_etcd *c, const char *key, const char *value);
-/*
- * "HOST[:PORT],..." as "HOST:PORT,..." (2379 when left out, IPv6 in
- * brackets) into out: the one spelling every node and command derives the
- * job id from. -1 when an item is not HOST[:PORT] or out is too small.
- */
-int cmd_etcd_endpoints(const char *list, char *out, size_t cap);
-/*
- * The client's options from c for endpoints (kept by pointer): HTTPS when
- * asked, cert with key, user with password_file, the password read into
- * pw (STORE_TOKEN_MAX + 2 bytes). CLI_OK, or the usage error's status
- * after one line as who.
- */
-int cmd_etcd_opts(const char *who, const cmd_etcd *c, const char *endpoints, char *pw, size_t pwlen,
-                  etcd_opts *o);
 
 #endif

@@ -13,6 +13,7 @@
 #include "store/store.h"
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"
+#include "tools/cohort/etcd_conf.h"
 #include "tools/cohort/cmd_run.h"
 
 #define RUN_USAGE_OPTIONS                                                                          \
@@ -166,8 +167,8 @@ typedef struct run_args {
   const char *master_addr; /* --master-addr, NULL: not given (127.0.0.1) */
   int master_port;         /* --master-port, -1: not given (29500) */
   int node_rank_given;
-  int is_host;        /* --rdzv-conf is_host: -1 not given, 0, 1 */
-  cmd_etcd etcd_conf; /* --rdzv-conf's etcd keys */
+  int is_host;         /* --rdzv-conf is_host: -1 not given, 0, 1 */
+  etcd_conf etcd_conf; /* --rdzv-conf's etcd keys */
   int standalone, module, no_python, run_path;
   int std_given;    /* -r or -t given */
   int numa_binding; /* torchrun's --numa-binding, AGENT_BIND_NONE: not given */
@@ -346,7 +347,7 @@ static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
   if (strcmp(key, "last_call_timeout") == 0)
     return base_parse_seconds(value, 3600, &a->cfg.last_call_ms);
   if (strcmp(key, "is_host") == 0) return parse_bool(value, &a->is_host);
-  int rc = cmd_etcd_conf_pair(&a->etcd_conf, key, value);
+  int rc = etcd_conf_pair(&a->etcd_conf, key, value);
   if (rc <= 0) return rc;
   fprintf(stderr, "cohort run: note: --rdzv-conf %s has no effect\n", key);
   return 0;
@@ -601,12 +602,12 @@ static int etcd_meaning(const cli_cmd *cmd, run_args *a) {
   const char *list = a->endpoint != NULL ? a->endpoint : a->cfg.rdzv.master;
   if (list == NULL)
     return cli_usage_error(cmd->prog, "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,...]");
-  if (cmd_etcd_endpoints(list, endpoints, sizeof endpoints) != 0)
+  if (etcd_conf_endpoints(list, endpoints, sizeof endpoints) != 0)
     return cli_usage_error(cmd->prog, "etcd endpoints '%s': each must be HOST[:PORT]", list);
   a->cfg.rdzv.master = endpoints;
   a->cfg.rdzv.method = RDZV_ETCD;
   int rc =
-      cmd_etcd_opts(cmd->prog, &a->etcd_conf, endpoints, password, sizeof password, &a->cfg.etcd);
+      etcd_conf_opts(cmd->prog, &a->etcd_conf, endpoints, password, sizeof password, &a->cfg.etcd);
   if (rc != CLI_OK) return rc;
   if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
   return output_meaning(a);

@@ -9,7 +9,8 @@
 #include "base/base.h"
 #include "rdzv/join.h"
 #include "tools/cohort/cmd.h"
-#include "tools/cohort/cmd_status.h"
+#include "tools/cohort/cmd_stacks.h"
+#include "tools/cohort/job.h"
 
 static const char prog[] = "cohort stacks";
 

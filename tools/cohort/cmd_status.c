@@ -12,8 +12,7 @@
 #include "base/base.h"
 #include "rdzv/join.h"
 #include "tools/cohort/cmd.h"
-
-extern char **environ;
+#include "tools/cohort/job.h"
 
 static const char prog[] = "cohort status";
 
@@ -51,236 +50,6 @@ static const cli_opt status_opts[] = {
 
 static const cli_cmd status_cmd = {
     prog, status_usage, status_opts, BASE_ARRAY_LEN(status_opts), CLI_ANYWHERE, 1};
-
-/* ---- finding and connecting (shared with cmd_stop.c through cmd_status.h) ---- */
-
-const cli_choice job_discover_methods[] = {{"auto", JOB_DISCOVER_AUTO},
-                                           {"mcast", JOB_DISCOVER_MCAST},
-                                           {"etcd", JOB_DISCOVER_ETCD},
-                                           {NULL, 0}};
-const cli_choice job_backends[] = {{"c10d", JOB_BACKEND_C10D},
-                                   {"etcd", JOB_BACKEND_ETCD},
-                                   {"etcd-v2", JOB_BACKEND_ETCD},
-                                   {NULL, 0}};
-
-/* No address given and no scheduler: this user's job on this machine alone. */
-static int find_local(const char *prog_name, const job_args *a, const char **token, job_conn *jc) {
-  static char local_token[STORE_TOKEN_MAX + 1];
-  char err[512] = "";
-  int rc = agent_jobctl_local_find(a->job, &jc->where, local_token, err, sizeof err);
-  if (rc == -EINVAL && err[0] != '\0')
-    return cli_usage_error(prog_name, "several jobs run on this machine alone (%s): give --job ID",
-                           err);
-  if (rc != 0 && a->job != NULL)
-    return cli_error(prog_name, 1,
-                     "no job %s runs on this machine alone (give --master or --rdzv-file for a "
-                     "job of several nodes)",
-                     a->job);
-  if (rc != 0)
-    return cli_error(prog_name, 1,
-                     "no job found: none runs on this machine alone (give --master or "
-                     "--rdzv-file for a job of several nodes)");
-  *token = local_token;
-  jc->alone = 1;
-  base_join_hostport(jc->where.host, jc->where.port, jc->addr, sizeof jc->addr);
-  return 0;
-}
-
-/* --rdzv-backend etcd (or --discover etcd): the endpoints, as cohort run spells them, in eps. */
-static int etcd_method(const char *prog_name, const job_args *a, rdzv_opts *ro, char *eps,
-                       size_t epslen) {
-  const char *list = a->endpoint != NULL ? a->endpoint : a->master;
-  if (list == NULL)
-    return cli_usage_error(prog_name, "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,...]");
-  if (a->rdzv_file != NULL || a->discover == JOB_DISCOVER_MCAST)
-    return cli_usage_error(prog_name, "the job's keys are in etcd: no --rdzv-file or --discover "
-                                      "mcast with it");
-  if (cmd_etcd_endpoints(list, eps, epslen) != 0)
-    return cli_usage_error(prog_name, "etcd endpoints '%s': each must be HOST[:PORT]", list);
-  ro->method = RDZV_ETCD;
-  ro->master = eps;
-  return CLI_OK;
-}
-
-/* --rdzv-endpoint of the built-in store (c10d): --master, port 29400 when left out. */
-static int endpoint_master(const char *prog_name, const job_args *a, rdzv_opts *ro, char *buf,
-                           size_t len) {
-  char host[BASE_HOST_MAX];
-  int port;
-  if (a->endpoint == NULL) {
-    if (a->backend == JOB_BACKEND_C10D)
-      return cli_usage_error(prog_name, "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
-    return CLI_OK;
-  }
-  if (strchr(a->endpoint, ',') != NULL)
-    return cli_usage_error(prog_name, "a list of endpoints is for --rdzv-backend etcd");
-  if (base_split_hostport(a->endpoint, host, sizeof host, &port, 0) == 0)
-    base_strlcpy(buf, a->endpoint, len);
-  else
-    snprintf(buf, len, "%s:%d", a->endpoint, RDZV_DEFAULT_PORT);
-  ro->master = buf;
-  return CLI_OK;
-}
-
-/* How the agents met: the method and where (ro->master, ro->rdzv_file). */
-static int job_method(const char *prog_name, const job_args *a, rdzv_opts *ro, char *eps,
-                      size_t epslen) {
-  if (a->master != NULL && a->endpoint != NULL)
-    return cli_usage_error(prog_name, "give --master or --rdzv-endpoint, not both");
-  int in_etcd = a->backend == JOB_BACKEND_ETCD || a->discover == JOB_DISCOVER_ETCD;
-  if (a->rdzv_conf != NULL && !in_etcd)
-    return cli_usage_error(prog_name, "--rdzv-conf goes with --rdzv-backend etcd");
-  if (in_etcd) return etcd_method(prog_name, a, ro, eps, epslen);
-  ro->master = a->master;
-  ro->rdzv_file = a->rdzv_file;
-  int rc = endpoint_master(prog_name, a, ro, eps, epslen);
-  if (rc != CLI_OK) return rc;
-  if (ro->master != NULL && a->rdzv_file != NULL)
-    return cli_usage_error(prog_name, "give --master or --rdzv-file, not both");
-  if (ro->master != NULL) ro->method = RDZV_STATIC;
-  if (a->rdzv_file != NULL) ro->method = RDZV_FILE;
-  if (a->discover == JOB_DISCOVER_MCAST) {
-    if (ro->master != NULL || a->rdzv_file != NULL)
-      return cli_usage_error(prog_name, "--discover mcast finds the job itself: no --master or "
-                                        "--rdzv-file with it");
-    if (a->job == NULL) return cli_usage_error(prog_name, "--discover mcast needs --job ID");
-    ro->method = RDZV_MCAST;
-    ro->iface = a->iface;
-    ro->mcast_group = a->mcast_group;
-  } else if (a->iface != NULL || a->mcast_group != NULL) {
-    return cli_usage_error(prog_name, "--iface and --mcast-group go with --discover mcast");
-  }
-  return CLI_OK;
-}
-
-static int find_job(const char *prog_name, const job_args *a, const char **token, char *eps,
-                    size_t epslen, job_conn *jc) {
-  rdzv_opts ro = {.method = RDZV_AUTO, .node_rank = -1, .job_id = a->job};
-  int rc = job_method(prog_name, a, &ro, eps, epslen);
-  if (rc != CLI_OK) return rc;
-  ro.deadline_ms = jc->deadline_ms;
-  char err[512] = "";
-  rc = agent_jobctl_find(&ro, environ, *token, &jc->where, err, sizeof err);
-  if (rc == -ENOENT && ro.method == RDZV_AUTO) return find_local(prog_name, a, token, jc);
-  if (rc == -EINVAL) return cli_usage_error(prog_name, "%s", err[0] ? err : cohort_strerror(rc));
-  if (rc != 0) return cli_error(prog_name, 1, "%s", err[0] ? err : cohort_strerror(rc));
-  if (jc->where.etcd)
-    snprintf(jc->addr, sizeof jc->addr, "etcd %s", eps);
-  else
-    base_join_hostport(jc->where.host, jc->where.port, jc->addr, sizeof jc->addr);
-  return 0;
-}
-
-/* --rdzv-conf: etcd's keys into c; cohort run's own keys are accepted and mean nothing here. */
-static int rdzv_conf(const char *prog_name, const char *conf, cmd_etcd *c) {
-  static const char *const agents[] = {"join_timeout", "last_call_timeout", "is_host"};
-  char buf[1024];
-  if (conf == NULL) return CLI_OK;
-  if (strlen(conf) >= sizeof buf) return cli_usage_error(prog_name, "--rdzv-conf is too long");
-  memcpy(buf, conf, strlen(conf) + 1);
-  char *save = NULL;
-  for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(kv, '=');
-    if (eq == NULL || eq == kv)
-      return cli_usage_error(prog_name, "--rdzv-conf '%s': KEY=VALUE,... expected", conf);
-    *eq = '\0';
-    int rc = cmd_etcd_conf_pair(c, kv, eq + 1);
-    if (rc < 0) return cli_usage_error(prog_name, "--rdzv-conf %s: bad value '%s'", kv, eq + 1);
-    int agents_own = 0;
-    for (size_t i = 0; i < BASE_ARRAY_LEN(agents); i++) agents_own |= strcmp(kv, agents[i]) == 0;
-    if (rc == 1 && !agents_own)
-      fprintf(stderr, "%s: note: --rdzv-conf %s has no effect\n", prog_name, kv);
-  }
-  return CLI_OK;
-}
-
-/* The backend the job's keys are in, connected. */
-static int open_job(const char *prog_name, const job_args *a, const char *token, const char *eps,
-                    job_conn *jc) {
-  static char password[STORE_TOKEN_MAX + 2];
-  cmd_etcd conf = {0};
-  etcd_opts eo = {0};
-  int rc = CLI_OK;
-  if (jc->where.etcd && (rc = rdzv_conf(prog_name, a->rdzv_conf, &conf)) == CLI_OK)
-    rc = cmd_etcd_opts(prog_name, &conf, eps, password, sizeof password, &eo);
-  if (rc != CLI_OK) return rc;
-  rc = agent_jobctl_backend(&jc->where, token, &eo, &jc->backend);
-  memset(password, 0, sizeof password); /* the backend keeps its own copy */
-  if (rc != 0) return cli_error(prog_name, 1, "cannot open %s: %s", jc->addr, cohort_strerror(rc));
-  char err[512] = "";
-  rc = rdzv_backend_connect(jc->backend, jc->deadline_ms, &jc->client, err, sizeof err);
-  if (rc == COHORT_EAUTH && jc->where.etcd)
-    return cli_error(prog_name, 1, "etcd refused this client: %s%s", err,
-                     conf.user == NULL && conf.cert == NULL
-                         ? " (no credentials given: --rdzv-conf user=NAME,password_file=FILE)"
-                         : "");
-  if (rc == COHORT_EAUTH)
-    return cli_error(prog_name, 1, "the job's store at %s refused the token%s", jc->addr,
-                     token == NULL ? " (none given: --token, --token-file or $COHORT_TOKEN)" : "");
-  if (rc != 0)
-    return cli_error(prog_name, 1, "no job found: %s", err[0] ? err : cohort_strerror(rc));
-  return 0;
-}
-
-int job_connect(const char *prog_name, const job_args *a, job_conn *jc) {
-  memset(jc, 0, sizeof *jc);
-  jc->deadline_ms =
-      base_deadline_in(a->timeout_ms > 0 ? a->timeout_ms : JOB_ARGS_DEFAULT_TIMEOUT_MS);
-  static char tokbuf[STORE_TOKEN_MAX + 2], eps[2048];
-  const char *token = NULL;
-  int rc = cmd_token_load(prog_name, a->token, a->token_file, tokbuf, sizeof tokbuf, &token);
-  if (rc == CLI_OK) rc = find_job(prog_name, a, &token, eps, sizeof eps, jc);
-  if (rc == CLI_OK) rc = open_job(prog_name, a, token, eps, jc);
-  if (rc != CLI_OK) job_close(jc);
-  return rc;
-}
-
-void job_close(job_conn *jc) {
-  store_client_close(jc->client);
-  jc->client = NULL;
-  rdzv_backend_close(jc->backend);
-  jc->backend = NULL;
-}
-
-json_t *status_parse_snapshot(const void *val, size_t len) {
-  if (val == NULL) return NULL;
-  json_t *o = json_loadb(val, len, 0, NULL);
-  if (o != NULL && (!json_is_object(o) || !json_is_integer(json_object_get(o, "nnodes")))) {
-    json_decref(o);
-    o = NULL;
-  }
-  return o;
-}
-
-/* Waits for node 0's snapshot until the deadline; NULL after one line on stderr. */
-static json_t *read_node0(const char *prog_name, job_conn *jc) {
-  char key[STORE_KEY_MAX];
-  agent_jobctl_key(key, sizeof key, jc->where.job_id, "status", 0);
-  const char *keys[1] = {key};
-  int rc = store_wait(jc->client, keys, 1, jc->deadline_ms);
-  void *val = NULL;
-  size_t len = 0;
-  if (rc == 0) rc = store_get(jc->client, key, &val, &len, jc->deadline_ms);
-  json_t *o = rc == 0 ? status_parse_snapshot(val, len) : NULL;
-  free(val);
-  if (rc == -ETIMEDOUT || rc == -ENOENT)
-    cli_error(prog_name, 1, "no job %s at %s: nothing published before the timeout",
-              jc->where.job_id, jc->addr);
-  else if (rc != 0)
-    cli_error(prog_name, 1, "reading the job's status at %s: %s", jc->addr, cohort_strerror(rc));
-  else if (o == NULL)
-    cli_error(prog_name, 1, "the job's status at %s is malformed", jc->addr);
-  return o;
-}
-
-int job_round(const char *prog_name, job_conn *jc, int *round, int *nnodes) {
-  json_t *n0 = read_node0(prog_name, jc);
-  if (n0 == NULL) return 1;
-  *round = (int)json_integer_value(json_object_get(n0, "round"));
-  if (nnodes != NULL) *nnodes = (int)json_integer_value(json_object_get(n0, "nnodes"));
-  json_decref(n0);
-  return 0;
-}
 
 /* ---- the job document ---- */
 
@@ -321,7 +90,7 @@ static json_t *read_nodes(job_conn *jc, const json_t *n0) {
     if (store_get_many(jc->client, keys, (size_t)n, vals, lens, jc->deadline_ms) == 0) {
       nodes = json_array();
       for (int64_t k = 0; k < n; k++) {
-        json_t *s = status_parse_snapshot(vals[k], lens[k]);
+        json_t *s = job_parse_snapshot(vals[k], lens[k]);
         json_array_append_new(nodes, s != NULL ? s : json_null());
         free(vals[k]);
       }
@@ -426,7 +195,7 @@ json_t *status_document(const char *job, const char *addr, const json_t *n0, jso
 }
 
 static json_t *job_document(job_conn *jc) {
-  json_t *n0 = read_node0(prog, jc);
+  json_t *n0 = job_read_node0(prog, jc);
   if (n0 == NULL) return NULL;
   json_t *nodes = read_nodes(jc, n0);
   json_t *doc = NULL;

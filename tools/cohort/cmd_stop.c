@@ -10,7 +10,7 @@
 #include "base/base.h"
 #include "rdzv/join.h"
 #include "tools/cohort/cmd.h"
-#include "tools/cohort/cmd_status.h"
+#include "tools/cohort/job.h"
 
 static const char prog[] = "cohort stop";
 

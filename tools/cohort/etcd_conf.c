@@ -1,8 +1,6 @@
-/*
- * cmd_etcd.c - etcd's endpoints and --rdzv-conf settings as the command
- * lines give them, shared by `cohort run` and the commands that find a
- * running job (status, stop, stacks), so both read them the same way.
- */
+/* etcd_conf.c - etcd's --rdzv-conf keys and endpoint lists (etcd_conf.h). */
+#include "tools/cohort/etcd_conf.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -12,7 +10,7 @@
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"
 
-int cmd_etcd_conf_pair(cmd_etcd *c, const char *key, const char *value) {
+int etcd_conf_pair(etcd_conf *c, const char *key, const char *value) {
   static char store[5][1024];
   static const char *const keys[] = {"cacert", "cert", "key", "user", "password_file"};
   const char **slots[] = {&c->cacert, &c->cert, &c->key, &c->user, &c->password_file};
@@ -50,7 +48,7 @@ static int list_item(const char *item, size_t n, char *out, size_t cap) {
   return 0;
 }
 
-int cmd_etcd_endpoints(const char *list, char *out, size_t cap) {
+int etcd_conf_endpoints(const char *list, char *out, size_t cap) {
   if (cap == 0) return -1;
   out[0] = '\0';
   for (const char *p = list; *p != '\0';) {
@@ -62,8 +60,8 @@ int cmd_etcd_endpoints(const char *list, char *out, size_t cap) {
   return out[0] != '\0' ? 0 : -1;
 }
 
-int cmd_etcd_opts(const char *who, const cmd_etcd *c, const char *endpoints, char *pw, size_t pwlen,
-                  etcd_opts *o) {
+int etcd_conf_opts(const char *who, const etcd_conf *c, const char *endpoints, char *pw,
+                   size_t pwlen, etcd_opts *o) {
   *o = (etcd_opts){
       .endpoints = endpoints, .cacert = c->cacert, .cert = c->cert, .key = c->key, .user = c->user};
   if (c->https && o->cacert == NULL) o->cacert = "";
