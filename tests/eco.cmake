@@ -45,7 +45,7 @@ add_test(NAME help
           $<TARGET_FILE_DIR:cohort>)
 set_tests_properties(help PROPERTIES TIMEOUT 60 LABELS "unit")
 
-include(${CMAKE_SOURCE_DIR}/fuzz/eco.cmake)
+include(${CMAKE_SOURCE_DIR}/fuzz/fuzz.cmake)
 
 # The generated Slurm script, docker lines and Kubernetes commands run for
 # real: two `cohort run` agents on loopback, the scheduler stood in for.

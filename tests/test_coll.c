@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "bench/reference.h"
+#include "collbench/reference.h"
 #include "check.h"
 #include "coll/coll.h"
 #include "cohort/cohort.h"
@@ -45,15 +45,15 @@ static int g_shared; /* check_one's buffers come from cohort_mem_alloc */
 /* ---- typed values: the inputs and serial reference `cohort bench` checks with ---- */
 
 static void put(cohort_dtype dt, void *buf, size_t i, double v) {
-  bench_put(dt, buf, i, v);
+  collbench_put(dt, buf, i, v);
 }
 
 static double input(cohort_redop op, cohort_dtype dt, int r, size_t i) {
-  return bench_input(op, dt, r, i);
+  return collbench_input(op, dt, r, i);
 }
 
 static void reference(cohort_redop op, cohort_dtype dt, int n, size_t i, void *out, size_t j) {
-  bench_reference(op, dt, n, i, out, j);
+  collbench_reference(op, dt, n, i, out, j);
 }
 
 /* Counts elements of got[0..n) that differ from want (bytewise per element). */
@@ -575,7 +575,7 @@ static int rk_wire(cohort_comm *c, void *arg) {
 /* x rounded to the wire type and widened back, by the reference's arithmetic, not the library's
  * converters under test. */
 static float wire_round(cohort_dtype wire, float x) {
-  return (float)bench_round(wire, x);
+  return (float)collbench_round(wire, x);
 }
 
 /* The compressed allgather, in place and not, blocking and not: every rank holds every block
@@ -860,10 +860,10 @@ static void test_bf16_kernels(void) {
   free(x), free(y), free(z), free(f);
 }
 
-/* The 16-bit pattern bench_put stores for v. */
+/* The 16-bit pattern collbench_put stores for v. */
 static uint16_t ref_bits(cohort_dtype dt, double v) {
   uint16_t h;
-  bench_put(dt, &h, 0, v);
+  collbench_put(dt, &h, 0, v);
   return h;
 }
 
@@ -890,7 +890,7 @@ static size_t round_mismatches(cohort_dtype dt, float x, size_t before) {
   return bad;
 }
 
-/* The reference's rounding (src/bench/reference.c, which the collectives' checks and `cohort
+/* The reference's rounding (src/collbench/reference.c, which the collectives' checks and `cohort
  * bench` use) against values worked out by hand, then the library's converters against it at
  * every value of both 16-bit formats, every midpoint between neighbours (the ties) and the
  * floats on either side of each: a rounding bug in the converters fails here and in the

@@ -1,6 +1,6 @@
 /*
  * cmd_bench.c - `cohort bench`: argument parsing and the table of
- * src/bench's results, as nccl-tests prints it.
+ * src/collbench's results, as nccl-tests prints it.
  *
  * Runs either as one rank of a job started by `cohort run` (the environment
  * names rank, world size and store) or, with --nproc N, forks N ranks on
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "bench/bench.h"
+#include "collbench/collbench.h"
 #include "cohort/cohort.h"
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"
@@ -53,8 +53,8 @@ static const char bench_usage[] =
 static const char prog[] = "cohort bench";
 
 typedef struct bench_args {
-  bench_opts o;
-  bench_op ops[BENCH_NOPS];
+  collbench_opts o;
+  collbench_op ops[COLLBENCH_NOPS];
   int nops;
   int factor, dtype, redop;
   int nproc;             /* > 0: fork this many local ranks */
@@ -66,9 +66,9 @@ typedef struct bench_args {
 static int set_op(void *settings, const char *v) {
   bench_args *a = settings;
   a->nops = 0;
-  for (int i = 0; i < BENCH_NOPS; i++)
-    if (strcmp(v, "all") == 0 || strcmp(v, bench_op_name((bench_op)i)) == 0)
-      a->ops[a->nops++] = (bench_op)i;
+  for (int i = 0; i < COLLBENCH_NOPS; i++)
+    if (strcmp(v, "all") == 0 || strcmp(v, collbench_op_name((collbench_op)i)) == 0)
+      a->ops[a->nops++] = (collbench_op)i;
   return a->nops > 0 ? 0 : -1;
 }
 
@@ -140,8 +140,8 @@ typedef struct table {
   int busbw_rows;
 } table;
 
-static void print_header(bench_op op) {
-  printf("#\n# %s\n#\n", bench_op_name(op));
+static void print_header(collbench_op op) {
+  printf("#\n# %s\n#\n", collbench_op_name(op));
   printf("# %64s %30s\n", "out-of-place", "in-place");
   printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type",
          "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -149,7 +149,7 @@ static void print_header(bench_op op) {
          "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
 
-static void print_row(const bench_row *row, void *ctx) {
+static void print_row(const collbench_row *row, void *ctx) {
   table *t = ctx;
   char res[2][64];
   for (int k = 0; k < 2; k++) {
@@ -178,8 +178,8 @@ static void print_row(const bench_row *row, void *ctx) {
 /* Every chosen collective on communicator c; returns the exit status. */
 static int run_ops(cohort_comm *c, const bench_args *a) {
   int n = cohort_comm_size(c), r = cohort_comm_rank(c);
-  bench *b = NULL;
-  int rc = bench_create(c, &a->o, &b);
+  collbench *b = NULL;
+  int rc = collbench_create(c, &a->o, &b);
   if (rc == -EINVAL) {
     if (r == 0) fprintf(stderr, "%s: --root %d but only %d ranks\n", prog, a->o.root, n);
     return CLI_USAGE;
@@ -197,14 +197,15 @@ static int run_ops(cohort_comm *c, const bench_args *a) {
   for (int i = 0; i < a->nops && rc == 0; i++) {
     if (r == 0) print_header(a->ops[i]);
     size_t bytes = 0;
-    rc = bench_op_run(b, a->ops[i], print_row, &t, &bytes);
+    rc = collbench_op_run(b, a->ops[i], print_row, &t, &bytes);
     if (rc != 0) {
       fflush(stdout);
       fprintf(stderr, "%s: rank %d: %s of %zu bytes failed: %s: %s\n", prog, r,
-              bench_op_name(a->ops[i]), bytes, cohort_strerror(rc), cohort_comm_error_message(c));
+              collbench_op_name(a->ops[i]), bytes, cohort_strerror(rc),
+              cohort_comm_error_message(c));
     }
   }
-  bench_destroy(b);
+  collbench_destroy(b);
   if (r == 0 && rc == 0) {
     printf("# Out of bounds values : %lld %s\n", (long long)t.wrong, t.wrong ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g\n#\n", t.busbw_rows ? t.busbw_sum / t.busbw_rows : 0.0);
@@ -225,7 +226,7 @@ static int rank_main(void *arg) {
 int cmd_bench(int argc, char **argv) {
   bench_args a = {
       .o = {.minb = 8, .maxb = 32u << 20, .iters = 20, .warmup = 5, .check = 1},
-      .ops = {BENCH_ALLREDUCE},
+      .ops = {COLLBENCH_ALLREDUCE},
       .nops = 1,
       .factor = 2,
       .dtype = COHORT_F32,
@@ -242,7 +243,7 @@ int cmd_bench(int argc, char **argv) {
                            (unsigned long long)a.o.maxb);
   signal(SIGPIPE, SIG_IGN);
   if (a.nproc > 0) {
-    rc = bench_fork_ranks(a.nproc, a.transport, rank_main, &a);
+    rc = collbench_fork_ranks(a.nproc, a.transport, rank_main, &a);
     if (rc < 0) return cli_error(prog, 1, "cannot start the local ranks: %s", cohort_strerror(rc));
     return rc;
   }

@@ -1,5 +1,5 @@
-/* bench.c - the collective benchmark and its local ranks (see bench.h). */
-#include "bench/bench.h"
+/* collbench.c - the collective benchmark and its local ranks (see collbench.h). */
+#include "collbench/collbench.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,24 +10,24 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "bench/reference.h"
+#include "collbench/reference.h"
 #include "store/store.h"
 
-struct bench {
+struct collbench {
   cohort_comm *comm;
-  bench_opts o;
+  collbench_opts o;
   char *send, *recv, *want;
   size_t bytes; /* capacity of each buffer */
 };
 
-const char *bench_op_name(bench_op op) {
-  static const char *const names[BENCH_NOPS] = {"allreduce", "reduce_scatter", "allgather",
-                                                "broadcast", "reduce"};
-  return (unsigned)op < BENCH_NOPS ? names[op] : "?";
+const char *collbench_op_name(collbench_op op) {
+  static const char *const names[COLLBENCH_NOPS] = {"allreduce", "reduce_scatter", "allgather",
+                                                    "broadcast", "reduce"};
+  return (unsigned)op < COLLBENCH_NOPS ? names[op] : "?";
 }
 
 /* One buffer of b->bytes, zeroed: ordinary memory, or shared with the host's ranks. */
-static int buf_alloc(bench *b, char **out) {
+static int buf_alloc(collbench *b, char **out) {
   if (!b->o.shared) {
     *out = calloc(1, b->bytes);
     return *out == NULL ? -ENOMEM : 0;
@@ -37,17 +37,17 @@ static int buf_alloc(bench *b, char **out) {
   return rc;
 }
 
-static void buf_free(bench *b, char *p) {
+static void buf_free(collbench *b, char *p) {
   if (p != NULL && b->o.shared)
     cohort_mem_free(b->comm, p);
   else
     free(p);
 }
 
-int bench_create(cohort_comm *c, const bench_opts *o, bench **out) {
+int collbench_create(cohort_comm *c, const collbench_opts *o, collbench **out) {
   int n = cohort_comm_size(c);
   if (o->root >= n) return -EINVAL;
-  bench *b = calloc(1, sizeof *b);
+  collbench *b = calloc(1, sizeof *b);
   if (b == NULL) return -ENOMEM;
   b->comm = c;
   b->o = *o;
@@ -57,14 +57,14 @@ int bench_create(cohort_comm *c, const bench_opts *o, bench **out) {
   b->want = malloc(b->bytes);
   if (rc == 0 && b->want == NULL) rc = -ENOMEM;
   if (rc != 0) {
-    bench_destroy(b);
+    collbench_destroy(b);
     return rc;
   }
   *out = b;
   return 0;
 }
 
-void bench_destroy(bench *b) {
+void collbench_destroy(collbench *b) {
   if (b == NULL) return;
   buf_free(b, b->send);
   buf_free(b, b->recv);
@@ -73,22 +73,22 @@ void bench_destroy(bench *b) {
 }
 
 /* Runs one collective; inplace selects the in-place form. count as nccl-tests (total). */
-static int run_op(bench *b, bench_op op, size_t count, int inplace) {
+static int run_op(collbench *b, collbench_op op, size_t count, int inplace) {
   cohort_comm *c = b->comm;
-  const bench_opts *o = &b->o;
+  const collbench_opts *o = &b->o;
   int n = cohort_comm_size(c), r = cohort_comm_rank(c);
   size_t es = cohort_dtype_size(o->dtype), per = count / (size_t)n;
   switch (op) {
-  case BENCH_ALLREDUCE:
+  case COLLBENCH_ALLREDUCE:
     return cohort_allreduce(c, inplace ? b->recv : b->send, b->recv, count, o->dtype, o->redop);
-  case BENCH_REDUCE_SCATTER:
+  case COLLBENCH_REDUCE_SCATTER:
     return cohort_reduce_scatter(c, inplace ? b->recv : b->send, b->recv, per, o->dtype, o->redop);
-  case BENCH_ALLGATHER:
+  case COLLBENCH_ALLGATHER:
     return cohort_allgather(c, inplace ? b->recv + (size_t)r * per * es : b->send, b->recv, per,
                             o->dtype);
-  case BENCH_BROADCAST:
+  case COLLBENCH_BROADCAST:
     return cohort_broadcast(c, b->recv, count, o->dtype, o->root);
-  case BENCH_REDUCE:
+  case COLLBENCH_REDUCE:
     return cohort_reduce(c, inplace ? b->recv : b->send, b->recv, count, o->dtype, o->redop,
                          o->root);
   default:
@@ -97,18 +97,19 @@ static int run_op(bench *b, bench_op op, size_t count, int inplace) {
 }
 
 /* Fills this rank's input (and, in place, the receive buffer) for a checked run. */
-static void fill_inputs(bench *b, bench_op op, cohort_redop rop, size_t count, int inplace) {
-  const bench_opts *o = &b->o;
+static void fill_inputs(collbench *b, collbench_op op, cohort_redop rop, size_t count,
+                        int inplace) {
+  const collbench_opts *o = &b->o;
   int n = cohort_comm_size(b->comm), r = cohort_comm_rank(b->comm);
   size_t es = cohort_dtype_size(o->dtype), per = count / (size_t)n;
   memset(b->recv, 0xa5, count * es);
-  size_t nin = op == BENCH_ALLGATHER ? per : count;
+  size_t nin = op == COLLBENCH_ALLGATHER ? per : count;
   for (size_t i = 0; i < nin; i++)
-    bench_put(o->dtype, b->send, i, bench_input(rop, o->dtype, r, i));
-  if (op == BENCH_BROADCAST) {
+    collbench_put(o->dtype, b->send, i, collbench_input(rop, o->dtype, r, i));
+  if (op == COLLBENCH_BROADCAST) {
     if (r == o->root) memcpy(b->recv, b->send, count * es);
   } else if (inplace) {
-    if (op == BENCH_ALLGATHER)
+    if (op == COLLBENCH_ALLGATHER)
       memcpy(b->recv + (size_t)r * per * es, b->send, per * es);
     else
       memcpy(b->recv, b->send, count * es);
@@ -116,30 +117,30 @@ static void fill_inputs(bench *b, bench_op op, cohort_redop rop, size_t count, i
 }
 
 /* Writes what this rank must hold after op into b->want; returns how many elements. */
-static size_t expected(bench *b, bench_op op, cohort_redop rop, size_t count) {
-  const bench_opts *o = &b->o;
+static size_t expected(collbench *b, collbench_op op, cohort_redop rop, size_t count) {
+  const collbench_opts *o = &b->o;
   int n = cohort_comm_size(b->comm), r = cohort_comm_rank(b->comm);
   size_t per = count / (size_t)n;
   switch (op) {
-  case BENCH_ALLREDUCE:
-    for (size_t i = 0; i < count; i++) bench_reference(rop, o->dtype, n, i, b->want, i);
+  case COLLBENCH_ALLREDUCE:
+    for (size_t i = 0; i < count; i++) collbench_reference(rop, o->dtype, n, i, b->want, i);
     return count;
-  case BENCH_REDUCE_SCATTER:
+  case COLLBENCH_REDUCE_SCATTER:
     for (size_t j = 0; j < per; j++)
-      bench_reference(rop, o->dtype, n, (size_t)r * per + j, b->want, j);
+      collbench_reference(rop, o->dtype, n, (size_t)r * per + j, b->want, j);
     return per;
-  case BENCH_ALLGATHER:
+  case COLLBENCH_ALLGATHER:
     for (int q = 0; q < n; q++)
       for (size_t j = 0; j < per; j++)
-        bench_put(o->dtype, b->want, (size_t)q * per + j, bench_input(rop, o->dtype, q, j));
+        collbench_put(o->dtype, b->want, (size_t)q * per + j, collbench_input(rop, o->dtype, q, j));
     return per * (size_t)n;
-  case BENCH_BROADCAST:
+  case COLLBENCH_BROADCAST:
     for (size_t i = 0; i < count; i++)
-      bench_put(o->dtype, b->want, i, bench_input(rop, o->dtype, o->root, i));
+      collbench_put(o->dtype, b->want, i, collbench_input(rop, o->dtype, o->root, i));
     return count;
-  case BENCH_REDUCE:
+  case COLLBENCH_REDUCE:
     if (r != o->root) return 0;
-    for (size_t i = 0; i < count; i++) bench_reference(rop, o->dtype, n, i, b->want, i);
+    for (size_t i = 0; i < count; i++) collbench_reference(rop, o->dtype, n, i, b->want, i);
     return count;
   default:
     return 0;
@@ -147,15 +148,16 @@ static size_t expected(bench *b, bench_op op, cohort_redop rop, size_t count) {
 }
 
 /* Fills inputs, runs once, compares with the reference; returns wrong elements (or < 0). */
-static int64_t checked_run(bench *b, bench_op op, size_t count, int inplace) {
+static int64_t checked_run(collbench *b, collbench_op op, size_t count, int inplace) {
   int r = cohort_comm_rank(b->comm), n = cohort_comm_size(b->comm);
   size_t es = cohort_dtype_size(b->o.dtype), per = count / (size_t)n;
-  cohort_redop rop = op == BENCH_ALLGATHER || op == BENCH_BROADCAST ? COHORT_SUM : b->o.redop;
+  cohort_redop rop =
+      op == COLLBENCH_ALLGATHER || op == COLLBENCH_BROADCAST ? COHORT_SUM : b->o.redop;
   fill_inputs(b, op, rop, count, inplace);
   int rc = run_op(b, op, count, inplace);
   if (rc != 0) return rc;
   const char *got = b->recv;
-  if (op == BENCH_REDUCE_SCATTER && inplace) got = b->recv + (size_t)r * per * es;
+  if (op == COLLBENCH_REDUCE_SCATTER && inplace) got = b->recv + (size_t)r * per * es;
   size_t nres = expected(b, op, rop, count);
   int64_t wrong = 0;
   for (size_t i = 0; i < nres; i++)
@@ -164,7 +166,7 @@ static int64_t checked_run(bench *b, bench_op op, size_t count, int inplace) {
 }
 
 /* Mean time per iteration in us of the slowest rank (warm-up first). */
-static int timed(bench *b, bench_op op, size_t count, int inplace, double *us) {
+static int timed(collbench *b, collbench_op op, size_t count, int inplace, double *us) {
   for (int i = 0; i < b->o.warmup; i++) {
     int rc = run_op(b, op, count, inplace);
     if (rc != 0) return rc;
@@ -181,14 +183,14 @@ static int timed(bench *b, bench_op op, size_t count, int inplace, double *us) {
 }
 
 /* The bus bandwidth factor of nccl-tests: what each rank moves relative to the size. */
-static double bus_factor(bench_op op, int n) {
-  if (op == BENCH_ALLREDUCE) return 2.0 * (n - 1) / n;
-  if (op == BENCH_ALLGATHER || op == BENCH_REDUCE_SCATTER) return (double)(n - 1) / n;
+static double bus_factor(collbench_op op, int n) {
+  if (op == COLLBENCH_ALLREDUCE) return 2.0 * (n - 1) / n;
+  if (op == COLLBENCH_ALLGATHER || op == COLLBENCH_REDUCE_SCATTER) return (double)(n - 1) / n;
   return 1.0;
 }
 
 /* One form (out of place or in place) of one row. */
-static int measure(bench *b, bench_row *row, int inplace) {
+static int measure(collbench *b, collbench_row *row, int inplace) {
   int64_t w = 0;
   double us = 0;
   int rc = timed(b, row->op, row->count, inplace, &us);
@@ -206,18 +208,20 @@ static int measure(bench *b, bench_row *row, int inplace) {
   return 0;
 }
 
-int bench_op_run(bench *b, bench_op op, bench_row_fn fn, void *ctx, size_t *failed_bytes) {
+int collbench_op_run(collbench *b, collbench_op op, collbench_row_fn fn, void *ctx,
+                     size_t *failed_bytes) {
   int n = cohort_comm_size(b->comm);
   size_t es = cohort_dtype_size(b->o.dtype);
-  int per_rank = op == BENCH_ALLGATHER || op == BENCH_REDUCE_SCATTER;
+  int per_rank = op == COLLBENCH_ALLGATHER || op == COLLBENCH_REDUCE_SCATTER;
   for (uint64_t size = b->o.minb; size <= b->o.maxb; size = size * b->o.factor) {
-    bench_row row = {.op = op, .count = (size_t)(size / es)};
+    collbench_row row = {.op = op, .count = (size_t)(size / es)};
     if (per_rank) row.count = row.count / (size_t)n * (size_t)n;
     row.bytes = row.count * es;
-    row.reduces = op == BENCH_ALLREDUCE || op == BENCH_REDUCE_SCATTER || op == BENCH_REDUCE;
-    row.rooted = op == BENCH_BROADCAST || op == BENCH_REDUCE;
+    row.reduces =
+        op == COLLBENCH_ALLREDUCE || op == COLLBENCH_REDUCE_SCATTER || op == COLLBENCH_REDUCE;
+    row.rooted = op == COLLBENCH_BROADCAST || op == COLLBENCH_REDUCE;
     /* broadcast has one buffer: it is in place by definition. */
-    for (int inplace = op == BENCH_BROADCAST; inplace < 2; inplace++) {
+    for (int inplace = op == COLLBENCH_BROADCAST; inplace < 2; inplace++) {
       int rc = measure(b, &row, inplace);
       if (rc != 0) {
         *failed_bytes = row.bytes;
@@ -279,7 +283,7 @@ static void rank_child_wait(int fd, int r, int n, const char *transport,
  * with threads may inherit a lock another thread held (ASan's allocator did,
  * and the rank hung in its first allocation of that size). Each child reads
  * the port from a pipe once the store is up; the parent writes it n times. */
-int bench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg) {
+int collbench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg) {
   pid_t *pids = calloc((size_t)n, sizeof *pids);
   int fds[2];
   if (pids == NULL) return -ENOMEM;

@@ -7,7 +7,7 @@
  * tricks are what the checks are there to catch: a rounding bug in the
  * library makes its results differ from this reference.
  */
-#include "bench/reference.h"
+#include "collbench/reference.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -36,7 +36,7 @@ static double round_to(const half_format *f, double x) {
   return r;
 }
 
-double bench_round(cohort_dtype dt, double v) {
+double collbench_round(cohort_dtype dt, double v) {
   switch (dt) {
   case COHORT_F32:
     return (float)v;
@@ -69,7 +69,7 @@ static uint16_t bf16_bits(double v) {
   return (uint16_t)(x >> 16);
 }
 
-void bench_put(cohort_dtype dt, void *buf, size_t i, double v) {
+void collbench_put(cohort_dtype dt, void *buf, size_t i, double v) {
   switch (dt) {
   case COHORT_F32:
     ((float *)buf)[i] = (float)v;
@@ -78,10 +78,10 @@ void bench_put(cohort_dtype dt, void *buf, size_t i, double v) {
     ((double *)buf)[i] = v;
     break;
   case COHORT_F16:
-    ((uint16_t *)buf)[i] = f16_bits(bench_round(dt, v));
+    ((uint16_t *)buf)[i] = f16_bits(collbench_round(dt, v));
     break;
   case COHORT_BF16:
-    ((uint16_t *)buf)[i] = bf16_bits(bench_round(dt, v));
+    ((uint16_t *)buf)[i] = bf16_bits(collbench_round(dt, v));
     break;
   case COHORT_I32:
     ((int32_t *)buf)[i] = (int32_t)v;
@@ -97,7 +97,7 @@ void bench_put(cohort_dtype dt, void *buf, size_t i, double v) {
   }
 }
 
-double bench_input(cohort_redop op, cohort_dtype dt, int r, size_t i) {
+double collbench_input(cohort_redop op, cohort_dtype dt, int r, size_t i) {
   size_t h = (size_t)r * 7919u + i * 104729u + (size_t)op * 13u;
   switch (op) {
   case COHORT_PROD: {
@@ -125,7 +125,7 @@ static void put_average(cohort_dtype dt, void *out, size_t j, double sum, int n)
     break;
   case COHORT_F16:
   case COHORT_BF16:
-    bench_put(dt, out, j, (float)sum / (float)n);
+    collbench_put(dt, out, j, (float)sum / (float)n);
     break;
   case COHORT_I32:
     ((int32_t *)out)[j] = (int32_t)sum / n;
@@ -141,10 +141,10 @@ static void put_average(cohort_dtype dt, void *out, size_t j, double sum, int n)
   }
 }
 
-void bench_reference(cohort_redop op, cohort_dtype dt, int n, size_t i, void *out, size_t j) {
-  double acc = bench_input(op, dt, 0, i);
+void collbench_reference(cohort_redop op, cohort_dtype dt, int n, size_t i, void *out, size_t j) {
+  double acc = collbench_input(op, dt, 0, i);
   for (int r = 1; r < n; r++) {
-    double v = bench_input(op, dt, r, i);
+    double v = collbench_input(op, dt, r, i);
     if (op == COHORT_PROD)
       acc *= v;
     else if (op == COHORT_MIN)
@@ -158,5 +158,5 @@ void bench_reference(cohort_redop op, cohort_dtype dt, int n, size_t i, void *ou
   if (op == COHORT_AVG)
     put_average(dt, out, j, acc, n);
   else
-    bench_put(dt, out, j, acc);
+    collbench_put(dt, out, j, acc);
 }

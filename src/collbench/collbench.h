@@ -1,33 +1,33 @@
 /*
- * bench.h - the collective benchmark behind `cohort bench`: nccl-tests
+ * collbench.h - the collective benchmark behind `cohort bench`: nccl-tests
  * style timings of libcohort's collectives, each result checked against the
- * serial reference (bench/reference.h).
+ * serial reference (reference.h).
  *
  * Runs collectives through the public API (cohort/cohort.h) only; the local
  * ranks meet at the internal store server. Prints nothing: rows go to the
  * caller's function, which formats them.
  */
-#ifndef COHORT_BENCH_BENCH_H
-#define COHORT_BENCH_BENCH_H
+#ifndef COHORT_COLLBENCH_COLLBENCH_H
+#define COHORT_COLLBENCH_COLLBENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cohort/cohort.h"
 
-typedef enum bench_op {
-  BENCH_ALLREDUCE,
-  BENCH_REDUCE_SCATTER,
-  BENCH_ALLGATHER,
-  BENCH_BROADCAST,
-  BENCH_REDUCE,
-  BENCH_NOPS
-} bench_op;
+typedef enum collbench_op {
+  COLLBENCH_ALLREDUCE,
+  COLLBENCH_REDUCE_SCATTER,
+  COLLBENCH_ALLGATHER,
+  COLLBENCH_BROADCAST,
+  COLLBENCH_REDUCE,
+  COLLBENCH_NOPS
+} collbench_op;
 
 /* "allreduce", "reduce_scatter", ... as nccl-tests names them. */
-const char *bench_op_name(bench_op op);
+const char *collbench_op_name(collbench_op op);
 
-typedef struct bench_opts {
+typedef struct collbench_opts {
   uint64_t minb, maxb; /* total bytes of the first and last row */
   uint64_t factor;     /* size multiplier between rows, >= 2 */
   cohort_dtype dtype;
@@ -36,35 +36,37 @@ typedef struct bench_opts {
   int root;          /* of broadcast and reduce */
   int check;         /* 1: a separate run per size is compared with the reference */
   int shared;        /* 1: send and recv from cohort_mem_alloc, else ordinary (private) memory */
-} bench_opts;
+} collbench_opts;
 
 /* One size of one collective: out of place [0] and in place [1]. */
-typedef struct bench_row {
-  bench_op op;
+typedef struct collbench_row {
+  collbench_op op;
   size_t bytes, count;       /* as nccl-tests: total bytes and elements */
   int reduces, rooted;       /* whether redop and root apply */
   int has[2];                /* broadcast has no out-of-place form */
   double us[2];              /* the slowest rank's mean time per iteration */
   double algbw[2], busbw[2]; /* GB/s */
   int64_t wrong[2];          /* elements that differ from the reference, over all ranks */
-} bench_row;
+} collbench_row;
 
 /* Called on every rank with the same row (times and counts are agreed over ranks). */
-typedef void (*bench_row_fn)(const bench_row *row, void *ctx);
+typedef void (*collbench_row_fn)(const collbench_row *row, void *ctx);
 
-typedef struct bench bench;
+typedef struct collbench collbench;
 
 /* Buffers for o on communicator c (a collective call when o->shared). Returns 0 or -ENOMEM,
  * -EINVAL (root beyond the ranks), or cohort_mem_alloc's error. */
-int bench_create(cohort_comm *c, const bench_opts *o, bench **out);
-void bench_destroy(bench *b); /* NULL: no-op; a collective call when the buffers are shared */
+int collbench_create(cohort_comm *c, const collbench_opts *o, collbench **out);
+void collbench_destroy(
+    collbench *b); /* NULL: no-op; a collective call when the buffers are shared */
 
 /*
  * Runs op for every size of the options on every rank (a collective call)
  * and passes each row to fn. Returns 0, or the failed collective's error
  * (then *failed_bytes is its size and cohort_comm_error_message() says more).
  */
-int bench_op_run(bench *b, bench_op op, bench_row_fn fn, void *ctx, size_t *failed_bytes);
+int collbench_op_run(collbench *b, collbench_op op, collbench_row_fn fn, void *ctx,
+                     size_t *failed_bytes);
 
 /*
  * Runs rank_main(arg) in n forked processes on this machine, as ranks of
@@ -74,6 +76,6 @@ int bench_op_run(bench *b, bench_op op, bench_row_fn fn, void *ctx, size_t *fail
  * Returns the highest exit status of the ranks, or -errno when the store or
  * a fork failed (the ranks started are still waited for).
  */
-int bench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg);
+int collbench_fork_ranks(int n, const char *transport, int (*rank_main)(void *arg), void *arg);
 
 #endif
