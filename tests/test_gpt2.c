@@ -720,6 +720,55 @@ static void test_data(void) {
   gpt2_batch_buf_free(&bb2);
 }
 
+/* The data rule across a changing world: 3 ranks, then 2 (a shrink), then 3 again (a grow), with
+ * gradient accumulation, over a shard whose windows say their index. The samples the ranks train
+ * in the first epoch are each window exactly once; the step that crosses the epoch's end goes on
+ * with the next epoch's first windows. */
+static void test_data_rule(void) {
+  enum { T = 4, B = 2, K = 2, NWIN = 61 };
+  uint16_t toks[NWIN * T + 1];
+  for (int i = 0; i <= NWIN * T; i++) toks[i] = (uint16_t)i;
+  char path[512], err[512];
+  snprintf(path, sizeof(path), "%s/rule.bin", tmpdir);
+  CHECK_EQ_INT(gpt2_shard_write(path, toks, NWIN * T + 1), 0);
+  gpt2_data d;
+  CHECK_EQ_INT(gpt2_data_open(&d, path, GPT2_HEAD_LM, 1024, B, T, 0, err, sizeof(err)), 0);
+  CHECK_EQ_INT(d.windows, NWIN);
+  gpt2_batch_buf bb;
+  gpt2_batch batch;
+  gpt2_batch_buf_alloc(&bb, B, T);
+  int seen[NWIN] = {0}, next_epoch[NWIN] = {0};
+  const int worlds[] = {3, 3, 2, 2, 2, 3, 3, 3};
+  uint64_t pos = 0;
+  for (int step = 0; pos < NWIN; step++) {
+    int world = worlds[step < 8 ? step : 7];
+    for (int r = 0; r < world; r++) {
+      for (int k = 0; k < K; k++) {
+        uint64_t g0 = gpt2_data_first(pos, r, K, B, k);
+        gpt2_data_fill(&d, g0, &bb, &batch);
+        for (int b = 0; b < B; b++) {
+          int w = bb.tokens[b * T] / T;
+          CHECK_EQ_INT(w, (int)((g0 + (uint64_t)b) % NWIN));
+          if (g0 + (uint64_t)b < NWIN)
+            seen[w]++;
+          else
+            next_epoch[w]++;
+        }
+      }
+    }
+    pos = gpt2_data_advance(pos, world, K, B);
+  }
+  int once = 1, tail = 1;
+  for (int w = 0; w < NWIN; w++) once &= seen[w] == 1;
+  /* 2 steps of 12, 3 of 8, then 12s: 24 + 24 + 12 = 60; the step at 60 trains 60..71. */
+  CHECK_EQ_INT(pos, 72);
+  for (int w = 0; w < NWIN; w++) tail &= next_epoch[w] == (w < 11);
+  CHECK(once);
+  CHECK(tail);
+  gpt2_batch_buf_free(&bb);
+  gpt2_data_close(&d);
+}
+
 /* ---- checkpoints ---- */
 
 static void test_ckpt(void) {
@@ -784,6 +833,43 @@ static void test_ckpt(void) {
   other.channels = 8;
   CHECK(gpt2_ckpt_load_latest(dir, &other, &got, p2, s2, err, sizeof(err), note, sizeof(note)) < 0);
   CHECK(strstr(err, "different") != NULL);
+  /* Per-rank parts (PowerSGD's errors): a checkpoint of 3 ranks loads on 2 (ranks 0 and 1 keep
+   * theirs) and on 4 (rank 3 starts from zeros). */
+  {
+    enum { BASE = 100, PER = 50 };
+    char rdir[512];
+    snprintf(rdir, sizeof(rdir), "%s/ranks", tmpdir);
+    gpt2_ckpt_header w3 = h;
+    w3.world = 3;
+    w3.nstate = BASE + 3 * PER;
+    float *st3 = randn(BASE + 3 * PER, 1.0f), *st = calloc(BASE + 4 * PER, sizeof(float));
+    CHECK_EQ_INT(gpt2_ckpt_save(rdir, &w3, p, st3, 2, err, sizeof(err)), 0);
+    gpt2_ckpt_header w2 = w3;
+    w2.world = 2;
+    w2.nstate = BASE + 2 * PER;
+    CHECK_EQ_INT(gpt2_ckpt_load_latest_ranks(rdir, &w2, PER, &got, p2, st, err, sizeof(err), note,
+                                             sizeof(note)),
+                 1);
+    CHECK(memcmp(st, st3, (BASE + 2 * PER) * sizeof(float)) == 0);
+    gpt2_ckpt_header w4 = w3;
+    w4.world = 4;
+    w4.nstate = BASE + 4 * PER;
+    for (int i = 0; i < BASE + 4 * PER; i++) st[i] = 7.0f;
+    CHECK_EQ_INT(gpt2_ckpt_load_latest_ranks(rdir, &w4, PER, &got, p2, st, err, sizeof(err), note,
+                                             sizeof(note)),
+                 1);
+    int zeros = 1;
+    for (int i = BASE + 3 * PER; i < BASE + 4 * PER; i++) zeros &= st[i] == 0.0f;
+    CHECK(memcmp(st, st3, (BASE + 3 * PER) * sizeof(float)) == 0);
+    CHECK(zeros);
+    /* Without per-rank parts the state's size must match. */
+    CHECK(gpt2_ckpt_load_latest(rdir, &w2, &got, p2, st, err, sizeof(err), note, sizeof(note)) < 0);
+    /* A different shared part is another configuration. */
+    w2.nstate = BASE + 1 + 2 * PER;
+    CHECK(gpt2_ckpt_load_latest_ranks(rdir, &w2, PER, &got, p2, st, err, sizeof(err), note,
+                                      sizeof(note)) < 0);
+    free(st3), free(st);
+  }
   /* The hash sees every byte. */
   CHECK(gpt2_ckpt_hash(0, "abcd", 4) != gpt2_ckpt_hash(0, "abce", 4));
   free(p), free(s), free(p2), free(s2);
@@ -801,6 +887,7 @@ int main(void) {
   test_model_misc();
   test_optim();
   test_data();
+  test_data_rule();
   test_ckpt();
   char cmd[300];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

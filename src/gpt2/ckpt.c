@@ -177,10 +177,45 @@ int gpt2_ckpt_save(const char *dir, const gpt2_ckpt_header *hdr_in, const float 
   return 0;
 }
 
-static int same_config(const gpt2_ckpt_header *a, const gpt2_ckpt_header *b) {
+/* The state's floats that every rank holds alike: nstate less the per-rank parts (per_rank floats
+ * for each rank of the world that wrote it). */
+static uint64_t shared_floats(const gpt2_ckpt_header *h, size_t per_rank) {
+  uint64_t own = (uint64_t)per_rank * (uint64_t)(h->world > 0 ? h->world : 0);
+  return h->nstate >= own ? h->nstate - own : UINT64_MAX;
+}
+
+static int same_config(const gpt2_ckpt_header *a, const gpt2_ckpt_header *b, size_t per_rank) {
   return a->vocab == b->vocab && a->npos == b->npos && a->layers == b->layers &&
          a->heads == b->heads && a->channels == b->channels && a->head == b->head &&
-         a->opt_kind == b->opt_kind && a->nparams == b->nparams && a->nstate == b->nstate;
+         a->opt_kind == b->opt_kind && a->nparams == b->nparams &&
+         (per_rank == 0 ? a->nstate == b->nstate
+                        : shared_floats(a, per_rank) == shared_floats(b, per_rank));
+}
+
+/* Reads the file's state (its world's per-rank parts) into the state of want's world: rank r's
+ * part from the writer's rank r, zeros for ranks the writer did not have. The file's whole state
+ * passes through a buffer of its own for the checksum. */
+static int read_state(int fd, const gpt2_ckpt_header *hdr, const gpt2_ckpt_header *want,
+                      size_t per_rank, float *state, uint64_t *h) {
+  if (hdr->nstate == want->nstate) {
+    if (read_all(fd, state, hdr->nstate * sizeof(float)) != 0) return -EIO;
+    *h = gpt2_ckpt_hash(*h, state, hdr->nstate * sizeof(float));
+    return 0;
+  }
+  float *all = malloc(hdr->nstate * sizeof(float) + 1);
+  if (all == NULL) return -ENOMEM;
+  if (read_all(fd, all, hdr->nstate * sizeof(float)) != 0) {
+    free(all);
+    return -EIO;
+  }
+  *h = gpt2_ckpt_hash(*h, all, hdr->nstate * sizeof(float));
+  uint64_t base = shared_floats(hdr, per_rank), had = hdr->nstate - base;
+  uint64_t want_own = want->nstate - base;
+  memcpy(state, all, base * sizeof(float));
+  memcpy(state + base, all + base, (had < want_own ? had : want_own) * sizeof(float));
+  if (want_own > had) memset(state + base + had, 0, (want_own - had) * sizeof(float));
+  free(all);
+  return 0;
 }
 
 static void add_note(char *note, size_t notelen, const char *fmt, const char *path,
@@ -192,8 +227,8 @@ static void add_note(char *note, size_t notelen, const char *fmt, const char *pa
 }
 
 /* 1 loaded, 0 damaged (reason in why), negative: a fatal mismatch. */
-static int load_one(const char *path, const gpt2_ckpt_header *want, gpt2_ckpt_header *hdr,
-                    float *params, float *state, const char **why) {
+static int load_one(const char *path, const gpt2_ckpt_header *want, size_t per_rank,
+                    gpt2_ckpt_header *hdr, float *params, float *state, const char **why) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     *why = strerror(errno);
@@ -219,21 +254,28 @@ static int load_one(const char *path, const gpt2_ckpt_header *want, gpt2_ckpt_he
     *why = "truncated (size does not match its header)";
     goto out;
   }
-  if (!same_config(hdr, want)) {
+  if (!same_config(hdr, want, per_rank)) {
     rc = -EINVAL;
     goto out;
   }
   uint64_t h_file = 0;
   char end[8];
-  if (read_all(fd, params, hdr->nparams * sizeof(float)) != 0 ||
-      read_all(fd, state, hdr->nstate * sizeof(float)) != 0 ||
-      read_all(fd, &h_file, sizeof(h_file)) != 0 || read_all(fd, end, sizeof(end)) != 0) {
+  uint64_t h = gpt2_ckpt_hash(0, hdr, sizeof(*hdr));
+  if (read_all(fd, params, hdr->nparams * sizeof(float)) != 0) {
     *why = "truncated";
     goto out;
   }
-  uint64_t h = gpt2_ckpt_hash(0, hdr, sizeof(*hdr));
   h = gpt2_ckpt_hash(h, params, hdr->nparams * sizeof(float));
-  h = gpt2_ckpt_hash(h, state, hdr->nstate * sizeof(float));
+  int st_rc = read_state(fd, hdr, want, per_rank, state, &h);
+  if (st_rc == -ENOMEM) {
+    *why = "out of memory";
+    goto out;
+  }
+  if (st_rc != 0 || read_all(fd, &h_file, sizeof(h_file)) != 0 ||
+      read_all(fd, end, sizeof(end)) != 0) {
+    *why = "truncated";
+    goto out;
+  }
   if (h != h_file || memcmp(end, ckpt_end, sizeof(end)) != 0) {
     *why = "checksum mismatch (corrupt)";
     goto out;
@@ -247,6 +289,12 @@ out:
 int gpt2_ckpt_load_latest(const char *dir, const gpt2_ckpt_header *want, gpt2_ckpt_header *hdr,
                           float *params, float *state, char *err, size_t errlen, char *note,
                           size_t notelen) {
+  return gpt2_ckpt_load_latest_ranks(dir, want, 0, hdr, params, state, err, errlen, note, notelen);
+}
+
+int gpt2_ckpt_load_latest_ranks(const char *dir, const gpt2_ckpt_header *want, size_t per_rank,
+                                gpt2_ckpt_header *hdr, float *params, float *state, char *err,
+                                size_t errlen, char *note, size_t notelen) {
   if (note && notelen) note[0] = '\0';
   uint64_t *steps = NULL;
   size_t n = 0;
@@ -261,7 +309,7 @@ int gpt2_ckpt_load_latest(const char *dir, const gpt2_ckpt_header *want, gpt2_ck
     char path[4096];
     const char *why = "";
     snprintf(path, sizeof(path), "%s/ckpt_%012" PRIu64 ".bin", dir, steps[i]);
-    int r = load_one(path, want, hdr, params, state, &why);
+    int r = load_one(path, want, per_rank, hdr, params, state, &why);
     if (r == 1) {
       rc = 1;
       break;

@@ -55,6 +55,16 @@ int gpt2_ckpt_load_latest(const char *dir, const gpt2_ckpt_header *want, gpt2_ck
                           float *params, float *state, char *err, size_t errlen, char *note,
                           size_t notelen);
 
+/*
+ * The same for a state whose tail holds per_rank floats for each rank of the world that wrote it
+ * (PowerSGD's error feedback: want->nstate counts want->world of them). A checkpoint of another
+ * world loads too: rank r's part is the writer's rank r's, zeros where the writer had no rank r;
+ * the parts of ranks beyond want->world are left out. per_rank 0: gpt2_ckpt_load_latest.
+ */
+int gpt2_ckpt_load_latest_ranks(const char *dir, const gpt2_ckpt_header *want, size_t per_rank,
+                                gpt2_ckpt_header *hdr, float *params, float *state, char *err,
+                                size_t errlen, char *note, size_t notelen);
+
 /* The checksum used by the files (exposed for tests). */
 uint64_t gpt2_ckpt_hash(uint64_t h, const void *data, size_t len);
 

@@ -246,6 +246,14 @@ static int32_t shard_token(const gpt2_shard *sh, size_t i) {
   return t;
 }
 
+uint64_t gpt2_data_first(uint64_t pos, int rank, int accum, int B, int k) {
+  return pos + ((uint64_t)rank * (uint64_t)accum + (uint64_t)k) * (uint64_t)B;
+}
+
+uint64_t gpt2_data_advance(uint64_t pos, int world, int accum, int B) {
+  return pos + (uint64_t)world * (uint64_t)accum * (uint64_t)B;
+}
+
 void gpt2_data_fill(const gpt2_data *d, uint64_t g0, gpt2_batch_buf *bb, gpt2_batch *batch) {
   size_t T = (size_t)d->T;
   for (size_t b = 0; b < (size_t)d->B; b++) {

@@ -3,10 +3,16 @@
  * mask and answer positions) or real tokens from files.
  *
  * Batches are addressed, not streamed: sample g (a global index, counted
- * over all ranks and micro-steps: step * global_batch + offset) is always the
- * same data. That makes a run on N ranks and a run on one rank with N-fold
- * gradient accumulation see the same global batch, gives every rank a
- * disjoint part, and reduces the data position of a checkpoint to the step.
+ * over all ranks and micro-steps) is always the same data. The data rule: a
+ * position P, the samples the completed steps consumed; a step of `world`
+ * ranks with `accum` micro-steps of B samples trains [P, P + world*accum*B):
+ * rank r the block [P + r*accum*B, P + (r+1)*accum*B), its micro-step k the
+ * B samples from P + (r*accum + k)*B; P advances by world*accum*B when the
+ * step completes. A run on N ranks and a run on one rank with N-fold
+ * accumulation see the same global batch, every rank a disjoint part, and a
+ * world that changes between steps (a re-form) goes on from P: within an
+ * epoch no sample is trained twice or skipped. P is state of the run
+ * (checkpoints, the state a newcomer receives).
  *
  * Files: llm.c token shards (.bin: a header of 256 int32 — magic 20240520,
  * version 1, token count — then uint16 tokens) or plain text (each byte one
@@ -62,6 +68,11 @@ void gpt2_data_close(gpt2_data *d);
 
 int gpt2_batch_buf_alloc(gpt2_batch_buf *bb, int B, int T);
 void gpt2_batch_buf_free(gpt2_batch_buf *bb);
+
+/* The data rule (above): the first sample of micro-step k of `rank` at position pos, */
+uint64_t gpt2_data_first(uint64_t pos, int rank, int accum, int B, int k);
+/* and the position after a completed step of `world` ranks. */
+uint64_t gpt2_data_advance(uint64_t pos, int world, int accum, int B);
 
 /* Fills bb with samples g0 .. g0+B-1 and points batch at it. */
 void gpt2_data_fill(const gpt2_data *d, uint64_t g0, gpt2_batch_buf *bb, gpt2_batch *batch);

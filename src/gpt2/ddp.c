@@ -89,6 +89,7 @@ int gpt2_ddp_init(gpt2_ddp *d, cohort_comm *comm, gpt2_model *m, const gpt2_opti
   d->world = comm ? cohort_comm_size(comm) : 1;
   if (o->zero && d->world > 1 && o->powersgd_rank > 0) return -EINVAL;
   d->accum = o->accum;
+  d->atomic = o->atomic;
   d->m = m;
   d->ocfg = *ocfg;
   d->wire = o->wire;
@@ -124,9 +125,10 @@ void gpt2_ddp_free(gpt2_ddp *d) {
   free(d->req_done_us);
   free(d->gath_rows);
   free(d->gath_tok);
+  free(d->kept);
   if (d->shared_grads != NULL) {
+    if (d->m->grads == d->shared_grads) d->m->grads = NULL;
     cohort_mem_free(d->comm, d->shared_grads);
-    d->m->grads = NULL;
   }
   memset(d, 0, sizeof(*d));
 }
@@ -344,23 +346,91 @@ float *gpt2_ddp_whole_state(gpt2_ddp *d) {
   return d->ops == &gpt2_ddp_plain_ops ? d->shards[0].state : NULL;
 }
 
-int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
-  if (gpt2_ddp_settle(d) != 0) return d->err;
+/* The optimiser state this rank holds into its place in the whole state (m, then v). */
+static void shards_get(const gpt2_ddp *d, float *full) {
   size_t n = d->m->nparams;
   for (int i = 0; i < d->nshards; i++) {
     const gpt2_optim *o = &d->shards[i];
     memcpy(full + o->lo, o->m, (o->hi - o->lo) * sizeof(float));
     if (o->v) memcpy(full + n + o->lo, o->v, (o->hi - o->lo) * sizeof(float));
   }
-  return d->ops->state_get ? d->ops->state_get(d, full) : 0;
 }
 
-void gpt2_ddp_state_set(gpt2_ddp *d, const float *full) {
+static void shards_set(gpt2_ddp *d, const float *full) {
   size_t n = d->m->nparams;
   for (int i = 0; i < d->nshards; i++) {
     gpt2_optim *o = &d->shards[i];
     memcpy(o->m, full + o->lo, (o->hi - o->lo) * sizeof(float));
     if (o->v) memcpy(o->v, full + n + o->lo, (o->hi - o->lo) * sizeof(float));
   }
+}
+
+int gpt2_ddp_state_get(gpt2_ddp *d, float *full) {
+  if (gpt2_ddp_settle(d) != 0) return d->err;
+  shards_get(d, full);
+  return d->ops->state_get ? d->ops->state_get(d, full) : 0;
+}
+
+void gpt2_ddp_state_set(gpt2_ddp *d, const float *full) {
+  shards_set(d, full);
   if (d->ops->state_set) d->ops->state_set(d, full);
+}
+
+/* ---- re-form ---- */
+
+int gpt2_ddp_commit(gpt2_ddp *d) {
+  return d->ops->commit ? d->ops->commit(d) : d->err;
+}
+
+/* PowerSGD's state while it compresses (its step reached, several ranks), else NULL. */
+static gpt2_psgd *psgd_running(gpt2_ddp *d, int64_t step) {
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  return p != NULL && step >= p->start && d->world > 1 ? &p->s : NULL;
+}
+
+int gpt2_ddp_keep(gpt2_ddp *d, int64_t step) {
+  gpt2_psgd *s = psgd_running(d, step);
+  d->kept_valid = 0;
+  if (s == NULL) return 0;
+  if (d->kept == NULL) d->kept = malloc((s->nq + s->nerr + 1) * sizeof(float));
+  if (d->kept == NULL) return -ENOMEM;
+  memcpy(d->kept, s->Q, s->nq * sizeof(float));
+  gpt2_psgd_error(s, d->kept + s->nq);
+  d->kept_valid = 1;
+  return 0;
+}
+
+void gpt2_ddp_rollback(gpt2_ddp *d) {
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  if (p == NULL || !d->kept_valid) return;
+  gpt2_psgd_state_set(&p->s, 0, d->kept);
+  d->kept_valid = 0;
+}
+
+size_t gpt2_ddp_own_state_floats(const gpt2_ddp *d) {
+  const gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  return p != NULL ? p->s.nerr : 0;
+}
+
+size_t gpt2_ddp_local_state_floats(const gpt2_ddp *d) {
+  const gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  return gpt2_ddp_optim_floats(d) + (p != NULL ? p->s.nq + p->s.nerr : 0);
+}
+
+int gpt2_ddp_local_state_get(gpt2_ddp *d, float *st) {
+  if (d->ops == &gpt2_ddp_zero_ops) return -EINVAL;
+  shards_get(d, st);
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  if (p != NULL) {
+    float *q = st + gpt2_ddp_optim_floats(d);
+    memcpy(q, p->s.Q, p->s.nq * sizeof(float));
+    gpt2_psgd_error(&p->s, q + p->s.nq);
+  }
+  return 0;
+}
+
+void gpt2_ddp_local_state_set(gpt2_ddp *d, const float *st) {
+  shards_set(d, st);
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  if (p != NULL) gpt2_psgd_state_set(&p->s, 0, st + gpt2_ddp_optim_floats(d));
 }

@@ -92,6 +92,10 @@ typedef struct gpt2_ddp_opts {
   int64_t powersgd_start;
   uint64_t seed;
   int powersgd_after_backward;
+  /* Re-form: a step's update is applied only once every exchange it needs is in (the split
+   * exchange's gathers waited for in gpt2_ddp_commit, not in the next forward), so a failed
+   * exchange leaves the state of the step before. */
+  int atomic;
 } gpt2_ddp_opts;
 
 typedef struct gpt2_ddp {
@@ -125,6 +129,11 @@ typedef struct gpt2_ddp {
    * the compression). */
   double exposed_ms, comm_ms, wire_bytes, f32_bytes;
   double compress_ms; /* CPU time of the compression on this thread (PowerSGD's kernels) */
+  int atomic;         /* gpt2_ddp_opts.atomic */
+  /* Re-form: what a failing step's exchange changes, as it was before the step (gpt2_ddp_keep):
+   * PowerSGD's Q and this rank's error; kept_valid when it holds this step's. */
+  float *kept;
+  int kept_valid;
   int err;
   char errmsg[256];
 } gpt2_ddp;
@@ -168,6 +177,10 @@ int gpt2_ddp_zero_grad(gpt2_ddp *d);
  * an error stays in d->err. */
 void gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok);
 
+/* Records the first error (rc, what failed, the communicator's message) in err and errmsg, and
+ * returns rc: also for the caller's own collectives. */
+int gpt2_ddp_fail(gpt2_ddp *d, int rc, const char *what);
+
 /* Sum of x over ranks (doubles, blocking). */
 int gpt2_ddp_sum(gpt2_ddp *d, double *x, int n);
 /* Broadcasts n floats from rank 0. */
@@ -185,5 +198,26 @@ int gpt2_ddp_state_get(gpt2_ddp *d, float *full);
 void gpt2_ddp_state_set(gpt2_ddp *d, const float *full);
 /* The single whole-state shard when the state is not sharded and is all there is, else NULL. */
 float *gpt2_ddp_whole_state(gpt2_ddp *d);
+
+/* ---- re-form (see docs/gpt2.md "Re-form") ---- */
+
+/* Applies what the last gpt2_ddp_step left pending (the split exchange's gathers); with `atomic`
+ * every gather is in before any of its updates is applied. Returns 0 or the exchange's error. */
+int gpt2_ddp_commit(gpt2_ddp *d);
+/* Before 0-based step `step`: keeps what its exchange will change in place (PowerSGD's Q and
+ * error, once PowerSGD runs; nothing otherwise). Returns 0 or -ENOMEM. */
+int gpt2_ddp_keep(gpt2_ddp *d, int64_t step);
+/* After a failed step: puts back what gpt2_ddp_keep kept; the state is the step before's. */
+void gpt2_ddp_rollback(gpt2_ddp *d);
+/* This rank's state without communication, in the checkpoint layout of one rank: the whole
+ * optimiser state, PowerSGD's Q, then what is this rank's own (PowerSGD's error:
+ * gpt2_ddp_own_state_floats of them, at the end). Not with ZeRO (the state is sharded). */
+size_t gpt2_ddp_local_state_floats(const gpt2_ddp *d);
+size_t gpt2_ddp_own_state_floats(const gpt2_ddp *d);
+/* Copies it into st (nothing may be pending: after gpt2_ddp_commit or a failed step). Returns 0,
+ * or -EINVAL with ZeRO. */
+int gpt2_ddp_local_state_get(gpt2_ddp *d, float *st);
+/* Sets it from st. */
+void gpt2_ddp_local_state_set(gpt2_ddp *d, const float *st);
 
 #endif

@@ -261,8 +261,9 @@ static int split_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
   s->upd_lr = lr;
   s->upd_t = t;
   s->gathers_due = 1;
+  s->upd_pending = d->atomic;
   if (s->lo > 0) split_launch(d, NULL, 0);
-  if (d->nshards > s->norder)
+  if (d->nshards > s->norder && !d->atomic)
     gpt2_optim_step(&d->shards[0], d->m, d->m->params, d->m->grads, grad_scale, lr, t);
   return d->err;
 }
@@ -318,15 +319,47 @@ static int settle_to(gpt2_ddp *d, int kend) {
   return d->err;
 }
 
+static int split_commit(gpt2_ddp *d);
+
 static int split_settle(gpt2_ddp *d) {
   gpt2_ddp_split *s = d->x;
+  if (d->atomic) return split_commit(d);
   if (s->gathers_due) split_launch(d, NULL, 0);
   return settle_to(d, s->norder);
+}
+
+/* Atomic: every gather in, then every update (what no bucket holds first, as split_step would
+ * have), or on a failed gather none. */
+static int split_commit(gpt2_ddp *d) {
+  gpt2_ddp_split *s = d->x;
+  if (!s->upd_pending) return d->err;
+  if (s->gathers_due) split_launch(d, NULL, 0);
+  for (int k = 0; k < s->norder; k++) {
+    gpt2_bucket *b = &d->buckets[s->order[k]];
+    if (b->gather == NULL) continue;
+    int rc = cohort_request_wait(b->gather);
+    b->gather = NULL;
+    s->gathers_pending--;
+    if (rc != 0) gpt2_ddp_fail(d, rc, "allgather of gradients");
+  }
+  if (d->err) return d->err;
+  s->carry_comm_ms += (double)(gpt2_now_us() - s->gather_t0_us) * 1e-3;
+  if (d->nshards > s->norder)
+    gpt2_optim_step(&d->shards[0], d->m, d->m->params, d->m->grads, s->upd_scale, s->upd_lr,
+                    s->upd_t);
+  for (int k = 0; k < s->norder; k++) update_bucket(d, k);
+  s->nrows = 0;
+  s->upd_pending = 0;
+  return 0;
 }
 
 static void split_param_wait(gpt2_ddp *d, size_t lo, size_t hi, const int32_t *tokens,
                              size_t ntok) {
   gpt2_ddp_split *s = d->x;
+  if (d->atomic) {
+    split_commit(d);
+    return;
+  }
   if (s->gathers_due) split_launch(d, tokens, ntok);
   if (tokens != NULL && s->nrows > 0) return; /* the lookup's rows are up to date */
   int last = -1;
@@ -347,5 +380,6 @@ const gpt2_ddp_ops gpt2_ddp_split_ops = {
     .grad_norm = split_norm,
     .step = split_step,
     .settle = split_settle,
+    .commit = split_commit,
     .param_wait = split_param_wait,
 };

@@ -35,6 +35,8 @@ struct gpt2_ddp_ops {
   int (*step)(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
   /* The update still pending after step (NULL: none ever is), and the forward's wait for it. */
   int (*settle)(gpt2_ddp *d);
+  /* The pending update applied atomically (NULL: the step leaves nothing pending). */
+  int (*commit)(gpt2_ddp *d);
   void (*param_wait)(gpt2_ddp *d, size_t lo, size_t hi, const int32_t *tokens, size_t ntok);
   /* The mode's checkpointed state, after the optimiser's (NULL: none): its floats; state_get
    * completes the whole state `full` once the shards are in (every rank calls), state_set sets
@@ -51,8 +53,6 @@ extern const gpt2_ddp_ops gpt2_ddp_powersgd_ops;
 
 /* ---- shared by the modes (ddp.c) ---- */
 
-/* Records the first error (with the communicator's message) and returns rc. */
-int gpt2_ddp_fail(gpt2_ddp *d, int rc, const char *what);
 /* A bucket of [lo, hi), launched at backward event ev (of layer `layer`). */
 int gpt2_ddp_add_bucket(gpt2_ddp *d, size_t lo, size_t hi, gpt2_grad_event ev, int layer);
 /* Layers from the top, merged until a bucket reaches d->chunk floats (the tail rides with the
@@ -99,6 +99,7 @@ typedef struct gpt2_ddp_split {
   float upd_scale, upd_lr;
   int64_t upd_t, gather_t0_us;
   int gathers_due; /* the update is decided, its gathers not yet launched */
+  int upd_pending; /* atomic: the update is decided and not applied (gpt2_ddp_commit) */
   int gathers_pending;
   /* The row path: the token embedding's rows of the next forward's tokens (sorted, nrows > 0
    * while their update is done and the rest of their buckets' is not), their gathered

@@ -316,6 +316,17 @@ void gpt2_model_use_grads(gpt2_model *m, float *buf) {
   set_views(m, m->grads, &m->g);
 }
 
+int gpt2_model_own_grads(gpt2_model *m) {
+  if (!m->grads_external) return 0;
+  float *buf = gpt2_big_alloc(m->param_bytes);
+  if (buf == NULL) return -ENOMEM;
+  memcpy(buf, m->grads, m->param_bytes);
+  m->grads = buf;
+  m->grads_external = 0;
+  set_views(m, m->grads, &m->g);
+  return 0;
+}
+
 double gpt2_forward(gpt2_model *m, const gpt2_batch *batch) {
   return gpt2_forward_wait(m, batch, NULL, NULL);
 }

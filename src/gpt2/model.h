@@ -172,5 +172,8 @@ void gpt2_zero_grad(gpt2_model *m);
 /* Moves the gradients into buf (param_bytes, page-aligned; the caller's, and still the caller's to
  * free after gpt2_model_free) and releases the model's own buffer. The gradients are copied. */
 void gpt2_model_use_grads(gpt2_model *m, float *buf);
+/* Gives the model a gradient buffer of its own again (a copy of the caller's), so the caller's
+ * may be freed. Returns 0 or -ENOMEM (nothing changed). */
+int gpt2_model_own_grads(gpt2_model *m);
 
 #endif

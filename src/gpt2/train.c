@@ -109,6 +109,7 @@ typedef struct train_run {
   size_t nfull;
   gpt2_ckpt_header want; /* what a checkpoint of this run must match */
   uint64_t start_step;
+  uint64_t pos; /* the data position P: samples the completed steps consumed (data.h) */
   FILE *metrics;
   gpt2_tb_writer *tb;
   uint64_t global_batch; /* sequences per optimiser step over all ranks */
@@ -225,7 +226,7 @@ static int train_setup(train_run *r) {
 }
 
 /* Rank 0 loads the newest complete checkpoint, if any; every rank learns its step. */
-static int load_checkpoint(train_run *r, double resume[2]) {
+static int load_checkpoint(train_run *r, double resume[3]) {
   const gpt2_train_opts *o = r->o;
   r->want = (gpt2_ckpt_header){.vocab = o->cfg.vocab,
                                .npos = o->cfg.npos,
@@ -240,8 +241,10 @@ static int load_checkpoint(train_run *r, double resume[2]) {
   if (o->ckpt_dir != NULL && r->rank == 0) {
     gpt2_ckpt_header got;
     char note[1024];
-    int rc = gpt2_ckpt_load_latest(o->ckpt_dir, &r->want, &got, r->model.params, r->state, r->err,
-                                   sizeof r->err, note, sizeof note);
+    /* PowerSGD's errors are per rank: a checkpoint of another world loads (ckpt.h). */
+    int rc = gpt2_ckpt_load_latest_ranks(o->ckpt_dir, &r->want, gpt2_ddp_own_state_floats(&r->ddp),
+                                         &got, r->model.params, r->state, r->err, sizeof r->err,
+                                         note, sizeof note);
     if (note[0]) fprintf(r->errf, "cohort-gpt2: %s\n", note);
     if (rc < 0) {
       fprintf(r->errf, "cohort-gpt2: %s\n", r->err);
@@ -250,19 +253,21 @@ static int load_checkpoint(train_run *r, double resume[2]) {
     if (rc == 1) {
       resume[0] = 1.0;
       resume[1] = (double)got.step;
+      resume[2] = (double)got.data_pos; /* exact: below 2^53 */
     }
   }
-  /* found, step: summed over ranks = rank 0's */
-  return gpt2_ddp_sum(&r->ddp, resume, 2) != 0 ? RUN_COMM : RUN_OK;
+  /* found, step, data position: summed over ranks = rank 0's */
+  return gpt2_ddp_sum(&r->ddp, resume, 3) != 0 ? RUN_COMM : RUN_OK;
 }
 
 /* Resumes from a checkpoint (rank 0's, handed out), and makes the parameters identical on every
  * rank before the first step. */
 static int train_resume(train_run *r) {
-  double resume[2] = {0.0, 0.0};
+  double resume[3] = {0.0, 0.0, 0.0};
   int st = load_checkpoint(r, resume);
   if (st != RUN_OK) return st;
   r->start_step = (uint64_t)resume[1];
+  r->pos = (uint64_t)resume[2];
   if (gpt2_ddp_broadcast(&r->ddp, r->model.params, r->model.nparams) != 0) return RUN_COMM;
   if (resume[0] != 0.0) {
     if (gpt2_ddp_broadcast(&r->ddp, r->state, r->nfull) != 0) return RUN_COMM;
@@ -332,7 +337,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   double loss_sum = 0.0;
   for (int k = 0; k < K; k++) {
     gpt2_batch batch;
-    uint64_t g0 = step * r->global_batch + ((uint64_t)r->rank * K + (uint64_t)k) * (uint64_t)o->B;
+    uint64_t g0 = gpt2_data_first(r->pos, r->rank, K, o->B, k);
     gpt2_data_fill(&r->data, g0, &r->bb, &batch);
     /* The first forward finishes the last update (split exchange) as it reads the parameters;
      * what it did not read (the token embedding without the LM head) is settled as the
@@ -390,6 +395,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     r->exposed_total += r->ddp.exposed_ms;
   }
   r->last_loss = loss;
+  r->pos = gpt2_data_advance(r->pos, r->world, K, o->B);
   return RUN_OK;
 }
 
@@ -456,7 +462,7 @@ static int maybe_checkpoint(train_run *r, uint64_t done) {
   if (r->rank != 0) return RUN_OK;
   gpt2_ckpt_header h = r->want;
   h.step = done;
-  h.data_pos = done * r->global_batch;
+  h.data_pos = r->pos;
   h.rng = o->seed; /* batches and weights derive from the seed alone */
   if (gpt2_ckpt_save(o->ckpt_dir, &h, r->model.params, r->state, o->ckpt_keep, r->err,
                      sizeof r->err) != 0) {
