@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "agent/python_hook.h" /* generated from python/sitecustomize.py: py_hook[] */
+#include "agent/python_hook.h" /* generated from python/: py_hook[], py_reform[] */
 #include "agent/stacks.h"
 #include "base/base.h"
 
@@ -65,10 +65,13 @@ void agent_hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, si
 }
 
 int agent_hang_begin(hang *h, worker *w, int64_t now) {
-  /* The agent empties the directory after each attempt: the hook too. */
+  /* The agent empties the directory after each attempt: the hook too, and
+   * cohort_reform, which PyTorch scripts import to take part in re-forms. */
   char file[sizeof h->dir + 32];
   snprintf(file, sizeof file, "%s/sitecustomize.py", h->dir);
   int rc = write_file(file, py_hook);
+  snprintf(file, sizeof file, "%s/cohort_reform.py", h->dir);
+  if (rc == 0) rc = write_file(file, py_reform);
   if (rc != 0) return rc;
   for (int i = 0; i < h->n; i++) {
     char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];

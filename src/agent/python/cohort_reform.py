@@ -1,0 +1,432 @@
+"""cohort_reform: PyTorch DDP workers that outlive a lost node.
+
+Under `cohort run --on-failure reform` the agent gives each worker one end of
+a control channel (COHORT_CONTROL_FD, a SOCK_SEQPACKET socket) and puts this
+module's directory first on PYTHONPATH. A script takes part with a few lines
+(docs/reform.md, "PyTorch workers"):
+
+    import cohort_reform
+    job = cohort_reform.Job(model, optimizer, batch_size=B)
+    while job.step < steps:
+        with job.training_step():
+            lo = job.position + job.rank * B    # this rank's samples
+            loss = loss_fn(job.ddp(x[lo:lo + B]), y[lo:lo + B])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+Job joins the process group (rank 0 hosts a TCPStore at MASTER_ADDR:
+MASTER_PORT, as env:// does) and wraps the model in DistributedDataParallel.
+When the agent announces `reshape`, a thread of this module makes the
+collective in flight fail at once (gloo: it shuts the process group's own
+sockets down; NCCL: it aborts the communicators); training_step() then, in the
+same process, destroys the process group, answers `ready`, waits for `form`,
+joins the new membership, answers `formed`, and has the lowest-ranked rank
+holding the most advanced state send model, optimizer, step and data position
+to every rank behind it (newcomers, COHORT_NEWCOMER=1, and survivors whose
+step in flight failed). The step in flight is kept when any rank completed
+it, else dropped: no completed step is recomputed.
+
+Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
+plain DDP set-up and training_step() only counts steps.
+"""
+import gc
+import io
+import os
+import socket
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+__all__ = ["Job", "Reshaped", "Stopped", "NoState"]
+
+
+class Reshaped(Exception):
+    """The membership ended: the job's ranks change (raised by check())."""
+
+
+class Stopped(RuntimeError):
+    """The agent ended the job (`stop`), or its control channel closed."""
+
+
+class NoState(RuntimeError):
+    """No rank of the new membership holds training state: load a checkpoint."""
+
+
+# Substrings of the errors a collective raises when a peer is gone.
+_COMM_ERRORS = ("gloo", "nccl", "connection", "closed", "reset by peer",
+                "broken pipe", "timed out", "timeout", "aborted")
+
+
+def _parse(data):
+    """`VERB key=value ... why=rest of the text` -> (verb, {key: value})."""
+    text = data.decode("ascii", "replace")
+    verb, _, rest = text.partition(" ")
+    fields = {}
+    while rest:
+        if rest.startswith("why="):
+            fields["why"] = rest[4:]
+            break
+        word, _, rest = rest.partition(" ")
+        key, eq, value = word.partition("=")
+        if eq:
+            fields[key] = value
+    return verb, fields
+
+
+class _Channel:
+    """The worker's end of the agent's control channel, read by a thread."""
+
+    def __init__(self, fd, on_reshape):
+        self.sock = socket.socket(fileno=fd)
+        os.set_inheritable(fd, False)  # not held open by the script's children
+        self.on_reshape = on_reshape
+        self.cond = threading.Condition()
+        self.reshape_epoch = -1  # the newest membership announced as ended
+        self.forms = []          # `form` messages not yet taken
+        self.stop_why = None     # set by `stop` or the channel closing
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._read, name="cohort-reform", daemon=True).start()
+
+    def send(self, verb, **fields):
+        msg = " ".join([verb] + ["%s=%s" % kv for kv in fields.items()])
+        with self.send_lock:
+            self.sock.send(msg.encode("ascii"))
+
+    def _read(self):
+        while True:
+            try:
+                data = self.sock.recv(2048)
+            except OSError as e:
+                data, why = b"", "the control channel failed: %s" % e
+            else:
+                why = "the agent's control channel closed"
+            if not data:
+                self._stopped(why)
+                return
+            verb, f = _parse(data)
+            if verb == "reshape" and "epoch" in f:
+                with self.cond:
+                    self.reshape_epoch = max(self.reshape_epoch, int(f["epoch"]))
+                    self.cond.notify_all()
+                self.on_reshape(int(f["epoch"]))
+            elif verb == "form" and "epoch" in f:
+                with self.cond:
+                    self.forms.append(f)
+                    self.cond.notify_all()
+            elif verb == "stop":
+                self._stopped("the agent stopped the job: %s" % f.get("why", "no reason given"))
+
+    def _stopped(self, why):
+        with self.cond:
+            if self.stop_why is None:
+                self.stop_why = why
+            self.cond.notify_all()
+        self.on_reshape(None)
+
+    def wait_reshape(self, epoch, timeout):
+        """True once membership `epoch` is announced ended (or the job stops)."""
+        with self.cond:
+            return self.cond.wait_for(
+                lambda: self.reshape_epoch >= epoch or self.stop_why is not None, timeout)
+
+    def wait_form(self, after):
+        """The first `form` of a membership newer than `after`; Stopped on stop."""
+        with self.cond:
+            while True:
+                self.forms = [f for f in self.forms if int(f["epoch"]) > after]
+                if self.forms:
+                    return self.forms.pop(0)
+                if self.stop_why is not None:
+                    raise Stopped(self.stop_why)
+                self.cond.wait()
+
+
+def _sockets():
+    """{fd: 'socket:[inode]'} of this process's sockets."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink("/proc/self/fd/" + name)
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            out[int(name)] = target
+    return out
+
+
+class Job:
+    """A DDP training job that takes part in cohort's re-forms.
+
+    model, optimizer: the user's module (not yet wrapped) and its optimizer.
+    batch_size: samples per rank per step (position advances by
+    world_size * batch_size per completed step). extra: {name: object with
+    state_dict()/load_state_dict()} also handed to newcomers (an LR
+    scheduler). backend: "gloo" (default) or "nccl". timeout: the process
+    group's (a stalled peer is ended by the agent's `reshape`, not by it).
+    join_timeout: seconds a bootstrap may wait for the other ranks.
+    wait: seconds a failed collective waits for the agent's `reshape` before
+    it counts as an ordinary error. ddp_args: DistributedDataParallel's.
+    """
+
+    def __init__(self, model, optimizer, batch_size=1, extra=None, backend="gloo",
+                 timeout=timedelta(minutes=30), join_timeout=120.0, wait=60.0,
+                 ddp_args=None):
+        self.module, self.optimizer, self.batch_size = model, optimizer, batch_size
+        self.extra = dict(extra or {})
+        self.backend, self.timeout, self.wait = backend, timeout, wait
+        self.join_timeout = timedelta(seconds=join_timeout)
+        self.ddp_args = dict(ddp_args or {})
+        self.step = 0        # completed training steps
+        self.position = 0    # samples consumed
+        self.has_state = os.environ.get("COHORT_NEWCOMER") != "1"
+        self.epoch = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.reforms = []    # per re-form: {"epoch", "world_size", "sent", "received"}
+        self.ddp = None
+        self._store = None
+        self._lock = threading.Lock()  # the breaker against the teardown
+        self._socks = {}               # the process group's own sockets
+        self._pg = None
+        self.channel = None
+        if backend == "nccl":
+            _nccl_env()
+        fd = os.environ.get("COHORT_CONTROL_FD")
+        if fd:
+            self.channel = _Channel(int(fd), self._break)
+            self.channel.send("hello", pid=os.getpid())
+        env = os.environ
+        self._join(dict(rank=env["RANK"], size=env["WORLD_SIZE"], epoch=self.epoch,
+                        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                        master_port=env["MASTER_PORT"]), announce=not self.has_state)
+
+    @property
+    def rank(self):
+        return dist.get_rank()
+
+    @property
+    def world_size(self):
+        return dist.get_world_size()
+
+    def reshaped(self):
+        """True when the agent announced the end of the current membership."""
+        c = self.channel
+        return c is not None and (c.reshape_epoch >= self.epoch or c.stop_why is not None)
+
+    def check(self):
+        """Raises Reshaped when the membership ended (for custom loops)."""
+        if self.reshaped():
+            raise Reshaped("membership %d ended" % self.epoch)
+
+    def training_step(self):
+        """Context manager around one step: counts it when it completes; on
+        a lost peer re-forms and swallows the error (the step is dropped)."""
+        return _Step(self)
+
+    # ---- the breaker: runs on the channel's thread ----
+
+    def _break(self, epoch):
+        """Makes the collective in flight (and every later one) fail now."""
+        if epoch is not None and epoch < self.epoch:
+            return  # a membership already left
+        with self._lock:
+            if self.backend == "nccl":
+                _abort_nccl(self._pg)
+                return
+            for fd, name in self._socks.items():
+                try:  # the same socket still (gloo may have closed its fd)
+                    if os.readlink("/proc/self/fd/%d" % fd) != name:
+                        continue
+                    s = socket.socket(fileno=os.dup(fd))
+                except OSError:
+                    continue
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    # ---- leaving one membership, joining the next ----
+
+    def _release(self):
+        """Everything of the current membership: DDP, process group, store."""
+        self._break(self.epoch)
+        with self._lock:
+            self._socks, self._pg = {}, None
+        self.ddp = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._store = None
+        gc.collect()  # the old group's threads, sockets and store server
+
+    def reform(self):
+        """Leaves the ended membership and joins the next (blocks until formed)."""
+        if self.channel is None:
+            raise Stopped("no control channel (COHORT_CONTROL_FD): cannot re-form")
+        for _ in range(100):  # every round a new membership; the agent bounds them
+            ended = max(self.epoch, self.channel.reshape_epoch)
+            self._release()
+            self.channel.send("ready", epoch=ended, step=self.step if self.has_state else -1)
+            form = self.channel.wait_form(after=ended)
+            try:
+                self._join(form)
+                return
+            except (RuntimeError, ValueError) as e:
+                if self.channel.stop_why is not None:
+                    raise Stopped(self.channel.stop_why) from e
+                if not self.channel.wait_reshape(self.epoch, self.wait):
+                    raise
+        raise Stopped("100 re-forms in a row failed")
+
+    def _set_env(self, f):
+        """The variables of the new round, as the agent would set them."""
+        names = {"rank": "RANK", "size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
+                 "local_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK",
+                 "nnodes": "GROUP_WORLD_SIZE", "master_addr": "MASTER_ADDR",
+                 "master_port": "MASTER_PORT", "epoch": "TORCHELASTIC_RESTART_COUNT",
+                 "store": "COHORT_STORE"}
+        for key, var in names.items():
+            if key in f:
+                os.environ[var] = str(f[key])
+        os.environ.pop("COHORT_NEWCOMER", None)
+
+    def _join(self, f, announce=True):
+        rank, size, epoch = int(f["rank"]), int(f["size"]), int(f["epoch"])
+        self.epoch = epoch
+        if self.channel is not None:
+            self._set_env(f)
+        self._store = dist.TCPStore(f["master_addr"], int(f["master_port"]), size,
+                                    rank == 0, timeout=self.join_timeout)
+        before = _sockets()
+        dist.init_process_group(self.backend, rank=rank, world_size=size, timeout=self.timeout,
+                                store=dist.PrefixStore("cohort-reform/%d/" % epoch, self._store))
+        with self._lock:
+            self._pg = dist.group.WORLD
+            self._socks = {fd: n for fd, n in _sockets().items() if before.get(fd) != n}
+        if self.reshaped():  # announced while we bootstrapped
+            raise RuntimeError("membership %d ended while it formed" % epoch)
+        top, donor, behind = self._agree()
+        if self.channel is not None and announce:
+            self.channel.send("formed", epoch=epoch, step=top)
+        sent, received = self._transfer(donor, behind)
+        self.ddp = DistributedDataParallel(self.module, **self.ddp_args)
+        self.reforms.append(dict(epoch=epoch, world_size=size, donor=donor,
+                                 behind=behind, sent=sent, received=received))
+
+    def _device(self):
+        if self.backend == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _agree(self):
+        """(highest completed step, its lowest rank, the ranks behind it)."""
+        mine = torch.tensor([self.step if self.has_state else -1], dtype=torch.int64,
+                            device=self._device())
+        steps = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(steps, mine)
+        steps = [int(s.item()) for s in steps]
+        top = max(steps)
+        if top < 0:
+            raise NoState("no rank of membership %d holds training state: "
+                          "load a checkpoint" % self.epoch)
+        return top, steps.index(top), [r for r, s in enumerate(steps) if s < top]
+
+    def state_dict(self):
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "step": self.step, "position": self.position,
+                "extra": {k: v.state_dict() for k, v in self.extra.items()}}
+
+    def load_state_dict(self, state):
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for k, v in self.extra.items():
+            v.load_state_dict(state["extra"][k])
+        self.step, self.position = state["step"], state["position"]
+        self.has_state = True
+
+    def _transfer(self, donor, behind):
+        """The donor sends its state to every rank behind it; (sent, received) bytes."""
+        dev, me = self._device(), self.rank
+        if me == donor and behind:
+            buf = io.BytesIO()
+            torch.save(self.state_dict(), buf)
+            data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8).to(dev)
+            size = torch.tensor([data.numel()], dtype=torch.int64, device=dev)
+            works = []
+            for r in behind:
+                works += [dist.isend(size, r), dist.isend(data, r)]
+            for w in works:
+                w.wait()
+            return data.numel() * len(behind), 0
+        if me in behind:
+            size = torch.zeros(1, dtype=torch.int64, device=dev)
+            dist.recv(size, donor)
+            data = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
+            dist.recv(data, donor)
+            state = torch.load(io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu")
+            self.load_state_dict(state)
+            return 0, data.numel()
+        return 0, 0
+
+
+def _nccl_env():
+    """NCCL settings a re-form needs, read when the process group is made."""
+    for prefix in ("TORCH_", ""):
+        # Blocking wait: an aborted communicator raises in DDP's wait, before
+        # the optimizer step, instead of passing partial gradients on.
+        os.environ.setdefault(prefix + "NCCL_BLOCKING_WAIT", "1")
+        # 1 (torchrun's and cohort's default) ends the process on an aborted
+        # collective: the survivor would be lost. 0: the abort is ours.
+        if os.environ.get(prefix + "NCCL_ASYNC_ERROR_HANDLING") == "1":
+            os.environ[prefix + "NCCL_ASYNC_ERROR_HANDLING"] = "0"
+
+
+def _abort_nccl(pg):
+    """Aborts the NCCL communicators of pg (torch 2.x) from any thread."""
+    if pg is None:
+        return
+    try:
+        backend = pg._get_backend(torch.device("cuda"))
+    except (AttributeError, RuntimeError):
+        backend = pg
+    for name in ("abort", "_abort"):
+        fn = getattr(backend, name, None)
+        if fn is not None:
+            fn()
+            return
+
+
+def _is_comm_error(exc):
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(s in text for s in _COMM_ERRORS)
+
+
+class _Step:
+    def __init__(self, job):
+        self.job = job
+
+    def __enter__(self):
+        if self.job.reshaped():
+            self.job.reform()
+        return self.job
+
+    def __exit__(self, kind, exc, tb):
+        job = self.job
+        if kind is None:
+            # A collective that completed gave every rank's sum: the step counts.
+            job.step += 1
+            job.position += job.world_size * job.batch_size
+            if job.reshaped():
+                job.reform()
+            return False
+        if job.channel is None or not isinstance(exc, (RuntimeError, Reshaped)):
+            return False
+        if not job.reshaped():
+            if not (isinstance(exc, Reshaped) or _is_comm_error(exc)):
+                return False  # the script's own error
+            if not job.channel.wait_reshape(job.epoch, job.wait):
+                return False  # no loss announced: an ordinary failure
+        job.reform()
+        return True

@@ -1,0 +1,286 @@
+#!/usr/bin/python3
+"""cohort_reform against a fake agent: PyTorch DDP workers (gloo) outlive
+lost peers in their own processes, and a newcomer receives their state.
+
+This script plays the agent's side of the control channel of docs/reform.md
+(one SOCK_SEQPACKET socketpair per worker, COHORT_CONTROL_FD): it forks three
+workers running examples/reform_ddp.py, then
+  1. kill -9 of rank 2 mid-step; `reshape`, `form` with 2 ranks;
+  2. a newcomer (COHORT_NEWCOMER=1) joins: `reshape`, `form` with 3 ranks;
+     it must receive the survivors' parameters, optimizer state, step and
+     data position;
+  3. SIGSTOP of a rank (its sockets stay open, gloo alone would wait out the
+     process group's 30-minute timeout): `reshape` must break the survivors'
+     collective at once; `form` with 2 ranks.
+It checks every time that the survivors keep their PIDs, answer `ready` and
+`formed`, go on training with the new world size, never recompute a
+completed step, advance the data position by world * batch per step, and
+end with identical parameters. With the cohort binary as second argument
+it first checks that `cohort run` ships this module to Python workers.
+Usage: test_reform_torch.py SOURCE_DIR [COHORT]
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+PY = "/usr/bin/python3"  # Debian's, with torch
+BATCH = 4
+STEPS = 100000  # never reached: the test stops the workers when it is done
+# Generous bounds meaning "not stuck" (a step takes ~10 ms).
+LONG = 120.0
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    raise SystemExit(1)
+
+
+class Worker:
+    def __init__(self, tmp, name, rank, size, epoch, port, newcomer=False):
+        self.agent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.agent_end.settimeout(LONG)
+        self.log = os.path.join(tmp, name + ".log")
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK="0",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   TORCHELASTIC_RESTART_COUNT=str(epoch),
+                   COHORT_CONTROL_FD=str(child_end.fileno()), OMP_NUM_THREADS="1",
+                   PYTHONPATH=os.path.join(SRC, "src/agent/python"))
+        if newcomer:
+            env["COHORT_NEWCOMER"] = "1"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [PY, os.path.join(SRC, "examples/reform_ddp.py"), "--steps", str(STEPS),
+                 "--batch", str(BATCH), "--step-time", "0.01"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, pass_fds=[child_end.fileno()])
+        child_end.close()
+        self.pid = self.proc.pid
+        self.expect("hello", pid=str(self.pid))
+
+    def send(self, text):
+        self.agent_end.send(text.encode())
+
+    def expect(self, verb, **fields):
+        try:
+            data = self.agent_end.recv(2048).decode()
+        except socket.timeout:
+            fail("pid %d: no `%s` within %.0f s\n%s" % (self.pid, verb, LONG, self.tail()))
+        words = data.split(" ")
+        got = dict(w.split("=", 1) for w in words[1:])
+        if words[0] != verb or any(got.get(k) != v for k, v in fields.items()):
+            fail("pid %d: expected `%s %s`, got `%s`" % (self.pid, verb, fields, data))
+        return got
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def tail(self):
+        return "\n".join(self.text().splitlines()[-30:])
+
+    def lines(self, kind):
+        out = []
+        for line in self.text().splitlines():
+            words = line.split(" ")
+            if words[0] == kind:  # "joined epoch=0 ..."
+                words = words[1:]
+            elif not words[0].startswith(kind + "="):  # "step=3 rank=0 ..."
+                continue
+            try:
+                out.append(dict(w.split("=", 1) for w in words))
+            except ValueError:
+                continue  # a line cut short by kill -9
+        return out
+
+    def wait_step(self, pred, what):
+        """The first step line matching pred, within LONG seconds."""
+        end = time.monotonic() + LONG
+        while time.monotonic() < end:
+            for s in self.lines("step"):
+                if pred(s):
+                    return s
+            if self.proc.poll() is not None:
+                fail("pid %d ended (%s) waiting for %s\n%s"
+                     % (self.pid, self.proc.returncode, what, self.tail()))
+            time.sleep(0.05)
+        fail("pid %d: no %s within %.0f s\n%s" % (self.pid, what, LONG, self.tail()))
+
+    def end(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.agent_end.close()
+
+
+def last_step(w):
+    steps = w.lines("step")
+    return int(steps[-1]["step"]) if steps else 0
+
+
+def reform(survivors, ended, epoch, port, size, why):
+    """reshape -> ready (each survivor) -> form -> formed; returns the time
+    the reshape was sent and the agreed step."""
+    t = time.time()
+    for w in survivors:
+        w.send("reshape epoch=%d why=%s" % (ended, why))
+    readies = [int(w.expect("ready", epoch=str(ended))["step"]) for w in survivors]
+    for rank, w in enumerate(survivors):
+        w.send("form epoch=%d rank=%d size=%d local_rank=0 local_size=1 node_rank=%d "
+               "nnodes=%d store=127.0.0.1:1 job=test master_addr=127.0.0.1 master_port=%d"
+               % (epoch, rank, size, rank, size, port))
+    formed = {w.expect("formed", epoch=str(epoch))["step"] for w in survivors}
+    if len(formed) != 1 or int(formed.pop()) != max(readies):
+        fail("formed steps %s, ready steps %s: not one agreed maximum" % (formed, readies))
+    return t, max(readies)
+
+
+def check_after(survivors, t, world, what):
+    """Every survivor, same PID, completes a step with the new world size."""
+    worst = 0.0
+    for w in survivors:
+        s = w.wait_step(lambda s: int(s["world"]) == world and float(s["time"]) > t,
+                        "a step with world=%d (%s)" % (world, what))
+        if int(s["pid"]) != w.pid:
+            fail("%s: pid %s printed by the worker started as %d" % (what, s["pid"], w.pid))
+        worst = max(worst, float(s["time"]) - t)
+    print("%s: every member's first step with world=%d %.2f s after it" % (what, world, worst),
+          flush=True)
+
+
+def check_history(w):
+    """Steps strictly increase by one; position += world * batch per step."""
+    prev = None
+    for s in w.lines("step"):
+        step, pos, world = int(s["step"]), int(s["position"]), int(s["world"])
+        if prev is not None:
+            if step <= prev[0]:
+                fail("pid %d: step %d after step %d: a completed step recomputed"
+                     % (w.pid, step, prev[0]))
+            if step == prev[0] + 1 and pos - prev[1] != world * BATCH:
+                fail("pid %d: step %d moved the position %d -> %d with world %d"
+                     % (w.pid, step, prev[1], pos, world))
+        prev = (step, pos)
+
+
+def same_params(ws, step, what):
+    """The parameters after `step` are the same on every rank of ws."""
+    got = {}
+    for w in ws:
+        s = w.wait_step(lambda s: int(s["step"]) == step, "step %d" % step)
+        got[w.pid] = s["params"]
+    if len(set(got.values())) != 1:
+        fail("%s: parameters after step %d differ between ranks: %s" % (what, step, got))
+
+
+def shipped(cohort):
+    """`cohort run` puts this very cohort_reform on a Python worker's path."""
+    script = ("import cohort_reform, os, sys\n"
+              "first = os.environ['PYTHONPATH'].split(':')[0]\n"
+              "sys.exit(os.path.dirname(cohort_reform.__file__) != first or "
+              "open(cohort_reform.__file__).read() != open(sys.argv[1]).read())\n")
+    r = subprocess.run([cohort, "run", "--nproc-per-node", "1", "--no-python", PY, "-c",
+                        script, os.path.join(SRC, "src/agent/python/cohort_reform.py")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=LONG)
+    if r.returncode != 0:
+        fail("cohort run did not give the worker src/agent/python/cohort_reform.py first "
+             "on PYTHONPATH:\n" + r.stdout.decode(errors="replace"))
+
+
+def main():
+    if len(sys.argv) > 2:
+        shipped(sys.argv[2])
+    tmp = tempfile.mkdtemp(prefix="reform-torch-%d-" % os.getpid())
+    port = free_port()
+    ws = [Worker(tmp, "w%d" % r, r, 3, 0, port) for r in range(3)]
+    try:
+        run(tmp, ws)
+    finally:
+        for w in ws + getattr(run, "extra", []):
+            w.end()
+    for w in ws + run.extra:
+        os.unlink(w.log)
+    os.rmdir(tmp)
+    print("PASS")
+
+
+def run(tmp, ws):
+    run.extra = []
+    for w in ws:
+        w.wait_step(lambda s: int(s["step"]) >= 5, "step 5")
+
+    # 1. A node lost: kill -9 of rank 2.
+    t_kill = time.time()
+    ws[2].proc.kill()
+    ws[2].proc.wait()
+    survivors = ws[:2]
+    reform(survivors, 0, 1, free_port(), 2, "rank 2 lost (kill -9)")
+    check_after(survivors, t_kill, 2, "kill -9")
+
+    # 2. A newcomer joins: it receives the state.
+    at = max(last_step(w) for w in survivors) + 3
+    for w in survivors:
+        w.wait_step(lambda s: int(s["step"]) >= at, "step %d" % at)
+    port = free_port()
+    new = Worker(tmp, "new", 2, 3, 2, port, newcomer=True)
+    run.extra.append(new)
+    t_grow, agreed = reform(survivors, 1, 2, port, 3, "a node joins")
+    new.expect("formed", epoch="2", step=str(agreed))
+    joined = None
+    end = time.monotonic() + LONG
+    while joined is None and time.monotonic() < end:
+        joined = (new.lines("joined") or [None])[0]
+        time.sleep(0.05)
+    if joined is None or int(joined["received"]) <= 0 or int(joined["step"]) != agreed:
+        fail("the newcomer did not receive the state at step %d: %s\n%s"
+             % (agreed, joined, new.tail()))
+    members = survivors + [new]
+    check_after(members, t_grow, 3, "grow")
+    same_params(members, agreed + 1, "the newcomer's first step")
+    sent = sum(int(r["sent"]) for w in survivors for r in w.lines("reformed")
+               if r["epoch"] == "2")
+    print("grow: %d bytes of state sent to the newcomer" % sent, flush=True)
+
+    # 3. A stalled rank (SIGSTOP): only `reshape` ends the survivors' wait.
+    stalled = members[1]
+    t_stop = time.time()
+    os.kill(stalled.pid, signal.SIGSTOP)
+    time.sleep(1.0)  # the others are now blocked in a collective with it
+    survivors = [members[0], members[2]]
+    reform(survivors, 2, 3, free_port(), 2, "rank 1 silent (SIGSTOP)")
+    check_after(survivors, t_stop + 1.0, 2, "SIGSTOP")
+    stalled.proc.kill()
+    stalled.proc.wait()
+
+    # Training goes on; the survivors agree bit for bit and kept their history.
+    at = max(last_step(w) for w in survivors) + 10
+    for w in survivors:
+        w.wait_step(lambda s: int(s["step"]) >= at, "step %d" % at)
+        check_history(w)
+    for w in survivors:
+        w.send("stop why=test over")
+    same_params(survivors, at, "the end")
+    for w in survivors:
+        try:
+            w.proc.wait(timeout=LONG)
+        except subprocess.TimeoutExpired:
+            fail("pid %d did not end after `stop`" % w.pid)
+        m = re.findall(r"Stopped: the agent stopped the job: test over", w.text())
+        if not m:
+            fail("pid %d: no Stopped error naming the agent's why\n%s" % (w.pid, w.tail()))
+
+
+if __name__ == "__main__":
+    main()
