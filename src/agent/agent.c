@@ -3,14 +3,12 @@
 #include "agent/launcher.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,29 +124,7 @@ static void reap(job *j) {
   }
 }
 
-/* --log-dir DIR/attempt<K>, made if need be, into out; -1 without --log-dir. */
-static int attempt_dir(const agent_config *cfg, int restart, char *out, size_t outlen) {
-  if (cfg->log_dir == NULL) return -1;
-  mkdir(cfg->log_dir, 0755);
-  snprintf(out, outlen, "%s/attempt%d", cfg->log_dir, restart);
-  mkdir(out, 0755);
-  return 0;
-}
-
 /* ---- hangs (--hang-timeout) and stack dumps ---- */
-
-/* Where this attempt's stacks go: --log-dir DIR/attempt<K>/stacks, else a
- * directory of its own under $TMPDIR (kept, named in the report). */
-static const char *stacks_dir(job *j, char *out, size_t outlen) {
-  const char *tmp = getenv("TMPDIR");
-  if (attempt_dir(j->cfg, j->restart, out, outlen) == 0) {
-    size_t n = strlen(out);
-    snprintf(out + n, outlen - n, "/stacks");
-    return out;
-  }
-  snprintf(out, outlen, "%s/cohort-stacks-XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
-  return mkdtemp(out);
-}
 
 static hang_node here(const job *j) {
   return (hang_node){.node = j->cl.plan.my_index, .host = j->cl.hostname};
@@ -163,33 +139,8 @@ static void dump_stacks(job *j) {
   }
   char dir[4096];
   hang_node at = here(j);
-  agent_hang_dump(&j->hang, j->workers, &at, stacks_dir(j, dir, sizeof dir));
-}
-
-/* How long a node waits for the other nodes' stacks before reporting with what it has. */
-#define HANG_GATHER_MS 20000
-
-/*
- * The job is hung: this node's ranks' stacks are taken and exchanged with
- * every node's (J/<round>/hang/<node>), and the report, the same on every
- * node, blames the rank that is not waiting in a collective wherever it is.
- */
-static void hang_gather(job *j) {
-  char dir[4096];
-  hang_node at = here(j);
-  const char *sd = stacks_dir(j, dir, sizeof dir);
-  char *mine = j->hang.prog != NULL ? agent_hang_local(&j->hang, j->workers, &at, sd) : NULL;
-  int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
-  char **texts = calloc((size_t)n, sizeof *texts);
-  char report[WATCH_REPORT_MAX];
-  if (texts != NULL &&
-      agent_cluster_gather(&j->cl, j->round, "hang", mine ? mine : "{\"ranks\":[]}", HANG_GATHER_MS,
-                           texts) > 0 &&
-      agent_hang_report_all(texts, n, sd, report, sizeof report) == 0)
-    base_strlcpy(j->report, report, sizeof j->report);
-  for (int k = 0; texts != NULL && k < n; k++) free(texts[k]);
-  free(texts);
-  free(mine);
+  agent_hang_dump(&j->hang, j->workers, &at,
+                  agent_dirs_stacks(j->cfg, j->restart, dir, sizeof dir));
 }
 
 /* Local rank i made no progress for the timeout: the job fails together as hung. */
@@ -205,7 +156,7 @@ static void on_hung(job *j, int i) {
   char winner[WATCH_REPORT_MAX];
   agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   if (strcmp(winner, j->report) != 0) adopt_report(j, winner);
-  if (agent_hang_is_report(j->report)) hang_gather(j);
+  if (agent_hang_is_report(j->report)) agent_report_gather_hang(j);
   begin_stop(j);
 }
 
@@ -224,7 +175,7 @@ static void on_remote_failure(job *j) {
   if (!can_adopt || j->remote_failed || j->hung) return;
   if (!agent_cluster_failure(&j->cl, j->report, sizeof j->report)) return;
   adopt_report(j, j->report);
-  if (agent_hang_is_report(j->report)) hang_gather(j);
+  if (agent_hang_is_report(j->report)) agent_report_gather_hang(j);
   begin_stop(j);
 }
 
@@ -254,44 +205,6 @@ static void handle_event(job *j, int ev) {
     signal_groups(j, ev, 0);
   else
     on_stop_signal(j, ev);
-}
-
-/* ---- files of an attempt ---- */
-
-static int open_log(const agent_config *cfg, int restart, int rank) {
-  char path[4096];
-  if (attempt_dir(cfg, restart, path, sizeof path) != 0) return -1;
-  size_t n = strlen(path);
-  snprintf(path + n, sizeof path - n, "/rank%d.log", rank);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) base_log(BASE_LOG_WARN, "cannot write log file %s: %s", path, strerror(errno));
-  return fd;
-}
-
-/*
- * --duplicate-std*-filters: this attempt's filtered_stdout.log and
- * filtered_stderr.log, shared by the node's workers (closed at the next
- * attempt and when the job ends).
- */
-static void open_filtered(job *j) {
-  static const char *const names[2] = {"filtered_stdout.log", "filtered_stderr.log"};
-  for (int k = 0; k < 2; k++) {
-    if (j->dup_fd[k] >= 0) close(j->dup_fd[k]);
-    j->dup_fd[k] = -1;
-    char path[4096];
-    if (j->cfg->dup[k].n == 0 || attempt_dir(j->cfg, j->restart, path, sizeof path) != 0) continue;
-    size_t n = strlen(path);
-    snprintf(path + n, sizeof path - n, "/%s", names[k]);
-    j->dup_fd[k] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (j->dup_fd[k] < 0) base_log(BASE_LOG_WARN, "cannot write %s: %s", path, strerror(errno));
-  }
-}
-
-/* Removes shared-memory segments a crashed job of this run id left behind. */
-static void cleanup_shm(const char *run_id) {
-  char prefix[RDZV_JOB_ID_MAX + 16];
-  snprintf(prefix, sizeof prefix, "cohort-%s-", run_id);
-  agent_dirs_clear("/dev/shm", prefix, "shared memory");
 }
 
 /* The error-file directory, made once workers are about to run; the guard
@@ -375,10 +288,10 @@ static attempt_outcome spawn_all(job *j) {
   for (int i = 0; i < j->nworkers; i++) {
     int console, files;
     agent_worker_output(cfg, i, &console, &files);
-    int fd = files ? open_log(cfg, j->restart, offset + i) : -1;
+    int fd = files ? agent_dirs_rank_log(cfg, j->restart, offset + i) : -1;
     agent_worker_init(&j->workers[i], offset + i, i, console, files, fd);
   }
-  open_filtered(j);
+  agent_dirs_open_filtered(cfg, j->restart, j->dup_fd);
   for (int i = 0; i < j->nworkers; i++)
     for (int k = 0; k < 2; k++)
       agent_worker_duplicate(&j->workers[i], k, &cfg->dup[k], j->dup_fd[k]);
@@ -402,8 +315,15 @@ static attempt_outcome spawn_all(job *j) {
   return ATTEMPT_OK;
 }
 
-/* The timers of the loop: SIGKILL after the grace, a held-back failure
- * published. Returns the poll timeout until the next one (-1 none). */
+/* The sooner of two poll timeouts (-1: none). */
+static int sooner(int a, int b) {
+  return a < 0 || (b >= 0 && b < a) ? b : a;
+}
+
+/* The timers of the loop, each with its own period: SIGKILL after the grace,
+ * a held-back failure published, the status snapshot, `cohort stacks`, the
+ * straggler comparison, the hang check, the metrics file. Returns the poll
+ * timeout until the next one (-1 none). */
 static int run_timers(job *j) {
   int64_t now = base_now_ms();
   if (j->stopping && !j->killed && now >= j->kill_at) {
@@ -415,16 +335,12 @@ static int run_timers(job *j) {
     if (j->first_failed >= 0) note_local_failure(j, j->first_failed);
   }
   int timeout = agent_snapshot_tick(j, now);
-  int hang_ms = hang_tick(j, now);
-  if (hang_ms >= 0 && (timeout < 0 || hang_ms < timeout)) timeout = hang_ms;
-  int metrics_ms = agent_metrics_tick(&j->metrics, j, now);
-  if (metrics_ms >= 0 && (timeout < 0 || metrics_ms < timeout)) timeout = metrics_ms;
-  if (j->stopping && !j->killed && base_deadline_left(j->kill_at) < timeout)
-    timeout = base_deadline_left(j->kill_at);
-  if (j->publish_at != 0) {
-    int left = base_deadline_left(j->publish_at);
-    if (timeout < 0 || left < timeout) timeout = left;
-  }
+  timeout = sooner(timeout, agent_remote_stacks_tick(j, now));
+  timeout = sooner(timeout, agent_straggle_tick(j, now));
+  timeout = sooner(timeout, hang_tick(j, now));
+  timeout = sooner(timeout, agent_metrics_tick(&j->metrics, j, now));
+  if (j->stopping && !j->killed) timeout = sooner(timeout, base_deadline_left(j->kill_at));
+  if (j->publish_at != 0) timeout = sooner(timeout, base_deadline_left(j->publish_at));
   return timeout;
 }
 
@@ -514,7 +430,7 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
   /* What left the groups (setsid, double forks, nohup) ends here too. */
   int left = agent_sweep_kill(&j->sweep, "/proc", getpid(), j->guard.pid);
   if (left > 0) base_log(BASE_LOG_INFO, "killed %d process(es) the workers left behind", left);
-  cleanup_shm(j->cl.run_id);
+  agent_dirs_clear_shm(j->cl.run_id);
   agent_signals_set_workers(0);
   if (outcome != ATTEMPT_OK) return outcome;
   if (j->hung) return ATTEMPT_HUNG;

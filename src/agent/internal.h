@@ -16,6 +16,7 @@
 #include "agent/hang.h"
 #include "agent/metrics.h"
 #include "agent/place.h"
+#include "agent/remote_stacks.h"
 #include "agent/snapshot.h"
 #include "agent/straggle.h"
 #include "agent/sweep.h"
@@ -41,17 +42,18 @@ typedef struct job {
   worker *workers;         /* this node's, nworkers (cfg->nproc) of them */
   int nworkers;
   guard guard;
-  sweep sweep;        /* the job's cgroup, what is left at an attempt's end killed */
-  cluster cl;         /* the store and the other nodes */
-  doctor_result *net; /* derived network settings (--net auto), or NULL */
-  int restart;        /* the attempt: restarts used so far (TORCHELASTIC_RESTART_COUNT) */
-  int round;          /* the rendezvous round: restarts and re-formations (elastic growth) */
-  char err_dir[128];  /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
-  snapshot snap;      /* this node's status for `cohort status` */
-  int dup_fd[2];      /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */
-  hang hang;          /* heartbeats (--hang-timeout, --straggler-factor); hang.prog NULL: off */
-  straggle strag;     /* node 0: the ranks straggling now (--straggler-factor) */
-  metrics metrics;    /* --metrics-port's server and --metrics-file */
+  sweep sweep;           /* the job's cgroup, what is left at an attempt's end killed */
+  cluster cl;            /* the store and the other nodes */
+  doctor_result *net;    /* derived network settings (--net auto), or NULL */
+  int restart;           /* the attempt: restarts used so far (TORCHELASTIC_RESTART_COUNT) */
+  int round;             /* the rendezvous round: restarts and re-formations (elastic growth) */
+  char err_dir[128];     /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
+  snapshot snap;         /* this node's status for `cohort status` */
+  remote_stacks rstacks; /* answering `cohort stacks` */
+  int dup_fd[2];         /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */
+  hang hang;             /* heartbeats (--hang-timeout, --straggler-factor); hang.prog NULL: off */
+  straggle strag;        /* node 0: the ranks straggling now (--straggler-factor) */
+  metrics metrics;       /* --metrics-port's server and --metrics-file */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */
   int64_t kill_at;    /* when the stragglers get SIGKILL */

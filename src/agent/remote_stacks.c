@@ -50,10 +50,8 @@ static char *answer_json(const job *j, int64_t req, const stacks_dump *d, int n)
   return text;
 }
 
-void agent_remote_stacks_tick(job *j, int64_t *seen) {
-  int64_t req = 0;
-  if (agent_cluster_stacks_requested(&j->cl, &req) != 0 || req <= *seen) return;
-  *seen = req;
+/* Answers request req: this node's running ranks' stacks to its key. */
+static void answer(job *j, int64_t req) {
   stacks_target *t = calloc((size_t)j->nworkers, sizeof *t);
   stacks_dump *d = calloc((size_t)j->nworkers, sizeof *d);
   char(*py)[256] = NULL;
@@ -87,4 +85,18 @@ out:
   free(py);
   free(t);
   free(d);
+}
+
+int agent_remote_stacks_tick(job *j, int64_t now) {
+  remote_stacks *rs = &j->rstacks;
+  if (now >= rs->next_ms) {
+    rs->next_ms = now + (j->cfg->heartbeat_ms > 0 ? j->cfg->heartbeat_ms : 500);
+    int64_t req = 0;
+    if (agent_cluster_stacks_requested(&j->cl, &req) == 0 && req > rs->seen) {
+      rs->seen = req;
+      answer(j, req);
+    }
+  }
+  int64_t left = rs->next_ms - base_now_ms();
+  return left < 0 ? 0 : (int)left;
 }

@@ -3,11 +3,13 @@
 #include "agent/launcher.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/dirs.h"
 #include "base/base.h"
 
 static void tail_lines(const worker *w, char *out, size_t outlen) {
@@ -144,4 +146,25 @@ void agent_report_print(const job *j, attempt_outcome o) {
   }
   fflush(stderr);
   write_termination_log(j, o);
+}
+
+/* How long a node waits for the other nodes' stacks before reporting with what it has. */
+#define HANG_GATHER_MS 20000
+
+void agent_report_gather_hang(job *j) {
+  char dir[4096];
+  hang_node at = {.node = j->cl.plan.my_index, .host = j->cl.hostname};
+  const char *sd = agent_dirs_stacks(j->cfg, j->restart, dir, sizeof dir);
+  char *mine = j->hang.prog != NULL ? agent_hang_local(&j->hang, j->workers, &at, sd) : NULL;
+  int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
+  char **texts = calloc((size_t)n, sizeof *texts);
+  char report[WATCH_REPORT_MAX];
+  if (texts != NULL &&
+      agent_cluster_gather(&j->cl, j->round, "hang", mine ? mine : "{\"ranks\":[]}", HANG_GATHER_MS,
+                           texts) > 0 &&
+      agent_hang_report_all(texts, n, sd, report, sizeof report) == 0)
+    base_strlcpy(j->report, report, sizeof j->report);
+  for (int k = 0; texts != NULL && k < n; k++) free(texts[k]);
+  free(texts);
+  free(mine);
 }

@@ -27,4 +27,12 @@ void agent_report_cause(const job *j, char *out, size_t outlen);
 /* Prints the report of a failed attempt to stderr. */
 void agent_report_print(const job *j, attempt_outcome o);
 
+/*
+ * The job is hung: this node's ranks' stacks are taken and exchanged with
+ * every node's (J/<round>/hang/<node>), and the report, the same on every
+ * node, blames the rank that is not waiting in a collective wherever it is.
+ * Main thread; waits up to HANG_GATHER_MS.
+ */
+void agent_report_gather_hang(job *j);
+
 #endif

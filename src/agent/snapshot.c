@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "agent/internal.h"
-#include "agent/remote_stacks.h"
 #include "base/base.h"
 
 /* Reads a small /proc file into buf; returns its length or -errno. */
@@ -153,9 +152,7 @@ int agent_snapshot_tick(job *j, int64_t now) {
     char *text = agent_snapshot_json(j, now);
     if (text != NULL) agent_cluster_publish_status(&j->cl, text);
     free(text);
-    agent_remote_stacks_tick(j, &j->snap.stacks_seen);
   }
-  agent_straggle_tick(j, now);
   int64_t left = j->snap.next_ms - base_now_ms();
   return left < 0 ? 0 : (int)left;
 }

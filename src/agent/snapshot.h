@@ -26,7 +26,6 @@
  * local rank's CPU time at the last one (for the CPU % in between). */
 typedef struct snapshot {
   int64_t next_ms;
-  int64_t stacks_seen; /* the last `cohort stacks` request answered */
   pid_t cpu_pid[AGENT_MAX_NPROC];
   int64_t cpu_ticks[AGENT_MAX_NPROC];
   int64_t cpu_at_ms[AGENT_MAX_NPROC];
@@ -35,8 +34,7 @@ typedef struct snapshot {
 struct job;
 
 /*
- * Publishes the snapshot when one is due (now: base_now_ms()), and then
- * answers a pending `cohort stacks` request (remote_stacks.h). Returns the
+ * Publishes the snapshot when one is due (now: base_now_ms()). Returns the
  * milliseconds until the next is due. A store that does not answer costs
  * at most a short deadline; the snapshot is then skipped.
  */

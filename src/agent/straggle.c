@@ -77,11 +77,9 @@ static int track(straggle *s, int world) {
   return s->flagged != NULL ? 0 : -1;
 }
 
-void agent_straggle_tick(job *j, int64_t now) {
-  straggle *s = &j->strag;
+/* Reads every node's snapshot and reports the new stragglers. */
+static void check(job *j, straggle *s) {
   int nodes = j->cl.plan.nnodes, world = j->cl.plan.world_size;
-  if (j->cfg->straggler_factor <= 0 || j->cl.plan.my_index != 0 || now < s->next_ms) return;
-  s->next_ms = now + STRAGGLE_PERIOD_MS;
   if (world < 2 || track(s, world) != 0) return;
   char **texts = calloc((size_t)nodes, sizeof *texts);
   double *step_ms = calloc((size_t)world, sizeof *step_ms);
@@ -96,6 +94,17 @@ void agent_straggle_tick(job *j, int64_t now) {
   free(texts);
   free(step_ms);
   free(at);
+}
+
+int agent_straggle_tick(job *j, int64_t now) {
+  straggle *s = &j->strag;
+  if (j->cfg->straggler_factor <= 0 || j->cl.plan.my_index != 0) return -1;
+  if (now >= s->next_ms) {
+    s->next_ms = now + STRAGGLE_PERIOD_MS;
+    check(j, s);
+  }
+  int64_t left = s->next_ms - base_now_ms();
+  return left < 0 ? 0 : (int)left;
 }
 
 void agent_straggle_free(straggle *s) {

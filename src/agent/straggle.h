@@ -27,8 +27,9 @@ typedef struct straggle {
 
 struct job;
 
-/* Node 0, when due: reads the snapshots, prints the new stragglers. */
-void agent_straggle_tick(struct job *j, int64_t now);
+/* Node 0, when due: reads the snapshots, prints the new stragglers.
+ * Returns the milliseconds until the next comparison (-1: none, off or not node 0). */
+int agent_straggle_tick(struct job *j, int64_t now);
 
 void agent_straggle_free(straggle *s);
 
