@@ -159,6 +159,23 @@ check "restart: node 0 ran round 1" contains "$tmp/r0" "[r0] round=1"
 check "restart: node 1 ran round 1" contains "$tmp/r1" "[r1] round=1"
 check "restart: node 0 reports the round-0 failure" contains "$tmp/r0" "job failed: node 1 (node1): rank 1"
 
+# 9b. a replacement: node 1 dies whole (agent and worker) in round 0, and a new agent is
+# started at once in its place with the same command line. The job is full (2 of 2) when it
+# arrives, so it waits for the survivors' next round instead of being turned away.
+RW='echo round=$COHORT_ROUND; [ "$COHORT_ROUND" = 0 ] && exec sleep 60; sleep 0.3'
+netns_agent 0 "$tmp/x0" --nnodes 2 --node-rank 0 --master "$M:29417" --job x --max-restarts 1 --heartbeat-timeout 2 -- sh -c "$RW"
+a0=$!
+netns_agent 1 "$tmp/x1" --nnodes 2 --node-rank 1 --master "$M:29417" --job x --max-restarts 1 --heartbeat-timeout 2 -- sh -c "$RW"
+for _ in $(seq 100); do grep -q "round=0" "$tmp/x1" 2>/dev/null && grep -q "round=0" "$tmp/x0" && break; sleep 0.1; done
+for p in $(ip netns pids "$(netns_node 1)"); do kill -9 "$p"; done
+netns_agent 1 "$tmp/x1b" --nnodes 2 --node-rank 1 --master "$M:29417" --job x --max-restarts 1 --heartbeat-timeout 2 -- sh -c "$RW"
+a1=$!
+wait_all 60 $a0 $a1
+check "replacement: both exit 0 ($codes)" [ "$codes" = "0 0" ]
+check "replacement: it waited for the next round" contains "$tmp/x1b" "waiting up to"
+check "replacement: it ran round 1" contains "$tmp/x1b" "[r1] round=1"
+check "replacement: node 0 ran round 1" contains "$tmp/x0" "[r0] round=1"
+
 # 10. the Slurm environment: hostlist and SLURM_* set by the test.
 slurm_env() { # node index
   echo SLURM_JOB_ID=4242 SLURM_NNODES=2 SLURM_NODEID=$1 SLURM_PROCID=$1 SLURM_JOB_NODELIST="node[0-1]"

@@ -111,7 +111,8 @@ typedef struct cohort_comm_config {
 
 /*
  * Fills cfg from the environment `cohort run` sets: RANK, WORLD_SIZE,
- * COHORT_STORE, COHORT_JOB_ID, COHORT_TOKEN, TORCHELASTIC_RESTART_COUNT and
+ * COHORT_STORE, COHORT_JOB_ID, COHORT_TOKEN, COHORT_ROUND (else
+ * TORCHELASTIC_RESTART_COUNT) and
  * the optional COHORT_TIMEOUT_MS and COHORT_TRANSPORT (auto|tcp|shm).
  * String fields point into the environment. Returns COHORT_ENOENV when a
  * variable is missing or malformed.

@@ -252,6 +252,7 @@ static int spawn_one(job *j, worker *w) {
                      .master_addr = p->master_addr,
                      .master_port = p->master_port,
                      .restart = j->restart,
+                     .round = j->round,
                      .max_restarts = j->cfg->max_restarts,
                      .run_id = j->cl.run_id,
                      .error_file = errfile[0] ? errfile : NULL,

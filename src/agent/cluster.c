@@ -213,18 +213,34 @@ static void locate_master(cluster *c, const char *local, const char *remote) {
 }
 
 /*
+ * The job is full without this node: it may be the replacement of a node
+ * the job lost a moment ago, started before the survivors began their next
+ * round. Waits (bounded by the rendezvous deadline) for the first node to
+ * join round + 1 and returns that round, or -1 when none began.
+ */
+static int wait_next_round(cluster *c, int round, int64_t timeout_ms, const char *why) {
+  fprintf(stderr,
+          "cohort: the job has all its nodes (round %d); waiting up to %lld s for a round "
+          "that takes this node in (a replacement after a loss)\n",
+          round, (long long)(timeout_ms / 1000));
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, c->run_id, round + 1, "joined");
+  const char *keys[1] = {key};
+  if (store_wait(c->client, keys, 1, base_deadline_in(timeout_ms)) == 0) return round + 1;
+  fprintf(stderr, "cohort: rendezvous failed (round %d): %s\n", round, why);
+  return -1;
+}
+
+/*
  * Round `round` was planned without this node. A later one may be running:
  * returns it to join. Else, an elastic job with room is asked to re-form
  * (its failure key, RDZV_GROW_PREFIX) and the next round is returned; a
- * full job turns the node away (-1).
+ * full job is waited on for its next round (wait_next_round).
  */
-static int late_round(cluster *c, int round, int nnodes_max, const char *why) {
+static int late_round(cluster *c, int round, int nnodes_max, int64_t timeout_ms, const char *why) {
   int latest = rdzv_latest_round(c->client, c->run_id, base_deadline_in(5000));
   if (latest > round) return latest;
-  if (c->plan.nnodes >= nnodes_max) {
-    fprintf(stderr, "cohort: rendezvous failed (round %d): %s\n", round, why);
-    return -1;
-  }
+  if (c->plan.nnodes >= nnodes_max) return wait_next_round(c, round, timeout_ms, why);
   char report[BASE_HOST_MAX + 64], winner[WATCH_REPORT_MAX];
   snprintf(report, sizeof report, "%snode %s joins the job", RDZV_GROW_PREFIX, c->hostname);
   fprintf(stderr, "cohort: the job runs with fewer nodes than it may have: asking it to re-form\n");
@@ -283,7 +299,7 @@ static int join_multi(cluster *c, const agent_config *cfg, int *round) {
     char err[512] = "";
     int rc = join_round(c, cfg, *round, err, sizeof err);
     if (rc != -EAGAIN) return rc;
-    int next = late_round(c, *round, c->nnodes_max, err);
+    int next = late_round(c, *round, c->nnodes_max, cfg->join_timeout_ms, err);
     if (next < 0) return -EINVAL;
     *round = next;
   }

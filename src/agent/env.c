@@ -160,6 +160,7 @@ int agent_env_build(const agent_env_in *in, agent_env *out) {
   if (rc == 0) {
     rc |= env_setf(out, "COHORT_STORE", "%s", in->store);
     rc |= env_setf(out, "COHORT_JOB_ID", "%s", in->run_id);
+    rc |= env_setf(out, "COHORT_ROUND", "%d", in->round);
     if (in->token != NULL) rc |= env_setf(out, "COHORT_TOKEN", "%s", in->token);
     rc |= env_setf(out, "COHORT_NODE_RANK", "%d", in->group_rank);
     rc |= env_setf(out, "COHORT_NNODES", "%d", in->group_world_size);

@@ -25,6 +25,7 @@ typedef struct agent_env_in {
   const char *master_addr;
   int master_port;
   int restart, max_restarts;
+  int round; /* the rendezvous round, the same on every node (COHORT_ROUND) */
   const char *run_id;
   const char *error_file; /* TORCHELASTIC_ERROR_FILE, or NULL for none */
   const char *iface;      /* interface toward node 0, "" or NULL unknown */

@@ -36,7 +36,10 @@ COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg) {
   cfg->store_addr = store;
   cfg->job_id = job;
   cfg->token = getenv("COHORT_TOKEN");
-  const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  /* The round keeps rounds apart on the store; an agent's own restart count
+   * differs on a replacement node, so it is only the fallback. */
+  const char *restart = getenv("COHORT_ROUND");
+  if (restart == NULL) restart = getenv("TORCHELASTIC_RESTART_COUNT");
   if (restart != NULL && base_parse_int(restart, 0, 1 << 30, &cfg->restart) != 0)
     return COHORT_ENOENV;
   const char *to = getenv("COHORT_TIMEOUT_MS");
