@@ -28,6 +28,13 @@ check "bench/multinode: a job that never started exits non-zero ($rc)" [ $rc != 
 check "bench/multinode: both rows say fail" [ "$(grep -cE '^2 +(rendezvous|failure propagation) +fail ' "$tmp/mn")" = 2 ]
 check "bench/multinode: no figure (no 'failure propagation' time)" not grep -q "$number" "$tmp/mn"
 
+/usr/bin/python3 "$src/bench/recovery/run.py" --cohort /bin/true --gpt2 /bin/true --reps 1 \
+  --rows "cohort restart" --timeout 30 >"$tmp/recovery" 2>&1
+rc=$?
+check "bench/recovery: a job that never started exits non-zero ($rc)" [ $rc != 0 ]
+check "bench/recovery: the row says fail" grep -qE '^\| cohort restart \| fail' "$tmp/recovery"
+check "bench/recovery: no figure" not grep -qE '^\|.*[0-9]\.[0-9]' "$tmp/recovery"
+
 COHORT_BENCH_PYTHON=/bin/false "$bench_store" 1 20 >"$tmp/store" 2>&1
 rc=$?
 check "bench_store: its own figures with a failed peer ($rc)" [ $rc = 0 ]

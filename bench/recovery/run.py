@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""bench/recovery: what one lost node costs a training job, every row in one run.
+
+Three emulated nodes (network namespaces on a bridge, created and removed
+here) x 1 rank x 1 thread train a small GPT-2 (the sizes below; --model 124M
+for GPT-2 124M). When rank 0 has completed step --kill-step, every process
+of node 2 (agent and worker) gets SIGKILL, and a replacement is started at
+once in the same namespace with the same command line. Rows:
+
+  cohort reform    cohort run --on-failure reform, cohort-gpt2 (survivors go on)
+  cohort restart   cohort run --max-restarts, cohort-gpt2 --ckpt-dir/--ckpt-every
+  torchrun restart torchrun --max_restarts, PyTorch DDP (gloo) with the elastic
+                   tutorial's snapshot every --ckpt-every steps (torch_ckpt.py)
+  torch reform     cohort run --on-failure reform, examples/reform_ddp.py
+
+Figures per row (median of --reps runs), all from rank 0's step lines as they
+arrive, in seconds after the kill:
+  next      the survivors' next completed step
+  redone    completed steps computed again
+  joined    the first step the replacement contributes to (world back at 3)
+  lost      time lost to the failure: (end - kill) - (steps left x step time)
+  state     bytes the replacement received (reform) or the checkpoint loaded (restart)
+A run in which a process failed, the job did not finish every step, or the
+kill found no node to kill gives no figure: the row says "fail" and the
+script exits 1. A row whose tool lacks the feature says "not run" and why.
+Run as root (namespaces, tc). --rate shapes every node's link with tc (tbf).
+"""
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from netns import Netns  # noqa: E402
+
+PY = "/usr/bin/python3"
+# A step line as rank 0 prints it (cohort run: "[r0] ", torchrun --tee: "[default0]:"), not the
+# copies in a failure report.
+STEP = re.compile(r"^(?:\[\w+\]:?\s*)?step\s+(\d+)\s*/\s*(\d+)")
+WORLD = re.compile(r"\bworld[= ](\d+)|(\d+)\s*->\s*(\d+)\s*ranks?|->\s*world\s*(\d+)")
+STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
+
+
+class Node:
+    """One process tree started in a namespace, its output lines timestamped as they arrive."""
+
+    def __init__(self, argv, env):
+        self.lines = []
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=env, text=True, errors="replace")
+        self.reader = threading.Thread(target=self.read, daemon=True)
+        self.reader.start()
+
+    def read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait(self, deadline):
+        try:
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return None
+        self.reader.join(timeout=5)
+        return self.proc.returncode
+
+
+def model_args(a):
+    return dict(layers=a.layers, heads=a.heads, channels=a.channels, vocab=a.vocab)
+
+
+def gpt2_cmd(a, tmp):
+    m = model_args(a)
+    return [a.gpt2, "--layers", str(m["layers"]), "--heads", str(m["heads"]), "--channels",
+            str(m["channels"]), "--vocab", str(m["vocab"]), "--positions", "64", "--seq-len", "64",
+            "--batch", "4", "--steps", str(a.steps), "--threads", "1", "--warmup", "0"]
+
+
+def torch_cmd(a, tmp, script_args):
+    m = model_args(a)
+    return ["--layers", str(m["layers"]), "--heads", str(m["heads"]), "--channels",
+            str(m["channels"]), "--vocab", str(m["vocab"]), "--steps", str(a.steps)] + script_args
+
+
+def row_cmd(row, a, tmp, i, port, ns):
+    """The command line of node i for a row (the replacement uses node 2's)."""
+    master = "%s:%d" % (ns.addr(0), port)
+    base = [a.cohort, "run", "--nnodes", "3", "--node-rank", str(i), "--master", master,
+            "--job", "recovery", "--net", "off", "--heartbeat-timeout", str(a.heartbeat)]
+    if row == "cohort reform":
+        return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--"] + \
+            gpt2_cmd(a, tmp)
+    if row == "cohort restart":
+        return base + ["--max-restarts", "3", "--"] + gpt2_cmd(a, tmp) + [
+            "--ckpt-dir", os.path.join(tmp, "ckpt"), "--ckpt-every", str(a.ckpt_every)]
+    if row == "torch reform":
+        return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--", PY,
+                                                            os.path.join(ROOT, "examples",
+                                                                         "reform_ddp.py")] + \
+            torch_cmd(a, tmp, [])
+    return [PY, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "1",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", master, "--rdzv_id", "recovery",
+            "--max_restarts", "3", "--redirects", "2", "--tee", "1",
+            os.path.join(HERE, "torch_ckpt.py")] + torch_cmd(
+                a, tmp, ["--ckpt", os.path.join(tmp, "snapshot.pt"), "--ckpt-every",
+                         str(a.ckpt_every)])
+
+
+def row_missing(row, a):
+    """Why a row cannot run with these tools, or None."""
+    if "reform" in row:
+        h = subprocess.run([a.cohort, "run", "--help"], capture_output=True, text=True)
+        if "--on-failure" not in h.stdout:
+            return "this cohort has no --on-failure reform"
+    if row == "torch reform" and not os.path.exists(os.path.join(ROOT, "examples",
+                                                                 "reform_ddp.py")):
+        return "examples/reform_ddp.py is missing"
+    if "torch" in row and subprocess.run([PY, "-c", "import torch"],
+                                         capture_output=True).returncode != 0:
+        return "no PyTorch at " + PY
+    return None
+
+
+def shape(ns, rate):
+    for node in ns.nodes:
+        subprocess.run(["tc", "-n", node, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate",
+                        rate, "burst", "256kb", "latency", "50ms"], check=True, timeout=30)
+
+
+def in_node(ns, i, cmd):
+    """cmd in node i's namespace, with hostname node<i> (torchrun resolves its own name)."""
+    return ns.exec(i) + ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                         "node%d" % i] + cmd
+
+
+def kill_node(ns, i):
+    """SIGKILL to every process of node i; how many there were."""
+    p = subprocess.run(["ip", "netns", "pids", ns.nodes[i]], capture_output=True, text=True)
+    pids = [int(x) for x in p.stdout.split()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def steps_of(lines):
+    out = []
+    for t, line in lines:
+        m = STEP.search(line)
+        if m:
+            out.append((t, int(m.group(1))))
+    return out
+
+
+def figures(node0, t_kill, total):
+    """The row's figures from rank 0's lines, or None when they do not add up."""
+    steps = steps_of(node0.lines)
+    before = [(t, s) for t, s in steps if t < t_kill]
+    after = [(t, s) for t, s in steps if t >= t_kill]
+    if len(before) < 3 or not after or after[-1][1] != total:
+        return None
+    # The step time: consecutive steps on the same side of the kill, the first two left out.
+    gaps = [b[0] - a[0] for a, b in zip(before[2:], before[3:])]
+    gaps += [b[0] - a[0] for a, b in zip(after[2:], after[3:])]
+    if not gaps:
+        return None
+    step_s = statistics.median(gaps)
+    done = max(s for _, s in before)
+    joined = None
+    world_back = None
+    for t, line in node0.lines:
+        if t < t_kill:
+            continue
+        m = WORLD.search(line)
+        if m:
+            w = int(next(g for g in reversed(m.groups()) if g is not None))
+            if w == 3 and world_back is None:
+                world_back = t
+    if world_back is not None:
+        nxt = [t for t, _ in after if t > world_back]
+        joined = nxt[0] - t_kill if nxt else None
+    state = None
+    for _, line in node0.lines:
+        m = STATE.search(line)
+        if m:
+            state = int(m.group(1) or m.group(2))
+    return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
+                joined=joined, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
+                step=step_s, state=state)
+
+
+def one_run(row, a, port):
+    """One run of a row: its figures, or None (and why) when it did not do its work."""
+    tmp = tempfile.mkdtemp(prefix="cohort-bench-recovery-")
+    ns = Netns(3, subnet="10.203.0")
+    nodes = []
+    try:
+        ns.up()
+        if a.rate:
+            shape(ns, a.rate)
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        for i in (2, 1, 0):
+            nodes.insert(0, Node(in_node(ns, i, row_cmd(row, a, tmp, i, port, ns)), env))
+        deadline = time.monotonic() + a.timeout
+        while time.monotonic() < deadline:
+            st = steps_of(nodes[0].lines)
+            if st and st[-1][1] >= a.kill_step:
+                break
+            if nodes[0].proc.poll() is not None:
+                return None, "node 0 ended before step %d" % a.kill_step
+            time.sleep(0.01)
+        else:
+            return None, "step %d not reached" % a.kill_step
+        if kill_node(ns, 2) == 0:
+            return None, "nothing to kill on node 2"
+        t_kill = time.monotonic()
+        repl = Node(in_node(ns, 2, row_cmd(row, a, tmp, 2, port, ns)), env)
+        nodes.append(repl)
+        for i, n in enumerate(nodes):
+            if i == 2:
+                continue
+            rc = n.wait(deadline)
+            if rc != 0:
+                tail = " | ".join(l for _, l in n.lines[-3:])
+                return None, "node %s ended with %s: %s" % (i if i < 3 else "2 (new)", rc,
+                                                            tail[-300:])
+        fig = figures(nodes[0], t_kill, a.steps)
+        if fig is None:
+            return None, "rank 0's steps do not add up"
+        if fig["state"] is None and "restart" in row:
+            ck = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp) for f in fs
+                  if f.endswith((".pt", ".bin", ".ckpt"))]
+            fig["state"] = max((os.path.getsize(p) for p in ck), default=None)
+        return fig, None
+    finally:
+        if a.logs:
+            for i, n in enumerate(nodes):
+                with open(os.path.join(a.logs, "%s-%d-node%d.log" % (row.replace(" ", "_"), port,
+                                                                     i)), "w") as f:
+                    f.writelines("%.3f %s\n" % (t, l) for t, l in n.lines)
+        for n in nodes:
+            if n.proc.poll() is None:
+                n.proc.kill()
+        ns.down()
+        subprocess.run(["rm", "-rf", tmp])
+
+
+def fmt(x, unit=""):
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return str(x)
+    return "%.2f%s" % (x, unit)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cohort", default=os.path.join(ROOT, "build", "cohort"))
+    ap.add_argument("--gpt2", default=os.path.join(ROOT, "build", "cohort-gpt2"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--kill-step", type=int, default=6)
+    ap.add_argument("--ckpt-every", type=int, default=5,
+                    help="restart rows: a checkpoint every N steps (default 5)")
+    ap.add_argument("--heartbeat", type=float, default=2,
+                    help="cohort's --heartbeat-timeout (default 2 s)")
+    ap.add_argument("--model", default="small", choices=["small", "124M"])
+    ap.add_argument("--rate", default="", help="shape every link with tc, e.g. 1gbit")
+    ap.add_argument("--rows", default="cohort reform,cohort restart,torchrun restart,torch reform")
+    ap.add_argument("--logs", default="", help="write every node's timestamped output here")
+    ap.add_argument("--timeout", type=float, default=600, help="per run, seconds")
+    a = ap.parse_args()
+    sizes = {"small": (4, 4, 128, 4096), "124M": (12, 12, 768, 50257)}[a.model]
+    a.layers, a.heads, a.channels, a.vocab = sizes
+    if os.geteuid() != 0:
+        sys.exit("bench/recovery: network namespaces need root")
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "?")
+    print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d, %d steps, "
+          "node 2 killed after step %d, replacement started at once; heartbeat timeout %g s; "
+          "link %s; %s, %d cores, load %.1f" % (a.layers, a.heads, a.channels, a.vocab, a.steps,
+                                                a.kill_step, a.heartbeat, a.rate or "unshaped",
+                                                cpu, os.cpu_count(), os.getloadavg()[0]))
+    results, failed = {}, False
+    port = 29700
+    for row in [r.strip() for r in a.rows.split(",") if r.strip()]:
+        why = row_missing(row, a)
+        if why:
+            results[row] = ("not run", why)
+            continue
+        runs = []
+        for _ in range(a.reps):
+            port += 1
+            fig, why = one_run(row, a, port)
+            if fig is None:
+                results[row] = ("fail", why)
+                failed = True
+                break
+            runs.append(fig)
+        else:
+            med = {k: (statistics.median([r[k] for r in runs if r[k] is not None])
+                       if any(r[k] is not None for r in runs) else None) for k in runs[0]}
+            results[row] = ("ok", med)
+    print("| row | step s | next s | redone | joined s | lost s | state bytes |")
+    print("|---|---|---|---|---|---|---|")
+    for row, (st, v) in results.items():
+        if st != "ok":
+            print("| %s | %s: %s |" % (row, st, v))
+            continue
+        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+            row, fmt(v["step"]), fmt(v["next"]), fmt(v["redone"]), fmt(v["joined"]),
+            fmt(v["lost"]), fmt(int(v["state"]) if v["state"] is not None else None)))
+    ok = {r: v for r, (st, v) in results.items() if st == "ok"}
+    for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
+                       ("torch reform", "torchrun restart")):
+        if fast in ok and slow in ok and ok[fast]["lost"] and ok[fast]["lost"] > 0:
+            print("time lost, %s / %s: %.1fx" % (slow, fast, ok[slow]["lost"] / ok[fast]["lost"]))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
