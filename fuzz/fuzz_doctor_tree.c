@@ -11,15 +11,16 @@
  * are kept inside the tree (no "..", no absolute paths, no empty parts).
  * The harness builds the tree in a private temporary directory, runs
  * doctor_probe() + doctor_derive() against it (master 10.3.0.1, so the
- * route lookup runs), renders the report, export lines and JSON, round-trips
- * the one-line summary, then removes the tree.
+ * route lookup runs), renders the report, export lines, the checks' verdicts
+ * and JSON, round-trips the one-line summary, then removes the tree.
  *
  * Then the CPU and GPU topology of the same tree (src/doctor/topo.c) and
  * the agent's worker count and CPU binding over it (src/agent/place.c).
  *
  * Checks: no crash, leak or undefined behaviour; probe and derive succeed
  * or fail with -ENOMEM only (a damaged tree is facts, not an error); the
- * summary parses back to itself; the JSON document parses (jansson); nothing
+ * summary parses back to itself; each check's verdict is one line; the JSON
+ * document parses (jansson); nothing
  * it sets was in the environment. The topology probe succeeds or names
  * the file it could not use; a CPU list prints back to itself; every plan
  * succeeds or fails with one line, and a plan gives each rank CPUs of the
@@ -266,6 +267,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(text);
     check(doctor_format_export(r, &text) == 0, "export");
     free(text);
+    check(doctor_format_checks(r, &text) == 0, "checks");
+    free(text);
+    for (size_t i = 0; i < r->nchecks; i++)
+      check(r->checks[i].detail[0] != '\0' && strchr(r->checks[i].detail, '\n') == NULL,
+            "a check's verdict is not one line");
     check(doctor_format_json(r, &text) == 0, "json");
     json_t *doc = json_loads(text, 0, NULL);
     check(doc != NULL && json_is_object(doc), "the JSON document does not parse back");

@@ -2,6 +2,8 @@
 """Validates `cohort doctor --json` against docs/doctor.schema.json.
 
 usage: test_doctor_schema.py COHORT_BINARY FIXTURES_DIR SCHEMA
+       test_doctor_schema.py --validate DOCUMENT SCHEMA   (one document, e.g.
+       a real node's, as scripts/device-check.sh does: exit 0 when it conforms)
 
 A small validator for the subset of JSON Schema the schema uses (type,
 const, enum, pattern, minLength, minimum, properties, required,
@@ -96,6 +98,18 @@ def structural(doc, label):
             check(p["active"] == (p["state"] == 4), "%s: active means state 4" % label)
             idx = [g["index"] for g in p["gids"]]
             check(idx == sorted(idx), "%s: GIDs in numeric order" % label)
+    names = [c["name"] for c in doc["checks"]]
+    check(names == CHECKS, "%s: every check once, in order: %s" % (label, names))
+    settings = [c for c in doc["checks"] if c["name"] == "settings"]
+    check(settings and (settings[0]["status"] == "fail") == (not doc["ok"]),
+          "%s: the settings check fails exactly when ok is false" % label)
+    g = doc["gpus"]
+    check([d["index"] for d in g["devices"]] == list(range(len(g["devices"]))),
+          "%s: GPU indices count from 0" % label)
+    check(len(g["devices"]) <= g["found"], "%s: no more GPUs visible than found" % label)
+    check(all(d["vendor"] == g["vendor"] and d["driver"] == g["driver"] for d in g["devices"]),
+          "%s: each GPU carries the node's vendor and driver" % label)
+    check((g["vendor"] is None) == (g["found"] == 0), "%s: a vendor exactly when GPUs" % label)
 
 
 def self_test(schema, good):
@@ -111,9 +125,25 @@ def self_test(schema, good):
     d = copy.deepcopy(good); d["limits"]["memlock"] = "lots"; broken.append(("memlock anyOf", d))
     d = copy.deepcopy(good); d["rdma"][0]["ports"][0]["gids"][0]["index"] = True
     broken.append(("bool as integer", d))
+    d = copy.deepcopy(good); d["schema"] = "cohort-doctor/1"; broken.append(("schema 1", d))
+    d = copy.deepcopy(good); del d["gpus"]; broken.append(("no gpus", d))
+    d = copy.deepcopy(good); d["checks"][0]["status"] = "FAILED"; broken.append(("bad status", d))
+    d = copy.deepcopy(good); d["checks"][0]["detail"] = "two\nlines"; broken.append(("two lines", d))
+    d = copy.deepcopy(good); d["checks"][0]["name"] = "made-up"; broken.append(("unknown check", d))
+    d = copy.deepcopy(good); d["rdma"][0]["numa_node"] = -1; broken.append(("numa -1", d))
+    if good["gpus"]["devices"]:
+        d = copy.deepcopy(good); d["gpus"]["devices"][0]["pci"] = "3b:00"
+        broken.append(("bad GPU PCI address", d))
+        d = copy.deepcopy(good); del d["gpus"]["devices"][0]["numa_node"]
+        broken.append(("GPU without NUMA node", d))
+        d = copy.deepcopy(good); d["gpus"]["cuda_library"] = {"path": "/x", "version": "1"}
+        broken.append(("a libcuda version without a dot", d))
     for what, doc in broken:
         check(validate(doc, schema) != [], "validator rejects a document with %s" % what)
 
+
+CHECKS = ["gpu-driver", "gpu-visible", "nccl-library", "rdma-devices", "rdma-ports", "memlock",
+          "gpu-hca-numa", "nccl-ib-hca", "nccl-ib-gid-index", "nccl-socket-ifname", "settings"]
 
 # fixture, extra arguments, exit status, expected settings (None: must be absent), summary gid
 CASES = [
@@ -133,10 +163,66 @@ CASES = [
     ("gid_many", ["--set-gid-index", "--master", "10.200.0.1"], 0, {"NCCL_IB_GID_INDEX": "11"}, 11),
     ("roce_single", [], 0, {"NCCL_IB_GID_INDEX": "1"}, 1),
     ("roce_none", [], 1, {"NCCL_IB_GID_INDEX": None}, None),
+    ("gpu_ib", [], 0, {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1"}, None),
+    ("gpu_broken", [], 0, {"NCCL_IB_HCA": "mlx5_0:1"}, None),
+    ("ib_down", [], 0, {"NCCL_IB_DISABLE": "1"}, None),
 ]
+
+# fixture: the checks' statuses that --json reports (the rest: ok or n/a), and the GPUs
+# (PCI address, NUMA node), the driver and libcuda's version.
+CHECK_CASES = {
+    "gpu_ib": ({}, [("0000:18:00.0", 0), ("0000:98:00.0", 1)], "580.159.04", "580.159.04"),
+    "gpu_broken": ({"gpu-driver": "fail", "nccl-library": "fail", "memlock": "fail",
+                    "gpu-hca-numa": "warn"},
+                   [("0000:98:00.0", 1), ("0000:99:00.0", 1)], "580.159.04", "570.86.15"),
+    "no_rdma": ({"gpu-driver": "warn", "nccl-library": "fail"},
+                [("0000:3b:00.0", 1), ("0000:86:00.0", 0)], "580.159.04", None),
+    "ib_down": ({"rdma-ports": "fail"}, [], None, None),
+    "roce_single": ({"rdma-devices": "fail", "memlock": "fail"}, [], None, None),
+    "roce_none": ({"settings": "fail"}, [], None, None),
+}
+
+
+def check_checks(doc, name, label):
+    """The verdicts and GPU facts a fixture is made to give."""
+    if name not in CHECK_CASES:
+        return
+    want, gpus, driver, cuda = CHECK_CASES[name]
+    got = {c["name"]: c["status"] for c in doc["checks"]}
+    for k in CHECKS:
+        if k in want:
+            check(got.get(k) == want[k], "%s: check %s is %r, expected %r" % (label, k, got.get(k), want[k]))
+        else:
+            check(got.get(k) in ("ok", "n/a"), "%s: check %s is %r, expected ok or n/a" % (label, k, got.get(k)))
+    g = doc["gpus"]
+    check([(d["pci"], d["numa_node"]) for d in g["devices"]] == gpus,
+          "%s: GPUs %r, expected %r" % (label, g["devices"], gpus))
+    check(g["driver"] == driver, "%s: driver %r, expected %r" % (label, g["driver"], driver))
+    lib = g["cuda_library"]["version"] if g["cuda_library"] else None
+    check(lib == cuda, "%s: libcuda %r, expected %r" % (label, lib, cuda))
+
+
+def validate_one(path, schema_path):
+    """--validate: one document against the schema; the errors, one a line."""
+    with open(schema_path) as f:
+        schema = json.load(f)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        print("%s: not a JSON document: %s" % (path, e))
+        return 1
+    errs = validate(doc, schema)
+    for e in errs:
+        print("%s: %s" % (path, e))
+    if not errs:
+        print("%s conforms to %s" % (path, doc.get("schema")))
+    return 1 if errs else 0
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--validate":
+        return validate_one(sys.argv[2], sys.argv[3])
     if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
@@ -160,14 +246,18 @@ def main():
         errs = validate(doc, schema)
         check(errs == [], "%s: conforms to the schema: %s" % (label, errs[:3]))
         structural(doc, label)
+        if not extra:
+            check_checks(doc, name, label)
         settings = {s["name"]: s["value"] for s in doc["settings"]}
         for k, v in expect.items():
             check(settings.get(k) == v, "%s: %s is %r, expected %r" % (label, k, settings.get(k), v))
         check(doc["summary"]["gid_index"] == gid,
               "%s: summary gid_index %r, expected %r" % (label, doc["summary"]["gid_index"], gid))
-        if first and doc["rdma"] and doc["rdma"][0]["ports"][0]["gids"]:
+        if first and doc["rdma"] and doc["rdma"][0]["ports"][0]["gids"] and doc["gpus"]["devices"]:
             self_test(schema, doc)
             first = False
+
+    check(not first, "the validator proved itself on a fixture with GPUs and GIDs")
 
     # This machine: runs, conforms, and without an active RDMA port disables IB.
     rc, out = run(binary, ["--json"])

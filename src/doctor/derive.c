@@ -35,13 +35,6 @@ typedef struct derive_ctx {
   int rc; /* first allocation failure */
 } derive_ctx;
 
-static const char *env_get(char **envp, const char *name) {
-  size_t l = strlen(name);
-  for (char **e = envp; e != NULL && *e != NULL; e++)
-    if (strncmp(*e, name, l) == 0 && (*e)[l] == '=') return *e + l + 1;
-  return NULL;
-}
-
 static void note(derive_ctx *c, char ***list, size_t *n, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void note(derive_ctx *c, char ***list, size_t *n, const char *fmt, ...) {
@@ -72,7 +65,7 @@ static void setvar(derive_ctx *c, const char *name, const char *value, const cha
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
-  const char *user = env_get(c->envp, name);
+  const char *user = doctor_env_get(c->envp, name);
   doctor_var **list = user ? &c->r->kept : &c->r->set;
   size_t *n = user ? &c->r->nkept : &c->r->nset;
   doctor_var *p = realloc(*list, (*n + 1) * sizeof *p);
@@ -132,12 +125,7 @@ static int prefix_clash(const char *name, const char *const *others, size_t n) {
   return 0;
 }
 
-/*
- * Whether NCCL would use port `port` of `dev` under the user's NCCL_IB_HCA
- * (NULL: every port): a comma list of "name[:port]" entries matched as name
- * prefixes, "=" first for exact names, "^" first to exclude the entries.
- */
-static int hca_selected(const char *spec, const char *dev, int port) {
+int doctor_hca_selected(const char *spec, const char *dev, int port) {
   if (spec == NULL) return 1;
   int exclude = 0, exact = 0;
   if (*spec == '^') {
@@ -400,11 +388,12 @@ static void ports_free(port_sets *ps) {
 /* Sorts every port: left out by the user, active (Ethernet or InfiniBand), or down (a warning). */
 static void select_ports(derive_ctx *c, port_sets *ps) {
   const doctor_facts *f = c->f;
-  ps->user_hca = env_get(c->envp, "NCCL_IB_HCA");
+  ps->user_hca = doctor_env_get(c->envp, "NCCL_IB_HCA");
   for (size_t i = 0; i < f->nhcas; i++) {
     for (size_t p = 0; p < f->hcas[i].nports; p++) {
       const doctor_port *pt = &f->hcas[i].ports[p];
-      if (pt->state == PORT_ACTIVE && !hca_selected(ps->user_hca, f->hcas[i].name, pt->num)) {
+      if (pt->state == PORT_ACTIVE &&
+          !doctor_hca_selected(ps->user_hca, f->hcas[i].name, pt->num)) {
         /* The user's NCCL_IB_HCA narrows what NCCL uses: follow it. */
         ps->nexcluded++;
         NOTE(c, "%s port %d is ACTIVE but your NCCL_IB_HCA '%s' leaves it out", f->hcas[i].name,
@@ -493,7 +482,7 @@ static void derive_gid(derive_ctx *c, const port_sets *ps, const char *ref, int 
                        int set_gid) {
   const doctor_facts *f = c->f;
   char why[256];
-  const char *user_gid = env_get(c->envp, "NCCL_IB_GID_INDEX");
+  const char *user_gid = doctor_env_get(c->envp, "NCCL_IB_GID_INDEX");
   int g = choose_gid(c, ps->eth, ps->neth, ref, via_master, user_gid != NULL, why, sizeof why);
   /* The summary is what NCCL will use: the user's index when they set one. */
   c->r->summary.gid_index = user_gid ? check_user_gid(c, ps->eth, ps->neth, user_gid, g) : g;
@@ -628,6 +617,7 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
               "derived; pass --master HOST");
     derive_transport(c, &ps);
     check_limits(c, &ps);
+    if (c->rc == 0) c->rc = doctor_checks(f, envp, r);
   }
   ports_free(&ps);
   if (c->rc != 0) {
@@ -670,6 +660,8 @@ void doctor_result_destroy(doctor_result *r) {
   doctor_list_free(r->notes, r->nnotes);
   doctor_list_free(r->warnings, r->nwarnings);
   doctor_list_free(r->errors, r->nerrors);
+  for (size_t i = 0; i < r->nchecks; i++) free(r->checks[i].detail);
+  free(r->checks);
   doctor_facts_destroy(r->facts);
   free(r);
 }

@@ -11,8 +11,9 @@
  *   doctor_derive()  is a pure function of the facts, the options and the
  *                    caller's environment: it lists the variables to add (each
  *                    with a one-line reason), never one already set in envp,
- *                    plus notes, warnings and errors, and a compact summary
- *                    that agents compare across nodes.
+ *                    plus notes, warnings and errors, a compact summary
+ *                    that agents compare across nodes, and the verdicts of
+ *                    `cohort doctor --check` (check.c).
  *
  *   doctor_plan()    does both; this is what `cohort run --net auto` calls.
  *
@@ -109,6 +110,7 @@ typedef struct doctor_port {
 typedef struct doctor_hca {
   char name[DOCTOR_NAME_MAX];       /* "mlx5_0", "mlx5_bond_0" */
   char pci[DOCTOR_NAME_MAX];        /* "0000:3b:00.0", "" when unknown */
+  int numa;                         /* device/numa_node; -1 when unknown or not reported */
   char (*netdevs)[DOCTOR_NAME_MAX]; /* the entries of device/net, sorted */
   size_t nnetdevs;
   doctor_port *ports; /* ascending port number */
@@ -160,6 +162,8 @@ typedef struct doctor_facts {
   int hugepages_known;
   long hugepages_total; /* HugePages_Total of PROC_ROOT/meminfo */
   long hugepage_kb;     /* Hugepagesize */
+  int mem_total_known;
+  uint64_t mem_total_bytes; /* MemTotal of PROC_ROOT/meminfo */
 
   int nccl_found;
   int nccl_major, nccl_minor, nccl_patch; /* -1 when the version could not be told */
@@ -173,6 +177,12 @@ typedef struct doctor_facts {
   doctor_gpu gpus[DOCTOR_MAX_GPUS];
   char gpu_visible_var[24]; /* CUDA_VISIBLE_DEVICES (or HIP_) when it chose them, "" */
   char driver[64];          /* NVIDIA: PROC/driver/nvidia/version's version, "" unknown */
+  /* The CUDA driver library the loader would take: the first libcuda.so.1 in
+   * LD_LIBRARY_PATH, then the system's library directories (under the lib
+   * root); its version is the name of the file the link resolves to
+   * (libcuda.so.580.159.04). NVIDIA only; "" when not found / not told. */
+  char cuda_lib[512];
+  char cuda_lib_version[64];
 
   char **notes; /* things the probe could not read that matter, one line each */
   size_t nnotes;
@@ -191,6 +201,25 @@ typedef struct doctor_summary {
   int gid_index; /* the RoCE GID index derived, -1 when none (IB, TCP, or none qualified) */
 } doctor_summary;
 
+/*
+ * `cohort doctor --check`: a verdict per check (docs/doctor.md lists them
+ * and why). FAIL means the node as found cannot run a job as configured
+ * (CUDA, NCCL or RDMA would fail or silently fall back to TCP); WARN that it
+ * runs slower than it could; N/A that the check does not apply here.
+ */
+typedef enum doctor_check_status {
+  DOCTOR_CHECK_OK = 0,
+  DOCTOR_CHECK_NA,
+  DOCTOR_CHECK_WARN,
+  DOCTOR_CHECK_FAIL,
+} doctor_check_status;
+
+typedef struct doctor_check {
+  const char *name; /* static: "gpu-driver", "nccl-library", ... */
+  doctor_check_status status;
+  char *detail; /* one line: what was found, and for WARN/FAIL what it breaks */
+} doctor_check;
+
 typedef struct doctor_result {
   doctor_var *set; /* to add to the environment; no name here is set in envp */
   size_t nset;
@@ -203,6 +232,8 @@ typedef struct doctor_result {
   size_t nwarnings;
   char **errors; /* what was asked cannot be derived (e.g. RoCE with no usable GID) */
   size_t nerrors;
+  doctor_check *checks; /* every check, in the order docs/doctor.md lists them */
+  size_t nchecks;
   doctor_summary summary;
   doctor_facts *facts; /* owned by the result when it came from doctor_plan(), else NULL */
 } doctor_result;
@@ -259,9 +290,18 @@ int doctor_summary_compare(const char *name_a, const doctor_summary *a, const ch
 int doctor_format_report(const doctor_result *result, char **out);
 int doctor_format_export(const doctor_result *result, char **out);
 int doctor_format_json(const doctor_result *result, char **out);
+/*
+ *   checks: one line per check, "STATUS  NAME  detail" (STATUS as
+ *           doctor_check_status_name() gives it), then a count line.
+ */
+int doctor_format_checks(const doctor_result *result, char **out);
+/* The number of checks of result whose status is DOCTOR_CHECK_FAIL. */
+size_t doctor_checks_failed(const doctor_result *result);
 
 /* Text of a link layer / GID type as the report and JSON print them. */
 const char *doctor_link_name(doctor_link link);
 const char *doctor_gid_type_name(doctor_gid_type type);
+/* "ok", "n/a", "warn" or "fail". */
+const char *doctor_check_status_name(doctor_check_status status);
 
 #endif

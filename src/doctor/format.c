@@ -1,7 +1,7 @@
 /*
- * format.c - renderings of a doctor result (report, shell exports, JSON with
- * jansson) and
- * the compact summary agents exchange across nodes.
+ * format.c - renderings of a doctor result (report, shell exports, the
+ * checks' verdicts, JSON with jansson) and the compact summary agents
+ * exchange across nodes.
  */
 #include "doctor/doctor.h"
 
@@ -181,8 +181,15 @@ static void format_gpus(doctor_buf *b, const doctor_facts *f) {
   if ((size_t)f->gpus_found != f->ngpus)
     doctor_buf_printf(b, "  %zu of %d visible (%s)\n", f->ngpus, f->gpus_found,
                       f->gpu_visible_var[0] ? f->gpu_visible_var : "?");
-  if (strcmp(f->gpu_vendor, "nvidia") == 0)
+  if (strcmp(f->gpu_vendor, "nvidia") == 0) {
     doctor_buf_printf(b, "  driver %s\n", f->driver[0] ? f->driver : "unknown");
+    if (f->cuda_lib[0])
+      doctor_buf_printf(b, "  libcuda %s (%s)\n",
+                        f->cuda_lib_version[0] ? f->cuda_lib_version : "version unknown",
+                        f->cuda_lib);
+    else
+      doctor_buf_puts(b, "  libcuda not found\n");
+  }
 }
 
 int doctor_format_report(const doctor_result *r, char **out) {
@@ -195,7 +202,8 @@ int doctor_format_report(const doctor_result *r, char **out) {
     if (f->nhcas == 0) doctor_buf_puts(&b, "  none\n");
     for (size_t i = 0; i < f->nhcas; i++) {
       const doctor_hca *h = &f->hcas[i];
-      doctor_buf_printf(&b, "  %s  pci %s  net", h->name, h->pci[0] ? h->pci : "?");
+      doctor_buf_printf(&b, "  %s  pci %s  numa %s  net", h->name, h->pci[0] ? h->pci : "?",
+                        h->numa >= 0 ? (snprintf(t, sizeof t, "%d", h->numa), t) : "?");
       for (size_t k = 0; k < h->nnetdevs; k++) doctor_buf_printf(&b, " %s", h->netdevs[k]);
       if (h->nnetdevs == 0) doctor_buf_puts(&b, " -");
       doctor_buf_puts(&b, "\n");
@@ -272,6 +280,24 @@ int doctor_format_report(const doctor_result *r, char **out) {
   char sum[DOCTOR_SUMMARY_MAX];
   doctor_summary_format(&r->summary, sum, sizeof sum);
   doctor_buf_printf(&b, "summary: %s\n", sum);
+  return doctor_buf_take(&b, out);
+}
+
+/* ---- checks ----------------------------------------------------------- */
+
+int doctor_format_checks(const doctor_result *r, char **out) {
+  if (r == NULL || out == NULL) return -EINVAL;
+  doctor_buf b = {0};
+  size_t count[DOCTOR_CHECK_FAIL + 1] = {0};
+  for (size_t i = 0; i < r->nchecks; i++) {
+    const doctor_check *k = &r->checks[i];
+    doctor_buf_printf(&b, "%-5s %-19s %s\n", doctor_check_status_name(k->status), k->name,
+                      k->detail);
+    count[k->status]++;
+  }
+  doctor_buf_printf(&b, "%zu check(s): %zu failed, %zu warned, %zu ok, %zu not applicable\n",
+                    r->nchecks, count[DOCTOR_CHECK_FAIL], count[DOCTOR_CHECK_WARN],
+                    count[DOCTOR_CHECK_OK], count[DOCTOR_CHECK_NA]);
   return doctor_buf_take(&b, out);
 }
 
@@ -392,7 +418,8 @@ static json_t *js_hca(const doctor_hca *h) {
     if (append(netdevs, jstr(h->netdevs[k])) != 0) netdevs = (json_decref(netdevs), NULL);
   for (size_t p = 0; ports != NULL && p < h->nports; p++)
     if (append(ports, js_port(&h->ports[p])) != 0) ports = (json_decref(ports), NULL);
-  return json_pack("{s:o, s:o, s:o, s:o}", "name", jstr(h->name), "pci", jstr(nonempty(h->pci)),
+  return json_pack("{s:o, s:o, s:o, s:o, s:o}", "name", jstr(h->name), "pci",
+                   jstr(nonempty(h->pci)), "numa_node", jint_or_null(h->numa >= 0, h->numa),
                    "netdevs", netdevs, "ports", ports);
 }
 
@@ -413,11 +440,42 @@ static json_t *js_limits(const doctor_facts *f) {
   json_t *memlock = !f->memlock_known      ? json_null()
                     : f->memlock_unlimited ? json_string("unlimited")
                                            : json_integer((json_int_t)f->memlock_bytes);
-  return json_pack("{s:o, s:o, s:b, s:i, s:o, s:o}", "memlock", memlock, "shm_bytes",
+  return json_pack("{s:o, s:o, s:b, s:i, s:o, s:o, s:o}", "memlock", memlock, "shm_bytes",
                    jint_or_null(f->shm_known, (long long)f->shm_bytes), "dev_infiniband",
                    f->dev_infiniband, "uverbs", f->uverbs_count, "hugepages_total",
                    jint_or_null(f->hugepages_known, f->hugepages_total), "hugepage_kb",
-                   jint_or_null(f->hugepages_known, f->hugepage_kb));
+                   jint_or_null(f->hugepages_known, f->hugepage_kb), "mem_total_bytes",
+                   jint_or_null(f->mem_total_known, (long long)f->mem_total_bytes));
+}
+
+/* The GPUs: each visible one, and the driver that runs them all. */
+static json_t *js_gpus(const doctor_facts *f) {
+  json_t *devices = json_array();
+  for (size_t i = 0; devices != NULL && i < f->ngpus; i++) {
+    const doctor_gpu *g = &f->gpus[i];
+    json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:i, s:o, s:o}", "index", (int)i, "vendor",
+                          jstr(f->gpu_vendor), "pci", jstr(nonempty(g->pci)), "uuid",
+                          jstr(nonempty(g->uuid)), "numa_node", g->numa, "cpus",
+                          jstr(nonempty(g->cpus)), "driver", jstr(nonempty(f->driver)));
+    if (append(devices, o) != 0) devices = (json_decref(devices), NULL);
+  }
+  json_t *lib = f->cuda_lib[0] == '\0' ? json_null()
+                                       : json_pack("{s:o, s:o}", "path", jstr(f->cuda_lib),
+                                                   "version", jstr(nonempty(f->cuda_lib_version)));
+  return json_pack("{s:o, s:i, s:o, s:o, s:o, s:o}", "vendor", jstr(nonempty(f->gpu_vendor)),
+                   "found", f->gpus_found, "visible_variable", jstr(nonempty(f->gpu_visible_var)),
+                   "driver", jstr(nonempty(f->driver)), "cuda_library", lib, "devices", devices);
+}
+
+static json_t *js_checks(const doctor_result *r) {
+  json_t *a = json_array();
+  for (size_t i = 0; a != NULL && i < r->nchecks; i++) {
+    const doctor_check *k = &r->checks[i];
+    json_t *o = json_pack("{s:s, s:s, s:o}", "name", k->name, "status",
+                          doctor_check_status_name(k->status), "detail", jstr(k->detail));
+    if (append(a, o) != 0) a = (json_decref(a), NULL);
+  }
+  return a;
 }
 
 /* The facts' members, added to the document o. */
@@ -436,8 +494,9 @@ static int js_facts(json_t *o, const doctor_facts *f) {
   json_t *nccl = json_pack("{s:b, s:o, s:o}", "found", f->nccl_found, "version",
                            jstr(f->nccl_found && f->nccl_major >= 0 ? version : NULL), "path",
                            jstr(f->nccl_found ? f->nccl_path : NULL));
-  json_t *facts = json_pack("{s:o, s:o, s:o, s:o, s:o}", "rdma", rdma, "interfaces", ifaces,
-                            "routes", routes, "limits", js_limits(f), "nccl", nccl);
+  json_t *facts =
+      json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "rdma", rdma, "interfaces", ifaces, "routes",
+                routes, "limits", js_limits(f), "nccl", nccl, "gpus", js_gpus(f));
   int rc = facts != NULL && json_object_update(o, facts) == 0 ? 0 : -ENOMEM;
   json_decref(facts);
   return rc;
@@ -451,11 +510,12 @@ int doctor_format_json(const doctor_result *r, char **out) {
       json_pack("{s:o, s:o, s:o, s:o}", "link", jstr(r->summary.link), "hca", jstr(r->summary.hca),
                 "gid_index", jint_or_null(r->summary.gid_index >= 0, r->summary.gid_index), "text",
                 jstr(sum));
-  json_t *doc = json_pack("{s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", "cohort-doctor/1",
-                          "ok", r->nerrors == 0, "settings", js_vars(r->set, r->nset, 0), "kept",
-                          js_vars(r->kept, r->nkept, 1), "notes", js_strings(r->notes, r->nnotes),
-                          "warnings", js_strings(r->warnings, r->nwarnings), "errors",
-                          js_strings(r->errors, r->nerrors), "summary", summary);
+  json_t *doc =
+      json_pack("{s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "schema", "cohort-doctor/2", "ok",
+                r->nerrors == 0, "settings", js_vars(r->set, r->nset, 0), "kept",
+                js_vars(r->kept, r->nkept, 1), "notes", js_strings(r->notes, r->nnotes), "warnings",
+                js_strings(r->warnings, r->nwarnings), "errors", js_strings(r->errors, r->nerrors),
+                "summary", summary, "checks", js_checks(r));
   int rc = doc != NULL ? 0 : -ENOMEM;
   if (rc == 0 && r->facts != NULL) rc = js_facts(doc, r->facts);
   /* One line, ASCII only (escapes beyond it); "name": value pairs apart by ", ". */

@@ -9,6 +9,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#include "doctor/doctor.h"
+
 /* A growable NUL-terminated string. An allocation failure is sticky in oom. */
 typedef struct doctor_buf {
   char *data;
@@ -28,6 +30,20 @@ void doctor_list_free(char **list, size_t n);
 
 /* strverscmp-style order: "mlx5_2" before "mlx5_10", "3" before "10". */
 int doctor_natural_cmp(const char *a, const char *b);
+
+/* The value of NAME in envp ("NAME=value" strings, NULL-terminated, may be NULL), or NULL. */
+const char *doctor_env_get(char **envp, const char *name);
+
+/*
+ * Whether NCCL would use port `port` of `dev` under an NCCL_IB_HCA value
+ * (NULL: every port): a comma list of "name[:port]" entries matched as name
+ * prefixes, "=" first for exact names, "^" first to exclude the entries.
+ */
+int doctor_hca_selected(const char *spec, const char *dev, int port);
+
+/* Adds the verdicts of `cohort doctor --check` to r (after the derivation,
+ * whose errors one check reports). 0 or -ENOMEM. */
+int doctor_checks(const doctor_facts *f, char **envp, doctor_result *r);
 
 /* ---- files below a root (files.c) ---- */
 

@@ -128,6 +128,12 @@ static int probe_hca(const char *devdir, const char *name, doctor_hca *h) {
     }
   }
 
+  /* The device's NUMA node (sysfs says -1 when the platform does not tell). */
+  h->numa = -1;
+  if (doctor_read_textf(text, sizeof text, "%s/device/numa_node", devdir) == 0 &&
+      base_parse_int(text, -1, 1 << 16, &h->numa) != 0)
+    h->numa = -1;
+
   char **names;
   size_t n;
   if (doctor_pathf(path, sizeof path, "%s/device/net", devdir) != 0) return 0;
@@ -605,6 +611,9 @@ static void probe_limits(const probe_roots *r, const doctor_config *cfg, doctor_
           f->hugepages_known = 1;
         } else if (sscanf(line, "Hugepagesize: %ld", &v) == 1) {
           f->hugepage_kb = v;
+        } else if (sscanf(line, "MemTotal: %ld kB", &v) == 1 && v > 0 && v < (1L << 50)) {
+          f->mem_total_known = 1;
+          f->mem_total_bytes = (uint64_t)v * 1024;
         }
       }
       fclose(fp);
@@ -690,9 +699,12 @@ static void nccl_inspect(doctor_facts *f, const char *path) {
 
 /* Each absolute directory of the colon-separated variable VAR ("NAME=") in
  * envp, less the suffix STRIP (entries without it are skipped) when given,
- * followed by the glob pattern TAIL, under the lib root. */
-static void nccl_search_var(const probe_roots *r, char **envp, const char *var, const char *strip,
-                            const char *tail, doctor_facts *f) {
+ * followed by the glob pattern TAIL, under the lib root: each path found
+ * goes to inspect, in the order of the variable. */
+typedef void (*inspect_fn)(doctor_facts *f, const char *path);
+
+static void search_var(const probe_roots *r, char **envp, const char *var, const char *strip,
+                       const char *tail, inspect_fn inspect, doctor_facts *f) {
   size_t vlen = strlen(var), slen = strip ? strlen(strip) : 0;
   for (char **e = envp; e != NULL && *e != NULL; e++) {
     if (strncmp(*e, var, vlen) != 0) continue;
@@ -711,7 +723,7 @@ static void nccl_search_var(const probe_roots *r, char **envp, const char *var, 
       if (doctor_join(path, sizeof path, r->lib, rel) != 0) continue;
       glob_t g;
       if (glob(path, GLOB_NOSORT, NULL, &g) == 0)
-        for (size_t k = 0; k < g.gl_pathc; k++) nccl_inspect(f, g.gl_pathv[k]);
+        for (size_t k = 0; k < g.gl_pathc; k++) inspect(f, g.gl_pathv[k]);
       globfree(&g);
     }
   }
@@ -747,9 +759,9 @@ static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
   /* The loader also looks in LD_LIBRARY_PATH; and a worker's Python is one
    * on PATH, with pip's NCCL in its environment (a venv or conda prefix:
    * DIR/bin on PATH, DIR/lib/python3.X/site-packages), as on GPU images. */
-  nccl_search_var(r, envp, "LD_LIBRARY_PATH=", NULL, "/libnccl.so*", f);
-  nccl_search_var(r, envp, "PATH=", "/bin", "/lib/python3*/*-packages/nvidia_nccl_cu*.dist-info",
-                  f);
+  search_var(r, envp, "LD_LIBRARY_PATH=", NULL, "/libnccl.so*", nccl_inspect, f);
+  search_var(r, envp, "PATH=", "/bin", "/lib/python3*/*-packages/nvidia_nccl_cu*.dist-info",
+             nccl_inspect, f);
 }
 
 /* The NVIDIA driver's version: the first token that starts with a digit and
@@ -769,6 +781,43 @@ static void probe_driver(const probe_roots *r, doctor_facts *f) {
       }
   }
   fclose(fp);
+}
+
+/* A libcuda.so.1 found: the first one is the loader's; its version is the
+ * name of the file the link resolves to ("libcuda.so.580.159.04"). */
+static void cuda_inspect(doctor_facts *f, const char *path) {
+  if (f->cuda_lib[0] != '\0') return;
+  base_strlcpy(f->cuda_lib, path, sizeof f->cuda_lib);
+  char real[PATH_MAX];
+  if (realpath(path, real) == NULL) return;
+  const char *base = strrchr(real, '/');
+  base = base ? base + 1 : real;
+  const char *v = base + strlen("libcuda.so.");
+  if (strncmp(base, "libcuda.so.", strlen("libcuda.so.")) == 0 && isdigit((unsigned char)*v) &&
+      strchr(v, '.') != NULL && strspn(v, "0123456789.") == strlen(v))
+    base_strlcpy(f->cuda_lib_version, v, sizeof f->cuda_lib_version);
+}
+
+/* The CUDA driver library, in the loader's order: LD_LIBRARY_PATH, then the
+ * system's directories (those ldconfig knows on Debian, Ubuntu and RHEL, and
+ * where GKE mounts the driver). */
+static void probe_cuda_lib(const probe_roots *r, char **envp, doctor_facts *f) {
+  search_var(r, envp, "LD_LIBRARY_PATH=", NULL, "/libcuda.so.1", cuda_inspect, f);
+  static const char *patterns[] = {
+      "usr/lib/*-linux-gnu/libcuda.so.1",
+      "usr/lib64/libcuda.so.1",
+      "usr/lib/libcuda.so.1",
+      "usr/local/nvidia/lib64/libcuda.so.1",
+      "usr/local/nvidia/lib/libcuda.so.1",
+  };
+  char path[PATH_MAX];
+  for (size_t i = 0; i < BASE_ARRAY_LEN(patterns) && f->cuda_lib[0] == '\0'; i++) {
+    if (doctor_join(path, sizeof path, r->lib, patterns[i]) != 0) continue;
+    glob_t g;
+    if (glob(path, 0, NULL, &g) == 0)
+      for (size_t k = 0; k < g.gl_pathc; k++) cuda_inspect(f, g.gl_pathv[k]);
+    globfree(&g);
+  }
 }
 
 /* The GPUs, through the placement's own probe (topo.h); a tree without CPUs
@@ -793,7 +842,10 @@ static int probe_gpus(const probe_roots *r, char **envp, doctor_facts *f) {
         if (t->cpu[c].numa == g->numa) CPU_SET(t->cpu[c].id, &set);
       topo_format_cpulist(&set, g->cpus, sizeof g->cpus);
     }
-    if (t->vendor == TOPO_NVIDIA) probe_driver(r, f);
+    if (t->vendor == TOPO_NVIDIA) {
+      probe_driver(r, f);
+      probe_cuda_lib(r, envp, f);
+    }
   }
   free(t);
   return 0;

@@ -1,4 +1,4 @@
-/* strings.c - the doctor's string buffer, string lists and natural order. */
+/* strings.c - the doctor's string buffer, string lists, natural order and environment. */
 #include "doctor/internal.h"
 
 #include <ctype.h>
@@ -103,4 +103,11 @@ int doctor_natural_cmp(const char *a, const char *b) {
   }
   if (*a == *b) return 0;
   return *a == '\0' ? -1 : 1;
+}
+
+const char *doctor_env_get(char **envp, const char *name) {
+  size_t l = strlen(name);
+  for (char **e = envp; e != NULL && *e != NULL; e++)
+    if (strncmp(*e, name, l) == 0 && (*e)[l] == '=') return *e + l + 1;
+  return NULL;
 }

@@ -16,7 +16,7 @@
 extern char **environ;
 
 static const char doctor_usage[] =
-    "usage: cohort doctor [--master HOST] [--export | --json] [--set-gid-index]\n"
+    "usage: cohort doctor [--master HOST] [--export | --json | --check] [--set-gid-index]\n"
     "                     [--sysfs-root DIR] [--proc-root DIR] [--dev-root DIR]\n"
     "                     [--lib-root DIR] [--ifaddrs FILE]\n"
     "\n"
@@ -29,6 +29,8 @@ static const char doctor_usage[] =
     "                    for sockets (default: the interface of the default route)\n"
     "  --export          print shell export lines: eval \"$(cohort doctor --export)\"\n"
     "  --json            print a JSON document (docs/doctor.schema.json)\n"
+    "  --check           one line per check (GPU driver, NCCL, RDMA, limits, your NCCL\n"
+    "                    variables against this node): exit 1 when one fails\n"
     "  --set-gid-index   set NCCL_IB_GID_INDEX even when NCCL >= 2.21 picks it itself\n"
     "  --sysfs-root DIR  read DIR instead of /sys\n"
     "  --proc-root DIR   read DIR instead of /proc (net/route, self/limits, meminfo)\n"
@@ -40,13 +42,13 @@ static const char doctor_usage[] =
     "                    (for fixture trees and captured machines)\n"
     "\n"
     "exit status: 0 fine (warnings go to the report), 1 an error (e.g. RoCE without a\n"
-    "usable GID, master unreachable), 2 usage\n";
+    "usable GID, master unreachable; with --check: a check failed), 2 usage\n";
 
 static const char prog[] = "cohort doctor";
 
 typedef struct doctor_args {
   doctor_config cfg;
-  int export_lines, json;
+  int export_lines, json, check;
 } doctor_args;
 
 #define AT(FIELD) CLI_AT(doctor_args, FIELD, const char *)
@@ -56,6 +58,7 @@ static const cli_opt doctor_opts[] = {
     {"--master", 0, CLI_STR, .at = AT(cfg.master), .what = "a host", .flags = CLI_NONEMPTY},
     {"--export", 0, CLI_FLAG, .at = CLI_AT(doctor_args, export_lines, int)},
     {"--json", 0, CLI_FLAG, .at = CLI_AT(doctor_args, json, int)},
+    {"--check", 0, CLI_FLAG, .at = CLI_AT(doctor_args, check, int)},
     {"--set-gid-index", 0, CLI_FLAG, .at = CLI_AT(doctor_args, cfg.set_gid_index, int)},
     {"--sysfs-root", 0, CLI_STR, .at = AT(cfg.sysfs_root), .what = "a directory",
      .flags = CLI_NONEMPTY},
@@ -87,6 +90,8 @@ static int print_result(const doctor_args *a, const doctor_result *r) {
     rc = doctor_format_export(r, &text);
   else if (a->json)
     rc = doctor_format_json(r, &text);
+  else if (a->check)
+    rc = doctor_format_checks(r, &text);
   else
     rc = doctor_format_report(r, &text);
   if (rc != 0) return cli_error(prog, 1, "%s", cohort_strerror(rc));
@@ -94,6 +99,7 @@ static int print_result(const doctor_args *a, const doctor_result *r) {
   free(text);
   if (a->export_lines) print_findings(r);
   if (fflush(stdout) != 0) return 1;
+  if (a->check) return doctor_checks_failed(r) > 0 ? 1 : 0;
   return r->nerrors > 0 ? 1 : 0;
 }
 
@@ -102,8 +108,8 @@ int cmd_doctor(int argc, char **argv) {
   cli_args none;
   int rc = cli_parse(&doctor_cmd, argc, argv, &a, &none);
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
-  if (a.export_lines && a.json)
-    return cli_usage_error(prog, "--export and --json exclude each other");
+  if (a.export_lines + a.json + a.check > 1)
+    return cli_usage_error(prog, "--export, --json and --check exclude each other");
   doctor_result *r = NULL;
   rc = doctor_plan(&a.cfg, environ, &r);
   if (rc == -ENOENT || rc == -ENOTDIR)
