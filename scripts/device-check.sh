@@ -2,7 +2,8 @@
 # scripts/device-check.sh - one prepared check of cohort on a real GPU node
 # (one run, under 8 minutes): builds cohort with CMake, then
 #   1. cohort doctor on the node, beside what nvidia-smi, sysfs and PyTorch say
-#      (GPU, PCI address, NUMA node, driver, NCCL);
+#      (GPU, PCI address, NUMA node, driver, NCCL); --check's verdicts, and
+#      --json validated against docs/doctor.schema.json (also in OUT/doctor.json);
 #   2. cohort run --nproc-per-node gpu|auto against the node's GPU count, and
 #      --numa-binding node read back with sched_getaffinity in the worker,
 #      against the GPU's NUMA node's CPUs (and torchrun's own binding);
@@ -212,8 +213,12 @@ build() {
   make_prefix
   local lib=$PREFIX/usr/lib/x86_64-linux-gnu
   export PATH=$PREFIX/bin:$PATH
-  export PKG_CONFIG_PATH=$lib/pkgconfig:$PREFIX/usr/share/pkgconfig
-  export PKG_CONFIG_SYSROOT_DIR=$PREFIX
+  # Only with packages unpacked: a sysroot over an empty prefix would send
+  # the system's own .pc files' paths into the prefix too.
+  if compgen -G "$DEBS/*.deb" >/dev/null; then
+    export PKG_CONFIG_PATH=$lib/pkgconfig:$PREFIX/usr/share/pkgconfig
+    export PKG_CONFIG_SYSROOT_DIR=$PREFIX
+  fi
   local blas=()
   [ -e "$lib/openblas-pthread/libopenblas.so" ] &&
     blas=(-DGPT2_OPENBLAS="$lib/openblas-pthread/libopenblas.so"
@@ -241,17 +246,57 @@ fi
 COHORT=$BUILD/cohort
 
 # ---- 1. doctor ---------------------------------------------------------------
+# doctor's GPUs (--json) beside nvidia-smi's: PCI addresses (nvidia-smi
+# prints an 8-digit domain) and the driver; one line, "PASS ..." or "FAIL ...".
+doctor_vs_smi() {
+  nvidia-smi --query-gpu=pci.bus_id,driver_version --format=csv,noheader 2>/dev/null |
+    "$PY" -c 'import json, sys
+try:
+    doc = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit("FAIL doctor --json gave no document: %s" % e)
+smi = [l.split(",") for l in sys.stdin.read().splitlines() if "," in l]
+want = sorted(p.strip().lower()[-12:] for p, _ in smi)
+drv = sorted({d.strip() for _, d in smi})
+g = doc["gpus"]
+got = sorted((d["pci"] or "?").lower() for d in g["devices"])
+numa = ", ".join("%s node %s" % (d["pci"], d["numa_node"]) for d in g["devices"])
+ok = got == want and drv == [g["driver"]] * (len(drv) > 0) and g["found"] == len(want)
+print("%s doctor %s (%s), driver %s, libcuda %s; nvidia-smi %s, driver %s" % (
+    "PASS" if ok else "FAIL", got, numa or "no GPU", g["driver"],
+    (g["cuda_library"] or {}).get("version"), want, ",".join(drv) or "none"))' "$1" 2>&1 | tail -1
+}
 doctor_section() {
   logged doctor 30 "$COHORT" doctor
   local rc=$?
   logged doctor-json 30 "$COHORT" doctor --json
+  local jrc=$?
+  cp "$WORK/doctor-json.log" "$OUT/doctor.json"
   logged doctor-check 30 "$COHORT" doctor --check
   local crc=$?
+  logged doctor-schema 30 "$PY" "$SRC/tests/test_doctor_schema.py" --validate "$OUT/doctor.json" \
+    "$SRC/docs/doctor.schema.json"
+  local src=$?
   {
     echo "## cohort doctor"
     echo
     echo '```'
     cat "$WORK/doctor.log"
+    echo '```'
+    echo
+    echo "### cohort doctor --check (exit $crc)"
+    echo
+    echo '```'
+    cat "$WORK/doctor-check.log"
+    echo '```'
+    echo
+    echo "### cohort doctor --json (exit $jrc; the whole document in doctor.json): gpus, nccl, limits"
+    echo
+    echo '```'
+    "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(json.dumps({k: d.get(k) for k in ("schema", "ok", "gpus", "nccl", "limits")}, indent=1))' \
+      "$OUT/doctor.json" 2>&1 | head -80
     echo '```'
     echo
   } >>"$SECTIONS"
@@ -264,13 +309,16 @@ doctor_section() {
   else
     result "doctor: NCCL version" FAIL "doctor '${nccl_doc:-none}', torch.cuda.nccl.version() '${nccl_torch:-?}'"
   fi
-  if grep -qi 'gpu' "$WORK/doctor.log"; then
-    result "doctor: GPU, PCI address, NUMA node, driver" PASS "reported (see below)"
+  local vs
+  vs=$(doctor_vs_smi "$OUT/doctor.json")
+  result "doctor --json: GPUs, PCI addresses, driver vs nvidia-smi" "${vs%% *}" "${vs#* }"
+  [ $src = 0 ] && result "doctor --json: docs/doctor.schema.json" PASS "$(tail -1 "$WORK/doctor-schema.log")" ||
+    result "doctor --json: docs/doctor.schema.json" FAIL "$(head -3 "$WORK/doctor-schema.log" | tr '\n' ' ' | cut -c1-240)"
+  if [ $crc = 0 ]; then
+    result "doctor --check" PASS "$(tail -1 "$WORK/doctor-check.log")"
   else
-    result "doctor: GPU, PCI address, NUMA node, driver" MISSING "doctor's report has no GPU section (the node has $NGPU GPU(s))"
+    result "doctor --check" FAIL "exit $crc: $(grep -E '^fail ' "$WORK/doctor-check.log" | tr -s ' ' | cut -c1-160 | tr '\n' ';')"
   fi
-  [ $crc = 0 ] && result "doctor --check" PASS "exit 0" ||
-    result "doctor --check" MISSING "exit $crc: $(head -1 "$WORK/doctor-check.log" | cut -c1-160)"
 }
 
 # ---- 2. GPU count and NUMA binding ---------------------------------------------
