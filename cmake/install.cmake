@@ -24,15 +24,16 @@ install(FILES ${CMAKE_SOURCE_DIR}/include/cohort/cohort.h
   ${CMAKE_BINARY_DIR}/generated/include/cohort/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/cohort)
 install(EXPORT cohortTargets NAMESPACE cohort:: DESTINATION ${COHORT_CMAKE_DIR})
 
-# The package configuration: the static library needs Threads and libcrypto
-# from the consumer's side too.
+# The package configuration: the static library needs Threads and Nettle
+# from the consumer's side too (Nettle has no CMake package: pkg-config's).
 set(COHORT_CONFIG_FILE ${CMAKE_BINARY_DIR}/cohortConfig.cmake)
 file(WRITE ${COHORT_CONFIG_FILE}
 "# cohortConfig.cmake - find_package(cohort) gives cohort::cohort (shared
 # libcohort) and cohort::cohort_static.
 include(CMakeFindDependencyMacro)
 find_dependency(Threads)
-find_dependency(OpenSSL 3.0 COMPONENTS Crypto)
+find_dependency(PkgConfig)
+pkg_check_modules(NETTLE REQUIRED IMPORTED_TARGET nettle>=3.4)
 include(\${CMAKE_CURRENT_LIST_DIR}/cohortTargets.cmake)
 ")
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/cohortConfigVersion.cmake
@@ -54,7 +55,7 @@ Description: collectives for multi-node distributed training (allreduce, allgath
 Version: ${PROJECT_VERSION}
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -lcohort
-Requires.private: libcrypto >= 3.0
+Requires.private: nettle >= 3.4
 Libs.private: -pthread -lrt -lm
 ")
 install(FILES ${COHORT_PC_FILE} DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -35,7 +35,7 @@ if(COHORT_FUZZ)
   target_compile_options(cohort_fuzzlib PRIVATE -fsanitize=fuzzer-no-link ${COHORT_FUZZ_SAN})
   # The agent's compiled-in Python hook (src/agent/module.cmake writes it).
   target_include_directories(cohort_fuzzlib PRIVATE ${CMAKE_BINARY_DIR}/generated)
-  target_link_libraries(cohort_fuzzlib PUBLIC Threads::Threads rt m OpenSSL::Crypto PkgConfig::JANSSON ${CMAKE_DL_LIBS})
+  target_link_libraries(cohort_fuzzlib PUBLIC Threads::Threads rt m PkgConfig::NETTLE PkgConfig::JANSSON ${CMAKE_DL_LIBS})
 
   add_custom_target(fuzz_all)
   # cohort_fuzz(<name> <harness.c> [SOURCES extra.c...] [ARGS libFuzzer flags...])

@@ -13,7 +13,7 @@ set -euo pipefail
 demo=(
   build-essential cmake pkg-config
   libopenblas-dev libomp-dev
-  libssl-dev libjansson-dev libcurl4-openssl-dev
+  nettle-dev libjansson-dev libcurl4-openssl-dev
 )
 # The ctest suites: namespaces and process tools, PyTorch for the torchrun
 # and DDP tests, jsonschema for the Kubernetes templates' schemas, the real

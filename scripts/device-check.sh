@@ -21,7 +21,7 @@
 # what did not run for lack of time as NOT RUN) and OUT/raw.log (every
 # command's output), then OUT/logs.tar.gz (the work files).
 #
-# Libraries: cohort needs OpenSSL, jansson, libcurl and OpenBLAS headers and
+# Libraries: cohort needs Nettle, jansson, libcurl and OpenBLAS headers and
 # pkg-config, which a GPU image often lacks and which nothing can install
 # there. DEBS (default: debs/ beside scripts/) may hold Debian's .deb files
 # for them: they are unpacked with dpkg -x into a prefix under the work
@@ -47,7 +47,7 @@ if [ "${1:-}" = fetch-debs ]; then
   mkdir -p "$DEBS" && cd "$DEBS" || exit 1
   # The -dev packages, their libraries and those libraries' own (libcurl's
   # long list), pkg-config; gcc's libgomp is the compiler's own.
-  exec apt-get download libssl-dev libssl3 libjansson-dev libjansson4 libcurl4-openssl-dev \
+  exec apt-get download nettle-dev libssl3 libjansson-dev libjansson4 libcurl4-openssl-dev \
     libcurl4 libbrotli1 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 \
     libkeyutils1 libldap-2.5-0 libsasl2-2 libsasl2-modules-db libdb5.3 libnghttp2-14 libpsl5 \
     librtmp1 libgnutls30 libhogweed6 libnettle8 libgmp10 libidn2-0 libunistring2 libtasn1-6 \
@@ -153,10 +153,10 @@ print("distributed nccl", torch.distributed.is_nccl_available(), "gloo", torch.d
     echo "tool $t: $(command -v $t || echo MISSING)"
   done
   echo "system libraries (ldconfig -p):"
-  for t in libssl.so.3 libcrypto.so.3 libjansson.so.4 libcurl.so.4 libopenblas.so.0 libgomp.so.1 libgfortran.so.5; do
+  for t in libnettle.so.8 libjansson.so.4 libcurl.so.4 libopenblas.so.0 libgomp.so.1 libgfortran.so.5; do
     echo "  $t: $(ldconfig -p | awk -v t="$t" '$1 == t {print $NF; exit}')"
   done
-  echo "system headers: openssl/evp.h $([ -e /usr/include/openssl/evp.h ] && echo yes || echo no)," \
+  echo "system headers: nettle/hmac.h $([ -e /usr/include/nettle/hmac.h ] && echo yes || echo no)," \
     "jansson.h $([ -e /usr/include/jansson.h ] && echo yes || echo no)," \
     "curl/curl.h $([ -e /usr/include/curl/curl.h ] || [ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] && echo yes || echo no)," \
     "cblas.h $(ls /usr/include/cblas.h /usr/include/*/cblas.h /usr/include/x86_64-linux-gnu/*/cblas.h 2>/dev/null | head -1 | grep -q . && echo yes || echo no)"

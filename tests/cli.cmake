@@ -13,7 +13,7 @@ add_test(NAME torchrun_multinode COMMAND ${CMAKE_SOURCE_DIR}/tests/test_torchrun
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(torchrun_multinode PROPERTIES TIMEOUT 300 COST 90 LABELS "slow" PROCESSORS 2)
 
-# Every `cohort` exec loads libc, libm, libcrypto and jansson only (libcurl
+# Every `cohort` exec loads libc, libm, Nettle and jansson only (libcurl
 # is opened by the etcd client when it connects).
 add_test(NAME exec_libs COMMAND ${CMAKE_SOURCE_DIR}/tests/test_exec_libs.sh $<TARGET_FILE:cohort>)
 set_tests_properties(exec_libs PROPERTIES TIMEOUT 30 LABELS "unit")

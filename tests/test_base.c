@@ -1,6 +1,6 @@
 /*
  * test_base.c - parsing, addresses, deadlines, sockets, random bytes and the
- * libcrypto calls of src/base.
+ * Nettle calls of src/base (SHA-256, HMAC-SHA256, base64).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -148,6 +148,31 @@ static void test_hmac_sha256(void) {
              "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
 }
 
+/* RFC 4648's test vectors, both ways; then what is not base64. */
+static void test_b64(void) {
+  static const char *plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+  static const char *coded[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(plain); i++) {
+    char text[16], back[16];
+    size_t n = strlen(plain[i]), got = 99;
+    CHECK_EQ_INT((int)BASE_B64_LEN(n), (int)strlen(coded[i]));
+    base_b64_encode(plain[i], n, text);
+    CHECK_STREQ(text, coded[i]);
+    CHECK_EQ_INT(base_b64_decode(coded[i], strlen(coded[i]), back, &got), 0);
+    CHECK_EQ_INT((int)got, (int)n);
+    CHECK(memcmp(back, plain[i], n) == 0);
+  }
+  uint8_t bytes[3] = {0xfb, 0xff, 0x00}; /* the characters past Z, z and 9 */
+  char text[8];
+  base_b64_encode(bytes, sizeof bytes, text);
+  CHECK_STREQ(text, "+/8A");
+  char back[8];
+  size_t got;
+  CHECK_EQ_INT(base_b64_decode("Zm9v!mFy", 8, back, &got), -EINVAL);
+  CHECK_EQ_INT(base_b64_decode("Zm9vY===", 8, back, &got), -EINVAL);
+  CHECK_EQ_INT(base_b64_decode("Zm9vYg", 6, back, &got), -EINVAL);
+}
+
 static void test_random_bytes(void) {
   uint8_t a[32], b[32], zero[32] = {0};
   CHECK_EQ_INT(base_random_bytes(a, sizeof a), 0);
@@ -164,6 +189,7 @@ int main(void) {
   test_strerror();
   test_sha256();
   test_hmac_sha256();
+  test_b64();
   test_random_bytes();
   return check_report();
 }

@@ -73,7 +73,7 @@ grep -q "libcohort.so.${version%%.*} => $libdir/" <<<"$deps" || \
 
 # pkg-config for a static link: a prefix holding only the archive (the .pc
 # derives its prefix from its own place), linked with --static, so that
-# Requires.private and Libs.private alone must bring libcrypto and the system
+# Requires.private and Libs.private alone must bring Nettle and the system
 # libraries.
 rel=${libdir#"$prefix"/}
 sprefix=$tmp/static-prefix

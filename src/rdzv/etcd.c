@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -15,6 +14,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/crypto.h"
 #include "base/net.h"
 
 #define ETCD_MAX_ENDPOINTS 16
@@ -103,8 +103,8 @@ static int lc_ready(etcd *e) {
 /* ---- bytes and JSON ---- */
 
 static char *b64_encode(const void *p, size_t n) {
-  char *out = malloc(4 * ((n + 2) / 3) + 1);
-  if (out != NULL) EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+  char *out = malloc(BASE_B64_LEN(n) + 1);
+  if (out != NULL) base_b64_encode(p, n, out);
   return out;
 }
 
@@ -112,18 +112,16 @@ static char *b64_encode(const void *p, size_t n) {
 static int b64_decode(const char *s, void **out, size_t *len) {
   size_t n = strlen(s);
   if (n % 4 != 0) return -1;
-  unsigned char *buf = malloc(n / 4 * 3 + 1);
+  unsigned char *buf = malloc(BASE_B64_DECODED_MAX(n) + 1);
   if (buf == NULL) return -1;
-  int got = n ? EVP_DecodeBlock(buf, (const unsigned char *)s, (int)n) : 0;
-  if (got < 0) {
+  size_t got = 0;
+  if (base_b64_decode(s, n, buf, &got) != 0) {
     free(buf);
     return -1;
   }
-  if (n >= 1 && s[n - 1] == '=') got--;
-  if (n >= 2 && s[n - 2] == '=') got--;
   buf[got] = '\0';
   *out = buf;
-  *len = (size_t)got;
+  *len = got;
   return 0;
 }
 

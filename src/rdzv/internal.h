@@ -136,7 +136,7 @@ typedef struct rdzv_dgram {
  * Encodes d into buf (cap >= RDZV_DGRAM_MAX bytes is always enough),
  * appending an HMAC-SHA256 over all bytes before it when token is non-NULL
  * and non-empty. Returns the datagram's length, -EINVAL (a field out of
- * range) or -ENOMEM (libcrypto could not compute the MAC).
+ * range) or -ENOMEM (no MAC could be computed).
  */
 int rdzv_dgram_encode(const rdzv_dgram *d, const char *token, uint8_t *buf, size_t cap);
 

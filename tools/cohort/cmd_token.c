@@ -98,7 +98,7 @@ int cmd_token(int argc, char **argv) {
   int rc = cli_parse(&token_cmd, argc, argv, &a, &rest);
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
   char token[STORE_TOKEN_NEW_LEN + 1], line[STORE_TOKEN_NEW_LEN + 2];
-  if (store_token_new(token) != 0) return cli_error(prog, 1, "no random bytes from libcrypto");
+  if (store_token_new(token) != 0) return cli_error(prog, 1, "no random bytes from the kernel");
   snprintf(line, sizeof line, "%s\n", token);
   if (a.file == NULL) {
     if (fputs(line, stdout) == EOF || fflush(stdout) != 0)
