@@ -42,7 +42,7 @@ static int plan(const char *name, const char *master, int set_gid, char **envp,
                 doctor_result **out) {
   fx_paths p;
   fx(name, &p);
-  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, master, p.ifaddrs, set_gid};
+  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, master, p.ifaddrs, set_gid, 0};
   int rc = doctor_plan(&cfg, envp ? envp : clean_env, out);
   if (rc != 0) fprintf(stderr, "doctor_plan(%s): %s\n", name, strerror(-rc));
   return rc;
@@ -272,6 +272,39 @@ static void test_ib_and_port_down(void) {
   doctor_result_destroy(r);
 }
 
+/* The agent's nccl_if_needed: NCCL looked for on a machine with RoCE ports (the GID
+ * choice depends on its version), not on one with InfiniBand only, where nothing derived
+ * depends on it; either way the same settings as cohort doctor's full probe. */
+static void test_nccl_if_needed(void) {
+  static const char *names[] = {"roce_bond", "ib_hdr4"};
+  fx_paths nccl_lib;
+  fx("roce_bond", &nccl_lib); /* its lib/ holds libnccl.so.2.18.3 */
+  for (int i = 0; i < 2; i++) {
+    fx_paths p;
+    fx(names[i], &p);
+    doctor_result *full = NULL, *lazy = NULL;
+    doctor_config cfg = {p.sys, p.proc, p.dev, nccl_lib.lib, NULL, p.ifaddrs, 0, 0};
+    CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &full), 0);
+    cfg.nccl_if_needed = 1;
+    CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &lazy), 0);
+    if (full == NULL || lazy == NULL) goto next;
+    CHECK_EQ_INT(full->facts->nccl_probed, 1);
+    CHECK_EQ_INT(full->facts->nccl_found, 1);
+    CHECK_EQ_INT(lazy->facts->nccl_probed, i == 0);
+    CHECK_EQ_INT(lazy->facts->nccl_found, i == 0);
+    /* no "NCCL not found" for a search that did not happen */
+    CHECK(!has_text(lazy->notes, lazy->nnotes, "NCCL not found"));
+    CHECK_EQ_INT((int)lazy->nset, (int)full->nset);
+    for (size_t k = 0; k < full->nset && k < lazy->nset; k++) {
+      CHECK_STREQ(lazy->set[k].name, full->set[k].name);
+      CHECK_STREQ(lazy->set[k].value, full->set[k].value);
+    }
+  next:
+    doctor_result_destroy(full);
+    doctor_result_destroy(lazy);
+  }
+}
+
 static void test_no_rdma(void) {
   doctor_result *r = NULL;
   CHECK_EQ_INT(plan("no_rdma", NULL, 0, NULL, &r), 0);
@@ -441,7 +474,7 @@ static void test_user_settings(void) {
 static void test_derive_edits(void) {
   fx_paths p;
   fx("ib_hdr4", &p);
-  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0};
+  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0};
   doctor_facts *f = NULL;
   CHECK_EQ_INT(doctor_probe(&cfg, clean_env, &f), 0);
   if (f == NULL) return;
@@ -490,7 +523,7 @@ static void test_derive_edits(void) {
 
   /* mlx5_1 active, mlx5_10 down: "mlx5_1:1" would also match mlx5_10. */
   fx("port_down", &p);
-  doctor_config cfg2 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0};
+  doctor_config cfg2 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0};
   CHECK_EQ_INT(doctor_probe(&cfg2, clean_env, &f), 0);
   if (f == NULL) return;
   snprintf(f->hcas[0].name, sizeof f->hcas[0].name, "mlx5_1");
@@ -505,7 +538,7 @@ static void test_derive_edits(void) {
 
   /* Two RoCE ports whose IPv4 RoCE v2 entries sit at different indices. */
   fx("roce_single", &p);
-  doctor_config cfg3 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0};
+  doctor_config cfg3 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0};
   CHECK_EQ_INT(doctor_probe(&cfg3, clean_env, &f), 0);
   if (f == NULL) return;
   doctor_hca *h = realloc(f->hcas, 2 * sizeof *h);
@@ -579,7 +612,7 @@ static void test_natural_order(void) {
 }
 
 static void test_bad_input(void) {
-  doctor_config cfg = {"/nonexistent-sysfs-root", NULL, NULL, NULL, NULL, NULL, 0};
+  doctor_config cfg = {"/nonexistent-sysfs-root", NULL, NULL, NULL, NULL, NULL, 0, 0};
   doctor_facts *f = (doctor_facts *)1;
   CHECK_EQ_INT(doctor_probe(&cfg, clean_env, &f), -ENOENT);
   CHECK(f == NULL);
@@ -596,7 +629,7 @@ static void test_bad_input(void) {
   if (fd < 0) return;
   CHECK(write(fd, "eth0 not-an-address\n", 20) == 20);
   close(fd);
-  doctor_config c2 = {p.sys, p.proc, p.dev, p.lib, NULL, bad, 0};
+  doctor_config c2 = {p.sys, p.proc, p.dev, p.lib, NULL, bad, 0, 0};
   doctor_result *r = NULL;
   CHECK_EQ_INT(doctor_plan(&c2, clean_env, &r), 0);
   CHECK(r && has_text(r->warnings, r->nwarnings, "expected 'IFNAME ADDRESS/PREFIX'"));
@@ -656,7 +689,7 @@ static void test_garbage_tree(void) {
   snprintf(proc, sizeof proc, "%s/proc", root);
   snprintf(dev, sizeof dev, "%s/dev", root);
   snprintf(ifa, sizeof ifa, "%s/ifaddrs", root);
-  doctor_config cfg = {sys, proc, dev, root, "10.0.0.2", ifa, 0};
+  doctor_config cfg = {sys, proc, dev, root, "10.0.0.2", ifa, 0, 0};
   doctor_result *r = NULL;
   CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &r), 0);
   if (r != NULL) {
@@ -910,6 +943,7 @@ int main(int argc, char **argv) {
   test_roce_single_and_none();
   test_ib_and_port_down();
   test_no_rdma();
+  test_nccl_if_needed();
   test_gpus();
   test_user_settings();
   test_derive_edits();

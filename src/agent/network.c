@@ -42,6 +42,7 @@ doctor_result *agent_network_derive(int multinode, const char *master) {
   doctor_config dc;
   memset(&dc, 0, sizeof dc);
   dc.master = master;
+  dc.nccl_if_needed = 1;
   doctor_roots roots;
   const char *droot = getenv("COHORT_DOCTOR_ROOT");
   if (droot != NULL && droot[0] != '\0') use_roots(&dc, &roots, droot);

@@ -580,7 +580,7 @@ static void check_limits(derive_ctx *c, const port_sets *ps) {
          f->dev_infiniband ? "/dev/infiniband has no uverbs files" : "/dev/infiniband is missing");
   if (ps->nact > 0) check_mtus(c, ps->act, ps->nact);
   for (size_t i = 0; i < f->nnotes; i++) WARN(c, "%s", f->notes[i]);
-  if (!f->nccl_found)
+  if (f->nccl_probed && !f->nccl_found)
     NOTE(c, "NCCL not found under the library root (a PyTorch wheel may carry its own)");
 }
 

@@ -73,6 +73,14 @@ typedef struct doctor_config {
    */
   const char *ifaddrs_file;
   int set_gid_index; /* set NCCL_IB_GID_INDEX even when the installed NCCL picks it */
+  /*
+   * 0 (cohort doctor): look for NCCL always, to report it. 1 (the agent):
+   * only where a derived setting depends on its version, i.e. on machines
+   * with RoCE ports (NCCL_IB_GID_INDEX); elsewhere the search (globs over
+   * the library directories, nccl.h read line by line) was half of an
+   * agent's CPU for nothing.
+   */
+  int nccl_if_needed;
 } doctor_config;
 
 typedef enum doctor_link {
@@ -165,6 +173,7 @@ typedef struct doctor_facts {
   int mem_total_known;
   uint64_t mem_total_bytes; /* MemTotal of PROC_ROOT/meminfo */
 
+  int nccl_probed; /* 0 when nccl_if_needed skipped the search: the fields below say nothing */
   int nccl_found;
   int nccl_major, nccl_minor, nccl_patch; /* -1 when the version could not be told */
   char nccl_path[512];                    /* the file the version came from */

@@ -729,7 +729,16 @@ static void search_var(const probe_roots *r, char **envp, const char *var, const
   }
 }
 
+/* Whether any RDMA port has the Ethernet link layer (RoCE). */
+static int has_roce(const doctor_facts *f) {
+  for (size_t i = 0; i < f->nhcas; i++)
+    for (size_t p = 0; p < f->hcas[i].nports; p++)
+      if (f->hcas[i].ports[p].link == DOCTOR_LINK_ETH) return 1;
+  return 0;
+}
+
 static void probe_nccl(const probe_roots *r, char **envp, doctor_facts *f) {
+  f->nccl_probed = 1;
   static const char *patterns[] = {
       "usr/lib/libnccl.so*",
       "usr/lib64/libnccl.so*",
@@ -900,7 +909,7 @@ int doctor_probe(const doctor_config *cfg_in, char **envp, doctor_facts **out) {
   }
   probe_routes(&r, &cfg, f);
   probe_limits(&r, &cfg, f);
-  probe_nccl(&r, envp, f);
+  if (!cfg.nccl_if_needed || has_roce(f)) probe_nccl(&r, envp, f);
   if ((rc = probe_gpus(&r, envp, f)) != 0) goto fail;
   *out = f;
   return 0;
