@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -604,6 +605,33 @@ static void test_wait(void) {
   CHECK_EQ_INT(store_ping(c, in_ms(5000)), 0);
 
   store_client_close(c);
+  store_server_stop(s);
+}
+
+static void *interrupt_later(void *arg) {
+  base_sleep_ms(100);
+  store_client_interrupt(arg);
+  return NULL;
+}
+
+/* store_client_interrupt from another thread ends a wait that would last 30 s, and the
+ * client's later calls; other clients of the server are not disturbed. */
+static void test_interrupt(void) {
+  store_server *s = start(NULL);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c = client(port, NULL), *other = client(port, NULL);
+  CHECK_EQ_INT(store_client_interruptible(c), 0);
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, interrupt_later, c), 0);
+  const char *missing[] = {"never"};
+  CHECK_EQ_INT(store_wait(c, missing, 1, in_ms(30000)), -ECANCELED);
+  pthread_join(t, NULL);
+  CHECK_EQ_INT(store_ping(c, in_ms(5000)), -ECANCELED);
+  CHECK_EQ_INT(store_set(other, "k", "v", 1, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_ping(other, in_ms(5000)), 0);
+  store_client_close(c);
+  store_client_close(other);
   store_server_stop(s);
 }
 
@@ -1589,6 +1617,7 @@ int main(int argc, char **argv) {
   test_operations();
   test_cas();
   test_wait();
+  test_interrupt();
   test_get_many();
   test_many_waiters();
   test_counters();

@@ -260,6 +260,7 @@ static void *watch_main(void *arg) {
       beat(w, my_hb, &t);
       seen = store_silent(w, &t, base_now_ms(), text, sizeof text);
     }
+    if (stop_requested(w)) break; /* watch_stop interrupted the wait: no failure */
     if (seen != SEEN_NOTHING) {
       set_failure(w, text, seen == SEEN_STORE_LOST);
       break;
@@ -295,6 +296,8 @@ int agent_watch_start(const watch_opts *o, agent_watch **out) {
   int64_t patience = o->lost_after_ms > OP_TIMEOUT_MS ? o->lost_after_ms : OP_TIMEOUT_MS;
   rc = rdzv_backend_connect(o->backend, base_deadline_in(patience), &w->client, NULL, 0);
   if (rc != 0) goto fail;
+  /* So that watch_stop need not wait out a slice of the wait (etcd's client: it does). */
+  (void)store_client_interruptible(w->client);
   rc = -pthread_create(&w->thread, NULL, watch_main, w);
   if (rc != 0) goto fail;
   w->started = 1;
@@ -331,6 +334,7 @@ void agent_watch_stop(agent_watch *w) {
   pthread_mutex_lock(&w->lock);
   w->stop = 1;
   pthread_mutex_unlock(&w->lock);
+  store_client_interrupt(w->client);
   if (w->started) pthread_join(w->thread, NULL);
   store_client_close(w->client);
   free(w->last_value);

@@ -9,9 +9,12 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +41,8 @@ struct store_client {
   size_t resp_cap;
   const store_ops *ops; /* another backend (store_client_wrap), NULL: the store */
   void *impl;
+  int wake_fd;            /* store_client_interruptible's eventfd, -1 */
+  atomic_int interrupted; /* store_client_interrupt was called */
 };
 
 static void drop(store_client *c) {
@@ -76,6 +81,20 @@ static int send_all(int fd, const uint8_t *p, size_t len, int64_t deadline_ms) {
   return 0;
 }
 
+/* wait_ready for an answer: also cut short by store_client_interrupt. */
+static int wait_answer(store_client *c, int64_t deadline_ms) {
+  if (c->wake_fd < 0) return wait_ready(c->fd, POLLIN, deadline_ms);
+  struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->wake_fd, .events = POLLIN}};
+  for (;;) {
+    if (atomic_load(&c->interrupted)) return -ECANCELED;
+    int n = poll(p, 2, base_deadline_left(deadline_ms));
+    if (n > 0 && p[0].revents != 0) return 0;
+    if (n > 0) return -ECANCELED;
+    if (n == 0) return -ETIMEDOUT;
+    if (errno != EINTR) return -errno;
+  }
+}
+
 /*
  * Receives into c->resp until it holds at least need bytes. The first wait
  * comes before the first recv(): right after a request the answer is not
@@ -83,7 +102,7 @@ static int send_all(int fd, const uint8_t *p, size_t len, int64_t deadline_ms) {
  */
 static int recv_until(store_client *c, size_t *have, size_t need, int64_t deadline_ms) {
   if (*have == 0) {
-    int rc = wait_ready(c->fd, POLLIN, deadline_ms);
+    int rc = wait_answer(c, deadline_ms);
     if (rc != 0) return rc;
   }
   while (*have < need) {
@@ -95,7 +114,7 @@ static int recv_until(store_client *c, size_t *have, size_t need, int64_t deadli
     if (n == 0) return -ECONNRESET;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-    int rc = wait_ready(c->fd, POLLIN, deadline_ms);
+    int rc = wait_answer(c, deadline_ms);
     if (rc != 0) return rc;
   }
   return 0;
@@ -267,6 +286,7 @@ int store_client_connect(const char *host, int port, const char *token, int64_t 
   store_client *c = calloc(1, sizeof *c);
   if (c == NULL) return -ENOMEM;
   c->fd = -1;
+  c->wake_fd = -1;
   base_strlcpy(c->host, host, sizeof c->host);
   c->port = port;
   base_join_hostport(host, port, c->addr, sizeof c->addr);
@@ -287,6 +307,7 @@ int store_client_wrap(const store_ops *ops, void *impl, store_client **out) {
   store_client *c = calloc(1, sizeof *c);
   if (c == NULL) return -ENOMEM;
   c->fd = -1;
+  c->wake_fd = -1;
   c->ops = ops;
   c->impl = impl;
   *out = c;
@@ -297,11 +318,28 @@ void store_client_close(store_client *c) {
   if (c == NULL) return;
   if (c->ops != NULL) c->ops->close(c->impl);
   drop(c);
+  if (c->wake_fd >= 0) close(c->wake_fd);
   if (c->token != NULL) memset(c->token, 0, strlen(c->token));
   free(c->token);
   store_buf_free(&c->req);
   free(c->resp);
   free(c);
+}
+
+int store_client_interruptible(store_client *c) {
+  if (c->ops != NULL) return -ENOTSUP;
+  if (c->wake_fd >= 0) return 0;
+  c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return c->wake_fd >= 0 ? 0 : -errno;
+}
+
+void store_client_interrupt(store_client *c) {
+  if (c->ops != NULL) return;
+  atomic_store(&c->interrupted, 1);
+  uint64_t one = 1;
+  if (c->wake_fd >= 0 && write(c->wake_fd, &one, sizeof one) < 0) {
+    /* the counter is full, which wakes the poll as well */
+  }
 }
 
 /* Has the server closed this connection while we were not looking? */
@@ -322,6 +360,7 @@ static int call(store_client *c, uint8_t op, int64_t deadline_ms, int64_t read_d
   if (c->req.oom) return -ENOMEM;
   /* E.g. a WAIT for thousands of long keys: the server would refuse the frame. */
   if (c->req.len - STORE_HEADER_LEN > STORE_FRAME_MAX) return COHORT_ELIMIT;
+  if (atomic_load(&c->interrupted)) return -ECANCELED;
   if (c->fd >= 0 && peer_closed(c->fd)) drop(c);
   if (c->fd < 0) {
     int rc = connect_retry(c, deadline_ms, NULL, 0);
@@ -577,6 +616,7 @@ int store_get_many(store_client *c, const char *const *keys, size_t n, void **va
     store_buf_end_frame(&c->req, f);
   }
   if (c->req.oom) return -ENOMEM;
+  if (atomic_load(&c->interrupted)) return -ECANCELED;
   if (c->fd >= 0 && peer_closed(c->fd)) drop(c);
   int rc = c->fd < 0 ? connect_retry(c, deadline_ms, NULL, 0) : 0;
   if (rc == 0) rc = pipeline_gets(c, vals, lens, n, deadline_ms);

@@ -63,6 +63,19 @@ int store_client_connect(const char *host, int port, const char *token, int64_t 
                          store_client **out, char *errbuf, size_t errlen);
 void store_client_close(store_client *c);
 
+/*
+ * Lets another thread cut a client's waits short (the agent's watcher, which
+ * waits on the failure key in slices, stops at once at the job's end instead
+ * of at the end of its slice). store_client_interruptible() prepares c (an
+ * eventfd) and is called before c is shared; 0, or -ENOTSUP for a wrapped
+ * backend (store_client_wrap), -EMFILE, .... store_client_interrupt() may be
+ * called from any thread while c is open: the store's answer being awaited
+ * (store_wait, store_get, ...) and every later call fail with -ECANCELED. It
+ * does nothing to a wrapped client, whose calls end at their deadlines.
+ */
+int store_client_interruptible(store_client *c);
+void store_client_interrupt(store_client *c);
+
 /* Per-call deadline (absolute, ms). Operations fail with -ETIMEDOUT after it. */
 int store_set(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms);
 /* *val is malloc'ed (caller frees); -ENOENT when the key is absent. */
