@@ -332,6 +332,10 @@ put("fuzz_metrics_http", "post", "POST /metrics HTTP/1.1\r\nContent-Length: 3\r\
 put("fuzz_metrics_http", "other", "GET /metricsx HTTP/1.1\r\n\r\n")
 put("fuzz_metrics_http", "partial", "GET /metrics HTTP/1.1\r\nHost: a\r\n")
 put("fuzz_metrics_http", "garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+put("fuzz_control", "hello", b"hello pid=4242")
+put("fuzz_control", "ready", b"ready epoch=3 step=117\n")
+put("fuzz_control", "formed", b"formed epoch=4 step=-1 extra=1 why=a b=c")
+put("fuzz_control", "unknown", b"wave hand=left")
 put("fuzz_errfile", "torch", '{"message": {"message": "ValueError: learning rate must be '
     'positive\\nsecond line\\t\\u00e9", "extraInfo": {"py_callstack": "Traceback ...", '
     '"timestamp": "1700000000"}}}')

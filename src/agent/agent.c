@@ -18,6 +18,7 @@
 #include "agent/network.h"
 #include "agent/report.h"
 #include "agent/secure.h"
+#include "agent/spawn.h"
 #include "agent/signals.h"
 #include "agent/stacks.h"
 #include "base/base.h"
@@ -83,6 +84,13 @@ static void adopt_report(job *j, const char *report) {
   j->publish_at = 0;
 }
 
+void agent_job_fail(job *j) {
+  char winner[WATCH_REPORT_MAX];
+  agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+  adopt_report(j, j->report); /* its own words: the losses it saw, in order */
+  begin_stop(j);
+}
+
 /* Reports worker `index`'s failure and tells the other nodes now; if one of
  * them was first, its report counts. */
 static void note_local_failure(job *j, int index) {
@@ -106,6 +114,20 @@ static void on_worker_failed(job *j, int index) {
   }
 }
 
+/* A worker lost (index >= 0) or another node's report: the job re-forms without
+ * stopping the survivors (--on-failure reform), or fails together. */
+static void on_loss(job *j, int index) {
+  int rc = agent_reform_on_loss(j, index);
+  if (rc < 0)
+    agent_job_fail(j);
+  else if (rc == 0 && index >= 0)
+    on_worker_failed(j, index);
+  else if (rc == 0)
+    adopt_report(j, j->report);
+  if (rc == 0 && index < 0 && agent_hang_is_report(j->report)) agent_report_gather_hang(j);
+  if (rc == 0 && index < 0) begin_stop(j);
+}
+
 static void reap(job *j) {
   int st;
   pid_t pid;
@@ -115,11 +137,11 @@ static void reap(job *j) {
       if (w->pid != pid || !w->running) continue;
       w->running = 0;
       w->status = st;
+      /* The worker's own children go with it (before a re-form starts another in its place). */
+      kill(-w->pid, SIGKILL);
       if (!agent_worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed &&
           w->stopped_by == 0 && j->stop_signal == 0)
-        on_worker_failed(j, i);
-      /* The worker's own children go with it. */
-      kill(-w->pid, SIGKILL);
+        on_loss(j, i);
     }
   }
 }
@@ -174,9 +196,7 @@ static void on_remote_failure(job *j) {
   int can_adopt = j->first_failed < 0 || j->publish_at != 0;
   if (!can_adopt || j->remote_failed || j->hung) return;
   if (!agent_cluster_failure(&j->cl, j->report, sizeof j->report)) return;
-  adopt_report(j, j->report);
-  if (agent_hang_is_report(j->report)) agent_report_gather_hang(j);
-  begin_stop(j);
+  on_loss(j, -1);
 }
 
 /* SIGINT, SIGTERM, SIGHUP: forward it (a worker may want to checkpoint on
@@ -236,86 +256,6 @@ static void attempt_reset(job *j) {
   j->exec_errno = 0;
 }
 
-static int spawn_one(job *j, worker *w) {
-  const rdzv_plan *p = &j->cl.plan;
-  const cpu_set_t *cpus = j->place.cpus != NULL ? &j->place.cpus[w->local_rank] : NULL;
-  char errfile[256];
-  agent_job_error_file(j, w->rank, errfile, sizeof errfile);
-  agent_env_in in = {.parent = environ,
-                     .rank = w->rank,
-                     .local_rank = w->local_rank,
-                     .world_size = p->world_size,
-                     .local_world_size = j->nworkers,
-                     .group_rank = p->my_index,
-                     .group_world_size = p->nnodes,
-                     .role = j->cfg->role,
-                     .master_addr = p->master_addr,
-                     .master_port = p->master_port,
-                     .restart = j->restart,
-                     .round = j->round,
-                     .max_restarts = j->cfg->max_restarts,
-                     .run_id = j->cl.run_id,
-                     .error_file = errfile[0] ? errfile : NULL,
-                     .iface = j->cl.iface,
-                     .store = j->cl.store_env,
-                     .token = agent_cluster_token(&j->cl),
-                     .net = j->net ? j->net->set : NULL,
-                     .nnet = j->net ? j->net->nset : 0,
-                     .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0,
-                     .virtual_local_rank = j->cfg->virtual_local_rank};
-  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], watch[PROGRESS_PATH_MAX + 8];
-  if (j->hang.prog != NULL) {
-    agent_hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
-    in.heartbeat = hb;
-    snprintf(watch, sizeof watch, "%s.auto", hb);
-    if (j->cfg->hang_timeout_ms > 0) in.hang_watch = watch;
-  }
-  if (j->hang.prog != NULL) { /* the stacks' hooks, with or without --hang-timeout */
-    in.stacks_file = py;
-    in.hook_dir = j->hang.dir;
-    in.stacks_signal = agent_stacks_py_signal();
-  }
-  agent_env env = {0};
-  int rc = agent_env_build(&in, &env);
-  if (rc == 0) rc = agent_worker_spawn(w, j->cfg->argv, env.v, cpus, &j->sweep, &j->exec_errno);
-  agent_env_free(&env);
-  return rc;
-}
-
-/* Spawns this node's workers; ATTEMPT_OK, or why not all could start. */
-static attempt_outcome spawn_all(job *j) {
-  const agent_config *cfg = j->cfg;
-  int offset = j->cl.plan.nodes[j->cl.plan.my_index].rank_offset;
-  for (int i = 0; i < j->nworkers; i++) {
-    int console, files;
-    agent_worker_output(cfg, i, &console, &files);
-    int fd = files ? agent_dirs_rank_log(cfg, j->restart, offset + i) : -1;
-    agent_worker_init(&j->workers[i], offset + i, i, console, files, fd);
-  }
-  agent_dirs_open_filtered(cfg, j->restart, j->dup_fd);
-  for (int i = 0; i < j->nworkers; i++)
-    for (int k = 0; k < 2; k++)
-      agent_worker_duplicate(&j->workers[i], k, &cfg->dup[k], j->dup_fd[k]);
-  if (j->hang.prog != NULL && agent_hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
-    base_log(BASE_LOG_WARN, "cannot create the heartbeat files: no hang detection this attempt");
-  agent_signals_set_workers(1);
-  for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
-    worker *w = &j->workers[i];
-    int rc = spawn_one(j, w);
-    if (rc != 0) {
-      base_log(BASE_LOG_ERROR, "cannot start rank %d: %s", w->rank, strerror(-rc));
-      begin_stop(j);
-      return ATTEMPT_INTERNAL;
-    }
-    agent_guard_add(&j->guard, w->pid);
-    if (j->exec_errno != 0) {
-      begin_stop(j);
-      return ATTEMPT_EXEC_ERROR;
-    }
-  }
-  return ATTEMPT_OK;
-}
-
 /* The sooner of two poll timeouts (-1: none). */
 static int sooner(int a, int b) {
   return a < 0 || (b >= 0 && b < a) ? b : a;
@@ -323,7 +263,8 @@ static int sooner(int a, int b) {
 
 /* The timers of the loop, each with its own period: SIGKILL after the grace,
  * a held-back failure published, the status snapshot, `cohort stacks`, the
- * straggler comparison, the hang check, the metrics file. Returns the poll
+ * straggler comparison, the hang check, the metrics file, the re-form's
+ * deadline. Returns the poll
  * timeout until the next one (-1 none). */
 static int run_timers(job *j) {
   int64_t now = base_now_ms();
@@ -340,18 +281,20 @@ static int run_timers(job *j) {
   timeout = sooner(timeout, agent_straggle_tick(j, now));
   timeout = sooner(timeout, hang_tick(j, now));
   timeout = sooner(timeout, agent_metrics_tick(&j->metrics, j, now));
+  timeout = sooner(timeout, agent_reform_tick(j, now));
   if (j->stopping && !j->killed) timeout = sooner(timeout, base_deadline_left(j->kill_at));
   if (j->publish_at != 0) timeout = sooner(timeout, base_deadline_left(j->publish_at));
   return timeout;
 }
 
 /* What the loop polls: the self-pipe first, then every open output stream,
- * then the metrics server's descriptors. */
+ * then the metrics server's descriptors, then the control channels. */
 typedef struct poll_set {
-  struct pollfd pfd[1 + 2 * AGENT_MAX_NPROC + 1 + METRICS_MAX_CLIENTS];
+  struct pollfd pfd[1 + 2 * AGENT_MAX_NPROC + 1 + METRICS_MAX_CLIENTS + AGENT_MAX_NPROC];
   worker_stream *stream[1 + 2 * AGENT_MAX_NPROC];
   worker *owner[1 + 2 * AGENT_MAX_NPROC];
   nfds_t streams_end; /* the self-pipe and the streams: pfd[0, streams_end) */
+  nfds_t control_at;  /* the control channels: pfd[control_at, n) */
   nfds_t n;
 } poll_set;
 
@@ -371,6 +314,8 @@ static void poll_set_fill(job *j, poll_set *ps) {
   }
   ps->streams_end = ps->n;
   ps->n += (nfds_t)agent_metrics_pollfds(&j->metrics, ps->pfd + ps->n);
+  ps->control_at = ps->n;
+  ps->n += (nfds_t)agent_reform_pollfds(j, ps->pfd + ps->n);
 }
 
 /* Relays the output ready and handles the events; -1 when poll failed. */
@@ -383,7 +328,9 @@ static int poll_once(job *j, poll_set *ps, int timeout) {
   if (ready <= 0) return 0;
   for (nfds_t k = 1; k < ps->streams_end; k++)
     if (ps->pfd[k].revents != 0) agent_worker_stream_read(ps->owner[k], ps->stream[k]);
-  agent_metrics_serve(&j->metrics, ps->pfd + ps->streams_end, (int)(ps->n - ps->streams_end), j);
+  agent_metrics_serve(&j->metrics, ps->pfd + ps->streams_end,
+                      (int)(ps->control_at - ps->streams_end), j);
+  agent_reform_serve(j, ps->pfd + ps->control_at, (int)(ps->n - ps->control_at));
   if (ps->pfd[0].revents & POLLIN) {
     unsigned char evs[64];
     ssize_t got = agent_signals_read(evs, sizeof evs);
@@ -420,6 +367,7 @@ static attempt_outcome supervise(job *j) {
 
 /* Every group killed and forgotten, leftovers removed; then the verdict. */
 static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
+  agent_reform_close(j);
   for (int i = 0; i < j->nworkers; i++) {
     worker *w = &j->workers[i];
     agent_worker_close_streams(w);
@@ -456,7 +404,9 @@ static attempt_outcome run_attempt(job *j) {
       agent_hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
                        j->nworkers) != 0)
     base_log(BASE_LOG_WARN, "cannot set up the heartbeat files: no hang or straggler detection");
-  attempt_outcome spawned = spawn_all(j);
+  attempt_outcome spawned = agent_spawn_all(j);
+  j->cl.newcomer = 0; /* a restart starts everyone afresh */
+  if (spawned != ATTEMPT_OK) begin_stop(j);
   attempt_outcome supervised = supervise(j);
   return attempt_finish(j, spawned != ATTEMPT_OK ? spawned : supervised);
 }
@@ -499,7 +449,7 @@ static int exit_of_error(int rc, int meeting) {
 }
 
 /* Joins the round and prepares what its workers need. */
-static int begin_round(job *j) {
+int agent_job_begin_round(job *j) {
   cluster *c = &j->cl;
   int rc = agent_cluster_join(c, j->cfg, &j->round);
   if (rc != 0) return exit_of_error(rc, 1);
@@ -529,7 +479,7 @@ static int grown(const job *j, attempt_outcome o) {
 
 /* One round; returns the exit status it would end the job with, or ROUND_REFORM. */
 static int run_round(job *j) {
-  int status = begin_round(j);
+  int status = agent_job_begin_round(j);
   if (status != AGENT_EXIT_OK) return status;
   attempt_outcome o = run_attempt(j);
   agent_dirs_clear(j->err_dir, "", NULL); /* the error files are read by now */
@@ -598,10 +548,11 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
   if (j->workers == NULL) return -ENOMEM;
   for (int i = 0; i < j->nworkers; i++)
     j->workers[i].out.fd = j->workers[i].err.fd = j->workers[i].log_fd = -1;
-  return 0;
+  return agent_reform_init(j);
 }
 
 static void job_free(job *j) {
+  agent_reform_free(j);
   agent_cluster_close(&j->cl);
   doctor_result_destroy(j->net);
   agent_hang_free(&j->hang);

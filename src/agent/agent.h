@@ -87,8 +87,10 @@ typedef struct agent_config {
   agent_bind bind;
   /* where GPUs and the CPU topology are read (tests: fixture trees); NULL: /sys /proc /dev */
   const char *sysfs_root, *proc_root, *dev_root;
-  int max_restarts;    /* whole-group restarts after a failure */
-  const char *log_dir; /* NULL: no per-rank files */
+  int max_restarts; /* whole-group restarts after a failure */
+  int reform;       /* --on-failure reform: survivors re-form (agent/reform.h); 0 restart */
+  int64_t reform_timeout_ms; /* a re-form not done within this fails the job */
+  const char *log_dir;       /* NULL: no per-rank files */
   /* torchrun's -r and -t: streams to the files only, and to the files and the
    * console; the other streams reach the console only. */
   agent_std redirects, tee;

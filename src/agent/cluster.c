@@ -239,6 +239,7 @@ static int wait_next_round(cluster *c, int round, int64_t timeout_ms, const char
  */
 static int late_round(cluster *c, int round, int nnodes_max, int64_t timeout_ms, const char *why) {
   int latest = rdzv_latest_round(c->client, c->run_id, base_deadline_in(5000));
+  c->newcomer = 1; /* the job went on without this node: it joins a running round */
   if (latest > round) return latest;
   if (c->plan.nnodes >= nnodes_max) return wait_next_round(c, round, timeout_ms, why);
   char report[BASE_HOST_MAX + 64], winner[WATCH_REPORT_MAX];
@@ -260,7 +261,12 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
       .nnodes_min = c->nnodes_min,
       .nnodes_max = c->nnodes_max,
       .last_call_ms = cfg->last_call_ms,
-      .deadline_ms = base_deadline_in(cfg->join_timeout_ms),
+      .deadline_ms =
+          base_deadline_in(c->reform_expect > 0 ? cfg->reform_timeout_ms : cfg->join_timeout_ms),
+      .expect = c->reform_expect,
+      .settle_ms = cfg->lost_after_ms,
+      .prev_rank = c->reform_prev,
+      .cannot_reform = c->reform_cannot,
   };
   char local[BASE_HOST_MAX] = "", remote[BASE_HOST_MAX] = "";
   if (c->store == NULL || c->etcd) {

@@ -51,6 +51,9 @@ typedef struct cluster {
   char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
   char iface[64];                     /* interface toward node 0, "" unknown */
   rdzv_plan plan;                     /* this round's nodes and ranks */
+  /* The next join is a re-form round (rdzv_join_opts) when reform_expect > 0. */
+  int reform_expect, reform_prev, reform_cannot;
+  int newcomer;          /* this node came late to a running job (the grow path) */
   char local_file[4400]; /* one node: where `cohort status` finds the job (jobctl.h), "" none */
 } cluster;
 

@@ -52,11 +52,14 @@ const char *agent_dirs_stacks(const agent_config *cfg, int restart, char *out, s
   return mkdtemp(out);
 }
 
-int agent_dirs_rank_log(const agent_config *cfg, int restart, int rank) {
+int agent_dirs_rank_log(const agent_config *cfg, int restart, int rank, int round) {
   char path[4096];
   if (agent_dirs_attempt(cfg, restart, path, sizeof path) != 0) return -1;
   size_t n = strlen(path);
-  snprintf(path + n, sizeof path - n, "/rank%d.log", rank);
+  if (round > 0)
+    snprintf(path + n, sizeof path - n, "/rank%d.round%d.log", rank, round);
+  else
+    snprintf(path + n, sizeof path - n, "/rank%d.log", rank);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) base_log(BASE_LOG_WARN, "cannot write log file %s: %s", path, strerror(errno));
   return fd;

@@ -27,8 +27,9 @@ int agent_dirs_attempt(const agent_config *cfg, int restart, char *out, size_t o
  * directory of its own under $TMPDIR (kept, named in the report); NULL if none. */
 const char *agent_dirs_stacks(const agent_config *cfg, int restart, char *out, size_t outlen);
 
-/* Rank rank's log file in the attempt's directory (opened for writing), -1 none. */
-int agent_dirs_rank_log(const agent_config *cfg, int restart, int rank);
+/* Rank rank's log file in the attempt's directory (opened for writing), -1 none: rank<R>.log,
+ * or for a process a re-form started into round N > 0, rank<R>.round<N>.log. */
+int agent_dirs_rank_log(const agent_config *cfg, int restart, int rank, int round);
 
 /*
  * --duplicate-std*-filters: the attempt's filtered_stdout.log and

@@ -164,6 +164,8 @@ int agent_env_build(const agent_env_in *in, agent_env *out) {
     if (in->token != NULL) rc |= env_setf(out, "COHORT_TOKEN", "%s", in->token);
     rc |= env_setf(out, "COHORT_NODE_RANK", "%d", in->group_rank);
     rc |= env_setf(out, "COHORT_NNODES", "%d", in->group_world_size);
+    if (in->control_fd > 0) rc |= env_setf(out, "COHORT_CONTROL_FD", "%d", in->control_fd);
+    if (in->newcomer) rc |= env_setf(out, "COHORT_NEWCOMER", "1");
   }
   if (rc == 0) return 0;
   agent_env_free(out);

@@ -42,6 +42,8 @@ typedef struct agent_env_in {
   int stacks_signal;
   int virtual_local_rank; /* torchrun's --virtual-local-rank: LOCAL_RANK 0, CUDA_VISIBLE_DEVICES
                              the local rank's entry of the parent's list (or its number) */
+  int control_fd;         /* COHORT_CONTROL_FD (--on-failure reform) when > 0 */
+  int newcomer;           /* COHORT_NEWCOMER=1: started into a running re-formable job */
   int omp_threads;        /* OMP_NUM_THREADS unless set (--cpu-bind: the rank's CPUs); 0: torchrun's
                              1 when several workers */
 } agent_env_in;

@@ -16,6 +16,7 @@
 #include "agent/hang.h"
 #include "agent/metrics.h"
 #include "agent/place.h"
+#include "agent/reform.h"
 #include "agent/remote_stacks.h"
 #include "agent/snapshot.h"
 #include "agent/straggle.h"
@@ -54,6 +55,7 @@ typedef struct job {
   hang hang;             /* heartbeats (--hang-timeout, --straggler-factor); hang.prog NULL: off */
   straggle strag;        /* node 0: the ranks straggling now (--straggler-factor) */
   metrics metrics;       /* --metrics-port's server and --metrics-file */
+  reform rf;             /* --on-failure reform: the control channels and the re-forms */
   /* per attempt */
   int stopping;       /* SIGTERM sent to the groups */
   int64_t kill_at;    /* when the stragglers get SIGKILL */
@@ -71,5 +73,12 @@ typedef struct job {
 
 /* Where rank's TORCHELASTIC_ERROR_FILE is in this attempt ("" when none). */
 void agent_job_error_file(const job *j, int rank, char *out, size_t outlen);
+
+/* Joins round j->round and prepares what its workers need (agent.c); an exit status. */
+int agent_job_begin_round(job *j);
+
+/* The job fails together with j->report: published (or another node's adopted), every
+ * worker stopped. */
+void agent_job_fail(job *j);
 
 #endif

@@ -72,6 +72,7 @@ void agent_worker_init(worker *w, int rank, int local_rank, int console, int fil
   w->err.console_fd = (console & 2) ? STDERR_FILENO : -1;
   w->err.to_file = (files & 2) != 0;
   w->log_fd = log_fd;
+  w->keep_fd = -1;
   w->out.dup_fd = w->err.dup_fd = -1;
   w->out.dup = w->err.dup = NULL;
   w->prog = NULL;
@@ -224,6 +225,7 @@ int agent_worker_spawn(worker *w, char *const argv[], char *const envp[], const 
   }
   if (pid == 0) {
     agent_sweep_enter_self(sw); /* before exec: nothing it starts is outside */
+    if (w->keep_fd >= 0) fcntl(w->keep_fd, F_SETFD, 0); /* its control channel's end */
     exec_child(parent, out[1], err[1], ex[1], argv, envp, cpus);
   }
   /* Parent: set the group here too so that it exists before we signal it. */

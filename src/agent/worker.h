@@ -40,6 +40,7 @@ typedef struct worker {
   int64_t last_output_ms; /* base_now_ms() of its last output, 0 none */
   worker_stream out, err;
   int log_fd;     /* per-rank log file or -1 */
+  int keep_fd;    /* during its spawn: an fd the worker inherits (its control channel), -1 */
   progress *prog; /* its progress (--hang-timeout), or NULL: a line counts */
   char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];
   int tail_next, tail_count;

@@ -80,6 +80,47 @@ void rdzv_record_format(char *out, size_t outlen, uint64_t uid, const rdzv_join_
            (unsigned long long)uid, o->is_host ? 0 : o->claimed_rank, o->nproc,
            o->my_host && o->my_host[0] ? o->my_host : "-", name[0] ? name : "unknown",
            o->is_host ? "-" : (o->master_host && o->master_host[0] ? o->master_host : "?"));
+  size_t len = strlen(out);
+  if (o->expect > 0 && len < outlen)
+    snprintf(out + len, outlen - len, " prev=%d part=%d", o->prev_rank, !o->cannot_reform);
+}
+
+/* A re-form round's fields of a record: the node's last rank and whether it takes part. */
+static void parse_reform_fields(const char *text, int *prev, int *part) {
+  const char *p = strstr(text, " prev=");
+  *prev = -1;
+  *part = 1;
+  if (p == NULL || sscanf(p, " prev=%d part=%d", prev, part) != 2 || *prev < -1 ||
+      *prev >= RDZV_MAX_NODES)
+    *prev = -1;
+  *part = *part != 0;
+}
+
+/* Re-form ranks: the host first, then the others by their last rank, new nodes last in join
+ * order (rank order kept across a re-form, docs/reform.md). */
+typedef struct by_prev {
+  int prev, seq;
+} by_prev;
+
+/* The host (-2) first, new nodes (-1) last. */
+static int prev_key(int prev) {
+  return prev == -2 ? -1 : prev < 0 ? RDZV_MAX_NODES : prev;
+}
+
+static int by_prev_cmp(const void *a, const void *b) {
+  const by_prev *x = a, *y = b;
+  int xp = prev_key(x->prev), yp = prev_key(y->prev);
+  return xp != yp ? (xp < yp ? -1 : 1) : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static int assign_by_prev(rdzv_node *nodes, const int *prevs, int n, int host_index) {
+  by_prev *order = malloc((size_t)n * sizeof *order);
+  if (order == NULL) return -ENOMEM;
+  for (int i = 0; i < n; i++) order[i] = (by_prev){i == host_index ? -2 : prevs[i], i};
+  qsort(order, (size_t)n, sizeof *order, by_prev_cmp);
+  for (int r = 0; r < n; r++) nodes[order[r].seq].node_rank = r;
+  free(order);
+  return 0;
 }
 
 static int parse_record(const char *text, rdzv_node *node, int *claim, char *sees, size_t seeslen) {
@@ -136,11 +177,12 @@ static int format_nodes(const rdzv_node *nodes, int n, char *plan, size_t off, s
 
 /*
  * The plan of a round whose ranks are assigned: its header line (master, a
- * free port for the workers, the store's port) and the node lines. master
+ * free port for the workers, the store's port, restart=1 when a node of a
+ * re-form round cannot take part) and the node lines. master
  * holds the address the other nodes saw the host at ("" if none did).
  */
 static int format_plan(const rdzv_join_opts *o, rdzv_node *nodes, int n, int host_index,
-                       char *master, char *plan, size_t cap) {
+                       char *master, int restart, char *plan, size_t cap) {
   /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. A host
    * given its own address (--local-addr) is there rather than where the others saw it. */
   if (o->first_plans || (o->is_host && o->my_host && o->my_host[0]))
@@ -152,33 +194,21 @@ static int format_plan(const rdzv_join_opts *o, rdzv_node *nodes, int n, int hos
   if (base_free_port(NULL, &port) != 0) port = 29500;
   size_t off = (size_t)snprintf(plan, cap, "ok nnodes=%d master=%s port=%d", n, master, port);
   if (o->store_port > 0) off += (size_t)snprintf(plan + off, cap - off, " store=%d", o->store_port);
+  if (restart) off += (size_t)snprintf(plan + off, cap - off, " restart=1");
   off += (size_t)snprintf(plan + off, cap - off, "\n");
   return format_nodes(nodes, n, plan, off, cap);
 }
 
-/* The host's part: wait for the nodes, plan, publish. */
-static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, size_t errlen) {
+/* The records to plan with: MIN of them, then a last call for more up to MAX; *n how many. */
+static int await_nodes(store_client *c, const rdzv_join_opts *o, char (*keybuf)[STORE_KEY_MAX],
+                       int64_t *n, char *errbuf, size_t errlen) {
   char key[STORE_KEY_MAX];
   int rc = 0;
-  rdzv_node *nodes = NULL;
-  int *claims = NULL;
-  char *plan = NULL;
-  void **vals = NULL;
-  size_t *lens = NULL;
-  int64_t n = o->nnodes_min;
+  *n = o->nnodes_min;
   /* Wait for MIN records (keys node/1..node/MIN). */
   const char **keys = calloc((size_t)o->nnodes_min, sizeof *keys);
-  char(*keybuf)[STORE_KEY_MAX] = calloc((size_t)o->nnodes_max, sizeof *keybuf);
-  if (keys == NULL || keybuf == NULL) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  for (int i = 0; i < o->nnodes_max; i++) {
-    char suffix[32];
-    snprintf(suffix, sizeof suffix, "node/%d", i + 1);
-    rdzv_key(keybuf[i], sizeof keybuf[i], o->job_id, o->round, suffix);
-    if (i < o->nnodes_min) keys[i] = keybuf[i];
-  }
+  if (keys == NULL) return -ENOMEM;
+  for (int i = 0; i < o->nnodes_min; i++) keys[i] = keybuf[i];
   /* A WAIT names at most STORE_WAIT_KEYS_MAX keys: the records in slices of that many. */
   for (int at = 0; rc == 0 && at < o->nnodes_min; at += STORE_WAIT_KEYS_MAX) {
     int k = o->nnodes_min - at < STORE_WAIT_KEYS_MAX ? o->nnodes_min - at : STORE_WAIT_KEYS_MAX;
@@ -190,7 +220,7 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     store_add(c, key, 0, &joined, base_deadline_in(1000));
     snprintf(errbuf, errlen, "only %lld of %d nodes joined before the deadline", (long long)joined,
              o->nnodes_min);
-    goto out;
+    goto done;
   }
   /* Elastic: give late nodes a last call, up to MAX. */
   rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
@@ -205,17 +235,77 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     }
     int64_t joined = 0;
     rc = store_add(c, key, 0, &joined, base_deadline_in(1000));
-    if (rc != 0) goto out;
-    n = joined < o->nnodes_max ? joined : o->nnodes_max;
-    for (int64_t i = o->nnodes_min; i < n; i++) {
+    if (rc != 0) goto done;
+    *n = joined < o->nnodes_max ? joined : o->nnodes_max;
+    for (int64_t i = o->nnodes_min; i < *n; i++) {
       const char *k = keybuf[i];
       rc = store_wait(c, &k, 1, o->deadline_ms);
-      if (rc != 0) goto out;
+      if (rc != 0) goto done;
     }
   }
+done:
+  free(keys);
+  return rc;
+}
+
+/*
+ * A re-form round's records: as soon as expect nodes joined, or once
+ * settle_ms passed with at least MIN there (a survivor learns of the loss
+ * from the fail key at once; one that has not come by then is lost too, and
+ * one that comes later is taken in by the next re-form). *n how many.
+ */
+static int await_reform(store_client *c, const rdzv_join_opts *o, char (*keybuf)[STORE_KEY_MAX],
+                        int64_t *n, char *errbuf, size_t errlen) {
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
+  int64_t settle = base_now_ms() + o->settle_ms, joined = 0;
+  for (;;) {
+    int rc = store_add(c, key, 0, &joined, base_deadline_in(1000));
+    if (rc != 0) return rc;
+    int64_t now = base_now_ms();
+    if (joined >= o->expect || (now >= settle && joined >= o->nnodes_min)) break;
+    if (now >= o->deadline_ms) {
+      snprintf(errbuf, errlen, "only %lld of the %d nodes expected came back (at least %d needed)",
+               (long long)joined, o->expect, o->nnodes_min);
+      return -ETIMEDOUT;
+    }
+    base_sleep_ms(POLL_MS);
+  }
+  *n = joined < o->nnodes_max ? joined : o->nnodes_max;
+  for (int64_t i = 0; i < *n; i++) {
+    const char *k = keybuf[i];
+    int rc = store_wait(c, &k, 1, o->deadline_ms);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* The host's part: wait for the nodes, plan, publish. */
+static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, size_t errlen) {
+  int rc = 0;
+  rdzv_node *nodes = NULL;
+  int *claims = NULL, *prevs = NULL, restart = 0;
+  char *plan = NULL;
+  void **vals = NULL;
+  size_t *lens = NULL;
+  int64_t n = o->nnodes_min;
+  char(*keybuf)[STORE_KEY_MAX] = calloc((size_t)o->nnodes_max, sizeof *keybuf);
+  if (keybuf == NULL) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < o->nnodes_max; i++) {
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "node/%d", i + 1);
+    rdzv_key(keybuf[i], sizeof keybuf[i], o->job_id, o->round, suffix);
+  }
+  rc = o->expect > 0 ? await_reform(c, o, keybuf, &n, errbuf, errlen)
+                     : await_nodes(c, o, keybuf, &n, errbuf, errlen);
+  if (rc != 0) goto out;
   nodes = calloc((size_t)n, sizeof *nodes);
   claims = calloc((size_t)n, sizeof *claims);
-  if (nodes == NULL || claims == NULL) {
+  prevs = calloc((size_t)n, sizeof *prevs);
+  if (nodes == NULL || claims == NULL || prevs == NULL) {
     rc = -ENOMEM;
     goto out;
   }
@@ -239,11 +329,14 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     size_t k = lens[i] < sizeof text - 1 ? lens[i] : sizeof text - 1;
     if (vals[i] != NULL) memcpy(text, vals[i], k);
     text[vals[i] != NULL ? k : 0] = '\0';
+    int part = 1;
     rc = parse_record(text, &nodes[i], &claims[i], sees, sizeof sees);
     if (rc != 0) {
       snprintf(errbuf, errlen, "malformed node record %s", keybuf[i]);
       goto out;
     }
+    parse_reform_fields(text, &prevs[i], &part);
+    restart |= !part;
     if (strcmp(sees, "-") == 0) {
       if (host_index < 0) host_index = (int)i;
     } else if (master[0] == '\0') {
@@ -256,7 +349,10 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     goto out;
   }
   char reason[512] = "";
-  rc = rdzv_assign_ranks(nodes, claims, (int)n, host_index, reason, sizeof reason);
+  if (o->expect > 0)
+    rc = assign_by_prev(nodes, prevs, (int)n, host_index);
+  else
+    rc = rdzv_assign_ranks(nodes, claims, (int)n, host_index, reason, sizeof reason);
   size_t cap = 256 + (size_t)n * (2 * BASE_HOST_MAX + 64);
   plan = malloc(cap);
   if (plan == NULL) {
@@ -266,7 +362,7 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
   if (rc != 0) {
     snprintf(plan, cap, "error %s", reason);
     snprintf(errbuf, errlen, "%s", reason);
-  } else if (format_plan(o, nodes, (int)n, host_index, master, plan, cap) != 0) {
+  } else if (format_plan(o, nodes, (int)n, host_index, master, restart, plan, cap) != 0) {
     rc = -ENOMEM;
     goto out;
   }
@@ -285,10 +381,10 @@ out:
   for (int64_t i = 0; vals != NULL && i < n; i++) free(vals[i]);
   free(vals);
   free(lens);
-  free(keys);
   free(keybuf);
   free(nodes);
   free(claims);
+  free(prevs);
   free(plan);
   return rc;
 }
@@ -339,6 +435,8 @@ int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *er
   const char *store = strstr(text, " store=");
   const char *eol = strchr(text, '\n');
   if (store != NULL && (eol == NULL || store < eol)) plan->store_port = atoi(store + 7);
+  const char *restart = strstr(text, " restart=1");
+  plan->restart = restart != NULL && (eol == NULL || restart < eol);
   if (plan->my_index < 0) {
     snprintf(errbuf, errlen, "the job already has its %d nodes; this node came too late", n);
     rdzv_plan_free(plan);

@@ -37,6 +37,7 @@ typedef struct rdzv_plan {
   char master_addr[BASE_HOST_MAX];
   int master_port;
   int store_port;   /* the workers' store on node 0 when no node hosts the rendezvous (etcd), 0 */
+  int restart;      /* a re-form round that a node cannot take part in: restart everyone */
   rdzv_node *nodes; /* nnodes entries, by node rank (malloc'ed) */
 } rdzv_plan;
 
@@ -54,6 +55,18 @@ typedef struct rdzv_join_opts {
   const char *my_host;     /* this node's address toward node 0 */
   const char *master_host; /* node 0's address as this node reaches it, or NULL */
   int64_t deadline_ms;     /* absolute */
+  /*
+   * A re-form round (--on-failure reform) when expect > 0: the planner plans
+   * as soon as expect nodes joined, or after settle_ms with those there when
+   * at least nnodes_min (no last call); ranks follow prev_rank (this node's
+   * rank in the last round, -1 for a new node: after the others, in join
+   * order), claims are ignored; with first_plans the caller's is_host says
+   * who plans. cannot_reform: the plan says restart (rdzv_plan.restart).
+   */
+  int expect;
+  int64_t settle_ms;
+  int prev_rank;
+  int cannot_reform;
 } rdzv_join_opts;
 
 /*

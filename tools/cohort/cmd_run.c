@@ -28,6 +28,10 @@
   "                       the node's CPUs (whole cores; numa: within one NUMA node each),\n"       \
   "                       with OMP_NUM_THREADS its size unless set (default none)\n"               \
   "  --max-restarts K     restart the whole group up to K times after a failure (default 0)\n"     \
+  "  --on-failure restart|reform  on a lost rank or node: stop and restart every worker\n"         \
+  "                       (restart, the default), or keep the survivors running and re-form\n"     \
+  "                       the job without the lost ones (reform; docs/reform.md)\n"                \
+  "  --reform-timeout SEC  a re-form not done within SEC fails the job (default 60)\n"             \
   "  --log-dir DIR        also write DIR/attempt<K>/rank<R>.log per worker; without -r/-t the\n"   \
   "                       console then gets nothing\n"                                             \
   "  -r, --redirects S    streams to the files only: 1 stdout, 2 stderr, 3 both, 0 none; or\n"     \
@@ -380,6 +384,7 @@ static int set_straggler_factor(void *settings, const char *v) {
 static const cli_choice discover_methods[] = {
     {"auto", RDZV_AUTO}, {"static", RDZV_STATIC}, {"dns", RDZV_STATIC}, {"mcast", RDZV_MCAST},
     {"file", RDZV_FILE}, {"env", RDZV_ENV},       {"etcd", RDZV_ETCD},  {NULL, 0}};
+static const cli_choice failure_modes[] = {{"restart", 0}, {"reform", 1}, {NULL, 0}};
 static const cli_choice net_modes[] = {{"auto", 1}, {"off", 0}, {NULL, 0}};
 static const cli_choice numa_modes[] = {{"node", AGENT_BIND_GPU_NODE},
                                         {"socket", AGENT_BIND_GPU_SOCKET},
@@ -416,6 +421,10 @@ static const cli_opt run_opts[] = {
     {"--standalone", 0, CLI_FLAG, .at = AT(standalone, int), .env = "PET_STANDALONE"},
     {"--max-restarts|--max_restarts", 0, CLI_INT, .at = AT(cfg.max_restarts, int), .min = 0,
      .max = 1000000, .env = "PET_MAX_RESTARTS"},
+    {"--on-failure|--on_failure", 0, CLI_CHOICE, .at = AT(cfg.reform, int),
+     .choices = failure_modes, .env = "PET_ON_FAILURE"},
+    {"--reform-timeout", 0, CLI_SECONDS, .at = AT(cfg.reform_timeout_ms, int64_t), .min = 1000,
+     .max = 86400000},
     {"--monitor-interval|--monitor_interval", 0, CLI_NOTE,
      .what = "cohort learns of a worker's exit at once", .env = "PET_MONITOR_INTERVAL"},
     {"--start-method|--start_method", 0, CLI_NOTE,
@@ -737,6 +746,7 @@ static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
               .join_timeout_ms = 300000,
               .last_call_ms = 3000,
               .lost_after_ms = 5000,
+              .reform_timeout_ms = 60000,
               .straggler_factor = 1.5,
               .net_auto = 1,
               .termination_log = "/dev/termination-log",

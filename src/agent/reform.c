@@ -1,0 +1,364 @@
+/* reform.c - --on-failure reform: re-forming the job around its survivors. */
+#include "agent/reform.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent/control.h"
+#include "agent/internal.h"
+#include "agent/report.h"
+#include "agent/spawn.h"
+#include "base/base.h"
+
+int agent_reform_init(job *j) {
+  if (!j->cfg->reform) return 0;
+  j->rf.slot = calloc((size_t)j->nworkers, sizeof *j->rf.slot);
+  if (j->rf.slot == NULL) return -ENOMEM;
+  for (int i = 0; i < j->nworkers; i++) {
+    j->rf.slot[i].fd = -1;
+    j->rf.slot[i].step = -1;
+  }
+  j->rf.step_before = -1;
+  return 0;
+}
+
+void agent_reform_free(job *j) {
+  agent_reform_close(j);
+  free(j->rf.slot);
+  j->rf.slot = NULL;
+}
+
+static void slot_close(reform_slot *s) {
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
+}
+
+int agent_reform_channel(job *j, int i, int *child) {
+  *child = -1;
+  if (j->rf.slot == NULL) return 0;
+  reform_slot *s = &j->rf.slot[i];
+  slot_close(s);
+  int fds[2];
+  int rc = agent_control_open(fds);
+  if (rc != 0) return rc;
+  s->fd = fds[0];
+  s->hello = s->formed = s->warned = 0;
+  s->step = -1;
+  *child = fds[1];
+  return 0;
+}
+
+void agent_reform_close(job *j) {
+  for (int i = 0; j->rf.slot != NULL && i < j->nworkers; i++) slot_close(&j->rf.slot[i]);
+  j->rf.forming = 0;
+}
+
+int agent_reform_pollfds(const job *j, struct pollfd *pfd) {
+  int n = 0;
+  for (int i = 0; j->rf.slot != NULL && i < j->nworkers; i++)
+    if (j->rf.slot[i].fd >= 0) pfd[n++] = (struct pollfd){.fd = j->rf.slot[i].fd, .events = POLLIN};
+  return n;
+}
+
+/* ---- the re-form's end: every survivor said `formed` ---- */
+
+static int64_t max_step(const job *j, int formed_only) {
+  int64_t best = -1;
+  for (int i = 0; i < j->nworkers; i++) {
+    const reform_slot *s = &j->rf.slot[i];
+    if ((!formed_only || s->formed) && s->step > best) best = s->step;
+  }
+  return best;
+}
+
+static void formed_all(job *j) {
+  reform *rf = &j->rf;
+  reform_record *r = &rf->last;
+  r->duration_ms = base_now_ms() - r->detected_ms;
+  int64_t after = max_step(j, 1);
+  r->steps_lost = rf->step_before >= 0 && after >= 0
+                      ? (rf->step_before > after ? rf->step_before - after : 0)
+                      : -1;
+  rf->forming = 0;
+  rf->count++;
+  fprintf(
+      stderr,
+      "cohort: re-formed in %.2f s: round %d, nodes %d -> %d, world %d -> %d, steps lost %lld\n",
+      (double)r->duration_ms / 1000, r->round, r->nodes_before, r->nodes_after, r->world_before,
+      r->world_after, (long long)r->steps_lost);
+}
+
+static void check_formed(job *j) {
+  if (!j->rf.forming) return;
+  for (int i = 0; i < j->nworkers; i++)
+    if (j->workers[i].running && j->rf.slot[i].hello && !j->rf.slot[i].formed) return;
+  formed_all(j);
+}
+
+/* ---- messages from the workers ---- */
+
+static void on_message(job *j, int i, const char *buf, size_t len) {
+  reform_slot *s = &j->rf.slot[i];
+  control_msg m;
+  if (agent_control_parse(buf, len, &m) != 0 || m.verb == CONTROL_OTHER) {
+    if (!s->warned)
+      base_log(BASE_LOG_WARN, "rank %d: ignoring %s on COHORT_CONTROL_FD", j->workers[i].rank,
+               m.verb == CONTROL_OTHER ? "an unknown message" : "bad bytes");
+    s->warned = 1;
+    return;
+  }
+  if (m.verb == CONTROL_HELLO) s->hello = 1;
+  if (m.step >= 0) s->step = m.step;
+  if (m.verb == CONTROL_READY && m.step > j->rf.step_before) j->rf.step_before = m.step;
+  if (m.verb == CONTROL_FORMED && j->rf.forming) {
+    s->formed = 1;
+    check_formed(j);
+  }
+}
+
+static void read_slot(job *j, int i) {
+  reform_slot *s = &j->rf.slot[i];
+  for (int k = 0; k < 64 && s->fd >= 0; k++) {
+    char buf[CONTROL_MSG_MAX + 2];
+    ssize_t n = recv(s->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) { /* the worker closed its end (it ended, or dropped the channel) */
+      slot_close(s);
+      return;
+    }
+    on_message(j, i, buf, (size_t)n);
+  }
+}
+
+void agent_reform_serve(job *j, const struct pollfd *pfd, int n) {
+  for (int k = 0; k < n; k++) {
+    if (pfd[k].revents == 0) continue;
+    for (int i = 0; i < j->nworkers; i++)
+      if (j->rf.slot[i].fd == pfd[k].fd) read_slot(j, i);
+  }
+}
+
+/* ---- a loss ---- */
+
+/* Records a loss for the report (the first REFORM_LOSSES_MAX, then a count). */
+static void note_loss(job *j, const char *text) {
+  reform *rf = &j->rf;
+  if (rf->nlosses < REFORM_LOSSES_MAX) {
+    char *at = rf->losses[rf->nlosses];
+    base_strlcpy(at, text, sizeof rf->losses[0]);
+    at[strcspn(at, "\n")] = '\0';
+  }
+  rf->nlosses++;
+}
+
+/* report plus "; losses in order: 1) ...; 2) ..." into j->report. */
+static void report_with_losses(job *j, const char *why) {
+  char *out = j->report;
+  size_t cap = sizeof j->report;
+  size_t off = (size_t)snprintf(out, cap, "%s; losses in order:", why);
+  for (int k = 0; k < j->rf.nlosses && k < REFORM_LOSSES_MAX && off < cap; k++)
+    off += (size_t)snprintf(out + off, cap - off, " %d) %s;", k + 1, j->rf.losses[k]);
+  if (j->rf.nlosses > REFORM_LOSSES_MAX && off < cap)
+    snprintf(out + off, cap - off, " and %d more", j->rf.nlosses - REFORM_LOSSES_MAX);
+}
+
+/* Node k of the round when report is the watcher's "node K (HOST) lost: ...", else -1. */
+static int lost_node(const char *report) {
+  int k = -1, at = 0;
+  if (sscanf(report, "node %d (%n", &k, &at) != 1 || at == 0) return -1;
+  const char *lost = strstr(report, ") lost: "), *eol = strchr(report, '\n');
+  return lost != NULL && (eol == NULL || lost < eol) ? k : -1;
+}
+
+/* How many nodes the re-form round expects: the round's, less a lost one, plus a newcomer. */
+static int expected_nodes(const job *j, const char *report) {
+  int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
+  if (strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) == 0)
+    return n + 1 <= j->cl.nnodes_max ? n + 1 : n;
+  return lost_node(report) >= 0 ? n - 1 : n;
+}
+
+/* Why this node's workers cannot re-form, or NULL: each must have said hello and still run. */
+static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
+  for (int i = 0; i < j->nworkers; i++) {
+    const worker *w = &j->workers[i];
+    if (i == lost) continue;
+    if (!w->running && w->pid > 0 && !agent_worker_succeeded(w)) continue; /* lost too */
+    if (!w->running) {
+      snprintf(why, len, "rank %d has finished and cannot re-form: restarting", w->rank);
+      return why;
+    }
+    if (!j->rf.slot[i].hello) {
+      snprintf(why, len,
+               "rank %d does not take part in re-forms (no hello on COHORT_CONTROL_FD): restarting",
+               w->rank);
+      return why;
+    }
+  }
+  if (lost >= 0 && j->rf.slot[lost].losses >= REFORM_SLOT_LOSSES) {
+    snprintf(why, len, "local rank %d was lost %d times: restarting", lost,
+             j->rf.slot[lost].losses);
+    return why;
+  }
+  return NULL;
+}
+
+/* The job cannot go on around its survivors at all: why (the job fails together), or NULL. */
+static const char *cannot_reform(job *j, const char *report, char *why, size_t len) {
+  int k = lost_node(report), expect = expected_nodes(j, report);
+  if (j->cl.store_lost || (k == 0 && j->cl.multinode && !j->cl.etcd)) {
+    snprintf(why, len,
+             "node 0, which holds the rendezvous store, is lost: a re-form needs the store's node "
+             "(use --rdzv-backend etcd to survive any node)");
+    return why;
+  }
+  if (j->cl.multinode && expect < j->cl.nnodes_min) {
+    snprintf(why, len, "fewer than MIN nodes left (%d of at least %d)", expect, j->cl.nnodes_min);
+    return why;
+  }
+  return NULL;
+}
+
+static void send_all(job *j, const char *verb, const char *why) {
+  for (int i = 0; i < j->nworkers; i++)
+    if (j->workers[i].running && j->rf.slot[i].fd >= 0)
+      agent_control_send(j->rf.slot[i].fd, "%s epoch=%d why=%s", verb, j->round, why);
+}
+
+/* `form` to local survivor i, with the new round's places. */
+static void send_form(job *j, int i) {
+  const rdzv_plan *p = &j->cl.plan;
+  const worker *w = &j->workers[i];
+  agent_control_send(j->rf.slot[i].fd,
+                     "form epoch=%d rank=%d size=%d local_rank=%d local_size=%d node_rank=%d "
+                     "nnodes=%d store=%s job=%s master_addr=%s master_port=%d",
+                     j->round, w->rank, p->world_size, i, j->nworkers, p->my_index, p->nnodes,
+                     j->cl.store_env, j->cl.run_id, p->master_addr, p->master_port);
+}
+
+/* Joins the re-form round: 0, or -1 with why. */
+static int join_next(job *j, int cannot, char *why, size_t len, const char *report) {
+  cluster *c = &j->cl;
+  c->reform_expect = expected_nodes(j, report);
+  c->reform_prev = c->plan.my_index;
+  c->reform_cannot = cannot;
+  agent_cluster_unwatch(c);
+  j->round++;
+  int status = agent_job_begin_round(j);
+  c->reform_expect = 0;
+  if (status == AGENT_EXIT_OK) return 0;
+  snprintf(why, len, "the re-form's rendezvous (round %d) failed", j->round);
+  return -1;
+}
+
+/* The survivors get `form`, every lost local rank a new process. 0, or -1 with why. */
+static int form(job *j, char *why, size_t len) {
+  const rdzv_plan *p = &j->cl.plan;
+  int offset = p->nodes[p->my_index].rank_offset;
+  for (int i = 0; i < j->nworkers; i++) {
+    worker *w = &j->workers[i];
+    reform_slot *s = &j->rf.slot[i];
+    w->rank = offset + i;
+    s->formed = !w->running;
+    if (w->running) {
+      send_form(j, i);
+      continue;
+    }
+    int rc = agent_spawn_newcomer(j, i);
+    if (rc != 0) {
+      snprintf(why, len, "cannot start a new local rank %d: %s", i, strerror(-rc));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void begin_record(job *j) {
+  reform_record *r = &j->rf.last;
+  const rdzv_plan *p = &j->cl.plan;
+  *r = (reform_record){.detected_ms = base_now_ms(),
+                       .nodes_before = p->nnodes,
+                       .world_before = p->world_size,
+                       .duration_ms = -1,
+                       .steps_lost = -1};
+  j->rf.step_before = max_step(j, 0);
+}
+
+/* The re-form itself, once every check passed: as agent_reform_on_loss. */
+static int reform_round(job *j, const char *report, const char *part_why) {
+  char why[512];
+  if (part_why == NULL) send_all(j, "reshape", report);
+  begin_record(j);
+  if (join_next(j, part_why != NULL, why, sizeof why, report) != 0) {
+    report_with_losses(j, why);
+    return -1;
+  }
+  if (part_why != NULL || j->cl.plan.restart) {
+    fprintf(stderr, "cohort: %s\n",
+            part_why ? part_why : "a node cannot re-form (a worker takes no part): restarting");
+    base_strlcpy(j->report, report, sizeof j->report);
+    send_all(j, "stop", "the job restarts");
+    return 0;
+  }
+  j->rf.last.round = j->round;
+  j->rf.last.nodes_after = j->cl.plan.nnodes;
+  j->rf.last.world_after = j->cl.plan.world_size;
+  j->rf.forming = 1;
+  j->rf.deadline_ms = j->rf.last.detected_ms + j->cfg->reform_timeout_ms;
+  if (form(j, why, sizeof why) != 0) {
+    report_with_losses(j, why);
+    return -1;
+  }
+  fprintf(stderr, "cohort: re-forming without stopping the survivors (round %d): %s\n", j->round,
+          report);
+  check_formed(j);
+  return 1;
+}
+
+int agent_reform_on_loss(job *j, int index) {
+  if (j->rf.slot == NULL || j->stopping || j->stop_signal != 0) return 0;
+  char report[WATCH_REPORT_MAX], why[512];
+  if (index >= 0) { /* ours: the others learn of it through the round's fail key */
+    agent_report_worker_failure(j, index);
+    agent_cluster_publish_failure(&j->cl, j->round, j->report, report, sizeof report);
+  } else {
+    base_strlcpy(report, j->report, sizeof report);
+  }
+  if (agent_cluster_stopped(report) || agent_hang_is_report(report)) return 0;
+  if (strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) != 0)
+    note_loss(j, index >= 0 ? j->report : report);
+  if (index >= 0) j->rf.slot[index].losses++;
+  const char *fatal = cannot_reform(j, report, why, sizeof why);
+  if (fatal != NULL) {
+    report_with_losses(j, fatal);
+    return -1;
+  }
+  char part[256];
+  const char *part_why = not_taking_part(j, index, part, sizeof part);
+  if (!j->cl.multinode && part_why != NULL) {
+    fprintf(stderr, "cohort: %s\n", part_why);
+    return 0;
+  }
+  int rc = reform_round(j, report, part_why);
+  if (rc > 0) j->report[0] = '\0';
+  return rc;
+}
+
+int agent_reform_tick(job *j, int64_t now) {
+  if (!j->rf.forming) return -1;
+  if (now < j->rf.deadline_ms) return base_deadline_left(j->rf.deadline_ms);
+  j->rf.forming = 0;
+  char why[256];
+  snprintf(why, sizeof why, "the re-form did not finish within %.0f s (--reform-timeout)",
+           (double)j->cfg->reform_timeout_ms / 1000);
+  report_with_losses(j, why);
+  send_all(j, "stop", why);
+  agent_job_fail(j);
+  return -1;
+}

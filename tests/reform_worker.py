@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""reform_worker.py [silent] - a tiny worker that speaks the re-form control
+protocol (docs/reform.md) itself, for the agent's tests.
+
+It prints "start pid=P rank=R world=W newcomer=N" and says hello on
+COHORT_CONTROL_FD (not with `silent`: a worker that takes no part); a
+"step" is 0.1 s. On `reshape` it prints "reshape pid=P rank=R" and answers
+`ready`; on `form` it prints "formed pid=P rank=R world=W" (the new ones)
+and answers `formed`; on `stop` it exits 1. It exits 0 once the file named
+by $REFORM_DONE exists, and 3 when the agent's end closes.
+"""
+import os
+import select
+import socket
+import sys
+import time
+
+
+def say(text):
+    print(text, flush=True)
+
+
+def fields(msg):
+    out = {}
+    for tok in msg.split(" ")[1:]:
+        if tok.startswith("why="):
+            break
+        k, _, v = tok.partition("=")
+        out[k] = v
+    return out
+
+
+def main():
+    pid, rank, world = os.getpid(), os.environ["RANK"], os.environ["WORLD_SIZE"]
+    say("start pid=%d rank=%s world=%s newcomer=%s" %
+        (pid, rank, world, os.environ.get("COHORT_NEWCOMER", "0")))
+    done = os.environ.get("REFORM_DONE", "")
+    fd = os.environ.get("COHORT_CONTROL_FD")
+    silent = len(sys.argv) > 1 and sys.argv[1] == "silent"
+    ch = None
+    if fd is not None and not silent:
+        ch = socket.socket(fileno=int(fd))
+        ch.send(b"hello pid=%d" % pid)
+    step = 0
+    while not (done and os.path.exists(done)):
+        ready = select.select([ch], [], [], 0.1)[0] if ch is not None else time.sleep(0.1)
+        step += 1
+        if not ready:
+            continue
+        msg = ch.recv(2048).decode("ascii", "replace")
+        if not msg:
+            say("control channel closed pid=%d" % pid)
+            return 3
+        verb, f = msg.split(" ")[0], fields(msg)
+        if verb == "reshape":
+            say("reshape pid=%d rank=%s" % (pid, rank))
+            ch.send(b"ready epoch=%s step=%d" % (f.get("epoch", "-1").encode(), step))
+        elif verb == "form":
+            rank, world = f["rank"], f["size"]
+            say("formed pid=%d rank=%s world=%s" % (pid, rank, world))
+            ch.send(b"formed epoch=%s step=%d" % (f["epoch"].encode(), step))
+        elif verb == "stop":
+            say("stop pid=%d" % pid)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
