@@ -9,3 +9,11 @@ set_tests_properties(reform_control PROPERTIES TIMEOUT 60 LABELS "unit")
 add_test(NAME reform_local COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} local)
 set_tests_properties(reform_local PROPERTIES TIMEOUT 180 LABELS "unit")
+
+# Real agents in network namespaces the test creates and removes (root): a
+# node killed (and its replacement joining), a worker killed on another node,
+# two nodes lost a second apart, fewer than MIN left, the store's node lost, a
+# node stopped with SIGSTOP, a partition.
+add_test(NAME reform_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} nodes)
+set_tests_properties(reform_nodes PROPERTIES TIMEOUT 600 COST 60 LABELS "slow")

@@ -5,7 +5,8 @@ protocol (docs/reform.md) itself, for the agent's tests.
 It prints "start pid=P rank=R world=W newcomer=N" and says hello on
 COHORT_CONTROL_FD (not with `silent`: a worker that takes no part); a
 "step" is 0.1 s. On `reshape` it prints "reshape pid=P rank=R" and answers
-`ready`; on `form` it prints "formed pid=P rank=R world=W" (the new ones)
+`ready`; on `form` it prints "formed pid=P rank=R world=W at=T" (the new ones, and the
+wall clock)
 and answers `formed`; on `stop` it exits 1. It exits 0 once the file named
 by $REFORM_DONE exists, and 3 when the agent's end closes.
 """
@@ -57,7 +58,7 @@ def main():
             ch.send(b"ready epoch=%s step=%d" % (f.get("epoch", "-1").encode(), step))
         elif verb == "form":
             rank, world = f["rank"], f["size"]
-            say("formed pid=%d rank=%s world=%s" % (pid, rank, world))
+            say("formed pid=%d rank=%s world=%s at=%.3f" % (pid, rank, world, time.time()))
             ch.send(b"formed epoch=%s step=%d" % (f["epoch"].encode(), step))
         elif verb == "stop":
             say("stop pid=%d" % pid)

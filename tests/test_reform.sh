@@ -27,7 +27,9 @@ trap cleanup EXIT
 wait_for() {
   local file=$1 text=$2 count=${3:-1} end=$((SECONDS + ${4:-60}))
   while [ $SECONDS -lt $end ]; do
-    [ "$(grep -cF -- "$text" "$file" 2>/dev/null)" -ge "$count" ] && return 0
+    local n
+    n=$(grep -cF -- "$text" "$file" 2>/dev/null)
+    [ "${n:-0}" -ge "$count" ] && return 0
     sleep 0.1
   done
   echo "timed out waiting for $count x '$text' in $file"
@@ -36,6 +38,9 @@ wait_for() {
 
 # pid_of FILE RANK: the pid a worker printed at its start for that rank (the last one).
 pid_of() { sed -n "s/.*\] start pid=\([0-9]*\) rank=$2 .*/\1/p" "$1" | tail -1; }
+
+# first_pid FILE: the pid of the first worker FILE's agent started.
+first_pid() { sed -n 's/.*\] start pid=\([0-9]*\) .*/\1/p' "$1" | head -1; }
 
 # The pids of FILE's formed lines, sorted, one line.
 formed_pids() { sed -n 's/.*formed pid=\([0-9]*\) .*/\1/p' "$1" | sort -n | tr '\n' ' '; }
@@ -77,6 +82,159 @@ local_tests() {
 }
 
 if [ "$part" = local ] || [ "$part" = all ]; then local_tests; fi
+
+# ---- several nodes: real agents in network namespaces ----
+
+HB=2 # --heartbeat-timeout, seconds
+# agents N FIRST JOB MINMAX EXTRA...: starts agents on nodes FIRST..N-1 (node 0 hosts the store),
+# outputs in $tmp/JOB.<node>; their PIDs in agent[node].
+agent=()
+agents() {
+  local n=$1 first=$2 job=$3 nn=$4 i
+  shift 4
+  for ((i = first; i < n; i++)); do
+    local rank=()
+    [ "$i" -eq 0 ] && rank=(--node-rank 0)
+    REFORM_DONE="$tmp/$job.done" netns_agent "$i" "$tmp/$job.$i" --nnodes "$nn" "${rank[@]}" \
+      --master "$M:29500" --job "$job" --heartbeat-timeout $HB --on-failure reform "$@" -- "$worker"
+    agent[$i]=$!
+  done
+}
+
+# started JOB N: every node's worker of job JOB (nodes 0..N-1) has started.
+started() {
+  local i
+  for ((i = 0; i < $2; i++)); do wait_for "$tmp/$1.$i" "] start pid=" || return 1; done
+}
+
+# kill_node I: kill -9 of everything in node I's namespace (its agent and workers), now.
+kill_node() {
+  local p
+  for p in $(ip netns pids "$(netns_node "$1")"); do kill -9 "$p" 2>/dev/null; done
+}
+
+# since FILE T0: seconds from T0 (date +%s.%N) to the first "formed ... at=" line of FILE.
+since() {
+  local at
+  at=$(sed -n 's/.*formed pid=.* at=\([0-9.]*\).*/\1/p' "$1" | head -1)
+  [ -n "$at" ] && python3 -c "print('%.2f' % ($at - $2))"
+}
+
+# unchanged FILE: every pid of FILE's formed lines is one its workers started with.
+unchanged() {
+  local p
+  for p in $(formed_pids "$1"); do grep -q "\] start pid=$p " "$1" || return 1; done
+  [ -n "$(formed_pids "$1")" ]
+}
+
+node_tests() {
+  netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
+  M=$(netns_addr 0)
+
+  # 1. kill -9 of a whole node (agent and worker): the survivors re-form without
+  # it after the heartbeat timeout, in their own processes; a replacement node
+  # started with the same command line joins the running job.
+  agents 3 0 k 2:3
+  started k 3 || return
+  sleep 1
+  local t0
+  t0=$(date +%s.%N)
+  kill_node 2
+  check "node lost: node 0 re-forms" wait_for "$tmp/k.0" "re-formed in" 1 30
+  check "node lost: node 1 re-forms" wait_for "$tmp/k.1" "re-formed in" 1 30
+  echo "measured: kill -9 of a node -> survivors' formed: node 0 $(since "$tmp/k.0" "$t0") s, node 1 $(since "$tmp/k.1" "$t0") s (--heartbeat-timeout $HB)"
+  check "node lost: world 3 -> 2" contains "$tmp/k.1" "formed pid=$(first_pid "$tmp/k.1") rank=1 world=2"
+  check "node lost: node 0's worker kept its process" unchanged "$tmp/k.0"
+  check "node lost: node 1's worker kept its process" unchanged "$tmp/k.1"
+  agents 3 2 k 2:3
+  check "replacement: the survivors re-form with it" wait_for "$tmp/k.0" "re-formed in" 2 60
+  check "replacement: its worker is a newcomer, rank 2" wait_for "$tmp/k.2" "rank=2 world=3 newcomer=1"
+  check "replacement: node 1 formed again in the same process" \
+    [ "$(grep -c "formed pid=$(first_pid "$tmp/k.1") rank=1 world=3" "$tmp/k.1")" = 1 ]
+  check "replacement: survivors kept their processes" unchanged "$tmp/k.0"
+  touch "$tmp/k.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "replacement: the job ends well ($codes)" [ "$codes" = "0 0 0" ]
+
+  # 2. kill -9 of a worker on node 1: a newcomer takes its place, nobody else restarts.
+  agents 2 0 w 2
+  started w 2 || return
+  sleep 1
+  kill -9 "$(first_pid "$tmp/w.1")"
+  check "worker lost: both nodes re-form" wait_for "$tmp/w.0" "re-formed in" 1 30
+  check "worker lost: a newcomer takes rank 1" wait_for "$tmp/w.1" "rank=1 world=2 newcomer=1"
+  check "worker lost: node 0's worker kept its process" unchanged "$tmp/w.0"
+  touch "$tmp/w.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}"
+  check "worker lost: the job ends well ($codes)" [ "$codes" = "0 0" ]
+
+  # 3. Two losses a second apart: 4 nodes, MIN 2; nodes 3 and 2 killed 1 s apart.
+  agents 4 0 t 2:4
+  started t 4 || return
+  sleep 1
+  kill_node 3
+  sleep 1
+  kill_node 2
+  check "two losses: the survivors re-form" wait_for "$tmp/t.1" "world=2 at=" 1 60
+  check "two losses: node 0's worker kept its process" unchanged "$tmp/t.0"
+  check "two losses: node 1's worker kept its process" unchanged "$tmp/t.1"
+  touch "$tmp/t.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}"
+  check "two losses: the job ends well ($codes)" [ "$codes" = "0 0" ]
+
+  # 4. Fewer than MIN left: the job fails together, the report names the loss.
+  agents 3 0 f 3
+  started f 3 || return
+  sleep 1
+  kill_node 2
+  wait_all 60 "${agent[0]}" "${agent[1]}"
+  check "fewer than MIN: both fail ($codes)" [ "$codes" = "1 1" ]
+  check "fewer than MIN: the report says why" contains "$tmp/f.0" \
+    "fewer than MIN nodes left (2 of at least 3); losses in order: 1) node 2 (node2) lost"
+  check "fewer than MIN: no re-form" not_contains "$tmp/f.1" "re-formed"
+
+  # 5. The store's node lost (built-in store): the others fail together and say why.
+  agents 2 0 s 1:2
+  started s 2 || return
+  sleep 1
+  kill_node 0
+  wait_all 60 "${agent[1]}"
+  check "store lost: node 1 fails ($codes)" [ "$codes" = "1" ]
+  check "store lost: the report says a re-form needs it" contains "$tmp/s.1" \
+    "a re-form needs the store's node"
+
+  # 6. A node stopped (SIGSTOP, agent and worker): lost after the heartbeat timeout.
+  agents 3 0 p 2:3
+  started p 3 || return
+  sleep 1
+  local p
+  for p in $(ip netns pids "$(netns_node 2)"); do kill -STOP "$p"; done
+  check "stopped node: the survivors re-form" wait_for "$tmp/p.1" "world=2 at=" 1 30
+  check "stopped node: the survivors kept their processes" unchanged "$tmp/p.0"
+  kill_node 2
+  touch "$tmp/p.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}"
+  check "stopped node: the job ends well ($codes)" [ "$codes" = "0 0" ]
+
+  # 7. A partition (built-in store): node 2 cut off. The side with the store
+  # goes on; node 2 loses the store and stops with a clear report.
+  agents 3 0 q 2:3
+  started q 3 || return
+  sleep 1
+  netns_link 2 down
+  check "partition: the majority re-forms" wait_for "$tmp/q.1" "world=2 at=" 1 30
+  wait_all 60 "${agent[2]}"
+  check "partition: the minority stops ($codes)" [ "$codes" = "1" ]
+  check "partition: the minority says it lost the store" contains "$tmp/q.2" \
+    "which holds the rendezvous store, is lost"
+  check "partition: the majority kept its processes" unchanged "$tmp/q.0"
+  netns_link 2 up
+  touch "$tmp/q.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}"
+  check "partition: the majority ends well ($codes)" [ "$codes" = "0 0" ]
+}
+
+if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -163,7 +163,8 @@ static void report_with_losses(job *j, const char *why) {
   size_t cap = sizeof j->report;
   size_t off = (size_t)snprintf(out, cap, "%s; losses in order:", why);
   for (int k = 0; k < j->rf.nlosses && k < REFORM_LOSSES_MAX && off < cap; k++)
-    off += (size_t)snprintf(out + off, cap - off, " %d) %s;", k + 1, j->rf.losses[k]);
+    off += (size_t)snprintf(out + off, cap - off, "%s %d) %s", k ? ";" : "", k + 1,
+                            j->rf.losses[k]);
   if (j->rf.nlosses > REFORM_LOSSES_MAX && off < cap)
     snprintf(out + off, cap - off, " and %d more", j->rf.nlosses - REFORM_LOSSES_MAX);
 }
@@ -293,7 +294,11 @@ static void begin_record(job *j) {
 /* The re-form itself, once every check passed: as agent_reform_on_loss. */
 static int reform_round(job *j, const char *report, const char *part_why) {
   char why[512];
-  if (part_why == NULL) send_all(j, "reshape", report);
+  if (part_why == NULL) {
+    fprintf(stderr, "cohort: re-forming without stopping the survivors: %.*s\n",
+            (int)strcspn(report, "\n"), report);
+    send_all(j, "reshape", report);
+  }
   begin_record(j);
   if (join_next(j, part_why != NULL, why, sizeof why, report) != 0) {
     report_with_losses(j, why);
@@ -315,8 +320,6 @@ static int reform_round(job *j, const char *report, const char *part_why) {
     report_with_losses(j, why);
     return -1;
   }
-  fprintf(stderr, "cohort: re-forming without stopping the survivors (round %d): %s\n", j->round,
-          report);
   check_formed(j);
   return 1;
 }
