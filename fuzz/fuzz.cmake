@@ -85,7 +85,7 @@ if(COHORT_FUZZ)
   # The request parser of `cohort run --metrics-port`'s HTTP server.
   cohort_fuzz(fuzz_metrics_http ${CMAKE_SOURCE_DIR}/fuzz/fuzz_metrics_http.c)
   # What the agent reads from workers while it watches for hangs: stack
-  # texts and heartbeat files.
+  # texts and progress files.
   cohort_fuzz(fuzz_stacks ${CMAKE_SOURCE_DIR}/fuzz/fuzz_stacks.c)
   # What `cohort status` and `cohort stacks` read from a job's store: the
   # nodes' snapshots and stack answers.

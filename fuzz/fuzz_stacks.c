@@ -2,11 +2,11 @@
  * fuzz_stacks.c - libFuzzer target for what the agent reads from workers
  * while it watches for hangs: stack texts (agent_stacks_classify over the input
  * as a Python traceback and as a native backtrace, src/agent/stacks.c) and
- * heartbeat files (agent_progress_poll over the input as the file's content,
+ * progress files (agent_progress_poll over the input as the file's content,
  * src/agent/progress.c).
  *
  * Checks: the verdict's strings are terminated inside their buffers, the
- * grouped lines too; a heartbeat file's content never moves the step
+ * grouped lines too; a progress file's content never moves the step
  * backwards through garbage, and at most one line is reported for it.
  *
  * Build (clang only): cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCOHORT_FUZZ=ON
@@ -74,7 +74,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static void heartbeat(const uint8_t *data, size_t size) {
+static void progress_file(const uint8_t *data, size_t size) {
   progress p;
   if (agent_progress_init(&p, 0, path, 0) != 0) return;
   int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -90,6 +90,6 @@ static void heartbeat(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   classify(data, size);
-  heartbeat(data, size);
+  progress_file(data, size);
   return 0;
 }

@@ -186,8 +186,27 @@ static void test_output(void) {
   CHECK_EQ_INT(files, 0);
 }
 
+/* The progress file under its name and its earlier one; neither without it. */
+static void test_progress(void) {
+  char *parent[] = {"HOME=/root", NULL};
+  agent_env_in in = two_per_node(parent);
+  agent_env e = {0};
+  CHECK_EQ_INT(agent_env_build(&in, &e), 0);
+  if (e.v == NULL) return;
+  check_var(e.v, "COHORT_PROGRESS", NULL);
+  check_var(e.v, "COHORT_HEARTBEAT", NULL);
+  agent_env_free(&e);
+  in.progress = "/run/job/progress-1";
+  CHECK_EQ_INT(agent_env_build(&in, &e), 0);
+  if (e.v == NULL) return;
+  check_var(e.v, "COHORT_PROGRESS", "/run/job/progress-1");
+  check_var(e.v, "COHORT_HEARTBEAT", "/run/job/progress-1");
+  agent_env_free(&e);
+}
+
 int main(void) {
   test_output();
+  test_progress();
   test_table();
   test_user_wins();
   test_network();

@@ -463,7 +463,7 @@ static void sh(const char *fmt, const char *path) {
 
 /* Beats by writing, by touching, by a rename over it; output counts only
  * until the first beat; step numbers are read. */
-static void test_heartbeat(void) {
+static void test_progress_file(void) {
   char path[512], msg[8400];
   snprintf(path, sizeof path, "%s/hb0", tmp_dir);
   progress p;
@@ -523,14 +523,14 @@ static void test_auto_progress(void) {
 }
 
 /* Deleted, a directory, garbage: one line each, once; beats resume. */
-static void test_heartbeat_bad(void) {
+static void test_progress_file_bad(void) {
   char path[512], msg[8400];
   snprintf(path, sizeof path, "%s/hb1", tmp_dir);
   progress p;
   CHECK_EQ_INT(agent_progress_init(&p, 3, path, 0), 0);
   sh("rm %s", path);
   CHECK_EQ_INT(agent_progress_poll(&p, 100, msg, sizeof msg), 1);
-  CHECK(strstr(msg, "rank 3: heartbeat file") && strstr(msg, "was deleted"));
+  CHECK(strstr(msg, "rank 3: progress file") && strstr(msg, "was deleted"));
   CHECK(strchr(msg, '\n') == NULL);
   CHECK_EQ_INT(agent_progress_poll(&p, 200, msg, sizeof msg), 0);
   sh("mkdir %s", path);
@@ -749,9 +749,9 @@ int main(int argc, char **argv) {
   test_no_debugger();
   test_stuck_debugger();
   test_hook_chains();
-  test_heartbeat();
+  test_progress_file();
   test_auto_progress();
-  test_heartbeat_bad();
+  test_progress_file_bad();
   test_stragglers();
   if (argc == 4) test_native_collective(argv[2], argv[3]);
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);

@@ -14,7 +14,7 @@
 #     5 s timeout; a job that prints nothing and beats; start-up silence
 #     within --hang-start-timeout;
 #  3. SIGQUIT dumps the stacks and the job goes on;
-#  4. a heartbeat replaced by a directory, deleted after beating, or filled
+#  4. a progress file replaced by a directory, deleted after beating, or filled
 #     with garbage: one line each, no crash, the job ends normally;
 #  5. --max-restarts restarts a hung job;
 #  6. a C libcohort worker (tests/test_hang_worker.c): silent for longer than
@@ -87,15 +87,16 @@ done
 netns_down
 
 # 2. Not hangs. Computing 20 s between two lines under a 5 s timeout, beating every 2 s.
-beat='for i in $(seq 1 10); do echo $i > "$COHORT_HEARTBEAT"; sleep 2; done; echo done'
+beat='for i in $(seq 1 10); do echo $i > "$COHORT_PROGRESS"; sleep 2; done; echo done'
 timeout 90 "$cohort" run --nproc-per-node 2 --hang-timeout 5 -- sh -c "echo start; $beat" \
   >"$tmp/beat.out" 2>&1
 code=$?
 check "beating ranks are not hung (got $code)" [ "$code" = 0 ]
 check "... and finish" contains "$tmp/beat.out" "[r1] done"
+# (through COHORT_HEARTBEAT, the progress file's earlier name, which stays)
 timeout 60 "$cohort" run --hang-timeout 2 -- sh -c 'for i in 1 2 3 4; do : > "$COHORT_HEARTBEAT"; sleep 1; done' \
   >"$tmp/quiet.out" 2>&1
-check "a rank that prints nothing but beats finishes (got $?)" [ "$?" = 0 ] || cat "$tmp/quiet.out"
+check "a rank that prints nothing but beats COHORT_HEARTBEAT finishes (got $?)" [ "$?" = 0 ] || cat "$tmp/quiet.out"
 timeout 60 "$cohort" run --hang-timeout 2 -- sh -c 'echo hi; sleep 30' >"$tmp/plain.out" 2>&1
 code=$?
 check "a silent shell rank is hung (got $code)" [ "$code" = 5 ]
@@ -124,26 +125,26 @@ check "SIGQUIT: the job goes on (got $code)" [ "$code" = 0 ]
 check "SIGQUIT: the stacks were dumped" contains "$tmp/quit.out" "cohort: stacks of rank 1"
 check "SIGQUIT: and the ranks finished" contains "$tmp/quit.out" "[r1] finished"
 
-# 4. The heartbeat turned into a directory: one line, the job ends normally.
+# 4. The progress file turned into a directory: one line, the job ends normally.
 timeout 60 "$cohort" run --hang-timeout 5 -- sh -c \
-  'rm -f "$COHORT_HEARTBEAT"; mkdir "$COHORT_HEARTBEAT"; sleep 2; echo end' >"$tmp/dir.out" 2>&1
+  'rm -f "$COHORT_PROGRESS"; mkdir "$COHORT_PROGRESS"; sleep 2; echo end' >"$tmp/dir.out" 2>&1
 code=$?
-check "heartbeat made a directory: exit 0 (got $code)" [ "$code" = 0 ]
+check "progress file made a directory: exit 0 (got $code)" [ "$code" = 0 ]
 check "... said in one line" [ "$(grep -c 'cohort: rank 0: .*director' "$tmp/dir.out")" = 1 ]
 # Deleted after a beat, the rank goes on printing: its lines count again.
 timeout 60 "$cohort" run --hang-timeout 2 -- sh -c \
-  'echo 1 >"$COHORT_HEARTBEAT"; sleep 0.5; rm "$COHORT_HEARTBEAT"; for i in 1 2 3 4 5; do echo "line $i"; sleep 1; done' \
+  'echo 1 >"$COHORT_PROGRESS"; sleep 0.5; rm "$COHORT_PROGRESS"; for i in 1 2 3 4 5; do echo "line $i"; sleep 1; done' \
   >"$tmp/gone.out" 2>&1
 code=$?
-check "heartbeat deleted after a beat: exit 0 (got $code)" [ "$code" = 0 ]
-check "... said in one line" [ "$(grep -c 'cohort: rank 0: heartbeat file .* was deleted' "$tmp/gone.out")" = 1 ]
+check "progress file deleted after a beat: exit 0 (got $code)" [ "$code" = 0 ]
+check "... said in one line" [ "$(grep -c 'cohort: rank 0: progress file .* was deleted' "$tmp/gone.out")" = 1 ]
 # Garbage written as beats: still beats, said once.
 timeout 60 "$cohort" run --hang-timeout 2 -- sh -c \
-  'for i in 1 2 3 4 5; do head -c 64 /dev/urandom >"$COHORT_HEARTBEAT"; sleep 1; done' \
+  'for i in 1 2 3 4 5; do head -c 64 /dev/urandom >"$COHORT_PROGRESS"; sleep 1; done' \
   >"$tmp/junk.out" 2>&1
 code=$?
-check "heartbeat filled with garbage: exit 0 (got $code)" [ "$code" = 0 ]
-check "... said in one line" [ "$(grep -c 'cohort: rank 0: heartbeat file .* holds no step number' "$tmp/junk.out")" = 1 ]
+check "progress file filled with garbage: exit 0 (got $code)" [ "$code" = 0 ]
+check "... said in one line" [ "$(grep -c 'cohort: rank 0: progress file .* holds no step number' "$tmp/junk.out")" = 1 ]
 
 # 5. A hung job restarts like a failed one.
 timeout 60 "$cohort" run --hang-timeout 2 --max-restarts 1 -- sh -c \

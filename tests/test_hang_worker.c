@@ -4,7 +4,7 @@
  * instead, so the others wait in cohort_allreduce. Prints its pid first
  * ("pid N") and "hanging" from the stuck rank. STEPS (default 1000000)
  * ends the loop, STEP_MS sleeps that long in every step (silently: only
- * libcohort's own heartbeats say it is alive), then it prints "done".
+ * libcohort's own progress reports say it is alive), then it prints "done".
  */
 #include <stdio.h>
 #include <stdlib.h>

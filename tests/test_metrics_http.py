@@ -66,7 +66,7 @@ def main():
         fds = os.path.join(d, "fds")
         # Each worker notes its open sockets (none may be the server's), then waits.
         work = ("ls -l /proc/$$/fd > %s.$RANK; i=0; while [ $i -lt 600 ] && [ ! -e %s ]; do "
-                "i=$((i + 1)); echo $i > \"$COHORT_HEARTBEAT\"; sleep 0.1; done" % (fds, go))
+                "i=$((i + 1)); echo $i > \"$COHORT_PROGRESS\"; sleep 0.1; done" % (fds, go))
         agent = subprocess.Popen([COHORT, "run", "--nproc-per-node", "2", "--metrics-port",
                                   str(port), "--", "sh", "-c", work],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -4,7 +4,7 @@
 # this test creates and removes, Prometheus in a third, and the values read
 # back through Prometheus' HTTP API (/api/v1/query). The first attempt fails
 # (rank 3 exits 1), so the job restarts once; the second runs until the test
-# has seen what it wants, then ends. Each rank beats its heartbeat with a
+# has seen what it wants, then ends. Each rank writes its progress file with a
 # step number. What Prometheus must show: both targets up, 2 members and a
 # world of 4 on each node, one restart, 4 ranks with a step and a fresh
 # beat, the store hosted on node 0 alone and up everywhere; and promtool
@@ -37,7 +37,7 @@ export COHORT_TOKEN=metrics-test-token
 # Beats with a step number every 0.1 s until $tmp/go appears (at most 90 s);
 # in the first attempt rank 3 fails after 2 s.
 WORK='i=0; while [ $i -lt 900 ] && [ ! -e '"$tmp"'/go ]; do
-  i=$((i + 1)); echo $i >"$COHORT_HEARTBEAT"
+  i=$((i + 1)); echo $i >"$COHORT_PROGRESS"
   if [ "$RANK" = 3 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ $i = 20 ]; then exit 1; fi
   sleep 0.1; done'
 for i in 0 1; do
@@ -114,8 +114,8 @@ kill "$prom" 2>/dev/null
 # Without Prometheus: the hang verdict in --metrics-file and the root cause
 # in the termination message. Rank 0 beats once and hangs; rank 1 beats on.
 : >"$tmp/termination-log"
-HANG='echo 1 >"$COHORT_HEARTBEAT"; if [ "$RANK" = 0 ]; then exec sleep 60; fi
-i=0; while [ $i -lt 600 ]; do i=$((i + 1)); echo $i >"$COHORT_HEARTBEAT"; sleep 0.1; done'
+HANG='echo 1 >"$COHORT_PROGRESS"; if [ "$RANK" = 0 ]; then exec sleep 60; fi
+i=0; while [ $i -lt 600 ]; do i=$((i + 1)); echo $i >"$COHORT_PROGRESS"; sleep 0.1; done'
 timeout 120 "$cohort" run --nproc-per-node 2 --hang-timeout 2 --metrics-file "$tmp/m.prom" \
   --termination-log "$tmp/termination-log" -- sh -c "$HANG" >"$tmp/hang.out" 2>&1
 rc=$?

@@ -18,9 +18,9 @@ trap cleanup EXIT
 netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
 M=$(netns_addr 0)
 export COHORT_TOKEN=status-test-token
-# Each rank beats its heartbeat once with step RANK+10 (--hang-timeout gives
+# Each rank writes its progress file once with step RANK+10 (--hang-timeout gives
 # the file); rank 5 says goodbye and exits 0 after a while; the others sleep.
-WORK='echo "up $RANK"; echo $((RANK + 10)) >"$COHORT_HEARTBEAT"
+WORK='echo "up $RANK"; echo $((RANK + 10)) >"$COHORT_PROGRESS"
 if [ "$RANK" = 5 ]; then sleep 3; exit 0; fi; exec sleep 60'
 for i in 0 1 2; do
   netns_agent "$i" "$tmp/a$i" --nnodes 3 --node-rank "$i" --master "$M:29500" --nproc-per-node 2 \
@@ -47,7 +47,7 @@ while read -r rank local pid state up rest; do
   [ "${up%%.*}" -lt 60 ] 2>/dev/null || ok=0
 done < <(grep ' running ' "$tmp/st1" | sed 's/<//')
 check "listed pids are the ranks' processes, ages plausible" [ $ok = 1 ]
-check "each rank shows its heartbeat step and the beat's age" grep -Eq '^ +3 +1 +[0-9]+ +running +[0-9.]+s +[0-9.]+s +13 +[0-9.]+s ' "$tmp/st1"
+check "each rank shows its progress step and the beat's age" grep -Eq '^ +3 +1 +[0-9]+ +running +[0-9.]+s +[0-9.]+s +13 +[0-9.]+s ' "$tmp/st1"
 check "the rank with the lowest step is marked furthest behind" grep -Eq '^ +0 +0 .* <$' "$tmp/st1"
 
 # 2. --json validates against the schema.

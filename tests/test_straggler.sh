@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `cohort run --straggler-factor`: ranks that write step numbers to their
-# heartbeat file ($COHORT_HEARTBEAT), one of them four times slower per step
+# progress file ($COHORT_PROGRESS), one of them four times slower per step
 # (sleep 0.4 s against 0.1 s), all running for the same few seconds:
 #   one node of 4 ranks: node 0 reports the slow rank once, with its node and
 #   factor; an even job reports nothing; --straggler-factor 0 reports
 #   nothing; two agents on loopback (2 x 2 ranks), the slow rank on node 1:
 #   node 0 reports it naming node 1, node 1 prints no report; the worker
-#   gets COHORT_HEARTBEAT without --hang-timeout, but not the stack hooks,
+#   gets COHORT_PROGRESS without --hang-timeout, but not the stack hooks,
 #   and none of it with the factor 0; bad values: one line, exit 2.
 # usage: test_straggler.sh COHORT_BINARY SOURCE_DIR
 set -u
@@ -18,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 cat >"$tmp/steps.sh" <<'SH'
 d=0.1; [ "$RANK" = "$SLOW" ] && d=0.4
 end=$(( $(date +%s) + 6 )); s=0
-while [ "$(date +%s)" -lt "$end" ]; do sleep $d; s=$((s + 1)); echo $s > "$COHORT_HEARTBEAT"; done
+while [ "$(date +%s)" -lt "$end" ]; do sleep $d; s=$((s + 1)); echo $s > "$COHORT_PROGRESS"; done
 SH
 reports() { grep -c "straggler:" "$1"; } # reports FILE: how many straggler lines FILE holds
 
@@ -47,10 +47,14 @@ check "... node 0 reports rank 3 on node 1" grep -q "straggler: rank 3 (node 1, 
 check "... once" [ "$(reports "$tmp/n0.out")" = 1 ]
 check "... node 1 reports nothing" [ "$(reports "$tmp/n1.out")" = 0 ]
 
-env_of() { "$cohort" run "$@" --no-python sh -c 'echo "hb=${COHORT_HEARTBEAT:-none} pp=${PYTHONPATH:-none}"' 2>/dev/null; }
-check "the heartbeat file without --hang-timeout" env_of | grep -q "hb=/.*/hb-0 pp=none"
-check "... none with --straggler-factor 0" env_of --straggler-factor 0 | grep -q "hb=none pp=none"
-check "... and the stack hooks with --hang-timeout" env_of --hang-timeout 60 | grep -q "hb=/.*/hb-0 pp=/"
+env_of() {
+  "$cohort" run "$@" --no-python sh -c \
+    'echo "p=${COHORT_PROGRESS:-none} hb=${COHORT_HEARTBEAT:-none} pp=${PYTHONPATH:-none}"' 2>/dev/null
+}
+check "the progress file without --hang-timeout" env_of | grep -q "p=/.*/progress-0 hb=/.*/progress-0 pp=none"
+check "... also as COHORT_HEARTBEAT, its earlier name" env_of | grep -Eq "p=([^ ]+) hb=\1 "
+check "... none with --straggler-factor 0" env_of --straggler-factor 0 | grep -q "p=none hb=none pp=none"
+check "... and the stack hooks with --hang-timeout" env_of --hang-timeout 60 | grep -q "p=/.*/progress-0 hb=/.*/progress-0 pp=/"
 
 for bad in abc -1 0.5 1 2000 nan; do
   "$cohort" run --straggler-factor "$bad" --no-python true >"$tmp/bad.out" 2>&1

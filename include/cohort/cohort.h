@@ -56,13 +56,16 @@ COHORT_API const char *cohort_strerror(int err);
 COHORT_API const char *cohort_version(void);
 
 /*
- * Tells `cohort run --hang-timeout` this rank makes progress: writes step
- * (>= 0; a negative step only touches the file) to the heartbeat file the
- * agent names in COHORT_HEARTBEAT. Every completed collective beats too, so
- * a program that calls collectives needs this only where it computes for
- * long without them. Returns 0 (also when not run by such an agent) or
- * -errno. Thread-safe.
+ * Tells `cohort run --hang-timeout` (and --straggler-factor) this rank makes
+ * progress: writes step (>= 0; a negative step only touches the file) to
+ * the progress file the agent names in COHORT_PROGRESS. Every completed
+ * collective reports progress too, so a program that calls collectives
+ * needs this only where it computes for long without them. Returns 0 (also
+ * when not run by such an agent) or -errno. Thread-safe.
  */
+COHORT_API int cohort_progress(int64_t step);
+/* The earlier name of cohort_progress(), kept so that programs written
+ * for it build and run unchanged. */
 COHORT_API int cohort_heartbeat(int64_t step);
 
 typedef enum cohort_dtype {

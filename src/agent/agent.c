@@ -403,7 +403,7 @@ static attempt_outcome run_attempt(job *j) {
   if (beats && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
       agent_hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
                        j->nworkers) != 0)
-    base_log(BASE_LOG_WARN, "cannot set up the heartbeat files: no hang or straggler detection");
+    base_log(BASE_LOG_WARN, "cannot set up the progress files: no hang or straggler detection");
   attempt_outcome spawned = agent_spawn_all(j);
   j->cl.newcomer = 0; /* a restart starts everyone afresh */
   if (spawned != ATTEMPT_OK) begin_stop(j);

@@ -119,9 +119,14 @@ static int env_torchrun(agent_env *e, const agent_env_in *in) {
   return rc;
 }
 
-/* The heartbeat file, and with --hang-timeout the automatic beats of Python ranks. */
-static int env_heartbeat(agent_env *e, const agent_env_in *in) {
-  int rc = env_setf(e, "COHORT_HEARTBEAT", "%s", in->heartbeat);
+/*
+ * The progress file, also under its earlier name COHORT_HEARTBEAT (for
+ * scripts and libcohort builds that read that), and with --hang-timeout
+ * the automatic progress of Python ranks.
+ */
+static int env_progress(agent_env *e, const agent_env_in *in) {
+  int rc = env_setf(e, "COHORT_PROGRESS", "%s", in->progress);
+  rc |= env_setf(e, "COHORT_HEARTBEAT", "%s", in->progress);
   if (in->hang_watch != NULL) rc |= env_setf(e, "COHORT_HANG_WATCH", "%s", in->hang_watch);
   return rc;
 }
@@ -155,7 +160,7 @@ int agent_env_build(const agent_env_in *in, agent_env *out) {
     rc |= env_default(out, in, "GLOO_SOCKET_IFNAME", in->iface);
     rc |= env_default(out, in, "NCCL_SOCKET_IFNAME", in->iface);
   }
-  if (rc == 0 && in->heartbeat != NULL) rc |= env_heartbeat(out, in);
+  if (rc == 0 && in->progress != NULL) rc |= env_progress(out, in);
   if (rc == 0 && in->hook_dir != NULL) rc |= env_stacks_hook(out, in);
   if (rc == 0) {
     rc |= env_setf(out, "COHORT_STORE", "%s", in->store);

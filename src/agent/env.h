@@ -33,7 +33,7 @@ typedef struct agent_env_in {
   const char *token;      /* COHORT_TOKEN, or NULL */
   const doctor_var *net;  /* derived network settings (--net auto), nnet of them */
   size_t nnet;
-  const char *heartbeat;  /* COHORT_HEARTBEAT, NULL none */
+  const char *progress;   /* COHORT_PROGRESS (and COHORT_HEARTBEAT), NULL none */
   const char *hang_watch; /* --hang-timeout: COHORT_HANG_WATCH, the file of Python ranks'
                              automatic progress (progress.h); NULL none */
   /* The Python stack hook: its directory first on PYTHONPATH,

@@ -60,7 +60,7 @@ void agent_hang_free(hang *h) {
 }
 
 void agent_hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen) {
-  snprintf(hb, hblen, "%s/hb-%d", h->dir, i);
+  snprintf(hb, hblen, "%s/progress-%d", h->dir, i);
   snprintf(py, pylen, "%s/py-%d.txt", h->dir, i);
 }
 
@@ -92,7 +92,7 @@ int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
     char msg[512];
     if (agent_progress_poll(&h->prog[i], now, msg, sizeof msg))
       fprintf(stderr, "cohort: %s\n", msg); /* msg names the rank */
-    if (h->timeout_ms == 0) continue;       /* heartbeats for the step times alone */
+    if (h->timeout_ms == 0) continue;       /* progress files for the step times alone */
     int64_t silent = agent_progress_silent_ms(&h->prog[i], now);
     int64_t limit = h->prog[i].started ? h->timeout_ms : h->start_ms;
     if (silent >= limit) return i;

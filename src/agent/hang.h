@@ -2,7 +2,7 @@
  * hang.h - `cohort run --hang-timeout`: noticing a rank that makes no
  * progress, and what the hung job's stacks say.
  *
- * Progress is a rank's output lines, or its heartbeat file once it beats it
+ * Progress is a rank's output lines, or its progress file once it writes it
  * (progress.h). A rank silent for the timeout makes the job hung: the agent
  * collects the stacks of its ranks (stacks.h: Python tracebacks through the
  * start-up hook this module puts on the workers' PYTHONPATH, else a native
@@ -11,7 +11,7 @@
  * nothing.
  *
  * Files live in the job's directory `dir`, emptied after each attempt:
- * hb-<local rank> (the heartbeats), py-<local rank>.txt (the Python dumps)
+ * progress-<local rank> (the progress files), py-<local rank>.txt (the Python dumps)
  * and sitecustomize.py (the hook; dir goes first on PYTHONPATH).
  *
  * Thread safety: none; the agent's loop owns it.
@@ -34,13 +34,13 @@ int agent_hang_is_report(const char *report);
 typedef struct hang {
   int64_t timeout_ms; /* 0: no hang detection */
   int64_t start_ms;   /* the limit before a rank's first line or beat (imports, loading) */
-  char dir[128];      /* the heartbeat and dump files, and the hook (first on PYTHONPATH) */
+  char dir[128];      /* the progress and dump files, and the hook (first on PYTHONPATH) */
   int n;              /* local ranks */
   progress *prog;     /* n of them, NULL while off */
 } hang;
 
 /*
- * Turns the heartbeat files on for n local ranks with files under dir
+ * Turns the progress files on for n local ranks with files under dir
  * (which exists): a rank is hung after timeout_ms without progress, or
  * start_ms before its first line or beat; timeout_ms 0: no hang detection,
  * the beats' step times alone (--straggler-factor). 0 or -errno.
@@ -48,15 +48,15 @@ typedef struct hang {
 int agent_hang_setup(hang *h, int64_t timeout_ms, int64_t start_ms, const char *dir, int n);
 void agent_hang_free(hang *h);
 
-/* The heartbeat file and Python dump file of local rank i. */
+/* The progress file and Python dump file of local rank i. */
 void agent_hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, size_t pylen);
 
-/* A new attempt: the hook and fresh heartbeat files, each worker's progress attached. */
+/* A new attempt: the hook and fresh progress files, each worker's progress attached. */
 int agent_hang_begin(hang *h, worker *w, int64_t now);
 
 /*
  * The index of a running rank silent for the timeout, or -1; *next_ms: the
- * time until a check is worth doing again. Bad heartbeat files are reported
+ * time until a check is worth doing again. Bad progress files are reported
  * in one line each.
  */
 int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms);

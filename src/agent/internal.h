@@ -52,7 +52,7 @@ typedef struct job {
   snapshot snap;         /* this node's status for `cohort status` */
   remote_stacks rstacks; /* answering `cohort stacks` */
   int dup_fd[2];         /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */
-  hang hang;             /* heartbeats (--hang-timeout, --straggler-factor); hang.prog NULL: off */
+  hang hang;             /* progress files (--hang-timeout, --straggler-factor); prog NULL: off */
   straggle strag;        /* node 0: the ranks straggling now (--straggler-factor) */
   metrics metrics;       /* --metrics-port's server and --metrics-file */
   reform rf;             /* --on-failure reform: the control channels and the re-forms */

@@ -133,9 +133,9 @@ static void rank_metrics(FILE *f, const job *j, int64_t now) {
     const char *name, *help;
   } fam[R_COUNT] = {
       {"cohort_rank_running", "1 while the rank's process runs."},
-      {"cohort_rank_step", "The last step the rank's heartbeat reported."},
-      {"cohort_rank_beat_age_seconds", "Seconds since the rank's last heartbeat."},
-      {"cohort_rank_step_seconds", "The rank's recent time per step, from its heartbeats."},
+      {"cohort_rank_step", "The last step the rank's progress file reported."},
+      {"cohort_rank_beat_age_seconds", "Seconds since the rank's last progress report."},
+      {"cohort_rank_step_seconds", "The rank's recent time per step, from its progress file."},
       {"cohort_rank_output_age_seconds", "Seconds since the rank's last line of output."},
       {"cohort_rank_hung", "1 for the rank this node found without progress."},
   };

@@ -1,4 +1,4 @@
-/* progress.c - heartbeat files, output progress and step times. */
+/* progress.c - progress files, output progress and step times. */
 #include "agent/progress.h"
 
 #include <errno.h>
@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 
-/* The bad states of a heartbeat file, one report each. */
+/* The bad states of a progress file, one report each. */
 enum { BAD_GONE = 1u, BAD_DIR = 2u, BAD_GARBAGE = 4u, BAD_UNREADABLE = 8u };
 /* The states in which no beat can be seen: the rank's output counts again. */
 #define BAD_BLIND (BAD_GONE | BAD_DIR | BAD_UNREADABLE)
@@ -78,7 +78,7 @@ void agent_progress_output(progress *p, int64_t now) {
 static int bad(progress *p, unsigned kind, char *msg, size_t len, const char *what) {
   if (p->problems & kind) return 0;
   p->problems |= kind;
-  snprintf(msg, len, "rank %d: heartbeat file %s %s", p->rank, p->path, what);
+  snprintf(msg, len, "rank %d: progress file %s %s", p->rank, p->path, what);
   return 1;
 }
 

@@ -1,11 +1,12 @@
 /*
  * progress.h - whether a rank is making progress, and how fast.
  *
- * A rank makes progress when it writes a line of output or beats its
- * heartbeat: COHORT_HEARTBEAT names a file of its own, and a write to it or
- * an update of its modification time (a replacement by rename counts too)
- * is a beat. What the file holds may be the step number, in decimal. Once a
- * rank has beaten its heartbeat, only beats count for it: output alone no
+ * A rank makes progress when it writes a line of output or reports it in
+ * its progress file: COHORT_PROGRESS (also spelt COHORT_HEARTBEAT, its
+ * earlier name) names a file of its own, and a write to it or an update of
+ * its modification time (a replacement by rename counts too) is a beat.
+ * What the file holds may be the step number, in decimal. Once a rank has
+ * beaten its progress file, only beats count for it: output alone no
  * longer says it is alive.
  *
  * The file may be deleted, replaced by a directory or filled with garbage by
@@ -42,7 +43,7 @@
 typedef struct progress {
   int rank;
   char path[PROGRESS_PATH_MAX];
-  int beaten;      /* the heartbeat has been beaten at least once */
+  int beaten;      /* the progress file has been beaten at least once */
   int started;     /* a line or a beat came: the rank is past its start-up */
   int64_t last_ms; /* last progress, base_now_ms() clock */
   int64_t step;    /* last step number written, -1 none */
@@ -64,7 +65,7 @@ typedef struct progress {
 } progress;
 
 /*
- * Starts tracking rank's heartbeat at path (created empty, mode 0644, so the
+ * Starts tracking rank's progress file at path (created empty, mode 0644, so the
  * worker can write it; the creation is no beat). now: base_now_ms().
  * Returns 0 or -errno (the path is too long, the file cannot be created).
  */
@@ -78,7 +79,7 @@ int agent_progress_watch_auto(progress *p);
 void agent_progress_output(progress *p, int64_t now);
 
 /*
- * Looks at the heartbeat file: a beat moves last_ms (and the step and step
+ * Looks at the progress file: a beat moves last_ms (and the step and step
  * times when a number was written). Returns 1 and one line in msg when the
  * file turned bad in a way not reported before, else 0.
  */

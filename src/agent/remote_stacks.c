@@ -57,12 +57,12 @@ static void answer(job *j, int64_t req) {
   char(*py)[256] = NULL;
   int n = 0;
   if (t == NULL || d == NULL) goto out;
-  /* With the heartbeat files the Python hook is there: each rank's dump file. */
+  /* With the progress files the Python hook is there: each rank's dump file. */
   if (j->hang.prog != NULL) py = calloc((size_t)j->nworkers, sizeof *py);
   const char *no_py = j->cfg->hang_timeout_ms == 0 && j->cfg->straggler_factor <= 0
                           ? "the agent's Python stack hook is off (--straggler-factor 0 and no "
                             "--hang-timeout)"
-                          : "the agent's Python stack hook is off (no heartbeat files)";
+                          : "the agent's Python stack hook is off (no progress files)";
   for (int i = 0; i < j->nworkers; i++) {
     if (!j->workers[i].running) continue;
     char hb[256];

@@ -95,7 +95,7 @@ static json_t *rank_json(snapshot *s, const worker *w, int i, int64_t now) {
   if (w->pid > 0) json_object_set_new(r, "uptime_ms", json_integer(now - w->started_ms));
   if (w->last_output_ms > 0)
     json_object_set_new(r, "silent_ms", json_integer(now - w->last_output_ms));
-  /* Its heartbeat (the COHORT_HEARTBEAT file), once it beat; its step time once known. */
+  /* Its progress (the COHORT_PROGRESS file), once it wrote it; its step time once known. */
   if (w->prog != NULL && w->prog->beaten) {
     if (w->prog->step >= 0) json_object_set_new(r, "step", json_integer(w->prog->step));
     json_object_set_new(r, "beat_age_ms", json_integer(now - w->prog->last_ms));

@@ -47,7 +47,7 @@ static int spawn_one(job *j, worker *w, int newcomer) {
   char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], watch[PROGRESS_PATH_MAX + 8];
   if (j->hang.prog != NULL) {
     agent_hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
-    in.heartbeat = hb;
+    in.progress = hb;
     snprintf(watch, sizeof watch, "%s.auto", hb);
     if (j->cfg->hang_timeout_ms > 0) in.hang_watch = watch;
   }
@@ -82,7 +82,7 @@ attempt_outcome agent_spawn_all(job *j) {
     for (int k = 0; k < 2; k++)
       agent_worker_duplicate(&j->workers[i], k, &cfg->dup[k], j->dup_fd[k]);
   if (j->hang.prog != NULL && agent_hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
-    base_log(BASE_LOG_WARN, "cannot create the heartbeat files: no hang detection this attempt");
+    base_log(BASE_LOG_WARN, "cannot create the progress files: no hang detection this attempt");
   agent_signals_set_workers(1);
   for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
     worker *w = &j->workers[i];

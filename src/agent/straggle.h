@@ -3,7 +3,7 @@
  * persistently slower than the others', reported on node 0.
  *
  * Each rank's step time is the median of its last steps, from the step
- * numbers it writes to its heartbeat file (progress.h: agent_progress_step_ms).
+ * numbers it writes to its progress file (progress.h: agent_progress_step_ms).
  * Every node publishes them in its status snapshot (snapshot.c: step_ms);
  * node 0 reads every node's snapshot every STRAGGLE_PERIOD_MS and compares
  * the ranks (agent_progress_stragglers: above factor times the median of the

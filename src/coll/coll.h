@@ -128,8 +128,8 @@ int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg);
 /* ---- algorithms (algo.c): run one collective; 0 or an error ---- */
 int coll_run_op(coll_ctx *x);
 
-/* A completed collective is progress: touches COHORT_HEARTBEAT's file, at most
- * every 200 ms (heartbeat.c; cohort_heartbeat() is the public beat). */
-void coll_heartbeat_auto(void);
+/* A completed collective is progress: touches COHORT_PROGRESS's file, at most
+ * every 200 ms (progress.c; cohort_progress() is the public call). */
+void coll_progress_auto(void);
 
 #endif

@@ -307,7 +307,7 @@ static int execute(cohort_comm *c, const coll_op *op) {
   c->cur_op = op;
   int rc = op->wire != op->dtype ? execute_wire(c, op, ready) : execute_plain(c, op);
   c->cur_op = NULL;
-  if (rc == 0) coll_heartbeat_auto(); /* progress, for the agent's --hang-timeout */
+  if (rc == 0) coll_progress_auto(); /* progress, for the agent's --hang-timeout */
   return rc;
 }
 

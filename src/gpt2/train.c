@@ -508,7 +508,7 @@ static int train_loop(train_run *r) {
   for (uint64_t step = r->start_step; step < (uint64_t)r->o->steps; step++) {
     step_stats st;
     int rc = train_step(r, step, &st);
-    cohort_heartbeat((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
+    cohort_progress((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
     if (rc == RUN_OK) rc = report_step(r, &st);
     if (rc == RUN_OK) rc = maybe_checkpoint(r, step + 1);
     if (rc != RUN_OK) return rc;

@@ -92,13 +92,13 @@
   "  --join-timeout SEC   give up the rendezvous after SEC seconds (default 300)\n"                \
   "  --last-call SEC      elastic: extra wait for nodes beyond MIN (default 3)\n"                  \
   "  --heartbeat-timeout SEC  a node silent this long is lost (default 5)\n"                       \
-  "  --hang-timeout SEC   a rank that prints nothing and beats no heartbeat ($COHORT_HEARTBEAT)\n" \
+  "  --hang-timeout SEC   a rank that prints nothing and reports no progress ($COHORT_PROGRESS)\n" \
   "                       for SEC makes the job hung: every rank's stack is taken, the\n"          \
   "                       report names the rank to blame, exit status 5 (default: off)\n"          \
   "  --hang-start-timeout SEC  the same limit before a rank's first line or beat (start-up:\n"     \
   "                       imports, loading data; default: --hang-timeout's)\n"                     \
   "  --straggler-factor F  report (on node 0, once per episode) a rank whose step time, from\n"    \
-  "                       the step numbers it writes to $COHORT_HEARTBEAT, is above F times\n"     \
+  "                       the step numbers it writes to $COHORT_PROGRESS, is above F times\n"      \
   "                       the other ranks' median (default 1.5; 0: off); never stops the job\n"    \
   "  --metrics-port PORT  serve Prometheus metrics (per rank step, beat age, hang; per node\n"     \
   "                       round, members, restarts, store) on PORT at /metrics\n"                  \

@@ -23,7 +23,7 @@ static const char status_usage[] =
     "\n"
     "Shows a running job: per node its host, agent pid, round, restarts and the\n"
     "age of its snapshot; per rank its pid, state, uptime, time since its last\n"
-    "output, heartbeat step and age (--hang-timeout), CPU % and RSS; then the job\n"
+    "output, progress step and age (--hang-timeout), CPU % and RSS; then the job\n"
     "line (nodes joined of expected, round, the root cause when failing). '<'\n"
     "marks the running rank furthest behind (lowest step, else silent longest).\n"
     "\n"

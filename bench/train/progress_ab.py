@@ -1,18 +1,18 @@
 #!/usr/bin/python3
-"""A/B of cohort run's heartbeats: cohort-gpt2 data-parallel under `cohort run`
-with heartbeats and straggler accounting (the default: every rank gets
-COHORT_HEARTBEAT and writes its step after each step; the agent polls the
+"""A/B of cohort run's progress files: cohort-gpt2 data-parallel under `cohort run`
+with progress files and straggler accounting (the default: every rank gets
+COHORT_PROGRESS and writes its step after each step; the agent polls the
 files, publishes step times and node 0 compares them) against the same run
-without them (--straggler-factor 0: no heartbeat file, nothing polled).
+without them (--straggler-factor 0: no progress file, nothing polled).
 
 A and B alternate, --reps times each; each run's figure is the median step
 time of rank 0 after the first step (its --metrics file). Prints the median
-of each and the ratio B/A (above 1: the heartbeats cost nothing or less).
+of each and the ratio B/A (above 1: the progress files cost nothing or less).
 A run that did not train (a non-zero exit, fewer steps than asked, another
 world size) stops the benchmark without a figure.
 
-usage: bench/train/heartbeat_ab.py [--build DIR] [--reps N] [--steps N]
-                                   [--model tiny|124M] [--nproc N]
+usage: bench/train/progress_ab.py [--build DIR] [--reps N] [--steps N]
+                                  [--model tiny|124M] [--nproc N]
 """
 import argparse
 import json
@@ -50,9 +50,9 @@ def main():
     ap.add_argument("--nproc", type=int, default=2)
     a = ap.parse_args()
     if a.reps < 1 or a.steps < 3 or a.nproc < 1:
-        sys.exit("heartbeat_ab: --reps >= 1, --steps >= 3, --nproc >= 1")
+        sys.exit("progress_ab: --reps >= 1, --steps >= 3, --nproc >= 1")
     on, off = [], []
-    with tempfile.TemporaryDirectory(prefix="cohort-hb-ab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="cohort-progress-ab-") as tmp:
         for i in range(a.reps):
             on.append(run(a, tmp, "on%d" % i, []))
             off.append(run(a, tmp, "off%d" % i, ["--straggler-factor", "0"]))
@@ -60,7 +60,7 @@ def main():
     print("cohort-gpt2 --model %s, %d ranks, %d steps, %d reps (%d cores, load %s)" % (
         a.model, a.nproc, a.steps, a.reps, os.cpu_count(), open("/proc/loadavg").read().split()[0]))
     print("%-44s %12s" % ("run", "step ms"))
-    print("%-44s %12.1f" % ("A: heartbeats and stragglers (default)", mon))
+    print("%-44s %12.1f" % ("A: progress files and stragglers (default)", mon))
     print("%-44s %12.1f" % ("B: none (--straggler-factor 0)", moff))
     print("%-44s %12.3f" % ("B / A", moff / mon))
     print("runs, ms: A %s; B %s" % (" ".join("%.0f" % x for x in on), " ".join("%.0f" % x for x in off)))
