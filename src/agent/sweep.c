@@ -224,8 +224,83 @@ static int mark_descendants(proc_entry *t, size_t n, pid_t self, pid_t spare) {
   return alive;
 }
 
+/* A growing list of pids. */
+typedef struct pid_list {
+  pid_t *p;
+  size_t n, cap;
+} pid_list;
+
+static int pid_push(pid_list *l, pid_t pid) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    pid_t *bigger = realloc(l->p, cap * sizeof *bigger);
+    if (bigger == NULL) return -1;
+    l->p = bigger;
+    l->cap = cap;
+  }
+  l->p[l->n++] = pid;
+  return 0;
+}
+
+/* Appends the children of pid, those of each of its threads, from
+ * proc_root/pid/task/TID/children (one gone meanwhile has none); -1 out of memory. */
+static int add_children(const char *proc_root, pid_t pid, pid_list *out) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/%d/task", proc_root, (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return 0;
+  int rc = 0;
+  struct dirent *de;
+  while (rc == 0 && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "%s/%d/task/%s/children", proc_root, (int)pid, de->d_name);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) continue;
+    long c;
+    while (rc == 0 && fscanf(f, "%ld", &c) == 1)
+      if (pid_push(out, (pid_t)c) != 0) rc = -1;
+    fclose(f);
+  }
+  closedir(d);
+  return rc;
+}
+
+/*
+ * One pass through the tree of self's descendants, from the kernel's lists
+ * of children (an orphan comes back to self, the subreaper, so none is out
+ * of it): SIGKILL to each live one but spare and what is under spare, its
+ * children read first (once it dies they are self's, for the next pass).
+ * How many there were; -1 where the kernel keeps no such lists
+ * (CONFIG_PROC_CHILDREN) or out of memory. Costs
+ * what the descendants number, where the walk of every process on the
+ * machine cost what they number (a few thousand file reads on a busy node,
+ * for each agent of 256 on one machine in bench/scale).
+ */
+static int kill_tree(const char *proc_root, pid_t self, pid_t spare) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/%d/task/%d/children", proc_root, (int)self, (int)self);
+  if (access(path, R_OK) != 0) return -1;
+  pid_list l = {0};
+  int rc = add_children(proc_root, self, &l), alive = 0;
+  for (size_t i = 0; rc == 0 && i < l.n && i < 1000000; i++) {
+    char name[24];
+    proc_entry e;
+    snprintf(name, sizeof name, "%d", (int)l.p[i]);
+    if (l.p[i] == spare || read_stat(proc_root, name, &e) != 0) continue;
+    rc = add_children(proc_root, e.pid, &l);
+    if (e.state != 'Z') {
+      kill(e.pid, SIGKILL);
+      alive++;
+    }
+  }
+  free(l.p);
+  return rc == 0 ? alive : -1;
+}
+
 /* One pass: SIGKILL to each live descendant; how many there were. */
 static int kill_pass(const char *proc_root, pid_t self, pid_t spare) {
+  int found = kill_tree(proc_root, self, spare);
+  if (found >= 0) return found;
   size_t n = 0;
   proc_entry *t = proc_table(proc_root, &n);
   if (t == NULL) return 0;
