@@ -36,6 +36,16 @@ wait_for() {
   return 1
 }
 
+# wait_re FILE REGEX: until a line of FILE matches (10 s at most).
+wait_re() {
+  local end=$((SECONDS + 10))
+  while [ $SECONDS -lt $end ]; do
+    grep -q -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # pid_of FILE RANK: the pid a worker printed at its start for that rank (the last one).
 pid_of() { sed -n "s/.*\] start pid=\([0-9]*\) rank=$2 .*/\1/p" "$1" | tail -1; }
 
@@ -49,7 +59,9 @@ local_tests() {
   # 1. One node, three ranks: kill -9 of rank 1. Ranks 0 and 2 keep their
   # processes; a newcomer takes rank 1; the job then ends well.
   local out="$tmp/l1" done="$tmp/l1.done"
-  REFORM_DONE=$done "$cohort" run --nproc-per-node 3 --on-failure reform -- "$worker" >"$out" 2>&1 &
+  local job="rfl$$"
+  REFORM_DONE=$done "$cohort" run --nproc-per-node 3 --on-failure reform --run-id "$job" \
+    --metrics-file "$tmp/l1.prom" -- "$worker" >"$out" 2>&1 &
   local agent=$!
   wait_for "$out" "] start pid=" 3
   local p0 p1 p2
@@ -61,6 +73,20 @@ local_tests() {
   check "local: rank 0 formed in its own process" contains "$out" "formed pid=$p0 rank=0 world=3"
   check "local: rank 2 formed in its own process" contains "$out" "formed pid=$p2 rank=2 world=3"
   check "local: the survivors are still running" kill -0 "$p0" "$p2"
+  # cohort status and the metrics show it (the snapshot and the file: once a second).
+  check "local: the metrics count one" wait_re "$tmp/l1.prom" '^cohort_reforms_total{job_id="'"$job"'",node="0",.*} 1$'
+  check "local: the metrics give its members" grep -q '^cohort_reform_last_nodes_after{.*} 1$' "$tmp/l1.prom"
+  sleep 1.5
+  "$cohort" status --job "$job" >"$tmp/l1.st" 2>&1
+  "$cohort" status --job "$job" --json >"$tmp/l1.json" 2>&1
+  check "local: cohort status shows the re-form" contains "$tmp/l1.st" \
+    "re-forms 1, the last: round 1, nodes 1 -> 1, world 3 -> 3,"
+  check "local: cohort status --json has it" python3 -c '
+import json, sys
+n = json.load(open(sys.argv[1]))["nodes"][0]
+r = n["last_reform"]
+assert n["reforms"] == 1 and r["world_before"] == 3 and r["world_after"] == 3, n
+assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   touch "$done"
   wait_all 30 $agent
   check "local: the job ends well ($codes)" [ "$codes" = "0" ]

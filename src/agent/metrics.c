@@ -112,6 +112,30 @@ static void node_metrics(FILE *f, const job *j) {
   }
 }
 
+/* --on-failure reform: the re-forms so far and the last one's figures (once there is one). */
+static void reform_metrics(FILE *f, const job *j) {
+  static const struct {
+    const char *name, *type, *help;
+  } fam[] = {
+      {"cohort_reforms_total", "counter",
+       "Re-forms around survivors so far (--on-failure reform)."},
+      {"cohort_reform_last_seconds", "gauge", "The last re-form: from the loss to every formed."},
+      {"cohort_reform_last_steps_lost", "gauge", "The last re-form: steps done that it dropped."},
+      {"cohort_reform_last_nodes_before", "gauge", "The last re-form: members (nodes) before."},
+      {"cohort_reform_last_nodes_after", "gauge", "The last re-form: members (nodes) after."},
+  };
+  const reform *rf = &j->rf;
+  const reform_record *r = &rf->last;
+  double v[] = {rf->count, (double)r->duration_ms / 1000, (double)r->steps_lost, r->nodes_before,
+                r->nodes_after};
+  if (rf->slot == NULL) return;
+  for (size_t k = 0; k < BASE_ARRAY_LEN(fam); k++) {
+    if (k > 0 && (rf->count == 0 || v[k] < 0)) continue; /* none yet, or unknown */
+    family(f, fam[k].name, fam[k].type, fam[k].help);
+    node_sample(f, j, fam[k].name, v[k]);
+  }
+}
+
 /* The per-rank families; a sample only where the value is known (-1: none). */
 enum { R_RUNNING, R_STEP, R_BEAT_AGE, R_STEP_SEC, R_OUTPUT_AGE, R_HUNG, R_COUNT };
 
@@ -160,6 +184,7 @@ char *agent_metrics_text(job *j, int64_t now) {
   FILE *f = open_memstream(&text, &len);
   if (f == NULL) return NULL;
   node_metrics(f, j);
+  reform_metrics(f, j);
   rank_metrics(f, j, now);
   if (fclose(f) != 0) {
     free(text);

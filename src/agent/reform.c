@@ -163,8 +163,8 @@ static void report_with_losses(job *j, const char *why) {
   size_t cap = sizeof j->report;
   size_t off = (size_t)snprintf(out, cap, "%s; losses in order:", why);
   for (int k = 0; k < j->rf.nlosses && k < REFORM_LOSSES_MAX && off < cap; k++)
-    off += (size_t)snprintf(out + off, cap - off, "%s %d) %s", k ? ";" : "", k + 1,
-                            j->rf.losses[k]);
+    off +=
+        (size_t)snprintf(out + off, cap - off, "%s %d) %s", k ? ";" : "", k + 1, j->rf.losses[k]);
   if (j->rf.nlosses > REFORM_LOSSES_MAX && off < cap)
     snprintf(out + off, cap - off, " and %d more", j->rf.nlosses - REFORM_LOSSES_MAX);
 }

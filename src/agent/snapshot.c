@@ -110,6 +110,28 @@ static json_t *rank_json(snapshot *s, const worker *w, int i, int64_t now) {
   return r;
 }
 
+/* --on-failure reform: how many re-forms, and the last one (null before any). */
+static void reform_json(json_t *o, const job *j) {
+  const reform *rf = &j->rf;
+  json_object_set_new(o, "reforms", json_integer(rf->count));
+  if (rf->count == 0 && !rf->forming) {
+    json_object_set_new(o, "last_reform", json_null());
+    return;
+  }
+  const reform_record *r = &rf->last;
+  json_t *l = json_object();
+  json_object_set_new(l, "round", json_integer(r->round));
+  json_object_set_new(l, "nodes_before", json_integer(r->nodes_before));
+  json_object_set_new(l, "nodes_after", json_integer(r->nodes_after));
+  json_object_set_new(l, "world_before", json_integer(r->world_before));
+  json_object_set_new(l, "world_after", json_integer(r->world_after));
+  json_object_set_new(l, "duration_ms",
+                      r->duration_ms >= 0 ? json_integer(r->duration_ms) : json_null());
+  json_object_set_new(l, "steps_lost",
+                      r->steps_lost >= 0 ? json_integer(r->steps_lost) : json_null());
+  json_object_set_new(o, "last_reform", l);
+}
+
 static json_t *node_json(const job *j) {
   const cluster *c = &j->cl;
   json_t *o = json_object();
@@ -127,6 +149,7 @@ static json_t *node_json(const job *j) {
   json_object_set_new(o, "world_size", json_integer(c->plan.world_size));
   json_object_set_new(o, "time_ms", json_integer(wall_ms()));
   json_object_set_new(o, "failure", j->report[0] ? json_string(j->report) : json_null());
+  if (j->rf.slot != NULL) reform_json(o, j);
   return o;
 }
 

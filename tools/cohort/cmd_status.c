@@ -22,8 +22,10 @@ static const char status_usage[] =
     "usage: cohort status [--json] [--watch [SEC]] [options]\n"
     "\n"
     "Shows a running job: per node its host, agent pid, round, restarts and the\n"
-    "age of its snapshot; per rank its pid, state, uptime, time since its last\n"
-    "output, progress step and age (--hang-timeout), CPU % and RSS; then the job\n"
+    "age of its snapshot (with --on-failure reform: its re-forms, the last's\n"
+    "members before and after, duration and steps lost); per rank its pid,\n"
+    "state, uptime, time since its last output, progress step and age\n"
+    "(--hang-timeout), CPU % and RSS; then the job\n"
     "line (nodes joined of expected, round, the root cause when failing). '<'\n"
     "marks the running rank furthest behind (lowest step, else silent longest).\n"
     "\n"
@@ -271,6 +273,25 @@ static void print_rank(FILE *f, const json_t *r, int64_t age, int64_t behind) {
           beat, cpu, rss, rank == behind ? " <" : "");
 }
 
+/* --on-failure reform: "   re-forms N, the last: ..." under the node's line. */
+static void print_reform(FILE *f, const json_t *node) {
+  const json_t *l = json_object_get(node, "last_reform");
+  if (json_object_get(node, "reforms") == NULL) return;
+  fprintf(f, "   re-forms %lld", (long long)int_of(node, "reforms"));
+  if (json_is_object(l)) {
+    const json_t *d = json_object_get(l, "duration_ms"), *s = json_object_get(l, "steps_lost");
+    char took[32] = "forming", lost[32] = "?";
+    if (json_is_integer(d))
+      snprintf(took, sizeof took, "%.2f s", (double)json_integer_value(d) / 1000);
+    if (json_is_integer(s)) snprintf(lost, sizeof lost, "%lld", (long long)json_integer_value(s));
+    fprintf(f, ", the last: round %lld, nodes %lld -> %lld, world %lld -> %lld, %s, steps lost %s",
+            (long long)int_of(l, "round"), (long long)int_of(l, "nodes_before"),
+            (long long)int_of(l, "nodes_after"), (long long)int_of(l, "world_before"),
+            (long long)int_of(l, "world_after"), took, lost);
+  }
+  fprintf(f, "\n");
+}
+
 static void print_table(FILE *f, const json_t *doc) {
   int64_t behind = json_is_integer(json_object_get(doc, "furthest_behind"))
                        ? int_of(doc, "furthest_behind")
@@ -288,6 +309,7 @@ static void print_table(FILE *f, const json_t *doc) {
             (long long)int_of(node, "node"), str_of(node, "host"),
             (long long)int_of(node, "agent_pid"), (long long)int_of(node, "round"),
             (long long)int_of(node, "restarts"), age);
+    print_reform(f, node);
     fprintf(f, "   RANK LOCAL      PID  STATE         UPTIME   SILENT     STEP     BEAT   CPU%%    "
                "  RSS\n");
     int64_t a = int_of(node, "age_ms");
