@@ -5,8 +5,8 @@ protocol (docs/reform.md) itself, for the agent's tests.
 It prints "start pid=P rank=R world=W newcomer=N" and says hello on
 COHORT_CONTROL_FD (not with `silent`: a worker that takes no part); a
 "step" is 0.1 s. On `reshape` it prints "reshape pid=P rank=R" and answers
-`ready`; on `form` it prints "formed pid=P rank=R world=W at=T" (the new ones, and the
-wall clock)
+`ready`; on `form` it prints "formed pid=P rank=R world=W at=T store=S" (the new
+ones, the wall clock and the new COHORT_STORE)
 and answers `formed`; on `stop` it exits 1. It exits 0 once the file named
 by $REFORM_DONE exists, and 3 when the agent's end closes.
 """
@@ -33,8 +33,8 @@ def fields(msg):
 
 def main():
     pid, rank, world = os.getpid(), os.environ["RANK"], os.environ["WORLD_SIZE"]
-    say("start pid=%d rank=%s world=%s newcomer=%s" %
-        (pid, rank, world, os.environ.get("COHORT_NEWCOMER", "0")))
+    say("start pid=%d rank=%s world=%s newcomer=%s store=%s" %
+        (pid, rank, world, os.environ.get("COHORT_NEWCOMER", "0"), os.environ["COHORT_STORE"]))
     done = os.environ.get("REFORM_DONE", "")
     fd = os.environ.get("COHORT_CONTROL_FD")
     silent = len(sys.argv) > 1 and sys.argv[1] == "silent"
@@ -58,7 +58,8 @@ def main():
             ch.send(b"ready epoch=%s step=%d" % (f.get("epoch", "-1").encode(), step))
         elif verb == "form":
             rank, world = f["rank"], f["size"]
-            say("formed pid=%d rank=%s world=%s at=%.3f" % (pid, rank, world, time.time()))
+            say("formed pid=%d rank=%s world=%s at=%.3f store=%s" %
+                (pid, rank, world, time.time(), f.get("store", "?")))
             ch.send(b"formed epoch=%s step=%d" % (f["epoch"].encode(), step))
         elif verb == "stop":
             say("stop pid=%d" % pid)

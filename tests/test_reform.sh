@@ -5,7 +5,7 @@
 # that takes no part is restarted with one line; across real agents in
 # network namespaces this test creates and removes, a killed node, a
 # replacement node, fewer than MIN nodes left and the store's node lost.
-# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes]
+# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|etcd]
 set -u
 cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
@@ -260,7 +260,48 @@ node_tests() {
   check "partition: the majority ends well ($codes)" [ "$codes" = "0 0" ]
 }
 
+# With etcd (one member on a namespace of its own) any node may be lost, node 0
+# included: the survivors re-form and their workers' store moves to the new node 0.
+etcd_tests() {
+  . "$src/tests/etcd_lib.sh"
+  etcd_find || return 1
+  netns_up 4 || { echo "cannot create network namespaces"; exit 1; }
+  local a3 i
+  a3=$(netns_addr 3)
+  etcd_member 3 e3 "http://$a3:2379" "http://$a3:2380" "e3=http://$a3:2380"
+  etcd_ready 3 "http://$a3:2379" || return 1
+  for i in 0 1 2; do
+    REFORM_DONE="$tmp/e.done" netns_agent "$i" "$tmp/e.$i" --rdzv-backend etcd \
+      --rdzv-endpoint "$a3:2379" --rdzv-id "e$$" --nnodes 2:3 --heartbeat-timeout $HB \
+      --on-failure reform -- "$worker"
+    agent[$i]=$!
+  done
+  started e 3 || return
+  sleep 1
+  local zero=-1 others=()
+  for i in 0 1 2; do
+    if grep -q "cohort: node 0 of 3 " "$tmp/e.$i"; then zero=$i; else others+=("$i"); fi
+  done
+  check "etcd: one node is node 0" [ "$zero" -ge 0 ]
+  kill_node "$zero"
+  for i in "${others[@]}"; do
+    check "etcd: node $i re-forms without node 0" wait_for "$tmp/e.$i" "world=2 at=" 1 30
+    check "etcd: node $i's worker kept its process" unchanged "$tmp/e.$i"
+  done
+  local old new
+  old=$(sed -n 's/.*\] start pid=.* store=\(.*\)/\1/p' "$tmp/e.${others[0]}" | head -1)
+  new=$(sed -n 's/.*formed pid=.* store=\(.*\)/\1/p' "$tmp/e.${others[0]}" | head -1)
+  check "etcd: the workers' store moved ($old -> $new)" [ -n "$new" ] && [ "$new" != "$old" ]
+  touch "$tmp/e.done"
+  wait_all 30 "${agent[${others[0]}]}" "${agent[${others[1]}]}"
+  check "etcd: the survivors end well ($codes)" [ "$codes" = "0 0" ]
+}
+
 if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
+if [ "$part" = etcd ] || [ "$part" = all ]; then
+  netns_down
+  etcd_tests
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
