@@ -110,8 +110,8 @@ static void values(const char *s) {
           "hostport: join/split does not round-trip");
   }
 
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   manifest_shell_quote(&b, s);
   if (b.len > 0 || s[0] == '\0') {
     char *back = malloc(strlen(s) + 1);
@@ -121,12 +121,12 @@ static void values(const char *s) {
           "shell quote does not read back as the string");
     free(back);
   }
-  manifest_buf_free(&b);
-  manifest_buf_init(&b);
+  base_buf_free(&b);
+  base_buf_init(&b);
   rc = manifest_yaml_quote(&b, s, 1);
   check(rc == 0 || rc == -EINVAL, "yaml quote: error code");
   if (rc == 0) check(b.len >= 2 && b.data[0] == '"' && b.data[b.len - 1] == '"', "yaml quotes");
-  manifest_buf_free(&b);
+  base_buf_free(&b);
 
   doctor_summary sum, back;
   if (doctor_summary_parse(s, &sum) == 0) {

@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/buf.h"
 #include "base/crypto.h"
 #include "base/net.h"
 #include "tests/check.h"
@@ -182,8 +184,38 @@ static void test_random_bytes(void) {
   CHECK(memcmp(a, zero, sizeof a) != 0);
 }
 
+/* The text buffer: appends past the first allocation, take, a sticky failure. */
+static void test_buf(void) {
+  base_buf b = {0};
+  char *text = NULL;
+  size_t len = 99;
+  CHECK_EQ_INT(base_buf_take(&b, &text, &len), 0);
+  CHECK(text != NULL && text[0] == '\0' && len == 0);
+  free(text);
+  for (int i = 0; i < 1000; i++) base_buf_printf(&b, "%d,", i % 10);
+  base_buf_puts(&b, "end");
+  base_buf_putn(&b, "xyz", 1);
+  CHECK(b.data != NULL && b.len == 2004 && strlen(b.data) == 2004);
+  CHECK(b.len < b.cap && strncmp(b.data, "0,1,2,", 6) == 0 && strcmp(b.data + 2000, "endx") == 0);
+  CHECK_EQ_INT(base_buf_take(&b, &text, &len), 0);
+  CHECK(len == 2004 && b.data == NULL && b.len == 0 && b.cap == 0);
+  free(text);
+  base_buf_puts(&b, "kept");
+  b.oom = 1; /* as after a failed realloc: later appends do nothing */
+  base_buf_puts(&b, " lost");
+  CHECK(strcmp(b.data, "kept") == 0);
+  text = NULL;
+  CHECK_EQ_INT(base_buf_take(&b, &text, NULL), -ENOMEM);
+  CHECK(text == NULL && b.data == NULL && b.oom == 0);
+  base_buf_puts(&b, "again");
+  CHECK(b.data != NULL && strcmp(b.data, "again") == 0);
+  base_buf_free(&b);
+  CHECK(b.data == NULL && b.len == 0);
+}
+
 int main(void) {
   test_parse();
+  test_buf();
   test_hostport();
   test_sockets();
   test_strerror();

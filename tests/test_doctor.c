@@ -749,7 +749,7 @@ static int run_cohort(char *const *args, char *const *env, char **out) {
     _exit(127);
   }
   close(pfd[1]);
-  doctor_buf b = {0};
+  base_buf b = {0};
   int64_t deadline = base_deadline_in(20000);
   for (;;) {
     struct pollfd pf = {pfd[0], POLLIN, 0};
@@ -761,12 +761,12 @@ static int run_cohort(char *const *args, char *const *env, char **out) {
     char chunk[4096];
     ssize_t n = read(pfd[0], chunk, sizeof chunk);
     if (n <= 0) break;
-    doctor_buf_printf(&b, "%.*s", (int)n, chunk);
+    base_buf_printf(&b, "%.*s", (int)n, chunk);
   }
   close(pfd[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (doctor_buf_take(&b, out) != 0) return -1;
+  if (base_buf_take(&b, out, NULL) != 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

@@ -12,24 +12,24 @@
 
 static char *yaml(const char *s, int dollar) {
   static char out[512];
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   int rc = manifest_yaml_quote(&b, s, dollar);
   if (rc != 0)
     snprintf(out, sizeof out, "<error %d>", rc);
   else
     snprintf(out, sizeof out, "%s", b.data);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
   return out;
 }
 
 static char *sh(const char *s) {
   static char out[512];
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   manifest_shell_quote(&b, s);
   snprintf(out, sizeof out, "%s", b.data);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
   return out;
 }
 
@@ -99,12 +99,12 @@ static int k8s_rc(const char *name, int nodes, const char *image, const char *se
                          .token = "0123456789abcdef0123456789abcdef",
                          .cmd = cmd_default,
                          .ncmd = 2};
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   int rc = manifest_k8s(&o, &b, err, 256);
   /* A failed render leaves no partial output behind. */
   if (rc != 0 && b.len != 0) rc = 1;
-  manifest_buf_free(&b);
+  base_buf_free(&b);
   return rc;
 }
 
@@ -142,8 +142,8 @@ static void test_k8s_validation(void) {
                          .token = "t",
                          .cmd = bad_utf8,
                          .ncmd = 2};
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   CHECK_EQ_INT(manifest_k8s(&o, &b, err, sizeof err), -EINVAL);
   CHECK(strstr(err, "argument 2") != NULL);
   o.ncmd = 0;
@@ -159,10 +159,10 @@ static void test_k8s_validation(void) {
     CHECK(strstr(err, "token") != NULL);
   }
   CHECK_EQ_INT(b.len, 0);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
 }
 
-typedef int (*kube_fn)(const manifest_k8s_opts *, manifest_buf *, char *, size_t);
+typedef int (*kube_fn)(const manifest_k8s_opts *, base_buf *, char *, size_t);
 
 /* The controllers' kinds: their pod names bound --name, Trainer fixes the
  * port, and the metrics port must be a port of its own. */
@@ -183,13 +183,13 @@ static void test_kube_kinds(void) {
                            .token = "0123456789abcdef0123456789abcdef",
                            .cmd = cmd_default,
                            .ncmd = 2};
-    manifest_buf b;
-    manifest_buf_init(&b);
+    base_buf b;
+    base_buf_init(&b);
     memset(name, 'a', sizeof name);
     name[kinds[k].longest] = '\0';
     o.name = name;
     CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), 0);
-    manifest_buf_free(&b);
+    base_buf_free(&b);
     name[kinds[k].longest] = 'a';
     name[kinds[k].longest + 1] = '\0';
     CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), -EINVAL);
@@ -204,11 +204,11 @@ static void test_kube_kinds(void) {
     CHECK(strstr(b.data, "prometheus.io/port: \"9400\"") != NULL);
     CHECK(strstr(b.data, "terminationMessagePolicy: FallbackToLogsOnError") != NULL);
     CHECK(strstr(b.data, "PodMonitor") == NULL);
-    manifest_buf_free(&b);
+    base_buf_free(&b);
     o.pod_monitor = 1;
     CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), 0);
     CHECK(strstr(b.data, "kind: PodMonitor\n") != NULL);
-    manifest_buf_free(&b);
+    base_buf_free(&b);
     o.metrics_port = 0;
     CHECK_EQ_INT(kinds[k].fn(&o, &b, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "--pod-monitor needs --metrics-port") != NULL);
@@ -222,12 +222,12 @@ static void test_kube_kinds(void) {
                          .token = "t",
                          .cmd = cmd_default,
                          .ncmd = 2};
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   CHECK_EQ_INT(manifest_trainjob(&o, &b, err, sizeof err), -EINVAL);
   CHECK(strstr(err, "29400") != NULL);
   CHECK_EQ_INT(b.len, 0);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
 }
 
 static int slurm_rc(const char *time, const char *partition, const char *job_name) {
@@ -238,11 +238,11 @@ static int slurm_rc(const char *time, const char *partition, const char *job_nam
                            .job_name = job_name,
                            .cmd = cmd_default,
                            .ncmd = 2};
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   char err[256];
   int rc = manifest_slurm(&o, &b, err, sizeof err);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
   return rc;
 }
 
@@ -270,11 +270,11 @@ static int docker_rc(const char *master, const char *gpus, int port, const char 
                             .token = token,
                             .cmd = cmd_default,
                             .ncmd = 2};
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   char err[256];
   int rc = manifest_docker(&o, &b, err, sizeof err);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
   return rc;
 }
 
@@ -302,8 +302,8 @@ static void test_docker_ipv6_master(void) {
                             .ncmd = 2,
                             .token = "t0k",
                             .shm_bytes = 3ull << 40};
-  manifest_buf b;
-  manifest_buf_init(&b);
+  base_buf b;
+  base_buf_init(&b);
   char err[256];
   CHECK_EQ_INT(manifest_docker(&o, &b, err, sizeof err), 0);
   CHECK(b.data != NULL && strstr(b.data, "--master '[fd00::1]:29400'") != NULL);
@@ -311,7 +311,7 @@ static void test_docker_ipv6_master(void) {
   CHECK(b.data != NULL && strstr(b.data, "--shm-size 3072g ") != NULL);
   CHECK(b.data != NULL &&
         strstr(b.data, "printf 'COHORT_TOKEN=%s\\n' t0k > cohort-job.env") != NULL);
-  manifest_buf_free(&b);
+  base_buf_free(&b);
 }
 
 /* --hang-timeout reaches cohort run's line in every template, and only when given. */
@@ -337,9 +337,9 @@ static void test_hang_timeout_passed(void) {
                               .hang_timeout = hang,
                               .cmd = cmd_default,
                               .ncmd = 2};
-    manifest_buf b[3];
+    base_buf b[3];
     char err[256];
-    for (int i = 0; i < 3; i++) manifest_buf_init(&b[i]);
+    for (int i = 0; i < 3; i++) base_buf_init(&b[i]);
     CHECK_EQ_INT(manifest_k8s(&k, &b[0], err, sizeof err), 0);
     CHECK_EQ_INT(manifest_slurm(&s, &b[1], err, sizeof err), 0);
     CHECK_EQ_INT(manifest_docker(&d, &b[2], err, sizeof err), 0);
@@ -352,7 +352,7 @@ static void test_hang_timeout_passed(void) {
         CHECK(strstr(b[i].data, want[i]) != NULL);
       else
         CHECK(strstr(b[i].data, "hang") == NULL);
-      manifest_buf_free(&b[i]);
+      base_buf_free(&b[i]);
     }
   }
 }

@@ -220,15 +220,15 @@ static void check_rdma_ports(check_ctx *c) {
             f->nhcas == 0 ? "no RDMA device" : "NCCL_IB_DISABLE=1: RDMA is not used");
     return;
   }
-  doctor_buf down = {0};
+  base_buf down = {0};
   size_t total = 0, act = active_ports(f);
   for (size_t i = 0; i < f->nhcas; i++)
     for (size_t p = 0; p < f->hcas[i].nports; p++) {
       const doctor_port *pt = &f->hcas[i].ports[p];
       total++;
       if (pt->state != PORT_ACTIVE)
-        doctor_buf_printf(&down, "%s%s:%d %s", down.len ? ", " : "", f->hcas[i].name, pt->num,
-                          pt->state_name[0] ? pt->state_name : "unreadable");
+        base_buf_printf(&down, "%s%s:%d %s", down.len ? ", " : "", f->hcas[i].name, pt->num,
+                        pt->state_name[0] ? pt->state_name : "unreadable");
     }
   const char *d = down.oom || down.data == NULL ? "" : down.data;
   if (act == 0)
@@ -294,14 +294,14 @@ static void check_gpu_hca_numa(check_ctx *c) {
             f->ngpus == 0 ? "no visible GPU" : "no ACTIVE RDMA port in use");
     return;
   }
-  doctor_buf far = {0}, hcas = {0};
+  base_buf far = {0}, hcas = {0};
   for (size_t i = 0; i < f->nhcas; i++) {
     int active = 0;
     for (size_t p = 0; p < f->hcas[i].nports; p++)
       active |= f->hcas[i].ports[p].state == PORT_ACTIVE;
     if (active)
-      doctor_buf_printf(&hcas, "%s%s node %d", hcas.len ? ", " : "", f->hcas[i].name,
-                        f->hcas[i].numa < 0 ? 0 : f->hcas[i].numa);
+      base_buf_printf(&hcas, "%s%s node %d", hcas.len ? ", " : "", f->hcas[i].name,
+                      f->hcas[i].numa < 0 ? 0 : f->hcas[i].numa);
   }
   size_t nfar = 0;
   for (size_t g = 0; g < f->ngpus; g++) {
@@ -313,8 +313,8 @@ static void check_gpu_hca_numa(check_ctx *c) {
     }
     if (near) continue;
     nfar++;
-    doctor_buf_printf(&far, "%sGPU %zu (%s) on node %d", far.len ? ", " : "", g,
-                      f->gpus[g].pci[0] ? f->gpus[g].pci : "pci ?", f->gpus[g].numa);
+    base_buf_printf(&far, "%sGPU %zu (%s) on node %d", far.len ? ", " : "", g,
+                    f->gpus[g].pci[0] ? f->gpus[g].pci : "pci ?", f->gpus[g].numa);
   }
   if (far.oom || hcas.oom)
     c->rc = -ENOMEM;
@@ -358,9 +358,9 @@ static void check_nccl_ib_hca(check_ctx *c) {
   char val[72];
   shown(spec, val, sizeof val);
   name_list l;
-  doctor_buf bad = {0}, have = {0};
+  base_buf bad = {0}, have = {0};
   for (size_t i = 0; i < f->nhcas; i++)
-    doctor_buf_printf(&have, "%s%s", have.len ? ", " : "", f->hcas[i].name);
+    base_buf_printf(&have, "%s%s", have.len ? ", " : "", f->hcas[i].name);
   char *save = NULL;
   for (char *e = strtok_r(list_open(&l, spec), ",", &save); e; e = strtok_r(NULL, ",", &save)) {
     char *colon = strchr(e, ':');
@@ -376,9 +376,9 @@ static void check_nccl_ib_hca(check_ctx *c) {
       for (size_t p = 0; p < f->hcas[i].nports; p++) port_ok |= f->hcas[i].ports[p].num == port;
     }
     if (!dev)
-      doctor_buf_printf(&bad, "%s'%s' names no RDMA device", bad.len ? "; " : "", e);
+      base_buf_printf(&bad, "%s'%s' names no RDMA device", bad.len ? "; " : "", e);
     else if (port != -1 && !port_ok)
-      doctor_buf_printf(&bad, "%s'%s' has no port %s", bad.len ? "; " : "", e, colon + 1);
+      base_buf_printf(&bad, "%s'%s' has no port %s", bad.len ? "; " : "", e, colon + 1);
   }
   if (bad.oom || have.oom)
     c->rc = -ENOMEM;
@@ -413,7 +413,7 @@ static void check_nccl_gid(check_ctx *c) {
   shown(v, val, sizeof val);
   int idx = -1, roce = 0;
   int number = base_parse_int(v, 0, 65535, &idx) == 0;
-  doctor_buf bad = {0};
+  base_buf bad = {0};
   doctor_check_status st = DOCTOR_CHECK_OK;
   for (size_t i = 0; i < f->nhcas; i++)
     for (size_t p = 0; p < f->hcas[i].nports; p++) {
@@ -427,8 +427,8 @@ static void check_nccl_gid(check_ctx *c) {
       if (number && g != NULL && st == DOCTOR_CHECK_OK) st = DOCTOR_CHECK_WARN;
       if (number && g == NULL) st = DOCTOR_CHECK_FAIL;
       if (number)
-        doctor_buf_printf(&bad, "%s%s:%d %s", bad.len ? ", " : "", f->hcas[i].name, pt->num,
-                          g == NULL ? "has no entry there" : "has RoCE v1 there (not routable)");
+        base_buf_printf(&bad, "%s%s:%d %s", bad.len ? ", " : "", f->hcas[i].name, pt->num,
+                        g == NULL ? "has no entry there" : "has RoCE v1 there (not routable)");
     }
   if (roce == 0) {
     verdict(c, n, DOCTOR_CHECK_NA, "NCCL_IB_GID_INDEX set, but no ACTIVE RoCE port is in use");
@@ -459,14 +459,14 @@ static const doctor_iface *iface_named(const doctor_facts *f, const char *name, 
 
 /* NCCL_SOCKET_IFNAME: what of its entries names no interface with an address, into bad;
  * returns the number of interfaces it selects. */
-static size_t nccl_ifname(const doctor_facts *f, const char *spec, doctor_buf *bad) {
+static size_t nccl_ifname(const doctor_facts *f, const char *spec, base_buf *bad) {
   name_list l;
   size_t selected = 0;
   char *save = NULL;
   char *s = list_open(&l, spec);
   for (char *e = strtok_r(s, ",", &save); e; e = strtok_r(NULL, ",", &save))
     if (!l.exclude && iface_named(f, e, l.exact) == NULL)
-      doctor_buf_printf(bad, "%s'%s' names no interface with an address", bad->len ? "; " : "", e);
+      base_buf_printf(bad, "%s'%s' names no interface with an address", bad->len ? "; " : "", e);
   for (size_t i = 0; i < f->nifaces; i++) {
     if (f->ifaces[i].naddrs == 0) continue;
     int match = 0;
@@ -492,17 +492,17 @@ static void check_socket_ifname(check_ctx *c) {
     verdict(c, n, DOCTOR_CHECK_NA, "neither NCCL_SOCKET_IFNAME nor GLOO_SOCKET_IFNAME is set");
     return;
   }
-  doctor_buf bad = {0}, have = {0};
+  base_buf bad = {0}, have = {0};
   doctor_check_status st = DOCTOR_CHECK_OK;
   char val[72];
   if (nccl != NULL) {
-    doctor_buf nb = {0};
+    base_buf nb = {0};
     size_t sel = nccl_ifname(f, nccl, &nb);
     shown(nccl, val, sizeof val);
     if (sel == 0)
-      doctor_buf_printf(&bad, "NCCL_SOCKET_IFNAME='%s' selects no interface with an address", val);
+      base_buf_printf(&bad, "NCCL_SOCKET_IFNAME='%s' selects no interface with an address", val);
     else if (nb.len > 0)
-      doctor_buf_printf(&bad, "NCCL_SOCKET_IFNAME='%s': %s", val, nb.data);
+      base_buf_printf(&bad, "NCCL_SOCKET_IFNAME='%s': %s", val, nb.data);
     if (sel == 0 || nb.len > 0) st = sel == 0 ? DOCTOR_CHECK_FAIL : DOCTOR_CHECK_WARN;
     bad.oom |= nb.oom;
     free(nb.data);
@@ -514,14 +514,14 @@ static void check_socket_ifname(check_ctx *c) {
     for (char *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save))
       if (iface_named(f, e, 1) == NULL) {
         shown(e, val, sizeof val);
-        doctor_buf_printf(&bad, "%sGLOO_SOCKET_IFNAME: '%s' is no interface with an address",
-                          bad.len ? "; " : "", val);
+        base_buf_printf(&bad, "%sGLOO_SOCKET_IFNAME: '%s' is no interface with an address",
+                        bad.len ? "; " : "", val);
         st = DOCTOR_CHECK_FAIL;
       }
   }
   for (size_t i = 0; i < f->nifaces; i++)
     if (f->ifaces[i].naddrs > 0)
-      doctor_buf_printf(&have, "%s%s", have.len ? ", " : "", f->ifaces[i].name);
+      base_buf_printf(&have, "%s%s", have.len ? ", " : "", f->ifaces[i].name);
   if (bad.oom || have.oom)
     c->rc = -ENOMEM;
   else if (st != DOCTOR_CHECK_OK)
@@ -544,9 +544,8 @@ static void check_settings(check_ctx *c) {
     verdict(c, "settings", DOCTOR_CHECK_OK, "%zu setting(s) derived without error", r->nset);
     return;
   }
-  doctor_buf b = {0};
-  for (size_t i = 0; i < r->nerrors; i++)
-    doctor_buf_printf(&b, "%s%s", i ? "; " : "", r->errors[i]);
+  base_buf b = {0};
+  for (size_t i = 0; i < r->nerrors; i++) base_buf_printf(&b, "%s%s", i ? "; " : "", r->errors[i]);
   if (b.oom)
     c->rc = -ENOMEM;
   else

@@ -260,12 +260,11 @@ static int best_common_gid(const doctor_facts *f, const active_port *eth, size_t
 }
 
 static void no_common_gid(derive_ctx *c, const active_port *eth, size_t neth) {
-  doctor_buf b = {0};
+  base_buf b = {0};
   for (size_t i = 0; i < neth; i++) {
-    doctor_buf_printf(&b, "%s%s:%d has", i ? "; " : "", eth[i].hca->name, eth[i].port->num);
+    base_buf_printf(&b, "%s%s:%d has", i ? "; " : "", eth[i].hca->name, eth[i].port->num);
     for (size_t k = 0; k < eth[i].port->ngids; k++)
-      if (qualifies(&eth[i].port->gids[k]))
-        doctor_buf_printf(&b, " %d", eth[i].port->gids[k].index);
+      if (qualifies(&eth[i].port->gids[k])) base_buf_printf(&b, " %d", eth[i].port->gids[k].index);
   }
   ERROR(c,
         "no single GID index is RoCE v2 with an IPv4 address on every active RoCE port (%s): "
@@ -343,11 +342,11 @@ static void check_mtus(derive_ctx *c, const active_port *act, size_t nact) {
     }
   }
   int first = -1, mismatch = 0;
-  doctor_buf b = {0};
+  base_buf b = {0};
   for (size_t j = 0; j < n; j++) {
     const doctor_iface *i = find_iface(c->f, names[j]);
     if (i == NULL || i->mtu < 0) continue;
-    doctor_buf_printf(&b, "%s%s %d", b.len ? ", " : "", names[j], i->mtu);
+    base_buf_printf(&b, "%s%s %d", b.len ? ", " : "", names[j], i->mtu);
     if (first < 0)
       first = i->mtu;
     else if (i->mtu != first)
@@ -368,7 +367,7 @@ typedef struct port_sets {
   active_port *eth; /* those of them with an Ethernet link layer (RoCE) */
   size_t nact, neth, nib, nexcluded;
   const char *user_hca; /* the user's NCCL_IB_HCA, or NULL */
-  doctor_buf hcas;      /* "mlx5_0:1,mlx5_1:1" */
+  base_buf hcas;        /* "mlx5_0:1,mlx5_1:1" */
   int exact;            /* a listed name prefixes one left out: NCCL must match exactly */
 } port_sets;
 
@@ -421,8 +420,7 @@ static void select_ports(derive_ctx *c, port_sets *ps) {
 static void list_hcas(derive_ctx *c, port_sets *ps) {
   const doctor_facts *f = c->f;
   for (size_t i = 0; i < ps->nact; i++) {
-    doctor_buf_printf(&ps->hcas, "%s%s:%d", i ? "," : "", ps->act[i].hca->name,
-                      ps->act[i].port->num);
+    base_buf_printf(&ps->hcas, "%s%s:%d", i ? "," : "", ps->act[i].hca->name, ps->act[i].port->num);
     for (size_t h = 0; h < f->nhcas; h++) {
       const char *other = f->hcas[h].name;
       int listed = 0;

@@ -102,18 +102,18 @@ int doctor_summary_parse(const char *text, doctor_summary *out) {
 int doctor_summary_compare(const char *name_a, const doctor_summary *a, const char *name_b,
                            const doctor_summary *b, char *warning, size_t len) {
   if (name_a == NULL || a == NULL || name_b == NULL || b == NULL) return -EINVAL;
-  doctor_buf d = {0};
+  base_buf d = {0};
   if (strcmp(a->link, b->link) != 0)
-    doctor_buf_printf(&d, "%slink layer %s vs %s", d.len ? "; " : "", a->link, b->link);
+    base_buf_printf(&d, "%slink layer %s vs %s", d.len ? "; " : "", a->link, b->link);
   if (strcmp(a->hca, b->hca) != 0)
-    doctor_buf_printf(&d, "%sHCA set %s vs %s", d.len ? "; " : "", a->hca[0] ? a->hca : "(none)",
-                      b->hca[0] ? b->hca : "(none)");
+    base_buf_printf(&d, "%sHCA set %s vs %s", d.len ? "; " : "", a->hca[0] ? a->hca : "(none)",
+                    b->hca[0] ? b->hca : "(none)");
   if (a->gid_index != b->gid_index) {
     char ga[16], gb[16];
     snprintf(ga, sizeof ga, "%d", a->gid_index);
     snprintf(gb, sizeof gb, "%d", b->gid_index);
-    doctor_buf_printf(&d, "%sGID index %s vs %s", d.len ? "; " : "",
-                      a->gid_index >= 0 ? ga : "none", b->gid_index >= 0 ? gb : "none");
+    base_buf_printf(&d, "%sGID index %s vs %s", d.len ? "; " : "", a->gid_index >= 0 ? ga : "none",
+                    b->gid_index >= 0 ? gb : "none");
   }
   int differ = d.len > 0;
   if (warning != NULL && len > 0) {
@@ -167,49 +167,49 @@ static void nccl_version(const doctor_facts *f, char *out, size_t len) {
 /* ---- report ----------------------------------------------------------- */
 
 /* GPUs: PCI address, UUID, NUMA node and its CPUs; the driver. */
-static void format_gpus(doctor_buf *b, const doctor_facts *f) {
-  doctor_buf_puts(b, "GPUs\n");
+static void format_gpus(base_buf *b, const doctor_facts *f) {
+  base_buf_puts(b, "GPUs\n");
   if (f->gpus_found == 0) {
-    doctor_buf_puts(b, "  none found\n");
+    base_buf_puts(b, "  none found\n");
     return;
   }
   for (size_t i = 0; i < f->ngpus; i++) {
     const doctor_gpu *g = &f->gpus[i];
-    doctor_buf_printf(b, "  %zu  %s  %s  NUMA node %d (CPUs %s)\n", i, g->pci[0] ? g->pci : "pci ?",
-                      g->uuid[0] ? g->uuid : "-", g->numa, g->cpus[0] ? g->cpus : "?");
+    base_buf_printf(b, "  %zu  %s  %s  NUMA node %d (CPUs %s)\n", i, g->pci[0] ? g->pci : "pci ?",
+                    g->uuid[0] ? g->uuid : "-", g->numa, g->cpus[0] ? g->cpus : "?");
   }
   if ((size_t)f->gpus_found != f->ngpus)
-    doctor_buf_printf(b, "  %zu of %d visible (%s)\n", f->ngpus, f->gpus_found,
-                      f->gpu_visible_var[0] ? f->gpu_visible_var : "?");
+    base_buf_printf(b, "  %zu of %d visible (%s)\n", f->ngpus, f->gpus_found,
+                    f->gpu_visible_var[0] ? f->gpu_visible_var : "?");
   if (strcmp(f->gpu_vendor, "nvidia") == 0) {
-    doctor_buf_printf(b, "  driver %s\n", f->driver[0] ? f->driver : "unknown");
+    base_buf_printf(b, "  driver %s\n", f->driver[0] ? f->driver : "unknown");
     if (f->cuda_lib[0])
-      doctor_buf_printf(b, "  libcuda %s (%s)\n",
-                        f->cuda_lib_version[0] ? f->cuda_lib_version : "version unknown",
-                        f->cuda_lib);
+      base_buf_printf(b, "  libcuda %s (%s)\n",
+                      f->cuda_lib_version[0] ? f->cuda_lib_version : "version unknown",
+                      f->cuda_lib);
     else
-      doctor_buf_puts(b, "  libcuda not found\n");
+      base_buf_puts(b, "  libcuda not found\n");
   }
 }
 
 int doctor_format_report(const doctor_result *r, char **out) {
   if (r == NULL || out == NULL) return -EINVAL;
-  doctor_buf b = {0};
+  base_buf b = {0};
   const doctor_facts *f = r->facts;
   char t[256];
   if (f != NULL) {
-    doctor_buf_puts(&b, "RDMA devices\n");
-    if (f->nhcas == 0) doctor_buf_puts(&b, "  none\n");
+    base_buf_puts(&b, "RDMA devices\n");
+    if (f->nhcas == 0) base_buf_puts(&b, "  none\n");
     for (size_t i = 0; i < f->nhcas; i++) {
       const doctor_hca *h = &f->hcas[i];
-      doctor_buf_printf(&b, "  %s  pci %s  numa %s  net", h->name, h->pci[0] ? h->pci : "?",
-                        h->numa >= 0 ? (snprintf(t, sizeof t, "%d", h->numa), t) : "?");
-      for (size_t k = 0; k < h->nnetdevs; k++) doctor_buf_printf(&b, " %s", h->netdevs[k]);
-      if (h->nnetdevs == 0) doctor_buf_puts(&b, " -");
-      doctor_buf_puts(&b, "\n");
+      base_buf_printf(&b, "  %s  pci %s  numa %s  net", h->name, h->pci[0] ? h->pci : "?",
+                      h->numa >= 0 ? (snprintf(t, sizeof t, "%d", h->numa), t) : "?");
+      for (size_t k = 0; k < h->nnetdevs; k++) base_buf_printf(&b, " %s", h->netdevs[k]);
+      if (h->nnetdevs == 0) base_buf_puts(&b, " -");
+      base_buf_puts(&b, "\n");
       for (size_t p = 0; p < h->nports; p++) {
         const doctor_port *pt = &h->ports[p];
-        doctor_buf_printf(
+        base_buf_printf(
             &b, "    port %d  %s  %s  %s  %s\n", pt->num, pt->state_name[0] ? pt->state_name : "?",
             pt->phys_state_name[0] ? pt->phys_state_name : "?", pt->rate[0] ? pt->rate : "rate ?",
             pt->link == DOCTOR_LINK_ETH  ? "Ethernet (RoCE)"
@@ -217,116 +217,115 @@ int doctor_format_report(const doctor_result *r, char **out) {
                                          : "link layer ?");
         for (size_t g = 0; g < pt->ngids; g++) {
           gid_str(&pt->gids[g], t, sizeof t);
-          doctor_buf_printf(&b, "      gid %-3d %-40s %-10s %s\n", pt->gids[g].index, t,
-                            doctor_gid_type_name(pt->gids[g].type),
-                            pt->gids[g].ndev[0] ? pt->gids[g].ndev : "-");
+          base_buf_printf(&b, "      gid %-3d %-40s %-10s %s\n", pt->gids[g].index, t,
+                          doctor_gid_type_name(pt->gids[g].type),
+                          pt->gids[g].ndev[0] ? pt->gids[g].ndev : "-");
         }
       }
     }
-    doctor_buf_puts(&b, "Interfaces\n");
+    base_buf_puts(&b, "Interfaces\n");
     for (size_t i = 0; i < f->nifaces; i++) {
       const doctor_iface *it = &f->ifaces[i];
-      doctor_buf_printf(&b, "  %-12s mtu %-5d %-8s", it->name, it->mtu,
-                        it->operstate[0] ? it->operstate : "?");
+      base_buf_printf(&b, "  %-12s mtu %-5d %-8s", it->name, it->mtu,
+                      it->operstate[0] ? it->operstate : "?");
       for (size_t k = 0; k < it->naddrs; k++) {
         addr_str(&it->addrs[k], t, sizeof t);
-        doctor_buf_printf(&b, " %s", t);
+        base_buf_printf(&b, " %s", t);
       }
-      doctor_buf_puts(&b, "\n");
+      base_buf_puts(&b, "\n");
     }
-    doctor_buf_printf(&b, "Routes\n  default route via %s\n",
-                      f->default_iface[0] ? f->default_iface : "(none)");
+    base_buf_printf(&b, "Routes\n  default route via %s\n",
+                    f->default_iface[0] ? f->default_iface : "(none)");
     if (f->master[0])
-      doctor_buf_printf(&b, "  master %s (%s) via %s\n", f->master,
-                        f->master_addr[0] ? f->master_addr : "unresolved",
-                        f->route_iface[0] ? f->route_iface : "(unknown)");
-    doctor_buf_puts(&b, "Limits\n");
+      base_buf_printf(&b, "  master %s (%s) via %s\n", f->master,
+                      f->master_addr[0] ? f->master_addr : "unresolved",
+                      f->route_iface[0] ? f->route_iface : "(unknown)");
+    base_buf_puts(&b, "Limits\n");
     if (!f->memlock_known)
-      doctor_buf_puts(&b, "  locked memory: unknown\n");
+      base_buf_puts(&b, "  locked memory: unknown\n");
     else if (f->memlock_unlimited)
-      doctor_buf_puts(&b, "  locked memory: unlimited\n");
+      base_buf_puts(&b, "  locked memory: unlimited\n");
     else {
       human_bytes(f->memlock_bytes, t, sizeof t);
-      doctor_buf_printf(&b, "  locked memory: %s\n", t);
+      base_buf_printf(&b, "  locked memory: %s\n", t);
     }
     if (f->shm_known) {
       human_bytes(f->shm_bytes, t, sizeof t);
-      doctor_buf_printf(&b, "  /dev/shm: %s\n", t);
+      base_buf_printf(&b, "  /dev/shm: %s\n", t);
     } else {
-      doctor_buf_puts(&b, "  /dev/shm: missing\n");
+      base_buf_puts(&b, "  /dev/shm: missing\n");
     }
-    doctor_buf_printf(&b, "  /dev/infiniband: %s (%d uverbs)\n",
-                      f->dev_infiniband ? "present" : "missing", f->uverbs_count);
+    base_buf_printf(&b, "  /dev/infiniband: %s (%d uverbs)\n",
+                    f->dev_infiniband ? "present" : "missing", f->uverbs_count);
     if (f->hugepages_known)
-      doctor_buf_printf(&b, "  hugepages: %ld of %ld KiB\n", f->hugepages_total, f->hugepage_kb);
+      base_buf_printf(&b, "  hugepages: %ld of %ld KiB\n", f->hugepages_total, f->hugepage_kb);
     format_gpus(&b, f);
     nccl_version(f, t, sizeof t);
     if (f->nccl_found)
-      doctor_buf_printf(&b, "NCCL\n  %s (%s)\n", t, f->nccl_path);
+      base_buf_printf(&b, "NCCL\n  %s (%s)\n", t, f->nccl_path);
     else
-      doctor_buf_puts(&b, "NCCL\n  not found\n");
+      base_buf_puts(&b, "NCCL\n  not found\n");
   }
-  doctor_buf_puts(&b, "\nSettings to add\n");
-  if (r->nset == 0) doctor_buf_puts(&b, "  none\n");
+  base_buf_puts(&b, "\nSettings to add\n");
+  if (r->nset == 0) base_buf_puts(&b, "  none\n");
   for (size_t i = 0; i < r->nset; i++)
-    doctor_buf_printf(&b, "  %s=%s\n      %s\n", r->set[i].name, r->set[i].value, r->set[i].reason);
-  if (r->nkept > 0) doctor_buf_puts(&b, "Kept as you set them\n");
+    base_buf_printf(&b, "  %s=%s\n      %s\n", r->set[i].name, r->set[i].value, r->set[i].reason);
+  if (r->nkept > 0) base_buf_puts(&b, "Kept as you set them\n");
   for (size_t i = 0; i < r->nkept; i++)
-    doctor_buf_printf(&b, "  %s=%s\n      doctor would set '%s': %s\n", r->kept[i].name,
-                      r->kept[i].user_value, r->kept[i].value, r->kept[i].reason);
-  for (size_t i = 0; i < r->nnotes; i++) doctor_buf_printf(&b, "note: %s\n", r->notes[i]);
-  for (size_t i = 0; i < r->nwarnings; i++) doctor_buf_printf(&b, "warning: %s\n", r->warnings[i]);
-  for (size_t i = 0; i < r->nerrors; i++) doctor_buf_printf(&b, "error: %s\n", r->errors[i]);
+    base_buf_printf(&b, "  %s=%s\n      doctor would set '%s': %s\n", r->kept[i].name,
+                    r->kept[i].user_value, r->kept[i].value, r->kept[i].reason);
+  for (size_t i = 0; i < r->nnotes; i++) base_buf_printf(&b, "note: %s\n", r->notes[i]);
+  for (size_t i = 0; i < r->nwarnings; i++) base_buf_printf(&b, "warning: %s\n", r->warnings[i]);
+  for (size_t i = 0; i < r->nerrors; i++) base_buf_printf(&b, "error: %s\n", r->errors[i]);
   char sum[DOCTOR_SUMMARY_MAX];
   doctor_summary_format(&r->summary, sum, sizeof sum);
-  doctor_buf_printf(&b, "summary: %s\n", sum);
-  return doctor_buf_take(&b, out);
+  base_buf_printf(&b, "summary: %s\n", sum);
+  return base_buf_take(&b, out, NULL);
 }
 
 /* ---- checks ----------------------------------------------------------- */
 
 int doctor_format_checks(const doctor_result *r, char **out) {
   if (r == NULL || out == NULL) return -EINVAL;
-  doctor_buf b = {0};
+  base_buf b = {0};
   size_t count[DOCTOR_CHECK_FAIL + 1] = {0};
   for (size_t i = 0; i < r->nchecks; i++) {
     const doctor_check *k = &r->checks[i];
-    doctor_buf_printf(&b, "%-5s %-19s %s\n", doctor_check_status_name(k->status), k->name,
-                      k->detail);
+    base_buf_printf(&b, "%-5s %-19s %s\n", doctor_check_status_name(k->status), k->name, k->detail);
     count[k->status]++;
   }
-  doctor_buf_printf(&b, "%zu check(s): %zu failed, %zu warned, %zu ok, %zu not applicable\n",
-                    r->nchecks, count[DOCTOR_CHECK_FAIL], count[DOCTOR_CHECK_WARN],
-                    count[DOCTOR_CHECK_OK], count[DOCTOR_CHECK_NA]);
-  return doctor_buf_take(&b, out);
+  base_buf_printf(&b, "%zu check(s): %zu failed, %zu warned, %zu ok, %zu not applicable\n",
+                  r->nchecks, count[DOCTOR_CHECK_FAIL], count[DOCTOR_CHECK_WARN],
+                  count[DOCTOR_CHECK_OK], count[DOCTOR_CHECK_NA]);
+  return base_buf_take(&b, out, NULL);
 }
 
 /* ---- export ----------------------------------------------------------- */
 
-static void shell_quote(doctor_buf *b, const char *s) {
-  doctor_buf_puts(b, "'");
+static void shell_quote(base_buf *b, const char *s) {
+  base_buf_puts(b, "'");
   for (; *s; s++) {
     if (*s == '\'')
-      doctor_buf_puts(b, "'\\''");
+      base_buf_puts(b, "'\\''");
     else
-      doctor_buf_printf(b, "%c", *s);
+      base_buf_printf(b, "%c", *s);
   }
-  doctor_buf_puts(b, "'");
+  base_buf_puts(b, "'");
 }
 
 int doctor_format_export(const doctor_result *r, char **out) {
   if (r == NULL || out == NULL) return -EINVAL;
-  doctor_buf b = {0};
+  base_buf b = {0};
   for (size_t i = 0; i < r->nset; i++) {
     /* A reason is one line; keep a stray newline from ending the comment. */
-    doctor_buf_puts(&b, "# ");
+    base_buf_puts(&b, "# ");
     for (const char *p = r->set[i].reason; *p; p++)
-      doctor_buf_printf(&b, "%c", *p == '\n' ? ' ' : *p);
-    doctor_buf_printf(&b, "\nexport %s=", r->set[i].name);
+      base_buf_printf(&b, "%c", *p == '\n' ? ' ' : *p);
+    base_buf_printf(&b, "\nexport %s=", r->set[i].name);
     shell_quote(&b, r->set[i].value);
-    doctor_buf_puts(&b, "\n");
+    base_buf_puts(&b, "\n");
   }
-  return doctor_buf_take(&b, out);
+  return base_buf_take(&b, out, NULL);
 }
 
 /* ---- JSON (jansson) --------------------------------------------------- */

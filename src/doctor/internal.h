@@ -9,19 +9,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#include "base/buf.h"
 #include "doctor/doctor.h"
-
-/* A growable NUL-terminated string. An allocation failure is sticky in oom. */
-typedef struct doctor_buf {
-  char *data;
-  size_t len, cap;
-  int oom;
-} doctor_buf;
-
-void doctor_buf_printf(doctor_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void doctor_buf_puts(doctor_buf *b, const char *s);
-/* Returns 0 and hands over the string (never NULL), or -ENOMEM. */
-int doctor_buf_take(doctor_buf *b, char **out);
 
 /* Appends a formatted line to a list of strings. Returns 0 or -ENOMEM. */
 int doctor_list_add(char ***list, size_t *n, const char *fmt, ...)

@@ -1,4 +1,4 @@
-/* strings.c - the doctor's string buffer, string lists, natural order and environment. */
+/* strings.c - the doctor's string lists, natural order and environment. */
 #include "doctor/internal.h"
 
 #include <ctype.h>
@@ -7,63 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void buf_vprintf(doctor_buf *b, const char *fmt, va_list ap) {
-  if (b->oom) return;
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = vsnprintf(NULL, 0, fmt, ap2);
-  va_end(ap2);
-  if (n < 0) {
-    b->oom = 1;
-    return;
-  }
-  size_t need = b->len + (size_t)n + 1;
-  if (need > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (p == NULL) {
-      b->oom = 1;
-      return;
-    }
-    b->data = p;
-    b->cap = cap;
-  }
-  vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
-  b->len += (size_t)n;
-}
-
-void doctor_buf_printf(doctor_buf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  buf_vprintf(b, fmt, ap);
-  va_end(ap);
-}
-
-void doctor_buf_puts(doctor_buf *b, const char *s) {
-  doctor_buf_printf(b, "%s", s);
-}
-
-int doctor_buf_take(doctor_buf *b, char **out) {
-  if (!b->oom && b->data == NULL) doctor_buf_puts(b, "");
-  if (b->oom) {
-    free(b->data);
-    *b = (doctor_buf){0};
-    return -ENOMEM;
-  }
-  *out = b->data;
-  *b = (doctor_buf){0};
-  return 0;
-}
-
 int doctor_list_add(char ***list, size_t *n, const char *fmt, ...) {
-  doctor_buf b = {0};
+  base_buf b = {0};
   va_list ap;
   va_start(ap, fmt);
-  buf_vprintf(&b, fmt, ap);
+  base_buf_vprintf(&b, fmt, ap);
   va_end(ap);
   char *s;
-  if (doctor_buf_take(&b, &s) != 0) return -ENOMEM;
+  if (base_buf_take(&b, &s, NULL) != 0) return -ENOMEM;
   char **p = realloc(*list, (*n + 1) * sizeof *p);
   if (p == NULL) {
     free(s);

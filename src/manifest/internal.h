@@ -26,6 +26,6 @@ int manifest_common_checks(int nodes, int nproc, char *const *cmd, size_t ncmd, 
 /* A byte count with the largest of the units (TiB, GiB, MiB, KiB names) that divides it. */
 void manifest_size_str(uint64_t bytes, const char *const units[4], char *out, size_t outlen);
 /* 0, or -ENOMEM with a reason when the buffer ran out of memory. */
-int manifest_finish(manifest_buf *out, char *err, size_t errlen);
+int manifest_finish(base_buf *out, char *err, size_t errlen);
 
 #endif

@@ -18,29 +18,28 @@
 #include "manifest/manifest.h"
 
 /* A line of `in` spaces, then the formatted text. */
-static void line(manifest_buf *b, int in, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void line(manifest_buf *b, int in, const char *fmt, ...) {
+static void line(base_buf *b, int in, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void line(base_buf *b, int in, const char *fmt, ...) {
   char text[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  manifest_buf_printf(b, "%*s%s\n", in, "", text);
+  base_buf_printf(b, "%*s%s\n", in, "", text);
 }
 
 /* "key: value" with the value as a double-quoted scalar. */
-static void kv(manifest_buf *b, int in, const char *key, const char *value) {
-  manifest_buf_printf(b, "%*s%s: ", in, "", key);
+static void kv(base_buf *b, int in, const char *key, const char *value) {
+  base_buf_printf(b, "%*s%s: ", in, "", key);
   manifest_yaml_quote(b, value, 0);
-  manifest_buf_puts(b, "\n");
+  base_buf_puts(b, "\n");
 }
 
 /* "- value" with the value quoted; dollar_escape for the kubelet's $(VAR). */
-static void item(manifest_buf *b, int in, const char *value, int dollar_escape) {
-  manifest_buf_printf(b, "%*s- ", in, "");
+static void item(base_buf *b, int in, const char *value, int dollar_escape) {
+  base_buf_printf(b, "%*s- ", in, "");
   manifest_yaml_quote(b, value, dollar_escape);
-  manifest_buf_puts(b, "\n");
+  base_buf_puts(b, "\n");
 }
 
 /* What differs between the kinds' pods. */
@@ -57,7 +56,7 @@ typedef struct pod_parts {
 } pod_parts;
 
 /* The container's command: `cohort run [shape] [options] -- COMMAND`. */
-static void cohort_command(manifest_buf *b, int in, const char *key, const manifest_k8s_opts *o,
+static void cohort_command(base_buf *b, int in, const char *key, const manifest_k8s_opts *o,
                            const char *master) {
   line(b, in, "%s:", key);
   item(b, in, "cohort", 0);
@@ -89,7 +88,7 @@ static void cohort_command(manifest_buf *b, int in, const char *key, const manif
   for (size_t i = 0; i < o->ncmd; i++) item(b, in, o->cmd[i], 1);
 }
 
-static void token_env(manifest_buf *b, int in, const char *secret) {
+static void token_env(base_buf *b, int in, const char *secret) {
   line(b, in, "env:");
   line(b, in, "- name: COHORT_TOKEN");
   line(b, in + 2, "valueFrom:");
@@ -99,7 +98,7 @@ static void token_env(manifest_buf *b, int in, const char *secret) {
 }
 
 /* GPUs and the RDMA device as limits under `key`. */
-static void resources(manifest_buf *b, int in, const char *key, const manifest_k8s_opts *o) {
+static void resources(base_buf *b, int in, const char *key, const manifest_k8s_opts *o) {
   if (o->gpus == 0 && o->rdma == MANIFEST_RDMA_NONE) return;
   line(b, in, "%s:", key);
   line(b, in + 2, "limits:");
@@ -108,7 +107,7 @@ static void resources(manifest_buf *b, int in, const char *key, const manifest_k
 }
 
 /* The fields of the container after its name, at `in`. */
-static void container(manifest_buf *b, int in, const manifest_k8s_opts *o, const pod_parts *p,
+static void container(base_buf *b, int in, const manifest_k8s_opts *o, const pod_parts *p,
                       const char *secret) {
   kv(b, in, "image", o->image);
   if (p->job_fields) {
@@ -146,7 +145,7 @@ static void container(manifest_buf *b, int in, const manifest_k8s_opts *o, const
 }
 
 /* A PodTemplateSpec's metadata and spec at `in`. */
-static void pod_template(manifest_buf *b, int in, const manifest_k8s_opts *o, const pod_parts *p,
+static void pod_template(base_buf *b, int in, const manifest_k8s_opts *o, const pod_parts *p,
                          const char *secret) {
   line(b, in, "metadata:");
   line(b, in + 2, "labels:");
@@ -223,64 +222,63 @@ static int kube_check(const manifest_k8s_opts *o, const char *suffix, int last_i
 }
 
 /* The Secret that holds a generated job token. */
-static void kube_secret(manifest_buf *b, const char *job, const char *secret, const char *token) {
-  manifest_buf_puts(b, "---\napiVersion: v1\nkind: Secret\nmetadata:\n");
+static void kube_secret(base_buf *b, const char *job, const char *secret, const char *token) {
+  base_buf_puts(b, "---\napiVersion: v1\nkind: Secret\nmetadata:\n");
   kv(b, 2, "name", secret);
-  manifest_buf_puts(b, "  labels:\n");
+  base_buf_puts(b, "  labels:\n");
   kv(b, 4, "cohort.job", job);
-  manifest_buf_puts(b, "type: Opaque\nstringData:\n");
+  base_buf_puts(b, "type: Opaque\nstringData:\n");
   kv(b, 2, "token", token);
 }
 
 /* The opening comment (`what`: how the pods find each other), the token's
  * comment and the Secret with a generated token; the Secret's name in secret. */
-static void kube_head(manifest_buf *b, const manifest_k8s_opts *o, const char *kind,
-                      const char *what, char *secret, size_t secretlen) {
+static void kube_head(base_buf *b, const manifest_k8s_opts *o, const char *kind, const char *what,
+                      char *secret, size_t secretlen) {
   if (o->token_secret != NULL)
     snprintf(secret, secretlen, "%s", o->token_secret);
   else
     snprintf(secret, secretlen, "%s-token", o->name);
-  manifest_buf_printf(b, "# Generated by `cohort manifest %s`. Apply with: kubectl apply -f FILE\n",
-                      kind);
-  manifest_buf_puts(b, what);
+  base_buf_printf(b, "# Generated by `cohort manifest %s`. Apply with: kubectl apply -f FILE\n",
+                  kind);
+  base_buf_puts(b, what);
   if (o->token_secret != NULL)
-    manifest_buf_printf(
-        b,
-        "# The job token is the key \"token\" of Secret %s, e.g.\n"
-        "#   kubectl create secret generic %s --from-literal=token=$(cohort token)\n",
-        o->token_secret, o->token_secret);
+    base_buf_printf(b,
+                    "# The job token is the key \"token\" of Secret %s, e.g.\n"
+                    "#   kubectl create secret generic %s --from-literal=token=$(cohort token)\n",
+                    o->token_secret, o->token_secret);
   else
-    manifest_buf_printf(b,
-                        "# The job token, generated with this file, is the key \"token\" of Secret "
-                        "%s below:\n"
-                        "# keep the file private, since whoever has the token can join or stop "
-                        "the job.\n",
-                        secret);
+    base_buf_printf(b,
+                    "# The job token, generated with this file, is the key \"token\" of Secret "
+                    "%s below:\n"
+                    "# keep the file private, since whoever has the token can join or stop "
+                    "the job.\n",
+                    secret);
   if (o->metrics_port > 0)
-    manifest_buf_printf(b,
-                        "# Every agent serves Prometheus metrics on port %d (/metrics); the pods "
-                        "carry\n# the prometheus.io/scrape annotations.\n",
-                        o->metrics_port);
+    base_buf_printf(b,
+                    "# Every agent serves Prometheus metrics on port %d (/metrics); the pods "
+                    "carry\n# the prometheus.io/scrape annotations.\n",
+                    o->metrics_port);
   if (o->token_secret == NULL) kube_secret(b, o->name, secret, o->token);
 }
 
-static void object_head(manifest_buf *b, const char *api, const char *kind, const char *name,
+static void object_head(base_buf *b, const char *api, const char *kind, const char *name,
                         const char *job) {
-  manifest_buf_printf(b, "---\napiVersion: %s\nkind: %s\nmetadata:\n", api, kind);
+  base_buf_printf(b, "---\napiVersion: %s\nkind: %s\nmetadata:\n", api, kind);
   kv(b, 2, "name", name);
-  manifest_buf_puts(b, "  labels:\n");
+  base_buf_puts(b, "  labels:\n");
   kv(b, 4, "cohort.job", job);
 }
 
 /* The Prometheus Operator's PodMonitor of the pods' "metrics" port, when
  * asked; then the end of every kind's output. */
-static int kube_finish(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+static int kube_finish(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen) {
   if (o->pod_monitor) {
     object_head(out, "monitoring.coreos.com/v1", "PodMonitor", o->name, o->name);
-    manifest_buf_puts(out, "spec:\n  selector:\n    matchLabels:\n");
+    base_buf_puts(out, "spec:\n  selector:\n    matchLabels:\n");
     kv(out, 6, "cohort.job", o->name);
-    manifest_buf_puts(out, "  podTargetLabels:\n  - cohort.job\n"
-                           "  podMetricsEndpoints:\n  - port: metrics\n    path: /metrics\n");
+    base_buf_puts(out, "  podTargetLabels:\n  - cohort.job\n"
+                       "  podMetricsEndpoints:\n  - port: metrics\n    path: /metrics\n");
   }
   return manifest_finish(out, err, errlen);
 }
@@ -288,19 +286,18 @@ static int kube_finish(const manifest_k8s_opts *o, manifest_buf *out, char *err,
 /* ---- an Indexed Job and its headless Service ---- */
 
 /* The headless Service that gives pod i the name NAME-i.NAME. */
-static void k8s_service(manifest_buf *b, const manifest_k8s_opts *o) {
+static void k8s_service(base_buf *b, const manifest_k8s_opts *o) {
   object_head(b, "v1", "Service", o->name, o->name);
-  manifest_buf_puts(b, "spec:\n  clusterIP: None\n"
-                       "  # Publish pod addresses before readiness so that the agents can find\n"
-                       "  # pod 0 as soon as it runs.\n"
-                       "  publishNotReadyAddresses: true\n"
-                       "  selector:\n");
+  base_buf_puts(b, "spec:\n  clusterIP: None\n"
+                   "  # Publish pod addresses before readiness so that the agents can find\n"
+                   "  # pod 0 as soon as it runs.\n"
+                   "  publishNotReadyAddresses: true\n"
+                   "  selector:\n");
   kv(b, 4, "cohort.job", o->name);
-  manifest_buf_printf(b, "  ports:\n  - name: rendezvous\n    port: %d\n    protocol: TCP\n",
-                      o->port);
+  base_buf_printf(b, "  ports:\n  - name: rendezvous\n    port: %d\n    protocol: TCP\n", o->port);
 }
 
-int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+int manifest_k8s(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen) {
   int rc = kube_check(o, "-", o->nodes - 1, err, errlen);
   if (rc != 0) return rc;
   char master[320], secret[300], what[512];
@@ -313,12 +310,12 @@ int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_
   kube_head(out, o, "k8s", what, secret, sizeof secret);
   k8s_service(out, o);
   object_head(out, "batch/v1", "Job", o->name, o->name);
-  manifest_buf_printf(out,
-                      "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
-                      "  # A failed worker stops the agents on every node, so the Job fails as a "
-                      "whole\n  # instead of restarting one pod into a finished rendezvous.\n"
-                      "  backoffLimit: 0\n  template:\n",
-                      o->nodes, o->nodes);
+  base_buf_printf(out,
+                  "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+                  "  # A failed worker stops the agents on every node, so the Job fails as a "
+                  "whole\n  # instead of restarting one pod into a finished rendezvous.\n"
+                  "  backoffLimit: 0\n  template:\n",
+                  o->nodes, o->nodes);
   pod_parts p = {.container = "cohort",
                  .job_fields = 1,
                  .master = master,
@@ -331,8 +328,8 @@ int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_
 /* ---- JobSet ---- */
 
 /* The spec of the Indexed Job of N pods a JobSet (or Trainer's runtime) replicates, at `in`. */
-static void indexed_job_spec(manifest_buf *b, int in, const manifest_k8s_opts *o,
-                             const pod_parts *p, const char *secret, int counts) {
+static void indexed_job_spec(base_buf *b, int in, const manifest_k8s_opts *o, const pod_parts *p,
+                             const char *secret, int counts) {
   line(b, in, "completionMode: Indexed");
   if (counts) {
     line(b, in, "completions: %d", o->nodes);
@@ -343,7 +340,7 @@ static void indexed_job_spec(manifest_buf *b, int in, const manifest_k8s_opts *o
   pod_template(b, in + 2, o, p, secret);
 }
 
-int manifest_jobset(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+int manifest_jobset(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen) {
   int rc = kube_check(o, "-node-0-", o->nodes - 1, err, errlen);
   if (rc != 0) return rc;
   char master[320], secret[300], what[512];
@@ -355,14 +352,14 @@ int manifest_jobset(const manifest_k8s_opts *o, manifest_buf *out, char *err, si
            o->name, o->name);
   kube_head(out, o, "jobset", what, secret, sizeof secret);
   object_head(out, "jobset.x-k8s.io/v1alpha2", "JobSet", o->name, o->name);
-  manifest_buf_puts(out, "spec:\n"
-                         "  # A failed worker stops the agents on every node: the JobSet fails "
-                         "as a whole.\n"
-                         "  failurePolicy:\n    maxRestarts: 0\n"
-                         "  network:\n    enableDNSHostnames: true\n"
-                         "    publishNotReadyAddresses: true\n"
-                         "  replicatedJobs:\n  - name: node\n    replicas: 1\n    template:\n"
-                         "      spec:\n");
+  base_buf_puts(out, "spec:\n"
+                     "  # A failed worker stops the agents on every node: the JobSet fails "
+                     "as a whole.\n"
+                     "  failurePolicy:\n    maxRestarts: 0\n"
+                     "  network:\n    enableDNSHostnames: true\n"
+                     "    publishNotReadyAddresses: true\n"
+                     "  replicatedJobs:\n  - name: node\n    replicas: 1\n    template:\n"
+                     "      spec:\n");
   pod_parts p = {
       .container = "cohort", .job_fields = 1, .master = master, .port_name = "rendezvous"};
   indexed_job_spec(out, 8, o, &p, secret, 1);
@@ -372,26 +369,26 @@ int manifest_jobset(const manifest_k8s_opts *o, manifest_buf *out, char *err, si
 /* ---- Kubeflow Trainer v2: TrainingRuntime and TrainJob ---- */
 
 /* The runtime: a JobSet template whose pods the TrainJob fills in. */
-static void trainer_runtime(manifest_buf *b, const manifest_k8s_opts *o, const char *runtime,
+static void trainer_runtime(base_buf *b, const manifest_k8s_opts *o, const char *runtime,
                             const char *secret) {
   object_head(b, "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", runtime, o->name);
-  manifest_buf_puts(b, "    trainer.kubeflow.org/framework: torch\n"
-                       "spec:\n  mlPolicy:\n");
+  base_buf_puts(b, "    trainer.kubeflow.org/framework: torch\n"
+                   "spec:\n  mlPolicy:\n");
   /* The TrainJob's numProcPerNode becomes PET_NPROC_PER_NODE. */
-  manifest_buf_printf(b, "    numNodes: %d\n    torch: {}\n", o->nodes);
-  manifest_buf_puts(b, "  template:\n    spec:\n"
-                       "      failurePolicy:\n        maxRestarts: 0\n"
-                       "      network:\n        publishNotReadyAddresses: true\n"
-                       "      replicatedJobs:\n      - name: node\n        template:\n"
-                       "          metadata:\n            labels:\n"
-                       "              trainer.kubeflow.org/trainjob-ancestor-step: trainer\n"
-                       "          spec:\n");
+  base_buf_printf(b, "    numNodes: %d\n    torch: {}\n", o->nodes);
+  base_buf_puts(b, "  template:\n    spec:\n"
+                   "      failurePolicy:\n        maxRestarts: 0\n"
+                   "      network:\n        publishNotReadyAddresses: true\n"
+                   "      replicatedJobs:\n      - name: node\n        template:\n"
+                   "          metadata:\n            labels:\n"
+                   "              trainer.kubeflow.org/trainjob-ancestor-step: trainer\n"
+                   "          spec:\n");
   /* The container is "node", where the torch plugin puts PET_* and its port. */
   pod_parts p = {.container = "node"};
   indexed_job_spec(b, 12, o, &p, secret, 0);
 }
 
-int manifest_trainjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+int manifest_trainjob(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen) {
   int rc = kube_check(o, "-node-0-", o->nodes - 1, err, errlen);
   if (rc != 0) return rc;
   if (o->port != MANIFEST_TRAINER_PORT)
@@ -408,14 +405,13 @@ int manifest_trainjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, 
             secret, sizeof secret);
   trainer_runtime(out, o, runtime, secret);
   object_head(out, "trainer.kubeflow.org/v1alpha1", "TrainJob", o->name, o->name);
-  manifest_buf_puts(out, "spec:\n  runtimeRef:\n    apiGroup: trainer.kubeflow.org\n"
-                         "    kind: TrainingRuntime\n");
+  base_buf_puts(out, "spec:\n  runtimeRef:\n    apiGroup: trainer.kubeflow.org\n"
+                     "    kind: TrainingRuntime\n");
   kv(out, 4, "name", runtime);
-  manifest_buf_puts(out, "  trainer:\n");
+  base_buf_puts(out, "  trainer:\n");
   kv(out, 4, "image", o->image);
   cohort_command(out, 4, "command", o, NULL);
-  manifest_buf_printf(out, "    numNodes: %d\n    numProcPerNode: %d\n", o->nodes,
-                      o->nproc_per_node);
+  base_buf_printf(out, "    numNodes: %d\n    numProcPerNode: %d\n", o->nodes, o->nproc_per_node);
   token_env(out, 4, secret);
   resources(out, 4, "resourcesPerNode", o);
   return kube_finish(o, out, err, errlen);
@@ -423,17 +419,16 @@ int manifest_trainjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, 
 
 /* ---- Training Operator v1: PyTorchJob ---- */
 
-static void pytorch_replica(manifest_buf *b, const char *type, int replicas,
-                            const manifest_k8s_opts *o, const char *secret) {
-  manifest_buf_printf(b,
-                      "    %s:\n      replicas: %d\n      restartPolicy: Never\n      template:\n",
-                      type, replicas);
+static void pytorch_replica(base_buf *b, const char *type, int replicas, const manifest_k8s_opts *o,
+                            const char *secret) {
+  base_buf_printf(b, "    %s:\n      replicas: %d\n      restartPolicy: Never\n      template:\n",
+                  type, replicas);
   /* The operator looks for the container "pytorch" and its port "pytorchjob-port". */
   pod_parts p = {.container = "pytorch", .job_fields = 1, .port_name = "pytorchjob-port"};
   pod_template(b, 8, o, &p, secret);
 }
 
-int manifest_pytorchjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen) {
+int manifest_pytorchjob(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen) {
   int rc = kube_check(o, "-worker-", o->nodes - 1, err, errlen);
   if (rc != 0) return rc;
   char secret[300];
@@ -444,11 +439,11 @@ int manifest_pytorchjob(const manifest_k8s_opts *o, manifest_buf *out, char *err
             "# RANK and WORLD_SIZE the operator sets beside them, as torchrun does.\n",
             secret, sizeof secret);
   object_head(out, "kubeflow.org/v1", "PyTorchJob", o->name, o->name);
-  manifest_buf_printf(out,
-                      "spec:\n  nprocPerNode: \"%d\"\n  runPolicy:\n"
-                      "    # A failed worker stops the agents on every node: no pod is retried.\n"
-                      "    backoffLimit: 0\n  pytorchReplicaSpecs:\n",
-                      o->nproc_per_node);
+  base_buf_printf(out,
+                  "spec:\n  nprocPerNode: \"%d\"\n  runPolicy:\n"
+                  "    # A failed worker stops the agents on every node: no pod is retried.\n"
+                  "    backoffLimit: 0\n  pytorchReplicaSpecs:\n",
+                  o->nproc_per_node);
   pytorch_replica(out, "Master", 1, o, secret);
   if (o->nodes > 1) pytorch_replica(out, "Worker", o->nodes - 1, o, secret);
   return kube_finish(o, out, err, errlen);

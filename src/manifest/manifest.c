@@ -1,4 +1,4 @@
-/* manifest.c - the text buffer, quoting and checks of every template; the Slurm and docker
+/* manifest.c - the quoting and checks of every template; the Slurm and docker
  * templates (Kubernetes' are in k8s.c). */
 #include "manifest/manifest.h"
 #include "manifest/internal.h"
@@ -12,61 +12,6 @@
 
 #include "base/base.h"
 #include "base/net.h"
-
-/* ---- buffer ---- */
-
-void manifest_buf_init(manifest_buf *b) {
-  memset(b, 0, sizeof *b);
-}
-
-void manifest_buf_free(manifest_buf *b) {
-  free(b->data);
-  memset(b, 0, sizeof *b);
-}
-
-static int buf_reserve(manifest_buf *b, size_t extra) {
-  if (b->oom) return -ENOMEM;
-  if (b->len + extra + 1 <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < b->len + extra + 1) {
-    if (cap > SIZE_MAX / 2) {
-      b->oom = 1;
-      return -ENOMEM;
-    }
-    cap *= 2;
-  }
-  char *p = realloc(b->data, cap);
-  if (p == NULL) {
-    b->oom = 1;
-    return -ENOMEM;
-  }
-  b->data = p;
-  b->cap = cap;
-  return 0;
-}
-
-static void buf_putn(manifest_buf *b, const char *s, size_t n) {
-  if (buf_reserve(b, n) != 0) return;
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
-  b->data[b->len] = '\0';
-}
-
-void manifest_buf_puts(manifest_buf *b, const char *s) {
-  buf_putn(b, s, strlen(s));
-}
-
-void manifest_buf_printf(manifest_buf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0 || buf_reserve(b, (size_t)n) != 0) return;
-  va_start(ap, fmt);
-  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->len += (size_t)n;
-}
 
 /* ---- quoting ---- */
 
@@ -109,7 +54,7 @@ static int yaml_literal_ok(uint32_t c) {
          (c >= 0x10000 && c <= 0x10FFFF);
 }
 
-int manifest_yaml_quote(manifest_buf *b, const char *s, int dollar_escape) {
+int manifest_yaml_quote(base_buf *b, const char *s, int dollar_escape) {
   const unsigned char *p = (const unsigned char *)s;
   for (const unsigned char *q = p; *q;) {
     uint32_t cp;
@@ -117,42 +62,42 @@ int manifest_yaml_quote(manifest_buf *b, const char *s, int dollar_escape) {
     if (n == 0) return -EINVAL;
     q += n;
   }
-  buf_putn(b, "\"", 1);
+  base_buf_putn(b, "\"", 1);
   while (*p) {
     uint32_t c = 0; /* valid UTF-8 (checked above), but -O3 cannot see that utf8_decode sets it */
     size_t n = utf8_decode(p, &c);
     switch (c) {
     case '"':
-      manifest_buf_puts(b, "\\\"");
+      base_buf_puts(b, "\\\"");
       break;
     case '\\':
-      manifest_buf_puts(b, "\\\\");
+      base_buf_puts(b, "\\\\");
       break;
     case '\n':
-      manifest_buf_puts(b, "\\n");
+      base_buf_puts(b, "\\n");
       break;
     case '\t':
-      manifest_buf_puts(b, "\\t");
+      base_buf_puts(b, "\\t");
       break;
     case '\r':
-      manifest_buf_puts(b, "\\r");
+      base_buf_puts(b, "\\r");
       break;
     case '$':
-      manifest_buf_puts(b, dollar_escape ? "$$" : "$");
+      base_buf_puts(b, dollar_escape ? "$$" : "$");
       break;
     default:
       if (yaml_literal_ok(c))
-        buf_putn(b, (const char *)p, n);
+        base_buf_putn(b, (const char *)p, n);
       else if (c <= 0xFF)
-        manifest_buf_printf(b, "\\x%02X", (unsigned)c);
+        base_buf_printf(b, "\\x%02X", (unsigned)c);
       else if (c <= 0xFFFF)
-        manifest_buf_printf(b, "\\u%04X", (unsigned)c);
+        base_buf_printf(b, "\\u%04X", (unsigned)c);
       else
-        manifest_buf_printf(b, "\\U%08X", (unsigned)c);
+        base_buf_printf(b, "\\U%08X", (unsigned)c);
     }
     p += n;
   }
-  buf_putn(b, "\"", 1);
+  base_buf_putn(b, "\"", 1);
   return 0;
 }
 
@@ -160,24 +105,24 @@ static int shell_safe_char(unsigned char c) {
   return isalnum(c) || strchr("_@%+=:,./-", c) != NULL;
 }
 
-void manifest_shell_quote(manifest_buf *b, const char *s) {
+void manifest_shell_quote(base_buf *b, const char *s) {
   int safe = *s != '\0';
   for (const unsigned char *p = (const unsigned char *)s; *p && safe; p++)
     safe = shell_safe_char(*p);
   if (safe) {
-    manifest_buf_puts(b, s);
+    base_buf_puts(b, s);
     return;
   }
   /* Inside single quotes nothing is special; a quote is closed, escaped and
    * reopened. */
-  buf_putn(b, "'", 1);
+  base_buf_putn(b, "'", 1);
   for (const char *p = s; *p; p++) {
     if (*p == '\'')
-      manifest_buf_puts(b, "'\\''");
+      base_buf_puts(b, "'\\''");
     else
-      buf_putn(b, p, 1);
+      base_buf_putn(b, p, 1);
   }
-  buf_putn(b, "'", 1);
+  base_buf_putn(b, "'", 1);
 }
 
 /* ---- validation ---- */
@@ -276,10 +221,10 @@ int manifest_common_checks(int nodes, int nproc, char *const *cmd, size_t ncmd, 
   if (cmd == NULL || ncmd == 0)
     return manifest_seterr(err, errlen, "no command: give the training command after '--'");
   for (size_t i = 0; i < ncmd; i++) {
-    manifest_buf tmp;
-    manifest_buf_init(&tmp);
+    base_buf tmp;
+    base_buf_init(&tmp);
     int rc = manifest_yaml_quote(&tmp, cmd[i], 0);
-    manifest_buf_free(&tmp);
+    base_buf_free(&tmp);
     if (rc != 0)
       return manifest_seterr(err, errlen, "command argument %zu is not valid UTF-8", i + 1);
   }
@@ -299,7 +244,7 @@ void manifest_size_str(uint64_t bytes, const char *const units[4], char *out, si
   snprintf(out, outlen, "%llu", (unsigned long long)bytes);
 }
 
-int manifest_finish(manifest_buf *out, char *err, size_t errlen) {
+int manifest_finish(base_buf *out, char *err, size_t errlen) {
   if (out->oom) {
     manifest_seterr(err, errlen, "out of memory");
     return -ENOMEM;
@@ -342,7 +287,7 @@ static int slurm_name_ok(const char *s, const char *extra) {
   return 1;
 }
 
-int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, size_t errlen) {
+int manifest_slurm(const manifest_slurm_opts *o, base_buf *out, char *err, size_t errlen) {
   int rc = manifest_common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
   if (rc != 0) return rc;
   if (o->gpus_per_node < 0 || o->gpus_per_node > MANIFEST_MAX_NPROC)
@@ -358,61 +303,59 @@ int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, s
     return manifest_seterr(err, errlen, "--job-name '%s' must be letters, digits and _ . -",
                            o->job_name);
 
-  manifest_buf *b = out;
-  manifest_buf_puts(b, "#!/bin/bash\n");
-  if (o->job_name) manifest_buf_printf(b, "#SBATCH --job-name=%s\n", o->job_name);
-  manifest_buf_printf(b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", o->nodes);
-  if (o->gpus_per_node > 0)
-    manifest_buf_printf(b, "#SBATCH --gpus-per-node=%d\n", o->gpus_per_node);
-  if (o->time) manifest_buf_printf(b, "#SBATCH --time=%s\n", o->time);
-  if (o->partition) manifest_buf_printf(b, "#SBATCH --partition=%s\n", o->partition);
-  manifest_buf_puts(b,
-                    "#\n"
-                    "# Generated by `cohort manifest slurm`. Submit with: sbatch FILE\n"
-                    "# srun starts one `cohort run` agent per node; the agents find each other\n"
-                    "# from Slurm's environment (SLURM_JOB_NODELIST, SLURM_NODEID, SLURM_NNODES).\n"
-                    "# --kill-on-bad-exit ends every node when one fails.\n"
-                    "set -euo pipefail\n"
-                    "# The job's token authenticates every agent to the job's store: the one\n"
-                    "# exported before sbatch, or a fresh one made here, which srun passes to\n"
-                    "# every node and nothing outside the job knows.\n"
-                    "if [ -z \"${COHORT_TOKEN:-}\" ]; then\n"
-                    "  COHORT_TOKEN=$(cohort token)\n"
-                    "  export COHORT_TOKEN\n"
-                    "fi\n");
-  manifest_buf_printf(b,
-                      "srun --nodes=%d --ntasks-per-node=1 --kill-on-bad-exit=1 cohort run "
-                      "--nproc-per-node %d",
-                      o->nodes, o->nproc_per_node);
-  if (o->hang_timeout > 0) manifest_buf_printf(b, " --hang-timeout %d", o->hang_timeout);
-  manifest_buf_puts(b, " --");
+  base_buf *b = out;
+  base_buf_puts(b, "#!/bin/bash\n");
+  if (o->job_name) base_buf_printf(b, "#SBATCH --job-name=%s\n", o->job_name);
+  base_buf_printf(b, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n", o->nodes);
+  if (o->gpus_per_node > 0) base_buf_printf(b, "#SBATCH --gpus-per-node=%d\n", o->gpus_per_node);
+  if (o->time) base_buf_printf(b, "#SBATCH --time=%s\n", o->time);
+  if (o->partition) base_buf_printf(b, "#SBATCH --partition=%s\n", o->partition);
+  base_buf_puts(b, "#\n"
+                   "# Generated by `cohort manifest slurm`. Submit with: sbatch FILE\n"
+                   "# srun starts one `cohort run` agent per node; the agents find each other\n"
+                   "# from Slurm's environment (SLURM_JOB_NODELIST, SLURM_NODEID, SLURM_NNODES).\n"
+                   "# --kill-on-bad-exit ends every node when one fails.\n"
+                   "set -euo pipefail\n"
+                   "# The job's token authenticates every agent to the job's store: the one\n"
+                   "# exported before sbatch, or a fresh one made here, which srun passes to\n"
+                   "# every node and nothing outside the job knows.\n"
+                   "if [ -z \"${COHORT_TOKEN:-}\" ]; then\n"
+                   "  COHORT_TOKEN=$(cohort token)\n"
+                   "  export COHORT_TOKEN\n"
+                   "fi\n");
+  base_buf_printf(b,
+                  "srun --nodes=%d --ntasks-per-node=1 --kill-on-bad-exit=1 cohort run "
+                  "--nproc-per-node %d",
+                  o->nodes, o->nproc_per_node);
+  if (o->hang_timeout > 0) base_buf_printf(b, " --hang-timeout %d", o->hang_timeout);
+  base_buf_puts(b, " --");
   for (size_t i = 0; i < o->ncmd; i++) {
-    manifest_buf_puts(b, " ");
+    base_buf_puts(b, " ");
     manifest_shell_quote(b, o->cmd[i]);
   }
-  manifest_buf_puts(b, "\n");
+  base_buf_puts(b, "\n");
   return manifest_finish(out, err, errlen);
 }
 
 /* ---- docker ---- */
 
 /* The command that writes the job's token into the env file every line reads. */
-static void docker_env_file(manifest_buf *b, const char *token) {
-  manifest_buf_puts(b, "# Every line reads the job's token, generated with this file, from "
-                       "the env file\n"
-                       "# " MANIFEST_DOCKER_ENV ", not from docker's command line, where ps "
-                       "would show it.\n"
-                       "# Run the next line once (printf is built into the shell), then copy "
-                       "the file\n"
-                       "# beside these lines on every node (e.g. with scp) and keep it private: "
-                       "whoever\n"
-                       "# has the token can join or stop the job.\n"
-                       "(umask 077 && printf 'COHORT_TOKEN=%s\\n' ");
+static void docker_env_file(base_buf *b, const char *token) {
+  base_buf_puts(b, "# Every line reads the job's token, generated with this file, from "
+                   "the env file\n"
+                   "# " MANIFEST_DOCKER_ENV ", not from docker's command line, where ps "
+                   "would show it.\n"
+                   "# Run the next line once (printf is built into the shell), then copy "
+                   "the file\n"
+                   "# beside these lines on every node (e.g. with scp) and keep it private: "
+                   "whoever\n"
+                   "# has the token can join or stop the job.\n"
+                   "(umask 077 && printf 'COHORT_TOKEN=%s\\n' ");
   manifest_shell_quote(b, token);
-  manifest_buf_puts(b, " > " MANIFEST_DOCKER_ENV ")\n");
+  base_buf_puts(b, " > " MANIFEST_DOCKER_ENV ")\n");
 }
 
-int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err, size_t errlen) {
+int manifest_docker(const manifest_docker_opts *o, base_buf *out, char *err, size_t errlen) {
   int rc = manifest_common_checks(o->nodes, o->nproc_per_node, o->cmd, o->ncmd, err, errlen);
   if (rc != 0) return rc;
   if (!manifest_token_ok(o->image))
@@ -442,40 +385,40 @@ int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err,
       snprintf(shm, sizeof shm, "%llug", (unsigned long long)(o->shm_bytes >> 30));
   }
 
-  manifest_buf *b = out;
-  manifest_buf_printf(b,
-                      "# Generated by `cohort manifest docker`: run line i on node i; node 0 is "
-                      "%s, whose\n"
-                      "# agent hosts the rendezvous on port %d.\n",
-                      o->master_addr, o->port);
+  base_buf *b = out;
+  base_buf_printf(b,
+                  "# Generated by `cohort manifest docker`: run line i on node i; node 0 is "
+                  "%s, whose\n"
+                  "# agent hosts the rendezvous on port %d.\n",
+                  o->master_addr, o->port);
   docker_env_file(b, o->token);
   for (int node = 0; node < o->nodes; node++) {
-    manifest_buf_printf(b, "# node %d\n", node);
-    manifest_buf_puts(b, "docker run --rm --network host --ulimit memlock=-1:-1");
+    base_buf_printf(b, "# node %d\n", node);
+    base_buf_puts(b, "docker run --rm --network host --ulimit memlock=-1:-1");
     /* The host's IPC namespace brings the host's /dev/shm; docker ignores
      * --shm-size beside --ipc host (and podman refuses the pair), so a
      * size means a private IPC namespace with a /dev/shm of that size. */
     if (shm[0])
-      manifest_buf_printf(b, " --shm-size %s", shm);
+      base_buf_printf(b, " --shm-size %s", shm);
     else
-      manifest_buf_puts(b, " --ipc host");
+      base_buf_puts(b, " --ipc host");
     if (o->gpus) {
-      manifest_buf_puts(b, " --gpus ");
+      base_buf_puts(b, " --gpus ");
       manifest_shell_quote(b, o->gpus);
     }
-    if (o->rdma) manifest_buf_puts(b, " --device /dev/infiniband --cap-add IPC_LOCK");
-    manifest_buf_puts(b, " --env-file " MANIFEST_DOCKER_ENV " ");
+    if (o->rdma) base_buf_puts(b, " --device /dev/infiniband --cap-add IPC_LOCK");
+    base_buf_puts(b, " --env-file " MANIFEST_DOCKER_ENV " ");
     manifest_shell_quote(b, o->image);
-    manifest_buf_printf(b, " cohort run --nnodes %d --node-rank %d --master ", o->nodes, node);
+    base_buf_printf(b, " cohort run --nnodes %d --node-rank %d --master ", o->nodes, node);
     manifest_shell_quote(b, master);
-    manifest_buf_printf(b, " --nproc-per-node %d", o->nproc_per_node);
-    if (o->hang_timeout > 0) manifest_buf_printf(b, " --hang-timeout %d", o->hang_timeout);
-    manifest_buf_puts(b, " --");
+    base_buf_printf(b, " --nproc-per-node %d", o->nproc_per_node);
+    if (o->hang_timeout > 0) base_buf_printf(b, " --hang-timeout %d", o->hang_timeout);
+    base_buf_puts(b, " --");
     for (size_t i = 0; i < o->ncmd; i++) {
-      manifest_buf_puts(b, " ");
+      base_buf_puts(b, " ");
       manifest_shell_quote(b, o->cmd[i]);
     }
-    manifest_buf_puts(b, "\n");
+    base_buf_puts(b, "\n");
   }
   return manifest_finish(out, err, errlen);
 }

@@ -28,35 +28,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+
 /* The rendezvous port of node 0's agent when none is given. */
 #define MANIFEST_DEFAULT_PORT 29400
 /* Upper bounds accepted for counts (far above any real job). */
 #define MANIFEST_MAX_NODES 100000
 #define MANIFEST_MAX_NPROC 1024
 
-/* A growable text buffer. On allocation failure it stays valid, stops
- * growing and remembers the failure in `oom`. */
-typedef struct manifest_buf {
-  char *data; /* NUL-terminated when non-NULL */
-  size_t len;
-  size_t cap;
-  int oom;
-} manifest_buf;
-
-void manifest_buf_init(manifest_buf *b);
-void manifest_buf_free(manifest_buf *b);
-void manifest_buf_puts(manifest_buf *b, const char *s);
-void manifest_buf_printf(manifest_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* Appends s as a YAML double-quoted scalar. s must be valid UTF-8;
  * returns -EINVAL (appending nothing) otherwise. When dollar_escape is set,
  * every '$' is written as "$$" (Kubernetes command/args expansion). */
-int manifest_yaml_quote(manifest_buf *b, const char *s, int dollar_escape);
+int manifest_yaml_quote(base_buf *b, const char *s, int dollar_escape);
 
 /* Appends s quoted for a POSIX shell: unchanged when it is made only of
  * characters no shell treats specially, otherwise in single quotes. */
-void manifest_shell_quote(manifest_buf *b, const char *s);
+void manifest_shell_quote(base_buf *b, const char *s);
 
 /*
  * Parses a size such as "8G", "512Mi", "1073741824" (suffixes K, M, G, T,
@@ -109,10 +96,10 @@ typedef struct manifest_k8s_opts {
  *    (kubeflow.org/v1), Master and Worker replicas; the agents read the
  *    operator's PET_* variables.
  */
-int manifest_k8s(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
-int manifest_jobset(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
-int manifest_trainjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
-int manifest_pytorchjob(const manifest_k8s_opts *o, manifest_buf *out, char *err, size_t errlen);
+int manifest_k8s(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen);
+int manifest_jobset(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen);
+int manifest_trainjob(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen);
+int manifest_pytorchjob(const manifest_k8s_opts *o, base_buf *out, char *err, size_t errlen);
 
 /* The rendezvous port Kubeflow Trainer's torch plugin gives PET_MASTER_PORT. */
 #define MANIFEST_TRAINER_PORT 29400
@@ -131,7 +118,7 @@ typedef struct manifest_slurm_opts {
 
 /* An sbatch script that starts one agent per node with srun, with a fresh
  * token (`cohort token`) unless COHORT_TOKEN is exported to it. */
-int manifest_slurm(const manifest_slurm_opts *o, manifest_buf *out, char *err, size_t errlen);
+int manifest_slurm(const manifest_slurm_opts *o, base_buf *out, char *err, size_t errlen);
 
 typedef struct manifest_docker_opts {
   int nodes;
@@ -153,6 +140,6 @@ typedef struct manifest_docker_opts {
 
 /* The command that writes the env file, then one `docker run` line per node
  * (node i runs line i). */
-int manifest_docker(const manifest_docker_opts *o, manifest_buf *out, char *err, size_t errlen);
+int manifest_docker(const manifest_docker_opts *o, base_buf *out, char *err, size_t errlen);
 
 #endif

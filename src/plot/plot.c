@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
+
 /* ---- one metrics line, read with jansson ---- */
 
 /*
@@ -247,58 +249,24 @@ int plot_parse(const char *data, size_t len, plot_series *out, char *err, size_t
 
 /* ---- SVG ---- */
 
-typedef struct sbuf {
-  char *data;
-  size_t len, cap;
-  int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
-    b->oom = 1;
-    return;
-  }
-  if (b->len + (size_t)n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (p == NULL) {
-      b->oom = 1;
-      return;
-    }
-    b->data = p;
-    b->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->len += (size_t)n;
-}
-
 /* XML text: markup characters escaped; bytes that are not valid UTF-8 or
  * not allowed in XML (control characters) become '?'. */
-static void sb_xml_text(sbuf *b, const char *s) {
+static void sb_xml_text(base_buf *b, const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
     unsigned char ch = *p;
     if (ch == '&')
-      sb_printf(b, "&amp;");
+      base_buf_printf(b, "&amp;");
     else if (ch == '<')
-      sb_printf(b, "&lt;");
+      base_buf_printf(b, "&lt;");
     else if (ch == '>')
-      sb_printf(b, "&gt;");
+      base_buf_printf(b, "&gt;");
     else if (ch == '"')
-      sb_printf(b, "&quot;");
+      base_buf_printf(b, "&quot;");
     else if (ch < 0x20 && ch != '\t')
-      sb_printf(b, "?");
+      base_buf_printf(b, "?");
     else if (ch < 0x80)
-      sb_printf(b, "%c", ch);
+      base_buf_printf(b, "%c", ch);
     else {
       size_t n = (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3 : (ch & 0xF8) == 0xF0 ? 4 : 0;
       uint32_t v = n == 2 ? ch & 0x1Fu : n == 3 ? ch & 0x0Fu : ch & 0x07u;
@@ -308,9 +276,9 @@ static void sb_xml_text(sbuf *b, const char *s) {
       int ok = n > 0 && k == n && v >= min[n] && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF) &&
                v != 0xFFFE && v != 0xFFFF;
       if (ok)
-        sb_printf(b, "%.*s", (int)n, (const char *)p);
+        base_buf_printf(b, "%.*s", (int)n, (const char *)p);
       else
-        sb_printf(b, "?");
+        base_buf_printf(b, "?");
       p += ok ? n : 1;
       continue;
     }
@@ -377,27 +345,27 @@ static size_t finite_range(const plot_series *s, size_t nseries, int which, doub
   return finite;
 }
 
-static void polyline(sbuf *b, const plot_series *s, int which, const char *name, const char *color,
-                     size_t k, size_t nseries, double xlo, double xhi, double lo, double hi,
-                     int y0) {
+static void polyline(base_buf *b, const plot_series *s, int which, const char *name,
+                     const char *color, size_t k, size_t nseries, double xlo, double xhi, double lo,
+                     double hi, int y0) {
   double pw = SVG_W - MARGIN_L - MARGIN_R;
   size_t drawn = 0;
   for (size_t i = 0; i < s->n; i++) {
     double v = value(&s->points[i], which);
     if (!isfinite(v)) continue;
     if (drawn++ == 0) {
-      sb_printf(b, "<polyline class=\"%s\"", name);
-      if (nseries > 1) sb_printf(b, " data-series=\"%zu\"", k);
-      sb_printf(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+      base_buf_printf(b, "<polyline class=\"%s\"", name);
+      if (nseries > 1) base_buf_printf(b, " data-series=\"%zu\"", k);
+      base_buf_printf(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
     }
     double x = MARGIN_L + ((double)s->points[i].step - xlo) / (xhi - xlo) * pw;
     double y = y0 + PLOT_H - (v - lo) / (hi - lo) * PLOT_H;
-    sb_printf(b, "%s%.2f,%.2f", drawn > 1 ? " " : "", x, y);
+    base_buf_printf(b, "%s%.2f,%.2f", drawn > 1 ? " " : "", x, y);
   }
-  if (drawn > 0) sb_printf(b, "\"/>\n");
+  if (drawn > 0) base_buf_printf(b, "\"/>\n");
 }
 
-static void panel(sbuf *b, const plot_series *s, size_t nseries, int which, const char *name,
+static void panel(base_buf *b, const plot_series *s, size_t nseries, int which, const char *name,
                   double xlo, double xhi, int y0) {
   double lo, hi;
   size_t finite = finite_range(s, nseries, which, &lo, &hi), total = 0;
@@ -413,13 +381,13 @@ static void panel(sbuf *b, const plot_series *s, size_t nseries, int which, cons
   lo = floor(lo / ystep) * ystep;
   hi = ceil(hi / ystep) * ystep;
 
-  sb_printf(b, "<g class=\"panel\" id=\"panel-%s\">\n", name);
-  sb_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
-            MARGIN_L, y0 - 8, name);
-  sb_printf(b,
-            "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%d\" fill=\"none\" "
-            "stroke=\"#888\"/>\n",
-            MARGIN_L, y0, pw, PLOT_H);
+  base_buf_printf(b, "<g class=\"panel\" id=\"panel-%s\">\n", name);
+  base_buf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
+                  MARGIN_L, y0 - 8, name);
+  base_buf_printf(b,
+                  "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%d\" fill=\"none\" "
+                  "stroke=\"#888\"/>\n",
+                  MARGIN_L, y0, pw, PLOT_H);
   char label[32];
   /* Ticks are counted, not accumulated: near the limits of double precision
    * t += step may not move t at all. */
@@ -428,44 +396,44 @@ static void panel(sbuf *b, const plot_series *s, size_t nseries, int which, cons
     if (!(t <= hi + ystep * 1e-9)) break;
     double y = y0 + PLOT_H - (t - lo) / (hi - lo) * PLOT_H;
     fmt_num(fabs(t) < ystep * 1e-9 ? 0.0 : t, label, sizeof label);
-    sb_printf(b,
-              "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#ddd\"/>"
-              "<text x=\"%d\" y=\"%.2f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
-              MARGIN_L, y, MARGIN_L + pw, y, MARGIN_L - 6, y + 4, label);
+    base_buf_printf(b,
+                    "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#ddd\"/>"
+                    "<text x=\"%d\" y=\"%.2f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
+                    MARGIN_L, y, MARGIN_L + pw, y, MARGIN_L - 6, y + 4, label);
   }
   for (int k = 0; k <= PLOT_MAX_TICKS; k++) {
     double t = ceil(xlo / xstep) * xstep + k * xstep;
     if (!(t <= xhi + xstep * 1e-9)) break;
     double x = MARGIN_L + (t - xlo) / (xhi - xlo) * pw;
     fmt_num(t, label, sizeof label);
-    sb_printf(b,
-              "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#888\"/>"
-              "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
-              x, y0 + PLOT_H, x, y0 + PLOT_H + 5, x, y0 + PLOT_H + 18, label);
+    base_buf_printf(b,
+                    "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#888\"/>"
+                    "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
+                    x, y0 + PLOT_H, x, y0 + PLOT_H + 5, x, y0 + PLOT_H + 18, label);
   }
-  sb_printf(b, "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">step</text>\n",
-            MARGIN_L + pw, y0 + PLOT_H + 32);
+  base_buf_printf(b, "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">step</text>\n",
+                  MARGIN_L + pw, y0 + PLOT_H + 32);
   for (size_t k = 0; k < nseries; k++)
     polyline(b, &s[k], which, name, series_color(k, nseries, which), k, nseries, xlo, xhi, lo, hi,
              y0);
   if (finite < total)
-    sb_printf(b,
-              "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\" fill=\"#c00\">"
-              "%zu non-finite values not drawn</text>\n",
-              MARGIN_L + pw, y0 - 8, total - finite);
-  sb_printf(b, "</g>\n");
+    base_buf_printf(b,
+                    "<text x=\"%.0f\" y=\"%d\" font-size=\"11\" text-anchor=\"end\" fill=\"#c00\">"
+                    "%zu non-finite values not drawn</text>\n",
+                    MARGIN_L + pw, y0 - 8, total - finite);
+  base_buf_printf(b, "</g>\n");
 }
 
 /* A legend line per series, below the panels: its colour and its name. */
-static void legend(sbuf *b, const char *const *names, size_t nseries, int y0) {
+static void legend(base_buf *b, const char *const *names, size_t nseries, int y0) {
   for (size_t k = 0; k < nseries; k++) {
     int y = y0 + (int)k * LEGEND_H;
-    sb_printf(b,
-              "<g class=\"legend\" data-series=\"%zu\"><rect x=\"%d\" y=\"%d\" width=\"24\" "
-              "height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">",
-              k, MARGIN_L, y - 4, series_color(k, nseries, 0), MARGIN_L + 32, y);
+    base_buf_printf(b,
+                    "<g class=\"legend\" data-series=\"%zu\"><rect x=\"%d\" y=\"%d\" width=\"24\" "
+                    "height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">",
+                    k, MARGIN_L, y - 4, series_color(k, nseries, 0), MARGIN_L + 32, y);
     sb_xml_text(b, names && names[k] ? names[k] : "");
-    sb_printf(b, "</text></g>\n");
+    base_buf_printf(b, "</text></g>\n");
   }
 }
 
@@ -484,31 +452,26 @@ int plot_svg_many(const plot_series *s, const char *const *names, size_t nseries
   }
   double xlo = (double)first, xhi = (double)last;
   if (xhi <= xlo) xlo -= 1, xhi += 1;
-  sbuf b = {0};
+  base_buf b = {0};
   int legend_h = nseries > 1 ? (int)nseries * LEGEND_H + 10 : 0;
   int h = TOP + 2 * PANEL_H + legend_h;
-  sb_printf(&b,
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<title>",
-            SVG_W, h, SVG_W, h);
+  base_buf_printf(&b,
+                  "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                  "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+                  "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+                  "<title>",
+                  SVG_W, h, SVG_W, h);
   sb_xml_text(&b, title ? title : "");
-  sb_printf(&b, "</title>\n<text x=\"%d\" y=\"24\" font-size=\"16\">", MARGIN_L);
+  base_buf_printf(&b, "</title>\n<text x=\"%d\" y=\"24\" font-size=\"16\">", MARGIN_L);
   sb_xml_text(&b, title ? title : "");
-  sb_printf(&b, " (%zu steps, %lld..%lld)</text>\n", steps, (long long)first, (long long)last);
+  base_buf_printf(&b, " (%zu steps, %lld..%lld)</text>\n", steps, (long long)first,
+                  (long long)last);
   panel(&b, s, nseries, 0, "loss", xlo, xhi, TOP + 30);
   panel(&b, s, nseries, 1, "tokens_per_s", xlo, xhi, TOP + 30 + PANEL_H);
   if (nseries > 1) legend(&b, names, nseries, TOP + 2 * PANEL_H + 20);
-  sb_printf(&b, "</svg>\n");
-  if (b.oom) {
-    free(b.data);
-    return -ENOMEM;
-  }
-  *svg = b.data;
-  *svg_len = b.len;
-  return 0;
+  base_buf_printf(&b, "</svg>\n");
+  return base_buf_take(&b, svg, svg_len);
 }
 
 int plot_svg(const plot_series *s, const char *title, char **svg, size_t *svg_len) {

@@ -220,7 +220,7 @@ static const cli_opt docker_opts[] = {
     HANG_ROW,
 };
 
-typedef int (*build_fn)(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+typedef int (*build_fn)(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                         size_t errlen);
 
 /* A fresh job token for the templates that carry one. */
@@ -231,8 +231,8 @@ static int new_token(char token[STORE_TOKEN_NEW_LEN + 1], char *err, size_t errl
 }
 
 /* The Kubernetes kinds: one set of options, one renderer each. */
-static int build_kube(int (*render)(const manifest_k8s_opts *, manifest_buf *, char *, size_t),
-                      const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+static int build_kube(int (*render)(const manifest_k8s_opts *, base_buf *, char *, size_t),
+                      const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                       size_t errlen) {
   char token[STORE_TOKEN_NEW_LEN + 1] = "";
   if (a->token_secret == NULL && new_token(token, err, errlen) != 0) return -EIO;
@@ -254,27 +254,27 @@ static int build_kube(int (*render)(const manifest_k8s_opts *, manifest_buf *, c
   return render(&o, out, err, errlen);
 }
 
-static int build_k8s(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+static int build_k8s(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                      size_t errlen) {
   return build_kube(manifest_k8s, a, cmd, out, err, errlen);
 }
 
-static int build_jobset(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+static int build_jobset(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                         size_t errlen) {
   return build_kube(manifest_jobset, a, cmd, out, err, errlen);
 }
 
-static int build_trainjob(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+static int build_trainjob(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                           size_t errlen) {
   return build_kube(manifest_trainjob, a, cmd, out, err, errlen);
 }
 
-static int build_pytorchjob(const manifest_args *a, const cli_args *cmd, manifest_buf *out,
-                            char *err, size_t errlen) {
+static int build_pytorchjob(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
+                            size_t errlen) {
   return build_kube(manifest_pytorchjob, a, cmd, out, err, errlen);
 }
 
-static int build_slurm(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+static int build_slurm(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                        size_t errlen) {
   manifest_slurm_opts o = {.nodes = a->nodes,
                            .nproc_per_node = a->nproc,
@@ -288,7 +288,7 @@ static int build_slurm(const manifest_args *a, const cli_args *cmd, manifest_buf
   return manifest_slurm(&o, out, err, errlen);
 }
 
-static int build_docker(const manifest_args *a, const cli_args *cmd, manifest_buf *out, char *err,
+static int build_docker(const manifest_args *a, const cli_args *cmd, base_buf *out, char *err,
                         size_t errlen) {
   char token[STORE_TOKEN_NEW_LEN + 1];
   if (new_token(token, err, errlen) != 0) return -EIO;
@@ -329,7 +329,7 @@ static const manifest_kind kinds[] = {
     KIND("docker", docker_usage, docker_opts, build_docker),
 };
 
-static int write_all(const manifest_buf *b) {
+static int write_all(const base_buf *b) {
   if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0)
     return cli_error("cohort manifest", 1, "writing the output failed: %s", strerror(errno));
   return 0;
@@ -341,18 +341,18 @@ static int manifest_run(const manifest_kind *k, int argc, char **argv) {
   cli_args cmd;
   int rc = cli_parse(&k->cli, argc, argv, &a, &cmd);
   if (rc != CLI_OK) return rc == CLI_HELP ? 0 : rc;
-  manifest_buf out;
-  manifest_buf_init(&out);
+  base_buf out;
+  base_buf_init(&out);
   char err[512] = "";
   rc = k->build(&a, &cmd, &out, err, sizeof err);
   if (rc != 0) {
-    manifest_buf_free(&out);
+    base_buf_free(&out);
     /* Out of memory or random bytes is a failure; anything else the templates refuse is bad input.
      */
     return cli_error(k->cli.prog, rc == -ENOMEM || rc == -EIO ? 1 : CLI_USAGE, "%s", err);
   }
   rc = write_all(&out);
-  manifest_buf_free(&out);
+  base_buf_free(&out);
   return rc;
 }
 
