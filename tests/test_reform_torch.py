@@ -10,8 +10,10 @@ workers running examples/reform_ddp.py, then
      it must receive the survivors' parameters, optimizer state, step and
      data position;
   3. SIGSTOP of a rank (its sockets stay open, gloo alone would wait out the
-     process group's 30-minute timeout): `reshape` must break the survivors'
-     collective at once; `form` with 2 ranks.
+     process group's timeout): `reshape` must break the survivors'
+     collective at once; `form` with 2 ranks;
+  4. four re-forms in a row leave the survivors' descriptor and thread
+     counts as they were.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
@@ -263,6 +265,20 @@ def run(tmp, ws):
     check_after(survivors, t_stop + 1.0, 2, "SIGSTOP")
     stalled.proc.kill()
     stalled.proc.wait()
+
+    # 4. Re-forms in a row leave no descriptor and no thread behind.
+    def counts():
+        return [(len(os.listdir("/proc/%d/fd" % w.pid)),
+                 len(os.listdir("/proc/%d/task" % w.pid))) for w in survivors]
+    before = counts()
+    for e in range(3, 7):
+        reform(survivors, e, e + 1, free_port(), 2, "re-form %d" % e)
+        t = time.time()
+        for w in survivors:
+            w.wait_step(lambda s: float(s["time"]) > t, "a step after re-form %d" % e)
+    if counts() != before:
+        fail("4 re-forms changed the survivors' (descriptors, threads) from %s to %s"
+             % (before, counts()))
 
     # Training goes on; the survivors agree bit for bit and kept their history.
     at = max(last_step(w) for w in survivors) + 10

@@ -56,6 +56,16 @@ class NoState(RuntimeError):
     """No rank of the new membership holds training state: load a checkpoint."""
 
 
+# The gloo group's timeout (torch's default: 30 minutes). A reshape ends a
+# collective at once, with one exception in gloo (1.13): a send queued after
+# its peer's socket broke (EPIPE or ECONNRESET in gloo's non-blocking write)
+# is not woken when the pair fails, and waits for this timeout. Shutting down
+# only the reading side keeps this process's own writes from failing, which
+# leaves a peer closing in the same instant as the cause (a few percent of
+# re-forms). Raise it when one rank may keep the others waiting longer
+# (evaluation or a checkpoint on rank 0 alone).
+_GLOO_TIMEOUT = timedelta(seconds=60)
+
 # Substrings of the errors a collective raises when a peer is gone.
 _COMM_ERRORS = ("gloo", "nccl", "connection", "closed", "reset by peer",
                 "broken pipe", "timed out", "timeout", "aborted")
@@ -166,14 +176,15 @@ class Job:
     world_size * batch_size per completed step). extra: {name: object with
     state_dict()/load_state_dict()} also handed to newcomers (an LR
     scheduler). backend: "gloo" (default) or "nccl". timeout: the process
-    group's (a stalled peer is ended by the agent's `reshape`, not by it).
+    group's, 60 s (a stalled peer is ended by the agent's `reshape`, not by
+    it; see _GLOO_TIMEOUT).
     join_timeout: seconds a bootstrap may wait for the other ranks.
     wait: seconds a failed collective waits for the agent's `reshape` before
     it counts as an ordinary error. ddp_args: DistributedDataParallel's.
     """
 
     def __init__(self, model, optimizer, batch_size=1, extra=None, backend="gloo",
-                 timeout=timedelta(minutes=30), join_timeout=120.0, wait=60.0,
+                 timeout=_GLOO_TIMEOUT, join_timeout=120.0, wait=60.0,
                  ddp_args=None):
         self.module, self.optimizer, self.batch_size = model, optimizer, batch_size
         self.extra = dict(extra or {})
@@ -242,8 +253,8 @@ class Job:
                     s = socket.socket(fileno=os.dup(fd))
                 except OSError:
                     continue
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
+                try:  # reading side only: see _GLOO_TIMEOUT
+                    s.shutdown(socket.SHUT_RD)
                 except OSError:
                     pass
                 s.close()
