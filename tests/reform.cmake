@@ -23,3 +23,9 @@ set_tests_properties(reform_nodes PROPERTIES TIMEOUT 600 COST 60 LABELS "slow")
 add_test(NAME reform_etcd COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} etcd)
 set_tests_properties(reform_etcd PROPERTIES TIMEOUT 300 COST 20 LABELS "slow")
+
+# The PyTorch example under the real agent (Debian's python3-torch, gloo):
+# kill -9 of a rank, survivors re-form in place, the newcomer gets the state.
+add_test(NAME reform_torch_agent COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} torch)
+set_tests_properties(reform_torch_agent PROPERTIES TIMEOUT 400 COST 40 LABELS "slow" PROCESSORS 2)

@@ -5,7 +5,7 @@
 # that takes no part is restarted with one line; across real agents in
 # network namespaces this test creates and removes, a killed node, a
 # replacement node, fewer than MIN nodes left and the store's node lost.
-# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|etcd]
+# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|etcd|torch]
 set -u
 cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
@@ -297,7 +297,35 @@ etcd_tests() {
   check "etcd: the survivors end well ($codes)" [ "$codes" = "0 0" ]
 }
 
+# The PyTorch example (examples/reform_ddp.py through cohort_reform, Debian's
+# torch, gloo) under the real agent: kill -9 of rank 1 at step 5; the
+# survivors re-form in their processes, the newcomer receives the state, and
+# every rank ends with the same parameters.
+torch_tests() {
+  /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "python3-torch is needed"; return 1; }
+  local out="$tmp/pt"
+  "$cohort" run --nproc-per-node 3 --on-failure reform --no-python /usr/bin/python3 \
+    "$src/examples/reform_ddp.py" --steps 40 --step-time 0.1 >"$out" 2>&1 &
+  local agent=$!
+  check "torch: rank 1 reaches step 5" wait_for "$out" "step=5 rank=1 " 1 120 || return
+  local p0 p1 p2
+  p0=$(sed -n 's/.*joined epoch=0 rank=0 .* pid=\([0-9]*\) .*/\1/p' "$out")
+  p1=$(sed -n 's/.*joined epoch=0 rank=1 .* pid=\([0-9]*\) .*/\1/p' "$out")
+  p2=$(sed -n 's/.*joined epoch=0 rank=2 .* pid=\([0-9]*\) .*/\1/p' "$out")
+  kill -9 "$p1"
+  check "torch: the survivors re-form" wait_for "$out" "cohort: re-formed in" 1 120
+  check "torch: rank 0 re-formed in its own process" contains "$out" "reformed epoch=1 rank=0 world=3 pid=$p0 "
+  check "torch: rank 2 re-formed in its own process" contains "$out" "reformed epoch=1 rank=2 world=3 pid=$p2 "
+  check "torch: the newcomer received the state" grep -q "joined epoch=1 rank=1 world=3 pid=[0-9]* step=[0-9]* received=[1-9]" "$out"
+  wait_all 180 $agent
+  check "torch: the job ends well ($codes)" [ "$codes" = "0" ]
+  check "torch: every rank ends with the same parameters" \
+    [ "$(sed -n 's/.*done step=40 .* params=\(.*\)/\1/p' "$out" | sort -u | wc -l)" = 1 ]
+  check "torch: three ranks finished" [ "$(grep -c "done step=40 " "$out")" = 3 ]
+}
+
 if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
+if [ "$part" = torch ] || [ "$part" = all ]; then torch_tests; fi
 if [ "$part" = etcd ] || [ "$part" = all ]; then
   netns_down
   etcd_tests

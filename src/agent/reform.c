@@ -226,10 +226,13 @@ static const char *cannot_reform(job *j, const char *report, char *why, size_t l
   return NULL;
 }
 
+/* `verb epoch=E why=...` to every running worker: the why's first line, cut to fit a message. */
 static void send_all(job *j, const char *verb, const char *why) {
+  int len = (int)strcspn(why, "\n\r");
+  if (len > CONTROL_MSG_MAX - 64) len = CONTROL_MSG_MAX - 64;
   for (int i = 0; i < j->nworkers; i++)
     if (j->workers[i].running && j->rf.slot[i].fd >= 0)
-      agent_control_send(j->rf.slot[i].fd, "%s epoch=%d why=%s", verb, j->round, why);
+      agent_control_send(j->rf.slot[i].fd, "%s epoch=%d why=%.*s", verb, j->round, len, why);
 }
 
 /* `form` to local survivor i, with the new round's places. */

@@ -31,7 +31,8 @@ static int spawn_one(job *j, worker *w, int newcomer) {
                      .role = j->cfg->role,
                      .master_addr = p->master_addr,
                      .master_port = p->master_port,
-                     .restart = j->restart,
+                     /* Under reform the round (REFORM.md): a newcomer's membership number. */
+                     .restart = j->cfg->reform ? j->round : j->restart,
                      .round = j->round,
                      .max_restarts = j->cfg->max_restarts,
                      .run_id = j->cl.run_id,
