@@ -82,6 +82,9 @@ if(COHORT_FUZZ)
   cohort_fuzz(fuzz_errfile ${CMAKE_SOURCE_DIR}/fuzz/fuzz_errfile.c)
   # The re-form control channel's messages (src/agent/control.c).
   cohort_fuzz(fuzz_control ${CMAKE_SOURCE_DIR}/fuzz/fuzz_control.c)
+  # The same channel's messages as a re-formable worker reads them (libcohort's parser).
+  cohort_fuzz(fuzz_coll_control ${CMAKE_SOURCE_DIR}/fuzz/fuzz_coll_control.c
+    SOURCES ${CMAKE_SOURCE_DIR}/src/coll/control.c)
   # The request parser of `cohort run --metrics-port`'s HTTP server.
   cohort_fuzz(fuzz_metrics_http ${CMAKE_SOURCE_DIR}/fuzz/fuzz_metrics_http.c)
   # What the agent reads from workers while it watches for hangs: stack

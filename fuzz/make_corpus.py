@@ -332,12 +332,21 @@ put("fuzz_metrics_http", "post", "POST /metrics HTTP/1.1\r\nContent-Length: 3\r\
 put("fuzz_metrics_http", "other", "GET /metricsx HTTP/1.1\r\n\r\n")
 put("fuzz_metrics_http", "partial", "GET /metrics HTTP/1.1\r\nHost: a\r\n")
 put("fuzz_metrics_http", "garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
-put("fuzz_control", "hello", b"hello pid=4242")
-put("fuzz_control", "ready", b"ready epoch=3 step=117\n")
-put("fuzz_control", "formed", b"formed epoch=4 step=-1 extra=1 why=a b=c")
-put("fuzz_control", "unknown", b"wave hand=left")
+put("fuzz_coll_control", "hello", b"hello pid=4242")
+put("fuzz_coll_control", "ready", b"ready epoch=3 step=117\n")
+put("fuzz_coll_control", "formed", b"formed epoch=4 step=-1 extra=1 why=a b=c")
+put("fuzz_coll_control", "unknown", b"wave hand=left")
 put("fuzz_errfile", "torch", '{"message": {"message": "ValueError: learning rate must be '
     'positive\\nsecond line\\t\\u00e9", "extraInfo": {"py_callstack": "Traceback ...", '
     '"timestamp": "1700000000"}}}')
 put("fuzz_errfile", "plain", '{"message": "RuntimeError: \\u001b[31mred"}')
 put("fuzz_errfile", "nested", '{"message": {"message": {"message": 3}}}')
+
+# ---- the agent's control messages to a re-formable worker (coll_ctl_parse) ----
+put("fuzz_coll_control", "form", "form epoch=3 rank=1 size=4 local_rank=1 local_size=2 node_rank=0 "
+    "nnodes=2 store=10.0.0.1:29400 job=j1 master_addr=10.0.0.1 master_port=29500")
+put("fuzz_coll_control", "form_v6", "form epoch=1 rank=0 size=1 store=[::1]:29400 job=x extra=1")
+put("fuzz_coll_control", "reshape", "reshape epoch=2 why=node 3 lost: heartbeat stale for 5 s")
+put("fuzz_coll_control", "stop", "stop why=fewer than 2 nodes left\n")
+put("fuzz_coll_control", "bad_form", "form epoch=1 rank=2 size=2 store=h:1 job=j")
+put("fuzz_coll_control", "unknown", "hello pid=42")

@@ -48,6 +48,8 @@ extern "C" {
 #define COHORT_EPROTO (-4005)    /* malformed bytes from a peer */
 #define COHORT_ENOENV (-4006)    /* environment of `cohort run` missing or bad */
 #define COHORT_ELIMIT (-4007)    /* a size or count limit was exceeded */
+#define COHORT_ERESHAPED (-4008) /* the membership changed: call cohort_comm_reform */
+#define COHORT_ENOSTATE (-4009)  /* no rank has state to hand on: load a checkpoint */
 
 /* Text for an error code (static storage, never NULL). */
 COHORT_API const char *cohort_strerror(int err);
@@ -153,6 +155,84 @@ COHORT_API int cohort_comm_set_timeout(cohort_comm *comm, int timeout_ms);
  * the communicator is destroyed.
  */
 COHORT_API const char *cohort_comm_error_message(const cohort_comm *comm);
+
+/*
+ * Re-forming a communicator (`cohort run --on-failure reform`; docs/reform.md
+ * and docs/collectives.md "Re-forming a communicator").
+ *
+ * Under that policy the agent gives each worker a control channel
+ * (COHORT_CONTROL_FD); cohort_comm_create() then tells the agent this
+ * process takes part ("hello"), and a thread of the communicator listens to
+ * it. When the membership ends (a peer lost: its connection closed, its
+ * process gone, or the agent's "reshape" message), the collective in flight,
+ * every queued one and every later one return COHORT_ERESHAPED on every
+ * survivor (promptly: never the operation timeout), and
+ * cohort_comm_error_message() says why. Only one communicator of a process
+ * owns the channel (the first created while it is set); others never
+ * re-form.
+ *
+ * A program then calls cohort_comm_reform(), and continues with the new rank
+ * and size. Survivors keep their relative order, newcomers come after them.
+ */
+
+/*
+ * Leaves the ended membership and joins the next one, in place (the same
+ * pointer). Called before the membership ended, it ends it (a peer's
+ * collective still in flight then returns COHORT_ERESHAPED). Releases
+ * everything of the old membership: requests still queued
+ * complete with COHORT_ERESHAPED (wait on them as usual), connections, the
+ * shared-memory segment and the peers' mappings of cohort_mem_alloc buffers
+ * are closed or unmapped. A cohort_mem_alloc buffer of the old membership
+ * stays valid as this process's private memory, its contents kept; it no
+ * longer takes the single-copy path, and cohort_mem_free() releases it
+ * without involving the peers (not collective). Allocate anew for the
+ * single-copy path in the new membership.
+ * Then tells the agent "ready", waits for the new membership ("form": rank,
+ * size, store, job, round), connects it under its round, and tells the agent
+ * "formed". Returns 0 with cohort_comm_rank/size/epoch the new ones;
+ * COHORT_EABORTED when the agent stops the job or the channel closes (the
+ * agent's reason in cohort_comm_error_message); COHORT_EPROTO for a malformed
+ * control message; COHORT_ERESHAPED when the new membership ended while it
+ * was being connected (call it again); -ETIMEDOUT when no membership formed
+ * within COHORT_REFORM_TIMEOUT_MS (default 600000); -ENOTSUP without a
+ * control channel. Call it with no request of the communicator in use by
+ * another thread.
+ */
+COHORT_API int cohort_comm_reform(cohort_comm *comm);
+
+/* The number of the current membership: the agent's rendezvous round
+ * (TORCHELASTIC_RESTART_COUNT at create, the form's epoch after a re-form). */
+COHORT_API int cohort_comm_epoch(const cohort_comm *comm);
+
+/*
+ * 1 when `rank` of the current membership has no training state yet: a
+ * process started with COHORT_NEWCOMER=1 (the agent's newcomers), or one that
+ * called cohort_comm_mark_new(), until a cohort_comm_state_transfer()
+ * completes; else 0 (or -EINVAL). Every rank knows every rank's bit.
+ */
+COHORT_API int cohort_comm_is_new(const cohort_comm *comm, int rank);
+
+/* Counts this rank as new (it wants the state, e.g. it is behind the other
+ * survivors) from the next cohort_comm_state_transfer() on. */
+COHORT_API int cohort_comm_mark_new(cohort_comm *comm);
+
+/* The last completed training step, reported in the "ready" and "formed"
+ * messages to the agent (-1, the default: unknown). */
+COHORT_API int cohort_comm_set_step(cohort_comm *comm, int64_t step);
+
+/*
+ * Hands training state to the new ranks. Collective over all ranks, each
+ * passing the same `bytes` (else COHORT_EMISMATCH on all): the donor, the
+ * lowest rank that is not new, sends `bytes` from buf to every new rank at
+ * once along a pipelined chain (donor -> first new rank -> next ...; each
+ * link carries the bytes once, at its rate); the new ranks receive into buf;
+ * the other ranks only agree that it ended. On success every rank's new bit
+ * clears. No new rank: returns 0 (after one small allgather that agrees on
+ * the bits and the size). Every rank new: COHORT_ENOSTATE (load a
+ * checkpoint). A rank lost during the transfer: COHORT_ERESHAPED on every
+ * rank; after the next re-form the lowest surviving non-new rank donates.
+ */
+COHORT_API int cohort_comm_state_transfer(cohort_comm *comm, void *buf, size_t bytes);
 
 /*
  * Memory the ranks of one host share: a buffer from cohort_mem_alloc can be

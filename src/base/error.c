@@ -21,6 +21,10 @@ COHORT_API const char *cohort_strerror(int err) {
     return "cohort environment missing or malformed (run under `cohort run`)";
   case COHORT_ELIMIT:
     return "size or count limit exceeded";
+  case COHORT_ERESHAPED:
+    return "the membership changed (a peer was lost or joined): call cohort_comm_reform";
+  case COHORT_ENOSTATE:
+    return "no rank has state to hand on (load a checkpoint)";
   default:
     break;
   }

@@ -18,6 +18,8 @@
  *   broadcast      small: binomial tree; large: pipelined chain in slices.
  *   reduce         small: binomial tree; large: pipelined chain in slices.
  *   barrier        recursive doubling of headers only.
+ *   state transfer pipelined chain in slices from the donor through the
+ *                  new ranks (comm->xfer; reform.c), the others idle.
  * A large allreduce with all ranks on one host runs allreduce_direct instead:
  * each rank reduces its block straight from the peers' buffers and writes it
  * into theirs (one read of every input and one write of every output),
@@ -586,6 +588,8 @@ int coll_run_op(coll_ctx *x) {
                  : reduce_chain(x, w, send, recv, op->count, op->root, n);
   case COLL_BARRIER:
     return allreduce_rd(x, w, NULL, NULL, 0, 0);
+  case COLL_TRANSFER: /* the chain from the donor through the new ranks; the others wait */
+    return c->xfer.me < 0 ? 0 : broadcast_chain(x, &c->xfer, recv, bytes, 0);
   default:
     return -EINVAL;
   }

@@ -81,6 +81,7 @@ typedef struct peer_info {
   int port;
   char hostid[320];
   unsigned char cookie[COOKIE_LEN];
+  int is_new; /* it has no training state (cohort_comm_is_new) */
 } peer_info;
 
 static int parse_peer(const char *val, size_t len, peer_info *p) {
@@ -88,7 +89,9 @@ static int parse_peer(const char *val, size_t len, peer_info *p) {
   if (len >= sizeof buf) return COHORT_EPROTO;
   memcpy(buf, val, len);
   buf[len] = '\0';
-  if (sscanf(buf, "%271s %319s %32s", addr, p->hostid, cookie) != 3) return COHORT_EPROTO;
+  p->is_new = 0;
+  int k = sscanf(buf, "%271s %319s %32s %d", addr, p->hostid, cookie, &p->is_new);
+  if (k < 3 || p->is_new < 0 || p->is_new > 1) return COHORT_EPROTO;
   if (base_split_hostport(addr, p->host, sizeof p->host, &p->port, 0) != 0) return COHORT_EPROTO;
   if (strlen(cookie) != 2 * COOKIE_LEN) return COHORT_EPROTO;
   for (int i = 0; i < COOKIE_LEN; i++) {
@@ -105,14 +108,32 @@ typedef struct hello {
   unsigned char cookie[COOKIE_LEN];
 } hello;
 
-static int accept_peers(int lfd, int rank, int size, const unsigned char *cookie, int *fds,
+/* How often (ms) a re-formable communicator's bootstrap looks whether its membership already ended
+ * (the agent's reshape): waits are cut into slices this long. */
+#define CANCEL_SLICE_MS 200
+
+/* COHORT_ERESHAPED when the membership being connected ended already, else 0. */
+static int cancelled(cohort_comm *c) {
+  return c->ctl.fd >= 0 && atomic_load(&c->ended) >= c->epoch ? COHORT_ERESHAPED : 0;
+}
+
+/* The end of the next slice of a wait until deadline. */
+static int64_t slice_end(const cohort_comm *c, int64_t deadline) {
+  if (c->ctl.fd < 0) return deadline;
+  int64_t end = base_now_ms() + CANCEL_SLICE_MS;
+  return end < deadline ? end : deadline;
+}
+
+static int accept_peers(cohort_comm *c, int lfd, const unsigned char *cookie, int *fds,
                         int64_t deadline) {
-  int need = size - 1 - rank;
+  int rank = c->rank, size = c->size, need = size - 1 - rank;
   while (need > 0) {
     struct pollfd p = {.fd = lfd, .events = POLLIN};
-    int n = poll(&p, 1, base_deadline_left(deadline));
+    int n = poll(&p, 1, base_deadline_left(slice_end(c, deadline)));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return -errno;
+    if (n == 0 && cancelled(c)) return COHORT_ERESHAPED;
+    if (n == 0 && base_now_ms() < deadline) continue;
     if (n == 0) return -ETIMEDOUT;
     int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) continue;
@@ -144,7 +165,7 @@ static int connect_mesh(cohort_comm *c, const peer_info *peers, int lfd, int *fd
     rc = base_write_full(fds[j], &h, sizeof h, deadline);
     if (rc != 0) return rc;
   }
-  return accept_peers(lfd, c->rank, c->size, peers[c->rank].cookie, fds, deadline);
+  return accept_peers(c, lfd, peers[c->rank].cookie, fds, deadline);
 }
 
 /* The store's host and port, and the address to listen on: COHORT_COLL_HOST or the local address
@@ -162,7 +183,18 @@ static int pick_addresses(const cohort_comm_config *cfg, char *shost, int *sport
   return base_route_addrs(shost, *sport, myhost, BASE_HOST_MAX, remote, sizeof remote);
 }
 
-/* Publishes this rank's "<addr> <hostid> <cookie>" (peers[rank] filled) and reads everyone's. */
+/* Waits until every key is in the store, a slice at a time when the membership may end meanwhile.
+ */
+static int wait_all(cohort_comm *c, store_client *sc, char **keys, int64_t deadline) {
+  for (;;) {
+    int rc = store_wait(sc, (const char *const *)keys, (size_t)c->size, slice_end(c, deadline));
+    if (rc != -ETIMEDOUT || base_now_ms() >= deadline) return rc;
+    if (cancelled(c)) return COHORT_ERESHAPED;
+  }
+}
+
+/* Publishes this rank's "<addr> <hostid> <cookie> <new>" (peers[rank] filled) and reads everyone's.
+ */
 static int exchange(cohort_comm *c, const cohort_comm_config *cfg, int k, const char *shost,
                     int sport, const char *addr, peer_info *peers, int64_t deadline) {
   char hex[2 * COOKIE_LEN + 1], val[700];
@@ -180,9 +212,9 @@ static int exchange(cohort_comm *c, const cohort_comm_config *cfg, int k, const 
   }
   const peer_info *me = &peers[c->rank];
   base_hex(me->cookie, COOKIE_LEN, hex);
-  int vlen = snprintf(val, sizeof val, "%s %s %s", addr, me->hostid, hex);
+  int vlen = snprintf(val, sizeof val, "%s %s %s %d", addr, me->hostid, hex, me->is_new);
   if (rc == 0) rc = store_set(sc, keys[c->rank], val, (size_t)vlen, deadline);
-  if (rc == 0) rc = store_wait(sc, (const char *const *)keys, (size_t)n, deadline);
+  if (rc == 0) rc = wait_all(c, sc, keys, deadline);
   for (int i = 0; i < n && rc == 0; i++) {
     if (i == c->rank) continue;
     void *v = NULL;
@@ -397,7 +429,10 @@ static int setup_transports(cohort_comm *c, const cohort_comm_config *cfg, int k
 int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   int64_t deadline = base_deadline_in(c->timeout_ms);
   int n = c->size, lfd = -1, lport = 0, sport;
-  int k = atomic_fetch_add(&comm_counter, 1);
+  /* The store keys' <n>: this communicator's, kept across re-forms (a newcomer's first communicator
+   * meets the survivors' first). */
+  if (c->boot_k < 0) c->boot_k = atomic_fetch_add(&comm_counter, 1);
+  int k = c->boot_k;
   char shost[BASE_HOST_MAX], myhost[BASE_HOST_MAX], addr[BASE_HOST_MAX + 16];
   peer_info *peers = calloc((size_t)n, sizeof *peers);
   int *fds = malloc((size_t)n * sizeof(int));
@@ -407,11 +442,13 @@ int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   if (rc == 0) rc = base_tcp_listen(myhost, 0, n + 16, &lfd, &lport);
   if (rc != 0) goto out;
   host_identity(peers[c->rank].hostid, sizeof peers[c->rank].hostid);
+  peers[c->rank].is_new = c->self_new;
   base_join_hostport(myhost, lport, addr, sizeof addr);
   rc = base_random_bytes(peers[c->rank].cookie, COOKIE_LEN);
   if (rc == 0) rc = exchange(c, cfg, k, shost, sport, addr, peers, deadline);
   if (rc == 0) rc = connect_mesh(c, peers, lfd, fds, deadline);
   if (rc == 0) rc = setup_transports(c, cfg, k, peers, fds, deadline);
+  for (int i = 0; i < n && rc == 0; i++) c->newbits[i] = (unsigned char)peers[i].is_new;
   if (rc == 0) log_setup(c, addr);
 out:
   if (lfd >= 0) close(lfd);

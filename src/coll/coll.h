@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "cohort/cohort.h"
+#include "coll/control.h"
 #include "coll/convert.h"
 #include "coll/engine.h"
 #include "coll/reduce.h"
@@ -48,8 +49,11 @@ int coll_buf_find(cohort_comm *c, const void *p, size_t len, size_t *off);
 /* 1 when there are allocations and every local rank maps them all (so an algorithm may read and
  * write the peers' buffers directly). */
 int coll_bufs_shared(const cohort_comm *c);
-/* Unmaps every allocation (cohort_comm_destroy). */
+/* Unmaps every allocation (cohort_comm_destroy), those of ended memberships too. */
 void coll_buf_release_all(cohort_comm *c);
+/* The membership ends (cohort_comm_reform): the peers' mappings of every allocation are unmapped;
+ * this rank's own stay, as private memory that cohort_mem_free releases alone. */
+void coll_buf_orphan_all(cohort_comm *c);
 
 /* ---- the communicator ---- */
 
@@ -108,6 +112,23 @@ struct cohort_comm {
   int single_copy;
   uint64_t single_copy_ops; /* allreduces that took the mapped path (for tests) */
   uint64_t one_sided_ops;   /* allreduces that took the one-sided path (for tests) */
+  /* Allocations of ended memberships: this rank's own mappings, private now. */
+  coll_buf *old_bufs;
+  int nold_bufs;
+
+  /* Re-forming (reform.c, control.c). The membership's number is the bootstrap's round. */
+  coll_ctl ctl;           /* the agent's control channel (ctl.fd -1: none) */
+  int epoch;              /* the membership's number */
+  int live;               /* under ctl.mu: transports up, the control thread may fail them */
+  atomic_int ended;       /* the highest membership number a reshape ended, -1 */
+  int64_t step;           /* cohort_comm_set_step, for the agent */
+  int self_new;           /* this rank has no state (COHORT_NEWCOMER, mark_new) */
+  unsigned char *newbits; /* [size]: every rank's bit, from the bootstrap */
+  int boot_k;      /* which of this process's communicators (the store keys' <n>); -1 until known */
+  coll_group xfer; /* the state transfer's chain: the donor, then the new ranks */
+  /* What the next bootstrap reuses (copies: the caller's configuration is gone by then). */
+  char *job_id, *token;
+  cohort_transport transport;
 
   /* Queue executed in order by the progress thread (or the caller when idle). */
   pthread_mutex_t mu;
@@ -124,6 +145,18 @@ int coll_env_size(const char *name, uint64_t min, uint64_t max, size_t *out);
 /* Connects the ranks of c (rank, size, timeout and sizes set) through the store named in cfg and
  * sets up its transports and groups (bootstrap.c). */
 int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg);
+
+/* Fails the operation in flight and every later one with COHORT_ERESHAPED: membership `epoch` (-1:
+ * the current one) ended (reform.c; the control thread calls it under ctl.mu). */
+void coll_reshape(cohort_comm *c, int epoch, const char *why);
+/* Sets the re-forming state up at create: the membership's number, COHORT_NEWCOMER, and the control
+ * channel (COHORT_CONTROL_FD: says hello, starts its thread). 0 or an error. */
+int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg);
+/* The membership's transports are up: from now on a reshape fails them (at once when one came
+ * already). */
+void coll_reform_up(cohort_comm *c);
+/* Runs a collective in order with the queued ones (blocking when req is NULL; comm.c). */
+int coll_start(cohort_comm *c, coll_op *op, cohort_request **req);
 
 /* ---- algorithms (algo.c): run one collective; 0 or an error ---- */
 int coll_run_op(coll_ctx *x);

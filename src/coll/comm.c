@@ -81,7 +81,9 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   pthread_mutex_init(&c->eng.err_mu, NULL);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  int rc = coll_env_size("COHORT_ALGO_THRESHOLD", 0, (uint64_t)1 << 40, &c->algo_threshold);
+  int rc = coll_reform_init(c, cfg);
+  if (rc != 0) goto fail;
+  rc = coll_env_size("COHORT_ALGO_THRESHOLD", 0, (uint64_t)1 << 40, &c->algo_threshold);
   if (rc == 0) rc = coll_env_size("COHORT_SLICE", 4096, 1u << 30, &c->slice_bytes);
   size_t single = 1;
   if (rc == 0) rc = coll_env_size("COHORT_SINGLE_COPY", 0, 1, &single);
@@ -93,14 +95,18 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   c->scratch = malloc(c->scratch_bytes);
   c->eng.peer_ops = calloc((size_t)c->size, sizeof *c->eng.peer_ops);
   c->eng.peer_t = calloc((size_t)c->size, sizeof *c->eng.peer_t);
-  if (c->scratch == NULL || c->eng.peer_ops == NULL || c->eng.peer_t == NULL) {
+  c->newbits = calloc((size_t)c->size, 1);
+  if (c->scratch == NULL || c->eng.peer_ops == NULL || c->eng.peer_t == NULL ||
+      c->newbits == NULL) {
     rc = -ENOMEM;
     goto fail;
   }
+  c->newbits[0] = (unsigned char)c->self_new;
   if (c->size > 1) {
     rc = coll_bootstrap(c, cfg);
     if (rc != 0) goto fail;
   }
+  coll_reform_up(c);
   if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
     rc = -EAGAIN;
     goto fail;
@@ -124,6 +130,7 @@ COHORT_API int cohort_comm_create_from_env(cohort_comm **out) {
 
 COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   if (c == NULL) return;
+  coll_ctl_close(&c->ctl); /* first: its thread may fail the transports */
   if (c->thread_started) {
     pthread_mutex_lock(&c->mu);
     int pending = c->head != NULL || c->busy;
@@ -147,6 +154,12 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   free(c->local.ranks);
   free(c->leaders.ranks);
   free(c->cross.ranks);
+  free(c->newbits);
+  free(c->xfer.ranks);
+  free(c->job_id);
+  free(c->token);
+  pthread_mutex_destroy(&c->ctl.mu);
+  pthread_cond_destroy(&c->ctl.cv);
   pthread_mutex_destroy(&c->eng.err_mu);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
@@ -303,7 +316,7 @@ static int execute(cohort_comm *c, const coll_op *op) {
   /* What prepare_next did is this operation's only if it was prepared for it. */
   size_t ready = c->prep_op == op ? c->prep_done : 0;
   c->prep_op = NULL;
-  if (atomic_load(&c->eng.failed)) return COHORT_EABORTED;
+  if (atomic_load(&c->eng.failed)) return coll_later_err(&c->eng);
   c->cur_op = op;
   int rc = op->wire != op->dtype ? execute_wire(c, op, ready) : execute_plain(c, op);
   c->cur_op = NULL;
@@ -359,7 +372,7 @@ static int check_op(cohort_comm *c, coll_op *op) {
 }
 
 /* Validates, then runs now (idle communicator) or queues and waits. */
-static int start(cohort_comm *c, coll_op *op, cohort_request **req) {
+int coll_start(cohort_comm *c, coll_op *op, cohort_request **req) {
   if (req != NULL) *req = NULL;
   if (c == NULL) return -EINVAL;
   int rc = check_op(c, op);
@@ -370,7 +383,7 @@ static int start(cohort_comm *c, coll_op *op, cohort_request **req) {
     return coll_fail(&c->eng, rc, "rank %d called %s with invalid arguments (%s)", c->rank,
                      coll_kind_name(op->kind), msg);
   }
-  if (atomic_load(&c->eng.failed)) return COHORT_EABORTED;
+  if (atomic_load(&c->eng.failed)) return coll_later_err(&c->eng);
   pthread_mutex_lock(&c->mu);
   op->timeout_ms = c->timeout_ms;
   if (req == NULL && c->head == NULL && !c->busy) {
@@ -442,43 +455,43 @@ COHORT_API int cohort_request_wait(cohort_request *req) {
 COHORT_API int cohort_allreduce(cohort_comm *c, const void *send, void *recv, size_t count,
                                 cohort_dtype dtype, cohort_redop op) {
   coll_op o = OP(COLL_ALLREDUCE, send, recv, count, dtype, op, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_reduce_scatter(cohort_comm *c, const void *send, void *recv, size_t recvcount,
                                      cohort_dtype dtype, cohort_redop op) {
   coll_op o = OP(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_allgather(cohort_comm *c, const void *send, void *recv, size_t sendcount,
                                 cohort_dtype dtype) {
   coll_op o = OP(COLL_ALLGATHER, send, recv, sendcount, dtype, COHORT_SUM, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_broadcast(cohort_comm *c, void *buf, size_t count, cohort_dtype dtype,
                                 int root) {
   coll_op o = OP(COLL_BROADCAST, buf, buf, count, dtype, COHORT_SUM, root);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_reduce(cohort_comm *c, const void *send, void *recv, size_t count,
                              cohort_dtype dtype, cohort_redop op, int root) {
   coll_op o = OP(COLL_REDUCE, send, recv, count, dtype, op, root);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_barrier(cohort_comm *c) {
   coll_op o = OP(COLL_BARRIER, NULL, NULL, 0, COHORT_U8, COHORT_SUM, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_iallreduce(cohort_comm *c, const void *send, void *recv, size_t count,
                                  cohort_dtype dtype, cohort_redop op, cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OP(COLL_ALLREDUCE, send, recv, count, dtype, op, -1);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }
 
 COHORT_API int cohort_ireduce_scatter(cohort_comm *c, const void *send, void *recv,
@@ -486,27 +499,27 @@ COHORT_API int cohort_ireduce_scatter(cohort_comm *c, const void *send, void *re
                                       cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OP(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, op, -1);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }
 
 COHORT_API int cohort_iallgather(cohort_comm *c, const void *send, void *recv, size_t sendcount,
                                  cohort_dtype dtype, cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OP(COLL_ALLGATHER, send, recv, sendcount, dtype, COHORT_SUM, -1);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }
 
 COHORT_API int cohort_ibroadcast(cohort_comm *c, void *buf, size_t count, cohort_dtype dtype,
                                  int root, cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OP(COLL_BROADCAST, buf, buf, count, dtype, COHORT_SUM, root);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }
 
 COHORT_API int cohort_allreduce_wire(cohort_comm *c, const void *send, void *recv, size_t count,
                                      cohort_dtype dtype, cohort_dtype wire, cohort_redop op) {
   coll_op o = OPW(COLL_ALLREDUCE, send, recv, count, dtype, wire, op, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_iallreduce_wire(cohort_comm *c, const void *send, void *recv, size_t count,
@@ -514,14 +527,14 @@ COHORT_API int cohort_iallreduce_wire(cohort_comm *c, const void *send, void *re
                                       cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OPW(COLL_ALLREDUCE, send, recv, count, dtype, wire, op, -1);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }
 
 COHORT_API int cohort_reduce_scatter_wire(cohort_comm *c, const void *send, void *recv,
                                           size_t recvcount, cohort_dtype dtype, cohort_dtype wire,
                                           cohort_redop op) {
   coll_op o = OPW(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, wire, op, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_ireduce_scatter_wire(cohort_comm *c, const void *send, void *recv,
@@ -529,13 +542,13 @@ COHORT_API int cohort_ireduce_scatter_wire(cohort_comm *c, const void *send, voi
                                            cohort_redop op, cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OPW(COLL_REDUCE_SCATTER, send, recv, recvcount, dtype, wire, op, -1);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }
 
 COHORT_API int cohort_allgather_wire(cohort_comm *c, const void *send, void *recv, size_t sendcount,
                                      cohort_dtype dtype, cohort_dtype wire) {
   coll_op o = OPW(COLL_ALLGATHER, send, recv, sendcount, dtype, wire, COHORT_SUM, -1);
-  return start(c, &o, NULL);
+  return coll_start(c, &o, NULL);
 }
 
 COHORT_API int cohort_iallgather_wire(cohort_comm *c, const void *send, void *recv,
@@ -543,5 +556,5 @@ COHORT_API int cohort_iallgather_wire(cohort_comm *c, const void *send, void *re
                                       cohort_request **req) {
   if (req == NULL) return -EINVAL;
   coll_op o = OPW(COLL_ALLGATHER, send, recv, sendcount, dtype, wire, COHORT_SUM, -1);
-  return start(c, &o, req);
+  return coll_start(c, &o, req);
 }

@@ -65,6 +65,8 @@ const char *coll_kind_name(int kind) {
     return "reduce";
   case COLL_BARRIER:
     return "barrier";
+  case COLL_TRANSFER:
+    return "state_transfer";
   default:
     return "unknown";
   }
@@ -111,7 +113,7 @@ static int check_hdr(coll_ctx *x, xfer *v) {
   fill_hdr(x, &mine, v->len);
   const coll_hdr *h = &v->hdr;
   char a[160], b[160];
-  if (h->magic != HDR_MAGIC || h->kind < COLL_ALLREDUCE || h->kind > COLL_BARRIER ||
+  if (h->magic != HDR_MAGIC || h->kind < COLL_ALLREDUCE || h->kind > COLL_TRANSFER ||
       h->dtype >= COHORT_DTYPE_COUNT || h->redop >= COHORT_REDOP_COUNT)
     return coll_fail(x->eng, COHORT_EPROTO, "rank %d: malformed message header from rank %d",
                      x->eng->rank, v->peer);
@@ -370,7 +372,7 @@ static int run(coll_ctx *x, xfer *v, int n) {
     int pending, rc = advance(x, v, n, &pending);
     if (rc < 0) return rc;
     if (pending == 0) return 0;
-    if (atomic_load(&e->failed)) return COHORT_EABORTED;
+    if (atomic_load(&e->failed)) return coll_later_err(e);
     if (rc > 0) {
       polls = 0;
       continue;
@@ -444,19 +446,20 @@ int coll_one_sided(coll_ctx *x, int peer) {
 
 int coll_get(coll_ctx *x, int peer, void *dst, uint64_t raddr, size_t len) {
   coll_engine *e = x->eng;
-  if (atomic_load(&e->failed)) return COHORT_EABORTED;
+  if (atomic_load(&e->failed)) return coll_later_err(e);
   int rc = e->peer_ops[peer]->get(e->peer_t[peer], peer, dst, raddr, len);
   return rc < 0 ? peer_error(x, peer, rc, "reading memory") : 0;
 }
 
 int coll_put(coll_ctx *x, int peer, uint64_t raddr, const void *src, size_t len) {
   coll_engine *e = x->eng;
-  if (atomic_load(&e->failed)) return COHORT_EABORTED;
+  if (atomic_load(&e->failed)) return coll_later_err(e);
   int rc = e->peer_ops[peer]->put(e->peer_t[peer], peer, raddr, src, len);
   return rc < 0 ? peer_error(x, peer, rc, "writing memory") : 0;
 }
 
 int coll_fail(coll_engine *e, int err, const char *fmt, ...) {
+  if (e->reshape_on_loss && err == COHORT_EPEER) err = COHORT_ERESHAPED;
   pthread_mutex_lock(&e->err_mu);
   int first = !atomic_load(&e->failed);
   if (first) {
@@ -466,10 +469,28 @@ int coll_fail(coll_engine *e, int err, const char *fmt, ...) {
     va_end(ap);
     e->err = err;
     atomic_store(&e->failed, 1);
+  } else if (e->err == COHORT_ERESHAPED) {
+    err = COHORT_ERESHAPED; /* what followed the membership's end is part of it */
   }
   pthread_mutex_unlock(&e->err_mu);
   if (first) coll_abort_transports(e, e->errmsg);
   return err;
+}
+
+int coll_later_err(coll_engine *e) {
+  pthread_mutex_lock(&e->err_mu);
+  int err =
+      atomic_load(&e->failed) && e->err == COHORT_ERESHAPED ? COHORT_ERESHAPED : COHORT_EABORTED;
+  pthread_mutex_unlock(&e->err_mu);
+  return err;
+}
+
+void coll_reset_failure(coll_engine *e) {
+  pthread_mutex_lock(&e->err_mu);
+  atomic_store(&e->failed, 0);
+  e->err = 0;
+  e->errmsg[0] = '\0';
+  pthread_mutex_unlock(&e->err_mu);
 }
 
 void coll_abort_transports(coll_engine *e, const char *why) {

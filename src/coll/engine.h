@@ -26,6 +26,7 @@ enum coll_kind {
   COLL_BROADCAST,
   COLL_REDUCE,
   COLL_BARRIER,
+  COLL_TRANSFER, /* cohort_comm_state_transfer's chain (reform.c) */
 };
 
 const char *coll_kind_name(int kind);
@@ -56,6 +57,8 @@ typedef struct coll_engine {
    * Called only between steps of a transfer, on the thread that runs the collective. */
   int (*idle)(void *arg);
   void *idle_arg;
+  /* A re-formable communicator's: a lost peer (COHORT_EPEER) fails it with COHORT_ERESHAPED. */
+  int reshape_on_loss;
   /* Failure state: the first error wins. */
   pthread_mutex_t err_mu;
   atomic_int failed;
@@ -93,6 +96,11 @@ int coll_put(coll_ctx *x, int peer, uint64_t raddr, const void *src, size_t len)
 
 /* Records the first failure (formatted message) and aborts every transport. Returns err. */
 int coll_fail(coll_engine *e, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* What an operation started after the failure returns: COHORT_ERESHAPED when the failure was the
+ * membership's end, else COHORT_EABORTED. */
+int coll_later_err(coll_engine *e);
+/* Forgets the failure (a re-formed communicator is healthy again). */
+void coll_reset_failure(coll_engine *e);
 /* Shuts transports down so peers notice; idempotent. */
 void coll_abort_transports(coll_engine *e, const char *why);
 /* When a peer aborted the communicator through a transport: 1 and who and why. */

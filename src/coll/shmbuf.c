@@ -11,6 +11,9 @@
  * agent removes cohort-<job>-* names regardless). Without local peers the
  * allocation is anonymous memory. Allocating and freeing are collective, so
  * the list of allocations, and the index of each, is the same on every rank.
+ * When the membership ends (cohort_comm_reform) the peers' mappings go and
+ * each rank's own stays, private, in old_bufs; cohort_mem_free releases it
+ * alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -73,7 +76,9 @@ static int create_own(cohort_comm *c, int id, size_t map_bytes, char **out) {
 }
 
 static void unmap_buf(cohort_comm *c, coll_buf *b) {
-  for (int i = 0; b->peer != NULL && i < c->local.n; i++)
+  /* A communicator of one rank has no host group: its allocation is peer[0] alone. */
+  int nl = c->local.n > 0 ? c->local.n : 1;
+  for (int i = 0; b->peer != NULL && i < nl; i++)
     if (b->peer[i] != NULL) munmap(b->peer[i], b->map_bytes);
   if (b->peer == NULL && b->base != NULL) munmap(b->base, b->map_bytes);
   free(b->peer);
@@ -114,8 +119,19 @@ COHORT_API int cohort_mem_alloc(cohort_comm *c, size_t bytes, void **ptr) {
   return 0;
 }
 
+/* Frees ptr when it is an allocation of an ended membership (private now): 0, or -ENOENT. */
+static int free_old(cohort_comm *c, void *ptr) {
+  for (int i = 0; i < c->nold_bufs; i++) {
+    if (c->old_bufs[i].base != ptr) continue;
+    unmap_buf(c, &c->old_bufs[i]);
+    return 0;
+  }
+  return -ENOENT;
+}
+
 COHORT_API int cohort_mem_free(cohort_comm *c, void *ptr) {
   if (c == NULL || ptr == NULL) return -EINVAL;
+  if (free_old(c, ptr) == 0) return 0;
   size_t off = 0;
   int id = coll_buf_find(c, ptr, 0, &off);
   if (id < 0 || off != 0) return -EINVAL;
@@ -144,6 +160,39 @@ int coll_bufs_shared(const cohort_comm *c) {
 
 void coll_buf_release_all(cohort_comm *c) {
   for (int i = 0; i < c->nbufs; i++) unmap_buf(c, &c->bufs[i]);
+  for (int i = 0; i < c->nold_bufs; i++) unmap_buf(c, &c->old_bufs[i]);
+  free(c->bufs);
+  free(c->old_bufs);
+  c->bufs = c->old_bufs = NULL;
+  c->nbufs = c->live_bufs = c->nold_bufs = 0;
+}
+
+/* A free entry of old_bufs (one freed, or a new one): its index, or -1 when out of memory. */
+static int old_slot(cohort_comm *c) {
+  for (int i = 0; i < c->nold_bufs; i++)
+    if (c->old_bufs[i].base == NULL) return i;
+  coll_buf *nb = realloc(c->old_bufs, (size_t)(c->nold_bufs + 1) * sizeof *nb);
+  if (nb == NULL) return -1;
+  c->old_bufs = nb;
+  return c->nold_bufs++;
+}
+
+void coll_buf_orphan_all(cohort_comm *c) {
+  int me = c->local.n > 0 ? c->local.me : 0;
+  for (int i = 0; i < c->nbufs; i++) {
+    coll_buf *b = &c->bufs[i];
+    if (b->base == NULL) continue;
+    int slot = old_slot(c);
+    if (slot < 0) { /* cannot keep it: the memory goes (never leaks a mapping) */
+      unmap_buf(c, b);
+      continue;
+    }
+    for (int k = 0; k < (c->local.n > 0 ? c->local.n : 1); k++)
+      if (k != me && b->peer[k] != NULL) munmap(b->peer[k], b->map_bytes);
+    free(b->peer);
+    c->old_bufs[slot] =
+        (coll_buf){.base = b->base, .bytes = b->bytes, .map_bytes = b->map_bytes, .peer = NULL};
+  }
   free(c->bufs);
   c->bufs = NULL;
   c->nbufs = c->live_bufs = 0;

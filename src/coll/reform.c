@@ -1,0 +1,315 @@
+/*
+ * reform.c - re-forming a communicator in place (`cohort run --on-failure
+ * reform`): the end of a membership (a reshape from the agent, or a lost
+ * peer), cohort_comm_reform's release of everything the old membership held
+ * and bootstrap of the new one under its round, the new-rank bits and the
+ * state transfer from a survivor to the newcomers.
+ *
+ * The membership's transports are "live" (under ctl.mu) from the end of a
+ * bootstrap until cohort_comm_reform releases them: only then may the
+ * control thread fail them (coll_reshape), so it never touches a transport
+ * being torn down or set up. See docs/collectives.md "Re-forming a
+ * communicator" and docs/reform.md for the agent's side.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "coll/coll.h"
+
+#define DEFAULT_REFORM_TIMEOUT_MS 600000
+
+/* The control thread's messages that concern the running membership (called under ctl.mu). */
+static void on_control(void *arg, const coll_ctl_msg *m) {
+  cohort_comm *c = arg;
+  if (m->verb == COLL_CTL_RESHAPE)
+    coll_reshape(c, m->epoch, m->why);
+  else if (m->verb == COLL_CTL_STOP && c->live)
+    coll_fail(&c->eng, COHORT_EABORTED, "rank %d: the agent stopped the job: %s", c->rank,
+              m->why[0] ? m->why : "(no reason given)");
+}
+
+void coll_reshape(cohort_comm *c, int epoch, const char *why) {
+  int e = epoch < 0 ? c->epoch : epoch;
+  if (e > atomic_load(&c->ended)) atomic_store(&c->ended, e);
+  if (c->live && e >= c->epoch)
+    coll_fail(&c->eng, COHORT_ERESHAPED, "rank %d: membership %d ended (the agent: %s)", c->rank, e,
+              why != NULL && why[0] ? why : "reshape");
+}
+
+int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&c->ctl.mu, NULL);
+  pthread_cond_init(&c->ctl.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  c->ctl.fd = c->ctl.wake_fd = -1;
+  c->epoch = cfg->restart;
+  atomic_init(&c->ended, -1);
+  c->step = -1;
+  c->boot_k = -1;
+  c->transport = cfg->transport;
+  const char *nc = getenv("COHORT_NEWCOMER");
+  c->self_new = nc != NULL && strcmp(nc, "1") == 0;
+  c->job_id = strdup(cfg->job_id);
+  c->token = cfg->token != NULL ? strdup(cfg->token) : NULL;
+  if (c->job_id == NULL || (cfg->token != NULL && c->token == NULL)) return -ENOMEM;
+  c->ctl.notify = on_control;
+  c->ctl.notify_arg = c;
+  int rc = coll_ctl_open(&c->ctl);
+  c->eng.reshape_on_loss = c->ctl.fd >= 0;
+  return rc;
+}
+
+void coll_reform_up(cohort_comm *c) {
+  pthread_mutex_lock(&c->ctl.mu);
+  c->live = 1;
+  if (atomic_load(&c->ended) >= c->epoch) coll_reshape(c, c->epoch, "reshape while connecting");
+  pthread_mutex_unlock(&c->ctl.mu);
+}
+
+static void free_group(coll_group *g) {
+  free(g->ranks);
+  memset(g, 0, sizeof *g);
+}
+
+/*
+ * Ends the membership on this rank: fails what is in flight and queued (peers see the connections
+ * close), waits until the progress thread has completed every queued request, then releases the
+ * transports, the host groups and the peers' mappings of shared buffers.
+ */
+static void end_membership(cohort_comm *c) {
+  coll_fail(&c->eng, COHORT_ERESHAPED, "rank %d: membership %d ended (cohort_comm_reform)", c->rank,
+            c->epoch);
+  coll_abort_transports(&c->eng, c->eng.errmsg); /* also when it had failed before */
+  pthread_mutex_lock(&c->mu);
+  while (c->head != NULL || c->busy) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_lock(&c->ctl.mu);
+  c->live = 0;
+  pthread_mutex_unlock(&c->ctl.mu);
+  c->eng.ntports = 0;
+  coll_buf_orphan_all(c);
+  coll_tcp_destroy(c->tcp);
+  coll_shm_destroy(c->shm);
+  c->tcp = NULL;
+  c->shm = NULL;
+  free_group(&c->local);
+  free_group(&c->leaders);
+  free_group(&c->cross);
+  c->hier = 0;
+  c->seq = 0;
+  c->prep_op = NULL;
+  c->prep_done = 0;
+}
+
+/* Replaces the failure state with err and a message (the reason cohort_comm_reform returns). */
+static int set_failure(cohort_comm *c, int err, const char *msg) {
+  coll_reset_failure(&c->eng);
+  coll_fail(&c->eng, err, "rank %d: %s", c->rank, msg);
+  return err;
+}
+
+static int reform_timeout_ms(void) {
+  const char *v = getenv("COHORT_REFORM_TIMEOUT_MS");
+  int ms = DEFAULT_REFORM_TIMEOUT_MS;
+  if (v != NULL && base_parse_int(v, 1, 1 << 30, &ms) != 0) ms = DEFAULT_REFORM_TIMEOUT_MS;
+  return ms;
+}
+
+/* Waits for the form of a membership after `old` (into *f), or the agent's stop, a malformed
+ * message, the channel's end or the deadline. 0 or the error cohort_comm_reform returns. */
+static int await_form(cohort_comm *c, int old, coll_ctl_msg *f) {
+  int ms = reform_timeout_ms();
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  char msg[COLL_CTL_MAX + 100];
+  coll_ctl *ctl = &c->ctl;
+  int rc = 1;
+  pthread_mutex_lock(&ctl->mu);
+  while (rc == 1) {
+    if (ctl->stopped) {
+      snprintf(msg, sizeof msg, "the agent stopped the job: %s", ctl->why);
+      rc = COHORT_EABORTED;
+    } else if (ctl->bad) {
+      snprintf(msg, sizeof msg, "re-forming: %s", ctl->why);
+      ctl->bad = 0; /* reported once: a later call waits for a good form */
+      rc = COHORT_EPROTO;
+    } else if (ctl->form.verb == COLL_CTL_FORM && ctl->form.epoch > old) {
+      *f = ctl->form;
+      rc = 0;
+    } else if (ctl->closed) {
+      snprintf(msg, sizeof msg, "the agent's control channel closed while re-forming");
+      rc = COHORT_EABORTED;
+    } else if (pthread_cond_timedwait(&ctl->cv, &ctl->mu, &ts) == ETIMEDOUT) {
+      snprintf(msg, sizeof msg, "no new membership within %d ms (COHORT_REFORM_TIMEOUT_MS)", ms);
+      rc = -ETIMEDOUT;
+    }
+  }
+  pthread_mutex_unlock(&ctl->mu);
+  return rc == 0 ? 0 : set_failure(c, rc, msg);
+}
+
+/* The communicator's arrays sized for the new membership f. */
+static int resize(cohort_comm *c, const coll_ctl_msg *f) {
+  size_t n = (size_t)f->size;
+  const coll_tport_ops **ops = calloc(n, sizeof *ops);
+  void **t = calloc(n, sizeof *t);
+  unsigned char *bits = calloc(n, 1);
+  char *job = strdup(f->job);
+  if (ops == NULL || t == NULL || bits == NULL || job == NULL) {
+    free(ops);
+    free(t);
+    free(bits);
+    free(job);
+    return -ENOMEM;
+  }
+  free(c->eng.peer_ops);
+  free(c->eng.peer_t);
+  free(c->newbits);
+  free(c->job_id);
+  c->eng.peer_ops = ops;
+  c->eng.peer_t = t;
+  c->newbits = bits;
+  c->job_id = job;
+  return 0;
+}
+
+/* Connects the membership f in place: its rank, size, store, job and round. */
+static int join_membership(cohort_comm *c, const coll_ctl_msg *f) {
+  int rc = resize(c, f);
+  if (rc != 0) return set_failure(c, rc, "out of memory while re-forming");
+  pthread_mutex_lock(&c->ctl.mu);
+  c->epoch = f->epoch;
+  pthread_mutex_unlock(&c->ctl.mu);
+  c->rank = c->eng.rank = f->rank;
+  c->size = f->size;
+  c->world = (coll_group){.n = f->size, .me = f->rank, .ranks = NULL};
+  c->newbits[c->rank] = (unsigned char)c->self_new;
+  cohort_comm_config cfg = {.rank = f->rank,
+                            .size = f->size,
+                            .store_addr = f->store,
+                            .job_id = c->job_id,
+                            .token = c->token,
+                            .timeout_ms = c->timeout_ms,
+                            .transport = c->transport,
+                            .restart = f->epoch};
+  coll_reset_failure(&c->eng);
+  rc = c->size > 1 ? coll_bootstrap(c, &cfg) : 0;
+  if (rc != 0) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "connecting membership %d (rank %d of %d) failed: %s", f->epoch,
+             f->rank, f->size, cohort_strerror(rc));
+    return set_failure(c, rc, msg);
+  }
+  coll_reform_up(c);
+  return 0;
+}
+
+COHORT_API int cohort_comm_reform(cohort_comm *c) {
+  if (c == NULL) return -EINVAL;
+  if (c->ctl.fd < 0) return -ENOTSUP;
+  int old = c->epoch;
+  end_membership(c);
+  /* Failing to send means the agent is gone: the wait below sees the channel closed. */
+  coll_ctl_send(&c->ctl, "ready epoch=%d step=%lld", old, (long long)c->step);
+  coll_ctl_msg f;
+  int rc = await_form(c, old, &f);
+  if (rc == 0) rc = join_membership(c, &f);
+  if (rc != 0) return rc;
+  coll_ctl_send(&c->ctl, "formed epoch=%d step=%lld", c->epoch, (long long)c->step);
+  base_log(BASE_LOG_INFO, "rank %d of %d: membership %d formed", c->rank, c->size, c->epoch);
+  return 0;
+}
+
+COHORT_API int cohort_comm_epoch(const cohort_comm *c) {
+  return c == NULL ? -EINVAL : c->epoch;
+}
+
+COHORT_API int cohort_comm_is_new(const cohort_comm *c, int rank) {
+  if (c == NULL || rank < 0 || rank >= c->size) return -EINVAL;
+  return c->newbits[rank] != 0;
+}
+
+COHORT_API int cohort_comm_mark_new(cohort_comm *c) {
+  if (c == NULL) return -EINVAL;
+  c->self_new = 1;
+  c->newbits[c->rank] = 1;
+  return 0;
+}
+
+COHORT_API int cohort_comm_set_step(cohort_comm *c, int64_t step) {
+  if (c == NULL) return -EINVAL;
+  c->step = step < 0 ? -1 : step;
+  return 0;
+}
+
+/* Every rank's new bit and bytes, agreed: 0, COHORT_EMISMATCH when the sizes differ, or an error.
+ */
+static int agree_bits(cohort_comm *c, size_t bytes) {
+  int n = c->size;
+  int64_t *all = malloc((size_t)n * 2 * sizeof *all);
+  if (all == NULL) return -ENOMEM;
+  int64_t mine[2] = {c->self_new, (int64_t)bytes};
+  int rc = n > 1 ? cohort_allgather(c, mine, all, 2, COHORT_I64) : 0;
+  if (n == 1) memcpy(all, mine, sizeof mine);
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (all[2 * i + 1] != (int64_t)bytes) rc = COHORT_EMISMATCH;
+    c->newbits[i] = all[2 * i] != 0;
+  }
+  free(all);
+  return rc;
+}
+
+/* The chain of the transfer: the donor (lowest rank not new), then every new rank in order. Returns
+ * its length (1: nobody to send to) or COHORT_ENOSTATE. */
+static int make_chain(cohort_comm *c) {
+  coll_group *g = &c->xfer;
+  free_group(g);
+  g->ranks = malloc((size_t)c->size * sizeof(int));
+  if (g->ranks == NULL) return -ENOMEM;
+  g->me = -1;
+  for (int i = 0; i < c->size && g->n == 0; i++)
+    if (!c->newbits[i]) g->ranks[g->n++] = i;
+  if (g->n == 0) return COHORT_ENOSTATE;
+  for (int i = 0; i < c->size; i++)
+    if (c->newbits[i]) g->ranks[g->n++] = i;
+  for (int i = 0; i < g->n; i++)
+    if (g->ranks[i] == c->rank) g->me = i;
+  return g->n;
+}
+
+COHORT_API int cohort_comm_state_transfer(cohort_comm *c, void *buf, size_t bytes) {
+  if (c == NULL || (buf == NULL && bytes > 0)) return -EINVAL;
+  int rc = agree_bits(c, bytes);
+  if (rc == 0) rc = make_chain(c);
+  if (rc <= 1) return rc < 0 ? rc : 0;
+  coll_op o = {.kind = COLL_TRANSFER,
+               .send = buf,
+               .recv = buf,
+               .count = bytes,
+               .dtype = COHORT_U8,
+               .wire = COHORT_U8,
+               .op = COHORT_SUM,
+               .root = c->xfer.ranks[0]};
+  rc = coll_start(c, &o, NULL);
+  /* The ranks outside the chain learn here that it ended, and how. */
+  int32_t v = rc;
+  int arc = cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_MIN);
+  rc = arc != 0 ? arc : v;
+  if (rc == 0) {
+    memset(c->newbits, 0, (size_t)c->size);
+    c->self_new = 0;
+  }
+  return rc;
+}

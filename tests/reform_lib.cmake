@@ -1,0 +1,16 @@
+# Tests of re-forming libcohort communicators (src/coll/reform.c, control.c): real forked
+# workers driven by the test playing the agent over their control channels.
+add_executable(test_reform_coll ${CMAKE_SOURCE_DIR}/tests/test_reform_coll.c)
+target_link_libraries(test_reform_coll PRIVATE cohort_node m)
+add_test(NAME reform_coll COMMAND test_reform_coll unit)
+set_tests_properties(reform_coll PROPERTIES TIMEOUT 300 LABELS "unit" PROCESSORS 2)
+# kill -9 mid-allreduce, a newcomer's state transfer, the donor lost mid-transfer; and the agent's
+# reshape message with a stopped rank: over TCP, shared memory, and the single-copy path.
+foreach(t tcp shm single)
+  add_test(NAME reform_coll_kill_${t} COMMAND test_reform_coll kill ${t})
+  set_tests_properties(reform_coll_kill_${t} PROPERTIES TIMEOUT 300 LABELS "unit" PROCESSORS 2)
+endforeach()
+foreach(t tcp shm)
+  add_test(NAME reform_coll_reshape_${t} COMMAND test_reform_coll reshape ${t})
+  set_tests_properties(reform_coll_reshape_${t} PROPERTIES TIMEOUT 300 LABELS "unit")
+endforeach()

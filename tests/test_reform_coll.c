@@ -1,0 +1,842 @@
+/*
+ * test_reform_coll.c - re-forming libcohort communicators (cohort_comm_reform,
+ * the control channel, the state transfer) with real processes; the test
+ * plays the agent.
+ *
+ * The parent hosts a store (store_fork.h), makes one socketpair(SEQPACKET)
+ * per worker and keeps the agent's end, forks workers that create their
+ * communicators with COHORT_CONTROL_FD naming the other end, and drives them
+ * with the agent's messages (reshape, form, stop). Parent and workers share
+ * one page (MAP_SHARED) for the expectations of the next membership, the
+ * workers' progress and their timings; every worker checks its own results
+ * and exits non-zero when one is wrong.
+ *
+ *   test_reform_coll unit       the message parser; no channel: -ENOTSUP; a
+ *                               bad COHORT_CONTROL_FD; malformed messages,
+ *                               stop and a closed channel; a reshape between
+ *                               collectives; a reshape while connecting a
+ *                               membership; 20 re-forms in a row leave no fd,
+ *                               /dev/shm mapping or thread behind (tcp, shm).
+ *   test_reform_coll kill T     (T: tcp, shm, single) kill -9 of a rank
+ *                               mid-allreduce: ERESHAPED on every survivor
+ *                               fast; shrink, grow with a newcomer and hand it
+ *                               the state; the donor killed mid-transfer:
+ *                               ERESHAPED, another survivor donates; stop.
+ *   test_reform_coll reshape T  a rank stopped (SIGSTOP): the agent's reshape
+ *                               makes the survivors' allreduce return
+ *                               ERESHAPED within a second of the message.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "check.h"
+#include "coll/coll.h"
+#include "coll/control.h"
+#include "cohort/cohort.h"
+#include "store_fork.h"
+
+#define MAXW 8
+#define OP_TIMEOUT_MS 30000 /* the operation timeout a lost peer must never cost */
+#define FAST_MS 10000       /* "not the timeout": kill -9 to ERESHAPED */
+#define MSG_FAST_MS 5000    /* reshape message to ERESHAPED (expected: milliseconds) */
+#define STATE_BYTES (32u << 20)
+#define KILL_TRIES 20   /* rounds of the donor-kill scenario before it gives up */
+#define PHASE_DONE 1000 /* a worker's phase once through its last collective */
+
+/* What parent and workers share. */
+typedef struct slot {
+  _Atomic int phase;       /* the worker's progress (scenario-specific) */
+  _Atomic int go;          /* the parent's permission to go on */
+  _Atomic long long t_err; /* base_now_ms() when a collective returned its error */
+  _Atomic int err;         /* that error */
+  _Atomic int want_rank, want_size, want_epoch, want_new; /* of the next membership */
+  _Atomic long long xfer_us; /* the state transfer's duration on a newcomer */
+  char errmsg[300];
+} slot;
+
+typedef struct shared {
+  slot s[MAXW];
+  unsigned char state[STATE_BYTES]; /* a newcomer's state buffer the parent can watch */
+} shared;
+
+static shared *g_sh;
+static char g_store[64];
+static char g_job[64];
+static cohort_transport g_tport;
+static int g_single; /* buffers from cohort_mem_alloc (the single-copy path) */
+static int g_agent[MAXW] = {-1, -1, -1, -1, -1, -1, -1, -1};  /* the agent's ends */
+static int g_worker[MAXW] = {-1, -1, -1, -1, -1, -1, -1, -1}; /* the workers' ends */
+static pid_t g_pid[MAXW];
+
+/* ---- the fake agent's side ---- */
+
+static int agent_send(int w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int agent_send(int w, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return send(g_agent[w], msg, (size_t)n, MSG_NOSIGNAL) == n ? 0 : -1;
+}
+
+static int agent_send_raw(int w, const void *buf, size_t len) {
+  return send(g_agent[w], buf, len, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+}
+
+/* Reads messages from worker w until one starts with verb (copied into out): 0, or -1 after
+ * timeout_ms or when the channel ends. */
+static int agent_expect(int w, const char *verb, int timeout_ms, char *out, size_t outlen) {
+  int64_t end = base_now_ms() + timeout_ms;
+  for (;;) {
+    struct pollfd p = {.fd = g_agent[w], .events = POLLIN};
+    int left = (int)(end - base_now_ms());
+    if (left <= 0 || poll(&p, 1, left) <= 0) break;
+    char buf[1100];
+    ssize_t n = recv(g_agent[w], buf, sizeof buf - 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) break;
+    buf[n] = '\0';
+    size_t vl = strlen(verb);
+    if (strncmp(buf, verb, vl) == 0 && (buf[vl] == ' ' || buf[vl] == '\0')) {
+      if (out != NULL) base_strlcpy(out, buf, outlen);
+      return 0;
+    }
+  }
+  fprintf(stderr, "agent: no '%s' from worker %d\n", verb, w);
+  return -1;
+}
+
+/* The form of membership e for worker w: rank r of n. */
+static int agent_form(int w, int e, int r, int n) {
+  atomic_store(&g_sh->s[w].want_rank, r);
+  atomic_store(&g_sh->s[w].want_size, n);
+  atomic_store(&g_sh->s[w].want_epoch, e);
+  return agent_send(w,
+                    "form epoch=%d rank=%d size=%d local_rank=%d local_size=%d node_rank=0 "
+                    "nnodes=1 store=%s job=%s master_addr=127.0.0.1 master_port=29500",
+                    e, r, n, r, n, g_store, g_job);
+}
+
+static int wait_phase(int w, int phase, int timeout_ms) {
+  int64_t end = base_now_ms() + timeout_ms;
+  while (atomic_load(&g_sh->s[w].phase) < phase) {
+    if (base_now_ms() > end) {
+      fprintf(stderr, "agent: worker %d never reached phase %d (at %d)\n", w, phase,
+              atomic_load(&g_sh->s[w].phase));
+      return -1;
+    }
+    base_sleep_ms(1);
+  }
+  return 0;
+}
+
+static void release(int w) {
+  atomic_store(&g_sh->s[w].go, 1);
+}
+
+/* A worker's channel: the agent's end close-on-exec, the worker's inherited. */
+static int make_channel(int w) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+  g_agent[w] = sv[0];
+  g_worker[w] = sv[1];
+  return 0;
+}
+
+/* Forks worker w running fn(w) with its channel (and no other's) and newcomer set as asked. */
+static pid_t spawn(int w, int newcomer, int (*fn)(int w)) {
+  if (make_channel(w) != 0) return -1;
+  memset(&g_sh->s[w], 0, sizeof g_sh->s[w]);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    check_passed_count = check_failed_count = 0; /* the worker's own checks */
+    for (int i = 0; i < MAXW; i++) {
+      if (g_agent[i] >= 0) close(g_agent[i]);
+      if (i != w && g_worker[i] >= 0) close(g_worker[i]);
+    }
+    fcntl(g_worker[w], F_SETFD, 0);
+    char fd[16];
+    snprintf(fd, sizeof fd, "%d", g_worker[w]);
+    setenv("COHORT_CONTROL_FD", fd, 1);
+    if (newcomer)
+      setenv("COHORT_NEWCOMER", "1", 1);
+    else
+      unsetenv("COHORT_NEWCOMER");
+    exit(fn(w)); /* exit, not _exit: leak checkers run at exit */
+  }
+  close(g_worker[w]);
+  g_worker[w] = -1;
+  g_pid[w] = pid;
+  return pid;
+}
+
+/* Reaps worker w: 1 when it exited 0 (named on stderr otherwise). */
+static int reap(int w, int timeout_ms) {
+  int64_t end = base_now_ms() + timeout_ms;
+  int st = 0;
+  for (;;) {
+    pid_t r = waitpid(g_pid[w], &st, WNOHANG);
+    if (r == g_pid[w]) break;
+    if (base_now_ms() > end) {
+      fprintf(stderr, "worker %d hung; killing it\n", w);
+      kill(g_pid[w], SIGKILL);
+      waitpid(g_pid[w], &st, 0);
+      break;
+    }
+    base_sleep_ms(5);
+  }
+  if (g_agent[w] >= 0) close(g_agent[w]);
+  g_agent[w] = -1;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 1;
+  fprintf(stderr, "worker %d: %s %d\n", w, WIFSIGNALED(st) ? "killed by signal" : "exit status",
+          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  return 0;
+}
+
+static void kill_worker(int w, int sig) {
+  kill(g_pid[w], sig);
+  if (sig == SIGKILL) {
+    waitpid(g_pid[w], NULL, 0);
+    close(g_agent[w]);
+    g_agent[w] = -1;
+  }
+}
+
+static store_fork g_sf;
+
+static int start_world(const char *name) {
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  if (store_fork_start(&so, 1, &g_sf) != 0) return -1;
+  snprintf(g_store, sizeof g_store, "127.0.0.1:%d", g_sf.port);
+  snprintf(g_job, sizeof g_job, "trf-%s-%d", name, (int)getpid());
+  return 0;
+}
+
+/* ---- the workers' side ---- */
+
+static cohort_comm *w_create(int rank, int size, int epoch) {
+  cohort_comm_config cfg = {.rank = rank,
+                            .size = size,
+                            .store_addr = g_store,
+                            .job_id = g_job,
+                            .timeout_ms = OP_TIMEOUT_MS,
+                            .transport = g_tport,
+                            .restart = epoch};
+  cohort_comm *c = NULL;
+  int rc = cohort_comm_create(&cfg, &c);
+  if (rc != 0) fprintf(stderr, "rank %d: create: %s\n", rank, cohort_strerror(rc));
+  return c;
+}
+
+/* Records a collective's failure for the parent. */
+static void w_record(int w, cohort_comm *c, int rc) {
+  atomic_store(&g_sh->s[w].t_err, base_now_ms());
+  atomic_store(&g_sh->s[w].err, rc);
+  snprintf(g_sh->s[w].errmsg, sizeof g_sh->s[w].errmsg, "%s", cohort_comm_error_message(c));
+}
+
+/* Re-forms and checks the membership the parent announced. 0 or the reform's error. */
+static int w_reform(int w, cohort_comm *c) {
+  int rc = cohort_comm_reform(c);
+  if (rc != 0) {
+    fprintf(stderr, "worker %d: reform: %s (%s)\n", w, cohort_strerror(rc),
+            cohort_comm_error_message(c));
+    return rc;
+  }
+  CHECK_EQ_INT(cohort_comm_rank(c), atomic_load(&g_sh->s[w].want_rank));
+  CHECK_EQ_INT(cohort_comm_size(c), atomic_load(&g_sh->s[w].want_size));
+  CHECK_EQ_INT(cohort_comm_epoch(c), atomic_load(&g_sh->s[w].want_epoch));
+  CHECK_STREQ(cohort_comm_error_message(c), "");
+  return 0;
+}
+
+/* An allreduce of (rank + 1) over the membership: checks n(n+1)/2 in every element. */
+static int w_sum_check(cohort_comm *c, size_t count) {
+  int r = cohort_comm_rank(c), n = cohort_comm_size(c);
+  int32_t *v = malloc(count * sizeof *v);
+  for (size_t i = 0; i < count; i++) v[i] = r + 1;
+  int rc = cohort_allreduce(c, v, v, count, COHORT_I32, COHORT_SUM);
+  int bad = 0;
+  for (size_t i = 0; rc == 0 && i < count; i++) bad += v[i] != n * (n + 1) / 2;
+  free(v);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_INT(bad, 0);
+  return rc;
+}
+
+/* Allreduces until one fails (phase 1 after the first success); records the failure. */
+static int w_loop_until_error(int w, cohort_comm *c, float *buf, size_t count) {
+  int rc = 0;
+  int64_t end = base_now_ms() + 120000;
+  for (long it = 0; rc == 0 && it < 1000000 && base_now_ms() < end; it++) {
+    for (size_t i = 0; i < count; i += 4096) buf[i] = 1.0f;
+    rc = cohort_allreduce(c, buf, buf, count, COHORT_F32, COHORT_SUM);
+    if (rc == 0 && it == 0) atomic_store(&g_sh->s[w].phase, 1);
+    if (rc == 0) cohort_comm_set_step(c, it);
+  }
+  w_record(w, c, rc);
+  return rc;
+}
+
+static int wait_go(int w) {
+  int64_t end = base_now_ms() + 60000;
+  while (!atomic_load(&g_sh->s[w].go) && base_now_ms() < end) base_sleep_ms(1);
+  atomic_store(&g_sh->s[w].go, 0);
+  return 0;
+}
+
+/* ---- unit: the parser ---- */
+
+static void parse_ok(const char *msg, int verb) {
+  coll_ctl_msg m;
+  char err[128] = "";
+  int rc = coll_ctl_parse(msg, strlen(msg), &m, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "parse '%s': %s\n", msg, err);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_INT(m.verb, verb);
+}
+
+static void parse_bad(const char *msg, size_t len) {
+  coll_ctl_msg m;
+  char err[128] = "";
+  CHECK_EQ_INT(coll_ctl_parse(msg, len, &m, err, sizeof err), COHORT_EPROTO);
+  CHECK(err[0] != '\0');
+}
+
+static void test_parser(void) {
+  coll_ctl_msg m;
+  char err[128];
+  const char *form = "form epoch=3 rank=1 size=4 local_rank=1 local_size=2 node_rank=0 nnodes=2 "
+                     "store=10.0.0.1:29400 job=j1 master_addr=10.0.0.1 master_port=29500";
+  CHECK_EQ_INT(coll_ctl_parse(form, strlen(form), &m, err, sizeof err), 0);
+  CHECK_EQ_INT(m.verb, COLL_CTL_FORM);
+  CHECK_EQ_INT(m.epoch, 3);
+  CHECK_EQ_INT(m.rank, 1);
+  CHECK_EQ_INT(m.size, 4);
+  CHECK_EQ_INT(m.local_size, 2);
+  CHECK_EQ_INT(m.nnodes, 2);
+  CHECK_EQ_INT(m.master_port, 29500);
+  CHECK_STREQ(m.store, "10.0.0.1:29400");
+  CHECK_STREQ(m.job, "j1");
+  const char *rs = "reshape epoch=2 why=node 3 lost:  heartbeat\tstale";
+  CHECK_EQ_INT(coll_ctl_parse(rs, strlen(rs), &m, err, sizeof err), 0);
+  CHECK_EQ_INT(m.verb, COLL_CTL_RESHAPE);
+  CHECK_EQ_INT(m.epoch, 2);
+  CHECK_STREQ(m.why, "node 3 lost:  heartbeat?stale");
+  parse_ok("stop why=too few nodes\n", COLL_CTL_STOP);
+  parse_ok("stop", COLL_CTL_STOP);
+  parse_ok("reshape", COLL_CTL_RESHAPE);
+  parse_ok("frobnicate x=1", COLL_CTL_UNKNOWN);
+  parse_ok("form epoch=1 rank=0 size=1 store=h:1 job=j future=yes", COLL_CTL_FORM);
+  parse_bad("", 0);
+  parse_bad("\n", 1);
+  parse_bad("form epoch=1 rank=0 size=1 store=h:1", 36);       /* no job */
+  parse_bad("form epoch=1 rank=2 size=2 store=h:1 job=j", 42); /* rank >= size */
+  parse_bad("form epoch=x rank=0 size=1 store=h:1 job=j", 42);
+  parse_bad("form epoch=1 rank=0 size=1 store=nohostport job=j", 49);
+  parse_bad("reshape epoch=-1", 16);
+  parse_bad("reshape epoch", 13);
+  parse_bad("reshape epoch=1\x01", 16);
+  parse_bad("reshape epoch=1\0 rank=0", 23);
+  parse_bad("rank=\x7f", 6);
+  char big[1100];
+  memset(big, 'a', sizeof big);
+  memcpy(big, "stop why=", 9);
+  parse_bad(big, sizeof big);
+  char longjob[300] = "form epoch=1 rank=0 size=1 store=h:1 job=";
+  memset(longjob + strlen(longjob), 'j', 220);
+  parse_bad(longjob, strlen(longjob));
+}
+
+/* ---- unit: without a channel, and a bad one ---- */
+
+static void test_no_channel(void) {
+  unsetenv("COHORT_CONTROL_FD");
+  unsetenv("COHORT_NEWCOMER");
+  snprintf(g_job, sizeof g_job, "trf-alone-%d", (int)getpid());
+  cohort_comm *c = w_create(0, 1, 5);
+  CHECK(c != NULL);
+  if (c == NULL) return;
+  CHECK_EQ_INT(cohort_comm_reform(c), -ENOTSUP);
+  CHECK_EQ_INT(cohort_comm_epoch(c), 5);
+  CHECK_EQ_INT(cohort_comm_is_new(c, 0), 0);
+  CHECK_EQ_INT(cohort_comm_is_new(c, 1), -EINVAL);
+  CHECK_EQ_INT(cohort_comm_set_step(c, 7), 0);
+  char b[64] = "state";
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, b, sizeof b), 0); /* no new rank */
+  CHECK_EQ_INT(cohort_comm_mark_new(c), 0);
+  CHECK_EQ_INT(cohort_comm_is_new(c, 0), 1);
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, b, sizeof b), COHORT_ENOSTATE);
+  cohort_comm_destroy(c);
+  setenv("COHORT_NEWCOMER", "1", 1);
+  c = w_create(0, 1, 0);
+  CHECK(c != NULL && cohort_comm_is_new(c, 0) == 1);
+  cohort_comm_destroy(c);
+  unsetenv("COHORT_NEWCOMER");
+  int p[2];
+  CHECK(pipe(p) == 0);
+  const char *bad[] = {"abc", "-1", "999999", NULL};
+  char pfd[16];
+  snprintf(pfd, sizeof pfd, "%d", p[0]);
+  bad[3] = pfd; /* not a socket */
+  for (int i = 0; i < 4; i++) {
+    setenv("COHORT_CONTROL_FD", bad[i], 1);
+    cohort_comm *x = w_create(0, 1, 0);
+    CHECK(x == NULL);
+    cohort_comm_destroy(x);
+  }
+  unsetenv("COHORT_CONTROL_FD");
+  close(p[0]);
+  close(p[1]);
+  CHECK(strstr(cohort_strerror(COHORT_ERESHAPED), "cohort_comm_reform") != NULL);
+  CHECK(strstr(cohort_strerror(COHORT_ENOSTATE), "checkpoint") != NULL);
+}
+
+/* ---- unit: malformed messages, a reshape between collectives, stop, a closed channel ---- */
+
+static int w_protocol(int w) {
+  cohort_comm *c = w_create(w, 2, 0);
+  if (c == NULL) return 1;
+  atomic_store(&g_sh->s[w].phase, 1);
+  wait_go(w); /* the parent sent garbage meanwhile */
+  w_sum_check(c, 1000);
+  /* A malformed form while re-forming: EPROTO, once. */
+  CHECK_EQ_INT(cohort_comm_reform(c), COHORT_EPROTO);
+  CHECK(strstr(cohort_comm_error_message(c), "malformed") != NULL);
+  CHECK_EQ_INT(w_reform(w, c), 0);
+  w_sum_check(c, 1000);
+  /* A reshape with no collective in flight: the next one returns ERESHAPED at once. */
+  atomic_store(&g_sh->s[w].phase, 2);
+  wait_go(w);
+  int32_t v = 1;
+  CHECK_EQ_INT(cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM), COHORT_ERESHAPED);
+  CHECK(strstr(cohort_comm_error_message(c), "unit test reshape") != NULL);
+  cohort_request *rq = NULL;
+  CHECK_EQ_INT(cohort_iallreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM, &rq), COHORT_ERESHAPED);
+  CHECK_EQ_INT(w_reform(w, c), 0);
+  CHECK_EQ_INT(cohort_comm_epoch(c), 2);
+  w_sum_check(c, 1000);
+  /* A membership whose third rank never comes, ended by the agent while connecting. */
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(cohort_comm_reform(c), COHORT_ERESHAPED);
+  CHECK(base_now_ms() - t0 < OP_TIMEOUT_MS / 2);
+  /* Worker 0 is stopped by the agent, worker 1's channel closes. */
+  int rc = cohort_comm_reform(c);
+  CHECK_EQ_INT(rc, COHORT_EABORTED);
+  const char *why = w == 0 ? "the agent stopped the job: unit test over" : "channel closed";
+  if (strstr(cohort_comm_error_message(c), why) == NULL)
+    fprintf(stderr, "worker %d: '%s' lacks '%s'\n", w, cohort_comm_error_message(c), why);
+  CHECK(strstr(cohort_comm_error_message(c), why) != NULL);
+  CHECK_EQ_INT(cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM), COHORT_EABORTED);
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+static void test_protocol(void) {
+  g_tport = COHORT_TRANSPORT_AUTO;
+  if (start_world("proto") != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 2; w++) spawn(w, 0, w_protocol);
+  for (int w = 0; w < 2; w++) {
+    CHECK_EQ_INT(agent_expect(w, "hello", 20000, NULL, 0), 0);
+    CHECK_EQ_INT(wait_phase(w, 1, 30000), 0);
+    /* Garbage during the membership: no crash, collectives unaffected. */
+    static const char nul[] = "reshape epoch=0\0 x=1";
+    agent_send_raw(w, nul, sizeof nul - 1);
+    agent_send(w, "gibberish without fields");
+    agent_send(w, "form epoch=1 rank=5 size=2 store=%s job=%s", g_store, g_job);
+    char big[1500];
+    memset(big, 'x', sizeof big);
+    agent_send_raw(w, big, sizeof big);
+    release(w);
+  }
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_form(w, 1, w, 2);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "formed", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) {
+    CHECK_EQ_INT(wait_phase(w, 2, 30000), 0);
+    agent_send(w, "reshape epoch=0 why=stale, ignored");
+    agent_send(w, "reshape epoch=1 why=unit test reshape");
+  }
+  base_sleep_ms(100); /* the control thread handles it on its own */
+  for (int w = 0; w < 2; w++) release(w);
+  char ready[200];
+  for (int w = 0; w < 2; w++) {
+    CHECK_EQ_INT(agent_expect(w, "ready", 20000, ready, sizeof ready), 0);
+    CHECK(strncmp(ready, "ready epoch=1 step=", 19) == 0);
+  }
+  /* Reverse the ranks: the new membership's order is the agent's. */
+  for (int w = 0; w < 2; w++) agent_form(w, 2, 1 - w, 2);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_form(w, 3, w, 3); /* rank 2 never comes */
+  base_sleep_ms(300);
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=3 why=rank 2 lost while connecting");
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  agent_send(0, "stop why=unit test over");
+  close(g_agent[1]);
+  g_agent[1] = -1;
+  for (int w = 0; w < 2; w++) CHECK(reap(w, 30000));
+  store_fork_stop(&g_sf);
+}
+
+/* ---- unit: 20 re-forms leave nothing behind ---- */
+
+#define LEAK_ROUNDS 20
+
+/* Entries of /proc/self/<dir>. */
+static int count_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') n++;
+  if (d) closedir(d);
+  return n;
+}
+
+/* Mappings of /dev/shm objects (segments and shared buffers; the allocator's own anonymous
+ * mappings come and go, under ASan especially, and are not ours to count). */
+static int count_shm_maps(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int n = 0;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) n += strstr(line, "/dev/shm/") != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+static int w_leaks(int w) {
+  cohort_comm *c = w_create(w, 2, 0);
+  if (c == NULL) return 1;
+  int fds = 0, maps = 0, tasks = 0;
+  for (int round = 0; round <= LEAK_ROUNDS; round++) {
+    void *buf = NULL;
+    size_t bytes = 1u << 20;
+    CHECK_EQ_INT(cohort_mem_alloc(c, bytes, &buf), 0);
+    if (buf == NULL) break;
+    float *f = buf;
+    for (size_t i = 0; i < bytes / sizeof *f; i++) f[i] = 1.0f;
+    CHECK_EQ_INT(cohort_allreduce(c, f, f, bytes / sizeof *f, COHORT_F32, COHORT_SUM), 0);
+    CHECK(f[0] == 2.0f && f[bytes / sizeof *f - 1] == 2.0f);
+    if (round == 0) { /* counted once everything of a membership is in place */
+      fds = count_dir("/proc/self/fd");
+      maps = count_shm_maps();
+      tasks = count_dir("/proc/self/task");
+    }
+    if (round == LEAK_ROUNDS) {
+      CHECK_EQ_INT(count_dir("/proc/self/fd"), fds);
+      CHECK_EQ_INT(count_shm_maps(), maps);
+      CHECK_EQ_INT(count_dir("/proc/self/task"), tasks);
+      if (g_tport == COHORT_TRANSPORT_SHM) CHECK(maps >= 2 && c->single_copy_ops > 0);
+      cohort_mem_free(c, buf);
+      break;
+    }
+    CHECK_EQ_INT(w_reform(w, c), 0);
+    CHECK(f[0] == 2.0f); /* the old membership's buffer: private now, contents kept */
+    CHECK_EQ_INT(cohort_mem_free(c, buf), 0);
+  }
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+static void test_leaks(cohort_transport t) {
+  g_tport = t;
+  if (start_world(t == COHORT_TRANSPORT_SHM ? "leak-shm" : "leak-tcp") != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 2; w++) spawn(w, 0, w_leaks);
+  for (int round = 1; round <= LEAK_ROUNDS; round++) {
+    for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 30000, NULL, 0), 0);
+    for (int w = 0; w < 2; w++) agent_form(w, round, w, 2);
+  }
+  for (int w = 0; w < 2; w++) CHECK(reap(w, 60000));
+  store_fork_stop(&g_sf);
+}
+
+/* ---- kill: a rank lost mid-allreduce, a newcomer, the donor lost mid-transfer ---- */
+
+static unsigned char pattern(size_t i) {
+  return (unsigned char)((i * 131u + 7u) % 251u + 1u); /* never 0 */
+}
+
+static size_t pattern_diff(const unsigned char *b, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += b[i] != pattern(i);
+  return bad;
+}
+
+/* The single-copy path in the current membership: an allreduce of cohort_mem_alloc buffers. */
+static void w_single_check(cohort_comm *c) {
+  size_t count = 1u << 18;
+  float *f = NULL;
+  CHECK_EQ_INT(cohort_mem_alloc(c, count * sizeof *f, (void **)&f), 0);
+  if (f == NULL) return;
+  uint64_t before = c->single_copy_ops;
+  for (size_t i = 0; i < count; i++) f[i] = 1.0f;
+  CHECK_EQ_INT(cohort_allreduce(c, f, f, count, COHORT_F32, COHORT_SUM), 0);
+  CHECK(f[0] == (float)cohort_comm_size(c) && f[count - 1] == (float)cohort_comm_size(c));
+  CHECK(c->single_copy_ops > before);
+  CHECK_EQ_INT(cohort_mem_free(c, f), 0);
+}
+
+/* Membership 2: the donor was lost mid-transfer; the newcomer (last rank) is still new and the
+ * lowest survivor donates. Then the agent stops the job. */
+static int w_after_donor_loss(int w, cohort_comm *c, unsigned char *st) {
+  if (w_reform(w, c) != 0) return 1;
+  int n = cohort_comm_size(c);
+  CHECK_EQ_INT(cohort_comm_is_new(c, 0), 0);
+  CHECK_EQ_INT(cohort_comm_is_new(c, n - 1), 1);
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, st, STATE_BYTES), 0);
+  if (w == 4) CHECK_EQ_INT(pattern_diff(st, STATE_BYTES), 0);
+  CHECK_EQ_INT(cohort_comm_is_new(c, n - 1), 0);
+  w_sum_check(c, 1000);
+  /* Re-forming ends the membership for everyone: a peer still inside the allreduce would get
+   * COHORT_ERESHAPED. Wait until all are through it. */
+  atomic_store(&g_sh->s[w].phase, PHASE_DONE);
+  wait_go(w);
+  CHECK_EQ_INT(cohort_comm_reform(c), COHORT_EABORTED);
+  CHECK(strstr(cohort_comm_error_message(c), "the agent stopped the job: test over") != NULL);
+  return 0;
+}
+
+/* Membership 1: three survivors and the newcomer (rank 3). */
+static int w_after_grow(int w, cohort_comm *c) {
+  CHECK_EQ_INT(cohort_comm_size(c), 4);
+  CHECK_EQ_INT(cohort_comm_epoch(c), 1);
+  for (int r = 0; r < 4; r++) CHECK_EQ_INT(cohort_comm_is_new(c, r), r == 3);
+  w_sum_check(c, 100000);
+  if (g_single) w_single_check(c);
+  int newcomer = w == 4;
+  unsigned char *st = newcomer ? g_sh->state : malloc(STATE_BYTES);
+  for (size_t i = 0; i < STATE_BYTES; i++) st[i] = newcomer ? 0 : pattern(i);
+  int64_t t0 = base_now_us();
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, st, STATE_BYTES), 0);
+  if (newcomer) atomic_store(&g_sh->s[w].xfer_us, base_now_us() - t0);
+  if (newcomer) CHECK_EQ_INT(pattern_diff(st, STATE_BYTES), 0);
+  for (int r = 0; r < 4; r++) CHECK_EQ_INT(cohort_comm_is_new(c, r), 0);
+  /* Again, the newcomer wanting the state anew; the parent kills the donor during it (tries
+   * again when the transfer outran it: see kill_donor_mid_transfer). */
+  int rc = 0;
+  for (int attempt = 0; rc == 0 && attempt < KILL_TRIES; attempt++) {
+    if (newcomer) {
+      memset(st, 0, STATE_BYTES);
+      CHECK_EQ_INT(cohort_comm_mark_new(c), 0);
+    }
+    atomic_store(&g_sh->s[w].phase, 2 + attempt);
+    wait_go(w);
+    rc = cohort_comm_state_transfer(c, st, STATE_BYTES);
+  }
+  w_record(w, c, rc);
+  CHECK_EQ_INT(rc, COHORT_ERESHAPED);
+  int fails = w_after_donor_loss(w, c, st);
+  if (!newcomer) free(st);
+  return fails;
+}
+
+static int w_kill(int w) {
+  cohort_comm *c = w_create(w, 4, 0);
+  if (c == NULL) return 1;
+  size_t count = 1u << 20;
+  float *buf = NULL;
+  if (g_single)
+    CHECK_EQ_INT(cohort_mem_alloc(c, count * sizeof *buf, (void **)&buf), 0);
+  else
+    buf = calloc(count, sizeof *buf);
+  if (buf == NULL) return 1;
+  int rc = w_loop_until_error(w, c, buf, count);
+  CHECK_EQ_INT(rc, COHORT_ERESHAPED);
+  if (g_single) CHECK(c->single_copy_ops > 0);
+  if (w_reform(w, c) != 0) return 1;
+  if (g_single)
+    CHECK_EQ_INT(cohort_mem_free(c, buf), 0); /* private now: freed alone */
+  else
+    free(buf);
+  int fails = w_after_grow(w, c);
+  cohort_comm_destroy(c);
+  return fails || check_report() != 0;
+}
+
+static int w_newcomer(int w) {
+  cohort_comm *c = w_create(3, 4, 1);
+  if (c == NULL) return 1;
+  int fails = w_after_grow(w, c);
+  cohort_comm_destroy(c);
+  return fails || check_report() != 0;
+}
+
+/* The survivors' errors: ERESHAPED, soon after t (the kill or the message). */
+static void check_survivors(const int *ws, int n, long long t, int bound_ms, const char *what) {
+  long long worst = 0;
+  for (int i = 0; i < n; i++) {
+    slot *s = &g_sh->s[ws[i]];
+    long long d = atomic_load(&s->t_err) - t;
+    if (atomic_load(&s->err) != COHORT_ERESHAPED || d > bound_ms || d < 0)
+      fprintf(stderr, "worker %d: %s (%s) %lld ms after the %s\n", ws[i],
+              cohort_strerror(atomic_load(&s->err)), s->errmsg, d, what);
+    CHECK_EQ_INT(atomic_load(&s->err), COHORT_ERESHAPED);
+    CHECK(d >= 0 && d < bound_ms);
+    if (d > worst) worst = d;
+  }
+  printf("%s to COHORT_ERESHAPED on every survivor: %lld ms (worst of %d)\n", what, worst, n);
+}
+
+/* Kills the donor (worker 0) once the newcomer (worker 4) has part of the state, stopping the
+ * newcomer first so the transfer cannot finish meanwhile. On a loaded machine this process may
+ * look too late (the transfer complete): then the workers go round again, up to KILL_TRIES times.
+ * Returns the time of the kill, or -1. */
+static long long kill_donor_mid_transfer(void) {
+  const int ws[] = {0, 1, 3, 4};
+  volatile unsigned char *st = g_sh->state;
+  for (int attempt = 0; attempt < KILL_TRIES; attempt++) {
+    for (int i = 0; i < 4; i++)
+      if (wait_phase(ws[i], 2 + attempt, 60000) != 0) return -1;
+    for (int i = 0; i < 4; i++) release(ws[i]);
+    int64_t end = base_now_ms() + 60000;
+    while (st[1u << 20] == 0 && base_now_ms() < end) {
+    }
+    kill(g_pid[4], SIGSTOP);
+    if (st[1u << 20] != 0 && st[STATE_BYTES - 1] == 0) {
+      long long t = base_now_ms();
+      kill_worker(0, SIGKILL);
+      kill(g_pid[4], SIGCONT);
+      printf("donor killed mid-transfer at attempt %d\n", attempt + 1);
+      return t;
+    }
+    kill(g_pid[4], SIGCONT);
+  }
+  fprintf(stderr, "agent: the transfer always finished before the donor could be killed\n");
+  return -1;
+}
+
+static void test_kill(const char *tname) {
+  if (start_world(tname) != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 4; w++) spawn(w, 0, w_kill);
+  for (int w = 0; w < 4; w++) CHECK_EQ_INT(agent_expect(w, "hello", 20000, NULL, 0), 0);
+  for (int w = 0; w < 4; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
+  base_sleep_ms(100);
+  long long t = base_now_ms();
+  kill_worker(2, SIGKILL);
+  const int surv[] = {0, 1, 3};
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(agent_expect(surv[i], "ready", 20000, NULL, 0), 0);
+  check_survivors(surv, 3, t, FAST_MS, "kill -9 of a rank");
+  /* Grow back: the survivors keep their order (0, 1, 2), the newcomer is rank 3. */
+  spawn(4, 1, w_newcomer);
+  for (int i = 0; i < 3; i++) agent_form(surv[i], 1, i, 4);
+  CHECK_EQ_INT(agent_expect(4, "hello", 20000, NULL, 0), 0);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(agent_expect(surv[i], "formed", 30000, NULL, 0), 0);
+  long long us = atomic_load(&g_sh->s[4].xfer_us);
+  printf("state transfer of %u MiB to the newcomer: %lld us, %.0f MB/s\n", STATE_BYTES >> 20, us,
+         us > 0 ? (double)STATE_BYTES / (double)us : 0.0);
+  for (int w = 0; w < 5; w++)
+    if (w != 2) CHECK_EQ_INT(wait_phase(w, 2, 60000), 0);
+  t = kill_donor_mid_transfer();
+  CHECK(t >= 0);
+  const int left[] = {1, 3, 4};
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(agent_expect(left[i], "ready", 20000, NULL, 0), 0);
+  check_survivors(left, 3, t, FAST_MS, "kill -9 of the donor");
+  for (int i = 0; i < 3; i++) agent_form(left[i], 2, i, 3);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(agent_expect(left[i], "formed", 30000, NULL, 0), 0);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(wait_phase(left[i], PHASE_DONE, 60000), 0);
+  for (int i = 0; i < 3; i++) release(left[i]);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(agent_expect(left[i], "ready", 30000, NULL, 0), 0);
+  for (int i = 0; i < 3; i++) agent_send(left[i], "stop why=test over");
+  for (int i = 0; i < 3; i++) CHECK(reap(left[i], 30000));
+  store_fork_stop(&g_sf);
+}
+
+/* ---- reshape: a stopped rank, and the agent's message ---- */
+
+static int w_reshape(int w) {
+  cohort_comm *c = w_create(w, 3, 0);
+  if (c == NULL) return 1;
+  size_t count = 1u << 18;
+  float *buf = calloc(count, sizeof *buf);
+  CHECK_EQ_INT(w_loop_until_error(w, c, buf, count), COHORT_ERESHAPED);
+  CHECK(strstr(cohort_comm_error_message(c), "rank") != NULL);
+  free(buf);
+  if (w_reform(w, c) == 0) w_sum_check(c, 100000);
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+static void test_reshape(const char *tname) {
+  if (start_world(tname) != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 3; w++) spawn(w, 0, w_reshape);
+  for (int w = 0; w < 3; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
+  kill(g_pid[2], SIGSTOP);
+  base_sleep_ms(300); /* the survivors now wait for it */
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(atomic_load(&g_sh->s[w].t_err), 0);
+  long long t = base_now_ms();
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 why=rank 2 stopped answering");
+  const int surv[] = {0, 1};
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  check_survivors(surv, 2, t, MSG_FAST_MS, "reshape message");
+  kill_worker(2, SIGKILL);
+  for (int w = 0; w < 2; w++) agent_form(w, 1, w, 2);
+  for (int w = 0; w < 2; w++) CHECK(reap(w, 30000));
+  store_fork_stop(&g_sf);
+}
+
+/* tcp, shm, or single (shared memory with cohort_mem_alloc buffers). */
+static int set_transport(const char *t) {
+  g_single = strcmp(t, "single") == 0;
+  if (strcmp(t, "tcp") == 0)
+    g_tport = COHORT_TRANSPORT_TCP;
+  else if (strcmp(t, "shm") == 0 || g_single)
+    g_tport = COHORT_TRANSPORT_SHM;
+  else
+    return -1;
+  return 0;
+}
+
+static int unit(void) {
+  test_parser();
+  test_no_channel();
+  test_protocol();
+  test_leaks(COHORT_TRANSPORT_TCP);
+  test_leaks(COHORT_TRANSPORT_SHM);
+  return check_report();
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  g_sh = mmap(NULL, sizeof *g_sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (g_sh == MAP_FAILED) return 1;
+  if (argc >= 2 && strcmp(argv[1], "unit") == 0) return unit();
+  if (argc >= 3 && strcmp(argv[1], "kill") == 0 && set_transport(argv[2]) == 0) {
+    test_kill(argv[2]);
+    return check_report();
+  }
+  if (argc >= 3 && strcmp(argv[1], "reshape") == 0 && set_transport(argv[2]) == 0) {
+    test_reshape(argv[2]);
+    return check_report();
+  }
+  fprintf(stderr, "usage: test_reform_coll unit | kill tcp|shm|single | reshape tcp|shm\n");
+  return 2;
+}
