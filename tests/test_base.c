@@ -5,12 +5,15 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "base/buf.h"
+#include "base/proc.h"
 #include "base/crypto.h"
 #include "base/net.h"
 #include "tests/check.h"
@@ -213,8 +216,41 @@ static void test_buf(void) {
   CHECK(b.data == NULL && b.len == 0);
 }
 
+/* /proc/PID/stat: a command name with ") (" in it, bad text, a fixture root, this process. */
+static void test_proc_stat(void) {
+  base_proc_stat s;
+  const char *line = "4242 (a) b (c) T 17 4242 4242 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 1 0";
+  CHECK_EQ_INT(base_proc_stat_parse(line, &s), 0);
+  CHECK(s.pid == 4242 && s.ppid == 17 && s.state == 'T' && s.utime == 250 && s.stime == 31);
+  CHECK_EQ_INT(base_proc_stat_parse("4242 (no close paren S 1", &s), -EPROTO);
+  CHECK_EQ_INT(base_proc_stat_parse("4242 (x) S 1 2", &s), -EPROTO);
+  CHECK_EQ_INT(base_proc_stat_parse("", &s), -EPROTO);
+  char root[] = "/tmp/test_base_procXXXXXX", path[128];
+  CHECK(mkdtemp(root) != NULL);
+  snprintf(path, sizeof path, "%s/4242", root);
+  CHECK_EQ_INT(mkdir(path, 0700), 0);
+  snprintf(path, sizeof path, "%s/4242/stat", root);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f != NULL) {
+    fputs(line, f);
+    fclose(f);
+  }
+  memset(&s, 0, sizeof s);
+  CHECK_EQ_INT(base_proc_stat_read(root, 4242, &s), 0);
+  CHECK(s.pid == 4242 && s.ppid == 17 && s.state == 'T');
+  CHECK_EQ_INT(base_proc_stat_read(root, 4243, &s), -ESRCH);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/4242", root);
+  rmdir(path);
+  rmdir(root);
+  CHECK_EQ_INT(base_proc_stat_read("/proc", getpid(), &s), 0);
+  CHECK(s.pid == getpid() && s.ppid == getppid() && s.state == 'R');
+}
+
 int main(void) {
   test_parse();
+  test_proc_stat();
   test_buf();
   test_hostport();
   test_sockets();

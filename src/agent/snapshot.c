@@ -13,6 +13,7 @@
 
 #include "agent/internal.h"
 #include "base/base.h"
+#include "base/proc.h"
 
 /* Reads a small /proc file into buf; returns its length or -errno. */
 static ssize_t read_small(const char *path, char *buf, size_t len) {
@@ -28,20 +29,12 @@ static ssize_t read_small(const char *path, char *buf, size_t len) {
 
 int agent_snapshot_proc(pid_t pid, int64_t *ticks, int64_t *rss_bytes) {
   char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  ssize_t n = read_small(path, buf, sizeof buf);
-  if (n < 0) return n == -ENOENT ? -ESRCH : (int)n;
-  /* The command name may hold spaces and ')': the fields start after the last ')'. */
-  char *p = strrchr(buf, ')');
-  if (p == NULL) return -EPROTO;
-  unsigned long long ut = 0, st = 0;
-  /* After ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime(14)
-   * stime(15) */
-  if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-    return -EPROTO;
-  *ticks = (int64_t)(ut + st);
+  base_proc_stat st;
+  int rc = base_proc_stat_read("/proc", pid, &st);
+  if (rc != 0) return rc;
+  *ticks = (int64_t)(st.utime + st.stime);
   snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
-  n = read_small(path, buf, sizeof buf);
+  ssize_t n = read_small(path, buf, sizeof buf);
   if (n < 0) return n == -ENOENT ? -ESRCH : (int)n;
   unsigned long long size = 0, resident = 0;
   if (sscanf(buf, "%llu %llu", &size, &resident) != 2) return -EPROTO;

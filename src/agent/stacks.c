@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/proc.h"
 
 /* A stack text is cut here: a dump of hundreds of threads stays readable. */
 #define TEXT_MAX (512 * 1024)
@@ -193,11 +194,8 @@ static void tools_wait(const stacks_target *t, int n, const stacks_opts *o, slot
 /* The state and wait channel, for when no debugger could say more. */
 static char *proc_state_text(const char *proc_root, pid_t pid, const char *why) {
   char path[512], state = '?', wchan[128] = "?";
-  snprintf(path, sizeof path, "%s/%d/stat", proc_root, (int)pid);
-  char *st = read_path_text(path);
-  const char *rp = st ? strrchr(st, ')') : NULL;
-  if (rp != NULL && rp[1] == ' ') state = rp[2];
-  free(st);
+  base_proc_stat st;
+  if (base_proc_stat_read(proc_root, pid, &st) == 0) state = st.state;
   snprintf(path, sizeof path, "%s/%d/wchan", proc_root, (int)pid);
   char *wc = read_path_text(path);
   if (wc != NULL && wc[0] != '\0') snprintf(wchan, sizeof wchan, "%s", wc);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/proc.h"
 
 /* How many times the descendants are looked for and killed at most, and
  * how long between two looks: a process forking as fast as it can is
@@ -166,22 +167,11 @@ static int by_pid(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Reads pid, ppid and state from proc_root/<pid>/stat; 0 or -1. */
-static int read_stat(const char *proc_root, const char *name, proc_entry *e) {
-  char path[300], buf[1024];
-  snprintf(path, sizeof path, "%s/%s/stat", proc_root, name);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = '\0';
-  const char *rp = strrchr(buf, ')'); /* the command name may contain anything */
-  int pid, ppid;
-  char st;
-  if (rp == NULL || sscanf(buf, "%d", &pid) != 1 || sscanf(rp + 1, " %c %d", &st, &ppid) != 2)
-    return -1;
-  *e = (proc_entry){.pid = pid, .ppid = ppid, .state = st};
+/* Reads pid, ppid and state of process pid under proc_root; 0 or -1. */
+static int read_stat(const char *proc_root, pid_t pid, proc_entry *e) {
+  base_proc_stat s;
+  if (base_proc_stat_read(proc_root, pid, &s) != 0) return -1;
+  *e = (proc_entry){.pid = s.pid, .ppid = s.ppid, .state = s.state};
   return 0;
 }
 
@@ -201,7 +191,7 @@ static proc_entry *proc_table(const char *proc_root, size_t *n) {
       t = bigger;
       cap *= 2;
     }
-    if (read_stat(proc_root, de->d_name, &t[*n]) == 0) (*n)++;
+    if (read_stat(proc_root, (pid_t)strtol(de->d_name, NULL, 10), &t[*n]) == 0) (*n)++;
   }
   closedir(d);
   if (t != NULL) qsort(t, *n, sizeof *t, by_pid);
@@ -283,10 +273,8 @@ static int kill_tree(const char *proc_root, pid_t self, pid_t spare) {
   pid_list l = {0};
   int rc = add_children(proc_root, self, &l), alive = 0;
   for (size_t i = 0; rc == 0 && i < l.n && i < 1000000; i++) {
-    char name[24];
     proc_entry e;
-    snprintf(name, sizeof name, "%d", (int)l.p[i]);
-    if (l.p[i] == spare || read_stat(proc_root, name, &e) != 0) continue;
+    if (l.p[i] == spare || read_stat(proc_root, l.p[i], &e) != 0) continue;
     rc = add_children(proc_root, e.pid, &l);
     if (e.state != 'Z') {
       kill(e.pid, SIGKILL);

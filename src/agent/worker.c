@@ -2,6 +2,7 @@
 #include "agent/worker.h"
 
 #include "base/base.h"
+#include "base/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -276,14 +277,6 @@ int agent_worker_succeeded(const worker *w) {
 }
 
 int agent_worker_is_frozen(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char *rp = strrchr(buf, ')'); /* the command name may contain anything */
-  return rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+  base_proc_stat s;
+  return base_proc_stat_read("/proc", pid, &s) == 0 && (s.state == 'T' || s.state == 't');
 }
