@@ -5,3 +5,10 @@
 add_test(NAME reform_torch_fake COMMAND /usr/bin/python3
   ${CMAKE_SOURCE_DIR}/tests/test_reform_torch.py ${CMAKE_SOURCE_DIR} $<TARGET_FILE:cohort>)
 set_tests_properties(reform_torch_fake PROPERTIES TIMEOUT 600 COST 20 LABELS "slow" PROCESSORS 2)
+
+# The same example under real agents with --on-failure reform in network
+# namespaces the test creates and removes (root): node 2 killed, the
+# survivors go on in their processes, a replacement node receives the state.
+add_test(NAME reform_torch_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform_torch_netns.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
+set_tests_properties(reform_torch_nodes PROPERTIES TIMEOUT 600 COST 40 LABELS "slow" PROCESSORS 2)

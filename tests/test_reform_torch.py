@@ -58,7 +58,7 @@ class Worker:
         self.log = os.path.join(tmp, name + ".log")
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK="0",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   TORCHELASTIC_RESTART_COUNT=str(epoch),
+                   COHORT_ROUND=str(epoch),
                    COHORT_CONTROL_FD=str(child_end.fileno()), OMP_NUM_THREADS="1",
                    PYTHONPATH=os.path.join(SRC, "src/agent/python"))
         if newcomer:

@@ -194,7 +194,8 @@ class Job:
         self.step = 0        # completed training steps
         self.position = 0    # samples consumed
         self.has_state = os.environ.get("COHORT_NEWCOMER") != "1"
-        self.epoch = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        env = os.environ  # the membership: the agent's round
+        self.epoch = int(env.get("COHORT_ROUND", env.get("TORCHELASTIC_RESTART_COUNT", "0")))
         self.reforms = []    # per re-form: {"epoch", "world_size", "sent", "received"}
         self.ddp = None
         self._store = None
@@ -208,7 +209,6 @@ class Job:
         if fd:
             self.channel = _Channel(int(fd), self._break)
             self.channel.send("hello", pid=os.getpid())
-        env = os.environ
         self._join(dict(rank=env["RANK"], size=env["WORLD_SIZE"], epoch=self.epoch,
                         master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
                         master_port=env["MASTER_PORT"]), announce=not self.has_state)
@@ -296,7 +296,7 @@ class Job:
         names = {"rank": "RANK", "size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
                  "local_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK",
                  "nnodes": "GROUP_WORLD_SIZE", "master_addr": "MASTER_ADDR",
-                 "master_port": "MASTER_PORT", "epoch": "TORCHELASTIC_RESTART_COUNT",
+                 "master_port": "MASTER_PORT", "epoch": "COHORT_ROUND",
                  "store": "COHORT_STORE"}
         for key, var in names.items():
             if key in f:

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# PyTorch DDP workers (examples/reform_ddp.py through cohort_reform, Debian's
+# torch 1.13, gloo) under real agents with `cohort run --on-failure reform`,
+# in network namespaces this test creates and removes: 3 nodes x 1 rank, the
+# built-in store on node 0. kill -9 of node 2 (agent and worker) mid-training:
+# the workers of nodes 0 and 1 keep their PIDs and go on with world size 2,
+# no completed step recomputed; a replacement node started with the same
+# command line joins: its worker receives the state and the three finish with
+# the same parameters; every agent exits 0. Prints the seconds from the kill
+# to the survivors' next step and from the replacement's start to its first
+# step.
+# usage: test_reform_torch_netns.sh COHORT_BINARY SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+src=$(readlink -f "$2")
+tmp=$(mktemp -d /tmp/cohort-reform-torch-XXXXXX)
+chmod 755 "$tmp"
+pids=()
+. "$src/tests/check_lib.sh"
+. "$src/tests/netns_lib.sh"
+if [ "$(id -u)" != 0 ]; then echo "needs root (network namespaces)"; exit 1; fi
+cleanup() {
+  netns_down
+  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+HB=2 # --heartbeat-timeout, seconds
+STEPS=800
+agent=()
+# agent_on I: node I's agent (node 0 hosts the store), output in $tmp/n<I>.
+agent_on() {
+  local rank=()
+  [ "$1" -eq 0 ] && rank=(--node-rank 0)
+  netns_agent "$1" "$tmp/n$1" --nnodes 2:3 "${rank[@]}" --master "$M:29500" --job pt \
+    --heartbeat-timeout $HB --on-failure reform --no-python /usr/bin/python3 \
+    "$src/examples/reform_ddp.py" --steps $STEPS --step-time 0.03
+  agent[$1]=$!
+}
+
+# wait_re FILE REGEX [SECONDS]: until a line of FILE matches (60 s at most).
+wait_re() {
+  local end=$((SECONDS + ${3:-60}))
+  while [ $SECONDS -lt $end ]; do
+    grep -qE -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "timed out waiting for /$2/ in $1"
+  tail -5 "$1"
+  return 1
+}
+
+# field FILE KIND KEY: KEY's value on FILE's first KIND line ("joined", "done").
+field() { sed -n "s/.*\] $2 .* $3=\([^ ]*\).*/\1/p" "$1" | head -1; }
+
+# Reads the nodes' outputs: survivors' PIDs, step order, positions, timings.
+analyse() {
+  python3 - "$@" <<'EOF'
+import re, sys
+t0, t_new, files = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+def steps(f):
+    out = []
+    for line in open(f):
+        m = re.search(r"\] (step=\d+ .*)", line)
+        if m:
+            out.append(dict(w.split("=", 1) for w in m.group(1).split()))
+    return out
+bad = []
+for f in files[:2]:
+    s = steps(f)
+    pids = {x["pid"] for x in s}
+    if len(pids) != 1:
+        bad.append("%s: steps printed by pids %s, not one process" % (f, sorted(pids)))
+    for a, b in zip(s, s[1:]):
+        if int(b["step"]) <= int(a["step"]):
+            bad.append("%s: step %s after step %s (recomputed)" % (f, b["step"], a["step"]))
+        elif int(b["step"]) == int(a["step"]) + 1 and \
+                int(b["position"]) - int(a["position"]) != 4 * int(b["world"]):
+            bad.append("%s: step %s moved the position by %d with world %s"
+                       % (f, b["step"], int(b["position"]) - int(a["position"]), b["world"]))
+    after = [float(x["time"]) for x in s if x["world"] == "2" and float(x["time"]) > t0]
+    print("%s: kill -9 of node 2 -> this survivor's next step: %.2f s"
+          % (f.split("/")[-1], min(after) - t0) if after else "%s: no step with world 2" % f)
+new = [float(x["time"]) for x in steps(files[2]) if float(x["time"]) > t_new]
+if new:
+    print("replacement started -> its first step: %.2f s" % (min(new) - t_new))
+for b in bad[:10]:
+    print("BAD: " + b)
+sys.exit(1 if bad else 0)
+EOF
+}
+
+netns_up 3 || { echo "cannot create network namespaces"; exit 1; }
+M=$(netns_addr 0)
+for i in 0 1 2; do agent_on "$i"; done
+for i in 0 1 2; do check "node $i trains" wait_re "$tmp/n$i" "\] step=20 " 120 || exit 1; done
+pid0=$(field "$tmp/n0" joined pid)
+pid1=$(field "$tmp/n1" joined pid)
+
+# kill -9 of node 2's namespace: its agent and its worker.
+t0=$(date +%s.%N)
+for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
+wait "${agent[2]}" 2>/dev/null
+check "node 0's worker goes on with world 2 in its process" \
+  wait_re "$tmp/n0" "\] step=[0-9]+ rank=0 world=2 pid=$pid0 " 60
+check "node 1's worker goes on with world 2 in its process" \
+  wait_re "$tmp/n1" "\] step=[0-9]+ rank=1 world=2 pid=$pid1 " 60
+check "node 0's agent re-formed" contains "$tmp/n0" "re-formed in"
+
+# A replacement node with the same command line: a newcomer given the state.
+mv "$tmp/n2" "$tmp/n2.lost"
+t_new=$(date +%s.%N)
+agent_on 2
+check "the replacement's worker joins as rank 2 of 3" \
+  wait_re "$tmp/n2" "\] joined epoch=[0-9]+ rank=2 world=3 " 120
+received=$(field "$tmp/n2" joined received)
+check "the replacement received the state ($received bytes)" [ "${received:-0}" -gt 0 ]
+check "node 0's worker goes on with world 3 in its process" \
+  wait_re "$tmp/n0" "\] step=[0-9]+ rank=0 world=3 pid=$pid0 " 60
+wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+check "the job ends well on every node ($codes)" [ "$codes" = "0 0 0" ]
+for i in 0 1 2; do check "node $i finished $STEPS steps" contains "$tmp/n$i" "] done step=$STEPS "; done
+params=$(for i in 0 1 2; do field "$tmp/n$i" done params; echo; done | sort -u | grep -c .)
+check "the three ranks end with the same parameters" [ "$params" = 1 ]
+check "survivors kept their processes, no completed step recomputed" \
+  analyse "$t0" "$t_new" "$tmp/n0" "$tmp/n1" "$tmp/n2"
+echo "state sent to the replacement: $received bytes"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
