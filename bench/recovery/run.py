@@ -11,7 +11,7 @@ once in the same namespace with the same command line. Rows:
   cohort restart   cohort run --max-restarts, cohort-gpt2 --ckpt-dir/--ckpt-every
   torchrun restart torchrun --max_restarts, PyTorch DDP (gloo) with the elastic
                    tutorial's snapshot every --ckpt-every steps (torch_ckpt.py)
-  torch reform     cohort run --on-failure reform, examples/reform_ddp.py
+  torch reform     cohort run --on-failure reform, torch_reform.py (cohort_reform)
 
 Figures per row (median of --reps runs), all from rank 0's step lines as they
 arrive, in seconds after the kill:
@@ -102,8 +102,8 @@ def row_cmd(row, a, tmp, i, port, ns):
             "--ckpt-dir", os.path.join(tmp, "ckpt"), "--ckpt-every", str(a.ckpt_every)]
     if row == "torch reform":
         return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--", PY,
-                                                            os.path.join(ROOT, "examples",
-                                                                         "reform_ddp.py")] + \
+                                                            os.path.join(HERE,
+                                                                         "torch_reform.py")] + \
             torch_cmd(a, tmp, [])
     return [PY, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", master, "--rdzv_id", "recovery",
@@ -119,9 +119,6 @@ def row_missing(row, a):
         h = subprocess.run([a.cohort, "run", "--help"], capture_output=True, text=True)
         if "--on-failure" not in h.stdout:
             return "this cohort has no --on-failure reform"
-    if row == "torch reform" and not os.path.exists(os.path.join(ROOT, "examples",
-                                                                 "reform_ddp.py")):
-        return "examples/reform_ddp.py is missing"
     if "torch" in row and subprocess.run([PY, "-c", "import torch"],
                                          capture_output=True).returncode != 0:
         return "no PyTorch at " + PY
@@ -161,7 +158,7 @@ def steps_of(lines):
     return out
 
 
-def figures(node0, t_kill, total):
+def figures(node0, everyone, t_kill, total):
     """The row's figures from rank 0's lines, or None when they do not add up."""
     steps = steps_of(node0.lines)
     before = [(t, s) for t, s in steps if t < t_kill]
@@ -189,10 +186,10 @@ def figures(node0, t_kill, total):
         nxt = [t for t, _ in after if t > world_back]
         joined = nxt[0] - t_kill if nxt else None
     state = None
-    for _, line in node0.lines:
+    for _, line in (l for n in everyone for l in n.lines):
         m = STATE.search(line)
         if m:
-            state = int(m.group(1) or m.group(2))
+            state = max(state or 0, int(m.group(1) or m.group(2)))
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
                 joined=joined, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
                 step=step_s, state=state)
@@ -233,7 +230,7 @@ def one_run(row, a, port):
                 tail = " | ".join(l for _, l in n.lines[-3:])
                 return None, "node %s ended with %s: %s" % (i if i < 3 else "2 (new)", rc,
                                                             tail[-300:])
-        fig = figures(nodes[0], t_kill, a.steps)
+        fig = figures(nodes[0], nodes, t_kill, a.steps)
         if fig is None:
             return None, "rank 0's steps do not add up"
         if fig["state"] is None and "restart" in row:
