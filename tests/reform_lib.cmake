@@ -14,3 +14,10 @@ foreach(t tcp shm)
   add_test(NAME reform_coll_reshape_${t} COMMAND test_reform_coll reshape ${t})
   set_tests_properties(reform_coll_reshape_${t} PROPERTIES TIMEOUT 300 LABELS "unit")
 endforeach()
+# libcohort workers under the real agent: kill -9 of a rank, the survivors re-form in their own
+# processes, a newcomer receives the state, the job ends well (TCP and shared memory).
+add_executable(reform_coll_worker ${CMAKE_SOURCE_DIR}/tests/reform_coll_worker.c)
+target_link_libraries(reform_coll_worker PRIVATE cohort_node)
+add_test(NAME reform_coll_agent COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform_coll_agent.sh
+  $<TARGET_FILE:cohort> $<TARGET_FILE:reform_coll_worker> ${CMAKE_SOURCE_DIR})
+set_tests_properties(reform_coll_agent PROPERTIES TIMEOUT 180 LABELS "unit" PROCESSORS 2)

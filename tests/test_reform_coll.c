@@ -415,9 +415,20 @@ static int w_protocol(int w) {
   cohort_comm *c = w_create(w, 2, 0);
   if (c == NULL) return 1;
   atomic_store(&g_sh->s[w].phase, 1);
-  wait_go(w); /* the parent sent garbage meanwhile */
-  w_sum_check(c, 1000);
-  /* A malformed form while re-forming: EPROTO, once. */
+  wait_go(w); /* the parent sent garbage meanwhile, then a reshape */
+  /* The garbage changed nothing: collectives run until the reshape, which the control thread
+   * handles after the garbage (in order): once it has, all of it was seen. */
+  int32_t v = 1;
+  int64_t end = base_now_ms() + 20000;
+  int rc = 0;
+  while (rc == 0 && base_now_ms() < end) {
+    v = 1;
+    rc = cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM);
+    CHECK(rc != 0 || v == 2);
+  }
+  CHECK_EQ_INT(rc, COHORT_ERESHAPED);
+  while (atomic_load(&c->ended) < 0 && base_now_ms() < end) base_sleep_ms(1);
+  /* The malformed messages: EPROTO from the next reform, once. */
   CHECK_EQ_INT(cohort_comm_reform(c), COHORT_EPROTO);
   CHECK(strstr(cohort_comm_error_message(c), "malformed") != NULL);
   CHECK_EQ_INT(w_reform(w, c), 0);
@@ -425,7 +436,7 @@ static int w_protocol(int w) {
   /* A reshape with no collective in flight: the next one returns ERESHAPED at once. */
   atomic_store(&g_sh->s[w].phase, 2);
   wait_go(w);
-  int32_t v = 1;
+  v = 1;
   CHECK_EQ_INT(cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM), COHORT_ERESHAPED);
   CHECK(strstr(cohort_comm_error_message(c), "unit test reshape") != NULL);
   cohort_request *rq = NULL;
@@ -438,7 +449,7 @@ static int w_protocol(int w) {
   CHECK_EQ_INT(cohort_comm_reform(c), COHORT_ERESHAPED);
   CHECK(base_now_ms() - t0 < OP_TIMEOUT_MS / 2);
   /* Worker 0 is stopped by the agent, worker 1's channel closes. */
-  int rc = cohort_comm_reform(c);
+  rc = cohort_comm_reform(c);
   CHECK_EQ_INT(rc, COHORT_EABORTED);
   const char *why = w == 0 ? "the agent stopped the job: unit test over" : "channel closed";
   if (strstr(cohort_comm_error_message(c), why) == NULL)
@@ -467,6 +478,7 @@ static void test_protocol(void) {
     char big[1500];
     memset(big, 'x', sizeof big);
     agent_send_raw(w, big, sizeof big);
+    agent_send(w, "reshape epoch=0 why=after the garbage");
     release(w);
   }
   for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
