@@ -29,3 +29,11 @@ set_tests_properties(reform_etcd PROPERTIES TIMEOUT 300 COST 20 LABELS "slow")
 add_test(NAME reform_torch_agent COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} torch)
 set_tests_properties(reform_torch_agent PROPERTIES TIMEOUT 400 COST 40 LABELS "slow" PROCESSORS 2)
+
+# A libcohort program (cohort_comm_reform, cohort_comm_state_transfer) under
+# the agent: a rank killed on one node, a node killed of two (root, namespaces).
+add_executable(reform_steps_worker ${CMAKE_SOURCE_DIR}/tests/reform_steps_worker.c)
+target_link_libraries(reform_steps_worker PRIVATE cohort_static)
+add_test(NAME reform_agent_coll COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} coll $<TARGET_FILE:reform_steps_worker>)
+set_tests_properties(reform_agent_coll PROPERTIES TIMEOUT 300 COST 20 LABELS "slow")

@@ -5,7 +5,7 @@
 # that takes no part is restarted with one line; across real agents in
 # network namespaces this test creates and removes, a killed node, a
 # replacement node, fewer than MIN nodes left and the store's node lost.
-# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|etcd|torch]
+# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|etcd|torch|coll WORKER]
 set -u
 cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
@@ -215,8 +215,8 @@ node_tests() {
   kill_node 2
   wait_all 60 "${agent[0]}" "${agent[1]}"
   check "fewer than MIN: both fail ($codes)" [ "$codes" = "1 1" ]
-  check "fewer than MIN: the report says why" contains "$tmp/f.0" \
-    "fewer than MIN nodes left (2 of at least 3); losses in order: 1) node 2 (node2) lost"
+  check "fewer than MIN: the report says why" grep -q \
+    "fewer than MIN nodes left (2 of at least 3); losses in order: 1) node [0-9] (node2)" "$tmp/f.0"
   check "fewer than MIN: no re-form" not_contains "$tmp/f.1" "re-formed"
 
   # 5. The store's node lost (built-in store): the others fail together and say why.
@@ -258,6 +258,24 @@ node_tests() {
   touch "$tmp/q.done"
   wait_all 30 "${agent[0]}" "${agent[1]}"
   check "partition: the majority ends well ($codes)" [ "$codes" = "0 0" ]
+
+  # 8. A node lost again and again (its replacements die too): the third loss
+  # of node2 fails the job together, the report naming the losses in order.
+  agents 3 0 g 2:3
+  started g 3 || return
+  local n
+  for n in 1 2; do
+    kill_node 2
+    wait_for "$tmp/g.0" "re-formed in" $((2 * n - 1)) 30 || return
+    agents 3 2 g 2:3
+    wait_for "$tmp/g.0" "re-formed in" $((2 * n)) 60 || return
+  done
+  kill_node 2
+  wait_all 60 "${agent[0]}" "${agent[1]}"
+  check "node lost again: the survivors fail together ($codes)" [ "$codes" = "1 1" ]
+  check "node lost again: the report says so" grep -q \
+    "node [0-9] (node2) was lost 3 times; losses in order: 1) node [0-9] (node2).*; 2) node [0-9] (node2).*; 3) node [0-9] (node2)" \
+    "$tmp/g.0"
 }
 
 # With etcd (one member on a namespace of its own) any node may be lost, node 0
@@ -324,7 +342,56 @@ torch_tests() {
   check "torch: three ranks finished" [ "$(grep -c "done step=40 " "$out")" = 3 ]
 }
 
+# A libcohort program (tests/reform_steps_worker.c: cohort_comm_reform and
+# cohort_comm_state_transfer) under the agent: kill -9 of rank 1 on one node,
+# then of a whole node of two (over TCP).
+coll_tests() {
+  local bin=$1 out="$tmp/c1"
+  "$cohort" run --nproc-per-node 3 --on-failure reform -- "$bin" 80 >"$out" 2>&1 &
+  local agent=$!
+  wait_for "$out" "] start pid=" 3 || return
+  sleep 1
+  local p0 p2
+  p0=$(sed -n 's/.*\] start pid=\([0-9]*\) rank=0 .*/\1/p' "$out")
+  p2=$(sed -n 's/.*\] start pid=\([0-9]*\) rank=2 .*/\1/p' "$out")
+  kill -9 "$(sed -n 's/.*\] start pid=\([0-9]*\) rank=1 .*/\1/p' "$out")"
+  check "coll: rank 0 re-forms in its own process" wait_for "$out" "reformed pid=$p0 rank=0 size=3" 1 60
+  check "coll: rank 2 re-forms in its own process" wait_for "$out" "reformed pid=$p2 rank=2 size=3" 1 60
+  check "coll: a newcomer takes rank 1" wait_for "$out" "rank=1 size=3 new=1" 1 60
+  check "coll: the agent sees the re-form done" wait_for "$out" "cohort: re-formed in" 1 60
+  wait_all 60 $agent
+  check "coll: the job ends well ($codes)" [ "$codes" = "0" ]
+  check "coll: every rank ends at step 80" [ "$(grep -c "done pid=[0-9]* rank=[0-2] size=3 step=80" "$out")" = 3 ]
+
+  netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
+  M=$(netns_addr 0)
+  local i
+  for i in 0 1; do
+    netns_bg "$i" "$tmp/cn.$i" "$cohort" run --nnodes 1:2 --nproc-per-node 2 --master "$M:29500" \
+      --job cn --heartbeat-timeout $HB --on-failure reform -- "$bin" 150
+    agent[$i]=$!
+  done
+  started cn 2 || return
+  sleep 1
+  kill_node 1
+  check "coll nodes: node 0's ranks re-form without node 1" wait_for "$tmp/cn.0" "size=2 epoch=1" 2 60
+  check "coll nodes: node 0's ranks kept their processes" [ "$(unchanged_coll "$tmp/cn.0")" = ok ]
+  wait_all 60 "${agent[0]}"
+  check "coll nodes: node 0 ends well ($codes)" [ "$codes" = "0" ]
+  check "coll nodes: both ranks end at step 150" [ "$(grep -c "done pid=[0-9]* rank=[01] size=2 step=150" "$tmp/cn.0")" = 2 ]
+}
+
+# unchanged_coll FILE: "ok" when every reformed pid of FILE is one that started.
+unchanged_coll() {
+  local p
+  for p in $(sed -n 's/.*reformed pid=\([0-9]*\) .*/\1/p' "$1"); do
+    grep -q "\] start pid=$p " "$1" || return
+  done
+  echo ok
+}
+
 if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
+if [ "$part" = coll ]; then coll_tests "$4"; fi
 if [ "$part" = torch ] || [ "$part" = all ]; then torch_tests; fi
 if [ "$part" = etcd ] || [ "$part" = all ]; then
   netns_down

@@ -13,8 +13,8 @@
  * rank. The re-form is done when every local worker said `formed`.
  *
  * When it cannot (a worker never said hello, the store's node is lost with
- * the built-in store, fewer than MIN nodes, a rank slot lost for the
- * REFORM_SLOT_LOSSES-th time, the deadline passed), the job fails together
+ * the built-in store, fewer than MIN nodes, a rank slot or a node lost
+ * for the REFORM_SLOT_LOSSES-th time, the deadline passed), the job fails together
  * as with `restart`, the report naming every loss in order.
  *
  * Main thread only: the state is job.rf (internal.h).
@@ -24,7 +24,8 @@
 
 #include <stdint.h>
 
-/* A local rank slot whose worker is lost this many times fails the job. */
+/* A local rank slot whose worker is lost this many times restarts the job; a node (by its
+ * host name) lost this many times fails it. */
 #define REFORM_SLOT_LOSSES 3
 /* The losses the report names (the first ones, then a count). */
 #define REFORM_LOSSES_MAX 16
