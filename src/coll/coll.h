@@ -20,6 +20,9 @@
  * comm.c holds the public API and the progress thread that executes queued
  * operations in order; bootstrap.c connects the ranks through the rendezvous
  * store, sets the transports up and derives the host groups.
+ * reform.c re-forms a communicator in place after a membership change
+ * (the agent's control channel: control.c, control.h) and hands state to
+ * new ranks.
  */
 #ifndef COHORT_COLL_COLL_H
 #define COHORT_COLL_COLL_H
