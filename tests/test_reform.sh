@@ -390,12 +390,52 @@ unchanged_coll() {
   echo ok
 }
 
+# With etcd members on the job's three nodes, node 2 cut off: the side with
+# etcd's majority re-forms without it; node 2 loses etcd and stops, saying so.
+etcd_partition_tests() {
+  . "$src/tests/etcd_lib.sh"
+  etcd_find || return 1
+  netns_up 3 || { echo "cannot create network namespaces"; exit 1; }
+  local i a cluster="" eps=""
+  for i in 0 1 2; do
+    a=$(netns_addr "$i")
+    cluster="$cluster${cluster:+,}m$i=http://$a:2380"
+    eps="$eps${eps:+,}$a:2379"
+  done
+  for i in 0 1 2; do
+    a=$(netns_addr "$i")
+    etcd_member "$i" "m$i" "http://$a:2379" "http://$a:2380" "$cluster"
+  done
+  for i in 0 1 2; do etcd_ready "$i" "http://$(netns_addr "$i"):2379" || return 1; done
+  for i in 0 1 2; do
+    REFORM_DONE="$tmp/x.done" netns_agent "$i" "$tmp/x.$i" --rdzv-backend etcd \
+      --rdzv-endpoint "$eps" --rdzv-id "x$$" --nnodes 2:3 --heartbeat-timeout $HB \
+      --on-failure reform -- "$worker"
+    agent[$i]=$!
+  done
+  started x 3 || return
+  sleep 1
+  netns_link 2 down
+  check "etcd partition: node 0 re-forms without node 2" wait_for "$tmp/x.0" "world=2 at=" 1 60
+  check "etcd partition: node 1 re-forms without node 2" wait_for "$tmp/x.1" "world=2 at=" 1 60
+  wait_all 90 "${agent[2]}"
+  check "etcd partition: node 2 stops ($codes)" [ "$codes" = "1" ]
+  check "etcd partition: node 2 says it lost etcd" contains "$tmp/x.2" "this node lost etcd"
+  check "etcd partition: the majority kept its processes" unchanged "$tmp/x.0"
+  netns_link 2 up
+  touch "$tmp/x.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}"
+  check "etcd partition: the majority ends well ($codes)" [ "$codes" = "0 0" ]
+}
+
 if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
 if [ "$part" = coll ]; then coll_tests "$4"; fi
 if [ "$part" = torch ] || [ "$part" = all ]; then torch_tests; fi
 if [ "$part" = etcd ] || [ "$part" = all ]; then
   netns_down
   etcd_tests
+  netns_down
+  etcd_partition_tests
 fi
 
 echo "$passed passed, $failed failed"

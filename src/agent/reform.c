@@ -238,7 +238,12 @@ static const char *cannot_reform(job *j, const char *report, char *why, size_t l
     snprintf(why, len, "node %d %s was lost %d times", k, host, again);
     return why;
   }
-  if (j->cl.store_lost || (k == 0 && j->cl.multinode && !j->cl.etcd)) {
+  int lost = j->cl.store_lost || agent_watch_store_lost(j->cl.watch);
+  if (j->cl.etcd && lost) {
+    snprintf(why, len, "this node lost etcd: the job goes on only where etcd's majority is");
+    return why;
+  }
+  if (lost || (k == 0 && j->cl.multinode && !j->cl.etcd)) {
     snprintf(why, len,
              "node 0, which holds the rendezvous store, is lost: a re-form needs the store's node "
              "(use --rdzv-backend etcd to survive any node)");
