@@ -45,3 +45,15 @@ set_tests_properties(gpt2_split PROPERTIES TIMEOUT 60 LABELS "unit"
 add_test(NAME gpt2_shm COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_shm.sh
          $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2>)
 set_tests_properties(gpt2_shm PROPERTIES TIMEOUT 300 COST 75 LABELS "slow" PROCESSORS 2 SKIP_RETURN_CODE 77)
+
+# Re-form (#28): the test plays the agent (control channels, a store, SIGKILL of a rank, reshape
+# and form messages, a newcomer) and compares the run bit for bit with runs chained by checkpoints.
+add_executable(test_gpt2_reform ${CMAKE_SOURCE_DIR}/tests/test_gpt2_reform.c)
+target_link_libraries(test_gpt2_reform PRIVATE cohort_static)
+add_test(NAME gpt2_reform COMMAND test_gpt2_reform $<TARGET_FILE:cohort-gpt2>)
+set_tests_properties(gpt2_reform PROPERTIES TIMEOUT 600 COST 60 LABELS "slow" PROCESSORS 2)
+
+# The same under the real agent: cohort run --on-failure reform, rank 1 killed, a replacement.
+add_test(NAME gpt2_reform_agent COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_reform_agent.sh
+         $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2>)
+set_tests_properties(gpt2_reform_agent PROPERTIES TIMEOUT 300 COST 10 LABELS "slow" PROCESSORS 2)

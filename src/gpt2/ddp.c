@@ -429,6 +429,11 @@ int gpt2_ddp_local_state_get(gpt2_ddp *d, float *st) {
   return 0;
 }
 
+void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own) {
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  if (p != NULL) gpt2_psgd_error(&p->s, own);
+}
+
 void gpt2_ddp_local_state_set(gpt2_ddp *d, const float *st) {
   shards_set(d, st);
   gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);

@@ -219,5 +219,7 @@ size_t gpt2_ddp_own_state_floats(const gpt2_ddp *d);
 int gpt2_ddp_local_state_get(gpt2_ddp *d, float *st);
 /* Sets it from st. */
 void gpt2_ddp_local_state_set(gpt2_ddp *d, const float *st);
+/* The own part alone (gpt2_ddp_own_state_floats), as it is now. */
+void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own);
 
 #endif

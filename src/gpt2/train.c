@@ -16,6 +16,7 @@
 #include "gpt2/ddp.h"
 #include "gpt2/kernels.h"
 #include "gpt2/rng.h"
+#include "gpt2/state.h"
 #include "gpt2/tb_writer.h"
 
 #ifdef _OPENMP
@@ -75,11 +76,13 @@ static double median(double *v, size_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Creates the communicator when started as one of several ranks. */
+/* Creates the communicator when started as one of several ranks, or as a rank of a job that
+ * re-forms (it may grow). */
 static int make_comm(cohort_comm **comm, FILE *errf) {
   *comm = NULL;
   const char *ws = getenv("WORLD_SIZE");
-  if (getenv("RANK") == NULL || ws == NULL || strcmp(ws, "1") == 0) return 0;
+  if (getenv("RANK") == NULL || ws == NULL) return 0;
+  if (strcmp(ws, "1") == 0 && getenv("COHORT_CONTROL_FD") == NULL) return 0;
   int rc = cohort_comm_create_from_env(comm);
   if (rc != 0) {
     fprintf(errf, "cohort-gpt2: cannot join the job (RANK=%s WORLD_SIZE=%s): %s\n", getenv("RANK"),
@@ -99,6 +102,10 @@ typedef struct train_run {
   FILE *out, *errf;
   int rank, world, threads;
   cohort_comm *comm;
+  /* Re-form (docs/gpt2.md): reform when the job's agent re-forms it (COHORT_CONTROL_FD), newcomer
+   * when started into a running job (COHORT_NEWCOMER=1: the state comes from a survivor). */
+  int reform, newcomer;
+  gpt2_ddp_opts dopts; /* the exchange's options, to set it up again for a new world */
   gpt2_model model;
   gpt2_data data;
   gpt2_batch_buf bb;
@@ -109,7 +116,22 @@ typedef struct train_run {
   size_t nfull;
   gpt2_ckpt_header want; /* what a checkpoint of this run must match */
   uint64_t start_step;
-  uint64_t pos; /* the data position P: samples the completed steps consumed (data.h) */
+  uint64_t done; /* completed steps */
+  uint64_t pos;  /* the data position P: samples the completed steps consumed (data.h) */
+  int in_step;   /* the exchange failed inside a step (not between two) */
+  int exchanged; /* the current step's gradient exchange has completed */
+  /* After a step whose exchange completed but which failed after it: this rank's own state
+   * (PowerSGD's error) as that step left it, which is right when another rank completed the
+   * step (every rank's part was in its sums). */
+  float *own_after;
+  int own_after_valid;
+  /* A rank's state (state.h) across a re-form: packed when the membership ends, handed to the
+   * newcomers, unpacked into the exchange of the new world. */
+  void *keep;
+  size_t keep_bytes;
+  int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
+  int kept;     /* keep holds it (packed, not yet unpacked) */
+  int outputs_open;
   FILE *metrics;
   gpt2_tb_writer *tb;
   uint64_t global_batch; /* sequences per optimiser step over all ranks */
@@ -135,6 +157,8 @@ typedef struct step_stats {
 
 static void train_free(train_run *r) {
   gpt2_tb_close(r->tb);
+  gpt2_big_free(r->keep, r->keep_bytes);
+  free(r->own_after);
   free(r->step_times);
   gpt2_big_free(r->full_state, r->nfull * sizeof(float));
   gpt2_ddp_free(&r->ddp);
@@ -157,16 +181,74 @@ static int set_threads(int threads) {
   return threads;
 }
 
+/* What a checkpoint of this run must match (its world's PowerSGD errors: the state's tail). */
+static void set_want(train_run *r) {
+  const gpt2_train_opts *o = r->o;
+  r->want = (gpt2_ckpt_header){.vocab = o->cfg.vocab,
+                               .npos = o->cfg.npos,
+                               .layers = o->cfg.layers,
+                               .heads = o->cfg.heads,
+                               .channels = o->cfg.channels,
+                               .head = (int32_t)o->cfg.head,
+                               .opt_kind = (int32_t)o->opt.kind,
+                               .world = r->world,
+                               .nparams = r->model.nparams,
+                               .nstate = r->nfull};
+}
+
+/* The data parallelism over the current communicator, and what depends on the world: the global
+ * batch, the checkpoint's layout and the buffer that assembles it. */
+static int setup_exchange(train_run *r) {
+  const gpt2_train_opts *o = r->o;
+  int rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, &r->dopts);
+  if (rc != 0) {
+    fprintf(r->errf, "cohort-gpt2: cannot set up the data parallelism: %s\n",
+            rc == -EINVAL ? "PowerSGD not with --zero 1" : strerror(-rc));
+    return rc == -EINVAL ? RUN_USAGE : RUN_FAIL;
+  }
+  if (r->ddp.shared_rc != 0 && r->rank == 0)
+    fprintf(r->errf,
+            "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
+            "allreduce between this host's ranks\n",
+            cohort_strerror(r->ddp.shared_rc));
+  r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
+  r->tokens_per_step = (double)r->global_batch * o->T;
+  gpt2_big_free(r->full_state, r->nfull * sizeof(float));
+  r->full_state = NULL;
+  r->nfull = gpt2_ddp_full_state_floats(&r->ddp);
+  r->state = gpt2_ddp_whole_state(&r->ddp);
+  set_want(r);
+  if (r->state == NULL && o->ckpt_dir != NULL) {
+    r->full_state = gpt2_big_alloc(r->nfull * sizeof(float));
+    if (r->full_state == NULL) {
+      fprintf(r->errf, "cohort-gpt2: out of memory\n");
+      return RUN_FAIL;
+    }
+    r->state = r->full_state;
+  }
+  return RUN_OK;
+}
+
 /* The communicator, model, data, batch buffers and data parallelism. */
 static int train_setup(train_run *r) {
   const gpt2_train_opts *o = r->o;
   r->threads = set_threads(o->threads);
+  const char *nc = getenv("COHORT_NEWCOMER");
+  r->reform = getenv("COHORT_CONTROL_FD") != NULL;
+  if (r->reform && o->zero) {
+    fprintf(r->errf, "cohort-gpt2: --zero 1 cannot re-form: each rank holds a shard of the "
+                     "optimiser state that a lost rank takes with it (use --zero 0, or "
+                     "--on-failure restart)\n");
+    return RUN_USAGE;
+  }
   if (make_comm(&r->comm, r->errf) != 0) return RUN_FAIL;
   r->world = 1;
   if (r->comm != NULL) {
     r->rank = cohort_comm_rank(r->comm);
     r->world = cohort_comm_size(r->comm);
   }
+  r->reform = r->reform && r->comm != NULL;
+  r->newcomer = r->reform && nc != NULL && strcmp(nc, "1") == 0;
   int rc = gpt2_model_init(&r->model, &o->cfg, o->B, o->T);
   if (rc != 0) {
     fprintf(r->errf, "cohort-gpt2: cannot allocate the model: %s\n", strerror(-rc));
@@ -183,7 +265,7 @@ static int train_setup(train_run *r) {
     return RUN_FAIL;
   }
   int psgd = o->grad_compress == GPT2_COMPRESS_POWERSGD;
-  gpt2_ddp_opts dopts = {
+  r->dopts = (gpt2_ddp_opts){
       .bucket_bytes = o->bucket_bytes,
       .accum = o->grad_accum,
       .zero = o->zero,
@@ -193,51 +275,19 @@ static int train_setup(train_run *r) {
       .powersgd_rank = psgd ? o->powersgd_rank : 0,
       .powersgd_start = o->powersgd_start,
       .seed = o->seed,
+      .atomic = r->reform,
   };
-  rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, &dopts);
-  if (rc != 0) {
-    fprintf(r->errf, "cohort-gpt2: cannot set up the data parallelism: %s\n",
-            rc == -EINVAL ? "PowerSGD not with --zero 1" : strerror(-rc));
-    return rc == -EINVAL ? RUN_USAGE : RUN_FAIL;
-  }
-  if (r->ddp.shared_rc != 0 && r->rank == 0)
-    fprintf(r->errf,
-            "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
-            "allreduce between this host's ranks\n",
-            cohort_strerror(r->ddp.shared_rc));
-  gpt2_model_init_weights(&r->model, o->seed);
-  r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
-  r->tokens_per_step = (double)r->global_batch * o->T;
+  if (!r->newcomer) gpt2_model_init_weights(&r->model, o->seed); /* a newcomer receives them */
   r->flops_micro = gpt2_flops_per_step(&o->cfg, o->B, o->T);
   r->last_loss = NAN;
   r->step_times = calloc((size_t)o->steps + 1, sizeof(double));
   if (r->step_times == NULL) return RUN_FAIL;
-  r->nfull = gpt2_ddp_full_state_floats(&r->ddp);
-  r->state = gpt2_ddp_whole_state(&r->ddp);
-  if (r->state == NULL && o->ckpt_dir != NULL) {
-    r->full_state = gpt2_big_alloc(r->nfull * sizeof(float));
-    if (r->full_state == NULL) {
-      fprintf(r->errf, "cohort-gpt2: out of memory\n");
-      return RUN_FAIL;
-    }
-    r->state = r->full_state;
-  }
-  return RUN_OK;
+  return setup_exchange(r);
 }
 
 /* Rank 0 loads the newest complete checkpoint, if any; every rank learns its step. */
 static int load_checkpoint(train_run *r, double resume[3]) {
   const gpt2_train_opts *o = r->o;
-  r->want = (gpt2_ckpt_header){.vocab = o->cfg.vocab,
-                               .npos = o->cfg.npos,
-                               .layers = o->cfg.layers,
-                               .heads = o->cfg.heads,
-                               .channels = o->cfg.channels,
-                               .head = (int32_t)o->cfg.head,
-                               .opt_kind = (int32_t)o->opt.kind,
-                               .world = r->world,
-                               .nparams = r->model.nparams,
-                               .nstate = r->nfull};
   if (o->ckpt_dir != NULL && r->rank == 0) {
     gpt2_ckpt_header got;
     char note[1024];
@@ -291,7 +341,8 @@ static int train_resume(train_run *r) {
 /* Rank 0's metrics file (appended to on resume) and TensorBoard events, and the banner. */
 static int open_outputs(train_run *r) {
   const gpt2_train_opts *o = r->o;
-  if (r->rank != 0) return RUN_OK;
+  if (r->rank != 0 || r->outputs_open) return RUN_OK;
+  r->outputs_open = 1;
   if (o->metrics_path != NULL) {
     r->metrics = fopen(o->metrics_path, r->start_step > 0 ? "ae" : "we");
     if (r->metrics == NULL) {
@@ -349,6 +400,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
   }
   if (gpt2_ddp_finish_backward(&r->ddp) != 0) return RUN_COMM;
+  r->exchanged = 1;
   double loss = loss_sum / K;
   if (gpt2_ddp_sum(&r->ddp, &loss, 1) != 0) return RUN_COMM;
   loss /= r->world;
@@ -366,6 +418,8 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   int64_t warmup = o->warmup >= 0 ? o->warmup : 0;
   float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
   if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
+  /* Re-forming, the step is complete (all of its update applied) or not at all. */
+  if (r->reform && gpt2_ddp_commit(&r->ddp) != 0) return RUN_COMM;
   double step_s = now_s() - t0;
   int64_t c2 = gpt2_cpu_us();
   double comm_ms = r->ddp.comm_ms;
@@ -504,20 +558,228 @@ static void print_summary(train_run *r) {
           rss / est);
 }
 
-static int train_loop(train_run *r) {
-  for (uint64_t step = r->start_step; step < (uint64_t)r->o->steps; step++) {
-    step_stats st;
-    int rc = train_step(r, step, &st);
-    cohort_progress((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
-    if (rc == RUN_OK) rc = report_step(r, &st);
-    if (rc == RUN_OK) rc = maybe_checkpoint(r, step + 1);
-    if (rc != RUN_OK) return rc;
+/* ---- re-form (docs/gpt2.md "Re-form") ---- */
+
+/* What the ranks of a new membership agree on when they (re)join: each rank's completed steps (-1:
+ * no state) and whether the exchange failed inside a step. */
+typedef struct join_view {
+  int64_t max;         /* the highest completed step: where the run goes on */
+  int old_world;       /* the world of the membership that ended (0: none, a first start) */
+  int behind, dropped; /* survivors behind it (they receive the state); a step in flight lost */
+  int nnew;            /* ranks that receive the state */
+} join_view;
+
+static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
+  int64_t me[3] = {mine, r->in_step, old_world};
+  int64_t *all = calloc((size_t)r->world * 3, sizeof(int64_t));
+  if (all == NULL) return RUN_FAIL;
+  int rc = r->world > 1 ? cohort_allgather(r->comm, me, all, 3, COHORT_I64) : 0;
+  if (r->world == 1) memcpy(all, me, sizeof me);
+  if (rc != 0) {
+    free(all);
+    gpt2_ddp_fail(&r->ddp, rc, "allgather of the completed steps");
+    return RUN_COMM;
   }
+  *v = (join_view){.max = -1};
+  for (int i = 0; i < r->world; i++) {
+    if (all[3 * i] > v->max) v->max = all[3 * i];
+    if (all[3 * i + 2] > v->old_world) v->old_world = (int)all[3 * i + 2];
+  }
+  for (int i = 0; i < r->world; i++) {
+    v->behind += all[3 * i] >= 0 && all[3 * i] < v->max;
+    v->nnew += all[3 * i] < v->max;
+    v->dropped |= all[3 * i] == v->max && all[3 * i + 1] != 0;
+  }
+  free(all);
+  return RUN_OK;
+}
+
+static int alloc_keep(train_run *r) {
+  size_t bytes = gpt2_state_bytes(&r->model, &r->ddp);
+  if (r->keep != NULL) return RUN_OK;
+  r->keep = gpt2_big_alloc(bytes);
+  r->keep_bytes = bytes;
+  if (r->keep != NULL) return RUN_OK;
+  fprintf(r->errf, "cohort-gpt2: out of memory for the state (%zu bytes)\n", bytes);
+  return RUN_FAIL;
+}
+
+/* The state from the lowest rank at the agreed step to every rank without it (newcomers, survivors
+ * behind), then set from it. */
+static int receive_state(train_run *r, int64_t mine, const join_view *v, double *xfer_s) {
+  if (alloc_keep(r) != RUN_OK) return RUN_FAIL;
+  if (mine >= 0 && mine < v->max) cohort_comm_mark_new(r->comm);
+  double t0 = now_s();
+  int rc = r->world > 1 ? cohort_comm_state_transfer(r->comm, r->keep,
+                                                     gpt2_state_sent_bytes(&r->model, &r->ddp))
+                        : 0;
+  *xfer_s = now_s() - t0;
+  if (rc != 0) {
+    gpt2_ddp_fail(&r->ddp, rc, "state transfer");
+    return RUN_COMM;
+  }
+  /* This rank's own part: kept at the agreed step, as the failed step left it when another rank
+   * completed that step, else none. */
+  const float *own = mine == v->max ? gpt2_state_own(r->keep) : NULL;
+  if (mine >= 0 && mine + 1 == v->max && r->own_after_valid) own = r->own_after;
+  gpt2_state_head head;
+  if (gpt2_state_unpack(r->keep, &r->model, &r->ddp, own, &head) != 0) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state received does not fit this model\n", r->rank);
+    return RUN_FAIL;
+  }
+  r->done = r->start_step = head.step;
+  r->pos = head.data_pos;
+  r->stateful = 1;
+  r->kept = r->own_after_valid = 0;
+  gpt2_big_free(r->keep, r->keep_bytes);
+  r->keep = NULL;
+  return RUN_OK;
+}
+
+/* Joins the current membership: agree on the step, hand the state to the ranks without it, check
+ * that every rank holds the same parameters. With no state anywhere: the checkpoint. */
+static int train_join(train_run *r, int old_world, double t0) {
+  int64_t mine = r->stateful && !cohort_comm_is_new(r->comm, r->rank) ? (int64_t)r->done : -1;
+  join_view v;
+  int st = agree(r, mine, old_world, &v);
+  if (st != RUN_OK) return st;
+  if (v.max < 0) {
+    if (r->rank == 0)
+      fprintf(r->out, "cohort-gpt2: no rank of the job has its state: resuming from %s\n",
+              r->o->ckpt_dir ? r->o->ckpt_dir : "the start (no --ckpt-dir)");
+    st = train_resume(r);
+    r->stateful = st == RUN_OK;
+    return st;
+  }
+  double xfer_s = 0.0;
+  st = receive_state(r, mine, &v, &xfer_s);
+  int same = 0;
+  if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
+  if (st == RUN_OK && !same) {
+    fprintf(r->errf,
+            "cohort-gpt2: rank %d: parameters differ between ranks after the state "
+            "transfer\n",
+            r->rank);
+    st = RUN_FAIL;
+  }
+  if (st != RUN_OK) return st;
+  /* Rank 0 may be a newcomer (a replacement takes its predecessor's place): the line comes from
+   * what the ranks agreed on. */
+  if (r->rank == 0 && v.old_world > 0) {
+    fprintf(r->out,
+            "cohort-gpt2: re-formed (epoch %d): world %d -> %d at step %lld (step in flight %s), "
+            "%d rank(s) received %zu bytes of state in %.3f s, %.3f s in all\n",
+            cohort_comm_epoch(r->comm), v.old_world, r->world, (long long)v.max,
+            v.dropped  ? "dropped"
+            : v.behind ? "kept"
+                       : "none",
+            v.nnew, v.nnew ? gpt2_state_sent_bytes(&r->model, &r->ddp) : 0, xfer_s, now_s() - t0);
+    fflush(r->out);
+  }
+  r->in_step = 0;
+  return open_outputs(r);
+}
+
+/* The membership ended (COHORT_ERESHAPED): keep the state of the last completed step, re-form the
+ * communicator, set the exchange up for the new world and join it. Bounded: the agent stops a job
+ * that keeps losing ranks (cohort_comm_reform then fails). */
+static int train_reform(train_run *r) {
+  double t0 = now_s();
+  int old_world = r->world;
+  for (int round = 0; round < 64; round++) {
+    if (r->stateful && !r->kept) {
+      int rc = alloc_keep(r) == RUN_OK
+                   ? gpt2_state_pack(r->keep, &r->model, &r->ddp, r->done, r->pos, r->o->seed)
+                   : -ENOMEM;
+      if (rc != 0) return RUN_FAIL;
+      r->kept = 1;
+    }
+    int rc = cohort_comm_reform(r->comm);
+    if (rc != 0) {
+      fprintf(r->errf, "cohort-gpt2: rank %d: re-form failed: %s\n", r->rank,
+              cohort_comm_error_message(r->comm)[0] ? cohort_comm_error_message(r->comm)
+                                                    : cohort_strerror(rc));
+      return RUN_FAIL;
+    }
+    if (gpt2_model_own_grads(&r->model) != 0) return RUN_FAIL;
+    gpt2_ddp_free(&r->ddp);
+    r->rank = cohort_comm_rank(r->comm);
+    r->world = cohort_comm_size(r->comm);
+    int st = setup_exchange(r);
+    if (st == RUN_OK) st = train_join(r, old_world, t0);
+    if (st != RUN_COMM || r->ddp.err != COHORT_ERESHAPED) return st;
+  }
+  fprintf(r->errf, "cohort-gpt2: rank %d: 64 re-forms in a row without a step: giving up\n",
+          r->rank);
+  return RUN_FAIL;
+}
+
+/* A step failed after its exchange: keeps this rank's own state as the exchange left it. */
+static void keep_own_after(train_run *r) {
+  size_t n = gpt2_ddp_own_state_floats(&r->ddp);
+  if (!r->exchanged || n == 0 || !r->ddp.kept_valid) return;
+  if (r->own_after == NULL) r->own_after = malloc(n * sizeof(float));
+  if (r->own_after == NULL) return; /* then it starts from zero, as a newcomer's */
+  gpt2_ddp_own_state_get(&r->ddp, r->own_after);
+  r->own_after_valid = 1;
+}
+
+/* One step, its report and checkpoint. Re-forming, what a failing exchange would change is kept
+ * first and put back when it fails: the state is then the last completed step's. */
+static int train_one(train_run *r) {
+  uint64_t step = r->done;
+  step_stats st;
+  /* Alone, no exchange would see the membership end (a node joining): ask between steps. */
+  if (r->reform && r->world == 1) {
+    int rc = cohort_barrier(r->comm);
+    if (rc != 0) {
+      gpt2_ddp_fail(&r->ddp, rc, "barrier");
+      return RUN_COMM;
+    }
+  }
+  if (r->reform && gpt2_ddp_keep(&r->ddp, (int64_t)step) != 0) {
+    fprintf(r->errf, "cohort-gpt2: out of memory\n");
+    return RUN_FAIL;
+  }
+  r->in_step = 1;
+  r->exchanged = r->own_after_valid = 0;
+  int rc = train_step(r, step, &st);
+  if (rc != RUN_OK) {
+    if (r->reform) keep_own_after(r);
+    if (r->reform) gpt2_ddp_rollback(&r->ddp);
+    return rc;
+  }
+  r->in_step = 0;
+  r->done = step + 1;
+  if (r->comm != NULL && r->reform) cohort_comm_set_step(r->comm, (int64_t)r->done);
+  cohort_progress((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
+  rc = report_step(r, &st);
+  if (rc == RUN_OK) rc = maybe_checkpoint(r, step + 1);
+  return rc;
+}
+
+static int reshaped(const train_run *r, int rc) {
+  return rc == RUN_COMM && r->reform && r->ddp.err == COHORT_ERESHAPED;
+}
+
+/* After the last step: every rank holds the same parameters. */
+static int final_check(train_run *r, int *finished) {
   int same = 0;
   if (gpt2_ddp_check_params(&r->ddp, &same) != 0) return RUN_COMM;
   if (!same) {
     fprintf(r->errf, "cohort-gpt2: rank %d: parameters diverged between ranks\n", r->rank);
     return RUN_FAIL;
+  }
+  *finished = 1;
+  return RUN_OK;
+}
+
+static int train_loop(train_run *r) {
+  r->done = r->start_step;
+  for (int finished = 0; !finished;) {
+    int rc = r->done < (uint64_t)r->o->steps ? train_one(r) : final_check(r, &finished);
+    if (reshaped(r, rc)) rc = train_reform(r);
+    if (rc != RUN_OK) return rc;
   }
   if (r->rank == 0) print_summary(r);
   return RUN_OK;
@@ -526,7 +788,10 @@ static int train_loop(train_run *r) {
 int gpt2_train(const gpt2_train_opts *o) {
   train_run r = {.o = o, .out = o->out, .errf = o->err};
   int rc = train_setup(&r);
-  if (rc == RUN_OK) rc = train_resume(&r);
+  /* A newcomer receives the state from the running job; the others start or resume. */
+  if (rc == RUN_OK) rc = r.newcomer ? train_join(&r, 0, now_s()) : train_resume(&r);
+  if (r.newcomer && reshaped(&r, rc)) rc = train_reform(&r);
+  r.stateful = rc == RUN_OK;
   if (rc == RUN_OK) rc = open_outputs(&r);
   if (rc == RUN_OK) rc = train_loop(&r);
   if (rc == RUN_COMM)

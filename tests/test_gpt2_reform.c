@@ -1,0 +1,417 @@
+/*
+ * test_gpt2_reform.c - cohort-gpt2 survives a lost rank and takes a new one,
+ * in the same processes, and ends bit for bit where runs given the same
+ * membership schedule in advance end.
+ *
+ * The test plays the agent of docs/reform.md: it hosts a store on loopback,
+ * forks 3 ranks of cohort-gpt2 each with one end of its own control channel
+ * (COHORT_CONTROL_FD), and when a rank's progress file says it completed step K
+ * it kills it with SIGKILL, tells the survivors `reshape`, waits for their
+ * `ready` and sends each its place in the new membership of 2 (`form`). A
+ * few steps later it ends that membership too (`reshape`, as a joining node
+ * does) and starts a newcomer (COHORT_NEWCOMER=1) as rank 2 of 3. The run
+ * prints one line per re-form naming the step it went on from; the test
+ * then runs the same schedule as runs chained by checkpoints (3 ranks to N,
+ * 2 ranks resumed to M, 3 ranks resumed to the end) and compares the final
+ * checkpoints byte for byte and the loss of every step.
+ *
+ * Cases: --grad-compress none, bf16 and powersgd (after its warm-up, and a
+ * loss during it), over TCP and over shared memory (the single-copy path of
+ * the gradient buffers), the lost rank the last, the middle one or rank 0
+ * (PowerSGD's errors are each rank's own, and a checkpoint resumed on fewer
+ * ranks keeps the first ones', so with PowerSGD the last rank is lost). And
+ * --zero 1 under re-form is refused with one line.
+ *
+ * usage: test_gpt2_reform PATH/TO/cohort-gpt2
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "tests/check.h"
+#include "tests/spawn_files.h"
+
+static const char *bin;
+static char tmp[256];
+static char store_addr[64];
+static int store_port;
+
+enum { STEPS = 24, MAXSTEPS = 64 };
+
+typedef struct proc {
+  pid_t pid;
+  int ctl; /* the agent's end of its control channel, -1 none */
+  char tag[64];
+} proc;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Starts one rank of job `job` in round `round`; ctl: with a control channel; newcomer: started
+ * into a running job. */
+static proc spawn_rank(const char *tag, int rank, int world, const char *job, int round, int ctl,
+                       int newcomer, const char *transport, const char **args) {
+  proc p = {.pid = -1, .ctl = -1};
+  snprintf(p.tag, sizeof p.tag, "%s", tag);
+  int sv[2] = {-1, -1};
+  if (ctl && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return p;
+  if (ctl) fcntl(sv[1], F_SETFD, 0); /* the worker's end is inherited */
+  char e[10][400];
+  snprintf(e[0], sizeof e[0], "RANK=%d", rank);
+  snprintf(e[1], sizeof e[1], "LOCAL_RANK=%d", rank);
+  snprintf(e[2], sizeof e[2], "WORLD_SIZE=%d", world);
+  snprintf(e[3], sizeof e[3], "LOCAL_WORLD_SIZE=%d", world);
+  snprintf(e[4], sizeof e[4], "COHORT_STORE=%s", store_addr);
+  snprintf(e[5], sizeof e[5], "COHORT_JOB_ID=%s", job);
+  snprintf(e[6], sizeof e[6], "COHORT_ROUND=%d", round);
+  snprintf(e[7], sizeof e[7], "COHORT_PROGRESS=%s/%s.progress", tmp, tag);
+  close(open(e[7] + strlen("COHORT_PROGRESS="), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  snprintf(e[8], sizeof e[8], "COHORT_TRANSPORT=%s", transport);
+  if (ctl)
+    snprintf(e[9], sizeof e[9], "COHORT_CONTROL_FD=%d", sv[1]);
+  else
+    snprintf(e[9], sizeof e[9], "COHORT_CONTROL_FD");
+  const char *env[] = {"OMP_NUM_THREADS=1",
+                       "OMP_WAIT_POLICY=passive",
+                       "COHORT_TIMEOUT_MS=30000",
+                       newcomer ? "COHORT_NEWCOMER=1" : "COHORT_NEWCOMER",
+                       e[0],
+                       e[1],
+                       e[2],
+                       e[3],
+                       e[4],
+                       e[5],
+                       e[6],
+                       e[7],
+                       e[8],
+                       e[9],
+                       NULL};
+  p.pid = spawn_to_files(bin, tmp, tag, args, env);
+  if (ctl) {
+    close(sv[1]);
+    p.ctl = sv[0];
+  }
+  return p;
+}
+
+/* The next message of verb `verb` from p within timeout_s (others skipped), into msg. */
+static int expect(proc *p, const char *verb, char *msg, size_t len, double timeout_s) {
+  double end = now_s() + timeout_s;
+  size_t vl = strlen(verb);
+  while (now_s() < end) {
+    struct pollfd pfd = {.fd = p->ctl, .events = POLLIN};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    ssize_t n = recv(p->ctl, msg, len - 1, 0);
+    if (n <= 0) return -1;
+    msg[n] = '\0';
+    if (strncmp(msg, verb, vl) == 0 && (msg[vl] == ' ' || msg[vl] == '\0')) return 0;
+  }
+  fprintf(stderr, "%s: no '%s' within %.0f s\n", p->tag, verb, timeout_s);
+  return -1;
+}
+
+static int say(proc *p, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return send(p->ctl, msg, (size_t)n, MSG_NOSIGNAL) == n ? 0 : -1;
+}
+
+static int form(proc *p, int epoch, int rank, int size, const char *job) {
+  return say(p,
+             "form epoch=%d rank=%d size=%d local_rank=%d local_size=%d node_rank=0 nnodes=1 "
+             "store=%s job=%s master_addr=127.0.0.1 master_port=%d",
+             epoch, rank, size, rank, size, store_addr, job, store_port);
+}
+
+/* The step a rank's progress file names, -1 before the first. */
+static long progress(const proc *p) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.progress", tmp, p->tag);
+  char *s = spawn_slurp(path);
+  long v = s[0] ? atol(s) : -1;
+  free(s);
+  return v;
+}
+
+static int wait_progress(const proc *p, long step, double timeout_s) {
+  double end = now_s() + timeout_s;
+  while (now_s() < end) {
+    if (progress(p) >= step) return 0;
+    if (waitpid(p->pid, NULL, WNOHANG) == p->pid) break;
+    usleep(1000);
+  }
+  fprintf(stderr, "%s: progress never reached step %ld\n", p->tag, step);
+  return -1;
+}
+
+/* Waits for p with a deadline, killing it after; its exit status (128+N for signal N). */
+static int reap(proc *p, double timeout_s) {
+  double end = now_s() + timeout_s;
+  int st = 0;
+  pid_t got = 0;
+  while ((got = waitpid(p->pid, &st, WNOHANG)) == 0 && now_s() < end) usleep(10000);
+  if (got == 0) {
+    fprintf(stderr, "%s: still running after %.0f s, killed\n", p->tag, timeout_s);
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+  }
+  if (p->ctl >= 0) close(p->ctl);
+  p->ctl = -1;
+  return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+static char *out_of(const char *tag) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.out", tmp, tag);
+  return spawn_slurp(path);
+}
+
+/* Every step's loss and world from a metrics file (a step written twice: the later line). */
+static int metrics_of(const char *path, double loss[MAXSTEPS], int world[MAXSTEPS]) {
+  char *j = spawn_slurp(path);
+  int n = 0;
+  for (const char *p = j; (p = strstr(p, "{\"step\":")) != NULL; p++) {
+    int step = atoi(p + 8);
+    const char *l = strstr(p, "\"loss\":"), *w = strstr(p, "\"world\":");
+    if (l && w && step > 0 && step < MAXSTEPS) {
+      loss[step] = atof(l + 7);
+      world[step] = atoi(w + 8);
+      n++;
+    }
+  }
+  free(j);
+  return n;
+}
+
+static int same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa != NULL && fb != NULL;
+  while (same) {
+    int ca = fgetc(fa), cb = fgetc(fb);
+    if (ca != cb) same = 0;
+    if (ca == EOF || cb == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return same;
+}
+
+typedef struct reform_case {
+  const char *name;
+  const char *compress;  /* --grad-compress */
+  const char *transport; /* COHORT_TRANSPORT */
+  int victim;            /* the rank lost */
+  int kill_at;           /* after the victim's progress reaches this step */
+  int psgd_start;        /* --powersgd-start */
+} reform_case;
+
+/* The trainer's arguments for a case: --steps, metrics and checkpoint directory. */
+static void case_args(const reform_case *c, const char *steps, const char *metrics,
+                      const char *ckpt, char *psgd, size_t psgd_len, const char *args[40]) {
+  snprintf(psgd, psgd_len, "%d", c->psgd_start);
+  const char *base[] = {"--model",
+                        "tiny",
+                        "--seq-len",
+                        "32",
+                        "--batch",
+                        "2",
+                        "--data",
+                        "/usr/share/common-licenses/GPL-3",
+                        "--lr",
+                        "3e-3",
+                        "--schedule",
+                        "const",
+                        "--warmup",
+                        "2",
+                        "--grad-compress",
+                        c->compress,
+                        "--powersgd-start",
+                        psgd,
+                        "--bucket-mb",
+                        "1",
+                        "--quiet",
+                        "--steps",
+                        steps,
+                        "--metrics",
+                        metrics,
+                        "--ckpt-dir",
+                        ckpt,
+                        "--ckpt-every",
+                        "1000",
+                        NULL};
+  int n = 0;
+  for (; base[n] != NULL; n++) args[n] = base[n];
+  args[n] = NULL;
+}
+
+/* The step a re-form line of `out` names for `epoch`, or -1. */
+static long reform_step(const char *out, int epoch, int from, int to) {
+  char want[96];
+  snprintf(want, sizeof want, "re-formed (epoch %d): world %d -> %d at step ", epoch, from, to);
+  const char *p = strstr(out, want);
+  return p ? atol(p + strlen(want)) : -1;
+}
+
+/* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
+ * re-form. Sets N and M, the steps the re-forms went on from. */
+static int live(const reform_case *c, long *N, long *M) {
+  char job[64], metrics[512], ckpt[512], tag[80], steps[16], psgd[16], msg[1024];
+  snprintf(job, sizeof job, "%s.live", c->name);
+  snprintf(metrics, sizeof metrics, "%s/%s.live.jsonl", tmp, c->name);
+  snprintf(ckpt, sizeof ckpt, "%s/%s.live.ckpt", tmp, c->name);
+  snprintf(steps, sizeof steps, "%d", STEPS);
+  const char *args[40];
+  case_args(c, steps, metrics, ckpt, psgd, sizeof psgd, args);
+  proc p[4];
+  for (int r = 0; r < 3; r++) {
+    snprintf(tag, sizeof tag, "%s.live.r%d", c->name, r);
+    p[r] = spawn_rank(tag, r, 3, job, 0, 1, 0, c->transport, args);
+  }
+  int ok = 1;
+  for (int r = 0; r < 3; r++) ok &= expect(&p[r], "hello", msg, sizeof msg, 60) == 0;
+  /* The loss: the victim killed as soon as it completed step kill_at. */
+  ok = ok && wait_progress(&p[c->victim], c->kill_at, 60) == 0;
+  kill(p[c->victim].pid, SIGKILL);
+  CHECK_EQ_INT(reap(&p[c->victim], 10), 128 + SIGKILL);
+  proc s[3];
+  int ns = 0;
+  for (int r = 0; r < 3; r++)
+    if (r != c->victim) s[ns++] = p[r];
+  for (int i = 0; i < 2; i++)
+    ok = ok && say(&s[i], "reshape epoch=0 why=rank %d lost", c->victim) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 1, i, 2, job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
+  /* The grow: two steps on, the membership of 2 ends and a newcomer joins as rank 2. */
+  ok = ok && wait_progress(&s[0], progress(&s[0]) + 2, 60) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 why=a node joins") == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
+  snprintf(tag, sizeof tag, "%s.live.new", c->name);
+  s[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, args);
+  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i, 3, job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&s[i], 120), 0);
+  CHECK(ok);
+  char *out = out_of(s[0].tag);
+  *N = reform_step(out, 1, 3, 2);
+  *M = reform_step(out, 2, 2, 3);
+  if (*N < c->kill_at || *M <= *N || *M >= STEPS) fprintf(stderr, "%s: %s\n", c->name, out);
+  CHECK(*N >= c->kill_at && *M > *N && *M < STEPS);
+  CHECK(strstr(out, "summary: ") != NULL);
+  free(out);
+  return ok;
+}
+
+/* One run of the chain: `world` ranks from the checkpoint (if any) to `to`. */
+static int chain_run(const reform_case *c, int world, long to, int part) {
+  char job[64], metrics[512], ckpt[512], tag[80], steps[16], psgd[16];
+  snprintf(job, sizeof job, "%s.chain%d", c->name, part);
+  snprintf(metrics, sizeof metrics, "%s/%s.chain.jsonl", tmp, c->name);
+  snprintf(ckpt, sizeof ckpt, "%s/%s.chain.ckpt", tmp, c->name);
+  snprintf(steps, sizeof steps, "%ld", to);
+  const char *args[40];
+  case_args(c, steps, metrics, ckpt, psgd, sizeof psgd, args);
+  proc p[3];
+  for (int r = 0; r < world; r++) {
+    snprintf(tag, sizeof tag, "%s.chain%d.r%d", c->name, part, r);
+    p[r] = spawn_rank(tag, r, world, job, 0, 0, 0, c->transport, args);
+  }
+  int ok = 1;
+  for (int r = 0; r < world; r++) ok &= reap(&p[r], 120) == 0;
+  return ok;
+}
+
+static void run_case(const reform_case *c) {
+  long N = -1, M = -1;
+  if (!live(c, &N, &M)) return;
+  CHECK(chain_run(c, 3, N, 0));
+  CHECK(chain_run(c, 2, M, 1));
+  CHECK(chain_run(c, 3, STEPS, 2));
+  char a[512], b[512];
+  snprintf(a, sizeof a, "%s/%s.live.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
+  snprintf(b, sizeof b, "%s/%s.chain.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
+  int same = same_file(a, b);
+  if (!same) fprintf(stderr, "%s: %s and %s differ (re-forms at %ld, %ld)\n", c->name, a, b, N, M);
+  CHECK(same);
+  double ll[MAXSTEPS] = {0}, lc[MAXSTEPS] = {0};
+  int wl[MAXSTEPS] = {0}, wc[MAXSTEPS] = {0};
+  snprintf(a, sizeof a, "%s/%s.live.jsonl", tmp, c->name);
+  snprintf(b, sizeof b, "%s/%s.chain.jsonl", tmp, c->name);
+  metrics_of(a, ll, wl);
+  CHECK_EQ_INT(metrics_of(b, lc, wc), STEPS);
+  int losses = 1, worlds = 1;
+  for (int st = 1; st <= STEPS; st++) {
+    losses &= ll[st] == lc[st];
+    worlds &= wl[st] == (st <= N || st > M ? 3 : 2) && wl[st] == wc[st];
+  }
+  CHECK(losses);
+  CHECK(worlds);
+  /* Training moved. */
+  CHECK(ll[1] != ll[STEPS]);
+}
+
+/* ZeRO-1 shards the optimiser state: under re-form it is refused at start with one line. */
+static void zero_refused(void) {
+  const char *args[] = {"--model", "tiny", "--steps", "2", "--zero", "1", NULL};
+  proc p = spawn_rank("zero", 0, 2, "zero", 0, 1, 0, "tcp", args);
+  CHECK_EQ_INT(reap(&p, 60), 2);
+  char path[512];
+  snprintf(path, sizeof path, "%s/zero.err", tmp);
+  char *err = spawn_slurp(path);
+  CHECK(strstr(err, "--zero 1 cannot re-form") != NULL);
+  CHECK(strchr(err, '\n') == strrchr(err, '\n'));
+  free(err);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_gpt2_reform PATH/TO/cohort-gpt2\n");
+    return 2;
+  }
+  bin = argv[1];
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(tmp, sizeof tmp, "/tmp/test_gpt2_reform.XXXXXX");
+  if (mkdtemp(tmp) == NULL) return 1;
+  store_server *srv = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  if (store_server_start(&so, &srv) != 0) {
+    fprintf(stderr, "cannot start a store\n");
+    return 1;
+  }
+  store_port = store_server_port(srv);
+  snprintf(store_addr, sizeof store_addr, "127.0.0.1:%d", store_port);
+  zero_refused();
+  static const reform_case cases[] = {
+      {"none-shm", "none", "shm", 1, 3, 10},
+      {"none-tcp", "none", "tcp", 0, 3, 10},
+      {"bf16-shm", "bf16", "shm", 0, 3, 10},
+      {"bf16-tcp", "bf16", "tcp", 1, 3, 10},
+      {"psgd-shm", "powersgd", "shm", 2, 4, 2},
+      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2},
+      /* Lost during PowerSGD's warm-up (plain exchange to step 8), compressing after. */
+      {"psgd-warmup", "powersgd", "shm", 2, 2, 8},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+  store_server_stop(srv);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+  if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", tmp);
+  return check_report();
+}
