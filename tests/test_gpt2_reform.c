@@ -316,6 +316,13 @@ static int live(const reform_case *c, long *N, long *M) {
   CHECK(*N >= c->kill_at && *M > *N && *M < STEPS);
   CHECK(strstr(out, "summary: ") != NULL);
   free(out);
+  /* The new memberships' gradient buffers are shared again (cohort_mem_alloc after each re-form:
+   * the single-copy path over shared memory). */
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s.err", tmp, s[0].tag);
+  char *err = spawn_slurp(path);
+  CHECK(strstr(err, "gradients in private memory") == NULL);
+  free(err);
   return ok;
 }
 
