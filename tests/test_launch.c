@@ -168,6 +168,22 @@ static void test_ssh_argv(void) {
   CHECK_EQ_INT(launch_ssh_set_opts(&s, NULL), 0);
   CHECK(s.opts != NULL && s.opts[0] == NULL);
   launch_ssh_free(&s);
+
+  /* With a control directory: one master connection per host, shared, before the user's
+   * options (which may not undo it by ssh's first-value-wins rule). */
+  launch_ssh m = {.connect_timeout_s = 7, .control_dir = "/tmp/cohort-ssh-x"};
+  CHECK_EQ_INT(launch_ssh_set_opts(&m, "-p 2222"), 0);
+  CHECK_EQ_INT(launch_ssh_argv(&m, "node1", "true", &v), 0);
+  joined[0] = '\0';
+  for (size_t i = 0; v[i] != NULL; i++) {
+    strcat(joined, i ? "|" : "");
+    strcat(joined, v[i]);
+  }
+  CHECK_STREQ(joined,
+              "ssh|-o|BatchMode=yes|-o|ConnectTimeout=7|-o|ControlMaster=auto|-o|"
+              "ControlPath=/tmp/cohort-ssh-x/%C|-o|ControlPersist=30|-p|2222|--|node1|true");
+  free(v);
+  launch_ssh_free(&m);
 }
 
 /* Host i's remote command: node rank, slots, master, job id, run's words, the command. */
@@ -277,6 +293,36 @@ static void test_run_all(void) {
  * up to "--", then acts by host name: "down" fails as ssh does (255),
  * "hang" never answers, others run the command here with HOST set.
  */
+/* launch_ssh_release: `ssh -O exit` to each host's master, then the directory goes. */
+static void test_ssh_release(void) {
+  char fake_ssh[300], log[300], dir[300];
+  snprintf(fake_ssh, sizeof fake_ssh, "%s/ssh-release", tmpdir);
+  snprintf(log, sizeof log, "%s/released", tmpdir);
+  snprintf(dir, sizeof dir, "%s/control-XXXXXX", tmpdir);
+  char script[600];
+  snprintf(script, sizeof script, "while [ \"$1\" != -O ]; do shift; done; echo \"$@\" >> %s", log);
+  write_script(fake_ssh, script);
+  launch_ssh s = {.program = fake_ssh, .connect_timeout_s = 1, .control_dir = mkdtemp(dir)};
+  CHECK(s.control_dir != NULL);
+  launch_hosts h = {NULL, 0};
+  char err[LAUNCH_ERR_MAX];
+  CHECK_EQ_INT(launch_hosts_parse_list("a,u@b", &h, err, sizeof err), 0);
+  CHECK_EQ_INT(launch_ssh_release(&s, &h, 5000), 0);
+  char text[256] = "";
+  FILE *f = fopen(log, "r");
+  if (f != NULL) {
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+  }
+  CHECK(strstr(text, "-O exit -- a\n") != NULL);
+  CHECK(strstr(text, "-O exit -- u@b\n") != NULL);
+  CHECK(access(dir, F_OK) != 0);
+  launch_ssh none = {.program = fake_ssh};
+  CHECK_EQ_INT(launch_ssh_release(&none, &h, 5000), 0); /* nothing to release */
+  launch_hosts_free(&h);
+}
+
 static void test_preflight(void) {
   char fake_ssh[300], fake_cohort[300];
   snprintf(fake_ssh, sizeof fake_ssh, "%s/ssh", tmpdir);
@@ -359,6 +405,7 @@ int main(int argc, char **argv) {
   test_filter();
   test_shell_join();
   test_ssh_argv();
+  test_ssh_release();
   test_remote_command();
   test_run_all();
   test_preflight();

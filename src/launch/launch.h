@@ -74,6 +74,14 @@ typedef struct launch_ssh {
   const char *program;   /* "ssh", or a path (tests) */
   char **opts;           /* --ssh-opts split at blanks, NULL-terminated; owned */
   int connect_timeout_s; /* ssh's ConnectTimeout */
+  /*
+   * NULL: every ssh its own connection. Else a private directory for ssh's
+   * control sockets: the pre-flight's connection to a host stays open
+   * (ControlMaster=auto, ControlPersist) and the job's session there runs
+   * over it, one TCP connection and key exchange per host instead of two;
+   * launch_ssh_release() closes them.
+   */
+  const char *control_dir;
 } launch_ssh;
 
 /*
@@ -88,13 +96,20 @@ void launch_ssh_free(launch_ssh *s);
 
 /*
  * The argv that runs remote_cmd on host: program -o BatchMode=yes
- * -o ConnectTimeout=T [opts...] -- host remote_cmd. The host goes after
+ * -o ConnectTimeout=T [the control options] [opts...] -- host remote_cmd. The host goes after
  * "--", so no name can be taken for an option. *argv_out is one malloc'ed
  * block (free it once); it points into s and host, which must outlive it.
  * Returns 0 or -ENOMEM.
  */
 int launch_ssh_argv(const launch_ssh *s, const char *host, const char *remote_cmd,
                     char ***argv_out);
+
+/*
+ * With s->control_dir: asks the master connection of each host to exit
+ * (ssh -O exit, a local request to the socket; bounded by timeout_ms) and
+ * removes the directory. Nothing without one. Returns 0 or -errno.
+ */
+int launch_ssh_release(const launch_ssh *s, const launch_hosts *h, int64_t timeout_ms);
 
 /* The result of one command of a fan-out. */
 typedef struct launch_result {

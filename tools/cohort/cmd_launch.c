@@ -266,16 +266,24 @@ int cmd_launch(int argc, char **argv) {
   launch_args a = {.fanout = 32, .connect_timeout_ms = 10000};
   launch_job job = {.out_fd = 1, .err_fd = 2};
   char **mine = NULL, **run = NULL, self[4096];
+  /* ssh's control sockets: the pre-flight's connection to each host carries the job's
+   * session there (launch.h). In /tmp, not TMPDIR: a socket's path must stay short. */
+  char control[] = "/tmp/cohort-ssh-XXXXXX";
   int rc = parse(argc, argv, &a, &job, &mine, &run, self, sizeof self);
   if (rc == CLI_HELP)
     rc = 0;
-  else if (rc == CLI_OK)
+  else if (rc == CLI_OK) {
+    job.ssh.control_dir = mkdtemp(control);
     rc = preflight(&job, &a);
+  }
   if (rc == CLI_OK && job.command != NULL) {
     int status;
     int err = launch_job_run(&job, &status);
     rc = err != 0 ? AGENT_EXIT_INTERNAL : status;
   }
+  if (launch_ssh_release(&job.ssh, &job.hosts, 5000) != 0)
+    fprintf(stderr, "cohort launch: warning: ssh master connections may outlive the job in %s\n",
+            control);
   launch_ssh_free(&job.ssh);
   launch_hosts_free(&job.hosts);
   free(mine);
