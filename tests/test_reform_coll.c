@@ -15,7 +15,8 @@
  *                               bad COHORT_CONTROL_FD; malformed messages,
  *                               stop and a closed channel; a reshape between
  *                               collectives; a reshape while connecting a
- *                               membership; 20 re-forms in a row leave no fd,
+ *                               membership, and one that never connects;
+ *                               20 re-forms in a row leave no fd,
  *                               /dev/shm mapping or thread behind (tcp, shm).
  *   test_reform_coll kill T     (T: tcp, shm, single) kill -9 of a rank
  *                               mid-allreduce: ERESHAPED on every survivor
@@ -448,6 +449,13 @@ static int w_protocol(int w) {
   int64_t t0 = base_now_ms();
   CHECK_EQ_INT(cohort_comm_reform(c), COHORT_ERESHAPED);
   CHECK(base_now_ms() - t0 < OP_TIMEOUT_MS / 2);
+  /* The same without the agent's word: the membership cannot connect within the timeout. */
+  CHECK_EQ_INT(cohort_comm_set_timeout(c, 1500), 0);
+  t0 = base_now_ms();
+  CHECK_EQ_INT(cohort_comm_reform(c), COHORT_ERESHAPED);
+  CHECK(base_now_ms() - t0 >= 1000);
+  CHECK(strstr(cohort_comm_error_message(c), "connecting membership 4") != NULL);
+  CHECK_EQ_INT(cohort_comm_set_timeout(c, OP_TIMEOUT_MS), 0);
   /* Worker 0 is stopped by the agent, worker 1's channel closes. */
   rc = cohort_comm_reform(c);
   CHECK_EQ_INT(rc, COHORT_EABORTED);
@@ -503,6 +511,8 @@ static void test_protocol(void) {
   for (int w = 0; w < 2; w++) agent_form(w, 3, w, 3); /* rank 2 never comes */
   base_sleep_ms(300);
   for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=3 why=rank 2 lost while connecting");
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_form(w, 4, w, 3); /* again, and no reshape */
   for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
   agent_send(0, "stop why=unit test over");
   close(g_agent[1]);

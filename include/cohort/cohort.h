@@ -193,7 +193,8 @@ COHORT_API const char *cohort_comm_error_message(const cohort_comm *comm);
  * COHORT_EABORTED when the agent stops the job or the channel closes (the
  * agent's reason in cohort_comm_error_message); COHORT_EPROTO for a malformed
  * control message; COHORT_ERESHAPED when the new membership ended while it
- * was being connected (call it again); -ETIMEDOUT when no membership formed
+ * was being connected, or a member of it was lost or never came (within the
+ * communicator's timeout): call it again; -ETIMEDOUT when no membership formed
  * within COHORT_REFORM_TIMEOUT_MS (default 600000); -ENOTSUP without a
  * control channel. Call it with no request of the communicator in use by
  * another thread.

@@ -185,6 +185,12 @@ static int resize(cohort_comm *c, const coll_ctl_msg *f) {
   return 0;
 }
 
+/* 1 for the errors of a bootstrap whose peer went away or never came. */
+static int lost_peer(int rc) {
+  return rc == COHORT_EPEER || rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ECONNABORTED ||
+         rc == -EPIPE || rc == -ENOTCONN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT;
+}
+
 /* Connects the membership f in place: its rank, size, store, job and round. */
 static int join_membership(cohort_comm *c, const coll_ctl_msg *f) {
   int rc = resize(c, f);
@@ -206,6 +212,7 @@ static int join_membership(cohort_comm *c, const coll_ctl_msg *f) {
                             .restart = f->epoch};
   coll_reset_failure(&c->eng);
   rc = c->size > 1 ? coll_bootstrap(c, &cfg) : 0;
+  if (lost_peer(rc)) rc = COHORT_ERESHAPED; /* a member lost while connecting: the agent re-forms */
   if (rc != 0) {
     char msg[200];
     snprintf(msg, sizeof msg, "connecting membership %d (rank %d of %d) failed: %s", f->epoch,
