@@ -73,7 +73,6 @@ if(COHORT_FUZZ)
   cohort_fuzz(fuzz_cli ${CMAKE_SOURCE_DIR}/fuzz/fuzz_cli.c
     SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_manifest.c
             ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_run.c ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_token.c
-            ${CMAKE_SOURCE_DIR}/tools/cohort/etcd_conf.c
             ${CMAKE_SOURCE_DIR}/tools/cli.c
     ARGS -close_fd_mask=3)
   # `cohort plot`'s metrics parser (the eco helper's target).
@@ -96,6 +95,6 @@ if(COHORT_FUZZ)
     SOURCES ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_status.c ${CMAKE_SOURCE_DIR}/tools/cohort/job.c
             ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_stacks.c
             ${CMAKE_SOURCE_DIR}/tools/cohort/cmd_token.c
-            ${CMAKE_SOURCE_DIR}/tools/cohort/etcd_conf.c ${CMAKE_SOURCE_DIR}/tools/cli.c
+            ${CMAKE_SOURCE_DIR}/tools/cli.c
     ARGS -close_fd_mask=3)
 endif()

@@ -18,6 +18,7 @@
 #include "rdzv/discover.h"
 #include "rdzv/internal.h"
 #include "rdzv/join.h"
+#include "rdzv/where.h"
 #include "tests/check.h"
 
 static char tmpdir[256];
@@ -1146,7 +1147,81 @@ static void cleanup_dir(const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* --rdzv-conf, decided once for cohort run and the commands that find a job. */
+static void test_where_conf(void) {
+  rdzv_conf c;
+  char err[256] = "";
+  CHECK_EQ_INT(rdzv_conf_parse("join_timeout=5,last_call_timeout=1,is_host=true,protocol=https,"
+                               "cacert=/c,user=u,password_file=/p,read_timeout=3,x=y",
+                               &c, err, sizeof err),
+               0);
+  CHECK(c.join_timeout_ms == 5000 && c.last_call_ms == 1000 && c.is_host == 1 && c.https == 1);
+  CHECK_STREQ(c.cacert, "/c");
+  CHECK_STREQ(c.user, "u");
+  CHECK_STREQ(c.password_file, "/p");
+  CHECK(c.cert == NULL && c.key == NULL);
+  CHECK_STREQ(c.unused, "read_timeout,x");
+  CHECK_EQ_INT(rdzv_conf_parse("", &c, err, sizeof err), 0);
+  CHECK(c.join_timeout_ms == -1 && c.last_call_ms == -1 && c.is_host == -1 && c.unused[0] == 0);
+  CHECK_EQ_INT(rdzv_conf_parse("join_timeout", &c, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "KEY=VALUE") != NULL);
+  CHECK_EQ_INT(rdzv_conf_parse("protocol=ftp", &c, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "protocol") != NULL && strchr(err, '\n') == NULL);
+  CHECK_EQ_INT(rdzv_conf_parse("join_timeout=0", &c, err, sizeof err), -EINVAL);
+  CHECK_EQ_INT(rdzv_conf_parse("is_host=maybe", &c, err, sizeof err), -EINVAL);
+  CHECK_EQ_INT(rdzv_conf_parse("cert=", &c, err, sizeof err), -EINVAL);
+}
+
+/* Where the store is: etcd's list, the built-in store's HOST[:PORT], or left to the command. */
+static void test_where_resolve(void) {
+  rdzv_where w;
+  rdzv_conf c;
+  char err[256] = "";
+  rdzv_where_in in = {.backend = RDZV_BACKEND_ETCD, .endpoint = "e1,e2:2380,[::1]"};
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK(w.method == RDZV_ETCD && w.etcd.endpoints == w.master);
+  CHECK_STREQ(w.master, "e1:2379,e2:2380,[::1]:2379");
+  in = (rdzv_where_in){.discover = RDZV_ETCD, .master = "e1"}; /* --discover etcd --master */
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK(w.method == RDZV_ETCD && strcmp(w.master, "e1:2379") == 0 && w.etcd.cacert == NULL);
+  in = (rdzv_where_in){.backend = RDZV_BACKEND_ETCD};
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "--rdzv-endpoint") != NULL);
+  in.endpoint = ",,";
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), -EINVAL);
+  CHECK_EQ_INT(rdzv_conf_parse("protocol=https,cert=/x", &c, err, sizeof err), 0);
+  in = (rdzv_where_in){.backend = RDZV_BACKEND_ETCD, .endpoint = "e1", .conf = &c};
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "cert and key") != NULL);
+  CHECK_EQ_INT(rdzv_conf_parse("protocol=https,cert=/x,key=/k", &c, err, sizeof err), 0);
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK(w.etcd.cacert != NULL && w.etcd.cacert[0] == '\0'); /* https: the system's CAs */
+  CHECK_STREQ(w.etcd.key, "/k");
+
+  in = (rdzv_where_in){.backend = RDZV_BACKEND_C10D, .endpoint = "node0"};
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK(w.method == RDZV_STATIC && strcmp(w.master, "node0:29400") == 0 && !w.port0);
+  in.endpoint = "node0:0";
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), -EINVAL); /* not for status */
+  in.port0_ok = 1;
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK(w.port0 && w.method == RDZV_AUTO && w.master[0] == '\0');
+  in = (rdzv_where_in){.backend = RDZV_BACKEND_C10D};
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), -EINVAL);
+  in.endpoint_dflt = "localhost"; /* cohort run's default */
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK_STREQ(w.master, "localhost:29400");
+  in = (rdzv_where_in){.endpoint = "a:1,b:2"};
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), -EINVAL);
+  CHECK(strstr(err, "list of endpoints") != NULL);
+  in = (rdzv_where_in){.master = "node0:29500"}; /* cohort's own: left to the command */
+  CHECK_EQ_INT(rdzv_where_resolve(&in, &w, err, sizeof err), 0);
+  CHECK(w.method == RDZV_AUTO && w.master[0] == '\0');
+}
+
 int main(void) {
+  test_where_conf();
+  test_where_resolve();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/cohort_test_rdzv_XXXXXX");
   if (mkdtemp(tmpdir) == NULL) {
     perror("mkdtemp");

@@ -9,11 +9,11 @@
 #include "agent/agent.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "rdzv/where.h"
 #include "store/auth.h"
 #include "store/store.h"
 #include "tools/cli.h"
 #include "tools/cohort/cmd.h"
-#include "tools/cohort/etcd_conf.h"
 #include "tools/cohort/cmd_run.h"
 
 #define RUN_USAGE_OPTIONS                                                                          \
@@ -153,9 +153,6 @@ static const char torchrun_usage[] =
     "is given.\n"
     "\n" RUN_USAGE_OPTIONS;
 
-/* torchrun's backends (--rdzv-backend). */
-enum { BACKEND_STATIC, BACKEND_C10D, BACKEND_ETCD };
-
 /*
  * The settings the table fills: the agent's configuration, the choices that
  * are enums there (an int here, converted after parsing), and torchrun's
@@ -171,8 +168,7 @@ typedef struct run_args {
   const char *master_addr; /* --master-addr, NULL: not given (127.0.0.1) */
   int master_port;         /* --master-port, -1: not given (29500) */
   int node_rank_given;
-  int is_host;         /* --rdzv-conf is_host: -1 not given, 0, 1 */
-  etcd_conf etcd_conf; /* --rdzv-conf's etcd keys */
+  const rdzv_conf *conf; /* --rdzv-conf, NULL: not given */
   int standalone, module, no_python, run_path;
   int std_given;    /* -r or -t given */
   int numa_binding; /* torchrun's --numa-binding, AGENT_BIND_NONE: not given */
@@ -331,43 +327,17 @@ static int set_dup_stderr(void *settings, const char *v) {
   return parse_filters(v, &((run_args *)settings)->cfg.dup[1], store, sizeof store);
 }
 
-static int parse_bool(const char *v, int *out) {
-  static const char *const yes[] = {"1", "true", "True", "yes", "on"};
-  static const char *const no[] = {"0", "false", "False", "no", "off"};
-  for (size_t i = 0; i < BASE_ARRAY_LEN(yes); i++) {
-    if (strcmp(v, yes[i]) == 0) return *out = 1, 0;
-    if (strcmp(v, no[i]) == 0) return *out = 0, 0;
-  }
-  return -1;
-}
-
-/* One key=value of --rdzv-conf; keys cohort has no use for get a note. */
-static int rdzv_conf_pair(run_args *a, const char *key, const char *value) {
-  if (strcmp(key, "join_timeout") == 0)
-    return base_parse_seconds(value, 86400, &a->cfg.join_timeout_ms) == 0 &&
-                   a->cfg.join_timeout_ms >= 1
-               ? 0
-               : -1;
-  if (strcmp(key, "last_call_timeout") == 0)
-    return base_parse_seconds(value, 3600, &a->cfg.last_call_ms);
-  if (strcmp(key, "is_host") == 0) return parse_bool(value, &a->is_host);
-  int rc = etcd_conf_pair(&a->etcd_conf, key, value);
-  if (rc <= 0) return rc;
-  fprintf(stderr, "cohort run: note: --rdzv-conf %s has no effect\n", key);
-  return 0;
-}
-
+/* --rdzv-conf (rdzv/where.h); keys cohort has no use for get a note. */
 static int set_rdzv_conf(void *settings, const char *v) {
-  char buf[1024];
-  if (strlen(v) >= sizeof buf) return -1;
-  memcpy(buf, v, strlen(v) + 1);
-  char *save = NULL;
-  for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(kv, '=');
-    if (eq == NULL || eq == kv) return -1;
-    *eq = '\0';
-    if (rdzv_conf_pair(settings, kv, eq + 1) != 0) return -1;
-  }
+  static rdzv_conf conf;
+  run_args *a = settings;
+  char err[256];
+  if (rdzv_conf_parse(v, &conf, err, sizeof err) != 0) return -1;
+  if (conf.join_timeout_ms >= 0) a->cfg.join_timeout_ms = conf.join_timeout_ms;
+  if (conf.last_call_ms >= 0) a->cfg.last_call_ms = conf.last_call_ms;
+  if (conf.unused[0] != '\0')
+    fprintf(stderr, "cohort run: note: --rdzv-conf %s has no effect\n", conf.unused);
+  a->conf = &conf;
   return 0;
 }
 
@@ -393,10 +363,10 @@ static const cli_choice numa_modes[] = {{"node", AGENT_BIND_GPU_NODE},
                                         {NULL, 0}};
 static const cli_choice cpu_modes[] = {
     {"none", AGENT_BIND_NONE}, {"cores", AGENT_BIND_CORES}, {"numa", AGENT_BIND_NUMA}, {NULL, 0}};
-static const cli_choice backends[] = {{"static", BACKEND_STATIC},
-                                      {"c10d", BACKEND_C10D},
-                                      {"etcd", BACKEND_ETCD},
-                                      {"etcd-v2", BACKEND_ETCD},
+static const cli_choice backends[] = {{"static", RDZV_BACKEND_STATIC},
+                                      {"c10d", RDZV_BACKEND_C10D},
+                                      {"etcd", RDZV_BACKEND_ETCD},
+                                      {"etcd-v2", RDZV_BACKEND_ETCD},
                                       {NULL, 0}};
 
 #define RUN_ID_WHAT "1 to 64 characters of [A-Za-z0-9._-]"
@@ -511,41 +481,53 @@ static const cli_cmd run_cmd = {"cohort run", run_usage, run_opts, BASE_ARRAY_LE
 static const cli_cmd torchrun_cmd = {
     "torchrun", torchrun_usage, run_opts, BASE_ARRAY_LEN(run_opts), CLI_COMMAND, 0};
 
-/* --rdzv-endpoint as the store of a c10d job; port 0 (a free one) means this node alone. */
+/* Where the store is, as rdzv_where_resolve decides for every command; a usage error otherwise. */
+static int store_where(const cli_cmd *cmd, const run_args *a, rdzv_where *w) {
+  rdzv_where_in in = {.backend = (rdzv_backend_opt)a->backend,
+                      .discover = (rdzv_method)a->method,
+                      .master = a->cfg.rdzv.master,
+                      .endpoint = a->endpoint,
+                      .endpoint_dflt = "localhost",
+                      .port0_ok = 1,
+                      .conf = a->conf};
+  char err[256];
+  if (rdzv_where_resolve(&in, w, err, sizeof err) != 0)
+    return cli_usage_error(cmd->prog, "%s", err);
+  return CLI_OK;
+}
+
+/* --rdzv-endpoint as the store of a c10d job (or torchrun's static one); port 0 (a free one)
+ * means this node alone. */
 static int c10d_meaning(const cli_cmd *cmd, run_args *a) {
-  char host[BASE_HOST_MAX];
-  int port = RDZV_DEFAULT_PORT;
-  const char *ep = a->endpoint != NULL ? a->endpoint : "localhost";
-  if (base_split_hostport(ep, host, sizeof host, &port, 1) != 0) {
-    snprintf(host, sizeof host, "%s", ep);
-    port = RDZV_DEFAULT_PORT;
-  }
-  if (port == 0) {
+  rdzv_where w;
+  int rc = store_where(cmd, a, &w);
+  if (rc != CLI_OK) return rc;
+  if (w.port0) {
     if (a->cfg.rdzv.nnodes_max > 1)
       return cli_usage_error(cmd->prog, "--rdzv-endpoint with port 0 is for one node only");
     return CLI_OK; /* one node: cohort's own store on a free port */
   }
-  base_join_hostport(host, port, a->master_buf, sizeof a->master_buf);
+  base_strlcpy(a->master_buf, w.master, sizeof a->master_buf);
   a->cfg.rdzv.master = a->master_buf;
   a->cfg.rdzv.method = RDZV_STATIC;
   /* The node that owns the address hosts (discover.c); is_host=true says so outright. */
-  if (a->is_host == 1 && !a->node_rank_given) a->cfg.rdzv.node_rank = 0;
+  if (a->conf != NULL && a->conf->is_host == 1 && !a->node_rank_given) a->cfg.rdzv.node_rank = 0;
   return CLI_OK;
 }
 
 /* torchrun's static rendezvous: --master-addr:--master-port (or the endpoint) and the node rank. */
-static int static_meaning(run_args *a) {
+static int static_meaning(const cli_cmd *cmd, run_args *a) {
   int many = a->cfg.rdzv.nnodes_max > 1;
   if (!many && a->endpoint == NULL && a->master_addr == NULL && a->master_port < 0 &&
       !a->node_rank_given)
     return CLI_OK; /* one node: cohort's own store on a free port */
   if (a->endpoint != NULL) {
-    char host[BASE_HOST_MAX];
-    int port;
-    if (base_split_hostport(a->endpoint, host, sizeof host, &port, 0) != 0)
-      snprintf(a->master_buf, sizeof a->master_buf, "%s:%d", a->endpoint, RDZV_DEFAULT_PORT);
-    else
-      snprintf(a->master_buf, sizeof a->master_buf, "%s", a->endpoint);
+    rdzv_where w;
+    int rc = store_where(cmd, a, &w);
+    if (rc != CLI_OK) return rc;
+    if (w.port0)
+      return cli_usage_error(cmd->prog, "--rdzv-endpoint with port 0 is for --rdzv-backend c10d");
+    base_strlcpy(a->master_buf, w.master, sizeof a->master_buf);
   } else {
     const char *addr = a->master_addr != NULL ? a->master_addr : "127.0.0.1";
     base_join_hostport(addr, a->master_port > 0 ? a->master_port : 29500, a->master_buf,
@@ -607,24 +589,25 @@ static int cohort_discovery(const run_args *a) {
  * --rdzv-conf; --nnodes defaults to 1 as in torchrun.
  */
 static int etcd_meaning(const cli_cmd *cmd, run_args *a) {
-  static char endpoints[2048], password[STORE_TOKEN_MAX + 2];
-  const char *list = a->endpoint != NULL ? a->endpoint : a->cfg.rdzv.master;
-  if (list == NULL)
-    return cli_usage_error(cmd->prog, "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,...]");
-  if (etcd_conf_endpoints(list, endpoints, sizeof endpoints) != 0)
-    return cli_usage_error(cmd->prog, "etcd endpoints '%s': each must be HOST[:PORT]", list);
-  a->cfg.rdzv.master = endpoints;
-  a->cfg.rdzv.method = RDZV_ETCD;
-  int rc =
-      etcd_conf_opts(cmd->prog, &a->etcd_conf, endpoints, password, sizeof password, &a->cfg.etcd);
+  static rdzv_where w;
+  static char password[STORE_TOKEN_MAX + 2];
+  int rc = store_where(cmd, a, &w);
   if (rc != CLI_OK) return rc;
+  a->cfg.rdzv.master = w.master;
+  a->cfg.rdzv.method = RDZV_ETCD;
+  a->cfg.etcd = w.etcd;
+  if (a->conf != NULL && a->conf->password_file != NULL) {
+    rc = cmd_secret_file(cmd->prog, "password", a->conf->password_file, password, sizeof password);
+    if (rc != CLI_OK) return rc;
+    a->cfg.etcd.password = password;
+  }
   if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
   return output_meaning(a);
 }
 
 /* Turns torchrun's options into the agent's configuration. */
 static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
-  if (!a->standalone && (a->backend == BACKEND_ETCD || a->method == RDZV_ETCD))
+  if (!a->standalone && (a->backend == RDZV_BACKEND_ETCD || a->method == RDZV_ETCD))
     return etcd_meaning(cmd, a);
   if (a->endpoint != NULL && strchr(a->endpoint, ',') != NULL)
     return cli_usage_error(cmd->prog, "a list of endpoints is for --rdzv-backend etcd");
@@ -632,15 +615,15 @@ static int torchrun_meaning(const cli_cmd *cmd, run_args *a) {
     /* torchrun: a private store on a free port; the --rdzv-* options are ignored. */
     a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 0;
     a->nnodes_given = 0;
-  } else if (a->backend == BACKEND_C10D || a->endpoint != NULL || a->master_addr != NULL ||
+  } else if (a->backend == RDZV_BACKEND_C10D || a->endpoint != NULL || a->master_addr != NULL ||
              a->master_port >= 0 || (a->node_rank_given && !cohort_discovery(a))) {
     /* torchrun's line: --nnodes defaults to 1. */
     if (!a->nnodes_given) a->cfg.rdzv.nnodes_min = a->cfg.rdzv.nnodes_max = 1;
-    int rc = a->backend == BACKEND_C10D ? c10d_meaning(cmd, a) : static_meaning(a);
+    int rc = a->backend == RDZV_BACKEND_C10D ? c10d_meaning(cmd, a) : static_meaning(cmd, a);
     if (rc != CLI_OK) return rc;
   } else if (a->nnodes_given && a->cfg.rdzv.nnodes_max > 1 && a->cfg.rdzv.master == NULL &&
              a->method == RDZV_AUTO && cmd == &torchrun_cmd) {
-    return static_meaning(a); /* torchrun --nnodes 2: master 127.0.0.1:29500 */
+    return static_meaning(cmd, a); /* torchrun --nnodes 2: master 127.0.0.1:29500 */
   }
   /* One node and no store named: cohort's single-node job (the agent's choice for no --nnodes). */
   if (a->cfg.rdzv.nnodes_max == 1 && a->cfg.rdzv.master == NULL && a->method == RDZV_AUTO &&
@@ -753,7 +736,6 @@ static int parse(const cli_cmd *cmd, int argc, char **argv, agent_config *out) {
           },
       .method = RDZV_AUTO,
       .master_port = -1,
-      .is_host = -1,
   };
   cli_args words;
   int rc = cli_parse(cmd, argc, argv, &a, &words);

@@ -9,18 +9,16 @@
 
 #include "base/base.h"
 #include "rdzv/join.h"
+#include "rdzv/where.h"
 #include "tools/cohort/cmd.h"
-#include "tools/cohort/etcd_conf.h"
 
-extern char **environ;
+    extern char **environ;
 
-const cli_choice job_discover_methods[] = {{"auto", JOB_DISCOVER_AUTO},
-                                           {"mcast", JOB_DISCOVER_MCAST},
-                                           {"etcd", JOB_DISCOVER_ETCD},
-                                           {NULL, 0}};
-const cli_choice job_backends[] = {{"c10d", JOB_BACKEND_C10D},
-                                   {"etcd", JOB_BACKEND_ETCD},
-                                   {"etcd-v2", JOB_BACKEND_ETCD},
+const cli_choice job_discover_methods[] = {
+    {"auto", RDZV_AUTO}, {"mcast", RDZV_MCAST}, {"etcd", RDZV_ETCD}, {NULL, 0}};
+const cli_choice job_backends[] = {{"c10d", RDZV_BACKEND_C10D},
+                                   {"etcd", RDZV_BACKEND_ETCD},
+                                   {"etcd-v2", RDZV_BACKEND_ETCD},
                                    {NULL, 0}};
 
 /* No address given and no scheduler: this user's job on this machine alone. */
@@ -46,60 +44,42 @@ static int find_local(const char *prog_name, const job_args *a, const char **tok
   return 0;
 }
 
-/* --rdzv-backend etcd (or --discover etcd): the endpoints, as cohort run spells them, in eps. */
-static int etcd_method(const char *prog_name, const job_args *a, rdzv_opts *ro, char *eps,
-                       size_t epslen) {
-  const char *list = a->endpoint != NULL ? a->endpoint : a->master;
-  if (list == NULL)
-    return cli_usage_error(prog_name, "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,...]");
-  if (a->rdzv_file != NULL || a->discover == JOB_DISCOVER_MCAST)
-    return cli_usage_error(prog_name, "the job's keys are in etcd: no --rdzv-file or --discover "
-                                      "mcast with it");
-  if (etcd_conf_endpoints(list, eps, epslen) != 0)
-    return cli_usage_error(prog_name, "etcd endpoints '%s': each must be HOST[:PORT]", list);
-  ro->method = RDZV_ETCD;
-  ro->master = eps;
-  return CLI_OK;
-}
-
-/* --rdzv-endpoint of the built-in store (c10d): --master, port 29400 when left out. */
-static int endpoint_master(const char *prog_name, const job_args *a, rdzv_opts *ro, char *buf,
-                           size_t len) {
-  char host[BASE_HOST_MAX];
-  int port;
-  if (a->endpoint == NULL) {
-    if (a->backend == JOB_BACKEND_C10D)
-      return cli_usage_error(prog_name, "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
-    return CLI_OK;
-  }
-  if (strchr(a->endpoint, ',') != NULL)
-    return cli_usage_error(prog_name, "a list of endpoints is for --rdzv-backend etcd");
-  if (base_split_hostport(a->endpoint, host, sizeof host, &port, 0) == 0)
-    base_strlcpy(buf, a->endpoint, len);
-  else
-    snprintf(buf, len, "%s:%d", a->endpoint, RDZV_DEFAULT_PORT);
-  ro->master = buf;
-  return CLI_OK;
-}
-
-/* How the agents met: the method and where (ro->master, ro->rdzv_file). */
-static int job_method(const char *prog_name, const job_args *a, rdzv_opts *ro, char *eps,
-                      size_t epslen) {
+/*
+ * How the agents met: where the store is as rdzv_where_resolve decides for
+ * every command (etcd, or the store at --rdzv-endpoint), else cohort's own
+ * --master, --rdzv-file or --discover mcast.
+ */
+static int job_method(const char *prog_name, const job_args *a, rdzv_opts *ro, rdzv_where *w,
+                      rdzv_conf *conf) {
+  char err[512];
   if (a->master != NULL && a->endpoint != NULL)
     return cli_usage_error(prog_name, "give --master or --rdzv-endpoint, not both");
-  int in_etcd = a->backend == JOB_BACKEND_ETCD || a->discover == JOB_DISCOVER_ETCD;
+  int in_etcd = a->backend == RDZV_BACKEND_ETCD || a->discover == RDZV_ETCD;
   if (a->rdzv_conf != NULL && !in_etcd)
     return cli_usage_error(prog_name, "--rdzv-conf goes with --rdzv-backend etcd");
-  if (in_etcd) return etcd_method(prog_name, a, ro, eps, epslen);
-  ro->master = a->master;
+  if (a->rdzv_conf != NULL && rdzv_conf_parse(a->rdzv_conf, conf, err, sizeof err) != 0)
+    return cli_usage_error(prog_name, "%s", err);
+  if (a->rdzv_conf != NULL && conf->unused[0] != '\0')
+    fprintf(stderr, "%s: note: --rdzv-conf %s has no effect\n", prog_name, conf->unused);
+  rdzv_where_in in = {.backend = (rdzv_backend_opt)a->backend,
+                      .discover = (rdzv_method)a->discover,
+                      .master = a->master,
+                      .endpoint = a->endpoint,
+                      .conf = a->rdzv_conf != NULL ? conf : NULL};
+  if (rdzv_where_resolve(&in, w, err, sizeof err) != 0)
+    return cli_usage_error(prog_name, "%s", err);
+  if (w->method == RDZV_ETCD && (a->rdzv_file != NULL || a->discover == RDZV_MCAST))
+    return cli_usage_error(prog_name, "the job's keys are in etcd: no --rdzv-file or --discover "
+                                      "mcast with it");
+  ro->method = w->method;
+  ro->master = w->method != RDZV_AUTO ? w->master : a->master;
+  if (w->method == RDZV_ETCD) return CLI_OK;
   ro->rdzv_file = a->rdzv_file;
-  int rc = endpoint_master(prog_name, a, ro, eps, epslen);
-  if (rc != CLI_OK) return rc;
   if (ro->master != NULL && a->rdzv_file != NULL)
     return cli_usage_error(prog_name, "give --master or --rdzv-file, not both");
   if (ro->master != NULL) ro->method = RDZV_STATIC;
   if (a->rdzv_file != NULL) ro->method = RDZV_FILE;
-  if (a->discover == JOB_DISCOVER_MCAST) {
+  if (a->discover == RDZV_MCAST) {
     if (ro->master != NULL || a->rdzv_file != NULL)
       return cli_usage_error(prog_name, "--discover mcast finds the job itself: no --master or "
                                         "--rdzv-file with it");
@@ -113,10 +93,10 @@ static int job_method(const char *prog_name, const job_args *a, rdzv_opts *ro, c
   return CLI_OK;
 }
 
-static int find_job(const char *prog_name, const job_args *a, const char **token, char *eps,
-                    size_t epslen, job_conn *jc) {
+static int find_job(const char *prog_name, const job_args *a, const char **token, rdzv_where *w,
+                    rdzv_conf *conf, job_conn *jc) {
   rdzv_opts ro = {.method = RDZV_AUTO, .node_rank = -1, .job_id = a->job};
-  int rc = job_method(prog_name, a, &ro, eps, epslen);
+  int rc = job_method(prog_name, a, &ro, w, conf);
   if (rc != CLI_OK) return rc;
   ro.deadline_ms = jc->deadline_ms;
   char err[512] = "";
@@ -125,45 +105,23 @@ static int find_job(const char *prog_name, const job_args *a, const char **token
   if (rc == -EINVAL) return cli_usage_error(prog_name, "%s", err[0] ? err : cohort_strerror(rc));
   if (rc != 0) return cli_error(prog_name, 1, "%s", err[0] ? err : cohort_strerror(rc));
   if (jc->where.etcd)
-    snprintf(jc->addr, sizeof jc->addr, "etcd %s", eps);
+    snprintf(jc->addr, sizeof jc->addr, "etcd %s", w->master);
   else
     base_join_hostport(jc->where.host, jc->where.port, jc->addr, sizeof jc->addr);
   return 0;
 }
 
-/* --rdzv-conf: etcd's keys into c; cohort run's own keys are accepted and mean nothing here. */
-static int rdzv_conf(const char *prog_name, const char *conf, etcd_conf *c) {
-  static const char *const agents[] = {"join_timeout", "last_call_timeout", "is_host"};
-  char buf[1024];
-  if (conf == NULL) return CLI_OK;
-  if (strlen(conf) >= sizeof buf) return cli_usage_error(prog_name, "--rdzv-conf is too long");
-  memcpy(buf, conf, strlen(conf) + 1);
-  char *save = NULL;
-  for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(kv, '=');
-    if (eq == NULL || eq == kv)
-      return cli_usage_error(prog_name, "--rdzv-conf '%s': KEY=VALUE,... expected", conf);
-    *eq = '\0';
-    int rc = etcd_conf_pair(c, kv, eq + 1);
-    if (rc < 0) return cli_usage_error(prog_name, "--rdzv-conf %s: bad value '%s'", kv, eq + 1);
-    int agents_own = 0;
-    for (size_t i = 0; i < BASE_ARRAY_LEN(agents); i++) agents_own |= strcmp(kv, agents[i]) == 0;
-    if (rc == 1 && !agents_own)
-      fprintf(stderr, "%s: note: --rdzv-conf %s has no effect\n", prog_name, kv);
-  }
-  return CLI_OK;
-}
-
 /* The backend the job's keys are in, connected. */
-static int open_job(const char *prog_name, const job_args *a, const char *token, const char *eps,
-                    job_conn *jc) {
+static int open_job(const char *prog_name, const char *token, const rdzv_where *w,
+                    const rdzv_conf *conf, job_conn *jc) {
   static char password[STORE_TOKEN_MAX + 2];
-  etcd_conf conf = {0};
-  etcd_opts eo = {0};
+  etcd_opts eo = w->etcd;
   int rc = CLI_OK;
-  if (jc->where.etcd && (rc = rdzv_conf(prog_name, a->rdzv_conf, &conf)) == CLI_OK)
-    rc = etcd_conf_opts(prog_name, &conf, eps, password, sizeof password, &eo);
-  if (rc != CLI_OK) return rc;
+  if (jc->where.etcd && conf->password_file != NULL) {
+    rc = cmd_secret_file(prog_name, "password", conf->password_file, password, sizeof password);
+    if (rc != CLI_OK) return rc;
+    eo.password = password;
+  }
   rc = agent_jobctl_backend(&jc->where, token, &eo, &jc->backend);
   memset(password, 0, sizeof password); /* the backend keeps its own copy */
   if (rc != 0) return cli_error(prog_name, 1, "cannot open %s: %s", jc->addr, cohort_strerror(rc));
@@ -171,7 +129,7 @@ static int open_job(const char *prog_name, const job_args *a, const char *token,
   rc = rdzv_backend_connect(jc->backend, jc->deadline_ms, &jc->client, err, sizeof err);
   if (rc == COHORT_EAUTH && jc->where.etcd)
     return cli_error(prog_name, 1, "etcd refused this client: %s%s", err,
-                     conf.user == NULL && conf.cert == NULL
+                     conf->user == NULL && conf->cert == NULL
                          ? " (no credentials given: --rdzv-conf user=NAME,password_file=FILE)"
                          : "");
   if (rc == COHORT_EAUTH)
@@ -186,11 +144,14 @@ int job_connect(const char *prog_name, const job_args *a, job_conn *jc) {
   memset(jc, 0, sizeof *jc);
   jc->deadline_ms =
       base_deadline_in(a->timeout_ms > 0 ? a->timeout_ms : JOB_ARGS_DEFAULT_TIMEOUT_MS);
-  static char tokbuf[STORE_TOKEN_MAX + 2], eps[2048];
+  static char tokbuf[STORE_TOKEN_MAX + 2];
+  static rdzv_where w;
+  static rdzv_conf conf;
+  memset(&conf, 0, sizeof conf);
   const char *token = NULL;
   int rc = cmd_token_load(prog_name, a->token, a->token_file, tokbuf, sizeof tokbuf, &token);
-  if (rc == CLI_OK) rc = find_job(prog_name, a, &token, eps, sizeof eps, jc);
-  if (rc == CLI_OK) rc = open_job(prog_name, a, token, eps, jc);
+  if (rc == CLI_OK) rc = find_job(prog_name, a, &token, &w, &conf, jc);
+  if (rc == CLI_OK) rc = open_job(prog_name, token, &w, &conf, jc);
   if (rc != CLI_OK) job_close(jc);
   return rc;
 }

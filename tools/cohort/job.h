@@ -20,8 +20,8 @@ typedef struct job_args {
   const char *master;      /* --master HOST:PORT */
   const char *rdzv_file;   /* --rdzv-file PATH */
   const char *job;         /* --job ID (--rdzv-id, --run-id): the id the agents were given */
-  int discover;            /* --discover auto|mcast|etcd (JOB_DISCOVER_*) */
-  int backend;             /* --rdzv-backend c10d|etcd (JOB_BACKEND_*) */
+  int discover;            /* --discover auto|mcast|etcd (an rdzv_method) */
+  int backend;             /* --rdzv-backend c10d|etcd (an rdzv_backend_opt) */
   const char *endpoint;    /* --rdzv-endpoint HOST[:PORT] (etcd: a list) */
   const char *rdzv_conf;   /* --rdzv-conf K=V,... (etcd: TLS, user, password_file) */
   const char *iface;       /* --iface NAME (multicast) */
@@ -31,8 +31,6 @@ typedef struct job_args {
   int64_t timeout_ms;
 } job_args;
 
-enum { JOB_DISCOVER_AUTO, JOB_DISCOVER_MCAST, JOB_DISCOVER_ETCD };
-enum { JOB_BACKEND_NONE, JOB_BACKEND_C10D, JOB_BACKEND_ETCD };
 extern const cli_choice job_discover_methods[];
 extern const cli_choice job_backends[];
 
