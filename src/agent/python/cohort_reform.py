@@ -376,7 +376,10 @@ class Job:
             dist.recv(size, donor)
             data = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
             dist.recv(data, donor)
-            state = torch.load(io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu")
+            # A peer of this job sent it; torch 2.6 on would refuse an
+            # `extra` object's state that is not plain tensors and numbers.
+            state = torch.load(io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu",
+                               weights_only=False)
             self.load_state_dict(state)
             return 0, data.numel()
         return 0, 0
