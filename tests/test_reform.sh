@@ -379,6 +379,27 @@ coll_tests() {
   wait_all 60 "${agent[0]}"
   check "coll nodes: node 0 ends well ($codes)" [ "$codes" = "0" ]
   check "coll nodes: both ranks end at step 150" [ "$(grep -c "done pid=[0-9]* rank=[01] size=2 step=150" "$tmp/cn.0")" = 2 ]
+
+  # A node killed whole and its replacement started at once, with a heartbeat timeout of 30 s:
+  # the survivors' collectives find the peer gone at once (`ready` unasked), so the job
+  # re-forms with the replacement long before the timeout (0.2 s measured; bound 15 s).
+  for i in 0 1; do
+    netns_bg "$i" "$tmp/cr.$i" "$cohort" run --nnodes 1:2 --nproc-per-node 2 --master "$M:29501" \
+      --job cr --heartbeat-timeout 30 --on-failure reform -- "$bin" 150
+    agent[$i]=$!
+  done
+  started cr 2 || return
+  sleep 1
+  kill_node 1
+  netns_bg 1 "$tmp/cr.1b" "$cohort" run --nnodes 1:2 --nproc-per-node 2 --master "$M:29501" \
+    --job cr --heartbeat-timeout 30 --on-failure reform -- "$bin" 150
+  agent[1]=$!
+  check "coll fast: the survivors' report names the lost peer" \
+    wait_for "$tmp/cr.0" "re-forming without stopping the survivors: node 0 (node0): rank" 1 15
+  check "coll fast: node 0's ranks re-form with the replacement" wait_for "$tmp/cr.0" "size=4 epoch=1" 2 15
+  check "coll fast: node 0's ranks kept their processes" [ "$(unchanged_coll "$tmp/cr.0")" = ok ]
+  wait_all 60 "${agent[0]}" "${agent[1]}"
+  check "coll fast: both nodes end well ($codes)" [ "$codes" = "0 0" ]
 }
 
 # unchanged_coll FILE: "ok" when every reformed pid of FILE is one that started.

@@ -199,6 +199,22 @@ static void on_remote_failure(job *j) {
   on_loss(j, -1);
 }
 
+/*
+ * Worker rank's collectives found a peer gone before any agent said so (a
+ * node killed whole: its connections close at once, its heartbeat stops
+ * only later). The job re-forms now; the planner still waits for the lost
+ * node until the heartbeat timeout unless a replacement takes its place.
+ */
+static void on_broken(job *j, int rank) {
+  if (j->stopping || j->remote_failed || j->first_failed >= 0 || !j->cl.multinode) return;
+  snprintf(j->report, sizeof j->report, "node %d (%s): rank %d lost a peer (its connection closed)",
+           j->cl.plan.my_index, j->cl.hostname, rank);
+  char winner[WATCH_REPORT_MAX];
+  agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
+  base_strlcpy(j->report, winner, sizeof j->report);
+  on_loss(j, -1);
+}
+
 /* SIGINT, SIGTERM, SIGHUP: forward it (a worker may want to checkpoint on
  * SIGTERM); a second SIGINT kills. */
 static void on_stop_signal(job *j, int sig) {
@@ -331,6 +347,8 @@ static int poll_once(job *j, poll_set *ps, int timeout) {
   agent_metrics_serve(&j->metrics, ps->pfd + ps->streams_end,
                       (int)(ps->control_at - ps->streams_end), j);
   agent_reform_serve(j, ps->pfd + ps->control_at, (int)(ps->n - ps->control_at));
+  int broken = agent_reform_take_broken(j);
+  if (broken >= 0) on_broken(j, broken);
   if (ps->pfd[0].revents & POLLIN) {
     unsigned char evs[64];
     ssize_t got = agent_signals_read(evs, sizeof evs);

@@ -5,9 +5,11 @@
  *
  * One datagram is one message: ASCII, at most CONTROL_MSG_MAX bytes,
  * "VERB key=value key=value ...", a `why=` field last taking the rest of the
- * message. The worker says `hello pid=P`, `ready epoch=E step=S` and
- * `formed epoch=E step=S`; the agent says `reshape`, `form` and `stop`
- * (REFORM.md has the fields).
+ * message. The worker says `hello pid=P`, `ready epoch=E step=S`,
+ * `formed epoch=E step=S` and `broken epoch=E why=...` (its collectives of
+ * membership E failed: a peer's connection closed, before any agent said
+ * so); the agent says `reshape`, `form` and `stop` (docs/reform.md has the
+ * fields).
  *
  * Thread safety: no shared state.
  */
@@ -23,7 +25,8 @@ typedef enum control_verb {
   CONTROL_OTHER, /* a well-formed message with a verb the agent does not know */
   CONTROL_HELLO,
   CONTROL_READY,
-  CONTROL_FORMED
+  CONTROL_FORMED,
+  CONTROL_BROKEN
 } control_verb;
 
 /* A worker's message; fields it did not carry are -1. */

@@ -25,6 +25,7 @@ int agent_reform_init(job *j) {
     j->rf.slot[i].step = -1;
   }
   j->rf.step_before = -1;
+  j->rf.broken_rank = -1;
   return 0;
 }
 
@@ -116,6 +117,11 @@ static void on_message(job *j, int i, const char *buf, size_t len) {
   if (m.verb == CONTROL_HELLO) s->hello = 1;
   if (m.step >= 0) s->step = m.step;
   if (m.verb == CONTROL_READY && m.step > j->rf.step_before) j->rf.step_before = m.step;
+  /* `broken`, or a `ready` no `reshape` asked for: the worker's own collectives found a peer
+   * gone (libcohort re-forms at once, the PyTorch module says `broken`). */
+  int unasked = m.verb == CONTROL_BROKEN || (m.verb == CONTROL_READY && !j->rf.forming);
+  if (unasked && m.epoch == j->round && j->rf.broken_rank < 0)
+    j->rf.broken_rank = j->workers[i].rank;
   if (m.verb == CONTROL_FORMED && j->rf.forming) {
     s->formed = 1;
     check_formed(j);
@@ -385,6 +391,12 @@ int agent_reform_on_loss(job *j, int index) {
   int rc = reform_round(j, report, part_why);
   if (rc > 0) j->report[0] = '\0';
   return rc;
+}
+
+int agent_reform_take_broken(job *j) {
+  int rank = j->rf.slot != NULL && !j->rf.forming ? j->rf.broken_rank : -1;
+  j->rf.broken_rank = -1;
+  return rank;
 }
 
 int agent_reform_tick(job *j, int64_t now) {

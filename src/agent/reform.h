@@ -57,6 +57,7 @@ typedef struct reform {
   int64_t deadline_ms;
   int64_t step_before; /* the highest step seen before the loss, -1 unknown */
   int count;           /* re-forms completed */
+  int broken_rank;     /* a worker saw membership `round` break before any agent said so, -1 */
   reform_record last;  /* the latest (count > 0 or forming) */
   int nlosses;
   char losses[REFORM_LOSSES_MAX][256];
@@ -75,6 +76,14 @@ void agent_reform_free(struct job *j);
  * --on-failure reform. 0 or -errno.
  */
 int agent_reform_channel(struct job *j, int i, int *child);
+
+/*
+ * The rank whose collectives found the membership broken before any agent
+ * announced a loss (`broken`, or `ready` unasked), once; -1 none. The loop
+ * re-forms at once instead of waiting for the lost node's heartbeat
+ * timeout (a node killed whole closes its connections at once).
+ */
+int agent_reform_take_broken(struct job *j);
 
 /* Closes every channel (the attempt is over). */
 void agent_reform_close(struct job *j);

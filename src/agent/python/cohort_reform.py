@@ -440,6 +440,10 @@ class _Step:
         if not job.reshaped():
             if not (isinstance(exc, Reshaped) or _is_comm_error(exc)):
                 return False  # the script's own error
+            # Tell the agent now: a node killed whole closes its connections at once, but its
+            # heartbeat stops only after the timeout.
+            why = "".join(c if " " <= c <= "~" else "?" for c in (str(exc) + "\n").split("\n")[0])
+            job.channel.send("broken", epoch=job.epoch, why=why[:200] or "a collective failed")
             if not job.channel.wait_reshape(job.epoch, job.wait):
                 return False  # no loss announced: an ordinary failure
         job.reform()
