@@ -23,6 +23,7 @@ Usage: test_reform_torch.py SOURCE_DIR [COHORT]
 """
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -206,20 +207,21 @@ def main():
         shipped(sys.argv[2])
     tmp = tempfile.mkdtemp(prefix="reform-torch-%d-" % os.getpid())
     port = free_port()
-    ws = [Worker(tmp, "w%d" % r, r, 3, 0, port) for r in range(3)]
+    ws = []
+    run.extra = []
     try:
+        for r in range(3):
+            ws.append(Worker(tmp, "w%d" % r, r, 3, 0, port))
         run(tmp, ws)
-    finally:
-        for w in ws + getattr(run, "extra", []):
+    finally:  # a failure printed the logs' tails already
+        for w in ws + run.extra:
             w.end()
-    for w in ws + run.extra:
-        os.unlink(w.log)
-    os.rmdir(tmp)
+        if not os.environ.get("KEEP"):
+            shutil.rmtree(tmp)
     print("PASS")
 
 
 def run(tmp, ws):
-    run.extra = []
     for w in ws:
         w.wait_step(lambda s: int(s["step"]) >= 5, "step 5")
 
