@@ -77,12 +77,18 @@ class Worker:
         self.agent_end.send(text.encode())
 
     def expect(self, verb, **fields):
-        try:
-            data = self.agent_end.recv(2048).decode()
-        except socket.timeout:
-            fail("pid %d: no `%s` within %.0f s\n%s" % (self.pid, verb, LONG, self.tail()))
-        words = data.split(" ")
-        got = dict(w.split("=", 1) for w in words[1:])
+        """The next message but `broken` (a worker that found a peer gone
+        says so before the agent's `reshape` may have come)."""
+        while True:
+            try:
+                data = self.agent_end.recv(2048).decode()
+            except socket.timeout:
+                fail("pid %d: no `%s` within %.0f s\n%s" % (self.pid, verb, LONG, self.tail()))
+            head = data.partition(" why=")[0]
+            words = head.split(" ")
+            got = dict(w.split("=", 1) for w in words[1:])
+            if words[0] != "broken":
+                break
         if words[0] != verb or any(got.get(k) != v for k, v in fields.items()):
             fail("pid %d: expected `%s %s`, got `%s`" % (self.pid, verb, fields, data))
         return got
