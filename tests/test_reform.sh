@@ -105,6 +105,12 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   wait_all 30 $agent
   check "silent: the job fails once the restarts are spent ($codes)" [ "$codes" = "1" ]
   check "silent: no re-form" not_contains "$out" "re-formed"
+
+  # 3. The PyTorch module is on the workers' path without progress files too
+  # (--straggler-factor 0 and no --hang-timeout): its hooks' directory comes with re-forms.
+  "$cohort" run --on-failure reform --straggler-factor 0 -- /usr/bin/python3 -c \
+    'import importlib.util as u, sys; sys.exit(u.find_spec("cohort_reform") is None)' >"$tmp/l3" 2>&1
+  check "module: cohort_reform importable with --straggler-factor 0 ($?)" [ $? = 0 ]
 }
 
 if [ "$part" = local ] || [ "$part" = all ]; then local_tests; fi

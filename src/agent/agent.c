@@ -417,7 +417,9 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
 static attempt_outcome run_attempt(job *j) {
   attempt_reset(j);
   make_err_dir(j);
-  int beats = j->cfg->hang_timeout_ms > 0 || j->cfg->straggler_factor > 0;
+  /* The progress files, and the Python hooks' directory with them: cohort_reform must be on a
+   * re-forming job's path even when neither hangs nor stragglers are watched. */
+  int beats = j->cfg->hang_timeout_ms > 0 || j->cfg->straggler_factor > 0 || j->cfg->reform;
   if (beats && j->hang.prog == NULL && j->err_dir[0] != '\0' &&
       agent_hang_setup(&j->hang, j->cfg->hang_timeout_ms, j->cfg->hang_start_ms, j->err_dir,
                        j->nworkers) != 0)
