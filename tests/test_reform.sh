@@ -145,6 +145,16 @@ kill_node() {
   for p in $(ip netns pids "$(netns_node "$1")"); do kill -9 "$p" 2>/dev/null; done
 }
 
+# crash_node I: node I dies at once as a whole machine would: every process stopped first, then
+# killed, so that none of them (the agent's guard) can report the others' deaths.
+crash_node() {
+  local pids
+  pids=$(ip netns pids "$(netns_node "$1")")
+  [ -n "$pids" ] || return 0
+  kill -STOP $pids 2>/dev/null
+  kill -9 $pids 2>/dev/null
+}
+
 # since FILE T0: seconds from T0 (date +%s.%N) to the first "formed ... at=" line of FILE.
 since() {
   local at
@@ -386,7 +396,8 @@ coll_tests() {
   check "coll nodes: node 0 ends well ($codes)" [ "$codes" = "0" ]
   check "coll nodes: both ranks end at step 150" [ "$(grep -c "done pid=[0-9]* rank=[01] size=2 step=150" "$tmp/cn.0")" = 2 ]
 
-  # A node killed whole and its replacement started at once, with a heartbeat timeout of 30 s:
+  # A node that dies whole (no guard left to report it) and its replacement started at once,
+  # with a heartbeat timeout of 30 s:
   # the survivors' collectives find the peer gone at once (`ready` unasked), so the job
   # re-forms with the replacement long before the timeout (0.2 s measured; bound 15 s).
   for i in 0 1; do
@@ -396,7 +407,7 @@ coll_tests() {
   done
   started cr 2 || return
   sleep 1
-  kill_node 1
+  crash_node 1
   netns_bg 1 "$tmp/cr.1b" "$cohort" run --nnodes 1:2 --nproc-per-node 2 --master "$M:29501" \
     --job cr --heartbeat-timeout 30 --on-failure reform -- "$bin" 150
   agent[1]=$!

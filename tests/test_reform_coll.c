@@ -546,6 +546,23 @@ static int count_shm_maps(void) {
   return n;
 }
 
+/*
+ * Out of the round's allreduce: says "done" to the agent and goes on with barriers until the
+ * agent's `reshape` (sent once both ranks are out) ends the membership. A rank that re-formed
+ * on its own would end it under a peer still finishing the allreduce (the peer would get
+ * COHORT_ERESHAPED from it).
+ */
+static int w_until_reshaped(cohort_comm *c) {
+  const char *fd = getenv("COHORT_CONTROL_FD");
+  if (fd == NULL || send(atoi(fd), "done", 4, MSG_NOSIGNAL) != 4) return -1;
+  for (int k = 0; k < 100000; k++) {
+    int rc = cohort_barrier(c);
+    if (rc == COHORT_ERESHAPED) return 0;
+    if (rc != 0) return rc;
+  }
+  return -1;
+}
+
 static int w_leaks(int w) {
   cohort_comm *c = w_create(w, 2, 0);
   if (c == NULL) return 1;
@@ -572,6 +589,7 @@ static int w_leaks(int w) {
       cohort_mem_free(c, buf);
       break;
     }
+    CHECK_EQ_INT(w_until_reshaped(c), 0);
     CHECK_EQ_INT(w_reform(w, c), 0);
     CHECK(f[0] == 2.0f); /* the old membership's buffer: private now, contents kept */
     CHECK_EQ_INT(cohort_mem_free(c, buf), 0);
@@ -588,6 +606,8 @@ static void test_leaks(cohort_transport t) {
   }
   for (int w = 0; w < 2; w++) spawn(w, 0, w_leaks);
   for (int round = 1; round <= LEAK_ROUNDS; round++) {
+    for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "done", 30000, NULL, 0), 0);
+    for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=%d why=round %d", round - 1, round);
     for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 30000, NULL, 0), 0);
     for (int w = 0; w < 2; w++) agent_form(w, round, w, 2);
   }
