@@ -39,8 +39,10 @@ static control_verb verb_of(const char *s, size_t n) {
   static const struct {
     const char *name;
     control_verb verb;
-  } verbs[] = {{"hello", CONTROL_HELLO}, {"ready", CONTROL_READY}, {"formed", CONTROL_FORMED},
-                 {"broken", CONTROL_BROKEN}};
+  } verbs[] = {{"hello", CONTROL_HELLO},
+               {"ready", CONTROL_READY},
+               {"formed", CONTROL_FORMED},
+               {"broken", CONTROL_BROKEN}};
   for (size_t i = 0; i < BASE_ARRAY_LEN(verbs); i++)
     if (strlen(verbs[i].name) == n && memcmp(verbs[i].name, s, n) == 0) return verbs[i].verb;
   return CONTROL_OTHER;

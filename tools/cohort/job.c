@@ -12,7 +12,7 @@
 #include "rdzv/where.h"
 #include "tools/cohort/cmd.h"
 
-    extern char **environ;
+extern char **environ;
 
 const cli_choice job_discover_methods[] = {
     {"auto", RDZV_AUTO}, {"mcast", RDZV_MCAST}, {"etcd", RDZV_ETCD}, {NULL, 0}};
