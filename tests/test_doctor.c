@@ -20,6 +20,7 @@
 #include "doctor/doctor.h"
 #include "doctor/internal.h"
 #include "tests/check.h"
+#include "tests/fixture_tree.h"
 
 static const char *fixtures;
 static const char *cohort_bin;
@@ -637,22 +638,6 @@ static void test_bad_input(void) {
   unlink(bad);
 }
 
-static void put(const char *root, const char *rel, const char *text) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", root, rel);
-  /* mkdir -p of the parent */
-  for (char *p = path + strlen(root) + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(path, 0755);
-    *p = '/';
-  }
-  FILE *f = fopen(path, "w");
-  if (f == NULL) return;
-  fputs(text, f);
-  fclose(f);
-}
-
 /* A tree whose files hold nonsense: nothing crashes, nothing is invented. */
 static void test_garbage_tree(void) {
   char root[] = "/tmp/cohort-doctor-garbage-XXXXXX";
@@ -665,7 +650,7 @@ static void test_garbage_tree(void) {
 #define PORTFILE(name, text)                                                                       \
   do {                                                                                             \
     snprintf(rel, sizeof rel, "%s%s", port, name);                                                 \
-    put(root, rel, text);                                                                          \
+    fixture_put(root, rel, text);                                                                  \
   } while (0)
   PORTFILE("state", "garbage\n");
   PORTFILE("phys_state", "\n");
@@ -676,14 +661,14 @@ static void test_garbage_tree(void) {
   PORTFILE("gids/x", "fe80::1\n");
   PORTFILE("gids/2", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
   PORTFILE("gid_attrs/types/2", "RoCE v9\n");
-  put(root, "sys/class/infiniband/mlx5_0/ports/notaport/state", "4: ACTIVE\n");
-  put(root, "sys/class/infiniband/mlx5_1/device/uevent", "PCI_SLOT_NAME=\n");
-  put(root, "sys/class/net/eth0/mtu", "-5\n");
-  put(root, "proc/net/route", "Iface\tDestination\nbogus line\n");
-  put(root, "proc/self/limits", "Max locked memory         lots lots bytes\n");
-  put(root, "proc/meminfo", "HugePages_Total: x\n");
-  put(root, "dev/.keep", "");
-  put(root, "ifaddrs", "eth0 10.0.0.1/24\n");
+  fixture_put(root, "sys/class/infiniband/mlx5_0/ports/notaport/state", "4: ACTIVE\n");
+  fixture_put(root, "sys/class/infiniband/mlx5_1/device/uevent", "PCI_SLOT_NAME=\n");
+  fixture_put(root, "sys/class/net/eth0/mtu", "-5\n");
+  fixture_put(root, "proc/net/route", "Iface\tDestination\nbogus line\n");
+  fixture_put(root, "proc/self/limits", "Max locked memory         lots lots bytes\n");
+  fixture_put(root, "proc/meminfo", "HugePages_Total: x\n");
+  fixture_put(root, "dev/.keep", "");
+  fixture_put(root, "ifaddrs", "eth0 10.0.0.1/24\n");
   char sys[512], proc[512], dev[512], ifa[512];
   snprintf(sys, sizeof sys, "%s/sys", root);
   snprintf(proc, sizeof proc, "%s/proc", root);

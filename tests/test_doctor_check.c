@@ -17,6 +17,7 @@
 
 #include "doctor/doctor.h"
 #include "tests/check.h"
+#include "tests/fixture_tree.h"
 
 static const char *fixtures;
 static const char *cohort_bin;
@@ -356,21 +357,6 @@ static void test_binary(void) {
   free(out);
 }
 
-static void put(const char *root, const char *rel, const char *text) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", root, rel);
-  for (char *p = path + strlen(root) + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(path, 0755);
-    *p = '/';
-  }
-  FILE *f = fopen(path, "w");
-  if (f == NULL) return;
-  fputs(text, f);
-  fclose(f);
-}
-
 /* Nonsense in every file the checks use: verdicts, each one line, no crash. */
 static void test_garbage(void) {
   char root[] = "/tmp/cohort-doctor-check-XXXXXX";
@@ -378,17 +364,17 @@ static void test_garbage(void) {
     CHECK(0);
     return;
   }
-  put(root, "sys/devices/system/cpu/online", "0-1\n");
-  put(root, "proc/driver/nvidia/gpus/0000:01:00.0/information", "GPU UUID: \t\n\n");
-  put(root, "sys/bus/pci/devices/0000:01:00.0/numa_node", "seven\n");
-  put(root, "proc/driver/nvidia/version", "NVRM version: no digits here\n");
-  put(root, "sys/class/infiniband/mlx5_0/device/numa_node", "99999999999\n");
-  put(root, "sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
-  put(root, "proc/meminfo", "MemTotal: -5 kB\n");
-  put(root, "proc/self/limits", "Max locked memory 1024 1024 bytes\n");
-  put(root, "dev/.keep", "");
-  put(root, "lib/usr/lib/x86_64-linux-gnu/.keep", "");
-  put(root, "ifaddrs", "eth0 10.0.0.1/24\n");
+  fixture_put(root, "sys/devices/system/cpu/online", "0-1\n");
+  fixture_put(root, "proc/driver/nvidia/gpus/0000:01:00.0/information", "GPU UUID: \t\n\n");
+  fixture_put(root, "sys/bus/pci/devices/0000:01:00.0/numa_node", "seven\n");
+  fixture_put(root, "proc/driver/nvidia/version", "NVRM version: no digits here\n");
+  fixture_put(root, "sys/class/infiniband/mlx5_0/device/numa_node", "99999999999\n");
+  fixture_put(root, "sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
+  fixture_put(root, "proc/meminfo", "MemTotal: -5 kB\n");
+  fixture_put(root, "proc/self/limits", "Max locked memory 1024 1024 bytes\n");
+  fixture_put(root, "dev/.keep", "");
+  fixture_put(root, "lib/usr/lib/x86_64-linux-gnu/.keep", "");
+  fixture_put(root, "ifaddrs", "eth0 10.0.0.1/24\n");
   char link[1100];
   snprintf(link, sizeof link, "%s/lib/usr/lib/x86_64-linux-gnu/libcuda.so.1", root);
   CHECK_EQ_INT(symlink("libcuda.so.\n580", link), 0); /* dangling, with a newline */

@@ -18,27 +18,9 @@
 #include "agent/place.h"
 #include "doctor/topo.h"
 #include "tests/check.h"
+#include "tests/fixture_tree.h"
 
 static char base[64];
-
-/* Writes root/rel with text, making its directories. */
-static void put(const char *root, const char *rel, const char *text) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", root, rel);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(path, 0755);
-    *p = '/';
-  }
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    perror(path);
-    exit(2);
-  }
-  fputs(text, f);
-  fclose(f);
-}
 
 static void putf(const char *root, const char *text, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -48,7 +30,7 @@ static void putf(const char *root, const char *text, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(rel, sizeof rel, fmt, ap);
   va_end(ap);
-  put(root, rel, text);
+  fixture_put(root, rel, text);
 }
 
 static void cache(const char *sys, int cpu, int index, int level, const char *type,
@@ -72,7 +54,7 @@ static void big_node(const char *root) {
   char sys[512], proc[512], text[128];
   snprintf(sys, sizeof sys, "%s/sys", root);
   snprintf(proc, sizeof proc, "%s/proc", root);
-  put(sys, "devices/system/cpu/online", "0-31\n");
+  fixture_put(sys, "devices/system/cpu/online", "0-31\n");
   for (int c = 0; c < 32; c++) {
     int core = c % 16, numa = core / 4, cc = core / 2 * 2;
     snprintf(text, sizeof text, "%d\n", numa / 2);
@@ -307,33 +289,33 @@ static void test_others(topo *t) {
 static void small_fixtures(void) {
   char root[512];
   snprintf(root, sizeof root, "%s/crowded/sys", base);
-  put(root, "devices/system/cpu/online", "0-1\n");
+  fixture_put(root, "devices/system/cpu/online", "0-1\n");
   snprintf(root, sizeof root, "%s/crowded/proc", base);
   for (int g = 0; g < 4; g++)
     putf(root, "GPU UUID: GPU-c\n", "driver/nvidia/gpus/0000:0%d:00.0/information", g);
   snprintf(root, sizeof root, "%s/crowded/sys", base);
   for (int g = 0; g < 4; g++) putf(root, "-1\n", "bus/pci/devices/0000:0%d:00.0/numa_node", g);
   snprintf(root, sizeof root, "%s/amd/sys", base);
-  put(root, "devices/system/cpu/online", "0-3\n");
-  put(root, "class/drm/renderD128/device/vendor", "0x1002\n");
-  put(root, "class/drm/renderD128/device/numa_node", "0\n");
-  put(root, "class/drm/renderD129/device/vendor", "0x8086\n");
-  put(root, "class/drm/renderD130/device/vendor", "0x1002\n");
-  put(root, "class/drm/renderD130/device/numa_node", "1\n");
-  put(root, "class/drm/card0/device/vendor", "0x1002\n");
+  fixture_put(root, "devices/system/cpu/online", "0-3\n");
+  fixture_put(root, "class/drm/renderD128/device/vendor", "0x1002\n");
+  fixture_put(root, "class/drm/renderD128/device/numa_node", "0\n");
+  fixture_put(root, "class/drm/renderD129/device/vendor", "0x8086\n");
+  fixture_put(root, "class/drm/renderD130/device/vendor", "0x1002\n");
+  fixture_put(root, "class/drm/renderD130/device/numa_node", "1\n");
+  fixture_put(root, "class/drm/card0/device/vendor", "0x1002\n");
   snprintf(root, sizeof root, "%s/devonly/sys", base);
-  put(root, "devices/system/cpu/online", "0\n");
+  fixture_put(root, "devices/system/cpu/online", "0\n");
   snprintf(root, sizeof root, "%s/devonly/dev", base);
-  put(root, "nvidia0", "");
-  put(root, "nvidia1", "");
-  put(root, "nvidiactl", "");
-  put(root, "nvidia-uvm", "");
+  fixture_put(root, "nvidia0", "");
+  fixture_put(root, "nvidia1", "");
+  fixture_put(root, "nvidiactl", "");
+  fixture_put(root, "nvidia-uvm", "");
   snprintf(root, sizeof root, "%s/none/sys", base);
-  put(root, "devices/system/cpu/online", "0-1\n");
+  fixture_put(root, "devices/system/cpu/online", "0-1\n");
   snprintf(root, sizeof root, "%s/broken/sys", base);
-  put(root, "devices/system/cpu/possible", "0-1\n");
+  fixture_put(root, "devices/system/cpu/possible", "0-1\n");
   snprintf(root, sizeof root, "%s/garbage/sys", base);
-  put(root, "devices/system/cpu/online", "zero to one\n");
+  fixture_put(root, "devices/system/cpu/online", "zero to one\n");
 }
 
 int main(void) {
