@@ -55,7 +55,11 @@ if [ "${1:-}" = fetch-debs ]; then
     libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 pkgconf pkgconf-bin libpkgconf3 \
     pkg-config
 fi
-PY=${PY:-$(command -v python3)}
+PY=${PY:-python3}
+# An absolute path: the torchrun tests run their workers under `env -i` with a
+# short PATH, where a bare "python3" can be another interpreter without torch
+# (on the GPU image torch lives in /opt/torch/.venv).
+PY=$(command -v "$PY") || { echo "device-check: no Python named ${PY}" >&2; exit 2; }
 BUDGET_S=${BUDGET_S:-420}
 JOBS=$(nproc)
 mkdir -p "$OUT"
