@@ -9,7 +9,9 @@
 #      against the GPU's NUMA node's CPUs (and torchrun's own binding);
 #   3. a PyTorch job on the GPU (1 rank NCCL, 2 ranks gloo on CUDA tensors:
 #      DDP steps and an allreduce) under cohort run and under the node's
-#      torchrun: the same parameters' hash and sums;
+#      torchrun: the same parameters' hash and sums; and cohort_reform's
+#      NCCL path (scripts/devcheck_reform.py: reshape aborts the communicator,
+#      one rank re-forms twice in the same process);
 #   4. tests/test_torchrun_env.sh and tests/test_torchrun_cli.sh against the
 #      node's torchrun, with the raw environments of both launchers;
 #   5. bench: cohort bench allreduce with 2, 4 and 8 ranks beside the memory
@@ -36,7 +38,7 @@
 # usage: scripts/device-check.sh [fetch-debs]   (env: OUT, default /tmp/cohort-devcheck;
 #        PY, the Python with torch, default python3 on PATH; DEBS;
 #        BUDGET_S, the seconds after which sections are not started, 420;
-#        ONLY, the sections to run, default "doctor place torch torchrun coll blas gpt2";
+#        ONLY, the sections to run, default "doctor place torch reform torchrun coll blas gpt2";
 #        BUILD, the build directory (default under the work directory);
 #        COLL_RANKS "2 4 8", GPT2_THREADS "1 2 4 8 16", TORCH_THREADS "1 4 16")
 set -u
@@ -462,6 +464,22 @@ torch_section() {
   } >>"$SECTIONS"
 }
 
+# ---- 3b. cohort_reform's NCCL path ----------------------------------------------
+# One rank on the GPU (NCCL refuses two on one device): scripts/devcheck_reform.py
+# plays the agent's side of the control channel; reshape must abort the NCCL
+# communicator and the worker re-form twice in the same process.
+reform_section() {
+  local r
+  logged reform-nccl 150 "$PY" "$SRC/scripts/devcheck_reform.py" "$SRC" nccl
+  r=$(grep -o 'RESULT .*' "$WORK/reform-nccl.log")
+  if grep -q '^FAIL' "$WORK/reform-nccl.log" || [ -z "$r" ]; then
+    result "cohort_reform with NCCL: reshape, abort, re-form x2" FAIL "$(grep -m1 '^FAIL' "$WORK/reform-nccl.log" || echo "${r:-no result}")"
+  else
+    result "cohort_reform with NCCL: reshape, abort, re-form x2" PASS "${r#RESULT }; $(grep -o 'reshape aborted.*' "$WORK/reform-nccl.log")"
+  fi
+  { echo "## cohort_reform with NCCL"; echo; echo '```'; cat "$WORK/reform-nccl.log"; echo '```'; echo; } >>"$SECTIONS"
+}
+
 # ---- 4. torchrun compatibility --------------------------------------------------
 # The raw environments of both launchers, worker 0 (and 1 where there is
 # one), on the command lines of tests/test_torchrun_env.sh.
@@ -657,7 +675,7 @@ for l in open(sys.argv[1]):
 }
 
 if [ $BUILT = 1 ]; then
-  for sec in ${ONLY:-doctor place torch torchrun coll blas gpt2}; do
+  for sec in ${ONLY:-doctor place torch reform torchrun coll blas gpt2}; do
     if time_left 30; then
       "${sec}_section"
     else
