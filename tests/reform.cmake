@@ -18,6 +18,12 @@ add_test(NAME reform_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} nodes)
 set_tests_properties(reform_nodes PROPERTIES TIMEOUT 600 COST 60 LABELS "slow")
 
+# The agent's loop during a re-form round's join (root, namespaces): the
+# survivors' output keeps flowing while the join waits for a lost node.
+add_test(NAME reform_relay COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} relay)
+set_tests_properties(reform_relay PROPERTIES TIMEOUT 120 LABELS "slow")
+
 # With etcd (Debian's etcd-server, a member on a namespace of its own): node 0
 # lost, the survivors re-form and their workers' store moves to the new node 0;
 # then members on the job's nodes and one node cut off: the majority goes on.

@@ -9,6 +9,13 @@ COHORT_CONTROL_FD (not with `silent`: a worker that takes no part); a
 ones, the wall clock and the new COHORT_STORE)
 and answers `formed`; on `stop` it exits 1. It exits 0 once the file named
 by $REFORM_DONE exists, and 3 when the agent's end closes.
+
+For the agent's loop during a re-form: with REFORM_BEAT=1 it writes its
+step to COHORT_PROGRESS each step, except between `reshape` and `formed`;
+REFORM_FORM_DELAY=S waits S seconds, silent, before it answers `formed` (a
+slow bootstrap); REFORM_TICKS=1 prints "between pid=P n=K" each step
+between `reshape` and `form`; once the file named by $REFORM_BROKEN exists
+it says `broken` once (its collectives found a peer gone).
 """
 import os
 import select
@@ -43,9 +50,21 @@ def main():
         ch = socket.socket(fileno=int(fd))
         ch.send(b"hello pid=%d" % pid)
     step = 0
+    env = os.environ
+    beat = env.get("COHORT_PROGRESS") if env.get("REFORM_BEAT") == "1" else None
+    ticks, broken = env.get("REFORM_TICKS") == "1", env.get("REFORM_BROKEN", "")
+    epoch, between = env.get("COHORT_ROUND", "0"), False
     while not (done and os.path.exists(done)):
         ready = select.select([ch], [], [], 0.1)[0] if ch is not None else time.sleep(0.1)
         step += 1
+        if beat and not between:
+            with open(beat, "w") as f:
+                f.write("%d\n" % step)
+        if between and ticks:
+            say("between pid=%d n=%d" % (pid, step))
+        if broken and os.path.exists(broken) and ch is not None:
+            broken = ""
+            ch.send(b"broken epoch=%s why=a peer's connection closed (test)" % epoch.encode())
         if not ready:
             continue
         msg = ch.recv(2048).decode("ascii", "replace")
@@ -54,10 +73,13 @@ def main():
             return 3
         verb, f = msg.split(" ")[0], fields(msg)
         if verb == "reshape":
+            between = True
             say("reshape pid=%d rank=%s" % (pid, rank))
             ch.send(b"ready epoch=%s step=%d" % (f.get("epoch", "-1").encode(), step))
         elif verb == "form":
-            rank, world = f["rank"], f["size"]
+            rank, world, epoch = f["rank"], f["size"], f["epoch"]
+            time.sleep(float(env.get("REFORM_FORM_DELAY", "0")))
+            between = False
             say("formed pid=%d rank=%s world=%s at=%.3f store=%s" %
                 (pid, rank, world, time.time(), f.get("store", "?")))
             ch.send(b"formed epoch=%s step=%d" % (f["epoch"].encode(), step))

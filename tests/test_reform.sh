@@ -5,7 +5,7 @@
 # that takes no part is restarted with one line; across real agents in
 # network namespaces this test creates and removes, a killed node, a
 # replacement node, fewer than MIN nodes left and the store's node lost.
-# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|etcd|torch|coll WORKER]
+# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|relay|etcd|torch|coll WORKER]
 set -u
 cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
@@ -111,6 +111,24 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   "$cohort" run --on-failure reform --straggler-factor 0 -- /usr/bin/python3 -c \
     'import importlib.util as u, sys; sys.exit(u.find_spec("cohort_reform") is None)' >"$tmp/l3" 2>&1
   check "module: cohort_reform importable with --straggler-factor 0 ($?)" [ $? = 0 ]
+
+  # 4. A re-form longer than --hang-timeout is no hang: rank 0 beats its progress file each
+  # step but not while it re-forms, and answers `formed` 5 s after `form` (a slow bootstrap).
+  out="$tmp/l4" done="$tmp/l4.done"
+  REFORM_DONE=$done REFORM_BEAT=1 REFORM_FORM_DELAY=5 "$cohort" run --nproc-per-node 2 \
+    --on-failure reform --hang-timeout 2 -- "$worker" >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 2
+  sleep 1
+  p0=$(pid_of "$out" 0)
+  kill -9 "$(pid_of "$out" 1)"
+  check "slow re-form: it completes" wait_for "$out" "cohort: re-formed in" 1 60
+  check "slow re-form: rank 0 formed in its own process" contains "$out" "formed pid=$p0 rank=0"
+  sleep 1
+  touch "$done"
+  wait_all 30 $agent
+  check "slow re-form: the job ends well ($codes)" [ "$codes" = "0" ]
+  check "slow re-form: no hang reported" not_contains "$out" "job hung"
 }
 
 if [ "$part" = local ] || [ "$part" = all ]; then local_tests; fi
@@ -294,6 +312,37 @@ node_tests() {
     "$tmp/g.0"
 }
 
+# The agent's loop while it joins a re-form round: a node crashes whole and
+# node 0's worker finds its peer gone at once (`broken`), so the round waits
+# the heartbeat timeout for the lost node; node 0's worker prints a line
+# each step meanwhile, and those lines come out while the agent waits (before
+# its line for the new round), not all at once after it.
+relay_tests() {
+  netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
+  M=$(netns_addr 0)
+  local i
+  for i in 0 1; do
+    REFORM_DONE="$tmp/r.done" REFORM_TICKS=1 REFORM_BROKEN="$tmp/r.broken$i" \
+      netns_agent "$i" "$tmp/r.$i" --nnodes 1:2 --master "$M:29500" --job r \
+      --heartbeat-timeout 4 --on-failure reform -- "$worker"
+    agent[$i]=$!
+  done
+  started r 2 || return
+  sleep 1
+  crash_node 1
+  touch "$tmp/r.broken0"
+  check "relay: node 0 re-forms alone" wait_for "$tmp/r.0" "re-formed in" 1 60
+  local first_tick new_round
+  first_tick=$(grep -n "\] between pid=" "$tmp/r.0" | head -1 | cut -d: -f1)
+  new_round=$(grep -n "cohort: node 0 of 1 .*round 1$" "$tmp/r.0" | head -1 | cut -d: -f1)
+  check "relay: the worker printed while the agent joined" [ -n "$first_tick" ] && [ -n "$new_round" ]
+  check "relay: its lines came out during the join (line ${first_tick:-?} < ${new_round:-?})" \
+    [ "${first_tick:-0}" -lt "${new_round:-0}" ]
+  touch "$tmp/r.done"
+  wait_all 30 "${agent[0]}"
+  check "relay: node 0 ends well ($codes)" [ "$codes" = "0" ]
+}
+
 # With etcd (one member on a namespace of its own) any node may be lost, node 0
 # included: the survivors re-form and their workers' store moves to the new node 0.
 etcd_tests() {
@@ -468,6 +517,7 @@ etcd_partition_tests() {
 
 if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
 if [ "$part" = coll ]; then coll_tests "$4"; fi
+if [ "$part" = relay ] || [ "$part" = all ]; then relay_tests; fi
 if [ "$part" = torch ] || [ "$part" = all ]; then torch_tests; fi
 if [ "$part" = etcd ] || [ "$part" = all ]; then
   netns_down

@@ -182,9 +182,10 @@ static void on_hung(job *j, int i) {
   begin_stop(j);
 }
 
-/* The loop's hang check; returns the poll timeout it needs (-1: none). */
+/* The loop's hang check; returns the poll timeout it needs (-1: none). Paused during a
+ * re-form, which --reform-timeout bounds: a rank re-forming is not hung. */
 static int hang_tick(job *j, int64_t now) {
-  if (j->hang.prog == NULL || j->stopping) return -1;
+  if (j->hang.prog == NULL || j->stopping || j->rf.forming) return -1;
   int next = -1;
   int i = agent_hang_check(&j->hang, j->workers, now, &next);
   if (i >= 0) on_hung(j, i);

@@ -73,16 +73,19 @@ int agent_hang_begin(hang *h, worker *w, int64_t now) {
   snprintf(file, sizeof file, "%s/cohort_reform.py", h->dir);
   if (rc == 0) rc = write_file(file, py_reform);
   if (rc != 0) return rc;
-  for (int i = 0; i < h->n; i++) {
-    char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
-    agent_hang_paths(h, i, hb, sizeof hb, py, sizeof py);
-    unlink(hb); /* a new file: the last attempt's beats are not this one's */
-    rc = agent_progress_init(&h->prog[i], w[i].rank, hb, now);
-    if (rc == 0 && h->timeout_ms > 0) rc = agent_progress_watch_auto(&h->prog[i]);
-    if (rc != 0) return rc;
-    w[i].prog = &h->prog[i];
-  }
-  return 0;
+  for (int i = 0; i < h->n && rc == 0; i++) rc = agent_hang_begin_rank(h, w, i, now);
+  return rc;
+}
+
+int agent_hang_begin_rank(hang *h, worker *w, int i, int64_t now) {
+  if (h->prog == NULL) return 0;
+  char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX];
+  agent_hang_paths(h, i, hb, sizeof hb, py, sizeof py);
+  unlink(hb); /* a new file: the last process's beats are not this one's */
+  int rc = agent_progress_init(&h->prog[i], w[i].rank, hb, now);
+  if (rc == 0 && h->timeout_ms > 0) rc = agent_progress_watch_auto(&h->prog[i]);
+  if (rc == 0) w[i].prog = &h->prog[i];
+  return rc;
 }
 
 int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
@@ -100,6 +103,10 @@ int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms) {
   }
   *next_ms = (int)(next > 0 ? next : 1);
   return -1;
+}
+
+void agent_hang_resume(hang *h, int64_t now) {
+  for (int i = 0; h->prog != NULL && i < h->n; i++) h->prog[i].last_ms = now;
 }
 
 /* The arrays of one collection, sized for every local rank. */

@@ -54,12 +54,20 @@ void agent_hang_paths(const hang *h, int i, char *hb, size_t hblen, char *py, si
 /* A new attempt: the hook and fresh progress files, each worker's progress attached. */
 int agent_hang_begin(hang *h, worker *w, int64_t now);
 
+/* Local rank i's progress afresh, for a new process in its slot (a re-form's newcomer: the
+ * start-up limit applies to it again). 0 or -errno. */
+int agent_hang_begin_rank(hang *h, worker *w, int i, int64_t now);
+
 /*
  * The index of a running rank silent for the timeout, or -1; *next_ms: the
  * time until a check is worth doing again. Bad progress files are reported
  * in one line each.
  */
 int agent_hang_check(hang *h, const worker *w, int64_t now, int *next_ms);
+
+/* A pause in which the ranks could not make progress is over (a re-form): each rank's silence
+ * counts from now. */
+void agent_hang_resume(hang *h, int64_t now);
 
 /* Where this node is, for the report. */
 typedef struct hang_node {

@@ -12,6 +12,7 @@
 
 #include "agent/control.h"
 #include "agent/internal.h"
+#include "agent/relay.h"
 #include "agent/report.h"
 #include "agent/spawn.h"
 #include "base/base.h"
@@ -88,6 +89,8 @@ static void formed_all(job *j) {
                       : -1;
   rf->forming = 0;
   rf->count++;
+  /* The hang check paused while the ranks re-formed: their silence counts from now. */
+  agent_hang_resume(&j->hang, base_now_ms());
   fprintf(
       stderr,
       "cohort: re-formed in %.2f s: round %d, nodes %d -> %d, world %d -> %d, steps lost %lld\n",
@@ -290,7 +293,13 @@ static int join_next(job *j, int cannot, char *why, size_t len, const char *repo
   c->reform_cannot = cannot;
   agent_cluster_unwatch(c);
   j->round++;
+  /* The join may wait the heartbeat timeout for a missing node: the output flows on. */
+  relay r;
+  int relayed = agent_relay_start(&r, j->workers, j->nworkers);
+  if (relayed != 0)
+    base_log(BASE_LOG_WARN, "no output relay during the re-form's join: %s", strerror(-relayed));
   int status = agent_job_begin_round(j);
+  agent_relay_stop(&r);
   c->reform_expect = 0;
   if (status == AGENT_EXIT_OK) return 0;
   snprintf(why, len, "the re-form's rendezvous (round %d) failed", j->round);

@@ -109,6 +109,9 @@ int agent_spawn_newcomer(job *j, int i) {
   int fd = files ? agent_dirs_rank_log(j->cfg, j->restart, w->rank, j->round) : -1;
   agent_worker_init(w, w->rank, i, console, files, fd);
   for (int k = 0; k < 2; k++) agent_worker_duplicate(w, k, &j->cfg->dup[k], j->dup_fd[k]);
+  if (agent_hang_begin_rank(&j->hang, j->workers, i, base_now_ms()) != 0)
+    base_log(BASE_LOG_WARN, "cannot create rank %d's progress file: no hang detection for it",
+             w->rank);
   int rc = spawn_one(j, w, 1);
   if (rc == 0 && j->exec_errno != 0) rc = -j->exec_errno;
   return rc;
