@@ -7,17 +7,24 @@
  * on 127.0.0.1 for the whole run and plays a round per input, with a fresh
  * job id each time and every key deleted afterwards:
  *
- *   byte 0 % 3 == 0, joiner: the rest is the plan text node 0 published;
+ *   byte 0 % 4 == 0, joiner: the rest is the plan text node 0 published;
  *     rdzv_join() as a non-host node registers, reads and parses it.
- *   byte 0 % 3 == 1, host: the rest is up to 16 node records (separated by
+ *   byte 0 % 4 == 1, host: the rest is up to 16 node records (separated by
  *     NUL bytes) that other nodes registered; rdzv_join() as node 0 parses
  *     them, assigns ranks, publishes the plan and parses its own plan.
- *   byte 0 % 3 == 2: rdzv_assign_ranks() directly over claims from the input.
+ *   byte 0 % 4 == 2: rdzv_assign_ranks() directly over claims from the input.
+ *   byte 0 % 4 == 3, re-form host: byte 1 gives node 0's own last rank and
+ *     whether it can take part; the rest is up to 16 records of a re-form
+ *     round (with their prev= and part= fields): rdzv_join() as node 0 of
+ *     a re-form round (expect) parses them, orders the ranks by their last
+ *     ones and publishes the plan, restart=1 when one cannot take part.
  *
  * Checks: errors are the documented ones with a one-line reason; a plan
  * that was accepted has node ranks 0..n-1 in order, positive process counts
  * and rank offsets that add up to the world size; assigned ranks are a
- * permutation that keeps every valid claim.
+ * permutation that keeps every valid claim; a re-form plan has the host
+ * first, the others by their last rank (new nodes last, in join order), and
+ * says restart exactly when a record said part=0.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -141,8 +148,38 @@ static void joiner(const char *job, const uint8_t *p, size_t n) {
   delete_round(job, 1);
 }
 
-static void host(const char *job, const uint8_t *p, size_t n) {
-  /* The records of the nodes that joined before node 0. */
+/* What a test of the plan needs of one record (as join.c reads it, a spec written again). */
+typedef struct record {
+  int ok;         /* it parses */
+  uint64_t uid;   /* its uid */
+  int prev, part; /* the re-form fields: -1 / 1 when absent or bad */
+  int store_host; /* it says it hosts the store (sees=-) */
+} record;
+
+static void read_record(const uint8_t *p, size_t n, record *r) {
+  char text[1024], host[256], name[256], sees[256];
+  size_t k = n < sizeof text - 1 ? n : sizeof text - 1;
+  memcpy(text, p, k);
+  text[k] = '\0';
+  unsigned long long uid;
+  int claim, nproc;
+  *r = (record){0};
+  r->ok = sscanf(text, "uid=%llx claim=%d nproc=%d host=%255s hostname=%255s sees=%255s", &uid,
+                 &claim, &nproc, host, name, sees) == 6 &&
+          nproc >= 1 && nproc <= 1024 && claim >= -1 && claim < RDZV_MAX_NODES;
+  r->uid = uid;
+  r->store_host = r->ok && strcmp(sees, "-") == 0;
+  const char *f = strstr(text, " prev=");
+  r->prev = -1;
+  r->part = 1;
+  if (f == NULL || sscanf(f, " prev=%d part=%d", &r->prev, &r->part) != 2 || r->prev < -1 ||
+      r->prev >= RDZV_MAX_NODES)
+    r->prev = -1;
+  r->part = r->part != 0;
+}
+
+/* The records of the nodes that joined before node 0 (NUL-separated in p): how many. */
+static int put_records(const char *job, const uint8_t *p, size_t n, record *recs) {
   int k = 0;
   size_t start = 0;
   for (size_t i = 0; i <= n && k < MAX_RECORDS; i++) {
@@ -150,6 +187,7 @@ static void host(const char *job, const uint8_t *p, size_t n) {
       char suffix[32];
       snprintf(suffix, sizeof suffix, "node/%d", k + 1);
       set_text(job, suffix, p + start, i - start);
+      if (recs != NULL) read_record(p + start, i - start, &recs[k]);
       k++;
       start = i + 1;
     }
@@ -157,6 +195,11 @@ static void host(const char *job, const uint8_t *p, size_t n) {
   char key[STORE_KEY_MAX];
   key_of(key, sizeof key, job, "joined");
   check(store_add(cli, key, k, NULL, base_deadline_in(5000)) == 0, "store_add");
+  return k;
+}
+
+static void host(const char *job, const uint8_t *p, size_t n) {
+  int k = put_records(job, p, n, NULL);
   rdzv_join_opts o = {.job_id = job,
                       .is_host = 1,
                       .claimed_rank = 0,
@@ -173,6 +216,75 @@ static void host(const char *job, const uint8_t *p, size_t n) {
   if (rc == 0) {
     check_plan(&plan);
     check(plan.nnodes == k + 1, "host: not every node is in the plan");
+  }
+  rdzv_plan_free(&plan);
+  delete_round(job, k + 1);
+}
+
+/* The order a re-form plan gives: the store's host first, then by last rank, new nodes last. */
+static int reform_key(const record *r, int is_host) {
+  return is_host ? -1 : r->prev < 0 ? RDZV_MAX_NODES : r->prev;
+}
+
+/* A re-form plan against the records (recs[k] is node 0's own, whose uid is not known). */
+static void check_reform_plan(const rdzv_plan *plan, const record *recs, int k) {
+  int host = k; /* the first record that hosts the store (node 0's own, last, does) */
+  for (int i = k - 1; i >= 0; i--)
+    if (recs[i].store_host) host = i;
+  int restart = 0, at[MAX_RECORDS + 1];
+  for (int i = 0; i <= k; i++) {
+    restart |= !recs[i].part;
+    at[i] = -1;
+  }
+  check(plan->restart == restart, "reform: restart is not whether a node cannot take part");
+  /* Each record's node rank, through its uid (not checked when uids repeat). */
+  for (int r = 0; r < plan->nnodes; r++) {
+    int found = -1, count = 0;
+    for (int i = 0; i < k; i++)
+      if (recs[i].uid == plan->nodes[r].uid) found = i, count++;
+    if (count > 1) return;
+    at[found >= 0 ? found : k] = r;
+  }
+  for (int i = 0; i <= k; i++) check(at[i] >= 0, "reform: a record has no node in the plan");
+  check(at[host] == 0, "reform: the store's host is not node 0");
+  for (int i = 0; i <= k; i++)
+    for (int j = i + 1; j <= k; j++) {
+      int ki = reform_key(&recs[i], i == host), kj = reform_key(&recs[j], j == host);
+      if (ki != kj)
+        check((ki < kj) == (at[i] < at[j]), "reform: not ordered by last rank");
+      else
+        check(at[i] < at[j], "reform: equal last ranks not in join order");
+    }
+}
+
+static void reform_host(const char *job, const uint8_t *p, size_t n) {
+  if (n < 1) return;
+  record recs[MAX_RECORDS + 1];
+  int k = put_records(job, p + 1, n - 1, recs);
+  rdzv_join_opts o = {.job_id = job,
+                      .is_host = 1,
+                      .claimed_rank = 0,
+                      .nproc = 2,
+                      .nnodes_min = 1,
+                      .nnodes_max = k + 1,
+                      .my_host = "127.0.0.1",
+                      .expect = k + 1,
+                      .prev_rank = (p[0] & 0x7f) % 20 - 1,
+                      .cannot_reform = p[0] >> 7,
+                      .deadline_ms = base_deadline_in(5000)};
+  recs[k] = (record){.ok = 1, .prev = o.prev_rank, .part = !o.cannot_reform, .store_host = 1};
+  int all_ok = 1;
+  for (int i = 0; i < k; i++) all_ok &= recs[i].ok;
+  rdzv_plan plan;
+  char err[512];
+  int rc = rdzv_join(cli, &o, &plan, err, sizeof err);
+  check(rc == 0 || rc == -EINVAL || rc == -EPROTO || rc == -ENOMEM, "reform: unexpected error");
+  check(rc != 0 || all_ok, "reform: a malformed record was accepted");
+  check_reason(rc, err, NULL, 0);
+  if (rc == 0) {
+    check_plan(&plan);
+    check(plan.nnodes == k + 1, "reform: not every node is in the plan");
+    check_reform_plan(&plan, recs, k);
   }
   rdzv_plan_free(&plan);
   delete_round(job, k + 1);
@@ -215,15 +327,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 || size > 16384) return 0;
   char job[64];
   snprintf(job, sizeof job, "fz%lu", round_no++);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
   case 0:
     joiner(job, data + 1, size - 1);
     break;
   case 1:
     host(job, data + 1, size - 1);
     break;
-  default:
+  case 2:
     assign(data + 1, size - 1);
+    break;
+  default:
+    reform_host(job, data + 1, size - 1);
     break;
   }
   return 0;

@@ -138,6 +138,14 @@ put("fuzz_rdzv_plan", "records_conflict", b"\x01" + "\0".join(
     [record(1, 1, 2, "a", "n1", "m"), record(2, 1, 2, "b", "n2", "m")]).encode())
 put("fuzz_rdzv_plan", "records_other_host", b"\x01" + record(3, 0, 1, "c", "n3", "-").encode())
 put("fuzz_rdzv_plan", "assign", b"\x02" + bytes([1, 0xff, 0, 3, 0xff, 2]))
+# A re-form round: node 0 was node 0 (prev 0) and takes part; a survivor that was node 2, one
+# that was node 1, a new node; then one node that cannot take part (the plan says restart).
+reform = [record(1, -1, 2, "10.0.0.2", "node2", "10.0.0.1") + " prev=2 part=1",
+          record(2, -1, 2, "10.0.0.3", "node1", "10.0.0.1") + " prev=1 part=1",
+          record(3, -1, 2, "10.0.0.4", "node3", "10.0.0.1") + " prev=-1 part=1"]
+put("fuzz_rdzv_plan", "records_reform", b"\x03\x01" + "\0".join(reform).encode())
+put("fuzz_rdzv_plan", "records_reform_restart", b"\x03\x01" + "\0".join(
+    reform[:1] + [record(4, -1, 1, "10.0.0.5", "node4", "10.0.0.1") + " prev=3 part=0"]).encode())
 
 # ---- scheduler environments and the rendezvous file ----
 envs = {
