@@ -1,7 +1,7 @@
 # `cohort run` ships cohort_reform to Python workers; PyTorch DDP workers
 # (gloo, Debian's python3-torch) re-form in their own processes through
 # cohort_reform against a fake agent: a rank killed, a newcomer given the
-# state, a stalled rank (docs/reform.md, "PyTorch workers").
+# state, a stalled rank, a survivor a step behind (docs/reform.md, "PyTorch workers").
 add_test(NAME reform_torch_fake COMMAND /usr/bin/python3
   ${CMAKE_SOURCE_DIR}/tests/test_reform_torch.py ${CMAKE_SOURCE_DIR} $<TARGET_FILE:cohort>)
 set_tests_properties(reform_torch_fake PROPERTIES TIMEOUT 600 COST 20 LABELS "slow" PROCESSORS 2)

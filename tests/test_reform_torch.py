@@ -13,7 +13,11 @@ workers running examples/reform_ddp.py, then
      process group's timeout): `reshape` must break the survivors'
      collective at once; `form` with 2 ranks;
   4. four re-forms in a row leave the survivors' descriptor and thread
-     counts as they were.
+     counts as they were;
+  5. a survivor behind: one survivor's step fails after its all_reduce
+     (tests/reform_torch_behind.py) while the other's completes; the ranks
+     agree on the highest completed step, the one behind receives the state
+     from the other, and they go on with identical parameters.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
@@ -64,9 +68,11 @@ class Worker:
                    PYTHONPATH=os.path.join(SRC, "src/agent/python"))
         if newcomer:
             env["COHORT_NEWCOMER"] = "1"
+        self.fail_file = os.path.join(tmp, name + ".fail")
+        env["REFORM_TEST_FAIL"] = self.fail_file
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
-                [PY, os.path.join(SRC, "examples/reform_ddp.py"), "--steps", str(STEPS),
+                [PY, os.path.join(SRC, "tests/reform_torch_behind.py"), "--steps", str(STEPS),
                  "--batch", str(BATCH), "--step-time", "0.01"],
                 env=env, stdout=out, stderr=subprocess.STDOUT, pass_fds=[child_end.fileno()])
         child_end.close()
@@ -153,6 +159,7 @@ def reform(survivors, ended, epoch, port, size, why):
     formed = {w.expect("formed", epoch=str(epoch))["step"] for w in survivors}
     if len(formed) != 1 or int(formed.pop()) != max(readies):
         fail("formed steps %s, ready steps %s: not one agreed maximum" % (formed, readies))
+    reform.readies = readies
     return t, max(readies)
 
 
@@ -287,6 +294,32 @@ def run(tmp, ws):
     if counts() != before:
         fail("4 re-forms changed the survivors' (descriptors, threads) from %s to %s"
              % (before, counts()))
+
+    # 5. A survivor behind: survivors[1]'s next step fails after its all_reduce (it says
+    # `broken`) while survivors[0] completes it and waits in the next one.
+    ahead, behind = survivors
+    open(behind.fail_file, "w").close()
+    got = behind.agent_end.recv(2048).decode()
+    if not got.startswith("broken epoch=7 "):
+        fail("the failing survivor said `%s`, not `broken epoch=7`" % got)
+    reform(survivors, 7, 8, free_port(), 2, "rank 1's step failed")
+    s_ahead, s_behind = reform.readies
+    if s_ahead != s_behind + 1:
+        fail("ready steps %d and %d: not one survivor a step behind" % (s_ahead, s_behind))
+    done = [r for r in ahead.lines("reformed") if r["epoch"] == "8"]
+    got = [r for r in behind.lines("reformed") if r["epoch"] == "8"]
+    end = time.monotonic() + LONG
+    while not (done and got) and time.monotonic() < end:
+        time.sleep(0.05)
+        done = [r for r in ahead.lines("reformed") if r["epoch"] == "8"]
+        got = [r for r in behind.lines("reformed") if r["epoch"] == "8"]
+    if not (done and got) or int(done[0]["sent"]) <= 0 or int(got[0]["received"]) <= 0 \
+            or int(got[0]["step"]) != s_ahead:
+        fail("the survivor behind did not receive the state of step %d: %s %s"
+             % (s_ahead, done, got))
+    same_params(survivors, s_ahead + 1, "the survivor behind's next step")
+    print("behind: the survivor at step %d received %s bytes of step %d's state"
+          % (s_behind, got[0]["received"], s_ahead), flush=True)
 
     # Training goes on; the survivors agree bit for bit and kept their history.
     at = max(last_step(w) for w in survivors) + 10
