@@ -17,6 +17,9 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -25,6 +28,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,8 +197,30 @@ typedef struct world_opts {
   int flat;              /* COHORT_HIER=0 */
   int shared;            /* buffers from cohort_mem_alloc: 1 single copy on, 2 off */
   int direct_off;        /* COHORT_SINGLE_COPY=0 on ordinary buffers */
+  unsigned refuse;       /* bit r: rank r may not call process_vm_readv/writev (seccomp) */
+  int refuse_write_only; /* ... only process_vm_writev */
   int expect_create_fail;
 } world_opts;
+
+/* A sandbox without cross-memory attach (as container profiles without process_vm_readv/writev):
+ * the calls fail with EPERM in this process from now on. */
+static int refuse_cma(int write_only) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, write_only ? SYS_process_vm_writev : SYS_process_vm_readv,
+               1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+  };
+  struct sock_fprog prog = {.len = (unsigned short)(sizeof f / sizeof f[0]), .filter = f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) {
+    perror("seccomp");
+    return -1;
+  }
+  return 0;
+}
 
 static void job_name(char *out, size_t len) {
   snprintf(out, len, "tcoll-%d-%d", (int)getpid(), g_job);
@@ -225,6 +251,7 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
   else
     unsetenv("COHORT_SINGLE_COPY");
   g_shared = o->shared != 0;
+  if ((o->refuse >> rank) & 1u && refuse_cma(o->refuse_write_only) != 0) return 1;
   cohort_comm_config cfg = {.rank = rank,
                             .size = o->n,
                             .store_addr = g_store,
@@ -1234,6 +1261,15 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&os_tcp, rk_private, NULL), 0);
   world_opts os_hier = {.n = 4, .hosts = 2};
   CHECK_EQ_INT(run_world(&os_hier, rk_private, NULL), 0);
+  /* Cross-memory attach refused (a sandbox's seccomp profile): the rings run, no error. By every
+   * rank; by one rank that is not the one creating the segment (it may be read, but it may not
+   * read); process_vm_writev alone refused. */
+  world_opts os_refused = {.n = 3, .threshold = "0", .refuse = 7};
+  CHECK_EQ_INT(run_world(&os_refused, rk_private, NULL), 0);
+  world_opts os_refused1 = {.n = 3, .threshold = "0", .refuse = 4};
+  CHECK_EQ_INT(run_world(&os_refused1, rk_private, NULL), 0);
+  world_opts os_nowrite = {.n = 2, .threshold = "0", .refuse = 3, .refuse_write_only = 1};
+  CHECK_EQ_INT(run_world(&os_nowrite, rk_private, NULL), 0);
   world_opts as = {.n = 3};
   CHECK_EQ_INT(run_world(&as, rk_async, NULL), 0);
   /* Compressed reductions over shared memory, TCP rings and the hierarchy. */

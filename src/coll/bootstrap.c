@@ -261,9 +261,20 @@ static int shm_handshake_creator(cohort_comm *c, const char *name, const int *fd
       rc = COHORT_EPEER;
   }
   shm_unlink(name);
-  /* Every rank has mapped the segment and published its pid: can they read each other? */
+  /* Every rank has mapped the segment and published its pid: can each read and write the others?
+   * Each rank probes from its own side ('P', answered 'Y' or 'N'). */
+  msg = 'P';
+  for (int i = 1; i < nlocal && rc == 0; i++)
+    rc = base_write_full(fds[local[i]], &msg, 1, deadline);
+  int all = rc == 0 && coll_shm_probe_cma(c->shm);
+  for (int i = 1; i < nlocal && rc == 0; i++) {
+    char ans = 0;
+    rc = base_read_full(fds[local[i]], &ans, 1, deadline);
+    if (rc == 0 && ans != 'Y' && ans != 'N') rc = COHORT_EPEER;
+    if (ans != 'Y') all = 0;
+  }
   if (rc == 0) {
-    coll_shm_set_hdr_cma(c->shm, coll_shm_probe_cma(c->shm));
+    coll_shm_set_hdr_cma(c->shm, all);
     msg = 'G';
     for (int i = 1; i < nlocal && rc == 0; i++)
       rc = base_write_full(fds[local[i]], &msg, 1, deadline);
@@ -283,6 +294,12 @@ static int shm_handshake_other(cohort_comm *c, const char *name, const int *fds,
   int w = base_write_full(fds[lead], &ans, 1, deadline);
   if (rc == 0) rc = w;
   if (rc == 0) rc = base_read_full(fds[lead], &msg, 1, deadline);
+  if (rc == 0 && msg != 'P') rc = COHORT_EPEER;
+  if (rc == 0) {
+    ans = coll_shm_probe_cma(c->shm) ? 'Y' : 'N';
+    rc = base_write_full(fds[lead], &ans, 1, deadline);
+  }
+  if (rc == 0) rc = base_read_full(fds[lead], &msg, 1, deadline);
   if (rc == 0 && msg != 'G') rc = COHORT_EPEER;
   return rc;
 }
@@ -291,8 +308,9 @@ static int shm_handshake_other(cohort_comm *c, const char *name, const int *fds,
  * Shared memory among the ranks of c->local: local[0] creates the segment and
  * tells the others over TCP ('R'); each maps it and answers ('M' or 'F'); the
  * creator unlinks the name once all have answered, so nothing is left in
- * /dev/shm even if the job later crashes, then publishes the single-copy
- * decision ('G').
+ * /dev/shm even if the job later crashes, asks every rank to probe
+ * process_vm_readv/writev to all the others ('P', answered 'Y' or 'N') and
+ * publishes the decision, on only if all succeeded ('G').
  */
 static int setup_shm(cohort_comm *c, const cohort_comm_config *cfg, int k, const int *fds,
                      int64_t deadline) {

@@ -60,7 +60,7 @@ typedef struct shm_bell {
   _Atomic uint32_t sleeping;
   int32_t pid; /* for process_vm_readv */
   uint32_t pad0;
-  uint64_t probe_addr; /* address of a known word, to test process_vm_readv at setup */
+  uint64_t probe_addr; /* address of a known word, to test process_vm_readv/writev at setup */
   char pad[40];
 } shm_bell;
 
@@ -111,7 +111,9 @@ typedef struct shm_peer {
   size_t stage_pos, stage_len;
 } shm_peer;
 
-static const uint64_t shm_probe_word = 0x70726f6265636d61ull; /* "probecma" */
+/* Peers read this word and write its value back at set-up (the process itself never writes it). */
+#define SHM_PROBE_VALUE 0x70726f6265636d61ull /* "probecma" */
+static volatile uint64_t shm_probe_word = SHM_PROBE_VALUE;
 
 struct coll_shm {
   char *name; /* of the segment (unlinked once mapped); shared buffers' names derive from it */
@@ -290,8 +292,12 @@ int coll_shm_probe_cma(coll_shm *s) {
   for (int i = 0; i < s->nlocal; i++) {
     if (i == s->me) continue;
     uint64_t w = 0;
-    if (pull(s, i, &w, s->bells[i].probe_addr, sizeof w) != (long)sizeof w || w != shm_probe_word)
+    if (pull(s, i, &w, s->bells[i].probe_addr, sizeof w) != (long)sizeof w || w != SHM_PROBE_VALUE)
       return 0;
+    /* Write the same value back: the direct allreduce puts results into the peers' buffers. */
+    struct iovec l = {.iov_base = &w, .iov_len = sizeof w};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)s->bells[i].probe_addr, .iov_len = sizeof w};
+    if (process_vm_writev((pid_t)s->bells[i].pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof w) return 0;
   }
   return 1;
 }

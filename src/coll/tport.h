@@ -110,10 +110,11 @@ void coll_shm_watch(coll_shm *s, const int *watch_fds);
 /* Lets this process's siblings (any: every same-user process) read and write it under Yama; call
  * before peers probe. */
 void coll_shm_allow_pull(int any);
-/* 1 when process_vm_readv() can read every other local rank (all have mapped the segment). */
+/* 1 when process_vm_readv() and _writev() reach every other local rank from this one (all have
+ * mapped the segment). Every rank must probe: a sandbox may refuse one rank's calls only. */
 int coll_shm_probe_cma(coll_shm *s);
-/* The host-wide probe result, published by the creator in the segment: get and put reach the
- * local peers when it is 1. */
+/* The host-wide probe result (all ranks' probes), published by the creator in the segment: get
+ * and put reach the local peers when it is 1. */
 int coll_shm_hdr_cma(coll_shm *s);
 void coll_shm_set_hdr_cma(coll_shm *s, int on);
 /* Large payloads (>= 64 KiB) travel by address and one copy when on; else through the ring. */
