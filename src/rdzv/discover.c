@@ -296,7 +296,10 @@ int rdzv_discover(const rdzv_opts *opts, char *const envp[], rdzv_target *out, c
     /* Nothing to go by at all: -ENOENT, so a caller can tell "single node" from bad input. */
     if (opts->master == NULL)
       return rdzv_err(errbuf, errlen, -ENOENT,
-                      "no scheduler environment found and no --master HOST:PORT given");
+                      "no scheduler environment found (Slurm, Kubernetes, Open MPI, "
+                      "MASTER_ADDR) and no --master HOST:PORT given: give node 0's address "
+                      "with --master (torchrun's --rdzv-endpoint or --master-addr), or "
+                      "--discover mcast|file|etcd");
     return discover_static(opts, out, errbuf, errlen);
   case RDZV_STATIC:
     return discover_static(opts, out, errbuf, errlen);
