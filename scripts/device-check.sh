@@ -546,7 +546,7 @@ REPS=3
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
 busbw() { awk -v b="$1" -v t="$2" -v n="$3" 'BEGIN {if (t > 0) printf "%.2f", b / t / 1e3 * 2 * (n - 1) / n; else print "nan"}'; }
 coll_section() {
-  local n s r tc tb rows=$WORK/coll.md
+  local n s m ms r tc tb rows=$WORK/coll.md
   cc -O3 -pthread -o "$WORK/mem_bound" "$SRC/bench/collectives/mem_bound.c" >>"$RAW" 2>&1 || {
     result "bench: memory bound" FAIL "mem_bound.c did not build"
     return
@@ -554,20 +554,22 @@ coll_section() {
   {
     echo "## Allreduce on one host (float32, cohort bench --nproc N; medians of $REPS)"
     echo
-    echo "| ranks | size | cohort us | cohort busbw GB/s | bound us | bound busbw GB/s | cohort/bound |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "| ranks | buffers (--mem) | size | cohort us | cohort busbw GB/s | bound us | bound busbw GB/s | cohort/bound |"
+    echo "|---|---|---|---|---|---|---|---|"
   } >"$rows"
   for n in ${COLL_RANKS-2 4 8}; do
-    for s in 8 "${COLL_SIZES[@]}"; do
+    for ms in "private 8" "${COLL_SIZES[@]/#/private }" "${COLL_SIZES[@]/#/shared }"; do
+      m=${ms% *}
+      s=${ms#* }
       if ! time_left 20; then
-        not_run "bench: allreduce $n ranks $s B"
+        not_run "bench: allreduce $n ranks $s B --mem $m"
         continue
       fi
       : >"$WORK/c.t"
       : >"$WORK/b.t"
       for ((r = 0; r < REPS; r++)); do
-        timeout 60 "$COHORT" bench --nproc "$n" -b "$s" -e "$s" -n "${ITERS[$s]}" -w "${WARM[$s]}" \
-          >"$WORK/cb.out" 2>&1
+        timeout 60 "$COHORT" bench --nproc "$n" --mem "$m" -b "$s" -e "$s" -n "${ITERS[$s]}" \
+          -w "${WARM[$s]}" >"$WORK/cb.out" 2>&1
         cat "$WORK/cb.out" >>"$RAW"
         awk '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"; else print $6}' \
           "$WORK/cb.out" >>"$WORK/c.t" 2>>"$WORK/c.wrong"
@@ -576,17 +578,17 @@ coll_section() {
           >>"$WORK/b.t"
       done
       if [ -s "$WORK/c.wrong" ] || [ "$(wc -l <"$WORK/c.t")" != $REPS ]; then
-        result "bench: allreduce $n ranks $s B" FAIL "wrong values or a failed run: no figure"
+        result "bench: allreduce $n ranks $s B --mem $m" FAIL "wrong values or a failed run: no figure"
         rm -f "$WORK/c.wrong"
         continue
       fi
       tc=$(median <"$WORK/c.t")
       if [ "$s" = 8 ]; then
-        echo "| $n | 8 B | $tc | | | | |" >>"$rows"
+        echo "| $n | $m | 8 B | $tc | | | | |" >>"$rows"
         continue
       fi
       tb=$(median <"$WORK/b.t")
-      echo "| $n | $s | $tc | $(busbw "$s" "$tc" "$n") | $tb | $(busbw "$s" "$tb" "$n") | $(awk -v a="$tb" -v b="$tc" 'BEGIN {if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "nan"}') |" >>"$rows"
+      echo "| $n | $m | $s | $tc | $(busbw "$s" "$tc" "$n") | $tb | $(busbw "$s" "$tb" "$n") | $(awk -v a="$tb" -v b="$tc" 'BEGIN {if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "nan"}') |" >>"$rows"
     done
   done
   result "bench: allreduce 2/4/8 ranks beside the memory bound" PASS "table below"
