@@ -1,5 +1,6 @@
-# Tests of src/launch (`cohort launch`): host lists, quoting, the fan-out and
-# the pre-flight without a network.
+# Tests of src/launch (`cohort launch`): host lists, quoting, the verdicts on
+# a host's answer, and whole jobs through stand-ins for ssh and cohort,
+# without a network.
 add_executable(test_launch ${CMAKE_SOURCE_DIR}/tests/test_launch.c)
 target_link_libraries(test_launch PRIVATE cohort_node)
 add_test(NAME launch COMMAND test_launch)
@@ -16,5 +17,5 @@ endif()
 
 # Real sshd servers in network namespaces the test creates and removes (root).
 add_test(NAME launch_ssh COMMAND ${CMAKE_SOURCE_DIR}/tests/test_launch.sh
-  $<TARGET_FILE:cohort> $<TARGET_FILE:test_launch> ${CMAKE_SOURCE_DIR})
+  $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(launch_ssh PROPERTIES TIMEOUT 900 COST 110 LABELS "slow")

@@ -1,12 +1,17 @@
 /*
  * test_launch.c - src/launch without a network: hostfiles and --hosts
  * lists (good and bad), --include/--exclude, the remote command's quoting
- * (checked by a real shell), ssh's argv, the bounded fan-out (output,
- * exit codes, the bound, the deadline), and the pre-flight's verdicts with a
- * stand-in for ssh that runs the command here. tests/test_launch.sh runs
- * the real ssh against real sshd servers.
+ * (checked by a real shell), ssh's argv, the verdicts on a host's answer,
+ * finding this machine in a list, and whole jobs with a stand-in for ssh
+ * that runs the command here and a stand-in for cohort that answers the
+ * handshake: one session per host, the token to all only once all answered
+ * this version, one line per host with a problem and nothing started
+ * otherwise, the fan-out's bound. tests/test_launch.sh runs the real ssh
+ * against real sshd servers.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/launcher.h"
 #include "base/base.h"
 #include "launch/launch.h"
 #include "tests/check.h"
@@ -140,13 +146,16 @@ static void test_shell_join(void) {
                    "a\"b",  "",          "\\n;|&*?", "'",     NULL};
   char *joined = NULL;
   CHECK_EQ_INT(launch_shell_join(words, &joined), 0);
-  char script[2048];
+  char script[2048], out[512] = "";
   snprintf(script, sizeof script, "for w in %s; do printf '<%%s>' \"$w\"; done", joined);
-  char *argv[] = {"sh", "-c", script, NULL};
-  char **argvs[] = {argv};
-  launch_result r;
-  CHECK_EQ_INT(launch_run_all(argvs, 1, 1, 10000, &r), 0);
-  CHECK_STREQ(r.out, "<plain><two words><it's><$HOME><`id`><a\"b><><\\n;|&*?><'>");
+  FILE *f = popen(script, "r");
+  CHECK(f != NULL);
+  if (f != NULL) {
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    pclose(f);
+  }
+  CHECK_STREQ(out, "<plain><two words><it's><$HOME><`id`><a\"b><><\\n;|&*?><'>");
   free(joined);
 }
 
@@ -168,22 +177,6 @@ static void test_ssh_argv(void) {
   CHECK_EQ_INT(launch_ssh_set_opts(&s, NULL), 0);
   CHECK(s.opts != NULL && s.opts[0] == NULL);
   launch_ssh_free(&s);
-
-  /* With a control directory: one master connection per host, shared, before the user's
-   * options (which may not undo it by ssh's first-value-wins rule). */
-  launch_ssh m = {.connect_timeout_s = 7, .control_dir = "/tmp/cohort-ssh-x"};
-  CHECK_EQ_INT(launch_ssh_set_opts(&m, "-p 2222"), 0);
-  CHECK_EQ_INT(launch_ssh_argv(&m, "node1", "true", &v), 0);
-  joined[0] = '\0';
-  for (size_t i = 0; v[i] != NULL; i++) {
-    strcat(joined, i ? "|" : "");
-    strcat(joined, v[i]);
-  }
-  CHECK_STREQ(joined,
-              "ssh|-o|BatchMode=yes|-o|ConnectTimeout=7|-o|ControlMaster=auto|-o|"
-              "ControlPath=/tmp/cohort-ssh-x/%C|-o|ControlPersist=30|-p|2222|--|node1|true");
-  free(v);
-  launch_ssh_free(&m);
 }
 
 /* Host i's remote command: node rank, slots, master, job id, run's words, the command. */
@@ -196,8 +189,7 @@ static void test_remote_command(void) {
   job.run_words = words;
   job.command = command;
   CHECK_EQ_INT(launch_remote_command(&job, 1, "n0:29400", "j1", &cmd), 0);
-  CHECK_STREQ(cmd, "exec 'sh' '-c' 'read -r COHORT_TOKEN && export COHORT_TOKEN && exec \"$@\"' "
-                   "'sh' '/opt/cohort bin/cohort' 'run' '--launcher-stdin' '--nnodes' '2' "
+  CHECK_STREQ(cmd, "exec '/opt/cohort bin/cohort' 'run' '--launcher-stdin' '--nnodes' '2' "
                    "'--node-rank' '1' '--master' 'n0:29400' '--job' 'j1' '--nproc-per-node' '1' "
                    "'--role' 'it'\\''s' '--' 'python3' 'train.py' '--lr' '1e-3'");
   free(cmd);
@@ -223,181 +215,273 @@ static void write_script(const char *path, const char *body) {
   chmod(path, 0755);
 }
 
-/* The most commands of the fan-out running at once: each command (the script `overlap` DIR WANT)
- * marks itself running in DIR, prints how many are running as it starts, waits (at most 3 s)
- * until WANT have started, and holds a moment more before it ends. */
-static int most_at_once(const char *script, const char *dir, int want, size_t n, int max_parallel) {
-  char w[16];
-  snprintf(w, sizeof w, "%d", want);
-  char *argv[] = {"sh", (char *)script, (char *)dir, w, NULL};
-  char **argvs[8];
-  launch_result r[8];
-  for (size_t i = 0; i < n; i++) argvs[i] = argv;
-  mkdir(dir, 0755);
-  CHECK_EQ_INT(launch_run_all(argvs, n, max_parallel, 60000, r), 0);
-  int most = 0;
-  for (size_t i = 0; i < n; i++) {
-    CHECK(WIFEXITED(r[i].status) && WEXITSTATUS(r[i].status) == 0);
-    if (atoi(r[i].out) > most) most = atoi(r[i].out);
+/* The file's text ("" when it is not there). */
+static void slurp(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return;
+  size_t n = fread(out, 1, cap - 1, f);
+  out[n] = '\0';
+  fclose(f);
+}
+
+static size_t count_lines(const char *text, const char *part) {
+  size_t n = 0;
+  for (const char *p = text; (p = strstr(p, part)) != NULL; p += strlen(part)) n++;
+  return n;
+}
+
+/* Every verdict on a host's answer, word for word. */
+static void test_judge(void) {
+  char line[512];
+  const char *c = "/opt/cohort", *want = "cohort 0.1.0";
+  launch_answer ok = {.version = "cohort 0.1.0", .err = ""};
+  CHECK_EQ_INT(launch_judge_answer(&ok, c, want, 30000, line, sizeof line), 0);
+  CHECK_STREQ(line, "");
+  struct {
+    launch_answer a;
+    const char *line;
+  } bad[] = {
+      {{.version = "cohort 0.0.9", .err = ""},
+       "runs 'cohort 0.0.9', not 'cohort 0.1.0' as this machine does"},
+      {{.ended = 1,
+        .status = W_EXITCODE(255, 0),
+        .err = "ssh: connect to host d port 22: No route"},
+       "unreachable over ssh: ssh: connect to host d port 22: No route"},
+      {{.ended = 1, .status = W_EXITCODE(255, 0), .err = ""},
+       "unreachable over ssh: ssh failed (exit 255)"},
+      {{.ended = 1, .status = W_EXITCODE(127, 0), .err = "sh: 1: /opt/cohort: not found"},
+       "/opt/cohort is not there (give the remote path with --cohort PATH)"},
+      {{.ended = 1, .status = W_EXITCODE(4, 0), .err = "oops"},
+       "'/opt/cohort run' ended with exit code 4 before it answered: oops"},
+      {{.ended = 1, .status = SIGKILL, .err = ""}, "ssh was killed by signal 9"},
+      {{.timed_out = 1, .err = ""}, "no answer over ssh within 30 s"},
+      {{.spawn_errno = ENOENT, .err = ""}, "cannot run ssh: No such file or directory"},
+      {{.version = "cohort 0.1.0", .ended = 1, .status = W_EXITCODE(2, 0), .err = "bad option"},
+       "'/opt/cohort run' ended with exit code 2 before the job started: bad option"},
+  };
+  for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++) {
+    CHECK_EQ_INT(launch_judge_answer(&bad[i].a, c, want, 30000, line, sizeof line), 1);
+    CHECK_STREQ(line, bad[i].line);
   }
-  return most;
 }
 
-static void test_run_all(void) {
-  char *ok[] = {"sh", "-c", "echo out; echo err >&2; exit 3", NULL};
-  char *missing[] = {"/nonexistent/cohort-test-program", NULL};
-  char *slow[] = {"sleep", "30", NULL};
-  char **argvs[] = {ok, missing, slow};
-  launch_result r[3];
-  int64_t t0 = base_now_ms();
-  CHECK_EQ_INT(launch_run_all(argvs, 3, 8, 500, r), 0);
-  int64_t took = base_now_ms() - t0;
-  CHECK(WIFEXITED(r[0].status) && WEXITSTATUS(r[0].status) == 3);
-  CHECK_STREQ(r[0].out, "out\n");
-  CHECK_STREQ(r[0].err, "err\n");
-  CHECK_EQ_INT(r[1].spawn_errno, ENOENT);
-  CHECK(r[2].timed_out && !r[0].timed_out);
-  /* Not before the timeout; killed there, not waited for (it sleeps 30 s). */
-  CHECK(took >= 450 && took < 15000);
-
-  /* The bound: 6 commands, 2 at a time, two (not one, not more) run together; with a bound of 6
-   * all six do. */
-  char script[300], dir[300];
-  snprintf(script, sizeof script, "%s/overlap", tmpdir);
-  write_script(
-      script, "d=$1\n"
-              "touch \"$d/run.$$\" \"$d/started.$$\"\n"
-              "ls \"$d\" | grep -c '^run\\.'\n"
-              "i=0\n"
-              "while [ \"$(ls \"$d\" | grep -c '^started\\.')\" -lt \"$2\" ] && [ $i -lt 30 ]; do\n"
-              "  sleep 0.1; i=$((i + 1))\n"
-              "done\n"
-              "sleep 0.2\n"
-              "rm \"$d/run.$$\"");
-  snprintf(dir, sizeof dir, "%s/overlap2", tmpdir);
-  CHECK_EQ_INT(most_at_once(script, dir, 2, 6, 2), 2);
-  snprintf(dir, sizeof dir, "%s/overlap6", tmpdir);
-  CHECK_EQ_INT(most_at_once(script, dir, 6, 6, 6), 6);
-
-  /* Output beyond the kept start is read and dropped, so the child is not blocked. */
-  launch_result rn[1];
-  char *flood[] = {"sh", "-c", "head -c 1000000 /dev/zero | tr '\\0' x; echo done >&2", NULL};
-  char **floods[] = {flood};
-  CHECK_EQ_INT(launch_run_all(floods, 1, 1, 20000, rn), 0);
-  CHECK_EQ_INT(strlen(rn[0].out), sizeof rn[0].out - 1);
-  CHECK_STREQ(rn[0].err, "done\n");
-}
-
-/*
- * The pre-flight's verdicts, with a stand-in for ssh: it skips the options
- * up to "--", then acts by host name: "down" fails as ssh does (255),
- * "hang" never answers, others run the command here with HOST set.
- */
-/* launch_ssh_release: `ssh -O exit` to each host's master, then the directory goes. */
-static void test_ssh_release(void) {
-  char fake_ssh[300], log[300], dir[300];
-  snprintf(fake_ssh, sizeof fake_ssh, "%s/ssh-release", tmpdir);
-  snprintf(log, sizeof log, "%s/released", tmpdir);
-  snprintf(dir, sizeof dir, "%s/control-XXXXXX", tmpdir);
-  char script[600];
-  snprintf(script, sizeof script, "while [ \"$1\" != -O ]; do shift; done; echo \"$@\" >> %s", log);
-  write_script(fake_ssh, script);
-  launch_ssh s = {.program = fake_ssh, .connect_timeout_s = 1, .control_dir = mkdtemp(dir)};
-  CHECK(s.control_dir != NULL);
+/* This machine in a list: by a loopback name or address, never with a user@. */
+static void test_local_host(void) {
   launch_hosts h = {NULL, 0};
   char err[LAUNCH_ERR_MAX];
-  CHECK_EQ_INT(launch_hosts_parse_list("a,u@b", &h, err, sizeof err), 0);
-  CHECK_EQ_INT(launch_ssh_release(&s, &h, 5000), 0);
-  char text[256] = "";
-  FILE *f = fopen(log, "r");
-  if (f != NULL) {
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = '\0';
-    fclose(f);
-  }
-  CHECK(strstr(text, "-O exit -- a\n") != NULL);
-  CHECK(strstr(text, "-O exit -- u@b\n") != NULL);
-  CHECK(access(dir, F_OK) != 0);
-  launch_ssh none = {.program = fake_ssh};
-  CHECK_EQ_INT(launch_ssh_release(&none, &h, 5000), 0); /* nothing to release */
+  CHECK_EQ_INT(launch_hosts_parse_list("192.0.2.1,localhost,127.0.0.1", &h, err, sizeof err), 0);
+  CHECK_EQ_INT(launch_local_host(&h), 1);
+  launch_hosts_free(&h);
+  CHECK_EQ_INT(launch_hosts_parse_list("root@127.0.0.1,192.0.2.1", &h, err, sizeof err), 0);
+  CHECK_EQ_INT(launch_local_host(&h), -1);
   launch_hosts_free(&h);
 }
 
-static void test_preflight(void) {
-  char fake_ssh[300], fake_cohort[300];
+/* The agent's end of the handshake: the token line, and nothing after it taken. */
+static void test_read_token(void) {
+  int p[2];
+  char tok[16], rest[16] = "";
+  CHECK_EQ_INT(pipe(p), 0);
+  CHECK_EQ_INT(write(p[1], "abc\nstop\n", 9), 9);
+  close(p[1]);
+  CHECK_EQ_INT(agent_launcher_read_token(p[0], tok, sizeof tok), 0);
+  CHECK_STREQ(tok, "abc");
+  CHECK_EQ_INT(read(p[0], rest, sizeof rest - 1), 5);
+  CHECK_STREQ(rest, "stop\n");
+  CHECK_EQ_INT(agent_launcher_read_token(p[0], tok, sizeof tok), -ENODATA);
+  close(p[0]);
+  const char *bad[] = {"\n", "0123456789abcdefXYZ\n", "no newline"};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(bad); i++) {
+    CHECK_EQ_INT(pipe(p), 0);
+    CHECK_EQ_INT(write(p[1], bad[i], strlen(bad[i])), (int)strlen(bad[i]));
+    close(p[1]);
+    CHECK_EQ_INT(agent_launcher_read_token(p[0], tok, sizeof tok), i == 2 ? -ENODATA : -EINVAL);
+    close(p[0]);
+  }
+}
+
+/*
+ * Jobs through stand-ins. ssh: logs "start HOST" (one line per session),
+ * skips the options up to "--", then acts by host name: "down" fails as ssh
+ * does (255), "hang" never answers, others run the command here with HOST
+ * set (after SSH_DELAY seconds). cohort: logs "answer HOST", answers its
+ * version ("old" an older one, "broken" fails first), then waits for the
+ * token; with it, it logs "started HOST TOKEN" and says so on stdout,
+ * without it "no token HOST".
+ */
+static char fake_ssh[300], fake_cohort[300], job_log[300], job_out[300], job_err[300];
+
+static void fakes_write(void) {
+  char body[1200];
   snprintf(fake_ssh, sizeof fake_ssh, "%s/ssh", tmpdir);
   snprintf(fake_cohort, sizeof fake_cohort, "%s/cohort", tmpdir);
-  write_script(fake_ssh, "while [ \"$1\" != -- ]; do shift; done; shift\n"
-                         "case $1 in\n"
-                         "down) echo 'ssh: connect to host down port 22: No route to host' >&2; "
-                         "exit 255;;\n"
-                         "hang) exec sleep 30;;\n"
-                         "esac\n"
-                         "HOST=$1 exec sh -c \"$2\"");
-  write_script(fake_cohort, "case $HOST in old) echo 'cohort 0.0.9';; broken) echo oops >&2; "
-                            "exit 4;; *) echo 'cohort 0.1.0';; esac");
-  launch_ssh s = {.program = fake_ssh, .connect_timeout_s = 1};
-  launch_ssh_set_opts(&s, "-x");
-  launch_hosts h = {NULL, 0};
-  char err[LAUNCH_ERR_MAX];
-  CHECK_EQ_INT(launch_hosts_parse_list("a,old,down,hang,broken,b", &h, err, sizeof err), 0);
-  char *report = NULL;
+  snprintf(job_log, sizeof job_log, "%s/log", tmpdir);
+  snprintf(job_out, sizeof job_out, "%s/out", tmpdir);
+  snprintf(job_err, sizeof job_err, "%s/err", tmpdir);
+  snprintf(body, sizeof body,
+           "while [ \"$1\" != -- ]; do shift; done; shift\n"
+           "echo \"start $1\" >> %s\n"
+           "case $1 in\n"
+           "down) echo 'ssh: connect to host down port 22: No route to host' >&2; exit 255;;\n"
+           "hang) exec sleep 30;;\n"
+           "esac\n"
+           "sleep ${SSH_DELAY:-0}\n"
+           "HOST=$1 exec sh -c \"$2\"",
+           job_log);
+  write_script(fake_ssh, body);
+  snprintf(body, sizeof body,
+           "h=${HOST:-here}\n"
+           "echo \"answer $h\" >> %s\n"
+           "case $h in old) echo 'cohort 0.0.9';; broken) echo oops >&2; exit 4;;\n"
+           "*) echo 'cohort 0.1.0';; esac\n"
+           "read -r token || { echo \"no token $h\" >> %s; exit 129; }\n"
+           "echo \"started $h $token\" >> %s\n"
+           "echo \"$h started with a token of ${#token} characters\"",
+           job_log, job_log, job_log);
+  write_script(fake_cohort, body);
+}
+
+/* Runs a job on hosts (local: the index of this machine's, or -1) with the stand-ins. */
+static int fake_job(const char *hosts, long local, int fanout, int64_t answer_ms, int *status) {
+  char err[LAUNCH_ERR_MAX], *command[] = {"true", NULL};
+  launch_job job = {.cohort_path = fake_cohort,
+                    .command = command,
+                    .expect = "cohort 0.1.0",
+                    .fanout = fanout,
+                    .answer_ms = answer_ms,
+                    .local = local,
+                    .stop_grace_ms = 1000};
+  job.ssh.program = fake_ssh;
+  unlink(job_log);
+  job.out_fd = open(job_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  job.err_fd = open(job_err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int rc = launch_hosts_parse_list(hosts, &job.hosts, err, sizeof err);
+  if (rc == 0) rc = launch_job_run(&job, status);
+  close(job.out_fd);
+  close(job.err_fd);
+  launch_hosts_free(&job.hosts);
+  return rc;
+}
+
+/* Every host fine: one session each, the same fresh token to each, every agent started. */
+static void test_job_start(void) {
+  char log[4096], out[1024], err[1024];
+  int status = -1;
+  CHECK_EQ_INT(fake_job("a,b,c", -1, 0, 20000, &status), 0);
+  CHECK_EQ_INT(status, 0);
+  slurp(job_log, log, sizeof log);
+  slurp(job_out, out, sizeof out);
+  slurp(job_err, err, sizeof err);
+  const char *hosts[] = {"a", "b", "c"};
+  char token[80] = "";
+  for (size_t i = 0; i < 3; i++) {
+    char start[16], line[64];
+    snprintf(start, sizeof start, "start %s\n", hosts[i]);
+    CHECK_EQ_INT(count_lines(log, start), 1); /* one ssh session per host */
+    snprintf(line, sizeof line, "%s started with a token of 64 characters\n", hosts[i]);
+    CHECK(strstr(out, line) != NULL);
+    snprintf(start, sizeof start, "started %s ", hosts[i]);
+    const char *t = strstr(log, start);
+    CHECK(t != NULL);
+    if (t == NULL) continue;
+    t += strlen(start);
+    if (i == 0) snprintf(token, sizeof token, "%.64s", t);
+    CHECK(strncmp(t, token, 64) == 0);
+  }
+  CHECK_STREQ(err, "");
+  /* This machine's agent runs without ssh. */
+  CHECK_EQ_INT(fake_job("a,b", 0, 0, 20000, &status), 0);
+  CHECK_EQ_INT(status, 0);
+  slurp(job_log, log, sizeof log);
+  CHECK_EQ_INT(count_lines(log, "start "), 1);
+  CHECK_EQ_INT(count_lines(log, "start b\n"), 1);
+  CHECK_EQ_INT(count_lines(log, "started here "), 1);
+  CHECK_EQ_INT(count_lines(log, "started b "), 1);
+}
+
+/* Hosts with problems: one line each, in host order; no host gets the token. */
+static void test_job_refused(void) {
+  char log[4096], out[1024], err[2048], want[2048];
+  int status = -1;
   int64_t t0 = base_now_ms();
-  CHECK_EQ_INT(launch_preflight(&s, &h, fake_cohort, "cohort 0.1.0", 3, 1500, &report), 0);
-  CHECK(base_now_ms() - t0 < 20000); /* "hang" given up at the timeout, not waited for (30 s) */
-  char want[2048];
+  CHECK_EQ_INT(fake_job("a,old,down,hang,broken,b", -1, 0, 1500, &status), 0);
+  CHECK(base_now_ms() - t0 < 20000); /* "hang" given up at its time, not waited for (30 s) */
+  CHECK_EQ_INT(status, 1);
+  slurp(job_log, log, sizeof log);
+  slurp(job_out, out, sizeof out);
+  slurp(job_err, err, sizeof err);
   snprintf(want, sizeof want,
-           "old: runs 'cohort 0.0.9', not 'cohort 0.1.0' as this machine does\n"
-           "down: unreachable over ssh: ssh: connect to host down port 22: No route to host\n"
-           "hang: no answer over ssh within 2 s\n"
-           "broken: '%s --version' failed with exit code 4: oops\n",
+           "cohort launch: old: runs 'cohort 0.0.9', not 'cohort 0.1.0' as this machine does\n"
+           "cohort launch: down: unreachable over ssh: ssh: connect to host down port 22: No "
+           "route to host\n"
+           "cohort launch: hang: no answer over ssh within 2 s\n"
+           "cohort launch: broken: '%s run' ended with exit code 4 before it answered: oops\n"
+           "cohort launch: nothing was started\n",
            fake_cohort);
-  CHECK_STREQ(report, want);
-  free(report);
-  report = NULL;
+  CHECK_STREQ(err, want);
+  CHECK_EQ_INT(count_lines(log, "started "), 0);
+  CHECK_STREQ(out, "");
+  /* The hosts that answered were waiting; their sessions ended without the token. */
+  CHECK_EQ_INT(count_lines(log, "no token a\n"), 1);
+  CHECK_EQ_INT(count_lines(log, "no token b\n"), 1);
+  CHECK_EQ_INT(count_lines(log, "no token old\n"), 1);
   /* A missing remote binary. */
-  CHECK_EQ_INT(launch_preflight(&s, &h, "/nonexistent/cohort", "cohort 0.1.0", 3, 1500, &report),
-               0);
-  CHECK(report != NULL && strstr(report, "a: /nonexistent/cohort is not there (give the remote "
-                                         "path with --cohort PATH)\n") != NULL);
-  free(report);
-  report = NULL;
-  /* Every host fine: no report. */
-  launch_hosts_free(&h);
-  CHECK_EQ_INT(launch_hosts_parse_list("a,b,c", &h, err, sizeof err), 0);
-  CHECK_EQ_INT(launch_preflight(&s, &h, fake_cohort, "cohort 0.1.0", 2, 5000, &report), 0);
-  CHECK(report == NULL);
-  launch_hosts_free(&h);
-  launch_ssh_free(&s);
-  unlink(fake_ssh);
-  unlink(fake_cohort);
+  char *keep = strdup(fake_cohort);
+  snprintf(fake_cohort, sizeof fake_cohort, "%s/nonexistent/cohort", tmpdir);
+  CHECK_EQ_INT(fake_job("a", -1, 0, 20000, &status), 0);
+  CHECK_EQ_INT(status, 1);
+  slurp(job_err, err, sizeof err);
+  snprintf(want, sizeof want,
+           "cohort launch: a: %s is not there (give the remote path with --cohort PATH)\n"
+           "cohort launch: nothing was started\n",
+           fake_cohort);
+  CHECK_STREQ(err, want);
+  snprintf(fake_cohort, sizeof fake_cohort, "%s", keep);
+  free(keep);
 }
 
-/*
- * `test_launch preflight COHORT EXPECT SSH_OPTS HOSTS TIMEOUT_MS`: the
- * pre-flight through the system's ssh, for tests/test_launch.sh (real sshd
- * servers). Prints the report; exit 0 when every host is fine, 1 when not,
- * 3 on an error.
- */
-static int preflight_main(char **argv) {
-  launch_ssh s = {.program = NULL, .connect_timeout_s = 2};
-  launch_hosts h = {NULL, 0};
-  char err[LAUNCH_ERR_MAX], *report = NULL;
-  int64_t timeout_ms;
-  if (launch_ssh_set_opts(&s, argv[2]) != 0 ||
-      launch_hosts_parse_list(argv[3], &h, err, sizeof err) != 0 ||
-      base_parse_i64(argv[4], 1, 600000, &timeout_ms) != 0)
-    return 3;
-  int rc = launch_preflight(&s, &h, argv[0], argv[1], 16, timeout_ms, &report);
-  if (report != NULL) fputs(report, stdout);
-  free(report);
-  launch_hosts_free(&h);
-  launch_ssh_free(&s);
-  return rc != 0 ? 3 : report != NULL;
+/* At most --fanout sessions connecting at once: a new one starts as one answers. */
+static void test_job_fanout(void) {
+  char log[4096];
+  int status = -1;
+  setenv("SSH_DELAY", "0.2", 1);
+  CHECK_EQ_INT(fake_job("a,b,c,d,e,f", -1, 2, 20000, &status), 0);
+  unsetenv("SSH_DELAY");
+  CHECK_EQ_INT(status, 0);
+  slurp(job_log, log, sizeof log);
+  int connecting = 0, most = 0;
+  for (const char *p = log; *p; p = strchr(p, '\n') + 1) {
+    if (strncmp(p, "start ", 6) == 0) connecting++;
+    if (strncmp(p, "answer ", 7) == 0) connecting--;
+    if (connecting > most) most = connecting;
+    if (strchr(p, '\n') == NULL) break;
+  }
+  CHECK_EQ_INT(most, 2);
+  CHECK_EQ_INT(count_lines(log, "started "), 6);
 }
 
-int main(int argc, char **argv) {
-  if (argc == 7 && strcmp(argv[1], "preflight") == 0) return preflight_main(argv + 2);
+/* A stop before every host answered: nothing starts, the status is the signal's. */
+static void test_job_stopped_early(void) {
+  char log[4096];
+  int status = -1;
+  pid_t parent = getpid(), killer = fork();
+  if (killer == 0) {
+    usleep(500000);
+    kill(parent, SIGTERM);
+    _exit(0);
+  }
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(fake_job("a,hang", -1, 0, 20000, &status), 0);
+  CHECK(base_now_ms() - t0 < 15000);
+  waitpid(killer, NULL, 0);
+  CHECK_EQ_INT(status, 128 + SIGTERM);
+  slurp(job_log, log, sizeof log);
+  CHECK_EQ_INT(count_lines(log, "started "), 0);
+  CHECK_EQ_INT(count_lines(log, "no token a\n"), 1);
+}
+
+int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/cohort-test-launch-XXXXXX");
   if (mkdtemp(tmpdir) == NULL) return 1;
   test_hostfile();
@@ -405,10 +489,17 @@ int main(int argc, char **argv) {
   test_filter();
   test_shell_join();
   test_ssh_argv();
-  test_ssh_release();
   test_remote_command();
-  test_run_all();
-  test_preflight();
+  test_judge();
+  test_local_host();
+  test_read_token();
+  fakes_write();
+  test_job_start();
+  test_job_refused();
+  test_job_fanout();
+  test_job_stopped_early();
+  const char *files[] = {fake_ssh, fake_cohort, job_log, job_out, job_err};
+  for (size_t i = 0; i < BASE_ARRAY_LEN(files); i++) unlink(files[i]);
   rmdir(tmpdir);
   return check_report();
 }

@@ -4,11 +4,10 @@
 # and user keys it generates into its temp dir (tests/sshd_lib.sh). The
 # launching side runs in node 0's namespace, as a user would on the first
 # node of a cluster; all traffic stays inside the namespaces.
-# usage: test_launch.sh COHORT_BINARY TEST_LAUNCH_BINARY SOURCE_DIR
+# usage: test_launch.sh COHORT_BINARY SOURCE_DIR
 set -u
 cohort=$(readlink -f "$1")
-test_launch=$(readlink -f "$2")
-src=$(readlink -f "$3")
+src=$(readlink -f "$2")
 . "$src/tests/netns_lib.sh"
 . "$src/tests/sshd_lib.sh"
 . "$src/tests/check_lib.sh"
@@ -21,15 +20,33 @@ for i in 0 1 2; do printf '%s node3\n' "$(netns_addr 3)" >>"/etc/netns/$(netns_n
 ssh_opts="-F $tmp/ssh_config"
 version=$("$cohort" --version)
 
-# The remote binary: the real one everywhere, except that on node2 it says
-# it is another version (hosts share this file system; the host name is
-# what differs between them).
+# The remote binary: the real one everywhere, except that on node2 it
+# answers launch's handshake as another version would (hosts share this
+# file system; the host name is what differs between them). Were it given
+# the token anyway, it would leave a file saying so.
 cat >"$tmp/cohort-mixed" <<SH
 #!/bin/sh
-if [ "\$(hostname)" = node2 ] && [ "\$1" = --version ]; then echo 'cohort 0.0.1'; exit 0; fi
+if [ "\$(hostname)" = node2 ] && [ "\$2" = --launcher-stdin ]; then
+  echo 'cohort 0.0.1'
+  read -r token || exit 129
+  touch "$tmp/started-mixed-node2"
+  exit 1
+fi
 exec "$cohort" "\$@"
 SH
 chmod 755 "$tmp/cohort-mixed"
+
+# ssh as launch finds it in PATH: the system's, each session logged with
+# its host (the word after "--"), so that the test can count them.
+mkdir "$tmp/bin"
+cat >"$tmp/bin/ssh" <<SH
+#!/bin/sh
+for a in "\$@"; do [ -n "\$next" ] && { echo "\$a" >>"$tmp/ssh-sessions"; break; }; [ "\$a" = -- ] && next=1; done
+exec /usr/bin/ssh "\$@"
+SH
+chmod 755 "$tmp/bin/ssh"
+export PATH="$tmp/bin:$PATH"
+sessions() { grep -cx "$1" "$tmp/ssh-sessions" 2>/dev/null; }
 
 # netns_exec as a plain command (a shell function cannot be exec'ed).
 netns_exec_argv() {
@@ -39,15 +56,25 @@ netns_exec_argv() {
 }
 
 # 0. the agent's end, without ssh: `cohort run --launcher-stdin` with a pipe
-#    as its standard input. End of file: the worker is stopped and the agent
-#    says why; a "stop" line: stopped as by SIGTERM.
-(sleep 2) | "$cohort" run --launcher-stdin -- sh -c 'echo $$ > '"$tmp"'/eof-pid; exec sleep 60' >"$tmp/e1" 2>&1 &
+#    as its standard input. It answers its version first; the token is the
+#    first line. End of file before it: nothing starts. End of file after:
+#    the worker is stopped and the agent says why; a "stop" line: stopped
+#    as by SIGTERM.
+(sleep 1) | "$cohort" run --launcher-stdin -- sh -c 'touch '"$tmp"'/started-no-token' >"$tmp/e0" 2>"$tmp/e0.err" &
+wait_all 30 $!
+check "no token: the agent exits 128+SIGHUP ($codes)" [ "$codes" = 129 ]
+check "no token: its first line is its version" [ "$(head -1 "$tmp/e0")" = "$version" ]
+check "no token: one line says nothing was started" \
+  [ "$(cat "$tmp/e0.err")" = "cohort: the launcher's connection ended before the job started; nothing was started" ]
+check "no token: the worker never ran" [ ! -e "$tmp/started-no-token" ]
+(echo token-e1; sleep 2) | "$cohort" run --launcher-stdin -- sh -c 'echo $$ > '"$tmp"'/eof-pid; echo "token=$COHORT_TOKEN"; exec sleep 60' >"$tmp/e1" 2>&1 &
 wait_all 30 $!
 check "stdin eof: the agent exits 128+SIGHUP ($codes)" [ "$codes" = 129 ]
+check "stdin eof: the worker had the token of the first line" contains "$tmp/e1" "token=token-e1"
 check "stdin eof: it names the lost launcher" contains "$tmp/e1" "cohort: lost the connection to the launcher"
 check "stdin eof: the worker is gone" eval '[ -s "$tmp/eof-pid" ] && [ ! -d /proc/$(cat "$tmp/eof-pid") ]'
 t0=$(date +%s)
-(sleep 2; echo stop; sleep 20) | {
+(echo token-e2; sleep 2; echo stop; sleep 20) | {
   "$cohort" run --launcher-stdin -- sleep 60 >"$tmp/e2" 2>&1
   echo "$? $(date +%s)" >"$tmp/e2-end"
 } &
@@ -56,28 +83,6 @@ read -r code t1 <"$tmp/e2-end"
 check "stdin stop: the agent exits 128+SIGTERM ($code)" [ "$code" = 143 ]
 check "stdin stop: as stopped by SIGTERM" contains "$tmp/e2" "cohort: cohort run was stopped by SIGTERM"
 check "stdin stop: before its input closes" [ $((t1 - t0)) -lt 15 ]
-
-# 1. pre-flight over real ssh: every host fine; an unreachable host; a
-#    version mismatch; a missing binary.
-preflight() { netns_exec 0 "$test_launch" preflight "$@"; }
-preflight "$cohort" "$version" "$ssh_opts" node0,node1,node2 30000 >"$tmp/p1" 2>&1
-rc=$?
-check "preflight: three hosts answer with the same version ($rc)" [ $rc = 0 ]
-check "preflight: and nothing is reported" [ ! -s "$tmp/p1" ]
-t0=$SECONDS
-preflight "$cohort" "$version" "$ssh_opts" node0,node3,node1 30000 >"$tmp/p2" 2>&1
-rc=$?
-check "preflight: an unreachable host fails it ($rc)" [ $rc = 1 ]
-check "preflight: one line, naming the unreachable host" [ "$(wc -l <"$tmp/p2")" = 1 ]
-check "preflight: ssh's reason is given" contains "$tmp/p2" "node3: unreachable over ssh: ssh: connect to host node3 port 22"
-check "preflight: within ssh's connect timeout" [ $((SECONDS - t0)) -le 20 ]
-preflight "$tmp/cohort-mixed" "$version" "$ssh_opts" node0,node1,node2 30000 >"$tmp/p3" 2>&1
-rc=$?
-check "preflight: a version mismatch fails it ($rc)" [ $rc = 1 ]
-check "preflight: the mismatch names the host and both versions" \
-  [ "$(cat "$tmp/p3")" = "node2: runs 'cohort 0.0.1', not '$version' as this machine does" ]
-preflight "$tmp/nonexistent/cohort" "$version" "$ssh_opts" node1 30000 >"$tmp/p4" 2>&1
-check "preflight: a missing binary is named" contains "$tmp/p4" "node1: $tmp/nonexistent/cohort is not there"
 
 # launch LOG ARGS...: `cohort launch` from node 0 in the background; $! is
 # its PID (every wrapper execs), so that signals reach it.
@@ -113,6 +118,17 @@ for r in 0 1 2 3 4 5; do
   check "6 ranks: rank $r's line" contains "$tmp/l1" "[r$r] hello from rank $r of 6 on node$((r / 2)) token=set"
 done
 check "6 ranks: nothing left on any host" no_leftovers
+# One ssh session per host, version check included; none to this machine.
+check "one session: node1 ($(sessions node1))" [ "$(sessions node1)" = 1 ]
+check "one session: node2 ($(sessions node2))" [ "$(sessions node2)" = 1 ]
+check "one session: none to node0, this machine ($(sessions node0))" [ "$(sessions node0)" = 0 ]
+rm -f "$tmp/ssh-sessions"
+launch "$tmp/l3" --hosts node0,node1 --ssh-self -- sh -c 'echo "rank $RANK on $(hostname)"'
+wait_all 60 $!
+check "--ssh-self: launch exits 0 ($codes)" [ "$codes" = 0 ]
+check "--ssh-self: rank 0 ran" contains "$tmp/l3" "[r0] rank 0 on node0"
+check "--ssh-self: node0 over ssh, once ($(sessions node0))" [ "$(sessions node0)" = 1 ]
+check "--ssh-self: node1 once ($(sessions node1))" [ "$(sessions node1)" = 1 ]
 # Slots from a hostfile, a filter, and run's own options passed through.
 printf '# test cluster\nnode0 slots=1\nnode1 slots=3  # bigger\n\nnode2 slots=2\n' >"$tmp/hostfile"
 launch "$tmp/l2" --hostfile "$tmp/hostfile" --exclude node2 --role trainer -- \
@@ -160,20 +176,39 @@ check "sigint: launch says it stops the job" contains "$tmp/i1" "cohort launch: 
 check "sigint: no worker is left" eval 'for f in "$tmp"/pid-*; do [ ! -d /proc/$(cat $f) ] || exit 1; done'
 check "sigint: nothing left on any host" no_leftovers
 
-# 5. an unreachable host, a version mismatch: named before anything starts.
-rm -f "$tmp"/started-*
+# 5. an unreachable host, a version mismatch, a missing binary: named
+#    before anything starts, one line each, still one session per host.
+rm -f "$tmp"/started-* "$tmp/ssh-sessions"
+t0=$SECONDS
 launch "$tmp/u1" --hosts node0,node3,node1 --connect-timeout 2 -- touch "$tmp/started-unreachable"
 wait_all 30 $!
 check "unreachable: launch exits 1 ($codes)" [ "$codes" = 1 ]
-check "unreachable: node3 is named" contains "$tmp/u1" "cohort launch: node3: unreachable over ssh"
+check "unreachable: node3 and ssh's reason are named" \
+  contains "$tmp/u1" "cohort launch: node3: unreachable over ssh: ssh: connect to host node3 port 22"
 check "unreachable: only node3" [ "$(count "$tmp/u1" "over ssh")" = 1 ]
 check "unreachable: nothing was started" contains "$tmp/u1" "cohort launch: nothing was started"
+check "unreachable: two lines in all" [ "$(wc -l <"$tmp/u1")" = 2 ]
+check "unreachable: within ssh's connect timeout" [ $((SECONDS - t0)) -le 20 ]
+check "unreachable: one session per host ($(sessions node1) $(sessions node3))" \
+  [ "$(sessions node1) $(sessions node3)" = "1 1" ]
+rm -f "$tmp/ssh-sessions"
 launch "$tmp/v1" --hosts node0,node1,node2 --cohort "$tmp/cohort-mixed" -- touch "$tmp/started-mismatch"
 wait_all 30 $!
 check "mismatch: launch exits 1 ($codes)" [ "$codes" = 1 ]
-check "mismatch: node2 and its version are named" contains "$tmp/v1" "cohort launch: node2: runs 'cohort 0.0.1', not '$version'"
-check "pre-flight failures: no command ran anywhere" eval '! ls "$tmp"/started-* 2>/dev/null'
-check "pre-flight failures: nothing left on any host" no_leftovers
+check "mismatch: one line names node2 and both versions, then nothing was started" \
+  [ "$(cat "$tmp/v1")" = "cohort launch: node2: runs 'cohort 0.0.1', not '$version' as this machine does
+cohort launch: nothing was started" ]
+check "mismatch: one session per host ($(sessions node1) $(sessions node2))" \
+  [ "$(sessions node1) $(sessions node2)" = "1 1" ]
+launch "$tmp/m1" --hosts node0,node1 --cohort "$tmp/nonexistent/cohort" -- touch "$tmp/started-missing"
+wait_all 30 $!
+check "missing binary: launch exits 1 ($codes)" [ "$codes" = 1 ]
+check "missing binary: named for each host" \
+  [ "$(cat "$tmp/m1")" = "cohort launch: node0: $tmp/nonexistent/cohort is not there (give the remote path with --cohort PATH)
+cohort launch: node1: $tmp/nonexistent/cohort is not there (give the remote path with --cohort PATH)
+cohort launch: nothing was started" ]
+check "pre-start failures: no command ran anywhere" eval '! ls "$tmp"/started-* 2>/dev/null'
+check "pre-start failures: nothing left on any host" no_leftovers
 
 # 6. the ssh client of one host killed: that host's agent stops its workers,
 #    the job fails together with the cause, nothing is left.

@@ -39,6 +39,22 @@ static void *launcher_main(void *arg) {
   return NULL;
 }
 
+int agent_launcher_read_token(int fd, char *out, size_t cap) {
+  size_t len = 0;
+  for (;;) {
+    char c;
+    ssize_t got = read(fd, &c, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -errno;
+    if (got == 0) return -ENODATA;
+    if (c == '\n') break;
+    if (len + 1 >= cap) return -EINVAL;
+    out[len++] = c;
+  }
+  out[len] = '\0';
+  return len > 0 ? 0 : -EINVAL;
+}
+
 int agent_launcher_watch_start(int fd) {
   pthread_t t;
   pthread_attr_t attr;

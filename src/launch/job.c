@@ -1,8 +1,9 @@
 /*
  * job.c - a job started over ssh: one session (ssh client) per host, each
- * running a `cohort run` agent; their output relayed to one terminal; the
- * job stopped on every host when the launcher is told to stop, and every
- * session ended before the launcher exits.
+ * running a `cohort run` agent; the handshake (every host answers its
+ * version before any gets the token); their output relayed to one
+ * terminal; the job stopped on every host when the launcher is told to
+ * stop, and every session ended before the launcher exits.
  *
  * The agents do the supervising (fail-together, reports) among themselves
  * through node 0's store; the launcher only relays, stops, and notices a
@@ -30,6 +31,11 @@
 #define LOST_WAIT_MS 30000      /* after one session failed, the others' time to follow */
 #define KILL_AFTER_TERM_MS 2000 /* ssh clients: SIGTERM, then SIGKILL this much later */
 #define DEFAULT_PORT 29400
+#define DEFAULT_FANOUT 32
+#define DEFAULT_ANSWER_MS 30000
+#define HELD_MAX 2048      /* stderr kept from a session before the job starts */
+#define ABORT_TERM_MS 5000 /* after a failed handshake, the sessions' time to end */
+#define VERSION_PREFIX "cohort "
 
 typedef struct relay {
   int fd; /* read end, -1 once closed */
@@ -38,11 +44,23 @@ typedef struct relay {
 } relay;
 
 typedef struct session {
-  pid_t pid;   /* 0 once reaped */
-  int in_fd;   /* ssh's stdin, -1 once closed */
-  relay io[2]; /* the agent's stdout and stderr */
-  int status;  /* waitpid() status once reaped */
+  pid_t pid;         /* 0 before the start and once reaped */
+  int started;       /* its ssh was started, or could not be (spawn_errno) */
+  int ended;         /* reaped, or never started */
+  int spawn_errno;   /* ssh could not be started */
+  int in_fd;         /* ssh's stdin, -1 once closed */
+  relay io[2];       /* the agent's stdout and stderr */
+  int status;        /* waitpid() status once reaped */
+  int64_t answer_by; /* the deadline of its answer */
+  int timed_out;     /* no answer by then */
+  char *version;     /* its answer (malloc'ed), NULL before it */
+  size_t nheld;
+  char held[HELD_MAX]; /* its stderr before the job starts (the last part) */
 } session;
+
+/* Answering: every host's version is awaited; running: the token went out;
+ * aborted: it never will, the sessions are being ended. */
+typedef enum phase { PHASE_ANSWER, PHASE_RUN, PHASE_ABORT } phase;
 
 typedef struct run_state {
   const launch_job *job;
@@ -54,6 +72,10 @@ typedef struct run_state {
   int64_t term_at;   /* SIGTERM to the ssh clients still running, 0 none */
   int64_t kill_at;   /* SIGKILL to them, 0 none */
   int64_t follow_by; /* a session failed: the rest must end by then, 0 none */
+  phase ph;
+  size_t next; /* the next session to start */
+  char master[LAUNCH_HOST_MAX + 16], job_id[72];
+  char token[65]; /* until it went out */
 } run_state;
 
 static void write_all(int fd, const char *p, size_t len) {
@@ -80,16 +102,53 @@ static void emit(run_state *st, int k, const char *line, size_t len) {
   write_all(k == 0 ? st->job->out_fd : st->job->err_fd, line, len);
 }
 
-/* Reads what is there and relays whole lines; at EOF the rest, ended. */
-static void relay_read(run_state *st, relay *r, int k) {
+/* Keeps a line of stderr from before the start; the oldest go when it is full. */
+static void hold(session *s, const char *line, size_t len) {
+  if (len > sizeof s->held) {
+    line += len - sizeof s->held;
+    len = sizeof s->held;
+  }
+  if (s->nheld + len > sizeof s->held) {
+    size_t drop = s->nheld + len - sizeof s->held;
+    memmove(s->held, s->held + drop, s->nheld - drop);
+    s->nheld -= drop;
+  }
+  memcpy(s->held + s->nheld, line, len);
+  s->nheld += len;
+}
+
+/* A whole line (with its newline) of session i's stream k: its answer, held
+ * until the start, relayed, or dropped after a failed handshake. */
+static void on_line(run_state *st, size_t i, int k, const char *line, size_t len) {
+  session *s = &st->s[i];
+  if (st->ph == PHASE_ABORT) return;
+  /* The first "cohort " line is the agent's version; lines before it (a login shell's) and
+   * stderr before the start are kept for the start or for the verdict. */
+  if (k == 0 && s->version == NULL && st->ph == PHASE_ANSWER) {
+    if (len > strlen(VERSION_PREFIX) && memcmp(line, VERSION_PREFIX, strlen(VERSION_PREFIX)) == 0)
+      s->version = strndup(line, len - 1);
+    else
+      emit(st, 0, line, len);
+    return;
+  }
+  if (k == 1 && st->ph == PHASE_ANSWER)
+    hold(s, line, len);
+  else
+    emit(st, k, line, len);
+}
+
+/* Reads what is there from session i's stream k and passes on whole lines; at EOF the rest,
+ * ended. */
+static void relay_read(run_state *st, size_t i, int k) {
+  relay *r = &st->s[i].io[k];
   ssize_t got = read(r->fd, r->buf + r->len, sizeof r->buf - 1 - r->len);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (got > 0) r->len += (size_t)got;
   size_t start = 0;
-  for (size_t i = 0; i < r->len; i++)
-    if (r->buf[i] == '\n') {
-      emit(st, k, r->buf + start, i + 1 - start);
-      start = i + 1;
+  for (size_t j = 0; j < r->len; j++)
+    if (r->buf[j] == '\n') {
+      on_line(st, i, k, r->buf + start, j + 1 - start);
+      start = j + 1;
     }
   memmove(r->buf, r->buf + start, r->len - start);
   r->len -= start;
@@ -97,7 +156,7 @@ static void relay_read(run_state *st, relay *r, int k) {
     /* End of file, or a line longer than the buffer: out in pieces. */
     if (r->len > 0) {
       r->buf[r->len++] = '\n';
-      emit(st, k, r->buf, r->len);
+      on_line(st, i, k, r->buf, r->len);
       r->len = 0;
     }
   }
@@ -125,19 +184,44 @@ static void close_stdin(session *s) {
   s->in_fd = -1;
 }
 
-/* Tells every agent to stop (a "stop" line, then end of file). */
+static void signal_sessions(run_state *st, int sig) {
+  for (size_t i = 0; i < st->n; i++)
+    if (st->s[i].pid > 0) kill(st->s[i].pid, sig);
+}
+
+/* SIGTERM to the ssh clients still running by then (SIGKILL later), at the soonest asked. */
+static void term_by(run_state *st, int64_t at) {
+  if (st->term_at == 0 || at < st->term_at) st->term_at = at;
+}
+
+/*
+ * No agent will get the token: every session's stdin closes (an agent that
+ * answered ends without starting anything), the clients still connecting
+ * are ended, and the rest get ABORT_TERM_MS. Their output is dropped.
+ */
+static void abort_start(run_state *st) {
+  st->ph = PHASE_ABORT;
+  explicit_bzero(st->token, sizeof st->token);
+  for (size_t i = 0; i < st->n; i++) {
+    close_stdin(&st->s[i]);
+    if (st->s[i].pid > 0 && st->s[i].version == NULL) kill(st->s[i].pid, SIGTERM);
+  }
+  st->next = st->n;
+  term_by(st, base_now_ms() + ABORT_TERM_MS);
+}
+
+/* Tells every agent to stop (a "stop" line, then end of file); before the start, nothing
+ * starts. */
 static void stop_all(run_state *st, int64_t grace_ms) {
+  if (st->ph != PHASE_RUN) {
+    abort_start(st);
+    return;
+  }
   for (size_t i = 0; i < st->n; i++) {
     if (st->s[i].in_fd >= 0) write_all(st->s[i].in_fd, "stop\n", 5);
     close_stdin(&st->s[i]);
   }
-  if (st->term_at == 0 || base_now_ms() + grace_ms < st->term_at)
-    st->term_at = base_now_ms() + grace_ms;
-}
-
-static void signal_sessions(run_state *st, int sig) {
-  for (size_t i = 0; i < st->n; i++)
-    if (st->s[i].pid > 0) kill(st->s[i].pid, sig);
+  term_by(st, base_now_ms() + grace_ms);
 }
 
 /* The host part of [user@]host. */
@@ -159,12 +243,8 @@ int launch_remote_command(const launch_job *job, size_t i, const char *master, c
   snprintf(rank, sizeof rank, "%zu", i);
   snprintf(nproc, sizeof nproc, "%d", slots);
   size_t k = 0;
-  /* sh reads the token line before the agent starts; the rest of stdin is
-   * the agent's (--launcher-stdin). */
-  v[k++] = "sh";
-  v[k++] = "-c";
-  v[k++] = "read -r COHORT_TOKEN && export COHORT_TOKEN && exec \"$@\"";
-  v[k++] = "sh";
+  /* --launcher-stdin first: the agent answers its version before it parses the rest, so that
+   * another version's options cannot hide its answer (cmd_run.c). */
   const char *words[] = {job->cohort_path,
                          "run",
                          "--launcher-stdin",
@@ -192,30 +272,112 @@ int launch_remote_command(const launch_job *job, size_t i, const char *master, c
   return *out != NULL ? 0 : -ENOMEM;
 }
 
-/* Starts host i's session and hands it the token. */
-static int start_session(run_state *st, size_t i, const char *master, const char *job_id,
-                         const char *token) {
+/* Starts host i's session (this machine's under sh, the others' over ssh); it answers its
+ * version, then waits for the token. A missing ssh is the host's verdict, not an error. */
+static int start_session(run_state *st, size_t i) {
   const launch_job *job = st->job;
   session *s = &st->s[i];
   char *cmd = NULL, **argv = NULL;
-  int rc = launch_remote_command(job, i, master, job_id, &cmd);
-  if (rc == 0) rc = launch_ssh_argv(&job->ssh, job->hosts.v[i].name, cmd, &argv);
-  int fds[3], spawn_errno = 0;
-  if (rc == 0) rc = launch_spawn(argv, 1, 1, &s->pid, fds, &spawn_errno);
+  int rc = launch_remote_command(job, i, st->master, st->job_id, &cmd);
+  char *here[] = {"sh", "-c", cmd, NULL};
+  if (rc == 0 && (long)i != job->local)
+    rc = launch_ssh_argv(&job->ssh, job->hosts.v[i].name, cmd, &argv);
+  int fds[3];
+  if (rc == 0) rc = launch_spawn(argv != NULL ? argv : here, 1, 1, &s->pid, fds, &s->spawn_errno);
   free(argv);
   free(cmd);
-  if (rc == 0 && s->pid == 0) rc = -spawn_errno;
-  if (rc != 0) return rc;
+  s->started = 1;
+  s->ended = s->pid == 0;
+  if (rc != 0 || s->pid == 0) return rc;
   s->in_fd = fds[0];
   s->io[0].fd = fds[1];
   s->io[1].fd = fds[2];
-  char line[80];
-  int n = snprintf(line, sizeof line, "%s\n", token);
-  write_all(s->in_fd, line, (size_t)n);
+  s->answer_by = base_now_ms() + (job->answer_ms > 0 ? job->answer_ms : DEFAULT_ANSWER_MS);
   return 0;
 }
 
-/* Reaps sessions whose output has closed; notes one that failed. */
+/* 1 while session s may still answer. */
+static int awaiting(const session *s) {
+  return s->started && !s->ended && s->version == NULL && !s->timed_out;
+}
+
+/* Starts sessions while fewer than the fan-out are connecting. */
+static int start_more(run_state *st) {
+  int fanout = st->job->fanout > 0 ? st->job->fanout : DEFAULT_FANOUT, connecting = 0;
+  for (size_t i = 0; i < st->next; i++) connecting += awaiting(&st->s[i]);
+  int rc = 0;
+  while (rc == 0 && st->next < st->n && connecting < fanout) {
+    rc = start_session(st, st->next++);
+    connecting += rc == 0 && st->s[st->next - 1].pid > 0;
+  }
+  return rc;
+}
+
+/* Every host answered: the token to each, and what they held back is relayed. */
+static void go(run_state *st) {
+  char line[80];
+  int n = snprintf(line, sizeof line, "%s\n", st->token);
+  st->ph = PHASE_RUN;
+  for (size_t i = 0; i < st->n; i++) {
+    session *s = &st->s[i];
+    write_all(s->in_fd, line, (size_t)n);
+    for (size_t a = 0, b = 0; b < s->nheld; b++)
+      if (s->held[b] == '\n' || b + 1 == s->nheld) {
+        emit(st, 1, s->held + a, b + 1 - a);
+        a = b + 1;
+      }
+    s->nheld = 0;
+  }
+  explicit_bzero(line, sizeof line);
+  explicit_bzero(st->token, sizeof st->token);
+}
+
+/* The last non-empty line of session s's held stderr, without its newline. */
+static void held_tail(const session *s, char *out, size_t cap) {
+  size_t end = s->nheld;
+  while (end > 0 &&
+         (s->held[end - 1] == '\n' || s->held[end - 1] == '\r' || s->held[end - 1] == ' '))
+    end--;
+  size_t start = end;
+  while (start > 0 && s->held[start - 1] != '\n') start--;
+  size_t n = end - start < cap - 1 ? end - start : cap - 1;
+  memcpy(out, s->held + start, n);
+  out[n] = '\0';
+}
+
+/*
+ * Once no host may still answer: the token to all when all answered this
+ * version; else one line per host with a problem, and nothing starts.
+ */
+static void decide(run_state *st) {
+  for (size_t i = 0; i < st->n; i++)
+    if (i >= st->next || awaiting(&st->s[i])) return;
+  int bad = 0;
+  for (size_t i = 0; i < st->n; i++) {
+    session *s = &st->s[i];
+    char err[200], line[512];
+    held_tail(s, err, sizeof err);
+    launch_answer a = {.version = s->version,
+                       .ended = s->ended,
+                       .status = s->status,
+                       .timed_out = s->timed_out,
+                       .spawn_errno = s->spawn_errno,
+                       .err = err};
+    int64_t ms = st->job->answer_ms > 0 ? st->job->answer_ms : DEFAULT_ANSWER_MS;
+    if (launch_judge_answer(&a, st->job->cohort_path, st->job->expect, ms, line, sizeof line)) {
+      say(st, "cohort launch: %s: %s", st->job->hosts.v[i].name, line);
+      bad = 1;
+    }
+  }
+  if (!bad) {
+    go(st);
+    return;
+  }
+  say(st, "cohort launch: nothing was started");
+  abort_start(st);
+}
+
+/* Reaps sessions whose output has closed; once running, notes one that failed. */
 static void reap_sessions(run_state *st) {
   for (size_t i = 0; i < st->n; i++) {
     session *s = &st->s[i];
@@ -223,18 +385,22 @@ static void reap_sessions(run_state *st) {
     pid_t w = waitpid(s->pid, &s->status, WNOHANG);
     if (w == 0 || (w < 0 && errno == EINTR)) continue;
     s->pid = 0;
+    s->ended = 1;
     close_stdin(s);
     int failed = !WIFEXITED(s->status) || WEXITSTATUS(s->status) != 0;
-    if (!failed || st->stop_signal != 0) continue;
+    if (!failed || st->stop_signal != 0 || st->ph != PHASE_RUN) continue;
     if (!WIFEXITED(s->status) || WEXITSTATUS(s->status) == 255)
       say(st, "cohort launch: lost the connection to %s (node %zu)", st->job->hosts.v[i].name, i);
     if (st->follow_by == 0) st->follow_by = base_now_ms() + LOST_WAIT_MS;
   }
 }
 
-/* Sends what is due: the late stop, SIGTERM and SIGKILL to the clients. */
+/* Sends what is due: the late stop, SIGTERM and SIGKILL to the clients; marks the hosts whose
+ * answer is late. */
 static void run_timers(run_state *st) {
   int64_t now = base_now_ms();
+  for (size_t i = 0; st->ph == PHASE_ANSWER && i < st->next; i++)
+    if (awaiting(&st->s[i]) && now >= st->s[i].answer_by) st->s[i].timed_out = 1;
   if (st->follow_by != 0 && now >= st->follow_by) {
     st->follow_by = 0;
     stop_all(st, st->job->stop_grace_ms);
@@ -259,8 +425,14 @@ static int next_timeout(const run_state *st) {
     int left = base_deadline_left(at[k]);
     if (t < 0 || left < t) t = left;
   }
-  for (size_t i = 0; i < st->n; i++)
-    if (st->s[i].pid > 0 && st->s[i].io[0].fd < 0 && st->s[i].io[1].fd < 0) return 5;
+  for (size_t i = 0; i < st->n; i++) {
+    const session *s = &st->s[i];
+    if (s->pid > 0 && s->io[0].fd < 0 && s->io[1].fd < 0) return 5;
+    if (st->ph == PHASE_ANSWER && awaiting(s)) {
+      int left = base_deadline_left(s->answer_by);
+      if (t < 0 || left < t) t = left;
+    }
+  }
   return t;
 }
 
@@ -301,7 +473,7 @@ static int poll_once(run_state *st, int stop_fd) {
   int ready = poll(pfd, np, next_timeout(st));
   int rc = ready < 0 && errno != EINTR ? -errno : 0;
   for (nfds_t p = 1; ready > 0 && p < np; p++)
-    if (pfd[p].revents != 0) relay_read(st, &st->s[who[p] / 2].io[who[p] % 2], (int)(who[p] % 2));
+    if (pfd[p].revents != 0) relay_read(st, who[p] / 2, (int)(who[p] % 2));
   if (ready > 0 && stop_fd >= 0 && (pfd[0].revents & POLLIN)) {
     unsigned char sigs[16];
     ssize_t got = read(stop_fd, sigs, sizeof sigs);
@@ -315,6 +487,7 @@ static int poll_once(run_state *st, int stop_fd) {
 /* The job's exit status once every session has ended. */
 static int job_status(const run_state *st) {
   if (st->stop_signal != 0) return 128 + st->stop_signal;
+  if (st->ph != PHASE_RUN) return 1; /* a host failed the handshake */
   for (size_t i = 0; i < st->n; i++) {
     int s = st->s[i].status;
     if (!WIFEXITED(s) || WEXITSTATUS(s) == 255) return 1;
@@ -363,6 +536,33 @@ static void signals_restore(const struct sigaction *old) {
   stop_pipe[0] = stop_pipe[1] = -1;
 }
 
+/* The job's names and token: node 0's store, the job id, a fresh token. */
+static int job_names(run_state *st) {
+  const launch_job *job = st->job;
+  unsigned char raw[32];
+  int rc = base_random_bytes(raw, sizeof raw);
+  base_hex(raw, sizeof raw, st->token);
+  if (job->job_id != NULL) {
+    base_strlcpy(st->job_id, job->job_id, sizeof st->job_id);
+  } else {
+    memcpy(st->job_id, "launch-", 7);
+    base_hex(raw, 4, st->job_id + 7);
+  }
+  explicit_bzero(raw, sizeof raw);
+  if (job->master != NULL)
+    base_strlcpy(st->master, job->master, sizeof st->master);
+  else
+    snprintf(st->master, sizeof st->master, "%s:%d", host_part(job->hosts.v[0].name), DEFAULT_PORT);
+  return rc;
+}
+
+static void run_state_free(run_state *st) {
+  explicit_bzero(st->token, sizeof st->token);
+  for (size_t i = 0; i < st->nseen; i++) free(st->seen[i]);
+  for (size_t i = 0; i < st->n; i++) free(st->s[i].version);
+  free(st->s);
+}
+
 int launch_job_run(const launch_job *job, int *status) {
   run_state st = {.job = job, .n = job->hosts.n};
   struct sigaction old[BASE_ARRAY_LEN(stop_signals) + 1];
@@ -374,28 +574,17 @@ int launch_job_run(const launch_job *job, int *status) {
     return rc;
   }
   for (size_t i = 0; i < st.n; i++) st.s[i].in_fd = st.s[i].io[0].fd = st.s[i].io[1].fd = -1;
-  char master[LAUNCH_HOST_MAX + 16], job_id[32], token[65];
-  unsigned char raw[32];
-  rc = base_random_bytes(raw, sizeof raw);
-  base_hex(raw, sizeof raw, token);
-  base_hex(raw, 4, job_id + 7);
-  memcpy(job_id, "launch-", 7);
-  if (job->master != NULL)
-    base_strlcpy(master, job->master, sizeof master);
-  else
-    snprintf(master, sizeof master, "%s:%d", host_part(job->hosts.v[0].name), DEFAULT_PORT);
-  const char *id = job->job_id != NULL ? job->job_id : job_id;
-  for (size_t i = 0; rc == 0 && i < st.n; i++) rc = start_session(&st, i, master, id, token);
-  explicit_bzero(token, sizeof token);
-  explicit_bzero(raw, sizeof raw);
-  if (rc != 0) {
-    say(&st, "cohort launch: cannot start ssh: %s", strerror(-rc));
-    stop_all(&st, 0);
-  }
-  while (any_running(&st)) {
+  rc = job_names(&st);
+  for (;;) {
+    if (rc == 0 && st.ph == PHASE_ANSWER) rc = start_more(&st);
+    if (rc != 0 && st.ph == PHASE_ANSWER) {
+      say(&st, "cohort launch: cannot start ssh: %s", strerror(-rc));
+      abort_start(&st);
+    }
     reap_sessions(&st);
     run_timers(&st);
-    if (!any_running(&st)) break;
+    if (st.ph == PHASE_ANSWER) decide(&st);
+    if (!any_running(&st) && st.ph != PHASE_ANSWER) break;
     int prc = poll_once(&st, stop_pipe[0]);
     if (prc != 0 && rc == 0) {
       rc = prc;
@@ -405,7 +594,6 @@ int launch_job_run(const launch_job *job, int *status) {
   }
   *status = job_status(&st);
   signals_restore(old);
-  for (size_t i = 0; i < st.nseen; i++) free(st.seen[i]);
-  free(st.s);
+  run_state_free(&st);
   return rc;
 }

@@ -1,9 +1,9 @@
 /*
  * launch.h - what `cohort launch` needs below the command line: the host
  * list (a hostfile in the MPI/DeepSpeed format or `--hosts`, filtered by
- * --include/--exclude), the ssh command lines that reach each host, a
- * bounded parallel fan-out of short remote commands, and the pre-flight that
- * checks every host before anything starts.
+ * --include/--exclude), the ssh command lines that reach each host, and
+ * the job: one ssh session per host whose first answer checks the host
+ * before anything starts anywhere.
  *
  * Library code: functions return 0 or -errno and never print; where an error
  * needs words (which line of which file, which host), they go to the
@@ -74,14 +74,6 @@ typedef struct launch_ssh {
   const char *program;   /* "ssh", or a path (tests) */
   char **opts;           /* --ssh-opts split at blanks, NULL-terminated; owned */
   int connect_timeout_s; /* ssh's ConnectTimeout */
-  /*
-   * NULL: every ssh its own connection. Else a private directory for ssh's
-   * control sockets: the pre-flight's connection to a host stays open
-   * (ControlMaster=auto, ControlPersist) and the job's session there runs
-   * over it, one TCP connection and key exchange per host instead of two;
-   * launch_ssh_release() closes them.
-   */
-  const char *control_dir;
 } launch_ssh;
 
 /*
@@ -96,7 +88,7 @@ void launch_ssh_free(launch_ssh *s);
 
 /*
  * The argv that runs remote_cmd on host: program -o BatchMode=yes
- * -o ConnectTimeout=T [the control options] [opts...] -- host remote_cmd. The host goes after
+ * -o ConnectTimeout=T [opts...] -- host remote_cmd. The host goes after
  * "--", so no name can be taken for an option. *argv_out is one malloc'ed
  * block (free it once); it points into s and host, which must outlive it.
  * Returns 0 or -ENOMEM.
@@ -105,51 +97,49 @@ int launch_ssh_argv(const launch_ssh *s, const char *host, const char *remote_cm
                     char ***argv_out);
 
 /*
- * With s->control_dir: asks the master connection of each host to exit
- * (ssh -O exit, a local request to the socket; bounded by timeout_ms) and
- * removes the directory. Nothing without one. Returns 0 or -errno.
+ * The first host of h that is this machine: its name (hosts with a user@
+ * are never taken) resolves to a loopback address or to an address of one
+ * of this machine's interfaces. -1 when none is, or the interfaces could
+ * not be read. Resolves the names in order until one is local.
  */
-int launch_ssh_release(const launch_ssh *s, const launch_hosts *h, int64_t timeout_ms);
-
-/* The result of one command of a fan-out. */
-typedef struct launch_result {
-  int status;      /* waitpid() status; meaningful when timed_out and spawn_errno are 0 */
-  int timed_out;   /* killed at the deadline */
-  int spawn_errno; /* the command could not be started (e.g. ENOENT: no ssh) */
-  char out[1024];  /* the start of its stdout, NUL-terminated */
-  char err[1024];  /* the start of its stderr, NUL-terminated */
-} launch_result;
+long launch_local_host(const launch_hosts *h);
 
 /*
- * Runs the n commands argvs[i] (stdin /dev/null, stdout and stderr
- * captured), at most max_parallel at once, and fills results[i]. Every
- * command still running timeout_ms after the fan-out began is killed
- * (SIGKILL, by its PID) and marked timed out; the call returns once every
- * child has been reaped. Returns 0, or -errno when a pipe or poll failed
- * (the children it started are then killed and reaped).
+ * What a host's session showed before the job started on it: the agent's
+ * first line (its version), or how the session ended without one.
  */
-int launch_run_all(char **const *argvs, size_t n, int max_parallel, int64_t timeout_ms,
-                   launch_result *results);
+typedef struct launch_answer {
+  const char *version; /* the first line of its stdout, no newline; NULL: none came */
+  int ended;           /* the session ended; status is its waitpid() status */
+  int status;
+  int timed_out;   /* no version within the time given */
+  int spawn_errno; /* ssh could not be started */
+  const char *err; /* the last line ssh or the remote side wrote to stderr, or "" */
+} launch_answer;
 
 /*
- * The pre-flight: runs `COHORT --version` on every host over ssh (bounded
- * by max_parallel and timeout_ms) and compares its first line with expect
- * (e.g. "cohort 0.1.0"). Each host with a problem gets one line in
- * *report (malloc'ed, "HOST: what is wrong\n" per host), which is NULL when
- * every host is fine. Returns 0 (look at *report) or -errno.
+ * The verdict on one host's answer: 0 when the host answered expect (e.g.
+ * "cohort 0.1.0") and waits for the token; else 1 with one line in line
+ * ("unreachable over ssh: ...", "runs 'cohort 0.0.9', not ...", "COHORT is
+ * not there ...", "no answer over ssh within N s", ...). cohort_path names
+ * the remote binary, timeout_ms the time it was given.
  */
-int launch_preflight(const launch_ssh *s, const launch_hosts *h, const char *cohort_path,
-                     const char *expect, int max_parallel, int64_t timeout_ms, char **report);
+int launch_judge_answer(const launch_answer *a, const char *cohort_path, const char *expect,
+                        int64_t timeout_ms, char *line, size_t cap);
 
 /*
  * A job started over ssh: one `cohort run` agent per host, node i on
- * hosts.v[i], node 0 hosting the rendezvous store. Every remote command is
- *   exec sh -c 'read -r COHORT_TOKEN && export COHORT_TOKEN && exec "$@"' sh
- *        COHORT run --nnodes N --node-rank I --master M --job ID
- *        --nproc-per-node S [run_words...] -- command...
+ * hosts.v[i], node 0 hosting the rendezvous store, one ssh session (one
+ * connection, one login) per host for the job's whole life, but none for
+ * this machine (job->local). Every remote command is
+ *   exec COHORT run --launcher-stdin --nnodes N --node-rank I --master M
+ *        --job ID --nproc-per-node S [run_words...] -- command...
  * (each word quoted for the remote shell, which must be a POSIX one: sh,
- * bash, zsh): the job's token reaches the agent's environment through ssh's
- * standard input, never a command line that `ps` shows.
+ * bash, zsh). The handshake: the agent's first line on stdout is its
+ * version; it then waits for the job's token on its standard input (never
+ * a command line that `ps` shows). The token goes to every host once every
+ * host has answered with expect; otherwise no host gets it, and nothing
+ * starts anywhere.
  */
 typedef struct launch_job {
   launch_hosts hosts;
@@ -160,6 +150,11 @@ typedef struct launch_job {
   int nproc;               /* workers per host; 0: each host's slots (1 when none) */
   const char *master;      /* HOST:PORT of node 0's store; NULL: first host's name:29400 */
   const char *job_id;      /* NULL: a random one */
+  long local;              /* the host that is this machine: its agent runs here, under
+                            * `sh -c` instead of ssh (launch_local_host); -1 none */
+  const char *expect;      /* the version line every host must answer ("cohort 0.1.0") */
+  int fanout;              /* sessions connecting at once (not yet answered); 0: 32 */
+  int64_t answer_ms;       /* each host's time to answer from its session's start */
   int64_t stop_grace_ms;   /* after a stop, how long the agents get before ssh is killed */
   int out_fd, err_fd;      /* where the agents' stdout and stderr are relayed */
 } launch_job;
@@ -173,20 +168,27 @@ int launch_remote_command(const launch_job *job, size_t i, const char *master, c
                           char **out);
 
 /*
- * Runs the job: starts every session, writes the token to each, relays the
- * agents' output line by line (a line of cohort's own that an earlier host
- * already printed word for word, such as the job's root cause, which every
- * agent prints, is relayed once), and waits until every session has ended.
+ * Runs the job: starts every session (at most job->fanout connecting at
+ * once), reads each host's answer, and, when every host answered
+ * job->expect within job->answer_ms, writes the token to each; else it
+ * writes one line per host with a problem to err_fd ("cohort launch: HOST:
+ * what is wrong", as launch_judge_answer words it, then "cohort launch:
+ * nothing was started"), closes every session's standard input, so that no
+ * agent starts, and *status is 1. Once started, it relays the agents'
+ * output line by line (a line of cohort's own that an earlier host already
+ * printed word for word, such as the job's root cause, which every agent
+ * prints, is relayed once), and waits until every session has ended.
  * While it runs, SIGPIPE is ignored and SIGINT, SIGTERM and SIGHUP are
  * caught (through a self-pipe; the caller's handlers are put back): the
  * first one sends every agent a "stop" line and closes its standard input
- * (the agents stop their workers within their grace), a second one ends
- * the ssh clients. A session that ends while others run
- * is named on err_fd, and the others get the agents' own fail-together
- * time, then are stopped. *status: the job's exit status (0, the first
- * failing agent's code in node order, 1 for a session that ssh lost,
- * 128+N after signal N). Returns 0, or -errno when it could not start (a
- * session already started is then stopped).
+ * (the agents stop their workers within their grace; before the token,
+ * nothing starts), a second one ends the ssh clients. A session that ends
+ * while others run is named on err_fd, and the others get the agents' own
+ * fail-together time, then are stopped. *status: the job's exit status (0,
+ * the first failing agent's code in node order, 1 for a session that ssh
+ * lost or a host that failed the handshake, 128+N after signal N). Returns
+ * 0, or -errno when it could not start (a session already started is then
+ * stopped).
  */
 int launch_job_run(const launch_job *job, int *status);
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
@@ -28,7 +29,8 @@ static const char launch_usage[] =
     "its rank prefixes, the job's root cause is printed once, and the exit status\n"
     "is the job's. Ctrl-C or SIGTERM stops the job on every host; an agent whose\n"
     "ssh connection drops stops its workers and fails the job. Before anything\n"
-    "starts, every host must answer over ssh and run this cohort version.\n"
+    "starts, every host must answer over ssh and run this cohort version: one ssh\n"
+    "session per host does both.\n"
     "\n"
     "options:\n"
     "  --hosts LIST         H1[:SLOTS],H2,... ([user@]host, as mpirun --host)\n"
@@ -42,9 +44,12 @@ static const char launch_usage[] =
     "  --job ID             job id, [A-Za-z0-9._-]{1,64} (default: random)\n"
     "  --ssh-opts \"OPTS\"    options for every ssh, split at blanks (e.g. \"-p 2222\n"
     "                       -F cluster_ssh_config\"); ssh always runs with BatchMode=yes\n"
-    "  --connect-timeout SEC  ssh's ConnectTimeout (default 10); the pre-flight gives\n"
-    "                       every host that plus 20 s to answer\n"
-    "  --fanout N           ssh connections made at once by the pre-flight (default 32)\n"
+    "  --connect-timeout SEC  ssh's ConnectTimeout (default 10); every host gets that\n"
+    "                       plus 20 s to answer with its version\n"
+    "  --fanout N           ssh connections being made at once (default 32): more\n"
+    "                       hosts are connected to as the first ones answer\n"
+    "  --ssh-self           reach this machine over ssh too when it is in the list (by\n"
+    "                       default its agent runs here without ssh, as mpirun does)\n"
     "  --cohort PATH        cohort on the hosts (default: this binary's absolute path)\n"
     "  -h, --help           this text\n"
     "\n"
@@ -54,13 +59,13 @@ static const char launch_usage[] =
     "The hosts' login shell must be a POSIX one (sh, bash, zsh).\n"
     "\n"
     "exit status: 0 every worker succeeded; 1 the job failed (a report names the\n"
-    "cause), or the pre-flight found a problem and nothing was started; 2 usage\n"
+    "cause), or a host failed the version check and nothing was started; 2 usage\n"
     "error; 3 internal error; 128+N stopped by signal N; otherwise the failing\n"
     "agent's `cohort run` status.\n";
 
 typedef struct launch_args {
   const char *hosts, *hostfile, *include, *exclude, *ssh_opts, *cohort, *master, *job;
-  int nproc, fanout;
+  int nproc, fanout, ssh_self;
   int64_t connect_timeout_ms;
 } launch_args;
 
@@ -96,6 +101,7 @@ static const cli_opt launch_opts[] = {
     {"--connect-timeout", 0, CLI_SECONDS, .at = AT(connect_timeout_ms, int64_t), .min = 1000,
      .max = 600000},
     {"--fanout", 0, CLI_INT, .at = AT(fanout, int), .min = 1, .max = 64},
+    {"--ssh-self", 0, CLI_FLAG, .at = AT(ssh_self, int)},
     {"--cohort", 0, CLI_STR, .at = AT(cohort, const char *), .what = "a path",
      .flags = CLI_NONEMPTY},
 };
@@ -111,7 +117,7 @@ static int launch_option(const char *word, int *takes) {
     for (const char *p = o->names; *p;) {
       size_t len = strcspn(p, "|");
       if (strncmp(word, p, len) == 0 && (word[len] == '\0' || word[len] == '=')) {
-        *takes = o->kind != CLI_HELP_OPT && word[len] == '\0';
+        *takes = o->kind != CLI_HELP_OPT && o->kind != CLI_FLAG && word[len] == '\0';
         return 1;
       }
       p += len + (p[len] == '|');
@@ -214,22 +220,6 @@ static int read_hosts(const launch_args *a, launch_hosts *h) {
   return CLI_OK;
 }
 
-/* The pre-flight; prints one line per host with a problem. 0: all fine. */
-static int preflight(const launch_job *job, const launch_args *a) {
-  char *report = NULL;
-  int rc =
-      launch_preflight(&job->ssh, &job->hosts, job->cohort_path, "cohort " COHORT_VERSION_STRING,
-                       a->fanout, a->connect_timeout_ms + 20000, &report);
-  if (rc != 0)
-    return cli_error(launch_cmd.prog, AGENT_EXIT_INTERNAL, "pre-flight: %s", strerror(-rc));
-  if (report == NULL) return 0;
-  for (char *line = strtok(report, "\n"); line != NULL; line = strtok(NULL, "\n"))
-    fprintf(stderr, "cohort launch: %s\n", line);
-  fprintf(stderr, "cohort launch: nothing was started\n");
-  free(report);
-  return AGENT_EXIT_WORKER_FAILED;
-}
-
 /*
  * Parses everything into *job (which points into argv, a and self).
  * Returns CLI_OK, CLI_HELP, or an exit status after printing the error.
@@ -259,31 +249,35 @@ static int parse(int argc, char **argv, launch_args *a, launch_job *job, char **
   job->master = a->master;
   job->job_id = a->job;
   job->stop_grace_ms = grace_ms;
+  job->expect = "cohort " COHORT_VERSION_STRING;
+  job->fanout = a->fanout;
+  job->answer_ms = a->connect_timeout_ms + 20000;
+  job->local = a->ssh_self ? -1 : launch_local_host(&job->hosts);
   return CLI_OK;
+}
+
+/* Three descriptors per host: the soft limit up to the hard one (1024 would do for some 300). */
+static void raise_fd_limit(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 
 int cmd_launch(int argc, char **argv) {
   launch_args a = {.fanout = 32, .connect_timeout_ms = 10000};
   launch_job job = {.out_fd = 1, .err_fd = 2};
   char **mine = NULL, **run = NULL, self[4096];
-  /* ssh's control sockets: the pre-flight's connection to each host carries the job's
-   * session there (launch.h). In /tmp, not TMPDIR: a socket's path must stay short. */
-  char control[] = "/tmp/cohort-ssh-XXXXXX";
   int rc = parse(argc, argv, &a, &job, &mine, &run, self, sizeof self);
-  if (rc == CLI_HELP)
+  if (rc == CLI_HELP) {
     rc = 0;
-  else if (rc == CLI_OK) {
-    job.ssh.control_dir = mkdtemp(control);
-    rc = preflight(&job, &a);
-  }
-  if (rc == CLI_OK && job.command != NULL) {
+  } else if (rc == CLI_OK) {
     int status;
+    raise_fd_limit();
     int err = launch_job_run(&job, &status);
     rc = err != 0 ? AGENT_EXIT_INTERNAL : status;
   }
-  if (launch_ssh_release(&job.ssh, &job.hosts, 5000) != 0)
-    fprintf(stderr, "cohort launch: warning: ssh master connections may outlive the job in %s\n",
-            control);
   launch_ssh_free(&job.ssh);
   launch_hosts_free(&job.hosts);
   free(mine);

@@ -1,5 +1,6 @@
 /* cmd_run.c - `cohort run`: argument parsing for the node agent. */
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,8 +8,10 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/launcher.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "cohort/cohort.h"
 #include "rdzv/where.h"
 #include "store/auth.h"
 #include "store/store.h"
@@ -110,7 +113,8 @@
   "  --sysfs-root DIR, --proc-root DIR, --dev-root DIR  read GPUs and the CPU topology\n"          \
   "                       there instead of /sys, /proc and /dev (fixture trees)\n"                 \
   "  --launcher-stdin     standard input is the connection to `cohort launch` (it passes\n"        \
-  "                       this): a 'stop' line stops the job, end of file fails it\n"              \
+  "                       this): the version goes to stdout first, the token is stdin's\n"         \
+  "                       first line, then a 'stop' line stops the job, end of file fails it\n"    \
   "  -h, --help           this text\n"                                                             \
   "\n"                                                                                             \
   "Every option also takes --opt=value, the underscore spelling (--nproc_per_node) and,\n"         \
@@ -770,11 +774,46 @@ int cmd_torchrun_parse(int argc, char **argv, agent_config *out) {
   return parse(&torchrun_cmd, argc, argv, out);
 }
 
+/*
+ * `cohort launch`'s handshake (docs/launch.md). With --launcher-stdin among
+ * the options, the first line on stdout is this version, written before
+ * anything is parsed, so that options another version would refuse cannot
+ * hide the answer; keep it so in every version.
+ */
+static void launcher_answer(int argc, char **argv) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strcmp(argv[i], "--launcher-stdin") == 0) {
+      printf("cohort %s\n", COHORT_VERSION_STRING);
+      fflush(stdout);
+      return;
+    }
+}
+
+/* Then the token, the launcher's go-ahead, on stdin; without it nothing starts. */
+static int launcher_token(const cli_cmd *cmd, agent_config *cfg) {
+  static char token[STORE_TOKEN_MAX + 2];
+  int rc = agent_launcher_read_token(0, token, sizeof token);
+  if (rc == -ENODATA) {
+    fprintf(stderr, "cohort: the launcher's connection ended before the job started; nothing "
+                    "was started\n");
+    return 128 + SIGHUP;
+  }
+  if (rc != 0)
+    return cli_usage_error(cmd->prog,
+                           "--launcher-stdin: the first line of standard input must "
+                           "be the job's token (1 to %d characters)",
+                           STORE_TOKEN_MAX);
+  cfg->token = token;
+  return CLI_OK;
+}
+
 static int run_with(const cli_cmd *cmd, int argc, char **argv) {
   agent_config cfg;
+  if (cmd == &run_cmd) launcher_answer(argc, argv);
   int rc = parse(cmd, argc, argv, &cfg);
   if (rc == CLI_HELP) return 0;
   if (rc != CLI_OK) return rc;
+  if (cfg.launcher_stdin && (rc = launcher_token(cmd, &cfg)) != CLI_OK) return rc;
   if ((rc = make_log_dir(cmd->prog, &cfg)) != 0) return rc;
   return agent_run(&cfg);
 }
