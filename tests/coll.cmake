@@ -9,9 +9,9 @@ add_test(NAME coll_netns COMMAND ${CMAKE_SOURCE_DIR}/tests/test_coll_netns.sh $<
   $<TARGET_FILE:cohort>)
 set_tests_properties(coll_netns PROPERTIES TIMEOUT 300 LABELS "slow" SKIP_RETURN_CODE 77)
 
-# `cohort bench --mem`: the header line names the buffers' kind, and both kinds give right results
+# `cohort bench --mem`: the header line names the buffers' kind, and every kind gives right results
 # (shared: allocated and freed collectively through cohort_mem_alloc).
-add_test(NAME bench_mem COMMAND sh -c "for m in private shared; do \
+add_test(NAME bench_mem COMMAND sh -c "for m in private huge shared; do \
   out=$(\"$0\" bench --nproc 2 --mem $m -b 1M -e 1M -n 2 -w 1) || exit 1; \
   echo \"$out\" | grep -q \"memory $m,\" || exit 1; \
   echo \"$out\" | grep -q 'Out of bounds values : 0 OK' || exit 1; done; \

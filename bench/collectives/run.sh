@@ -5,12 +5,18 @@
 #
 #   host:                cohort on one host, 2, 4 and 8 ranks (LOCAL_RANKS),
 #                        on ordinary buffers (`cohort bench --mem private`,
-#                        what a program passes its own memory gets) and on
-#                        buffers from cohort_mem_alloc (`--mem shared`), each
+#                        what a program passes its own memory gets), on the
+#                        same advised for transparent huge pages (`--mem
+#                        huge`) and on buffers from cohort_mem_alloc (`--mem
+#                        shared`), each
 #                        beside the memory bound measured in the same run
 #                        (mem_bound.c: one thread per rank reducing its 1/n
 #                        of n buffers in place, every input read and every
-#                        output written once).
+#                        output written once); and the 2-rank private path
+#                        piece by piece (cma_pattern.c: one process pulling
+#                        half the message from another in 256 KiB chunks,
+#                        reducing and writing it back, beside the bound's
+#                        per-core work), on 4 KiB and on huge pages.
 #   peers:               one host, 2 processes: cohort (ordinary buffers,
 #                        shared memory), Open MPI (vader shared memory), Gloo
 #                        (TCP over loopback).
@@ -53,6 +59,7 @@ declare -A WARM=([8]=200 [65536]=30 [4194304]=5 [67108864]=2)
 # that a single slow round does not move their means.
 declare -A BITERS=([65536]=3000 [4194304]=300 [67108864]=60)
 declare -A BWARM=([65536]=300 [4194304]=30 [67108864]=6)
+declare -A PATTERN_ROUNDS=([4194304]=200 [67108864]=20)
 # One host, 8 bytes, cohort and Open MPI (both under a microsecond): 50000 warm-up iterations
 # (about 10 ms; with 200, the first configuration timed in a process ran 15-20 % slower than
 # the next) and 50000 timed ones.
@@ -84,6 +91,7 @@ if [ ${#NEEDS[@]} -gt 1 ]; then
   cc -O2 -o "$WORK/tcp_raw" "$HERE/tcp_raw.c" || exit 1
 fi
 cc -O3 -pthread -o "$WORK/mem_bound" "$HERE/mem_bound.c" || exit 1
+cc -O3 -o "$WORK/cma_pattern" "$HERE/cma_pattern.c" || exit 1
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
 # busbw in GB/s from bytes, microseconds and ranks (default 2: busbw = algbw).
@@ -226,7 +234,14 @@ for ((rep = 1; rep <= REPS; rep++)); do
     for np in $LOCAL_RANKS; do
       cohort_host "$np" private >>"$WORK/host$np.private"
       bound_host "$np" >>"$WORK/host$np.bound"
+      cohort_host "$np" huge >>"$WORK/host$np.huge"
       cohort_host "$np" shared >>"$WORK/host$np.shared"
+    done
+    for s in 4194304 67108864; do
+      for h in 0 1; do
+        timeout 600 $PRIO "$WORK/cma_pattern" $((s / 2)) 262144 "$h" "${PATTERN_ROUNDS[$s]}" |
+          awk -v s="$s" '{print s, $2, $4, $6, $8, $10}' >>"$WORK/pattern.$h"
+      done
     done
   fi
   if want peers; then
@@ -282,19 +297,33 @@ report() {
 
 if want host; then
   echo
-  echo "== one host: float32 allreduce, busbw GB/s in place (out of place), median of $REPS; private: ordinary buffers, shared: from cohort_mem_alloc =="
-  printf "%-6s %-10s %17s %17s %9s %14s %13s\n" ranks size "private" "shared" "bound" private/bound shared/bound
+  echo "== one host: float32 allreduce, busbw GB/s in place (out of place), median of $REPS; private: ordinary buffers, huge: the same advised MADV_HUGEPAGE, shared: from cohort_mem_alloc =="
+  printf "%-6s %-10s %17s %17s %17s %9s %8s %8s %8s\n" ranks size "private" "huge" "shared" "bound" priv/bnd huge/bnd shrd/bnd
   for np in $LOCAL_RANKS; do
     for s in "${SIZES[@]}"; do
-      bp=$(busbw "$s" "$(ti "host$np" private "$s")" "$np"); bs=$(busbw "$s" "$(ti "host$np" shared "$s")" "$np")
-      op=$(busbw "$s" "$(t "host$np" private "$s")" "$np"); os=$(busbw "$s" "$(t "host$np" shared "$s")" "$np")
       bb=$(busbw "$s" "$(t "host$np" bound "$s")" "$np")
-      printf "%-6s %-10s %7s (%7s) %7s (%7s) %9s %14s %13s\n" "$np" "$((s / 1024)) KiB" "$bp" "$op" "$bs" "$os" "$bb" \
-        "$(ratio "$bp" "$bb")" "$(ratio "$bs" "$bb")"
+      printf "%-6s %-10s" "$np" "$((s / 1024)) KiB"
+      for m in private huge shared; do
+        printf " %7s (%7s)" "$(busbw "$s" "$(ti "host$np" $m "$s")" "$np")" "$(busbw "$s" "$(t "host$np" $m "$s")" "$np")"
+      done
+      printf " %9s" "$bb"
+      for m in private huge shared; do printf " %8s" "$(ratio "$(busbw "$s" "$(ti "host$np" $m "$s")" "$np")" "$bb")"; done
+      printf "\n"
     done
   done
   echo "targets, 2 ranks at 4 and 64 MiB, in place: private >= 0.5x the bound, shared >= 0.8x (below the 128 KiB threshold the latency algorithms run)"
   echo "(bound: n buffers reduced in place by a thread per rank, at most one per core: the least memory traffic an allreduce can have; busbw = algbw * 2(n-1)/n)"
+  echo
+  echo "== the 2-rank private path piece by piece, one core (cma_pattern.c), us per round, median of $REPS =="
+  printf "%-10s %-6s %8s %8s %8s %8s %8s %12s\n" size pages get reduce put total bound bound/total
+  for s in 4194304 67108864; do
+    for h in 0 1; do
+      printf "%-10s %-6s" "$((s / 1024)) KiB" "$([ $h = 1 ] && echo huge || echo 4K)"
+      for c in 2 3 4 5 6; do printf " %8s" "$(awk -v s="$s" -v c="$c" '$1 == s {print $c}' "$WORK/pattern.$h" | median)"; done
+      tt=$(awk -v s="$s" '$1 == s {print $5}' "$WORK/pattern.$h" | median); tb=$(awk -v s="$s" '$1 == s {print $6}' "$WORK/pattern.$h" | median)
+      printf " %12s\n" "$(ratio "$tb" "$tt")"
+    done
+  done
 fi
 if want peers; then
   report local "one host, cohort on ordinary buffers"

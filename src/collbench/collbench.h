@@ -27,6 +27,15 @@ typedef enum collbench_op {
 /* "allreduce", "reduce_scatter", ... as nccl-tests names them. */
 const char *collbench_op_name(collbench_op op);
 
+/* Where the buffers live: ordinary memory as a program's own (4 KiB pages unless the system backs
+ * all memory with huge ones), the same advised for transparent huge pages (MADV_HUGEPAGE, as
+ * allocators that ask for them give), or cohort_mem_alloc's shared memory. */
+typedef enum collbench_mem {
+  COLLBENCH_MEM_PRIVATE,
+  COLLBENCH_MEM_SHARED,
+  COLLBENCH_MEM_HUGE,
+} collbench_mem;
+
 typedef struct collbench_opts {
   uint64_t minb, maxb; /* total bytes of the first and last row */
   uint64_t factor;     /* size multiplier between rows, >= 2 */
@@ -35,7 +44,7 @@ typedef struct collbench_opts {
   int iters, warmup; /* timed and untimed iterations per size */
   int root;          /* of broadcast and reduce */
   int check;         /* 1: a separate run per size is compared with the reference */
-  int shared;        /* 1: send and recv from cohort_mem_alloc, else ordinary (private) memory */
+  int mem;           /* collbench_mem: where send and recv live */
 } collbench_opts;
 
 /* One size of one collective: out of place [0] and in place [1]. */
@@ -54,8 +63,8 @@ typedef void (*collbench_row_fn)(const collbench_row *row, void *ctx);
 
 typedef struct collbench collbench;
 
-/* Buffers for o on communicator c (a collective call when o->shared). Returns 0 or -ENOMEM,
- * -EINVAL (root beyond the ranks), or cohort_mem_alloc's error. */
+/* Buffers for o on communicator c (a collective call when they are shared). Returns 0 or -ENOMEM,
+ * -EINVAL (root beyond the ranks), madvise's error (huge) or cohort_mem_alloc's (shared). */
 int collbench_create(cohort_comm *c, const collbench_opts *o, collbench **out);
 void collbench_destroy(
     collbench *b); /* NULL: no-op; a collective call when the buffers are shared */

@@ -38,9 +38,11 @@ static const char bench_usage[] =
     "  -c, --check      0 skips the correctness check (default 1)\n"
     "  --nproc N        fork N local ranks with an in-process store\n"
     "  --transport T    auto|tcp|shm for --nproc (sets COHORT_TRANSPORT)\n"
-    "  --mem KIND       private|shared: the buffers are ordinary memory, as a\n"
-    "                   program's own (default private), or from cohort_mem_alloc,\n"
-    "                   which the ranks of a host reach directly (single copy)\n"
+    "  --mem KIND       private|huge|shared: the buffers are ordinary memory, as a\n"
+    "                   program's own (default private), the same advised for\n"
+    "                   transparent huge pages (madvise MADV_HUGEPAGE), or from\n"
+    "                   cohort_mem_alloc, which the ranks of a host reach directly\n"
+    "                   (single copy)\n"
     "  -h, --help       this text\n"
     "\n"
     "Sizes are total bytes as in nccl-tests (allgather: the gathered output,\n"
@@ -98,7 +100,10 @@ static const cli_choice dtypes[] = {{"float", COHORT_F32},
                                     {"uint8", COHORT_U8},
                                     {"u8", COHORT_U8},
                                     {NULL, 0}};
-static const cli_choice mems[] = {{"private", 0}, {"shared", 1}, {NULL, 0}};
+static const cli_choice mems[] = {{"private", COLLBENCH_MEM_PRIVATE},
+                                  {"huge", COLLBENCH_MEM_HUGE},
+                                  {"shared", COLLBENCH_MEM_SHARED},
+                                  {NULL, 0}};
 static const cli_choice redops[] = {{"sum", COHORT_SUM}, {"prod", COHORT_PROD}, {"min", COHORT_MIN},
                                     {"max", COHORT_MAX}, {"avg", COHORT_AVG},   {NULL, 0}};
 
@@ -119,7 +124,7 @@ static const cli_opt bench_opts_table[] = {
     {"--check", 'c', CLI_INT, .at = AT(o.check, int), .min = 0, .max = 1},
     {"--nproc", 0, CLI_INT, .at = AT(nproc, int), .min = 1, .max = 256},
     {"--transport", 0, CLI_CUSTOM, .fn = set_transport, .what = "auto, tcp or shm"},
-    {"--mem", 0, CLI_CHOICE, .at = AT(o.shared, int), .choices = mems},
+    {"--mem", 0, CLI_CHOICE, .at = AT(o.mem, int), .choices = mems},
 };
 
 static const cli_cmd bench_cmd = {
@@ -186,11 +191,11 @@ static int run_ops(cohort_comm *c, const bench_args *a) {
   }
   if (rc != 0)
     return cli_error(prog, 1, "rank %d: cannot allocate the %s buffers: %s", r,
-                     choice_name(mems, a->o.shared), cohort_strerror(rc));
+                     choice_name(mems, a->o.mem), cohort_strerror(rc));
   if (r == 0) {
     const char *tr = getenv("COHORT_TRANSPORT");
     printf("# cohort bench: %d ranks, transport %s, memory %s, %d iters, %d warmup, check %s\n", n,
-           tr ? tr : "auto", choice_name(mems, a->o.shared), a->o.iters, a->o.warmup,
+           tr ? tr : "auto", choice_name(mems, a->o.mem), a->o.iters, a->o.warmup,
            a->o.check ? "on" : "off");
   }
   table t = {.a = a, .rank = r};
