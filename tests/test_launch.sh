@@ -67,6 +67,9 @@ check "no token: its first line is its version" [ "$(head -1 "$tmp/e0")" = "$ver
 check "no token: one line says nothing was started" \
   [ "$(cat "$tmp/e0.err")" = "cohort: the launcher's connection ended before the job started; nothing was started" ]
 check "no token: the worker never ran" [ ! -e "$tmp/started-no-token" ]
+ln -s "$cohort" "$tmp/bin/torchrun"
+(sleep 1) | "$tmp/bin/torchrun" --launcher-stdin --standalone --no-python true >"$tmp/e0t" 2>/dev/null
+check "no token: torchrun's spelling answers its version too" [ "$(head -1 "$tmp/e0t")" = "$version" ]
 (echo token-e1; sleep 2) | "$cohort" run --launcher-stdin -- sh -c 'echo $$ > '"$tmp"'/eof-pid; echo "token=$COHORT_TOKEN"; exec sleep 60' >"$tmp/e1" 2>&1 &
 wait_all 30 $!
 check "stdin eof: the agent exits 128+SIGHUP ($codes)" [ "$codes" = 129 ]

@@ -809,7 +809,7 @@ static int launcher_token(const cli_cmd *cmd, agent_config *cfg) {
 
 static int run_with(const cli_cmd *cmd, int argc, char **argv) {
   agent_config cfg;
-  if (cmd == &run_cmd) launcher_answer(argc, argv);
+  launcher_answer(argc, argv);
   int rc = parse(cmd, argc, argv, &cfg);
   if (rc == CLI_HELP) return 0;
   if (rc != CLI_OK) return rc;
