@@ -30,7 +30,7 @@ test=(
 # The libFuzzer targets and the sanitizer builds (scripts/fuzz-ci.sh).
 fuzz=(clang libclang-rt-14-dev)
 # The benchmarks' peers and tools (bench/).
-bench=(openmpi-bin libopenmpi-dev valgrind bc)
+bench=(openmpi-bin libopenmpi-dev valgrind bc pdsh)
 
 purposes=("$@")
 [ ${#purposes[@]} -gt 0 ] || purposes=(test fuzz bench)
