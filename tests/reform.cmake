@@ -44,3 +44,10 @@ target_link_libraries(reform_steps_worker PRIVATE cohort_static)
 add_test(NAME reform_agent_coll COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} coll $<TARGET_FILE:reform_steps_worker>)
 set_tests_properties(reform_agent_coll PROPERTIES TIMEOUT 300 COST 20 LABELS "slow")
+
+# cohort-gpt2 under real agents in network namespaces (root): 3 nodes x 1
+# rank, node 2 killed whole and replaced at once; the survivors keep their
+# processes, the newcomer receives the state, every step is trained once.
+add_test(NAME reform_gpt2_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_reform_netns.sh
+  $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2> ${CMAKE_SOURCE_DIR})
+set_tests_properties(reform_gpt2_nodes PROPERTIES TIMEOUT 300 COST 10 LABELS "slow" PROCESSORS 2)

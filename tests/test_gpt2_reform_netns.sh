@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# cohort-gpt2 under real agents with `cohort run --on-failure reform`, in
+# network namespaces this test creates and removes: 3 nodes x 1 rank, the
+# built-in store on node 0. Once rank 0 has done 20 steps, every process of
+# node 2's namespace (agent and worker) gets SIGKILL and a replacement node is
+# started at once with the same command line. The workers of nodes 0 and 1
+# keep their processes (the same PIDs before and after, and until the end);
+# the replacement's worker is a newcomer that receives the state; rank 0's
+# metrics have every step exactly once (none recomputed, none skipped), the
+# last ones at world 3; every agent exits 0.
+# usage: test_gpt2_reform_netns.sh COHORT COHORT-GPT2 SOURCE_DIR
+set -u
+cohort=$(readlink -f "$1")
+gpt2=$(readlink -f "$2")
+src=$(readlink -f "$3")
+tmp=$(mktemp -d /tmp/cohort-gpt2-reform-netns-XXXXXX)
+chmod 755 "$tmp"
+pids=()
+. "$src/tests/check_lib.sh"
+. "$src/tests/netns_lib.sh"
+if [ "$(id -u)" != 0 ]; then echo "needs root (network namespaces)"; exit 1; fi
+cleanup() {
+  netns_down
+  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+STEPS=300
+agent=()
+# agent_on I: node I's agent (node 0 hosts the store), output in $tmp/n<I>; rank 0's metrics.
+agent_on() {
+  local rank=()
+  [ "$1" -eq 0 ] && rank=(--node-rank 0)
+  OMP_NUM_THREADS=1 netns_agent "$1" "$tmp/n$1" --nnodes 2:3 "${rank[@]}" --master "$M:29500" \
+    --job g --heartbeat-timeout 2 --on-failure reform -- "$gpt2" --model tiny --seq-len 32 \
+    --batch 2 --steps $STEPS --data /usr/share/common-licenses/GPL-3 --quiet \
+    --metrics "$tmp/m.jsonl"
+  agent[$1]=$!
+}
+
+# worker_of PID: the cohort-gpt2 worker of the agent PID started (the shell of netns_bg runs
+# the agent, which runs the worker).
+worker_of() {
+  local a
+  a=$(pgrep -P "$1" -x cohort | head -1)
+  [ -n "$a" ] && pgrep -P "$a" -x cohort-gpt2 | head -1
+}
+
+steps_done() { [ -s "$tmp/m.jsonl" ] && wc -l <"$tmp/m.jsonl" || echo 0; }
+
+netns_up 3 || { echo "cannot create network namespaces"; exit 1; }
+M=$(netns_addr 0)
+for i in 0 1 2; do agent_on "$i"; done
+for _ in $(seq 1200); do
+  [ "$(steps_done)" -ge 20 ] && break
+  sleep 0.1
+done
+check "20 steps before the kill" [ "$(steps_done)" -ge 20 ]
+w0=$(worker_of "${agent[0]}")
+w1=$(worker_of "${agent[1]}")
+check "the workers of nodes 0 and 1 found ($w0, $w1)" [ -n "$w0" ] && [ -n "$w1" ]
+
+for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
+wait "${agent[2]}" 2>/dev/null
+mv "$tmp/n2" "$tmp/n2.lost"
+agent_on 2
+for _ in $(seq 1200); do
+  grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
+  sleep 0.1
+done
+check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
+check "node 0's worker kept its process" [ "$(worker_of "${agent[0]}")" = "$w0" ]
+check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
+wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+check "rank 0 says a new rank received the state" \
+  grep -q "cohort-gpt2: re-formed (epoch [0-9]*): world [23] -> 3 .* 1 rank(s) received [1-9][0-9]* bytes" "$tmp/n0"
+check "rank 0's summary (the process that started)" contains "$tmp/n0" "summary: "
+check "every step once, the last ones at world 3" /usr/bin/python3 - "$tmp/m.jsonl" $STEPS <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r["step"] for r in rows]
+ok = steps == list(range(1, int(sys.argv[2]) + 1)) and rows[-1]["world"] == 3
+if not ok:
+    print("steps", steps[:5], "...", len(steps), "worlds", [r["world"] for r in rows][-5:])
+sys.exit(0 if ok else 1)
+PY
+if [ "$failed" -ne 0 ]; then tail -n 8 "$tmp/n0" "$tmp/n1" "$tmp/n2"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
