@@ -204,10 +204,35 @@ static void test_progress(void) {
   agent_env_free(&e);
 }
 
+/* A worker started ahead of its membership (--on-failure reform): COHORT_AWAIT_FORM and no
+ * membership variable, not even one the agent inherited; its local ones stay. */
+static void test_await_form(void) {
+  char *parent[] = {"PATH=/usr/bin", "RANK=99", "MASTER_PORT=1", "COHORT_ROUND=7", NULL};
+  agent_env_in in = two_per_node(parent);
+  in.await_form = 1;
+  in.newcomer = 1;
+  in.control_fd = 9;
+  agent_env e = {0};
+  CHECK_EQ_INT(agent_env_build(&in, &e), 0);
+  if (e.v == NULL) return;
+  const char *gone[] = {"RANK",         "WORLD_SIZE",      "GROUP_RANK",       "GROUP_WORLD_SIZE",
+                        "ROLE_RANK",    "ROLE_WORLD_SIZE", "MASTER_ADDR",      "MASTER_PORT",
+                        "COHORT_STORE", "COHORT_ROUND",    "COHORT_NODE_RANK", "COHORT_NNODES"};
+  for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) check_var(e.v, gone[i], NULL);
+  check_var(e.v, "COHORT_AWAIT_FORM", "1");
+  check_var(e.v, "COHORT_NEWCOMER", "1");
+  check_var(e.v, "COHORT_CONTROL_FD", "9");
+  check_var(e.v, "LOCAL_RANK", "1");
+  check_var(e.v, "LOCAL_WORLD_SIZE", "2");
+  check_var(e.v, "COHORT_JOB_ID", "job7");
+  agent_env_free(&e);
+}
+
 int main(void) {
   test_output();
   test_progress();
   test_table();
+  test_await_form();
   test_user_wins();
   test_network();
   return check_report();

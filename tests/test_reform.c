@@ -21,6 +21,9 @@ static void test_parse(void) {
   CHECK_EQ_INT(m.verb, CONTROL_HELLO);
   CHECK_EQ_INT(m.pid, 42);
   CHECK_EQ_INT(m.step, -1);
+  CHECK_EQ_INT(m.await_form, -1);
+  CHECK_EQ_INT(parse("hello pid=42 await_form=1", &m), 0);
+  CHECK_EQ_INT(m.await_form, 1);
   CHECK_EQ_INT(parse("ready epoch=3 step=-1\n", &m), 0);
   CHECK_EQ_INT(m.verb, CONTROL_READY);
   CHECK_EQ_INT(m.epoch, 3);

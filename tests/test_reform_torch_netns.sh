@@ -6,7 +6,10 @@
 # the workers of nodes 0 and 1 keep their PIDs and go on with world size 2,
 # no completed step recomputed; a replacement node started with the same
 # command line joins: its worker receives the state and the three finish with
-# the same parameters; every agent exits 0. Prints the seconds from the kill
+# the same parameters; every agent exits 0. Then node 2 is killed again and
+# its replacement started at once: it starts its worker ahead (counted
+# pending), so the survivors re-form without it at once and take it in with a
+# second re-form once its worker said hello. Prints the seconds from the kill
 # to the survivors' next step and from the replacement's start to its first
 # step.
 # usage: test_reform_torch_netns.sh COHORT_BINARY SOURCE_DIR
@@ -117,7 +120,27 @@ received=$(field "$tmp/n2" joined received)
 check "the replacement received the state ($received bytes)" [ "${received:-0}" -gt 0 ]
 check "node 0's worker goes on with world 3 in its process" \
   wait_re "$tmp/n0" "\] step=[0-9]+ rank=0 world=3 pid=$pid0 " 60
+check "the replacement started its worker ahead of its membership" \
+  contains "$tmp/n2" "cohort: starting the workers ahead"
+
+# kill -9 of node 2 again and its replacement started at once: the survivors re-form without
+# it at once (it counts as pending in their round while its worker starts ahead: its
+# interpreter and imports cost them nothing), then take it in once its worker said hello.
+wait_re "$tmp/n2" "\] step=[0-9]+ rank=2 world=3 " 60
+for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
+wait "${agent[2]}" 2>/dev/null
+mv "$tmp/n2" "$tmp/n2.lost2"
+t_new=$(date +%s.%N)
+agent_on 2
+check "the second replacement joins as rank 2 of 3" \
+  wait_re "$tmp/n2" "\] joined epoch=[0-9]+ rank=2 world=3 " 120
+check "it started its worker ahead" contains "$tmp/n2" "cohort: starting the workers ahead"
+received=$(field "$tmp/n2" joined received)
+check "it received the state ($received bytes)" [ "${received:-0}" -gt 0 ]
 wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+forms=$(grep -o "re-formed in .* nodes [0-9] -> [0-9]" "$tmp/n0" | sed 's/.*nodes //' | tr '\n' ,)
+check "node 0's re-forms: without each lost node first, then with its replacement ($forms)" \
+  [ "$forms" = "3 -> 2,2 -> 3,3 -> 2,2 -> 3," ]
 check "the job ends well on every node ($codes)" [ "$codes" = "0 0 0" ]
 for i in 0 1 2; do check "node $i finished $STEPS steps" contains "$tmp/n$i" "] done step=$STEPS "; done
 params=$(for i in 0 1 2; do field "$tmp/n$i" done params; echo; done | sort -u | grep -c .)

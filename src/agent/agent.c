@@ -139,9 +139,15 @@ static void reap(job *j) {
       w->status = st;
       /* The worker's own children go with it (before a re-form starts another in its place). */
       kill(-w->pid, SIGKILL);
-      if (!agent_worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed &&
-          w->stopped_by == 0 && j->stop_signal == 0)
+      int lost = !agent_worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed &&
+                 w->stopped_by == 0 && j->stop_signal == 0;
+      if (lost && j->cl.ahead == 1) { /* started ahead, no member yet: this node fails alone */
+        j->first_failed = i;
+        agent_report_worker_failure(j, i);
+        begin_stop(j);
+      } else if (lost) {
         on_loss(j, i);
+      }
     }
   }
 }
@@ -293,9 +299,11 @@ static int run_timers(job *j) {
     j->publish_at = 0;
     if (j->first_failed >= 0) note_local_failure(j, j->first_failed);
   }
-  int timeout = agent_snapshot_tick(j, now);
-  timeout = sooner(timeout, agent_remote_stacks_tick(j, now));
-  timeout = sooner(timeout, agent_straggle_tick(j, now));
+  /* Workers started ahead (no plan yet): this node is no member to show or compare. */
+  int member = j->cl.ahead != 1;
+  int timeout = member ? agent_snapshot_tick(j, now) : -1;
+  if (member) timeout = sooner(timeout, agent_remote_stacks_tick(j, now));
+  if (member) timeout = sooner(timeout, agent_straggle_tick(j, now));
   timeout = sooner(timeout, hang_tick(j, now));
   timeout = sooner(timeout, agent_metrics_tick(&j->metrics, j, now));
   timeout = sooner(timeout, agent_reform_tick(j, now));
@@ -350,6 +358,10 @@ static int poll_once(job *j, poll_set *ps, int timeout) {
   agent_reform_serve(j, ps->pfd + ps->control_at, (int)(ps->n - ps->control_at));
   int broken = agent_reform_take_broken(j);
   if (broken >= 0) on_broken(j, broken);
+  if (agent_reform_ahead_ready(j) && !j->stopping && agent_reform_admit(j) != 0) {
+    adopt_report(j, j->report);
+    begin_stop(j);
+  }
   if (ps->pfd[0].revents & POLLIN) {
     unsigned char evs[64];
     ssize_t got = agent_signals_read(evs, sizeof evs);
@@ -387,6 +399,7 @@ static attempt_outcome supervise(job *j) {
 /* Every group killed and forgotten, leftovers removed; then the verdict. */
 static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
   agent_reform_close(j);
+  j->cl.ahead = 0; /* a later round joins as any node does */
   for (int i = 0; i < j->nworkers; i++) {
     worker *w = &j->workers[i];
     agent_worker_close_streams(w);
@@ -473,6 +486,8 @@ static int exit_of_error(int rc, int meeting) {
 int agent_job_begin_round(job *j) {
   cluster *c = &j->cl;
   int rc = agent_cluster_join(c, j->cfg, &j->round);
+  if (rc == -EINPROGRESS)
+    return AGENT_EXIT_OK; /* workers started ahead, the join later (reform.c) */
   if (rc != 0) return exit_of_error(rc, 1);
   /* One node's settings do not change between rounds; several nodes'
    * master may. */
@@ -564,6 +579,7 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
   j->guard.fd = -1;
   j->dup_fd[0] = j->dup_fd[1] = -1;
   j->hung_rank = -1;
+  j->cl.ahead_ok = cfg->reform;
   agent_metrics_init(&j->metrics);
   j->workers = calloc((size_t)j->nworkers, sizeof *j->workers);
   if (j->workers == NULL) return -ENOMEM;

@@ -231,17 +231,61 @@ static int wait_next_round(cluster *c, int round, int64_t timeout_ms, const char
   return -1;
 }
 
+/* The job-wide keys that say whether workers can be started ahead ("yes", "no"). */
+static void ahead_key(const cluster *c, const char *what, char *key, size_t len) {
+  snprintf(key, len, "%s/ahead/%s", c->run_id, what);
+}
+
+void agent_cluster_note_ahead(cluster *c, int yes) {
+  if (c->ahead_noted || c->client == NULL || !c->multinode) return;
+  char key[STORE_KEY_MAX];
+  ahead_key(c, yes ? "yes" : "no", key, sizeof key);
+  c->ahead_noted = store_set(c->client, key, "1", 1, base_deadline_in(STATUS_WRITE_MS)) == 0;
+}
+
+/* Whether this late node starts its workers ahead: allowed, not yet, and the job's say so. */
+static int start_ahead(cluster *c) {
+  if (!c->ahead_ok || c->ahead != 0) return 0;
+  char yes[STORE_KEY_MAX], no[STORE_KEY_MAX];
+  ahead_key(c, "yes", yes, sizeof yes);
+  ahead_key(c, "no", no, sizeof no);
+  const char *keys[2] = {yes, no};
+  void *vals[2] = {NULL, NULL};
+  size_t lens[2];
+  int rc = store_get_many(c->client, keys, 2, vals, lens, base_deadline_in(2000));
+  int ahead = rc == 0 && vals[0] != NULL && vals[1] == NULL;
+  free(vals[0]);
+  free(vals[1]);
+  if (!ahead) return 0;
+  /* The interface toward the store: the workers' GLOO/NCCL_SOCKET_IFNAME before any plan. */
+  char local[BASE_HOST_MAX] = "", remote[BASE_HOST_MAX] = "";
+  base_route_addrs(c->store_host, c->store_port, local, sizeof local, remote, sizeof remote);
+  find_iface(local, c->iface, sizeof c->iface);
+  c->ahead = 1;
+  fprintf(stderr, "cohort: starting the workers ahead; this node joins once they said hello\n");
+  return 1;
+}
+
 /*
  * Round `round` was planned without this node. A later one may be running:
  * returns it to join. Else, an elastic job with room is asked to re-form
  * (its failure key, RDZV_GROW_PREFIX) and the next round is returned; a
- * full job is waited on for its next round (wait_next_round).
+ * full job is waited on for its next round (wait_next_round). When this
+ * node starts its workers ahead (start_ahead) it asks only once they are
+ * ready: the round it returns then is the one to join after (a full job's
+ * next, where it counts as pending).
  */
 static int late_round(cluster *c, int round, int nnodes_max, int64_t timeout_ms, const char *why) {
   int latest = rdzv_latest_round(c->client, c->run_id, base_deadline_in(5000));
   c->newcomer = 1; /* the job went on without this node: it joins a running round */
   if (latest > round) return latest;
-  if (c->plan.nnodes >= nnodes_max) return wait_next_round(c, round, timeout_ms, why);
+  if (c->plan.nnodes >= nnodes_max) {
+    int next = wait_next_round(c, round, timeout_ms, why);
+    if (next >= 0 && start_ahead(c))
+      rdzv_mark_pending(c->client, c->run_id, next, base_deadline_in(2000));
+    return next;
+  }
+  if (start_ahead(c)) return round;
   char report[BASE_HOST_MAX + 64], winner[WATCH_REPORT_MAX];
   snprintf(report, sizeof report, "%snode %s joins the job", RDZV_GROW_PREFIX, c->hostname);
   fprintf(stderr, "cohort: the job runs with fewer nodes than it may have: asking it to re-form\n");
@@ -308,6 +352,7 @@ static int join_multi(cluster *c, const agent_config *cfg, int *round) {
     int next = late_round(c, *round, c->nnodes_max, cfg->join_timeout_ms, err);
     if (next < 0) return -EINVAL;
     *round = next;
+    if (c->ahead == 1) return -EINPROGRESS; /* its workers first */
   }
   fprintf(stderr, "cohort: rendezvous failed: the job did not take this node in after %d rounds\n",
           GROW_TRIES);

@@ -53,7 +53,11 @@ typedef struct cluster {
   rdzv_plan plan;                     /* this round's nodes and ranks */
   /* The next join is a re-form round (rdzv_join_opts) when reform_expect > 0. */
   int reform_expect, reform_prev, reform_cannot;
-  int newcomer;          /* this node came late to a running job (the grow path) */
+  int newcomer; /* this node came late to a running job (the grow path) */
+  /* --on-failure reform: a late node may start its workers ahead of the round that takes it
+   * in (ahead_ok); ahead: 1 while they start (the join waits for their hellos), 2 once they
+   * said hello; ahead_noted: this node said whether its workers can be started ahead. */
+  int ahead_ok, ahead, ahead_noted;
   char local_file[4400]; /* one node: where `cohort status` finds the job (jobctl.h), "" none */
 } cluster;
 
@@ -71,9 +75,20 @@ const char *agent_cluster_token(const cluster *c);
 /*
  * Joins round *round and fills c->plan (one node: a plan of its own). A
  * node late to a running elastic job with room asks it to re-form and
- * joins the next round: *round says which it joined.
+ * joins the next round: *round says which it joined. With ahead_ok, a late
+ * node whose job's workers can be started ahead (agent_cluster_note_ahead)
+ * returns -EINPROGRESS instead, ahead set to 1 (and, for a full job, counted
+ * pending in the survivors' re-form round *round, so that they go on
+ * without waiting for it): the caller starts its workers, and once they all
+ * said hello sets ahead to 2 and calls again; the job then re-forms with
+ * this node (RDZV_GROW_PREFIX).
  */
 int agent_cluster_join(cluster *c, const agent_config *cfg, int *round);
+
+/* Says once, for the whole job, whether this node's workers can be started ahead (yes: every
+ * one said hello with await_form=1); a late node starts its own ahead only when some node said
+ * yes and none said no. */
+void agent_cluster_note_ahead(cluster *c, int yes);
 
 /* Multi-node: publishes this node's network summary and warns when node 0's differs. */
 void agent_cluster_compare_network(cluster *c, int round, const doctor_result *net);

@@ -32,6 +32,7 @@ static int parse_field(const char *s, const char *e, control_msg *m) {
   if (klen == 3 && memcmp(s, "pid", 3) == 0) at = &m->pid;
   if (klen == 5 && memcmp(s, "epoch", 5) == 0) at = &m->epoch;
   if (klen == 4 && memcmp(s, "step", 4) == 0) at = &m->step;
+  if (klen == 10 && memcmp(s, "await_form", 10) == 0) at = &m->await_form;
   return at != NULL ? parse_i64(eq + 1, e, at) : 0;
 }
 
@@ -50,7 +51,7 @@ static control_verb verb_of(const char *s, size_t n) {
 
 int agent_control_parse(const char *buf, size_t len, control_msg *out) {
   memset(out, 0, sizeof *out);
-  out->pid = out->epoch = out->step = -1;
+  out->pid = out->epoch = out->step = out->await_form = -1;
   if (len > 0 && buf[len - 1] == '\n') len--;
   if (len == 0 || len > CONTROL_MSG_MAX) return -EPROTO;
   for (size_t i = 0; i < len; i++)

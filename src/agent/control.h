@@ -5,7 +5,8 @@
  *
  * One datagram is one message: ASCII, at most CONTROL_MSG_MAX bytes,
  * "VERB key=value key=value ...", a `why=` field last taking the rest of the
- * message. The worker says `hello pid=P`, `ready epoch=E step=S`,
+ * message. The worker says `hello pid=P [await_form=1]` (1: it can be
+ * started ahead of its membership, COHORT_AWAIT_FORM), `ready epoch=E step=S`,
  * `formed epoch=E step=S` and `broken epoch=E why=...` (its collectives of
  * membership E failed: a peer's connection closed, before any agent said
  * so); the agent says `reshape`, `form` and `stop` (docs/reform.md has the
@@ -34,6 +35,7 @@ typedef struct control_msg {
   control_verb verb;
   char name[16]; /* the verb as sent (truncated), for a log line */
   int64_t pid, epoch, step;
+  int64_t await_form; /* hello: 1 when it can wait for its first `form` (started ahead) */
 } control_msg;
 
 /*

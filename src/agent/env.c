@@ -38,19 +38,24 @@ const char *agent_env_get(char *const *env, const char *name) {
   return NULL;
 }
 
-/* Sets name, replacing an earlier value. */
-static int env_setf(agent_env *e, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int env_setf(agent_env *e, const char *name, const char *fmt, ...) {
+/* Removes name's value, if any. */
+static void env_unset(agent_env *e, const char *name) {
   size_t nl = strlen(name);
   for (size_t i = 0; i < e->n; i++) {
     if (strncmp(e->v[i], name, nl) == 0 && e->v[i][nl] == '=') {
       free(e->v[i]);
       e->v[i] = e->v[--e->n];
       e->v[e->n] = NULL;
-      break;
+      return;
     }
   }
+}
+
+/* Sets name, replacing an earlier value. */
+static int env_setf(agent_env *e, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int env_setf(agent_env *e, const char *name, const char *fmt, ...) {
+  env_unset(e, name);
   char val[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -84,20 +89,26 @@ static int env_own_gpu(agent_env *e, const agent_env_in *in) {
 }
 
 /* The variables torchrun sets, with its names and meanings. */
-static int env_torchrun(agent_env *e, const agent_env_in *in) {
+/* The variables of one membership: ranks, sizes, where node 0 is. */
+static int env_membership(agent_env *e, const agent_env_in *in) {
   int rc = 0;
   rc |= env_setf(e, "RANK", "%d", in->rank);
-  rc |= env_setf(e, "LOCAL_RANK", "%d", in->virtual_local_rank ? 0 : in->local_rank);
-  if (in->virtual_local_rank) rc |= env_own_gpu(e, in);
   rc |= env_setf(e, "WORLD_SIZE", "%d", in->world_size);
-  rc |= env_setf(e, "LOCAL_WORLD_SIZE", "%d", in->local_world_size);
   rc |= env_setf(e, "GROUP_RANK", "%d", in->group_rank);
   rc |= env_setf(e, "GROUP_WORLD_SIZE", "%d", in->group_world_size);
   rc |= env_setf(e, "ROLE_RANK", "%d", in->rank);
   rc |= env_setf(e, "ROLE_WORLD_SIZE", "%d", in->world_size);
-  rc |= env_setf(e, "ROLE_NAME", "%s", in->role);
   rc |= env_setf(e, "MASTER_ADDR", "%s", in->master_addr);
   rc |= env_setf(e, "MASTER_PORT", "%d", in->master_port);
+  return rc;
+}
+
+static int env_torchrun(agent_env *e, const agent_env_in *in) {
+  int rc = in->await_form ? 0 : env_membership(e, in);
+  rc |= env_setf(e, "LOCAL_RANK", "%d", in->virtual_local_rank ? 0 : in->local_rank);
+  if (in->virtual_local_rank) rc |= env_own_gpu(e, in);
+  rc |= env_setf(e, "LOCAL_WORLD_SIZE", "%d", in->local_world_size);
+  rc |= env_setf(e, "ROLE_NAME", "%s", in->role);
   rc |= env_setf(e, "TORCHELASTIC_RESTART_COUNT", "%d", in->restart);
   rc |= env_setf(e, "TORCHELASTIC_MAX_RESTARTS", "%d", in->max_restarts);
   rc |= env_setf(e, "TORCHELASTIC_RUN_ID", "%s", in->run_id);
@@ -163,15 +174,26 @@ int agent_env_build(const agent_env_in *in, agent_env *out) {
   if (rc == 0 && in->progress != NULL) rc |= env_progress(out, in);
   if (rc == 0 && in->hook_dir != NULL) rc |= env_stacks_hook(out, in);
   if (rc == 0) {
-    rc |= env_setf(out, "COHORT_STORE", "%s", in->store);
     rc |= env_setf(out, "COHORT_JOB_ID", "%s", in->run_id);
-    rc |= env_setf(out, "COHORT_ROUND", "%d", in->round);
     if (in->token != NULL) rc |= env_setf(out, "COHORT_TOKEN", "%s", in->token);
-    rc |= env_setf(out, "COHORT_NODE_RANK", "%d", in->group_rank);
-    rc |= env_setf(out, "COHORT_NNODES", "%d", in->group_world_size);
+    if (!in->await_form) {
+      rc |= env_setf(out, "COHORT_STORE", "%s", in->store);
+      rc |= env_setf(out, "COHORT_ROUND", "%d", in->round);
+      rc |= env_setf(out, "COHORT_NODE_RANK", "%d", in->group_rank);
+      rc |= env_setf(out, "COHORT_NNODES", "%d", in->group_world_size);
+    }
     if (in->control_fd > 0) rc |= env_setf(out, "COHORT_CONTROL_FD", "%d", in->control_fd);
     if (in->newcomer) rc |= env_setf(out, "COHORT_NEWCOMER", "1");
+    if (in->await_form) rc |= env_setf(out, "COHORT_AWAIT_FORM", "1");
   }
+  /* Started ahead: none of a membership's variables, not even the agent's own (the first
+   * `form` gives them). */
+  static const char *const membership[] = {
+      "RANK",         "WORLD_SIZE",      "GROUP_RANK",       "GROUP_WORLD_SIZE",
+      "ROLE_RANK",    "ROLE_WORLD_SIZE", "MASTER_ADDR",      "MASTER_PORT",
+      "COHORT_STORE", "COHORT_ROUND",    "COHORT_NODE_RANK", "COHORT_NNODES"};
+  for (size_t i = 0; in->await_form && i < sizeof membership / sizeof membership[0]; i++)
+    env_unset(out, membership[i]);
   if (rc == 0) return 0;
   agent_env_free(out);
   return -ENOMEM;

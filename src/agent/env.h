@@ -44,6 +44,9 @@ typedef struct agent_env_in {
                              the local rank's entry of the parent's list (or its number) */
   int control_fd;         /* COHORT_CONTROL_FD (--on-failure reform) when > 0 */
   int newcomer;           /* COHORT_NEWCOMER=1: started into a running re-formable job */
+  int await_form;         /* started ahead of its membership: COHORT_AWAIT_FORM=1, and none of
+                             the variables of a membership (rank, sizes, master, store): the
+                             first `form` gives them */
   int omp_threads;        /* OMP_NUM_THREADS unless set (--cpu-bind: the rank's CPUs); 0: torchrun's
                              1 when several workers */
 } agent_env_in;

@@ -88,9 +88,15 @@ static void formed_all(job *j) {
                       ? (rf->step_before > after ? rf->step_before - after : 0)
                       : -1;
   rf->forming = 0;
-  rf->count++;
   /* The hang check paused while the ranks re-formed: their silence counts from now. */
   agent_hang_resume(&j->hang, base_now_ms());
+  if (rf->admitting) { /* a late node's workers, started ahead: no re-form of this node's */
+    rf->admitting = 0;
+    fprintf(stderr, "cohort: the workers started ahead joined in %.2f s: round %d, world %d\n",
+            (double)r->duration_ms / 1000, j->round, j->cl.plan.world_size);
+    return;
+  }
+  rf->count++;
   fprintf(
       stderr,
       "cohort: re-formed in %.2f s: round %d, nodes %d -> %d, world %d -> %d, steps lost %lld\n",
@@ -107,6 +113,16 @@ static void check_formed(job *j) {
 
 /* ---- messages from the workers ---- */
 
+/* Once every worker said hello: whether they all can be started ahead, for late nodes. */
+static void note_ahead(job *j) {
+  int yes = 1;
+  for (int i = 0; i < j->nworkers; i++) {
+    if (!j->rf.slot[i].hello) return;
+    yes &= j->rf.slot[i].await_form;
+  }
+  agent_cluster_note_ahead(&j->cl, yes);
+}
+
 static void on_message(job *j, int i, const char *buf, size_t len) {
   reform_slot *s = &j->rf.slot[i];
   control_msg m;
@@ -117,7 +133,11 @@ static void on_message(job *j, int i, const char *buf, size_t len) {
     s->warned = 1;
     return;
   }
-  if (m.verb == CONTROL_HELLO) s->hello = 1;
+  if (m.verb == CONTROL_HELLO) {
+    s->hello = 1;
+    s->await_form = m.await_form == 1;
+    note_ahead(j);
+  }
   if (m.step >= 0) s->step = m.step;
   if (m.verb == CONTROL_READY && m.step > j->rf.step_before) j->rf.step_before = m.step;
   /* `broken`, or a `ready` no `reshape` asked for: the worker's own collectives found a peer
@@ -285,6 +305,18 @@ static void send_form(job *j, int i) {
                      j->cl.store_env, j->cl.run_id, p->master_addr, p->master_port);
 }
 
+/* agent_job_begin_round, which may wait the heartbeat timeout for a missing node: the workers'
+ * output flows on meanwhile. */
+static int join_relayed(job *j) {
+  relay r;
+  int relayed = agent_relay_start(&r, j->workers, j->nworkers);
+  if (relayed != 0)
+    base_log(BASE_LOG_WARN, "no output relay during the join: %s", strerror(-relayed));
+  int status = agent_job_begin_round(j);
+  agent_relay_stop(&r);
+  return status;
+}
+
 /* Joins the re-form round: 0, or -1 with why. */
 static int join_next(job *j, int cannot, char *why, size_t len, const char *report) {
   cluster *c = &j->cl;
@@ -293,13 +325,7 @@ static int join_next(job *j, int cannot, char *why, size_t len, const char *repo
   c->reform_cannot = cannot;
   agent_cluster_unwatch(c);
   j->round++;
-  /* The join may wait the heartbeat timeout for a missing node: the output flows on. */
-  relay r;
-  int relayed = agent_relay_start(&r, j->workers, j->nworkers);
-  if (relayed != 0)
-    base_log(BASE_LOG_WARN, "no output relay during the re-form's join: %s", strerror(-relayed));
-  int status = agent_job_begin_round(j);
-  agent_relay_stop(&r);
+  int status = join_relayed(j);
   c->reform_expect = 0;
   if (status == AGENT_EXIT_OK) return 0;
   snprintf(why, len, "the re-form's rendezvous (round %d) failed", j->round);
@@ -371,6 +397,45 @@ static int reform_round(job *j, const char *report, const char *part_why) {
   }
   check_formed(j);
   return 1;
+}
+
+int agent_reform_ahead_ready(const job *j) {
+  if (j->rf.slot == NULL || j->cl.ahead != 1) return 0;
+  int running = 0;
+  for (int i = 0; i < j->nworkers; i++) {
+    if (!j->workers[i].running) continue;
+    if (!j->rf.slot[i].hello) return 0;
+    running++;
+  }
+  return running == j->nworkers;
+}
+
+int agent_reform_admit(job *j) {
+  char why[512];
+  j->cl.ahead = 2;
+  int64_t t0 = base_now_ms();
+  fprintf(stderr, "cohort: the workers started ahead said hello: joining the job\n");
+  if (join_relayed(j) != AGENT_EXIT_OK) {
+    snprintf(j->report, sizeof j->report, "node %s: the join after its workers started failed",
+             j->cl.hostname);
+    return -1;
+  }
+  if (j->cl.plan.restart) {
+    snprintf(j->report, sizeof j->report,
+             "node %s: the job restarts as it joins (a node cannot "
+             "re-form)",
+             j->cl.hostname);
+    return -1;
+  }
+  j->rf.last.detected_ms = t0; /* the admission's duration: the join and every `formed` */
+  j->rf.forming = j->rf.admitting = 1;
+  j->rf.deadline_ms = t0 + j->cfg->reform_timeout_ms;
+  if (form(j, why, sizeof why) != 0) {
+    base_strlcpy(j->report, why, sizeof j->report);
+    return -1;
+  }
+  check_formed(j);
+  return 0;
 }
 
 int agent_reform_on_loss(job *j, int index) {

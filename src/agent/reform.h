@@ -32,12 +32,13 @@
 
 /* One local rank's control channel and what its worker said. */
 typedef struct reform_slot {
-  int fd;       /* the agent's end, -1 none */
-  int hello;    /* it takes part in re-forms */
-  int formed;   /* it said `formed` for the current re-form */
-  int64_t step; /* the step of its last `ready`/`formed`, -1 unknown */
-  int losses;   /* how often its worker was lost */
-  int warned;   /* a bad or unknown message was logged (once per worker) */
+  int fd;         /* the agent's end, -1 none */
+  int hello;      /* it takes part in re-forms */
+  int formed;     /* it said `formed` for the current re-form */
+  int64_t step;   /* the step of its last `ready`/`formed`, -1 unknown */
+  int losses;     /* how often its worker was lost */
+  int warned;     /* a bad or unknown message was logged (once per worker) */
+  int await_form; /* its hello said it can be started ahead of its membership */
 } reform_slot;
 
 /* One re-form, as `cohort status` and the metrics show it. */
@@ -54,6 +55,7 @@ typedef struct reform_record {
 typedef struct reform {
   reform_slot *slot; /* nworkers of them, NULL off */
   int forming;       /* `form` sent, waiting for `formed` */
+  int admitting;     /* ... by workers started ahead (a late node's first membership) */
   int64_t deadline_ms;
   int64_t step_before; /* the highest step seen before the loss, -1 unknown */
   int count;           /* re-forms completed */
@@ -101,6 +103,19 @@ void agent_reform_serve(struct job *j, const struct pollfd *pfd, int n);
  * the job fails together with j->report (which names every loss).
  */
 int agent_reform_on_loss(struct job *j, int index);
+
+/*
+ * A late node whose workers were started ahead (cluster.ahead 1): whether
+ * every one of them said hello (then agent_reform_admit is due).
+ */
+int agent_reform_ahead_ready(const struct job *j);
+
+/*
+ * Joins the job now that the workers started ahead are ready (the join
+ * blocks, the output relayed) and sends each its `form`; done when each said
+ * `formed`. 0, or -1 with j->report (this node fails alone: it was no member).
+ */
+int agent_reform_admit(struct job *j);
 
 /* The re-form's deadline; returns the ms until it (-1 none). */
 int agent_reform_tick(struct job *j, int64_t now);

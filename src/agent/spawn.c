@@ -44,7 +44,8 @@ static int spawn_one(job *j, worker *w, int newcomer) {
                      .nnet = j->net ? j->net->nset : 0,
                      .omp_threads = j->place.omp ? CPU_COUNT(cpus) : 0,
                      .virtual_local_rank = j->cfg->virtual_local_rank,
-                     .newcomer = newcomer};
+                     .newcomer = newcomer,
+                     .await_form = j->cl.ahead == 1};
   char hb[PROGRESS_PATH_MAX], py[PROGRESS_PATH_MAX], watch[PROGRESS_PATH_MAX + 8];
   if (j->hang.prog != NULL) {
     agent_hang_paths(&j->hang, w->local_rank, hb, sizeof hb, py, sizeof py);
@@ -71,7 +72,9 @@ static int spawn_one(job *j, worker *w, int newcomer) {
 
 attempt_outcome agent_spawn_all(job *j) {
   const agent_config *cfg = j->cfg;
-  int offset = j->cl.plan.nodes[j->cl.plan.my_index].rank_offset;
+  /* Workers started ahead have no rank until their `form` (reform.c): their local ones meanwhile.
+   */
+  int offset = j->cl.ahead == 1 ? 0 : j->cl.plan.nodes[j->cl.plan.my_index].rank_offset;
   for (int i = 0; i < j->nworkers; i++) {
     int console, files;
     agent_worker_output(cfg, i, &console, &files);

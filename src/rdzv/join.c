@@ -252,18 +252,24 @@ done:
  * A re-form round's records: as soon as expect nodes joined, or once
  * settle_ms passed with at least MIN there (a survivor learns of the loss
  * from the fail key at once; one that has not come by then is lost too, and
- * one that comes later is taken in by the next re-form). *n how many.
+ * one that comes later is taken in by the next re-form), or at once with
+ * those there (at least MIN) when the nodes joined and the nodes pending
+ * (rdzv_mark_pending: a replacement whose workers are still starting) make
+ * expect. *n how many.
  */
 static int await_reform(store_client *c, const rdzv_join_opts *o, char (*keybuf)[STORE_KEY_MAX],
                         int64_t *n, char *errbuf, size_t errlen) {
-  char key[STORE_KEY_MAX];
+  char key[STORE_KEY_MAX], pkey[STORE_KEY_MAX];
   rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
-  int64_t settle = base_now_ms() + o->settle_ms, joined = 0;
+  rdzv_key(pkey, sizeof pkey, o->job_id, o->round, "pending");
+  int64_t settle = base_now_ms() + o->settle_ms, joined = 0, pending = 0;
   for (;;) {
     int rc = store_add(c, key, 0, &joined, base_deadline_in(1000));
+    if (rc == 0 && joined < o->expect) rc = store_add(c, pkey, 0, &pending, base_deadline_in(1000));
     if (rc != 0) return rc;
     int64_t now = base_now_ms();
-    if (joined >= o->expect || (now >= settle && joined >= o->nnodes_min)) break;
+    int enough = now >= settle || joined + pending >= o->expect;
+    if (joined >= o->expect || (enough && joined >= o->nnodes_min)) break;
     if (now >= o->deadline_ms) {
       snprintf(errbuf, errlen, "only %lld of the %d nodes expected came back (at least %d needed)",
                (long long)joined, o->expect, o->nnodes_min);
@@ -444,6 +450,12 @@ int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *er
     return -ESRCH;
   }
   return 0;
+}
+
+int rdzv_mark_pending(store_client *c, const char *job_id, int round, int64_t deadline_ms) {
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, job_id, round, "pending");
+  return store_add(c, key, 1, NULL, deadline_ms);
 }
 
 int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms) {

@@ -88,6 +88,14 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
  */
 #define RDZV_GROW_PREFIX "grow: "
 
+/*
+ * Counts this node as pending in re-form round `round` ("J/R/pending"): it
+ * comes later (a replacement whose workers are still starting), so the
+ * round's planner need not wait for the node it replaces; it joins a later
+ * round. 0 or a negative error.
+ */
+int rdzv_mark_pending(store_client *c, const char *job_id, int round, int64_t deadline_ms);
+
 /* The last round node 0 planned (the job's "J/latest"), or -ENOENT before any. */
 int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms);
 

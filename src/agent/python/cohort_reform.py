@@ -27,6 +27,11 @@ to every rank behind it (newcomers, COHORT_NEWCOMER=1, and survivors whose
 step in flight failed). The step in flight is kept when any rank completed
 it, else dropped: no completed step is recomputed.
 
+A late node's agent may start this worker ahead of its membership
+(COHORT_AWAIT_FORM=1, which hello's await_form=1 allows): Job then waits for
+the first `form`, so the interpreter's start and the imports run while the
+survivors train.
+
 Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
 plain DDP set-up and training_step() only counts steps.
 """
@@ -208,7 +213,11 @@ class Job:
         fd = os.environ.get("COHORT_CONTROL_FD")
         if fd:
             self.channel = _Channel(int(fd), self._break)
-            self.channel.send("hello", pid=os.getpid())
+            # await_form=1: this module can be started ahead of its membership.
+            self.channel.send("hello", pid=os.getpid(), await_form=1)
+        if self.channel is not None and env.get("COHORT_AWAIT_FORM") == "1":
+            self._first_form()  # started ahead: the survivors went on without waiting
+            return
         self._join(dict(rank=env["RANK"], size=env["WORLD_SIZE"], epoch=self.epoch,
                         master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
                         master_port=env["MASTER_PORT"]), announce=not self.has_state)
@@ -291,6 +300,26 @@ class Job:
                     raise
         raise Stopped("100 re-forms in a row failed")
 
+    def _first_form(self):
+        """A worker started ahead (COHORT_AWAIT_FORM=1, no membership yet: a late node's,
+        whose interpreter and imports ran while the others trained): waits for its
+        first `form`, joins, answers `formed`."""
+        after = -1
+        for _ in range(100):
+            form = self.channel.wait_form(after=after)
+            try:
+                self._join(form)
+                return
+            except (RuntimeError, ValueError) as e:
+                if self.channel.stop_why is not None:
+                    raise Stopped(self.channel.stop_why) from e
+                if not self.channel.wait_reshape(self.epoch, self.wait):
+                    raise
+            after = max(self.epoch, self.channel.reshape_epoch)
+            self._release()
+            self.channel.send("ready", epoch=after, step=-1)
+        raise Stopped("100 memberships in a row ended before this worker joined one")
+
     def _set_env(self, f):
         """The variables of the new round, as the agent would set them."""
         names = {"rank": "RANK", "size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
@@ -302,6 +331,7 @@ class Job:
             if key in f:
                 os.environ[var] = str(f[key])
         os.environ.pop("COHORT_NEWCOMER", None)
+        os.environ.pop("COHORT_AWAIT_FORM", None)
 
     def _join(self, f, announce=True):
         rank, size, epoch = int(f["rank"]), int(f["size"]), int(f["epoch"])
