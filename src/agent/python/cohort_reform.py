@@ -40,6 +40,7 @@ import io
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -338,6 +339,8 @@ class Job:
         self.epoch = epoch
         if self.channel is not None:
             self._set_env(f)
+        if rank != 0:
+            self._await_store(f["master_addr"], int(f["master_port"]))
         self._store = dist.TCPStore(f["master_addr"], int(f["master_port"]), size,
                                     rank == 0, timeout=self.join_timeout)
         before = _sockets()
@@ -355,6 +358,24 @@ class Job:
         self.ddp = DistributedDataParallel(self.module, **self.ddp_args)
         self.reforms.append(dict(epoch=epoch, world_size=size, donor=donor,
                                  behind=behind, sent=sent, received=received))
+
+    def _await_store(self, addr, port):
+        """Until rank 0's TCPStore listens: torch's client, refused, retries only after
+        a second (1.13), which a re-form would pay whenever rank 0 is slower to get
+        there. Ends early when the membership ends; the TCPStore's own timeout and
+        errors apply after."""
+        end = time.monotonic() + self.join_timeout.total_seconds()
+        delay = 0.002
+        while time.monotonic() < end:
+            try:
+                socket.create_connection((addr, port), timeout=1.0).close()
+                return
+            except OSError:
+                pass
+            if self.reshaped():
+                raise RuntimeError("membership %d ended while it formed" % self.epoch)
+            time.sleep(delay)
+            delay = min(2 * delay, 0.05)
 
     def _device(self):
         if self.backend == "nccl":
