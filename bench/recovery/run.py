@@ -45,7 +45,9 @@ PY = "/usr/bin/python3"
 # A step line as rank 0 prints it (cohort run: "[r0] ", torchrun --tee: "[default0]:"), not the
 # copies in a failure report.
 STEP = re.compile(r"^(?:\[\w+\]:?\s*)?step\s+(\d+)\s*/\s*(\d+)")
-WORLD = re.compile(r"\bworld[= ](\d+)|(\d+)\s*->\s*(\d+)\s*ranks?|->\s*world\s*(\d+)")
+# "world A -> B" (the agent's and cohort-gpt2's re-form lines) is B, the world after.
+WORLD = re.compile(r"\bworld\s+\d+\s*->\s*(\d+)|\bworld[= ](\d+)|(\d+)\s*->\s*(\d+)\s*ranks?|"
+                   r"->\s*world\s*(\d+)")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
 
 
