@@ -1,7 +1,8 @@
 /*
  * test_reform.c - the pure parts of --on-failure reform: the control
- * channel's messages (agent_control_parse) and a socketpair that carries
- * one message per datagram.
+ * channel's messages (agent_control_parse), a socketpair that carries one
+ * message per datagram, and a re-form round's planner with a replacement
+ * counted pending (rdzv_mark_pending, a store on loopback).
  */
 #include <errno.h>
 #include <string.h>
@@ -9,7 +10,10 @@
 #include <unistd.h>
 
 #include "agent/control.h"
+#include "base/base.h"
 #include "check.h"
+#include "rdzv/join.h"
+#include "store/store.h"
 
 static int parse(const char *s, control_msg *m) {
   return agent_control_parse(s, strlen(s), m);
@@ -71,8 +75,79 @@ static void test_channel(void) {
   close(fds[0]);
 }
 
+/*
+ * Re-form round `round` of job on the store: a survivor (record node/1, last node rank 1) has
+ * joined; node 0 joins and plans with expect 3 (the lost node, or its replacement, is the
+ * third), settle_ms and MIN as given. Returns rdzv_join's code, the plan in *plan.
+ */
+static int plan_round(store_client *c, const char *job, int round, int min, int64_t settle_ms,
+                      int64_t wait_ms, rdzv_plan *plan) {
+  rdzv_join_opts o = {.job_id = job,
+                      .round = round,
+                      .claimed_rank = -1,
+                      .nproc = 1,
+                      .nnodes_min = min,
+                      .nnodes_max = 3,
+                      .my_host = "127.0.0.2",
+                      .master_host = "127.0.0.1",
+                      .expect = 3,
+                      .settle_ms = settle_ms,
+                      .prev_rank = 1,
+                      .deadline_ms = base_deadline_in(wait_ms)};
+  char rec[1024], key[STORE_KEY_MAX], err[256];
+  rdzv_record_format(rec, sizeof rec, 0x1111, &o, "survivor");
+  rdzv_key(key, sizeof key, job, round, "node/1");
+  CHECK_EQ_INT(store_set(c, key, rec, strlen(rec), base_deadline_in(2000)), 0);
+  rdzv_key(key, sizeof key, job, round, "joined");
+  CHECK_EQ_INT(store_add(c, key, 1, NULL, base_deadline_in(2000)), 0);
+  o.is_host = 1;
+  o.prev_rank = 0;
+  o.my_host = "127.0.0.1";
+  o.master_host = NULL;
+  return rdzv_join(c, &o, plan, err, sizeof err);
+}
+
+/*
+ * A replacement counted pending in the survivors' re-form round (its workers start ahead):
+ * the round plans at once with the survivors instead of waiting out the settle time for the
+ * node it replaces; never below MIN.
+ */
+static void test_pending(void) {
+  store_server *srv = NULL;
+  store_client *c = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  CHECK_EQ_INT(store_server_start(&so, &srv), 0);
+  if (srv == NULL) return;
+  char err[256];
+  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
+                                    base_deadline_in(5000), &c, err, sizeof err),
+               0);
+  rdzv_plan plan = {0};
+  /* Pending: planned at once with the two survivors (settle 30 s: ms expected, 15 s bound). */
+  CHECK_EQ_INT(rdzv_mark_pending(c, "pj", 1, base_deadline_in(2000)), 0);
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(plan_round(c, "pj", 1, 1, 30000, 60000, &plan), 0);
+  CHECK(base_now_ms() - t0 < 15000);
+  CHECK_EQ_INT(plan.nnodes, 2);
+  CHECK_EQ_INT(plan.my_index, 0);
+  rdzv_plan_free(&plan);
+  /* None pending: after the settle time, with the two that came. */
+  t0 = base_now_ms();
+  CHECK_EQ_INT(plan_round(c, "pj", 2, 1, 300, 90000, &plan), 0);
+  CHECK(base_now_ms() - t0 >= 250);
+  CHECK_EQ_INT(plan.nnodes, 2);
+  rdzv_plan_free(&plan);
+  /* MIN 3: a pending node does not make two joined enough. */
+  CHECK_EQ_INT(rdzv_mark_pending(c, "pj", 3, base_deadline_in(2000)), 0);
+  CHECK_EQ_INT(plan_round(c, "pj", 3, 3, 100, 600, &plan), -ETIMEDOUT);
+  rdzv_plan_free(&plan);
+  store_client_close(c);
+  store_server_stop(srv);
+}
+
 int main(void) {
   test_parse();
   test_channel();
+  test_pending();
   return check_report();
 }
