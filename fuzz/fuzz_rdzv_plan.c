@@ -7,8 +7,10 @@
  * on 127.0.0.1 for the whole run and plays a round per input, with a fresh
  * job id each time and every key deleted afterwards:
  *
- *   byte 0 % 4 == 0, joiner: the rest is the plan text node 0 published;
- *     rdzv_join() as a non-host node registers, reads and parses it.
+ *   byte 0 % 4 == 0, joiner: the rest is the plan's head node 0 published,
+ *     a NUL byte and its first page (none without the NUL); rdzv_join() as
+ *     a non-host node (the first to join: page 0) registers, reads and
+ *     parses them.
  *   byte 0 % 4 == 1, host: the rest is up to 16 node records (separated by
  *     NUL bytes) that other nodes registered; rdzv_join() as node 0 parses
  *     them, assigns ranks, publishes the plan and parses its own plan.
@@ -20,9 +22,10 @@
  *     ones and publishes the plan, restart=1 when one cannot take part.
  *
  * Checks: errors are the documented ones with a one-line reason; a plan
- * that was accepted has node ranks 0..n-1 in order, positive process counts
- * and rank offsets that add up to the world size; assigned ranks are a
- * permutation that keeps every valid claim; a re-form plan has the host
+ * that was accepted places node 0 and this node within the world (at least
+ * one process each), and node 0's whole plan has node ranks 0..n-1 in
+ * order with rank offsets that add up to the world size; assigned ranks are
+ * a permutation that keeps every valid claim; a re-form plan has the host
  * first, the others by their last rank (new nodes last, in join order), and
  * says restart exactly when a record said part=0.
  */
@@ -88,6 +91,8 @@ static void delete_round(const char *job, int nrecords) {
   store_delete(cli, key, base_deadline_in(5000));
   key_of(key, sizeof key, job, "plan");
   store_delete(cli, key, base_deadline_in(5000));
+  key_of(key, sizeof key, job, "plan/0");
+  store_delete(cli, key, base_deadline_in(5000));
   for (int i = 1; i <= nrecords; i++) {
     char suffix[32];
     snprintf(suffix, sizeof suffix, "node/%d", i);
@@ -96,19 +101,25 @@ static void delete_round(const char *job, int nrecords) {
   }
 }
 
-static void check_plan(const rdzv_plan *p) {
+/* A plan as a node has it: node 0 and itself known and within the world; the whole plan
+ * (node 0's, full) every node in rank order with offsets that add up to the world. */
+static void check_plan(const rdzv_plan *p, int full) {
   check(p->nnodes >= 1 && p->nnodes <= RDZV_MAX_NODES && p->nodes != NULL, "plan: nnodes");
   check(p->my_index >= 0 && p->my_index < p->nnodes, "plan: my index");
   check(p->master_port >= 1 && p->master_port <= 65535, "plan: port");
   int offset = 0;
   for (int r = 0; r < p->nnodes; r++) {
-    check(p->nodes[r].node_rank == r, "plan: ranks out of order");
-    check(p->nodes[r].nproc >= 1, "plan: nproc");
-    check(p->nodes[r].rank_offset == offset, "plan: rank offsets");
-    check(memchr(p->nodes[r].host, '\0', sizeof p->nodes[r].host) != NULL, "plan: host");
-    offset += p->nodes[r].nproc;
+    const rdzv_node *nd = &p->nodes[r];
+    if (!full && nd->node_rank == -1 && r != 0 && r != p->my_index) continue;
+    check(nd->node_rank == r, "plan: ranks out of order");
+    check(nd->nproc >= 1, "plan: nproc");
+    check(nd->rank_offset >= 0 && nd->rank_offset <= p->world_size - nd->nproc,
+          "plan: a node outside the world");
+    check(!full || nd->rank_offset == offset, "plan: rank offsets");
+    check(memchr(nd->host, '\0', sizeof nd->host) != NULL, "plan: host");
+    offset += nd->nproc;
   }
-  check(p->world_size == offset, "plan: world size");
+  check(!full || p->world_size == offset, "plan: world size");
 }
 
 /*
@@ -123,7 +134,10 @@ static void check_reason(int rc, const char *err, const uint8_t *plan, size_t n)
 }
 
 static void joiner(const char *job, const uint8_t *p, size_t n) {
-  set_text(job, "plan", p, n);
+  const uint8_t *nul = memchr(p, '\0', n);
+  size_t head = nul != NULL ? (size_t)(nul - p) : n;
+  if (nul != NULL) set_text(job, "plan/0", nul + 1, n - head - 1);
+  set_text(job, "plan", p, head);
   rdzv_join_opts o = {.job_id = job,
                       .claimed_rank = -1,
                       .nproc = 1,
@@ -142,8 +156,8 @@ static void joiner(const char *job, const uint8_t *p, size_t n) {
   if (rc == -EAGAIN)
     check(plan.nodes == NULL && plan.nnodes >= 1 && plan.nnodes <= RDZV_MAX_NODES,
           "joiner: a plan left out of keeps its node count");
-  check_reason(rc, err, p, n);
-  if (rc == 0) check_plan(&plan);
+  check_reason(rc, err, p, head);
+  if (rc == 0) check_plan(&plan, 0);
   rdzv_plan_free(&plan);
   delete_round(job, 1);
 }
@@ -214,7 +228,7 @@ static void host(const char *job, const uint8_t *p, size_t n) {
   check(rc == 0 || rc == -EINVAL || rc == -EPROTO || rc == -ENOMEM, "host: unexpected error");
   check_reason(rc, err, NULL, 0);
   if (rc == 0) {
-    check_plan(&plan);
+    check_plan(&plan, 1);
     check(plan.nnodes == k + 1, "host: not every node is in the plan");
   }
   rdzv_plan_free(&plan);
@@ -282,7 +296,7 @@ static void reform_host(const char *job, const uint8_t *p, size_t n) {
   check(rc != 0 || all_ok, "reform: a malformed record was accepted");
   check_reason(rc, err, NULL, 0);
   if (rc == 0) {
-    check_plan(&plan);
+    check_plan(&plan, 1);
     check(plan.nnodes == k + 1, "reform: not every node is in the plan");
     check_reform_plan(&plan, recs, k);
   }

@@ -119,11 +119,13 @@ put("fuzz_mcast_dgram", "candidate_signed", b"\x03" + dgram(2, 5, -1, "job-1", "
 put("fuzz_mcast_dgram", "mac_no_token", b"\x00" + dgram(1, 1, 0, "j", "h", 1, token="x"))
 
 # ---- rendezvous round ----
-plan = "ok nnodes=2 master=10.0.0.1 port=29501\n0 00000000000000aa 4 10.0.0.1 node0\n" \
-       "1 00000000000000bb 2 10.0.0.2 node1\n"
+# The head, a NUL and page 0 (the joiner is the first to join: its line has seq 1).
+plan = "ok nnodes=2 master=10.0.0.1 port=29501 world=6\n0 00000000000000aa 4 10.0.0.1 node0\n" \
+       "\0" "1 1 4 00000000000000bb 2 10.0.0.2 node1\n2 0 0 00000000000000aa 4 10.0.0.1 node0\n"
 put("fuzz_rdzv_plan", "plan", b"\x00" + plan.encode())
+put("fuzz_rdzv_plan", "plan_head_only", b"\x00" + plan.split("\0")[0].encode())
 put("fuzz_rdzv_plan", "plan_error", b"\x00" + b"error nodes a and b both claim node rank 1")
-put("fuzz_rdzv_plan", "plan_short", b"\x00" + b"ok nnodes=3 master=h port=1\n0 1 1 a b\n")
+put("fuzz_rdzv_plan", "plan_short", b"\x00" + b"ok nnodes=3 master=h port=1 world=3\n0 1 1 a b\n")
 
 
 def record(uid, claim, nproc, host, hostname, sees):

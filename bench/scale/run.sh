@@ -26,7 +26,7 @@ etcd_max=${ETCD_MAX:-1024}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-figures=(rendezvous_ms hb_cpu_pct hb_req_per_s fail_max_ms fail_med_ms rss_b_per_conn)
+figures=(rendezvous_ms join_cpu_us hb_cpu_pct hb_req_per_s fail_max_ms fail_med_ms rss_b_per_node)
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
@@ -49,12 +49,23 @@ run() {
 stat() { # stat NAME N FIGURE -> median or "-"
   local f=$tmp/$1.$2
   if [ ! -s "$f" ] || grep -q incomplete "$f"; then echo -; return; fi
-  while read -r line; do echo "$line" | field "$3"; done <"$f" | median
+  local v
+  v=$(while read -r line; do echo "$line" | field "$3"; done <"$f" | median)
+  echo "${v:--}" # a figure this peer does not measure
 }
 
 echo "bench/scale: $(nproc) cores, $(uptime | sed 's/.*load/load/'), reps=$reps hold=${hold}s"
+# Two connections a node on each side: where the file limit cannot be raised that far (a
+# container without CAP_SYS_RESOURCE), a node closes its join connection before it watches.
+fd_max=$(ulimit -Hn)
 for n in "${sizes[@]}"; do
-  run cohort "$n" "$build/swarm" --nodes "$n" --sweep host --hold "$hold" --timeout "$limit"
+  conn=keep
+  if [ "$fd_max" != unlimited ] && [ $((2 * n + 1024)) -gt "$fd_max" ]; then
+    conn=close
+    echo "  n=$n: file limit $fd_max: one connection a node after the join (--join-conn close)" >&2
+  fi
+  run cohort "$n" "$build/swarm" --nodes "$n" --sweep host --hold "$hold" --timeout "$limit" \
+    --join-conn "$conn"
   if [ "$n" -le 512 ]; then
     run cohort_all "$n" "$build/swarm" --nodes "$n" --sweep all --hold "$hold" --timeout "$limit"
   fi

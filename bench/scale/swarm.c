@@ -3,7 +3,8 @@
  *
  * Every simulated node speaks the bytes a `cohort run` agent sends, from its
  * own loopback address (127.1.x.y): the join of rdzv_join() (ADD joined,
- * SET its record, WAIT for the plan, GET it), then on a second connection
+ * SET its record, WAIT for the plan's head, GET it and the page of the plan
+ * that holds the node, pipelined), then on a second connection
  * the watch of src/agent/watch.c (WAIT on "fail" in 200 ms slices, ADD its
  * heartbeat counter every heartbeat, and the liveness sweep: ADD 0 on the
  * other nodes' counters). Node 0 is a real rdzv_join() on its own thread, so
@@ -14,18 +15,29 @@
  *   rendezvous_ms  from the release of all nodes until the last has its plan
  *                  (registered_ms: until the last record was stored;
  *                  planned_ms: until node 0 had published the plan)
+ *   join_cpu_us    the store's CPU time per node for the rendezvous (from its
+ *                  start to the end of the join: the figure that load on the
+ *                  machine does not inflate as it does the times)
  *   hb_cpu_pct     store CPU during `--hold` seconds of heartbeats and watches
  *   hb_req_per_s   requests the nodes sent per second in that window
  *   fail_max_ms    from the CAS that publishes a failure until the last node
  *                  has read it (fail_med_ms: the median node)
  *   rss_kib        store RSS growth from its start to the end of the hold;
- *                  rss_b_per_conn that growth per connection (keys included)
+ *                  rss_b_per_conn that growth per connection (keys included),
+ *                  rss_b_per_node per node (its connections and keys)
  * A run that does not complete within --timeout prints "incomplete" and
  * exits 1: no figures for it.
  *
  * usage: swarm [--nodes N] [--sweep all|host|none] [--hold S] [--timeout S]
- *              [--heartbeat MS] [--token T]
+ *              [--heartbeat MS] [--token T] [--join-conn keep|close]
+ *
+ * --join-conn close: a node closes its join connection once it has its plan,
+ * before it opens its watch (agents keep both). For sizes whose two
+ * connections a node would pass the store's file limit where it cannot be
+ * raised (a container without CAP_SYS_RESOURCE: 16,384 nodes need 32,768);
+ * rss_b_per_conn then counts one connection a node.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -61,6 +73,7 @@ typedef struct swarm_opts {
   double timeout_s;
   int heartbeat_ms;
   const char *token;
+  int close_join; /* --join-conn close */
 } swarm_opts;
 
 /* The join connection's steps, then the watch connection's. */
@@ -105,6 +118,8 @@ struct node {
   int64_t next_hb_us, next_sweep_us;
   int sweep_k;
   int node_rank;
+  int64_t seq;   /* join order, from the ADD */
+  int plan_part; /* the plan's answers read: the head, then the page */
 };
 
 typedef struct swarm {
@@ -118,8 +133,9 @@ typedef struct swarm {
   uint64_t requests;
   int errors;
   char first_error[256];
-  char *plan; /* the plan text every node read */
+  char *plan; /* the plan's head every node read */
   size_t plan_len;
+  char *page1; /* node 1's page, for the check of the whole format */
 } swarm;
 
 static void fail_node(swarm *w, node *nd, const char *what) {
@@ -222,6 +238,7 @@ static void join_step(swarm *w, node *nd, const store_response *r) {
   char suffix[48];
   switch (c->state) {
   case J_ADD: {
+    nd->seq = r->number;
     snprintf(suffix, sizeof suffix, "node/%lld", (long long)r->number);
     char record[1024];
     rdzv_join_opts jo = {
@@ -247,7 +264,10 @@ static void join_step(swarm *w, node *nd, const store_response *r) {
       return;
     }
     c->state = J_GET_PLAN;
-    req_get(w, c, "plan");
+    send_key(c, STORE_OP_GET, "plan");
+    end(w, c);
+    snprintf(suffix, sizeof suffix, "plan/%lld", (long long)((nd->seq - 1) / RDZV_PLAN_PAGE));
+    req_get(w, c, suffix);
     return;
   default:
     break;
@@ -366,28 +386,53 @@ static void on_response(swarm *w, sconn *c, const store_response *r, int64_t now
     join_step(w, c->nd, r);
 }
 
+/* The node rank of the line of uid in a page of the plan, -1 if none. */
+static int page_rank(const char *page, uint64_t uid) {
+  for (const char *p = page; *p != '\0'; p++) {
+    unsigned long long u;
+    int seq, rank;
+    if (sscanf(p, "%d %d %*d %llx", &seq, &rank, &u) != 3) return -1;
+    if (u == uid) return rank;
+    p = strchr(p, '\n');
+    if (p == NULL) break;
+  }
+  return -1;
+}
+
 /*
- * Every node must read the same plan: the first copy is kept and the others
- * compared with it, and check_ranks() parses it once at the end (parsing
- * thousands of copies here would time this process, not the store).
+ * Every node must read the same head: the first copy is kept and the others
+ * compared with it; each finds its rank in its page, and check_ranks()
+ * parses node 1's head and page with the agents' parser at the end.
  */
 static void plan_read(swarm *w, node *nd, const store_response *r) {
+  if (r->status != STORE_ST_OK) {
+    fail_node(w, nd, nd->plan_part == 0 ? "plan unreadable" : "page of the plan unreadable");
+    return;
+  }
+  if (nd->plan_part++ == 0) {
+    if (w->plan == NULL) {
+      w->plan = malloc(r->value.len + 1);
+      if (w->plan == NULL) return;
+      memcpy(w->plan, r->value.p, r->value.len);
+      w->plan[r->value.len] = '\0';
+      w->plan_len = r->value.len;
+    } else if (r->value.len != w->plan_len || memcmp(r->value.p, w->plan, w->plan_len) != 0) {
+      fail_node(w, nd, "a plan different from the other nodes'");
+    }
+    return;
+  }
   nd->joined_us = base_now_us();
   nd->join.state = J_DONE;
   w->joined++;
-  if (r->status != STORE_ST_OK) {
-    fail_node(w, nd, "plan unreadable");
-    return;
-  }
-  if (w->plan == NULL) {
-    w->plan = malloc(r->value.len + 1);
-    if (w->plan == NULL) return;
-    memcpy(w->plan, r->value.p, r->value.len);
-    w->plan[r->value.len] = '\0';
-    w->plan_len = r->value.len;
-  } else if (r->value.len != w->plan_len || memcmp(r->value.p, w->plan, w->plan_len) != 0) {
-    fail_node(w, nd, "a plan different from the other nodes'");
-  }
+  char *page = malloc(r->value.len + 1);
+  if (page == NULL) return;
+  memcpy(page, r->value.p, r->value.len);
+  page[r->value.len] = '\0';
+  nd->node_rank = page_rank(page, nd->uid);
+  if (nd->idx == 1)
+    w->page1 = page;
+  else
+    free(page);
 }
 
 /* Reads what arrived and hands complete frames to on_response. */
@@ -512,6 +557,28 @@ static int proc_usage(pid_t pid, double *cpu_s, long *rss_kib) {
   return 0;
 }
 
+/* CPU seconds a process's threads have run, to the nanosecond (schedstat; /proc's stat counts
+ * ticks of 10 ms, too coarse for a rendezvous of a few hundred nodes). -1 when unreadable. */
+static double proc_cpu_s(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return -1;
+  double total = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char p[320];
+    snprintf(p, sizeof p, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+    FILE *f = fopen(p, "re");
+    unsigned long long ns = 0;
+    if (f != NULL && fscanf(f, "%llu", &ns) == 1) total += (double)ns;
+    if (f != NULL) fclose(f);
+  }
+  closedir(d);
+  return total / 1e9;
+}
+
 /* ---- phases ---- */
 
 typedef struct host_join {
@@ -583,7 +650,7 @@ static int publish_failure(swarm *w, int64_t *sent_us) {
 
 static void usage_exit(void) {
   fprintf(stderr, "usage: swarm [--nodes N] [--sweep all|host|none] [--hold S] [--timeout S] "
-                  "[--heartbeat MS] [--token T]\n");
+                  "[--heartbeat MS] [--token T] [--join-conn keep|close]\n");
   exit(2);
 }
 
@@ -613,6 +680,10 @@ static void parse_args(int argc, char **argv, swarm_opts *o) {
                base_parse_int(v, 10, 60000, &o->heartbeat_ms) == 0) {
     } else if (strcmp(a, "--token") == 0) {
       o->token = v;
+    } else if (strcmp(a, "--join-conn") == 0 && strcmp(v, "keep") == 0) {
+      o->close_join = 0;
+    } else if (strcmp(a, "--join-conn") == 0 && strcmp(v, "close") == 0) {
+      o->close_join = 1;
     } else {
       usage_exit();
     }
@@ -652,10 +723,21 @@ static int phase_join(swarm *w, host_join *h, pthread_t *th) {
   return run_until(w, all_joined, w->release_us + (int64_t)(w->o.timeout_s * 1e6));
 }
 
+static void conn_free(sconn *c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  store_buf_free(&c->out);
+  free(c->in);
+  c->in = NULL;
+  c->in_len = c->in_cap = 0;
+}
+
 /* Opens the watch connections, as agents do once they have their plan. */
 static int open_watches(swarm *w) {
-  for (int i = 0; i < w->o.nodes; i++)
+  for (int i = 0; i < w->o.nodes; i++) {
+    if (w->o.close_join) conn_free(&w->nodes[i].join);
     if (open_conn(w, &w->nodes[i], &w->nodes[i].watch, 1) != 0) return -EIO;
+  }
   return 0;
 }
 
@@ -707,29 +789,25 @@ static int phase_fail(swarm *w, double *max_ms, double *med_ms) {
   return 0;
 }
 
-/* The plan places every node exactly once, node 0 (the host) first; sets their node ranks. */
+/* The plan places every node exactly once, node 0 (the host) first, in ranks 0..N-1. */
 static int check_ranks(swarm *w) {
   rdzv_plan plan;
   char err[256];
-  if (w->plan == NULL || rdzv_plan_parse(w->plan, w->nodes[1].uid, &plan, err, sizeof err) != 0)
+  if (w->plan == NULL || w->page1 == NULL ||
+      rdzv_plan_parse(w->plan, w->page1, w->nodes[1].uid, &plan, err, sizeof err) != 0)
     return 0;
-  int ok = plan.nnodes == w->o.nodes && plan.world_size == w->o.nodes;
-  for (int i = 1; ok && i < w->o.nodes; i++) {
-    node *nd = &w->nodes[i];
-    nd->node_rank = -1;
-    for (int r = 1; r < plan.nnodes; r++)
-      if (plan.nodes[r].uid == nd->uid && strcmp(plan.nodes[r].host, nd->host) == 0)
-        nd->node_rank = r;
-    ok = nd->node_rank >= 1;
-  }
+  int ok = plan.nnodes == w->o.nodes && plan.world_size == w->o.nodes &&
+           plan.my_index == w->nodes[1].node_rank;
   rdzv_plan_free(&plan);
+  char *seen = calloc((size_t)w->o.nodes, 1);
+  if (seen == NULL) return 0;
+  for (int i = 1; ok && i < w->o.nodes; i++) {
+    int r = w->nodes[i].node_rank;
+    ok = r >= 1 && r < w->o.nodes && !seen[r];
+    if (ok) seen[r] = 1;
+  }
+  free(seen);
   return ok;
-}
-
-static void conn_free(sconn *c) {
-  if (c->fd >= 0) close(c->fd);
-  store_buf_free(&c->out);
-  free(c->in);
 }
 
 static void swarm_free(swarm *w) {
@@ -739,6 +817,7 @@ static void swarm_free(swarm *w) {
   }
   free(w->nodes);
   free(w->plan);
+  free(w->page1);
   if (w->epfd >= 0) close(w->epfd);
 }
 
@@ -771,6 +850,7 @@ int main(int argc, char **argv) {
   double cpu0;
   long rss0 = 0, rss1 = 0;
   proc_usage(store, &cpu0, &rss0);
+  double cpu_start = proc_cpu_s(store);
   w.epfd = epoll_create1(EPOLL_CLOEXEC);
   host_join h = {.port = w.store_port, .nodes = w.o.nodes, .token = w.o.token};
   pthread_t hth;
@@ -778,6 +858,7 @@ int main(int argc, char **argv) {
   int rc = setup_nodes(&w);
   if (rc == 0) rc = phase_join(&w, &h, &hth);
   if (rc != -EAGAIN && h.port > 0) pthread_join(hth, NULL);
+  double join_cpu = proc_cpu_s(store) - cpu_start;
   int64_t join_end = 0;
   for (int i = 1; i < w.o.nodes; i++)
     if (w.nodes[i].joined_us > join_end) join_end = w.nodes[i].joined_us;
@@ -798,16 +879,17 @@ int main(int argc, char **argv) {
                             : cohort_strerror(rc));
     return 1;
   }
-  int conns = 2 * (w.o.nodes - 1) + 1;
-  printf("nodes=%d sweep=%s rendezvous_ms=%.1f registered_ms=%.1f planned_ms=%.1f hb_cpu_pct=%.1f "
-         "hb_req_per_s=%.0f fail_max_ms=%.1f "
-         "fail_med_ms=%.1f rss_kib=%ld rss_b_per_conn=%.0f\n",
+  int conns = w.o.close_join ? w.o.nodes : 2 * (w.o.nodes - 1) + 1;
+  printf("nodes=%d sweep=%s rendezvous_ms=%.1f registered_ms=%.1f planned_ms=%.1f "
+         "join_cpu_us=%.0f hb_cpu_pct=%.1f hb_req_per_s=%.0f fail_max_ms=%.1f "
+         "fail_med_ms=%.1f rss_kib=%ld rss_b_per_conn=%.0f rss_b_per_node=%.0f\n",
          w.o.nodes,
          w.o.sweep == SWEEP_ALL    ? "all"
          : w.o.sweep == SWEEP_HOST ? "host"
                                    : "none",
          (double)(join_end - w.release_us) / 1000, (double)(w.registered_us - w.release_us) / 1000,
-         (double)(h.done_us - w.release_us) / 1000, cpu_pct, req_s, fmax, fmed, rss1 - rss0,
-         (double)(rss1 - rss0) * 1024 / conns);
+         (double)(h.done_us - w.release_us) / 1000, join_cpu * 1e6 / w.o.nodes, cpu_pct, req_s,
+         fmax, fmed, rss1 - rss0, (double)(rss1 - rss0) * 1024 / conns,
+         (double)(rss1 - rss0) * 1024 / w.o.nodes);
   return 0;
 }

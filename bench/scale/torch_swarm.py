@@ -3,9 +3,10 @@
 
 The same pattern as bench/scale/swarm.c, through torch.distributed.TCPStore
 (Debian's torch 1.13): every node is a thread with two clients. The join:
-add "joined", set its record, wait for the plan, get it; node 0 waits for
-every record, reads them (one get each: this TCPStore has no multi-get) and
-sets the plan. Then the watch: wait on "fail" in 200 ms slices, add to its
+add "joined", set its record, wait for the plan's head, get it and the page
+of the plan that holds the node (one get each: this TCPStore has no
+multi-get); node 0 waits for every record, reads them and sets the pages of
+64 nodes' lines, then the head, as the agents do (src/rdzv/join.c). Then the watch: wait on "fail" in 200 ms slices, add to its
 heartbeat counter every 500 ms, node 0 sweeping the others' counters; then
 one failure is published and timed until every node has read it. The store
 runs in a child process (this script with --serve) so that its CPU time and
@@ -32,6 +33,7 @@ except Exception:  # torch missing or built without distributed
     sys.exit(3)
 
 JOB = "swarm/0/"
+PAGE = 64  # nodes a page of the plan (RDZV_PLAN_PAGE)
 SLICE = timedelta(milliseconds=200)
 
 
@@ -46,6 +48,15 @@ def serve(port):
     print("ready", flush=True)
     sys.stdin.read()  # until the driver closes the pipe
     del store
+
+
+def proc_cpu(pid):
+    """CPU seconds of a process's threads to the nanosecond (schedstat)."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
 
 
 def proc_usage(pid):
@@ -82,8 +93,12 @@ class Swarm:
         c.wait([JOB + "node/%d" % i for i in range(1, n + 1)])
         records = [c.get(JOB + "node/%d" % i) for i in range(1, n + 1)]
         self.count(n + 1)
-        lines = [b"ok nnodes=%d" % n] + [b"%d %s" % (r, rec) for r, rec in enumerate(records)]
-        c.set(JOB + "plan", b"\n".join(lines))
+        for p in range(0, (n + PAGE - 1) // PAGE):
+            lines = [b"%d %d %s" % (s, s - 1, records[s - 1])
+                     for s in range(p * PAGE + 1, min(n, (p + 1) * PAGE) + 1)]
+            c.set(JOB + "plan/%d" % p, b"\n".join(lines))
+            self.count()
+        c.set(JOB + "plan", b"ok nnodes=%d\n0 %s" % (n, records[0]))
         self.count()
 
     def join(self, i):
@@ -95,8 +110,12 @@ class Swarm:
             self.host_plan(c, self.a.nodes)
         c.wait([JOB + "plan"])
         plan = c.get(JOB + "plan")
-        self.count(2)
+        page = c.get(JOB + "plan/%d" % ((seq - 1) // PAGE))
+        self.count(3)
+        mine = b"%d %d " % (seq, seq - 1)
         with self.lock:
+            if not any(line.startswith(mine) for line in page.split(b"\n")):
+                self.errors.append("node %d: not in its page of the plan" % i)
             self.joined.append(time.perf_counter())
             self.plans[len(plan)] = self.plans.get(len(plan), 0) + 1
         return c
@@ -162,6 +181,7 @@ def run(args):
     sw = Swarm(args, port)
     n = args.nodes
     cpu0, rss0 = proc_usage(srv.pid)
+    cpu_start = proc_cpu(srv.pid)
     go = threading.Event()
     threads = [threading.Thread(target=sw.node, args=(i, go), daemon=True) for i in range(n)]
     for t in threads:
@@ -174,6 +194,7 @@ def run(args):
     ok = ok and len(sw.plans) == 1
     if ok:
         out["rendezvous_ms"] = (max(sw.joined) - t0) * 1000
+        out["join_cpu_us"] = (proc_cpu(srv.pid) - cpu_start) * 1e6 / n
         ok = wait_for(lambda: sw.watching == n or sw.errors, deadline) and not sw.errors
     if ok:
         c0, _ = proc_usage(srv.pid)
@@ -185,6 +206,7 @@ def run(args):
         out["hb_req_per_s"] = (sw.requests - r0) / (h1 - h0)
         out["rss_kib"] = rss1 - rss0
         out["rss_b_per_conn"] = (rss1 - rss0) * 1024 / (2 * n)
+        out["rss_b_per_node"] = (rss1 - rss0) * 1024 / n
         pub = sw.client()
         sent = time.perf_counter()
         pub.set(JOB + "fail", b"node 7 (sim7): rank 7 exited with code 1")
@@ -201,8 +223,8 @@ def run(args):
     d = sorted(t - sent for t in sw.failed.values())
     out["fail_max_ms"] = d[-1] * 1000
     out["fail_med_ms"] = statistics.median(d) * 1000
-    keys = ["rendezvous_ms", "hb_cpu_pct", "hb_req_per_s", "fail_max_ms", "fail_med_ms", "rss_kib",
-            "rss_b_per_conn"]
+    keys = ["rendezvous_ms", "join_cpu_us", "hb_cpu_pct", "hb_req_per_s", "fail_max_ms",
+            "fail_med_ms", "rss_kib", "rss_b_per_conn", "rss_b_per_node"]
     print("nodes=%d sweep=host " % n + " ".join("%s=%.1f" % (k, out[k]) for k in keys), flush=True)
     os._exit(0)  # the node threads are daemons blocked in the store
 

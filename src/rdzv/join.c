@@ -130,7 +130,7 @@ static int parse_record(const char *text, rdzv_node *node, int *claim, char *see
   if (sscanf(text, "uid=%llx claim=%d nproc=%d host=%255s hostname=%255s sees=%255s", &uid, &cl,
              &nproc, host, hostname, seen) != 6)
     return -EPROTO;
-  if (nproc < 1 || nproc > 1024 || cl < -1 || cl >= RDZV_MAX_NODES) return -EPROTO;
+  if (nproc < 1 || nproc > RDZV_MAX_NPROC || cl < -1 || cl >= RDZV_MAX_NODES) return -EPROTO;
   node->uid = uid;
   node->nproc = nproc;
   node->node_rank = -1;
@@ -159,30 +159,13 @@ static int get_text(store_client *c, const char *key, char **out, int64_t deadli
 }
 
 /*
- * Appends the plan's node lines from off on, in node-rank order; the ranks
- * are a permutation of 0..n-1 (rdzv_assign_ranks), so one pass places them.
+ * The plan of a round whose ranks are assigned, as node 0 keeps it: every
+ * node by node rank with its first global rank, the master (the address the
+ * other nodes saw the host at, "" if none did) and a free port for the
+ * workers. nodes[] is in join order; the host's address becomes the master.
  */
-static int format_nodes(const rdzv_node *nodes, int n, char *plan, size_t off, size_t cap) {
-  int *at = malloc((size_t)n * sizeof *at);
-  if (at == NULL) return -ENOMEM;
-  for (int i = 0; i < n; i++) at[nodes[i].node_rank] = i;
-  for (int r = 0; r < n; r++) {
-    const rdzv_node *nd = &nodes[at[r]];
-    off += (size_t)snprintf(plan + off, cap - off, "%d %016llx %d %s %s\n", r,
-                            (unsigned long long)nd->uid, nd->nproc, nd->host, nd->hostname);
-  }
-  free(at);
-  return 0;
-}
-
-/*
- * The plan of a round whose ranks are assigned: its header line (master, a
- * free port for the workers, the store's port, restart=1 when a node of a
- * re-form round cannot take part) and the node lines. master
- * holds the address the other nodes saw the host at ("" if none did).
- */
-static int format_plan(const rdzv_join_opts *o, rdzv_node *nodes, int n, int host_index,
-                       char *master, int restart, char *plan, size_t cap) {
+static int full_plan(const rdzv_join_opts *o, rdzv_node *nodes, int n, int host_index, char *master,
+                     int restart, rdzv_plan *plan) {
   /* No host (etcd): node 0 is the planner, at the address it reaches etcd from. A host
    * given its own address (--local-addr) is there rather than where the others saw it. */
   if (o->first_plans || (o->is_host && o->my_host && o->my_host[0]))
@@ -190,13 +173,74 @@ static int format_plan(const rdzv_join_opts *o, rdzv_node *nodes, int n, int hos
   if (master[0] == '\0') base_strlcpy(master, "127.0.0.1", BASE_HOST_MAX);
   /* The host's own address is the one the others reached it at. */
   base_strlcpy(nodes[host_index].host, master, sizeof nodes[host_index].host);
-  int port = 0;
-  if (base_free_port(NULL, &port) != 0) port = 29500;
-  size_t off = (size_t)snprintf(plan, cap, "ok nnodes=%d master=%s port=%d", n, master, port);
-  if (o->store_port > 0) off += (size_t)snprintf(plan + off, cap - off, " store=%d", o->store_port);
-  if (restart) off += (size_t)snprintf(plan + off, cap - off, " restart=1");
-  off += (size_t)snprintf(plan + off, cap - off, "\n");
-  return format_nodes(nodes, n, plan, off, cap);
+  memset(plan, 0, sizeof *plan);
+  plan->nodes = calloc((size_t)n, sizeof *plan->nodes);
+  if (plan->nodes == NULL) return -ENOMEM;
+  plan->nnodes = n;
+  plan->my_index = nodes[host_index].node_rank; /* 0: the planner is node 0 */
+  base_strlcpy(plan->master_addr, master, sizeof plan->master_addr);
+  if (base_free_port(NULL, &plan->master_port) != 0) plan->master_port = 29500;
+  plan->store_port = o->store_port > 0 ? o->store_port : 0;
+  plan->restart = restart;
+  /* The ranks are a permutation of 0..n-1 (rdzv_assign_ranks), so one pass places them. */
+  for (int i = 0; i < n; i++) plan->nodes[nodes[i].node_rank] = nodes[i];
+  for (int r = 0; r < n; r++) {
+    plan->nodes[r].rank_offset = plan->world_size;
+    plan->world_size += plan->nodes[r].nproc;
+  }
+  return 0;
+}
+
+/* The plan's head: its header line and node 0's line. */
+static void format_head(const rdzv_plan *p, char *out, size_t cap) {
+  size_t off = (size_t)snprintf(out, cap, "ok nnodes=%d master=%s port=%d world=%d", p->nnodes,
+                                p->master_addr, p->master_port, p->world_size);
+  if (p->store_port > 0) off += (size_t)snprintf(out + off, cap - off, " store=%d", p->store_port);
+  if (p->restart) off += (size_t)snprintf(out + off, cap - off, " restart=1");
+  const rdzv_node *n0 = &p->nodes[0];
+  snprintf(out + off, cap - off, "\n0 %016llx %d %s %s\n", (unsigned long long)n0->uid, n0->nproc,
+           n0->host, n0->hostname);
+}
+
+/* Page pg: the lines of the nodes that joined RDZV_PLAN_PAGE * pg + 1 .. + RDZV_PLAN_PAGE. */
+static void format_page(const rdzv_plan *p, const rdzv_node *nodes, int n, int pg, char *out,
+                        size_t cap) {
+  size_t off = 0;
+  out[0] = '\0';
+  for (int i = pg * RDZV_PLAN_PAGE; i < n && i < (pg + 1) * RDZV_PLAN_PAGE; i++) {
+    const rdzv_node *nd = &p->nodes[nodes[i].node_rank];
+    off += (size_t)snprintf(out + off, cap - off, "%d %d %d %016llx %d %s %s\n", i + 1,
+                            nd->node_rank, nd->rank_offset, (unsigned long long)nd->uid, nd->nproc,
+                            nd->host, nd->hostname);
+  }
+}
+
+/*
+ * Publishes the plan: its pages, then its head, which the other nodes wait
+ * for. A node reads the head and the one page its join order names, so
+ * that no node reads the whole plan (N nodes reading it would cross N²
+ * bytes; 12 GB at 16,384 nodes).
+ */
+static int publish_plan(store_client *c, const rdzv_join_opts *o, const rdzv_plan *plan,
+                        const rdzv_node *nodes, int n) {
+  size_t cap = (size_t)RDZV_PLAN_PAGE * (2 * BASE_HOST_MAX + 96) + 64;
+  char *text = malloc(cap);
+  if (text == NULL) return -ENOMEM;
+  int rc = 0;
+  char key[STORE_KEY_MAX], suffix[32];
+  for (int pg = 0; rc == 0 && pg * RDZV_PLAN_PAGE < n; pg++) {
+    format_page(plan, nodes, n, pg, text, cap);
+    snprintf(suffix, sizeof suffix, "plan/%d", pg);
+    rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
+    rc = store_set(c, key, text, strlen(text), o->deadline_ms);
+  }
+  if (rc == 0) {
+    format_head(plan, text, cap);
+    rdzv_key(key, sizeof key, o->job_id, o->round, "plan");
+    rc = store_set(c, key, text, strlen(text), o->deadline_ms);
+  }
+  free(text);
+  return rc;
 }
 
 /* The records to plan with: MIN of them, then a last call for more up to MAX; *n how many. */
@@ -286,12 +330,12 @@ static int await_reform(store_client *c, const rdzv_join_opts *o, char (*keybuf)
   return 0;
 }
 
-/* The host's part: wait for the nodes, plan, publish. */
-static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, size_t errlen) {
+/* The host's part: wait for the nodes, plan, publish; *plan is the whole plan (node 0's). */
+static int host_plan(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
+                     size_t errlen) {
   int rc = 0;
   rdzv_node *nodes = NULL;
   int *claims = NULL, *prevs = NULL, restart = 0;
-  char *plan = NULL;
   void **vals = NULL;
   size_t *lens = NULL;
   int64_t n = o->nnodes_min;
@@ -359,23 +403,18 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     rc = assign_by_prev(nodes, prevs, (int)n, host_index);
   else
     rc = rdzv_assign_ranks(nodes, claims, (int)n, host_index, reason, sizeof reason);
-  size_t cap = 256 + (size_t)n * (2 * BASE_HOST_MAX + 64);
-  plan = malloc(cap);
-  if (plan == NULL) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  if (rc != 0) {
-    snprintf(plan, cap, "error %s", reason);
-    snprintf(errbuf, errlen, "%s", reason);
-  } else if (format_plan(o, nodes, (int)n, host_index, master, restart, plan, cap) != 0) {
-    rc = -ENOMEM;
-    goto out;
-  }
   char pkey[STORE_KEY_MAX];
   rdzv_key(pkey, sizeof pkey, o->job_id, o->round, "plan");
-  int src = store_set(c, pkey, plan, strlen(plan), o->deadline_ms);
-  if (rc == 0) rc = src;
+  if (rc != 0) {
+    /* Every node reads the reason where it waits for the plan. */
+    char text[sizeof reason + 8];
+    snprintf(text, sizeof text, "error %s", reason);
+    snprintf(errbuf, errlen, "%s", reason);
+    store_set(c, pkey, text, strlen(text), o->deadline_ms);
+    goto out;
+  }
+  rc = full_plan(o, nodes, (int)n, host_index, master, restart, plan);
+  if (rc == 0) rc = publish_plan(c, o, plan, nodes, (int)n);
   if (rc == 0) {
     /* Where a node that comes late finds the running round. */
     char latest[16], lkey[STORE_KEY_MAX];
@@ -383,6 +422,7 @@ static int host_plan(store_client *c, const rdzv_join_opts *o, char *errbuf, siz
     snprintf(lkey, sizeof lkey, "%s/latest", o->job_id);
     rc = store_set(c, lkey, latest, strlen(latest), o->deadline_ms);
   }
+  if (rc != 0) rdzv_plan_free(plan);
 out:
   for (int64_t i = 0; vals != NULL && i < n; i++) free(vals[i]);
   free(vals);
@@ -391,59 +431,104 @@ out:
   free(nodes);
   free(claims);
   free(prevs);
-  free(plan);
   return rc;
 }
 
-int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *errbuf,
-                    size_t errlen) {
-  if (strncmp(text, "error ", 6) == 0) {
-    snprintf(errbuf, errlen, "%s", text + 6);
+/* The head's first line; 0, or -EPROTO with a reason. */
+static int parse_header(const char *head, rdzv_plan *plan, char *errbuf, size_t errlen) {
+  int n = 0, port = 0, world = 0;
+  char master[BASE_HOST_MAX];
+  if (sscanf(head, "ok nnodes=%d master=%255s port=%d world=%d", &n, master, &port, &world) != 4 ||
+      n < 1 || n > RDZV_MAX_NODES || port < 1 || port > 65535 || world < n ||
+      world > n * RDZV_MAX_NPROC) {
+    snprintf(errbuf, errlen, "malformed rendezvous plan");
+    return -EPROTO;
+  }
+  plan->nnodes = n;
+  plan->world_size = world;
+  plan->master_port = port;
+  base_strlcpy(plan->master_addr, master, sizeof plan->master_addr);
+  const char *eol = strchr(head, '\n');
+  const char *store = strstr(head, " store=");
+  if (store != NULL && (eol == NULL || store < eol)) plan->store_port = atoi(store + 7);
+  const char *restart = strstr(head, " restart=1");
+  plan->restart = restart != NULL && (eol == NULL || restart < eol);
+  return 0;
+}
+
+/* A node's place within the world: at least one process, all of them in it. */
+static int place_ok(const rdzv_plan *plan, int rank, int offset, int nproc) {
+  return rank >= 0 && rank < plan->nnodes && offset >= 0 && nproc >= 1 &&
+         nproc <= plan->world_size - offset;
+}
+
+/* Node 0's line (the head's second) into nodes[0]; 0 or -EPROTO. */
+static int parse_node0(const char *head, rdzv_plan *plan) {
+  const char *p = strchr(head, '\n');
+  rdzv_node *nd = &plan->nodes[0];
+  unsigned long long uid;
+  if (p == NULL || sscanf(p + 1, "%d %llx %d %255s %255s", &nd->node_rank, &uid, &nd->nproc,
+                          nd->host, nd->hostname) != 5)
+    return -EPROTO;
+  nd->uid = uid;
+  nd->rank_offset = 0;
+  return nd->node_rank == 0 && place_ok(plan, 0, 0, nd->nproc) ? 0 : -EPROTO;
+}
+
+/* Finds my_uid's line in a page of the plan and places it in nodes[]; 1 found, 0 not, -EPROTO. */
+static int parse_page(const char *page, uint64_t my_uid, rdzv_plan *plan) {
+  for (const char *p = page; *p != '\0'; p++) {
+    rdzv_node nd = {0};
+    unsigned long long uid;
+    int seq;
+    if (sscanf(p, "%d %d %d %llx %d %255s %255s", &seq, &nd.node_rank, &nd.rank_offset, &uid,
+               &nd.nproc, nd.host, nd.hostname) != 7 ||
+        seq < 1 || !place_ok(plan, nd.node_rank, nd.rank_offset, nd.nproc))
+      return -EPROTO;
+    nd.uid = uid;
+    if (uid == my_uid && nd.node_rank > 0) {
+      plan->nodes[nd.node_rank] = nd;
+      plan->my_index = nd.node_rank;
+      return 1;
+    }
+    p = strchr(p, '\n');
+    if (p == NULL) break;
+  }
+  return 0;
+}
+
+int rdzv_plan_parse(const char *head, const char *page, uint64_t my_uid, rdzv_plan *plan,
+                    char *errbuf, size_t errlen) {
+  memset(plan, 0, sizeof *plan);
+  if (strncmp(head, "error ", 6) == 0) {
+    snprintf(errbuf, errlen, "%s", head + 6);
     /* One line, whatever wrote the plan. */
     for (char *c = errbuf; *c; c++)
       if (*c == '\n' || *c == '\r') *c = ' ';
     return -EINVAL;
   }
-  int n = 0, port = 0;
-  char master[BASE_HOST_MAX];
-  if (sscanf(text, "ok nnodes=%d master=%255s port=%d", &n, master, &port) != 3 || n < 1 ||
-      n > RDZV_MAX_NODES || port < 1 || port > 65535) {
-    snprintf(errbuf, errlen, "malformed rendezvous plan");
-    return -EPROTO;
-  }
+  int rc = parse_header(head, plan, errbuf, errlen);
+  if (rc != 0) return rc;
+  int n = plan->nnodes;
   plan->nodes = calloc((size_t)n, sizeof *plan->nodes);
   if (plan->nodes == NULL) return -ENOMEM;
-  plan->nnodes = n;
-  plan->master_port = port;
+  for (int r = 1; r < n; r++) plan->nodes[r].node_rank = -1;
   plan->my_index = -1;
-  base_strlcpy(plan->master_addr, master, sizeof plan->master_addr);
-  const char *p = strchr(text, '\n');
-  int offset = 0;
-  for (int r = 0; r < n; r++) {
-    if (p == NULL) break;
-    p++;
-    rdzv_node *nd = &plan->nodes[r];
-    unsigned long long uid;
-    if (sscanf(p, "%d %llx %d %255s %255s", &nd->node_rank, &uid, &nd->nproc, nd->host,
-               nd->hostname) != 5 ||
-        nd->node_rank != r || nd->nproc < 1) {
-      snprintf(errbuf, errlen, "malformed rendezvous plan line %d", r + 1);
-      rdzv_plan_free(plan);
-      return -EPROTO;
-    }
-    nd->uid = uid;
-    nd->rank_offset = offset;
-    offset += nd->nproc;
-    if (uid == my_uid) plan->my_index = r;
-    p = strchr(p, '\n');
+  int found = 0;
+  rc = parse_node0(head, plan);
+  if (rc == 0 && plan->nodes[0].uid == my_uid) {
+    plan->my_index = 0;
+    found = 1;
+  } else if (rc == 0 && page != NULL) {
+    found = parse_page(page, my_uid, plan);
+    rc = found < 0 ? found : 0;
   }
-  plan->world_size = offset;
-  const char *store = strstr(text, " store=");
-  const char *eol = strchr(text, '\n');
-  if (store != NULL && (eol == NULL || store < eol)) plan->store_port = atoi(store + 7);
-  const char *restart = strstr(text, " restart=1");
-  plan->restart = restart != NULL && (eol == NULL || restart < eol);
-  if (plan->my_index < 0) {
+  if (rc != 0) {
+    snprintf(errbuf, errlen, "malformed rendezvous plan");
+    rdzv_plan_free(plan);
+    return rc;
+  }
+  if (!found) {
     snprintf(errbuf, errlen, "the job already has its %d nodes; this node came too late", n);
     rdzv_plan_free(plan);
     plan->nnodes = n;
@@ -468,6 +553,43 @@ int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms) 
   rc = base_parse_int(text, 0, INT32_MAX, &round);
   free(text);
   return rc == 0 ? round : -EPROTO;
+}
+
+/*
+ * A node other than node 0 waits for the plan's head, then reads it and the
+ * page of its join order seq in one round trip.
+ */
+static int read_plan(store_client *c, const rdzv_join_opts *o, int64_t seq, uint64_t uid,
+                     rdzv_plan *plan, char *errbuf, size_t errlen) {
+  char head[STORE_KEY_MAX], page[STORE_KEY_MAX], suffix[32];
+  rdzv_key(head, sizeof head, o->job_id, o->round, "plan");
+  snprintf(suffix, sizeof suffix, "plan/%lld", (long long)((seq - 1) / RDZV_PLAN_PAGE));
+  rdzv_key(page, sizeof page, o->job_id, o->round, suffix);
+  const char *keys[2] = {head, page};
+  int rc = store_wait(c, keys, 1, o->deadline_ms);
+  if (rc != 0) {
+    snprintf(errbuf, errlen, "no rendezvous plan from node 0 before the deadline (%s)",
+             cohort_strerror(rc));
+    return rc;
+  }
+  void *vals[2] = {NULL, NULL};
+  size_t lens[2] = {0, 0};
+  char *text[2] = {NULL, NULL};
+  rc = store_get_many(c, keys, 2, vals, lens, o->deadline_ms);
+  for (int i = 0; rc == 0 && i < 2; i++) {
+    if (vals[i] == NULL) continue; /* no page: a node beyond the plan */
+    text[i] = malloc(lens[i] + 1);
+    if (text[i] == NULL) rc = -ENOMEM;
+    if (text[i] != NULL) memcpy(text[i], vals[i], lens[i]);
+    if (text[i] != NULL) text[i][lens[i]] = '\0';
+  }
+  if (rc == 0 && text[0] == NULL) rc = -ENOENT;
+  if (rc == 0) rc = rdzv_plan_parse(text[0], text[1], uid, plan, errbuf, errlen);
+  for (int i = 0; i < 2; i++) {
+    free(vals[i]);
+    free(text[i]);
+  }
+  return rc;
 }
 
 int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
@@ -505,23 +627,8 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
     snprintf(errbuf, errlen, "cannot register with the store: %s", cohort_strerror(rc));
     return rc;
   }
-  if (o->is_host) {
-    rc = host_plan(c, o, errbuf, errlen);
-    if (rc != 0 && rc != -EINVAL) return rc;
-  }
-  rdzv_key(key, sizeof key, o->job_id, o->round, "plan");
-  const char *keys[1] = {key};
-  rc = store_wait(c, keys, 1, o->deadline_ms);
-  if (rc != 0) {
-    if (errbuf[0] == '\0')
-      snprintf(errbuf, errlen, "no rendezvous plan from node 0 before the deadline (%s)",
-               cohort_strerror(rc));
-    return rc;
-  }
-  char *text = NULL;
-  rc = get_text(c, key, &text, o->deadline_ms);
-  if (rc != 0) return rc;
-  rc = rdzv_plan_parse(text, uid, plan, errbuf, errlen);
-  free(text);
+  /* Node 0 planned: it has the whole plan; the others read their part of it. */
+  if (o->is_host) return host_plan(c, o, plan, errbuf, errlen);
+  rc = read_plan(c, o, seq, uid, plan, errbuf, errlen);
   return rc == -ESRCH ? -EAGAIN : rc;
 }

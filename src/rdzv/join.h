@@ -5,9 +5,13 @@
  * under "J/R/"; the hosting agent (node 0) waits for the nodes (MIN of
  * MIN:MAX, then a last-call window for more up to MAX), decides the node
  * ranks (claimed ranks kept, the others given in join order) and publishes
- * the plan; every agent reads its place from it.
+ * the plan; every other agent reads its place from it: the plan's head and
+ * the one page that holds its line, never the whole plan.
  *
- * Keys under "J/R/": joined (counter), node/<seq> (record), plan (text).
+ * Keys under "J/R/": joined (counter), node/<seq> (record, seq = join
+ * order from 1), plan/<p> (the lines of the nodes with seq in
+ * p * RDZV_PLAN_PAGE + 1 .. (p + 1) * RDZV_PLAN_PAGE, written first), plan
+ * (the head: node count, master, port, world size, node 0's line).
  */
 #ifndef COHORT_RDZV_JOIN_H
 #define COHORT_RDZV_JOIN_H
@@ -18,8 +22,11 @@
 #include "base/net.h"
 #include "store/store.h"
 
-/* At most this many nodes a job (the plan, about 50 bytes a node, stays under a value's 1 MiB). */
+/* At most this many nodes a job, and processes a node. */
 #define RDZV_MAX_NODES 16384
+#define RDZV_MAX_NPROC 1024
+/* Nodes a page of the plan (a page stays far under a value's 1 MiB whatever the names). */
+#define RDZV_PLAN_PAGE 64
 
 typedef struct rdzv_node {
   int node_rank;
@@ -36,9 +43,13 @@ typedef struct rdzv_plan {
   int my_index; /* index of this agent in nodes[] (its node rank) */
   char master_addr[BASE_HOST_MAX];
   int master_port;
-  int store_port;   /* the workers' store on node 0 when no node hosts the rendezvous (etcd), 0 */
-  int restart;      /* a re-form round that a node cannot take part in: restart everyone */
-  rdzv_node *nodes; /* nnodes entries, by node rank (malloc'ed) */
+  int store_port; /* the workers' store on node 0 when no node hosts the rendezvous (etcd), 0 */
+  int restart;    /* a re-form round that a node cannot take part in: restart everyone */
+  /*
+   * nnodes entries, by node rank (malloc'ed). Node 0, which planned, knows
+   * every node; another knows node 0 and itself (the others' node_rank -1).
+   */
+  rdzv_node *nodes;
 } rdzv_plan;
 
 typedef struct rdzv_join_opts {
@@ -106,14 +117,17 @@ void rdzv_plan_free(rdzv_plan *plan);
  * without it (bench/scale's swarm of simulated nodes):
  * rdzv_record_format() writes the node record a joining agent stores under
  * "J/R/node/<seq>" (one line, at most 1024 bytes); rdzv_plan_parse() reads
- * the plan text published under "J/R/plan" and finds the node with my_uid
- * (-EINVAL with errbuf for an error plan, -ESRCH with plan->nnodes set for
- * a node left out, -EPROTO when malformed).
+ * the plan's head published under "J/R/plan" and the page of the node's
+ * seq, "J/R/plan/<(seq - 1) / RDZV_PLAN_PAGE>" (NULL: none), and finds the
+ * node with my_uid, in the head when it is node 0, else in the page (a plan
+ * as a node other than node 0 has it, see rdzv_plan.nodes). Errors: -EINVAL
+ * with errbuf for an error plan, -ESRCH with plan->nnodes set for a node
+ * left out, -EPROTO when malformed.
  */
 void rdzv_record_format(char *out, size_t outlen, uint64_t uid, const rdzv_join_opts *o,
                         const char *hostname);
-int rdzv_plan_parse(const char *text, uint64_t my_uid, rdzv_plan *plan, char *errbuf,
-                    size_t errlen);
+int rdzv_plan_parse(const char *head, const char *page, uint64_t my_uid, rdzv_plan *plan,
+                    char *errbuf, size_t errlen);
 
 /* Key "J/R/<suffix>" into out. */
 void rdzv_key(char *out, size_t outlen, const char *job_id, int round, const char *suffix);
