@@ -8,12 +8,18 @@
  *        test_etcd tls ENDPOINTS CA CERT KEY      HTTPS with a client certificate, and without
  *        test_etcd down ENDPOINTS         nothing listens: one line, within the deadline
  *        test_etcd hung ENDPOINTS PID     etcd PID stopped: a lost backend closes at once
+ *        test_etcd replay -               a wait against a fake etcd on loopback (no etcd
+ *                                         needed): events etcd replays after a watch's
+ *                                         "created" are not skipped by the next wait
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -355,6 +361,122 @@ static int hung(const etcd_opts *o, pid_t etcd_pid) {
   return check_report();
 }
 
+/* ---- a fake etcd: the revisions of a replay ---- */
+
+#define FAKE_LOG_MAX 16
+
+typedef struct fake_etcd {
+  int lfd, port, nlog;
+  char log[FAKE_LOG_MAX][512]; /* "PATH BODY" of each request, in order */
+} fake_etcd;
+
+static void fake_send(int fd, const char *body, int close_after) {
+  char head[256];
+  int n = snprintf(head, sizeof head,
+                   "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n%s",
+                   close_after ? "\r\n" : "");
+  if (!close_after)
+    n += snprintf(head + n, sizeof head - (size_t)n, "Content-Length: %zu\r\n\r\n", strlen(body));
+  if (send(fd, head, (size_t)n, MSG_NOSIGNAL) < 0 || send(fd, body, strlen(body), MSG_NOSIGNAL) < 0)
+    return;
+}
+
+/* One request: its path and body into the log; 0 when the connection ended first. */
+static int fake_read(int fd, fake_etcd *f, char *path, size_t plen) {
+  char buf[4096];
+  size_t got = 0;
+  char *end = NULL;
+  while (end == NULL && got < sizeof buf - 1) {
+    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (k <= 0) return 0;
+    got += (size_t)k;
+    buf[got] = '\0';
+    end = strstr(buf, "\r\n\r\n");
+  }
+  const char *cl = strstr(buf, "Content-Length: ");
+  size_t want = cl != NULL ? (size_t)atoi(cl + 16) : 0, head = (size_t)(end - buf) + 4;
+  while (got - head < want && got < sizeof buf - 1) {
+    ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (k <= 0) return 0;
+    got += (size_t)k;
+    buf[got] = '\0';
+  }
+  if (sscanf(buf, "POST %255s", path) != 1 || plen < 256) return 0;
+  if (f->nlog < FAKE_LOG_MAX)
+    snprintf(f->log[f->nlog++], sizeof f->log[0], "%s %s", path, buf + head);
+  return 1;
+}
+
+/*
+ * Every key absent at revision 10; a watch answers "created" at revision 12
+ * (two revisions came after the read: their events, if any were the key's,
+ * would follow) and then nothing until the client gives up.
+ */
+static void *fake_main(void *arg) {
+  fake_etcd *f = arg;
+  for (;;) {
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    char path[256];
+    if (fake_read(fd, f, path, sizeof path)) {
+      if (strcmp(path, "/v3/watch") == 0) {
+        fake_send(fd, "{\"result\":{\"header\":{\"revision\":\"12\"},\"created\":true}}\n", 1);
+        char b[64];
+        while (recv(fd, b, sizeof b, 0) > 0) {
+        }
+      } else if (strcmp(path, "/v3/kv/txn") == 0) {
+        fake_send(fd,
+                  "{\"header\":{\"revision\":\"10\"},\"succeeded\":true,\"responses\":"
+                  "[{\"response_range\":{\"header\":{\"revision\":\"10\"}}}]}",
+                  0);
+      } else {
+        fake_send(fd, "{\"header\":{\"revision\":\"10\"}}", 0);
+      }
+    }
+    close(fd);
+  }
+}
+
+/*
+ * A wait's watch that timed out after "created" at a later revision than
+ * the read's may have been cut off before etcd replayed the key's events
+ * of those revisions: the next wait must not watch on from after them (it
+ * did, and a node of the swarm at 128 nodes with 200 ms slices never saw
+ * the job's failure).
+ */
+static int replay(void) {
+  static fake_etcd f;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  f.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (f.lfd < 0 || bind(f.lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(f.lfd, 8) != 0 ||
+      getsockname(f.lfd, (struct sockaddr *)&a, &al) != 0) {
+    perror("fake etcd");
+    return 1;
+  }
+  pthread_t th;
+  if (pthread_create(&th, NULL, fake_main, &f) != 0) return 1;
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", ntohs(a.sin_port));
+  etcd_opts o = {.endpoints = ep, .prefix = prefix};
+  etcd *e = open_or_die(&o);
+  const char *keys[1] = {"fail"};
+  CHECK_EQ_INT(etcd_wait(e, keys, 1, base_deadline_in(300)), -ETIMEDOUT);
+  int before = f.nlog;
+  CHECK_EQ_INT(etcd_wait(e, keys, 1, base_deadline_in(300)), -ETIMEDOUT);
+  CHECK(f.nlog > before);
+  /* The second wait reads the key again (or watches from revision 11, not 13). */
+  if (f.nlog > before) {
+    const char *r = f.log[before];
+    if (strncmp(r, "/v3/watch ", 10) == 0) CHECK(strstr(r, "\"13\"") == NULL);
+  }
+  etcd_close(e);
+  shutdown(f.lfd, SHUT_RDWR);
+  close(f.lfd);
+  pthread_join(th, NULL);
+  return check_report();
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_etcd MODE ENDPOINTS [...]\n");
@@ -369,6 +491,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "tls") == 0 && argc == 6) return tls(&o, argv[3], argv[4], argv[5]);
   if (strcmp(mode, "down") == 0) return down(&o);
   if (strcmp(mode, "hung") == 0 && argc == 4) return hung(&o, (pid_t)atoi(argv[3]));
+  if (strcmp(mode, "replay") == 0) return replay();
   fprintf(stderr, "test_etcd: bad arguments\n");
   return 2;
 }

@@ -672,9 +672,12 @@ static int watch_after(etcd *e, const char *key, int64_t rev, int64_t deadline) 
   if (w.changed || rc == 0) return 0;
   /* A watch that was set up and saw nothing until curl's timeout (which may fire a
    * millisecond before our deadline): quiet, not a failing member. */
-  int set_up = w.created_rev > 0 && w.created_rev >= rev; /* no change up to created_rev */
+  int set_up = w.created_rev > 0 && w.created_rev >= rev;
   if (rc == -ETIMEDOUT && (set_up || base_deadline_left(deadline) <= 0)) {
-    if (set_up && strlen(key) < sizeof e->quiet_key) {
+    /* Quiet up to created_rev only when no revision came between rev and it: etcd replays
+     * the events of (rev, created_rev] after its "created" answer, and the timeout may have
+     * cut them off (a watch from created_rev on would never see them: a failure missed). */
+    if (set_up && w.created_rev == rev && strlen(key) < sizeof e->quiet_key) {
       memcpy(e->quiet_key, key, strlen(key) + 1);
       e->quiet_rev = w.created_rev;
     }
