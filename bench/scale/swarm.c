@@ -29,7 +29,11 @@
  * exits 1: no figures for it.
  *
  * usage: swarm [--nodes N] [--sweep all|host|none] [--hold S] [--timeout S]
- *              [--heartbeat MS] [--token T] [--join-conn keep|close]
+ *              [--heartbeat MS] [--token T] [--join-conn keep|close] [--slice MS]
+ *
+ * --slice MS: the watch's WAIT slices last MS (200: the agents before they
+ * waited until their next heartbeat); by default until the next heartbeat,
+ * as src/agent/watch.c does.
  *
  * --join-conn close: a node closes its join connection once it has its plan,
  * before it opens its watch (agents keep both). For sizes whose two
@@ -62,7 +66,7 @@
 #include "store/store.h"
 
 #define JOB "swarm"
-#define WAIT_SLICE_MS 200
+#define WAIT_SLICE_MIN_MS 20 /* src/agent/watch.c's */
 
 enum sweep_mode { SWEEP_ALL, SWEEP_HOST, SWEEP_NONE };
 
@@ -74,6 +78,7 @@ typedef struct swarm_opts {
   int heartbeat_ms;
   const char *token;
   int close_join; /* --join-conn close */
+  int slice_ms;   /* --slice; 0: until the next heartbeat */
 } swarm_opts;
 
 /* The join connection's steps, then the watch connection's. */
@@ -297,6 +302,13 @@ static int sweeps(const swarm *w, const node *nd) {
   return w->o.sweep == SWEEP_ALL || (w->o.sweep == SWEEP_HOST && nd->node_rank == 0);
 }
 
+/* How long the next WAIT on "fail" lasts. */
+static uint32_t slice_ms(const swarm *w, const node *nd, int64_t now) {
+  if (w->o.slice_ms > 0) return (uint32_t)w->o.slice_ms;
+  int64_t left = (nd->next_hb_us - now) / 1000;
+  return left > WAIT_SLICE_MIN_MS ? (uint32_t)left : WAIT_SLICE_MIN_MS;
+}
+
 /* After a WAIT slice timed out: heartbeat when due, sweep when due, then wait again. */
 static void watch_next(swarm *w, node *nd, int64_t now) {
   sconn *c = &nd->watch;
@@ -315,7 +327,7 @@ static void watch_next(swarm *w, node *nd, int64_t now) {
     return;
   }
   c->state = W_WAIT_FAIL;
-  req_wait(w, c, "fail", WAIT_SLICE_MS);
+  req_wait(w, c, "fail", slice_ms(w, nd, now));
 }
 
 static void watch_step(swarm *w, node *nd, const store_response *r, int64_t now) {
@@ -368,7 +380,7 @@ static void handshake_step(swarm *w, sconn *c, const store_response *r) {
   if (c->watch) {
     c->state = W_WAIT_FAIL;
     w->watching++;
-    req_wait(w, c, "fail", WAIT_SLICE_MS);
+    req_wait(w, c, "fail", slice_ms(w, c->nd, base_now_us()));
   } else {
     c->state = J_ADD;
     req_add(w, c, "joined", 1);
@@ -650,7 +662,7 @@ static int publish_failure(swarm *w, int64_t *sent_us) {
 
 static void usage_exit(void) {
   fprintf(stderr, "usage: swarm [--nodes N] [--sweep all|host|none] [--hold S] [--timeout S] "
-                  "[--heartbeat MS] [--token T] [--join-conn keep|close]\n");
+                  "[--heartbeat MS] [--token T] [--join-conn keep|close] [--slice MS]\n");
   exit(2);
 }
 
@@ -680,6 +692,7 @@ static void parse_args(int argc, char **argv, swarm_opts *o) {
                base_parse_int(v, 10, 60000, &o->heartbeat_ms) == 0) {
     } else if (strcmp(a, "--token") == 0) {
       o->token = v;
+    } else if (strcmp(a, "--slice") == 0 && base_parse_int(v, 1, 60000, &o->slice_ms) == 0) {
     } else if (strcmp(a, "--join-conn") == 0 && strcmp(v, "keep") == 0) {
       o->close_join = 0;
     } else if (strcmp(a, "--join-conn") == 0 && strcmp(v, "close") == 0) {

@@ -5,18 +5,22 @@
  * The etcd counterpart of swarm.c. Every simulated node is a thread with the
  * agents' own code: an rdzv_backend on etcd (its lease, kept alive by a
  * thread of its own), rdzv_join() with the first joiner planning, then the
- * watch of src/agent/watch.c in etcd mode (waiting on "fail" in 200 ms
- * slices; every heartbeat it bumps its counter and reads node 0's, and node
- * 0 reads everyone's). etcd (Debian's etcd-server) runs as a child process
- * on a loopback port, started and removed here, so that its CPU time and
- * memory can be read from /proc. One connection per simulated node (an
+ * watch of src/agent/watch.c in etcd mode (waiting on "fail" until its next
+ * put or check; it puts its count every third of its lease's TTL and reads
+ * node 0's every heartbeat, node 0 everyone's). etcd (Debian's etcd-server)
+ * runs as a child process on a loopback port, started and removed here, so
+ * that its CPU time, memory and RPC counts can be read. One connection per simulated node (an
  * agent has two: its main thread's and its watcher's).
  *
  * Figures (one line of key=value pairs on stdout, the names of swarm.c):
  *   rendezvous_ms  from the release of all nodes until the last has its plan
  *   hb_cpu_pct     etcd's CPU during `--hold` seconds of heartbeats and waits
- *   hb_req_per_s   the nodes' store calls per second in that window (an
- *                  etcd counter is two HTTP requests, a wait slice two)
+ *   hb_req_per_s   the nodes' store calls per second from the start of the
+ *                  watches to the failure
+ *   etcd_rpc_per_s the RPCs etcd started per second in that window (its
+ *                  grpc_server_started_total, from its /metrics: what the
+ *                  calls cost it, a wait's watch included); per_node: /N
+ *   cpu_us_per_node_s  etcd's CPU in that window per node and second
  *   fail_max_ms    from the write of the failure until the last node has
  *                  seen it (fail_med_ms: the median node)
  *   rss_b_per_conn etcd's RSS growth from before the nodes connected to the
@@ -24,7 +28,13 @@
  * A run that does not complete within --timeout prints "incomplete" and
  * exits 1: no figures for it.
  *
- * usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS]
+ * usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS] [--slice MS]
+ *                   [--put MS]
+ *
+ * As src/agent/watch.c by default: the waits on "fail" last until the next
+ * put or check; a node puts its count every third of its lease's TTL and
+ * checks every heartbeat (--heartbeat, 500 ms). The agents before: --slice
+ * 200 --put 500 (200 ms slices, a put every heartbeat).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -42,7 +52,8 @@
 #include "store/store.h"
 
 #define JOB "swarm"
-#define WAIT_SLICE_MS 200
+#define WAIT_SLICE_MIN_MS 20 /* src/agent/watch.c's */
+#define LEASE_MS 5000        /* each node's lease: cohort run's default --heartbeat-timeout */
 #define OP_MS 10000
 
 typedef struct swarm_opts {
@@ -50,6 +61,8 @@ typedef struct swarm_opts {
   double hold_s;
   int timeout_s;
   int heartbeat_ms;
+  int slice_ms; /* --slice; 0: until the next put or check */
+  int put_ms;   /* --put: how often a node puts its count */
 } swarm_opts;
 
 /* What the nodes share: the phases, released by the main thread. */
@@ -64,6 +77,7 @@ typedef struct swarm {
   int64_t fail_at;     /* when the failure was written (0: not yet) */
   long calls;          /* store calls during the hold */
   int hold_open;
+  int64_t watch_from; /* when the watches began */
 } swarm;
 
 typedef struct node {
@@ -141,6 +155,22 @@ static void etcd_ready(const swarm *s) {
   rdzv_backend_close(b);
 }
 
+/* The RPCs etcd has started (the sum of its grpc_server_started_total counters), -1 if unread. */
+static double etcd_rpcs(const swarm *s) {
+  char cmd[128], line[512];
+  snprintf(cmd, sizeof cmd, "curl -s -m 5 http://%s/metrics", s->endpoint);
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  double total = 0;
+  int seen = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (strncmp(line, "grpc_server_started_total{", 26) != 0) continue;
+    const char *v = strrchr(line, ' ');
+    if (v != NULL) total += atof(v + 1), seen = 1;
+  }
+  return pclose(f) == 0 && seen ? total : -1;
+}
+
 /* /proc/PID/stat's utime + stime, in clock ticks; and VmRSS in KiB. */
 static long proc_ticks(pid_t pid) {
   char path[64], buf[1024];
@@ -209,16 +239,20 @@ static int join(node *n, store_client *c) {
   return me;
 }
 
-/* Heartbeat: bump our counter, read node 0's (node 0: everyone's). Calls made. */
-static long beat(node *n, store_client *c, int me, const char *const *hb, void **vals,
-                 size_t *lens) {
-  int64_t v;
-  long calls = 1;
-  store_add(c, hb[me], 1, &v, base_deadline_in(OP_MS));
-  size_t count = me == 0 ? (size_t)n->s->o.nodes : 1;
-  if (store_get_many(c, hb, count, vals, lens, base_deadline_in(OP_MS)) == 0)
-    for (size_t k = 0; k < count; k++) free(vals[k]);
-  return calls + 1;
+/* Node 0 reads everyone's counter, the others node 0's (watch.c's check_nodes). Calls made. */
+static long check(node *n, store_client *c, int me, const char *const *hb, void **vals,
+                  size_t *lens) {
+  size_t k = me == 0 ? (size_t)n->s->o.nodes : 1;
+  if (store_get_many(c, hb, k, vals, lens, base_deadline_in(OP_MS)) == 0)
+    for (size_t i = 0; i < k; i++) free(vals[i]);
+  return 1;
+}
+
+/* Where this slice of the wait on "fail" ends: --slice, or the next put or check. */
+static int64_t slice_end(const swarm *s, int64_t next_put, int64_t next_check) {
+  if (s->o.slice_ms > 0) return base_deadline_in(s->o.slice_ms);
+  int64_t next = next_put < next_check ? next_put : next_check;
+  return next > base_deadline_in(WAIT_SLICE_MIN_MS) ? next : base_deadline_in(WAIT_SLICE_MIN_MS);
 }
 
 /* The watch until the failure is seen or the run's deadline passes. */
@@ -238,18 +272,25 @@ static void watch(node *n, store_client *c, int me) {
   }
   rdzv_key(fail_key, sizeof fail_key, JOB, 0, "fail");
   const char *keys[1] = {fail_key};
-  int64_t next_hb = 0;
+  int64_t next_put = 0, next_check = base_deadline_in(s->o.heartbeat_ms), beats = 0;
   long calls = 0;
   while (base_deadline_left(s->deadline_ms) > 0) {
-    int rc = store_wait(c, keys, 1, base_deadline_in(WAIT_SLICE_MS));
+    int rc = store_wait(c, keys, 1, slice_end(s, next_put, next_check));
     calls++;
     if (rc == 0) {
       n->fail_seen_at = base_now_ms();
       break;
     }
-    if (base_now_ms() >= next_hb) {
-      calls += beat(n, c, me, (const char *const *)hbk, vals, lens);
-      next_hb = base_now_ms() + s->o.heartbeat_ms;
+    if (base_now_ms() >= next_put) { /* watch.c's beat: a put of its count */
+      char text[32];
+      int len = snprintf(text, sizeof text, "%lld", (long long)++beats);
+      store_set(c, hbk[me], text, (size_t)len, base_deadline_in(OP_MS));
+      calls++;
+      next_put = base_now_ms() + s->o.put_ms;
+    }
+    if (base_now_ms() >= next_check) {
+      calls += check(n, c, me, (const char *const *)hbk, vals, lens);
+      next_check = base_now_ms() + s->o.heartbeat_ms;
     }
   }
   pthread_mutex_lock(&s->lock);
@@ -268,7 +309,7 @@ static void *node_main(void *arg) {
   rdzv_backend *b = NULL;
   store_client *c = NULL;
   char err[256];
-  int ok = rdzv_backend_etcd(&eo, JOB, 5000, &b) == 0 &&
+  int ok = rdzv_backend_etcd(&eo, JOB, LEASE_MS, &b) == 0 &&
            rdzv_backend_connect(b, s->deadline_ms, &c, err, sizeof err) == 0;
   if (!ok) bump(s, &s->failures);
   bump(s, &s->connected);
@@ -325,7 +366,8 @@ static int64_t write_failure(swarm *s, rdzv_backend **b, store_client **c) {
 }
 
 static void parse_args(int argc, char **argv, swarm_opts *o) {
-  *o = (swarm_opts){.nodes = 64, .hold_s = 3, .timeout_s = 120, .heartbeat_ms = 500};
+  *o = (swarm_opts){
+      .nodes = 64, .hold_s = 3, .timeout_s = 120, .heartbeat_ms = 500, .put_ms = LEASE_MS / 3};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     int64_t ms;
@@ -337,14 +379,18 @@ static void parse_args(int argc, char **argv, swarm_opts *o) {
     if (strcmp(a, "--timeout") == 0 && base_parse_int(v, 1, 3600, &o->timeout_s) == 0) continue;
     if (strcmp(a, "--heartbeat") == 0 && base_parse_int(v, 10, 60000, &o->heartbeat_ms) == 0)
       continue;
+    if (strcmp(a, "--slice") == 0 && base_parse_int(v, 1, 60000, &o->slice_ms) == 0) continue;
+    if (strcmp(a, "--put") == 0 && base_parse_int(v, 10, 60000, &o->put_ms) == 0) continue;
     fprintf(stderr, "swarm_etcd: bad option %s %s\n", a, v);
     exit(2);
   }
-  if (argc % 2 == 0) die("usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS]");
+  if (argc % 2 == 0)
+    die("usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS] [--slice MS] "
+        "[--put MS]");
 }
 
 static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_at, double cpu,
-                          double rss_per) {
+                          double rpc_s, double rss_per) {
   int nn = s->o.nodes;
   int64_t last_plan = 0, *fail = malloc((size_t)nn * sizeof *fail);
   if (fail == NULL) die("out of memory");
@@ -353,10 +399,12 @@ static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_
     fail[i] = nodes[i].fail_seen_at - fail_at;
   }
   qsort(fail, (size_t)nn, sizeof *fail, cmp_i64);
-  printf("nodes=%d rendezvous_ms=%lld hb_cpu_pct=%.1f hb_req_per_s=%.0f fail_max_ms=%lld "
-         "fail_med_ms=%lld rss_b_per_conn=%.0f\n",
-         nn, (long long)(last_plan - released), cpu, (double)s->calls / s->o.hold_s,
-         (long long)fail[nn - 1], (long long)fail[nn / 2], rss_per);
+  printf("nodes=%d rendezvous_ms=%lld hb_cpu_pct=%.1f hb_req_per_s=%.0f etcd_rpc_per_s=%.0f "
+         "etcd_rpc_per_node_s=%.2f cpu_us_per_node_s=%.0f fail_max_ms=%lld fail_med_ms=%lld "
+         "rss_b_per_conn=%.0f rss_b_per_node=%.0f\n",
+         nn, (long long)(last_plan - released), cpu,
+         (double)s->calls * 1000.0 / (double)(fail_at - s->watch_from), rpc_s, rpc_s / nn,
+         cpu * 1e4 / nn, (long long)fail[nn - 1], (long long)fail[nn / 2], rss_per, rss_per);
   free(fail);
 }
 
@@ -384,10 +432,15 @@ int main(int argc, char **argv) {
   int64_t released = base_now_ms();
   set_phase(&s, 1);
   if (rc == 0) rc = wait_count(&s, &s.joined);
-  long t0 = proc_ticks(etcd_pid);
   set_phase(&s, 2);
+  s.watch_from = base_now_ms();
+  base_sleep_ms(1000); /* the nodes' first heartbeats: the watches are all set up */
+  long t0 = proc_ticks(etcd_pid);
+  double r0 = etcd_rpcs(&s);
+  int64_t h0 = base_now_ms();
   base_sleep_ms((int64_t)(s.o.hold_s * 1000));
   long t1 = proc_ticks(etcd_pid), rss1 = proc_rss_kib(etcd_pid);
+  double r1 = etcd_rpcs(&s), held = (double)(base_now_ms() - h0) / 1000.0;
   rdzv_backend *fb = NULL;
   store_client *fc = NULL;
   int64_t fail_at = rc == 0 && s.failures == 0 ? write_failure(&s, &fb, &fc) : 0;
@@ -396,13 +449,14 @@ int main(int argc, char **argv) {
   rdzv_backend_close(fb);
   int seen = 0;
   for (int i = 0; i < nn; i++) seen += nodes[i].fail_seen_at > 0;
-  if (rc != 0 || s.failures > 0 || seen < nn || t0 < 0 || t1 < 0) {
+  if (rc != 0 || s.failures > 0 || seen < nn || t0 < 0 || t1 < 0 || r0 < 0 || r1 < 0) {
     printf("incomplete: %d of %d joined, %d failed, %d saw the failure\n", s.joined, nn, s.failures,
            seen);
     return 1;
   }
-  double cpu = 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / s.o.hold_s;
-  print_figures(&s, nodes, released, fail_at, cpu, (double)(rss1 - rss0) * 1024.0 / nn);
+  double cpu = 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / held;
+  print_figures(&s, nodes, released, fail_at, cpu, (r1 - r0) / held,
+                (double)(rss1 - rss0) * 1024.0 / nn);
   free(nodes);
   return 0;
 }

@@ -12,7 +12,9 @@
 #include "rdzv/join.h"
 #include "store/store.h"
 
-#define WAIT_SLICE_MS 200
+/* The shortest slice of the wait on the fail key (the others last until the next heartbeat). */
+#define WAIT_SLICE_MIN_MS 20
+#define OP_MIN_MS 200 /* the shortest deadline of a heartbeat or a check */
 #define OP_TIMEOUT_MS 2000
 /* etcd whose members answer but cannot serve (no leader: an election, or quorum lost) is
  * given this long beyond the heartbeat timeout before it counts as lost. etcd's election
@@ -132,8 +134,10 @@ static void forgive_outage(agent_watch *w, int64_t now) {
  * (N reads per period instead of N²): they learn of a loss from the fail
  * key, and of node 0's from its store falling silent (store_silent) or, with
  * etcd, from node 0's own counter, which they read (first == 0, n == 1).
+ * *answered: when the store last answered, this read's time if it did.
  */
-static int check_nodes(agent_watch *w, int64_t deadline, char *text, size_t len) {
+static int check_nodes(agent_watch *w, int64_t deadline, int64_t *answered, char *text,
+                       size_t len) {
   const watch_opts *o = &w->o;
   if (o->nnodes < 2 || (o->my_node != 0 && !rdzv_backend_is_etcd(o->backend))) return 0;
   int first = o->my_node == 0 ? 1 : 0;
@@ -152,6 +156,7 @@ static int check_nodes(agent_watch *w, int64_t deadline, char *text, size_t len)
   }
   if (store_get_many(w->client, kp, n, vals, lens, deadline) != 0) goto out;
   int64_t now = base_now_ms();
+  *answered = now;
   forgive_outage(w, now);
   for (size_t i = 0; i < n && !lost; i++) {
     int k = (int)i + first;
@@ -209,11 +214,25 @@ static int store_silent(agent_watch *w, const watch_clock *t, int64_t now, char 
 }
 
 /* An operation's deadline: OP_TIMEOUT_MS, but not past the moment the store would count as
- * lost (so that its silence is seen then), and at least a slice. */
+ * lost (so that its silence is seen then), and at least OP_MIN_MS. */
 static int64_t op_deadline(const agent_watch *w, const watch_clock *t) {
   int64_t now = base_now_ms(), d = t->last_ok + w->o.lost_after_ms;
   if (d > now + OP_TIMEOUT_MS) d = now + OP_TIMEOUT_MS;
-  return d > now + WAIT_SLICE_MS ? d : now + WAIT_SLICE_MS;
+  return d > now + OP_MIN_MS ? d : now + OP_MIN_MS;
+}
+
+/*
+ * How often this node puts its count. With etcd, every third of the
+ * heartbeat timeout, as often as its lease is kept alive (rdzv/backend.c),
+ * rather than every heartbeat period: a counter still moves well within
+ * the timeout, and a put is a write through etcd's log (each node's was
+ * 2 a second, the most costly of its requests). Node 0 still reads the
+ * counters every heartbeat period.
+ */
+static int64_t beat_period(const agent_watch *w) {
+  int64_t third = w->o.lost_after_ms / 3;
+  return rdzv_backend_is_etcd(w->o.backend) && third > w->o.heartbeat_ms ? third
+                                                                         : w->o.heartbeat_ms;
 }
 
 /* Bumps this node's heartbeat when due: puts its count (a put of the whole value, which the
@@ -224,13 +243,26 @@ static void beat(agent_watch *w, const char *my_hb, watch_clock *t) {
   int n = snprintf(count, sizeof count, "%lld", (long long)++t->beats);
   if (store_set(w->client, my_hb, count, (size_t)n, op_deadline(w, t)) == 0)
     t->last_ok = base_now_ms();
-  t->next_hb = base_now_ms() + w->o.heartbeat_ms;
+  t->next_hb = base_now_ms() + beat_period(w);
+}
+
+/*
+ * Where a slice of the wait on the fail key ends: when the next heartbeat
+ * or check is due. One wait a heartbeat period, not one every 200 ms as
+ * before (7 requests a second a node at the store or etcd, now 4); the
+ * built-in store's wait is cut short at the job's end (watch_stop), etcd's
+ * runs out its slice.
+ */
+static int64_t slice_end(const watch_clock *t) {
+  int64_t now = base_now_ms(), next = t->next_hb < t->next_check ? t->next_hb : t->next_check;
+  return next > now + WAIT_SLICE_MIN_MS ? next : now + WAIT_SLICE_MIN_MS;
 }
 
 /* One slice of waiting on the fail key: what it saw, with the report in text. */
-static int wait_fail_key(agent_watch *w, const char *fail_key, char *text, size_t len) {
+static int wait_fail_key(agent_watch *w, const char *fail_key, const watch_clock *t, char *text,
+                         size_t len) {
   const char *keys[1] = {fail_key};
-  int rc = store_wait(w->client, keys, 1, base_deadline_in(WAIT_SLICE_MS));
+  int rc = store_wait(w->client, keys, 1, slice_end(t));
   /* etcd failing a wait (every member refusing, an election) is lost only when store_silent
    * says so; the built-in store failing one is node 0 gone. */
   if (rc == -ETIMEDOUT || (rc != 0 && rdzv_backend_is_etcd(w->o.backend))) return SEEN_NOTHING;
@@ -255,7 +287,7 @@ static void *watch_main(void *arg) {
   watch_clock t = {.next_hb = 0, .next_check = now + o->heartbeat_ms, .last_ok = now, .beats = 0};
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
-    int seen = wait_fail_key(w, fail_key, text, sizeof text);
+    int seen = wait_fail_key(w, fail_key, &t, text, sizeof text);
     if (seen == SEEN_NOTHING) {
       beat(w, my_hb, &t);
       seen = store_silent(w, &t, base_now_ms(), text, sizeof text);
@@ -268,7 +300,7 @@ static void *watch_main(void *arg) {
     now = base_now_ms();
     if (now < t.next_check) continue;
     t.next_check = now + o->heartbeat_ms;
-    if (check_nodes(w, op_deadline(w, &t), text, sizeof text)) {
+    if (check_nodes(w, op_deadline(w, &t), &t.last_ok, text, sizeof text)) {
       set_failure(w, text, 0);
       break;
     }
