@@ -17,7 +17,10 @@ workers running examples/reform_ddp.py, then
   5. a survivor behind: one survivor's step fails after its all_reduce
      (tests/reform_torch_behind.py) while the other's completes; the ranks
      agree on the highest completed step, the one behind receives the state
-     from the other, and they go on with identical parameters.
+     from the other, and they go on with identical parameters;
+  6. a newcomer started ahead of its membership (COHORT_AWAIT_FORM=1, no
+     RANK, WORLD_SIZE or MASTER_*): it says hello with await_form=1, waits
+     for its first `form`, joins, answers `formed` and receives the state.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
@@ -57,15 +60,17 @@ def fail(msg):
 
 
 class Worker:
-    def __init__(self, tmp, name, rank, size, epoch, port, newcomer=False):
+    def __init__(self, tmp, name, rank, size, epoch, port, newcomer=False, ahead=False):
         self.agent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.agent_end.settimeout(LONG)
         self.log = os.path.join(tmp, name + ".log")
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK="0",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   COHORT_ROUND=str(epoch),
-                   COHORT_CONTROL_FD=str(child_end.fileno()), OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.path.join(SRC, "src/agent/python"))
+        env = dict(os.environ, LOCAL_RANK="0", COHORT_CONTROL_FD=str(child_end.fileno()),
+                   OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(SRC, "src/agent/python"))
+        if ahead:  # no membership yet: its first `form` gives it
+            env["COHORT_AWAIT_FORM"] = "1"
+        else:
+            env.update(RANK=str(rank), WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), COHORT_ROUND=str(epoch))
         if newcomer:
             env["COHORT_NEWCOMER"] = "1"
         self.fail_file = os.path.join(tmp, name + ".fail")
@@ -77,7 +82,7 @@ class Worker:
                 env=env, stdout=out, stderr=subprocess.STDOUT, pass_fds=[child_end.fileno()])
         child_end.close()
         self.pid = self.proc.pid
-        self.expect("hello", pid=str(self.pid))
+        self.expect("hello", pid=str(self.pid), await_form="1")
 
     def send(self, text):
         self.agent_end.send(text.encode())
@@ -145,18 +150,19 @@ def last_step(w):
     return int(steps[-1]["step"]) if steps else 0
 
 
-def reform(survivors, ended, epoch, port, size, why):
+def reform(survivors, ended, epoch, port, size, why, ahead=()):
     """reshape -> ready (each survivor) -> form -> formed; returns the time
-    the reshape was sent and the agreed step."""
+    the reshape was sent and the agreed step. ahead: workers started ahead,
+    given `form` after the survivors (the next ranks) and answering `formed`."""
     t = time.time()
     for w in survivors:
         w.send("reshape epoch=%d why=%s" % (ended, why))
     readies = [int(w.expect("ready", epoch=str(ended))["step"]) for w in survivors]
-    for rank, w in enumerate(survivors):
+    for rank, w in enumerate(list(survivors) + list(ahead)):
         w.send("form epoch=%d rank=%d size=%d local_rank=0 local_size=1 node_rank=%d "
                "nnodes=%d store=127.0.0.1:1 job=test master_addr=127.0.0.1 master_port=%d"
                % (epoch, rank, size, rank, size, port))
-    formed = {w.expect("formed", epoch=str(epoch))["step"] for w in survivors}
+    formed = {w.expect("formed", epoch=str(epoch))["step"] for w in list(survivors) + list(ahead)}
     if len(formed) != 1 or int(formed.pop()) != max(readies):
         fail("formed steps %s, ready steps %s: not one agreed maximum" % (formed, readies))
     reform.readies = readies
@@ -320,6 +326,30 @@ def run(tmp, ws):
     same_params(survivors, s_ahead + 1, "the survivor behind's next step")
     print("behind: the survivor at step %d received %s bytes of step %d's state"
           % (s_behind, got[0]["received"], s_ahead), flush=True)
+
+    # 6. A newcomer started ahead: it waits for its first `form` (saying nothing meanwhile).
+    late = Worker(tmp, "ahead", None, None, None, None, newcomer=True, ahead=True)
+    run.extra.append(late)
+    late.agent_end.settimeout(1.0)
+    try:
+        got = late.agent_end.recv(2048).decode()
+        fail("the worker started ahead said `%s` before its form" % got)
+    except socket.timeout:
+        pass
+    late.agent_end.settimeout(LONG)
+    t_late, agreed = reform(survivors, 8, 9, free_port(), 3, "a node joins", ahead=[late])
+    joined = None
+    end = time.monotonic() + LONG
+    while joined is None and time.monotonic() < end:
+        joined = (late.lines("joined") or [None])[0]
+        time.sleep(0.05)
+    if joined is None or int(joined["received"]) <= 0 or int(joined["step"]) != agreed \
+            or joined["rank"] != "2" or joined["epoch"] != "9":
+        fail("the worker started ahead did not join as rank 2 of epoch 9 with the state of "
+             "step %d: %s\n%s" % (agreed, joined, late.tail()))
+    survivors = survivors + [late]
+    check_after(survivors, t_late, 3, "started ahead")
+    same_params(survivors, agreed + 1, "the worker started ahead's first step")
 
     # Training goes on; the survivors agree bit for bit and kept their history.
     at = max(last_step(w) for w in survivors) + 10
