@@ -315,6 +315,28 @@ static void test_restarts(void) {
   proc_result_free(&r);
 }
 
+/* An agent started by a worker of a restarted job: its own workers live.
+ * The outer job's cgroup was killed (cgroup.kill) at the first attempt's
+ * end; a kernel that compares the kill counts of the parent's cgroup and
+ * the new one SIGKILLs every child clone3 starts in the inner agent's
+ * cgroup, which the agent must notice and fork instead. */
+static void test_nested_after_restart(void) {
+  char inner[1024];
+  snprintf(inner, sizeof inner,
+           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 1; fi; "
+           "exec %s run --nproc-per-node 2 -- sh -c 'echo inner $RANK'",
+           cohort);
+  char *argv[] = {
+      (char *)cohort, "run", "--nproc-per-node", "1", "--max-restarts", "1", "--", "sh", "-c",
+      inner,          NULL};
+  proc_result r;
+  if (run(argv, 30000, &r) != 0) return;
+  CHECK_EQ_INT(proc_exit_code(&r), 0);
+  CHECK(strstr(r.out, "[r0] [r0] inner 0\n") != NULL);
+  CHECK(strstr(r.out, "[r0] [r1] inner 1\n") != NULL);
+  proc_result_free(&r);
+}
+
 static int wait_for_text(proc_handle *h, char **buf, size_t *len, const char *text, int n,
                          int timeout_ms) {
   int open_ = 1;
@@ -523,6 +545,7 @@ int main(int argc, char **argv) {
   test_log_dir();
   test_fail_together();
   test_restarts();
+  test_nested_after_restart();
   test_signals();
   test_no_orphans();
   test_exec_errors();

@@ -15,8 +15,9 @@
 
 extern char **environ;
 
-/* Starts w (its channel made here; newcomer: into a running re-formable job). 0 or -errno. */
-static int spawn_one(job *j, worker *w, int newcomer) {
+/* Starts w (its channel made here; newcomer: into a running re-formable job) without waiting
+ * for its exec (agent_worker_started). 0 or -errno. */
+static int start_one(job *j, worker *w, int newcomer) {
   const rdzv_plan *p = &j->cl.plan;
   const cpu_set_t *cpus = j->place.cpus != NULL ? &j->place.cpus[w->local_rank] : NULL;
   char errfile[256];
@@ -62,7 +63,7 @@ static int spawn_one(job *j, worker *w, int newcomer) {
   int rc = agent_reform_channel(j, w->local_rank, &in.control_fd);
   if (rc == 0) rc = agent_env_build(&in, &env);
   w->keep_fd = in.control_fd;
-  if (rc == 0) rc = agent_worker_spawn(w, j->cfg->argv, env.v, cpus, &j->sweep, &j->exec_errno);
+  if (rc == 0) rc = agent_worker_start(w, j->cfg->argv, env.v, cpus, &j->sweep);
   if (in.control_fd >= 0) close(in.control_fd);
   w->keep_fd = -1;
   agent_env_free(&env);
@@ -88,16 +89,23 @@ attempt_outcome agent_spawn_all(job *j) {
   if (j->hang.prog != NULL && agent_hang_begin(&j->hang, j->workers, base_now_ms()) != 0)
     base_log(BASE_LOG_WARN, "cannot create the progress files: no hang detection this attempt");
   agent_signals_set_workers(1);
-  for (int i = 0; i < j->nworkers && !j->stopping && j->stop_signal == 0; i++) {
-    worker *w = &j->workers[i];
-    int rc = spawn_one(j, w, j->cl.newcomer && j->cfg->reform);
-    if (rc != 0) {
+  /* All forked first, then each exec awaited: a worker's exec overlaps the
+   * next one's fork instead of holding it up. */
+  int started = 0, rc = 0;
+  while (started < j->nworkers && !j->stopping && j->stop_signal == 0) {
+    worker *w = &j->workers[started];
+    if ((rc = start_one(j, w, j->cl.newcomer && j->cfg->reform)) != 0) {
       base_log(BASE_LOG_ERROR, "cannot start rank %d: %s", w->rank, strerror(-rc));
-      return ATTEMPT_INTERNAL;
+      break;
     }
-    if (j->exec_errno != 0) return ATTEMPT_EXEC_ERROR;
+    started++;
   }
-  return ATTEMPT_OK;
+  for (int i = 0; i < started; i++) {
+    int e = agent_worker_started(&j->workers[i]);
+    if (e != 0 && j->exec_errno == 0) j->exec_errno = e;
+  }
+  if (rc != 0) return ATTEMPT_INTERNAL;
+  return j->exec_errno != 0 ? ATTEMPT_EXEC_ERROR : ATTEMPT_OK;
 }
 
 int agent_spawn_newcomer(job *j, int i) {
@@ -115,7 +123,11 @@ int agent_spawn_newcomer(job *j, int i) {
   if (agent_hang_begin_rank(&j->hang, j->workers, i, base_now_ms()) != 0)
     base_log(BASE_LOG_WARN, "cannot create rank %d's progress file: no hang detection for it",
              w->rank);
-  int rc = spawn_one(j, w, 1);
-  if (rc == 0 && j->exec_errno != 0) rc = -j->exec_errno;
+  int rc = start_one(j, w, 1);
+  int e = rc == 0 ? agent_worker_started(w) : 0;
+  if (e != 0) {
+    j->exec_errno = e;
+    rc = -e;
+  }
   return rc;
 }

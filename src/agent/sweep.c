@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sched.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,6 +86,7 @@ static int make_cgroup(sweep *s, const char *proc_root, const char *name, int v2
     return rc;
   }
   s->v2 = v2;
+  s->fd = v2 ? open(s->dir, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
   return 0;
 }
 
@@ -91,7 +94,10 @@ int agent_sweep_open(sweep *s, const char *proc_root, const char *name) {
   memset(s, 0, sizeof *s);
   int rc = make_cgroup(s, proc_root, name, 1);
   if (rc != 0) rc = make_cgroup(s, proc_root, name, 0);
-  if (rc != 0) memset(s, 0, sizeof *s);
+  if (rc != 0) {
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+  }
   return rc;
 }
 
@@ -102,6 +108,38 @@ void agent_sweep_enter_self(const sweep *s) {
   ssize_t k = write(fd, "0", 1); /* 0: the writer itself */
   (void)k;
   close(fd);
+}
+
+/* clone3 into the job's cgroup: like fork(). */
+static pid_t clone_into(const sweep *s) {
+  struct clone_args a = {
+      .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)s->fd};
+  return (pid_t)syscall(SYS_clone3, &a, sizeof a);
+}
+
+/* Whether a child born in the cgroup by clone3 lives: ENOSYS (before 5.7,
+ * or a seccomp filter), EPERM, a kernel that kills it (sweep.h): no. */
+static int clone_works(const sweep *s) {
+  pid_t pid = clone_into(s);
+  if (pid == 0) _exit(0);
+  if (pid < 0) return 0;
+  int st = 0;
+  pid_t r;
+  while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+  }
+  return r == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+pid_t agent_sweep_fork(sweep *s) {
+  int v2 = s != NULL && s->procs[0] != '\0' && s->v2 && s->fd >= 0;
+  if (v2 && s->born == 0) s->born = clone_works(s) ? 1 : -1;
+  if (v2 && s->born == 1) {
+    pid_t pid = clone_into(s);
+    if (pid >= 0) return pid;
+  }
+  pid_t pid = fork();
+  if (pid == 0) agent_sweep_enter_self(s);
+  return pid;
 }
 
 static int write_text(const char *dir, const char *file, const char *text) {
@@ -299,8 +337,9 @@ static int kill_pass(const char *proc_root, pid_t self, pid_t spare) {
   return alive;
 }
 
-int agent_sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t spare) {
+int agent_sweep_kill(sweep *s, const char *proc_root, pid_t self, pid_t spare) {
   agent_sweep_kill_cgroup(s->dir, s->v2);
+  if (s->born == 1) s->born = 0; /* killed: clone3 into it is tried again */
   int first = -1;
   for (int k = 0; k < PASSES; k++) {
     int alive = kill_pass(proc_root, self, spare);
@@ -316,6 +355,8 @@ int agent_sweep_kill(const sweep *s, const char *proc_root, pid_t self, pid_t sp
 
 void agent_sweep_close(sweep *s) {
   if (s->dir[0] == '\0') return;
+  if (s->fd >= 0) close(s->fd);
   for (int k = 0; k < PASSES && rmdir(s->dir) != 0 && errno == EBUSY; k++) base_sleep_ms(PASS_MS);
   memset(s, 0, sizeof *s);
+  s->fd = -1;
 }

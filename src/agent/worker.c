@@ -74,6 +74,7 @@ void agent_worker_init(worker *w, int rank, int local_rank, int console, int fil
   w->err.to_file = (files & 2) != 0;
   w->log_fd = log_fd;
   w->keep_fd = -1;
+  w->exec_fd = -1;
   w->out.dup_fd = w->err.dup_fd = -1;
   w->out.dup = w->err.dup = NULL;
   w->prog = NULL;
@@ -209,39 +210,26 @@ static void exec_child(pid_t parent, int out_w, int err_w, int ex_w, char *const
   _exit(127);
 }
 
-int agent_worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
-                       const sweep *sw, int *exec_errno) {
+int agent_worker_start(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
+                       sweep *sw) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, ex[2] = {-1, -1};
   int rc = 0;
-  *exec_errno = 0;
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(ex, O_CLOEXEC) != 0) {
     rc = -errno;
     goto out;
   }
   pid_t parent = getpid();
-  pid_t pid = fork();
+  pid_t pid = agent_sweep_fork(sw); /* in the job's cgroup: nothing it starts is outside */
   if (pid < 0) {
     rc = -errno;
     goto out;
   }
   if (pid == 0) {
-    agent_sweep_enter_self(sw); /* before exec: nothing it starts is outside */
     if (w->keep_fd >= 0) fcntl(w->keep_fd, F_SETFD, 0); /* its control channel's end */
     exec_child(parent, out[1], err[1], ex[1], argv, envp, cpus);
   }
   /* Parent: set the group here too so that it exists before we signal it. */
   setpgid(pid, pid);
-  close(out[1]);
-  out[1] = -1;
-  close(err[1]);
-  err[1] = -1;
-  close(ex[1]);
-  ex[1] = -1;
-  int e = 0;
-  ssize_t n;
-  do {
-    n = read(ex[0], &e, sizeof e);
-  } while (n < 0 && errno == EINTR);
   w->pid = pid;
   w->running = 1;
   w->started_ms = base_now_ms();
@@ -249,8 +237,8 @@ int agent_worker_spawn(worker *w, char *const argv[], char *const envp[], const 
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   w->out.fd = out[0];
   w->err.fd = err[0];
-  out[0] = err[0] = -1;
-  if (n == (ssize_t)sizeof e) *exec_errno = e;
+  w->exec_fd = ex[0];
+  out[0] = err[0] = ex[0] = -1;
 out:
   for (int i = 0; i < 2; i++) {
     if (out[i] >= 0) close(out[i]);
@@ -258,6 +246,18 @@ out:
     if (ex[i] >= 0) close(ex[i]);
   }
   return rc;
+}
+
+int agent_worker_started(worker *w) {
+  if (w->exec_fd < 0) return 0;
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(w->exec_fd, &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  close(w->exec_fd);
+  w->exec_fd = -1;
+  return n == (ssize_t)sizeof e ? e : 0;
 }
 
 void agent_worker_describe_status(int status, char *out, size_t outlen) {

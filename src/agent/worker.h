@@ -41,6 +41,7 @@ typedef struct worker {
   worker_stream out, err;
   int log_fd;     /* per-rank log file or -1 */
   int keep_fd;    /* during its spawn: an fd the worker inherits (its control channel), -1 */
+  int exec_fd;    /* from its start to agent_worker_started(): where a failed exec writes, -1 */
   progress *prog; /* its progress (--hang-timeout), or NULL: a line counts */
   char tail[AGENT_TAIL_LINES][WORKER_TAIL_LINE_MAX];
   int tail_next, tail_count;
@@ -62,12 +63,17 @@ void agent_worker_duplicate(worker *w, int stream, const agent_filters *f, int f
  * Forks and execs argv in a new process group with envp, its stdout and
  * stderr on pipes and stdin on /dev/null. The child dies with the agent
  * (PR_SET_PDEATHSIG), bound to cpus unless NULL, in the job's cgroup sw
- * when it has one. Returns 0, or -errno of a
- * failed fork/pipe, or exec_errno > 0 (and 0 returned) when the command
- * could not be executed (or bound).
+ * when it has one. Returns 0 (w running, its pid set) without waiting for
+ * the exec: agent_worker_started() tells how it went, so that the next
+ * worker's fork need not wait for this one's exec. -errno of a failed
+ * fork/pipe (nothing started).
  */
-int agent_worker_spawn(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
-                       const sweep *sw, int *exec_errno);
+int agent_worker_start(worker *w, char *const argv[], char *const envp[], const cpu_set_t *cpus,
+                       sweep *sw);
+
+/* After agent_worker_start(): waits for the child's exec. 0, or the errno
+ * (> 0) why the command could not be executed (or bound). Once only. */
+int agent_worker_started(worker *w);
 
 /*
  * Reads what is available on one of the worker's streams and relays the
