@@ -23,6 +23,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A function built twice on x86-64 by gcc, for AVX2 and for the baseline (SSE2), the loader
+ * picking the one the CPU runs (an ifunc, as coll/reduce.c's). For loops whose every sum has a
+ * fixed order (partial sums in fixed lanes, no fused multiply-add: AVX2 does not bring FMA), so
+ * both give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define GPT2_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef GPT2_CLONES
+#define GPT2_CLONES
+#endif
+
 /* Additive attention score of a masked-out key. A finite constant (as in the
  * original GPT-2 code) rather than -inf: a query whose keys are all masked
  * then attends over its causal keys as if unmasked instead of producing NaN.

@@ -45,3 +45,7 @@ target_link_libraries(cohort-gpt2 PRIVATE gpt2)
 # The sgemm yardstick of the training benchmark (bench/train/run.py).
 add_executable(gpt2-sgemm-rate ${CMAKE_SOURCE_DIR}/bench/train/sgemm_rate.c)
 target_link_libraries(gpt2-sgemm-rate PRIVATE gpt2)
+
+# PowerSGD's compression and the gradient passes, stage by stage (bench/train/psgd_rate.c).
+add_executable(gpt2-psgd-rate ${CMAKE_SOURCE_DIR}/bench/train/psgd_rate.c)
+target_link_libraries(gpt2-psgd-rate PRIVATE gpt2)

@@ -91,6 +91,23 @@ float gpt2_lr_at(gpt2_lr_schedule s, float lr, int64_t warmup, int64_t total, fl
   return (float)(lr * (min_ratio + (1.0 - min_ratio) * coeff));
 }
 
+/* A chunk's sum of squares in SUMSQ_LANES partial sums (element i in lane i mod SUMSQ_LANES), added
+ * in lane order: independent additions the compiler can keep in several registers, where one
+ * running sum waits for each addition (the pass was bound by that latency, not by memory), and
+ * the same bits whatever the vector width. */
+enum { SUMSQ_LANES = 16 };
+
+GPT2_CLONES static double sumsq_chunk(const float *x, size_t n) {
+  double acc[SUMSQ_LANES] = {0};
+  size_t i = 0;
+  for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+    for (int l = 0; l < SUMSQ_LANES; l++) acc[l] += (double)x[i + l] * x[i + l];
+  for (int l = 0; i + (size_t)l < n; l++) acc[l] += (double)x[i + l] * x[i + l];
+  double s = 0.0;
+  for (int l = 0; l < SUMSQ_LANES; l++) s += acc[l];
+  return s;
+}
+
 double gpt2_sumsq(const float *x, size_t n) {
   /* Fixed-size chunks summed in index order: the same result for any number
    * of threads. */
@@ -103,13 +120,8 @@ double gpt2_sumsq(const float *x, size_t n) {
     return s;
   }
 #pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < nchunks; c++) {
-    size_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = c * chunk; i < end; i++) s += (double)x[i] * x[i];
-    part[c] = s;
-  }
+  for (size_t c = 0; c < nchunks; c++)
+    part[c] = sumsq_chunk(x + c * chunk, c + 1 < nchunks ? chunk : n - c * chunk);
   double total = 0.0;
   for (size_t c = 0; c < nchunks; c++) total += part[c];
   free(part);

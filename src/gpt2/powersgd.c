@@ -20,17 +20,9 @@
  * cache. */
 enum { LANES = 8, KB = 4, ROW_TILE = 64, COL_FLOATS = 4096 };
 
-/* The row kernels are built twice on x86-64 by gcc, for AVX2 and for the baseline (SSE2), and the
- * loader picks the one the CPU runs (an ifunc, as coll/reduce.c's): the same bits, since AVX2
- * brings wider lanes but no fused multiply-add, and the order of every sum is fixed. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define ROW_KERNEL __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef ROW_KERNEL
-#define ROW_KERNEL
-#endif
+/* The row kernels are built for AVX2 and for the baseline (GPT2_CLONES): the same bits, since the
+ * order of every sum is fixed. */
+#define ROW_KERNEL GPT2_CLONES
 
 static int kblocks(int r) {
   return (r + KB - 1) / KB;
@@ -221,53 +213,80 @@ static void to_blocks(const float *F, float *Ft, size_t n, int r) {
   }
 }
 
-/* out[k] = e . qt[k] for the KB rows of one block: LANES partial sums each, added in lane order. */
-static inline void row_dots(const float *e, const float *qt, size_t cols, float out[KB]) {
-  float acc[KB][LANES] = {{0}};
-  size_t j = 0;
-  for (; j + LANES <= cols; j += LANES)
-    for (int k = 0; k < KB; k++)
-      for (int l = 0; l < LANES; l++) acc[k][l] += e[j + l] * qt[(size_t)k * cols + j + l];
-  for (size_t l = 0; j + l < cols; l++)
-    for (int k = 0; k < KB; k++) acc[k][l] += e[j + l] * qt[(size_t)k * cols + j + l];
+/* LANES floats: GCC's vector extension, AVX2 registers in the AVX2 clones and two SSE2 registers
+ * in the others. Element-wise IEEE operations with no fused multiply-add (ISO C, and no FMA in the
+ * clones' targets), so a vector lane computes the bits of the scalar code of the tails. Loads and
+ * stores are unaligned and may alias the floats. */
+typedef float vfloat __attribute__((vector_size(LANES * sizeof(float))));
+typedef float vfloat_at __attribute__((vector_size(LANES * sizeof(float)), aligned(4), may_alias));
+#define VLOAD(p) (*(const vfloat_at *)(p))
+#define VSTORE(p, v) (*(vfloat_at *)(p) = (v))
+/* The helpers of the row kernels are inlined into each clone (compiled for its target). */
+#define ROW_INLINE static inline __attribute__((always_inline))
+
+/* (p Q^T)[j] of a row: the sum over k, in order, of p[k] * Qt[k][j]. */
+ROW_INLINE float expand_at(const float *p, const float *Qt, size_t cols, int r, size_t j) {
+  float x = p[0] * Qt[j];
+  for (int k = 1; k < r; k++) x += p[k] * Qt[(size_t)k * cols + j];
+  return x;
+}
+
+/* out[k] = the LANES partial sums of part[k] added in lane order. */
+ROW_INLINE void lane_sums(float part[KB][LANES], float out[KB]) {
   for (int k = 0; k < KB; k++) {
     float sum = 0.0f;
-    for (int l = 0; l < LANES; l++) sum += acc[k][l];
+    for (int l = 0; l < LANES; l++) sum += part[k][l];
     out[k] = sum;
   }
 }
 
-/* out[j] = the sum over k, in order, of p[k] * Qt[k][j0 + j], j < n: a piece of a row of P Q^T
- * (the same bits wherever it is computed). */
-static inline void row_expand(const float *p, const float *Qt, size_t cols, int r, size_t j0,
-                              size_t n, float *out) {
-  for (size_t j = 0; j < n; j++) out[j] = p[0] * Qt[j0 + j];
-  for (int k = 1; k < r; k++) {
-    const float *q = Qt + (size_t)k * cols + j0;
-    float pk = p[k];
-    for (size_t j = 0; j < n; j++) out[j] += pk * q[j];
+/* out[k] = e . qt[k] for the KB rows of one block: LANES partial sums each (element j in lane
+ * j mod LANES), added in lane order. */
+ROW_INLINE void row_dots(const float *e, const float *qt, size_t cols, float out[KB]) {
+  vfloat acc[KB] = {0};
+  size_t j = 0;
+  for (; j + LANES <= cols; j += LANES) {
+    vfloat x = VLOAD(e + j);
+    for (int k = 0; k < KB; k++) acc[k] += x * VLOAD(qt + (size_t)k * cols + j);
   }
+  float part[KB][LANES];
+  memcpy(part, acc, sizeof part);
+  for (size_t l = 0; j + l < cols; l++)
+    for (int k = 0; k < KB; k++) part[k][l] += e[j + l] * qt[(size_t)k * cols + j + l];
+  lane_sums(part, out);
 }
 
-/* e[j] -= share * (p Q^T)[j] over a row: the error the buffer stands for, made explicit. */
-static inline void row_settle(float *e, const float *p, const float *Qt, float share, size_t cols,
-                              int r) {
-  float pq[COL_FLOATS];
-  for (size_t j0 = 0; j0 < cols; j0 += COL_FLOATS) {
-    size_t n = cols - j0 < COL_FLOATS ? cols - j0 : COL_FLOATS;
-    row_expand(p, Qt, cols, r, j0, n, pq);
-    for (size_t j = 0; j < n; j++) e[j0 + j] -= share * pq[j];
-  }
-}
-
-/* Stage 1 of one row (below). */
+/* Stage 1 of one row, in one sweep over it: e becomes e - share p Q^T + g (the last step's share
+ * settled when share != 0; p holds the last P on entry), and the first block of p = e Q is summed
+ * from the new e as it is stored. The other blocks (rank > KB) read the row again from the
+ * cache. The order of each sum is row_dots's. */
 ROW_KERNEL static void project_row(const float *g, float *e, float *p, const float *Qt, float share,
                                    size_t cols, int r) {
-  if (share != 0.0f) row_settle(e, p, Qt, share, cols, r);
-  for (size_t j = 0; j < cols; j++) e[j] += g[j];
+  vfloat acc[KB] = {0};
+  size_t j = 0;
+  for (; j + LANES <= cols; j += LANES) {
+    vfloat x = VLOAD(e + j);
+    if (share != 0.0f) {
+      vfloat pq = p[0] * VLOAD(Qt + j);
+      for (int k = 1; k < r; k++) pq += p[k] * VLOAD(Qt + (size_t)k * cols + j);
+      x -= share * pq;
+    }
+    x += VLOAD(g + j);
+    VSTORE(e + j, x);
+    for (int k = 0; k < KB; k++) acc[k] += x * VLOAD(Qt + (size_t)k * cols + j);
+  }
+  float part[KB][LANES], out[KB];
+  memcpy(part, acc, sizeof part);
+  for (size_t l = 0; j + l < cols; l++) {
+    float x = e[j + l];
+    if (share != 0.0f) x -= share * expand_at(p, Qt, cols, r, j + l);
+    x += g[j + l];
+    e[j + l] = x;
+    for (int k = 0; k < KB; k++) part[k][l] += x * Qt[(size_t)k * cols + j + l];
+  }
+  lane_sums(part, out);
   for (int b = 0; b < kblocks(r); b++) {
-    float out[KB];
-    row_dots(e, Qt + (size_t)b * KB * cols, cols, out);
+    if (b > 0) row_dots(e, Qt + (size_t)b * KB * cols, cols, out);
     for (int k = 0; k < KB && b * KB + k < r; k++) p[b * KB + k] = out[k];
   }
 }
@@ -287,24 +306,37 @@ static void add_and_project(const float *G, float *E, const float *Qt, float *P,
 }
 
 /* acc[k][j] (KB x n) += the sum over the rows i, in order, of pt[k][i] * E[i][j0 + j]: four rows
- * a step, added one after another (the order of one row a step). pt: one block of P in blocks. */
+ * a step (each read once for the KB sums), added one after another (the order of one row a
+ * step). pt: one block of P in blocks. */
 ROW_KERNEL static void column_sums(const float *E, const float *pt, float *acc, size_t rows,
                                    size_t cols, size_t j0, size_t n) {
   size_t i = 0;
   for (; i + 4 <= rows; i += 4) {
     const float *e0 = E + i * cols + j0, *e1 = e0 + cols, *e2 = e1 + cols, *e3 = e2 + cols;
-    for (int k = 0; k < KB; k++) {
-      const float *p = pt + (size_t)k * rows + i;
-      float *a = acc + (size_t)k * n;
-      for (size_t j = 0; j < n; j++) {
-        float x = a[j];
-        x += p[0] * e0[j];
-        x += p[1] * e1[j];
-        x += p[2] * e2[j];
-        x += p[3] * e3[j];
-        a[j] = x;
+    float p[KB][4];
+    for (int k = 0; k < KB; k++)
+      for (int u = 0; u < 4; u++) p[k][u] = pt[(size_t)k * rows + i + u];
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+      vfloat x0 = VLOAD(e0 + j), x1 = VLOAD(e1 + j), x2 = VLOAD(e2 + j), x3 = VLOAD(e3 + j);
+      for (int k = 0; k < KB; k++) {
+        vfloat a = VLOAD(acc + (size_t)k * n + j);
+        a += p[k][0] * x0;
+        a += p[k][1] * x1;
+        a += p[k][2] * x2;
+        a += p[k][3] * x3;
+        VSTORE(acc + (size_t)k * n + j, a);
       }
     }
+    for (; j < n; j++)
+      for (int k = 0; k < KB; k++) {
+        float a = acc[(size_t)k * n + j];
+        a += p[k][0] * e0[j];
+        a += p[k][1] * e1[j];
+        a += p[k][2] * e2[j];
+        a += p[k][3] * e3[j];
+        acc[(size_t)k * n + j] = a;
+      }
   }
   for (; i < rows; i++) {
     const float *e = E + i * cols + j0;
@@ -332,8 +364,15 @@ static void project_back(const float *E, const float *Pt, float *Q, size_t rows,
   }
 }
 
+/* A row of P Q^T into g, each element's sum in expand_at's order. */
 ROW_KERNEL static void expand_row(const float *p, const float *Qt, size_t cols, int r, float *g) {
-  row_expand(p, Qt, cols, r, 0, cols, g);
+  size_t j = 0;
+  for (; j + LANES <= cols; j += LANES) {
+    vfloat x = p[0] * VLOAD(Qt + j);
+    for (int k = 1; k < r; k++) x += p[k] * VLOAD(Qt + (size_t)k * cols + j);
+    VSTORE(g + j, x);
+  }
+  for (; j < cols; j++) g[j] = expand_at(p, Qt, cols, r, j);
 }
 
 /* Stage 3, the reconstruction: G = P Q^T, each row computed once and written over G (not zeroed
@@ -348,15 +387,17 @@ static void expand(const float *P, const float *Qt, float *G, size_t rows, size_
   }
 }
 
-/* The error of matrix x into out: E - share P Q^T (one thread, rows in order). */
+/* The error of matrix x into out: E - share P Q^T (one thread, rows in order; stage 1's bits). */
 static void settle_into(gpt2_psgd *s, const gpt2_psgd_mat *x, float share, float *out) {
   size_t cols = (size_t)x->cols;
   memcpy(out, s->err + x->e, (size_t)x->rows * cols * sizeof(float));
   if (share == 0.0f) return;
   to_blocks(s->Q + x->q, s->scratch, cols, s->rank);
-  for (size_t i = 0; i < (size_t)x->rows; i++)
-    row_settle(out + i * cols, s->packed + x->p + i * (size_t)s->rank, s->scratch, share, cols,
-               s->rank);
+  for (size_t i = 0; i < (size_t)x->rows; i++) {
+    const float *p = s->packed + x->p + i * (size_t)s->rank;
+    for (size_t j = 0; j < cols; j++)
+      out[i * cols + j] -= share * expand_at(p, s->scratch, cols, s->rank, j);
+  }
 }
 
 /* ---- one group's computations ---- */
