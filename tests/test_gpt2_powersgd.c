@@ -87,6 +87,20 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
   return w;
 }
 
+/* The sum of squares of g, in double, element by element. */
+static double sumsq_of(const float *g, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+  return s;
+}
+
+/* gpt2_psgd_sumsq, from the sums stage 3 took as it wrote, is the sum of squares of what is in g.
+ */
+static void check_sumsq(const gpt2_psgd *s, const float *g) {
+  double want = sumsq_of(g, NPARAMS), got = gpt2_psgd_sumsq(s, g);
+  CHECK(want > 0.0 && fabs(got - want) <= 1e-9 * want);
+}
+
 static void test_layout(void) {
   gpt2_tensor t[4];
   gpt2_psgd s;
@@ -147,6 +161,7 @@ static void test_error_feedback(void) {
       approx[i * COLS + j] = (float)d;
     }
   CHECK(max_abs_diff(g + N0, approx, ROWS * COLS) < 1e-4);
+  check_sumsq(&s, g);
   static float resid[ROWS * COLS], err[ROWS * COLS];
   for (int i = 0; i < ROWS * COLS; i++) resid[i] = g0[N0 + i] - g[N0 + i];
   gpt2_psgd_error(&s, err);
@@ -181,6 +196,7 @@ static void test_error_share(void) {
   gpt2_psgd_compute_p(&s, g, 0);
   gpt2_psgd_compute_q(&s, g, 0);
   gpt2_psgd_decompress(&s, g, 0, 2);
+  check_sumsq(&s, g);
   float *err = malloc(s.nerr * sizeof(float)); /* rank 1 compresses the thin matrix too */
   gpt2_psgd_error(&s, err);
   int ok = 1;

@@ -1,7 +1,9 @@
 /*
  * psgd_rate.c - the CPU cost of PowerSGD's compression on one process, stage by stage, on the
  * matrices of a real model (src/gpt2/powersgd.c without the communication: world 2's share), and
- * of the other full passes over the gradients of a step (zeroing them, the clipping norm).
+ * of the other full passes over the gradients of a step (zeroing them, the clipping norm: a pass
+ * over the gradients, "sumsq", or PowerSGD's from the sums stage 3 took, "psgd_sumsq", checked
+ * against it to 1e-9).
  *
  * usage: gpt2-psgd-rate MODEL RANK REPS
  * Prints one JSON object: for each part, the thread CPU milliseconds of one round over all the
@@ -12,6 +14,7 @@
  * benchmark runs; under `valgrind --tool=callgrind` use REPS 1 and read the instruction counts of
  * the kernels.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +25,9 @@
 #include "gpt2/powersgd.h"
 #include "gpt2/rng.h"
 
-enum { PARTS = 5 };
-static const char *const part_names[PARTS] = {"zero_grad", "stage1", "stage2", "stage3", "sumsq"};
+enum { PARTS = 6 };
+static const char *const part_names[PARTS] = {"zero_grad", "stage1", "stage2",
+                                              "stage3",    "sumsq",  "psgd_sumsq"};
 
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -70,9 +74,18 @@ static double round_ms(gpt2_model *m, gpt2_psgd *s, int r, double ms[PARTS]) {
   int64_t t2 = gpt2_cpu_us();
   double norm2 = gpt2_sumsq(m->grads, m->nparams);
   int64_t t3 = gpt2_cpu_us();
+  double fused = gpt2_psgd_sumsq(s, m->grads);
+  int64_t t4 = gpt2_cpu_us();
+  if (fabs(fused - norm2) > 1e-9 * norm2) {
+    fprintf(stderr,
+            "gpt2-psgd-rate: the sum of squares of stage 3 is %.17g, of the gradients %.17g\n",
+            fused, norm2);
+    exit(1);
+  }
   ms[0] = (double)(t1 - t0) * 1e-3;
   for (int i = 0; i < 3; i++) ms[1 + i] = (double)st[i] * 1e-3;
   ms[4] = (double)(t3 - t2) * 1e-3;
+  ms[5] = (double)(t4 - t3) * 1e-3;
   return norm2;
 }
 

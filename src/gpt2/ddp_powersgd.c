@@ -2,6 +2,7 @@
  * summed compressed, group by group as backward finishes them; the plain exchange before the
  * start step (see internal.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "gpt2/internal.h"
@@ -77,6 +78,14 @@ static int psgd_finish(gpt2_ddp *d) {
   return 0;
 }
 
+/* A compressing step's norm from the sums its stage 3 took (gpt2_psgd_sumsq). */
+static int psgd_grad_norm(gpt2_ddp *d, double *norm) {
+  gpt2_ddp_powersgd *p = d->x;
+  if (!p->now) return gpt2_ddp_plain_grad_norm(d, norm);
+  *norm = sqrt(gpt2_psgd_sumsq(&p->s, d->m->grads));
+  return 0;
+}
+
 static size_t psgd_state_floats(const gpt2_ddp *d) {
   const gpt2_ddp_powersgd *p = d->x;
   return gpt2_psgd_state_floats(&p->s, d->world);
@@ -100,7 +109,7 @@ const gpt2_ddp_ops gpt2_ddp_powersgd_ops = {
     .begin = psgd_begin,
     .hook = psgd_hook,
     .finish = psgd_finish,
-    .grad_norm = gpt2_ddp_plain_grad_norm,
+    .grad_norm = psgd_grad_norm,
     .step = gpt2_ddp_plain_step,
     .state_floats = psgd_state_floats,
     .state_get = psgd_state_get,

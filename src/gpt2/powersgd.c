@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gpt2/kernels.h"
+#include "gpt2/optim.h"
 #include "gpt2/rng.h"
 
 /* The kernels stream each matrix once per stage, row by row, and call no matrix product for these
@@ -111,7 +112,9 @@ static int choose_matrices(gpt2_psgd *s, const gpt2_model *m) {
     if (!worth_compressing(t, s->rank)) continue;
     int rc = add_plain(s, next, t->offset);
     if (rc != 0) return rc;
-    s->mats[s->nmats++] = (gpt2_psgd_mat){t->offset, t->rows, t->cols, 0, s->nq, s->nerr};
+    s->mats[s->nmats++] =
+        (gpt2_psgd_mat){t->offset, t->rows, t->cols, 0, s->nq, s->nerr, s->ntiles};
+    s->ntiles += ((size_t)t->rows + ROW_TILE - 1) / ROW_TILE;
     s->np += (size_t)t->rows * (size_t)s->rank;
     s->nq += (size_t)t->cols * (size_t)s->rank;
     s->nerr += t->size;
@@ -173,9 +176,10 @@ int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed) {
     s->packed = malloc((s->npacked + s->np + 1) * sizeof(float));
     s->Q = malloc((s->nq + 1) * sizeof(float));
     s->err = calloc(s->nerr + 1, sizeof(float));
+    s->tile_sq = calloc(s->ntiles + 1, sizeof(double));
     s->scratch = malloc((scratch_floats(s) + 1) * sizeof(float));
     s->order = calloc((size_t)s->ngroups, sizeof(int));
-    if (!s->packed || !s->Q || !s->err || !s->scratch || !s->order) rc = -ENOMEM;
+    if (!s->packed || !s->Q || !s->err || !s->tile_sq || !s->scratch || !s->order) rc = -ENOMEM;
   }
   if (rc != 0) {
     gpt2_psgd_free(s);
@@ -197,6 +201,7 @@ void gpt2_psgd_free(gpt2_psgd *s) {
   free(s->packed);
   free(s->Q);
   free(s->err);
+  free(s->tile_sq);
   free(s->scratch);
   free(s->order);
   memset(s, 0, sizeof *s);
@@ -364,26 +369,50 @@ static void project_back(const float *E, const float *Pt, float *Q, size_t rows,
   }
 }
 
-/* A row of P Q^T into g, each element's sum in expand_at's order. */
-ROW_KERNEL static void expand_row(const float *p, const float *Qt, size_t cols, int r, float *g) {
+/* Half a vfloat, and its lanes widened: sums of squares in double, two accumulators a vfloat. */
+typedef float vhalf __attribute__((vector_size(LANES / 2 * sizeof(float))));
+typedef double vhalf_d __attribute__((vector_size(LANES / 2 * sizeof(double))));
+
+/* A row of P Q^T into g, each element's sum in expand_at's order; returns the row's sum of
+ * squares in double, LANES partial sums (element j in lane j mod LANES) added in lane order. */
+ROW_KERNEL static double expand_row(const float *p, const float *Qt, size_t cols, int r, float *g) {
+  vhalf_d sq[2] = {{0}};
   size_t j = 0;
   for (; j + LANES <= cols; j += LANES) {
     vfloat x = p[0] * VLOAD(Qt + j);
     for (int k = 1; k < r; k++) x += p[k] * VLOAD(Qt + (size_t)k * cols + j);
     VSTORE(g + j, x);
+    vhalf h[2];
+    memcpy(h, &x, sizeof h);
+    for (int u = 0; u < 2; u++) {
+      vhalf_d xd = __builtin_convertvector(h[u], vhalf_d);
+      sq[u] += xd * xd;
+    }
   }
-  for (; j < cols; j++) g[j] = expand_at(p, Qt, cols, r, j);
+  double part[LANES], sum = 0.0;
+  memcpy(part, sq, sizeof part);
+  for (size_t l = 0; j < cols; j++, l++) {
+    g[j] = expand_at(p, Qt, cols, r, j);
+    part[l] += (double)g[j] * g[j];
+  }
+  for (int l = 0; l < LANES; l++) sum += part[l];
+  return sum;
 }
 
 /* Stage 3, the reconstruction: G = P Q^T, each row computed once and written over G (not zeroed
- * first). The error update waits for the next stage 1, which reads E anyway. Qt: Q in blocks. */
-static void expand(const float *P, const float *Qt, float *G, size_t rows, size_t cols, int r) {
+ * first), and the sum of squares of each tile of ROW_TILE rows (rows in order) into sq, for the
+ * clipping norm without another pass over G. The error update waits for the next stage 1, which
+ * reads E anyway. Qt: Q in blocks. */
+static void expand(const float *P, const float *Qt, float *G, double *sq, size_t rows, size_t cols,
+                   int r) {
   size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
 #pragma omp parallel for schedule(static)
   for (size_t t = 0; t < ntiles; t++) {
     size_t end = (t + 1) * ROW_TILE < rows ? (t + 1) * ROW_TILE : rows;
+    double tile = 0.0;
     for (size_t i = t * ROW_TILE; i < end; i++)
-      expand_row(P + i * (size_t)r, Qt, cols, r, G + i * cols);
+      tile += expand_row(P + i * (size_t)r, Qt, cols, r, G + i * cols);
+    sq[t] = tile;
   }
 }
 
@@ -429,10 +458,22 @@ void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world) {
   for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
     to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
-    expand(s->packed + x->p, s->scratch, g + x->off, (size_t)x->rows, (size_t)x->cols, s->rank);
+    expand(s->packed + x->p, s->scratch, g + x->off, s->tile_sq + x->t, (size_t)x->rows,
+           (size_t)x->cols, s->rank);
   }
   /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
   gr->share = 1.0f / (float)world;
+}
+
+double gpt2_psgd_sumsq(const gpt2_psgd *s, const float *g) {
+  double sum = 0.0;
+  for (int i = 0; i < s->nplain; i++)
+    sum += gpt2_sumsq(g + s->plain[i][0], s->plain[i][1] - s->plain[i][0]);
+  for (int i = 0; i < s->nmats; i++) {
+    size_t n = ((size_t)s->mats[i].rows + ROW_TILE - 1) / ROW_TILE;
+    for (size_t t = 0; t < n; t++) sum += s->tile_sq[s->mats[i].t + t];
+  }
+  return sum;
 }
 
 void gpt2_psgd_error(gpt2_psgd *s, float *out) {

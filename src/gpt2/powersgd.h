@@ -62,6 +62,7 @@ typedef struct gpt2_psgd_mat {
   size_t off;     /* in the flat gradient buffer */
   int rows, cols; /* M is rows x cols, row-major */
   size_t p, q, e; /* offsets into packed (P), Q and the error */
+  size_t t;       /* of its first row tile's sum of squares in tile_sq */
 } gpt2_psgd_mat;
 
 typedef struct gpt2_psgd_group {
@@ -87,6 +88,8 @@ typedef struct gpt2_psgd {
   int ngroups;
   float *packed; /* per group: its uncompressed floats, then its P */
   float *Q, *err;
+  double *tile_sq; /* per tile of rows of each matrix: the sum of squares of its last P Q^T */
+  size_t ntiles;
   float *scratch;               /* one factor in the kernels' layout */
   size_t np, nq, nerr, npacked; /* floats of P, Q, error, uncompressed part */
   /* The current step: groups in the order they were launched. */
@@ -128,6 +131,11 @@ void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp);
 void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp);
 /* stage 3's (each matrix of g replaced by P Q^T, error = M - P Q^T / world). */
 void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world);
+/* The sum of squares of g after every group's stage 3 (a step's exchange finished): the
+ * uncompressed ranges by gpt2_sumsq, in memory order, then each matrix from the sums stage 3 took
+ * as it wrote P Q^T (tiles in order), saving the clipping norm a pass over the gradients. The
+ * same bits on every rank (every rank writes the same P Q^T) and for every thread count. */
+double gpt2_psgd_sumsq(const gpt2_psgd *s, const float *g);
 /* This rank's error (nerr floats, the layout of err) into out. */
 void gpt2_psgd_error(gpt2_psgd *s, float *out);
 
