@@ -173,14 +173,21 @@ static void test_kernels(void) {
     float *di = calloc(N * KC, sizeof(float)), *dw = calloc(KC, sizeof(float)),
           *db = calloc(KC, sizeof(float));
     kernel_objective(&k);
-    gpt2_layernorm_backward(di, dw, db, k.r, k.a, k.b, k.mean, k.rstd, N, KC);
+    gpt2_layernorm_backward(di, dw, db, k.r, k.a, k.b, k.mean, k.rstd, N, KC, 0);
     fd_check("layernorm dinp", kernel_objective, &k, k.a, di, N * KC, 1e-2f, 2e-3);
     fd_check("layernorm dw", kernel_objective, &k, k.b, dw, KC, 1e-2f, 2e-3);
     fd_check("layernorm db", kernel_objective, &k, k.c, db, KC, 1e-2f, 2e-3);
     /* Accumulation: a second backward adds the same amount again. */
     float before = db[0];
-    gpt2_layernorm_backward(di, dw, db, k.r, k.a, k.b, k.mean, k.rstd, N, KC);
+    float *dw1 = malloc(KC * sizeof(float)), *db1 = malloc(KC * sizeof(float));
+    memcpy(dw1, dw, KC * sizeof(float));
+    memcpy(db1, db, KC * sizeof(float));
+    gpt2_layernorm_backward(di, dw, db, k.r, k.a, k.b, k.mean, k.rstd, N, KC, 0);
     CHECK(fabsf(db[0] - 2.0f * before) <= 1e-5f * fabsf(before) + 1e-6f);
+    /* Store: over what is there, the bits of the first backward into zeros. */
+    gpt2_layernorm_backward(di, dw, db, k.r, k.a, k.b, k.mean, k.rstd, N, KC, 1);
+    CHECK(memcmp(dw, dw1, KC * sizeof(float)) == 0 && memcmp(db, db1, KC * sizeof(float)) == 0);
+    free(dw1), free(db1);
     free(di), free(dw), free(db), free(k.a), free(k.b), free(k.c), free(k.out), free(k.r);
   }
   /* matmul: d/d(inp, w, bias) */
@@ -195,7 +202,7 @@ static void test_kernels(void) {
     float *di = calloc(N * KC, sizeof(float)), *dw = calloc(3 * KC * KC, sizeof(float)),
           *db = calloc(3 * KC, sizeof(float));
     kernel_objective(&k);
-    gpt2_matmul_backward(di, dw, db, k.r, k.a, k.b, N, KC, 3 * KC, 0);
+    gpt2_matmul_backward(di, dw, db, k.r, k.a, k.b, N, KC, 3 * KC, 0, 0);
     fd_check("matmul dinp", kernel_objective, &k, k.a, di, N * KC, 1e-2f, 1e-3);
     fd_check("matmul dw", kernel_objective, &k, k.b, dw, 3 * KC * KC, 1e-2f, 1e-3);
     fd_check("matmul dbias", kernel_objective, &k, k.c, db, 3 * KC, 1e-2f, 1e-3);
@@ -204,8 +211,14 @@ static void test_kernels(void) {
     float *dw2 = calloc(3 * KC * KC, sizeof(float)), *db2 = calloc(3 * KC, sizeof(float));
     for (size_t j0 = 0; j0 < 3 * KC; j0 += 5)
       gpt2_matmul_backward_rows(dw2, db2, k.r, k.a, N, KC, 3 * KC, j0,
-                                j0 + 5 < 3 * KC ? j0 + 5 : 3 * KC);
+                                j0 + 5 < 3 * KC ? j0 + 5 : 3 * KC, 0);
     CHECK(max_rel_diff(dw, dw2, 3 * KC * KC) < 1e-5);
+    CHECK(memcmp(db, db2, 3 * KC * sizeof(float)) == 0);
+    /* Store: over what is there (NaN), the bits of the backward into zeros. */
+    for (size_t i = 0; i < 3 * KC * KC; i++) dw2[i] = NAN;
+    for (size_t i = 0; i < 3 * KC; i++) db2[i] = NAN;
+    gpt2_matmul_backward(NULL, dw2, db2, k.r, k.a, k.b, N, KC, 3 * KC, 0, 1);
+    CHECK(memcmp(dw, dw2, 3 * KC * KC * sizeof(float)) == 0);
     CHECK(memcmp(db, db2, 3 * KC * sizeof(float)) == 0);
     free(dw2), free(db2);
     /* The forward in row blocks of w (columns of out): what the one call computes. */
@@ -447,7 +460,7 @@ static void test_head_rows(const gpt2_config *tiny) {
   gpt2_zero_grad(&m);
   gpt2_forward(&m, &batch);
   gpt2_crossentropy_backward(m.logits, m.lse, batch.targets, 1.0f / (float)BT, BT, V);
-  gpt2_matmul_backward(NULL, dw, NULL, m.logits, m.lnf, m.p.wte, BT, C, V, 0);
+  gpt2_matmul_backward(NULL, dw, NULL, m.logits, m.lnf, m.p.wte, BT, C, V, 0, 0);
   gpt2_forward(&m, &batch);
   gpt2_backward(&m, &batch, 1.0f, NULL, NULL, 0);
   CHECK(max_rel_diff(dw, m.g.wte, V * C) < 1e-5);
@@ -475,6 +488,40 @@ static void test_head_rows(const gpt2_config *tiny) {
   CHECK(wait_seq[4 + L][0] == blk && wait_seq[4 + L][1] == 2 * blk);
   CHECK(wait_seq[5 + L][0] == 2 * blk && wait_seq[5 + L][1] == V * C);
   free(logits);
+  gpt2_batch_buf_free(&bb);
+  gpt2_model_free(&m);
+}
+
+/* gpt2_discard_grad: a backward over gradients that hold NaN gives the bits of gpt2_zero_grad
+ * then backward (T < npos: position rows no token reaches; with and without the lookup's rows in
+ * dwte), and a second backward adds to them as after gpt2_zero_grad. */
+static void test_discard(gpt2_head head) {
+  gpt2_config cfg = {.vocab = 20, .npos = 8, .layers = 2, .heads = 2, .channels = 8, .head = head};
+  gpt2_model m;
+  CHECK_EQ_INT(gpt2_model_init(&m, &cfg, 2, 6), 0);
+  gpt2_model_init_weights(&m, 3);
+  gpt2_batch_buf bb;
+  gpt2_batch batch;
+  gpt2_batch_buf_alloc(&bb, 2, 6);
+  fill_batch(&bb, &batch, 2, 6, cfg.vocab, head == GPT2_HEAD_QA);
+  float *want = malloc(m.nparams * sizeof(float));
+  for (int scatter = 0; scatter < 2; scatter++)
+    for (int steps = 1; steps <= 2; steps++) {
+      gpt2_zero_grad(&m);
+      for (int k = 0; k < steps; k++) {
+        gpt2_forward(&m, &batch);
+        gpt2_backward(&m, &batch, 1.0f, NULL, NULL, scatter);
+      }
+      memcpy(want, m.grads, m.nparams * sizeof(float));
+      for (size_t i = 0; i < m.nparams; i++) m.grads[i] = NAN;
+      gpt2_discard_grad(&m);
+      for (int k = 0; k < steps; k++) {
+        gpt2_forward(&m, &batch);
+        gpt2_backward(&m, &batch, 1.0f, NULL, NULL, scatter);
+      }
+      CHECK(memcmp(want, m.grads, m.nparams * sizeof(float)) == 0);
+    }
+  free(want);
   gpt2_batch_buf_free(&bb);
   gpt2_model_free(&m);
 }
@@ -539,6 +586,8 @@ static void test_model_misc(void) {
   gpt2_backward(&m, &batch, 1.0f, NULL, NULL, 1);
   CHECK(memcmp(g1, m.grads, m.nparams * sizeof(float)) == 0);
   free(g1);
+  test_discard(GPT2_HEAD_LM);
+  test_discard(GPT2_HEAD_QA);
   gpt2_batch_buf_free(&bb);
   gpt2_model_free(&m);
   gpt2_model_free(&m2);

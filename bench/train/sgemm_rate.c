@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
       int count = i < 4 ? cfg.layers : 1;
       for (int k = 0; k < count; k++) {
         gpt2_matmul_forward(y, x, w, NULL, N, sh[i].c, sh[i].oc, 0);
-        gpt2_matmul_backward(dx, dw, NULL, y, x, w, N, sh[i].c, sh[i].oc, 0);
+        gpt2_matmul_backward(dx, dw, NULL, y, x, w, N, sh[i].c, sh[i].oc, 0, 0);
       }
     }
     double t2 = now_s();

@@ -287,7 +287,7 @@ int gpt2_ddp_settle(gpt2_ddp *d) {
 
 int gpt2_ddp_zero_grad(gpt2_ddp *d) {
   int rc = gpt2_ddp_settle(d);
-  if (rc == 0) gpt2_zero_grad(d->m);
+  if (rc == 0) gpt2_discard_grad(d->m);
   return rc;
 }
 

@@ -169,8 +169,8 @@ int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
  * updates. Returns 0 or the exchange's error. */
 int gpt2_ddp_settle(gpt2_ddp *d);
 /* Zeroes the gradients for a new step, once the split update's gathers (which write them) have
- * landed: gpt2_ddp_settle, then gpt2_zero_grad. Returns 0 or the exchange's error (the
- * gradients then untouched). */
+ * landed: gpt2_ddp_settle, then gpt2_discard_grad (the next backward stores them, no pass over
+ * them here). Returns 0 or the exchange's error (the gradients then untouched). */
 int gpt2_ddp_zero_grad(gpt2_ddp *d);
 /* gpt2_param_wait for gpt2_forward_wait (ctx = d): launches the split step's gathers (with the
  * row path when given the lookup's tokens) and settles the buckets the forward is about to read;

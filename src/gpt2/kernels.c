@@ -125,7 +125,7 @@ void gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *i
 
 void gpt2_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                              const float *w, const float *mean, const float *rstd, size_t N,
-                             size_t C) {
+                             size_t C, int store_dw) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < N; i++) {
     const float *x = inp + i * C, *d = dout + i * C;
@@ -161,8 +161,8 @@ void gpt2_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
       }
     }
     for (size_t c = c0; c < c1; c++) {
-      dw[c] += accw[c - c0];
-      db[c] += accb[c - c0];
+      dw[c] = (store_dw ? 0.0f : dw[c]) + accw[c - c0]; /* adding into zero: its bits */
+      db[c] = (store_dw ? 0.0f : db[c]) + accb[c - c0];
     }
   }
 }
@@ -237,7 +237,7 @@ void gpt2_matmul_forward_rows(float *out, const float *inp, const float *w, size
 }
 
 void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const float *inp,
-                               size_t N, size_t C, size_t OC, size_t j0, size_t j1) {
+                               size_t N, size_t C, size_t OC, size_t j0, size_t j1, int store_dw) {
   int parts = nthreads();
 #pragma omp parallel num_threads(parts)
   {
@@ -248,12 +248,12 @@ void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const
     if (b > a) {
       // dw[a:b] (OC', C) += dout[:, a:b]^T (OC', N) @ inp (N, C)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(b - a), (int)C, (int)N, 1.0f,
-                  dout + a, (int)OC, inp, (int)C, 1.0f, dw + a * C, (int)C);
+                  dout + a, (int)OC, inp, (int)C, store_dw ? 0.0f : 1.0f, dw + a * C, (int)C);
       if (dbias != NULL) {
         for (size_t j = a; j < b; j++) {
           float acc = 0.0f;
           for (size_t i = 0; i < N; i++) acc += dout[i * OC + j];
-          dbias[j] += acc;
+          dbias[j] = (store_dw ? 0.0f : dbias[j]) + acc;
         }
       }
     }
@@ -261,7 +261,8 @@ void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const
 }
 
 void gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                          const float *w, size_t N, size_t C, size_t OC, int accumulate_dinp) {
+                          const float *w, size_t N, size_t C, size_t OC, int accumulate_dinp,
+                          int store_dw) {
   int parts = nthreads();
   if (dinp != NULL) {
 #pragma omp parallel num_threads(parts)
@@ -275,7 +276,7 @@ void gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
                     (int)C);
     }
   }
-  if (dw != NULL) gpt2_matmul_backward_rows(dw, dbias, dout, inp, N, C, OC, 0, OC);
+  if (dw != NULL) gpt2_matmul_backward_rows(dw, dbias, dout, inp, N, C, OC, 0, OC, store_dw);
 }
 
 void gpt2_attention_forward(float *out, float *att, const float *qkv, const int32_t *mask, size_t B,

@@ -67,13 +67,14 @@ void gpt2_layernorm_forward(float *out,                     // (N, C)
                             const float *inp,               // (N, C)
                             const float *w, const float *b, // (C)
                             size_t N, size_t C);
+/* dw and db: += , or = when store_dw (the first backward after gpt2_discard_grad). */
 void gpt2_layernorm_backward(float *dinp,                          // (N, C) +=
-                             float *dw, float *db,                 // (C) +=
+                             float *dw, float *db,                 // (C) += or =
                              const float *dout,                    // (N, C)
                              const float *inp,                     // (N, C)
                              const float *w,                       // (C)
                              const float *mean, const float *rstd, // (N)
-                             size_t N, size_t C);
+                             size_t N, size_t C, int store_dw);
 
 /* out = inp @ w^T + bias, or out += ... when accumulate (residual fusion). */
 void gpt2_matmul_forward(float *out,        // (N, OC)
@@ -85,18 +86,21 @@ void gpt2_matmul_forward(float *out,        // (N, OC)
  * untouched; a forward in row blocks computes what the one call does. */
 void gpt2_matmul_forward_rows(float *out, const float *inp, const float *w, size_t N, size_t C,
                               size_t OC, size_t j0, size_t j1);
-/* dinp (= or +=, see accumulate_dinp) dout @ w; dw += dout^T @ inp; dbias += sum(dout). */
+/* dinp (= or +=, see accumulate_dinp) dout @ w; dw += dout^T @ inp; dbias += sum(dout); with
+ * store_dw, dw and dbias are written (=) instead: sgemm's beta 0, which zeroes each output just
+ * before its product adds into it, where zeroing the whole buffer beforehand sends it to memory
+ * and back. The same bits as adding into zeros. */
 void gpt2_matmul_backward(float *dinp,       // (N, C) or NULL
                           float *dw,         // (OC, C) or NULL (with dbias)
                           float *dbias,      // (OC) or NULL
                           const float *dout, // (N, OC)
                           const float *inp,  // (N, C)
                           const float *w,    // (OC, C)
-                          size_t N, size_t C, size_t OC, int accumulate_dinp);
+                          size_t N, size_t C, size_t OC, int accumulate_dinp, int store_dw);
 /* Rows j0..j1 of dw (and of dbias) alone, bit for bit as gpt2_matmul_backward computes them: each
  * element is one sgemm over the whole of N, so a caller may do dw in row blocks. */
 void gpt2_matmul_backward_rows(float *dw, float *dbias, const float *dout, const float *inp,
-                               size_t N, size_t C, size_t OC, size_t j0, size_t j1);
+                               size_t N, size_t C, size_t OC, size_t j0, size_t j1, int store_dw);
 
 /*
  * Causal multi-head self-attention with an optional padding mask on keys.

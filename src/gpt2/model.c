@@ -308,6 +308,10 @@ void gpt2_zero_grad(gpt2_model *m) {
   }
 }
 
+void gpt2_discard_grad(gpt2_model *m) {
+  m->grads_discarded = 1;
+}
+
 void gpt2_model_use_grads(gpt2_model *m, float *buf) {
   memcpy(buf, m->grads, m->nparams * sizeof(float));
   if (!m->grads_external) gpt2_big_free(m->grads, m->param_bytes);
@@ -382,7 +386,13 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
                    void *hook_ctx, int scatter_wte) {
   size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.channels;
   size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, BT = B * T;
-  int L = m->cfg.layers;
+  int L = m->cfg.layers, st = m->grads_discarded; /* store: the first write of each gradient */
+  m->grads_discarded = 0;
+  if (st) {
+    /* What backward only adds into: the lookup's rows (the head's share stores all of dwte). */
+    memset(m->g.wpe, 0, (size_t)m->cfg.npos * C * sizeof(float));
+    if (m->cfg.head != GPT2_HEAD_LM) memset(m->g.wte, 0, V * C * sizeof(float));
+  }
   /* dres accumulates d(residual stream) from the top down. */
   if (m->cfg.head == GPT2_HEAD_LM) {
     /* dloss is per sequence-mean; each of the BT tokens carries 1/BT. */
@@ -391,21 +401,21 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
      * largest gradient starts while the rest of the head's backward runs. */
     for (size_t j0 = 0; j0 < V; j0 += GPT2_HEAD_ROWS) {
       size_t j1 = j0 + GPT2_HEAD_ROWS < V ? j0 + GPT2_HEAD_ROWS : V;
-      gpt2_matmul_backward_rows(m->g.wte, NULL, m->logits, m->lnf, BT, C, V, j0, j1);
+      gpt2_matmul_backward_rows(m->g.wte, NULL, m->logits, m->lnf, BT, C, V, j0, j1, st);
       if (hook) hook(hook_ctx, GPT2_EV_HEAD, (int)j1);
     }
-    gpt2_matmul_backward(m->dC, NULL, NULL, m->logits, m->lnf, m->p.wte, BT, C, V, 0);
+    gpt2_matmul_backward(m->dC, NULL, NULL, m->logits, m->lnf, m->p.wte, BT, C, V, 0, 0);
   } else {
     float *dlogits = m->d4C; // (B, T, 2)
     gpt2_qa_loss_backward(dlogits, m->logits, m->lse, batch->start, batch->end, dloss / (float)B, B,
                           T);
-    gpt2_matmul_backward(m->dC, m->g.qaw, m->g.qab, dlogits, m->lnf, m->p.qaw, BT, C, 2, 0);
+    gpt2_matmul_backward(m->dC, m->g.qaw, m->g.qab, dlogits, m->lnf, m->p.qaw, BT, C, 2, 0, st);
     if (hook) hook(hook_ctx, GPT2_EV_HEAD, (int)V); /* no head part in dwte: all of it is in */
   }
   memset(m->dres, 0, BT * C * sizeof(float));
   const float *xlast = L > 0 ? m->res3[L - 1] : m->encoded;
   gpt2_layernorm_backward(m->dres, m->g.lnfw, m->g.lnfb, m->dC, xlast, m->p.lnfw, m->lnf_mean,
-                          m->lnf_rstd, BT, C);
+                          m->lnf_rstd, BT, C, st);
   if (hook) hook(hook_ctx, GPT2_EV_TAIL, -1);
   for (int l = L - 1; l >= 0; l--) {
     const gpt2_layer *w = &m->p.layer[l];
@@ -413,18 +423,19 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
     const float *x = l > 0 ? m->res3[l - 1] : m->encoded;
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     gpt2_matmul_backward(m->d4C, gw->fcprojw, gw->fcprojb, m->dres, m->fch_gelu[l], w->fcprojw, BT,
-                         4 * C, C, 0);
+                         4 * C, C, 0, st);
     gpt2_gelu_backward(m->d4C, m->fch[l], m->d4C, BT * 4 * C);
-    gpt2_matmul_backward(m->dC, gw->fcw, gw->fcb, m->d4C, m->ln2[l], w->fcw, BT, C, 4 * C, 0);
+    gpt2_matmul_backward(m->dC, gw->fcw, gw->fcb, m->d4C, m->ln2[l], w->fcw, BT, C, 4 * C, 0, st);
     gpt2_layernorm_backward(m->dres, gw->ln2w, gw->ln2b, m->dC, m->res2[l], w->ln2w, m->ln2_mean[l],
-                            m->ln2_rstd[l], BT, C);
+                            m->ln2_rstd[l], BT, C, st);
     /* Attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
     gpt2_matmul_backward(m->dC, gw->attprojw, gw->attprojb, m->dres, m->atty[l], w->attprojw, BT, C,
-                         C, 0);
+                         C, 0, st);
     gpt2_attention_backward(m->dqkv, m->attscratch, m->dC, m->qkv[l], m->att[l], B, T, C, NH);
-    gpt2_matmul_backward(m->dC, gw->qkvw, gw->qkvb, m->dqkv, m->ln1[l], w->qkvw, BT, C, 3 * C, 0);
+    gpt2_matmul_backward(m->dC, gw->qkvw, gw->qkvb, m->dqkv, m->ln1[l], w->qkvw, BT, C, 3 * C, 0,
+                         st);
     gpt2_layernorm_backward(m->dres, gw->ln1w, gw->ln1b, m->dC, x, w->ln1w, m->ln1_mean[l],
-                            m->ln1_rstd[l], BT, C);
+                            m->ln1_rstd[l], BT, C, st);
     if (hook) hook(hook_ctx, GPT2_EV_LAYER, l);
   }
   gpt2_encoder_backward(scatter_wte ? m->g.wte : NULL, m->g.wpe, m->dres, batch->tokens, B, T, C);

@@ -111,6 +111,7 @@ typedef struct gpt2_model {
   size_t nparams;
   float *params, *grads; /* nparams each */
   int grads_external;    /* grads belongs to the caller (gpt2_model_use_grads) */
+  int grads_discarded;   /* the next gpt2_backward stores its gradients (gpt2_discard_grad) */
   size_t param_bytes, act_bytes;
   gpt2_params p, g;
   gpt2_tensor *tensors;
@@ -169,6 +170,11 @@ double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait
 void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_grad_hook hook,
                    void *hook_ctx, int scatter_wte);
 void gpt2_zero_grad(gpt2_model *m);
+/* The gradients count as zero from here without a pass over them: the next gpt2_backward stores
+ * each gradient where it would add it (and zeroes only what it adds into without storing first:
+ * the position embedding, and the token embedding unless the LM head stores it). What the buffer
+ * holds until that backward is undefined. The same bits as gpt2_zero_grad then gpt2_backward. */
+void gpt2_discard_grad(gpt2_model *m);
 /* Moves the gradients into buf (param_bytes, page-aligned; the caller's, and still the caller's to
  * free after gpt2_model_free) and releases the model's own buffer. The gradients are copied. */
 void gpt2_model_use_grads(gpt2_model *m, float *buf);
