@@ -19,7 +19,8 @@
  *                  watches to the failure
  *   etcd_rpc_per_s the RPCs etcd started per second in that window (its
  *                  grpc_server_started_total, from its /metrics: what the
- *                  calls cost it, a wait's watch included); per_node: /N
+ *                  calls cost it, a wait's watch included); per_node: /N;
+ *                  put_per_node_s: those of them that are writes (Put)
  *   cpu_us_per_node_s  etcd's CPU in that window per node and second
  *   fail_max_ms    from the write of the failure until the last node has
  *                  seen it (fail_med_ms: the median node)
@@ -155,18 +156,22 @@ static void etcd_ready(const swarm *s) {
   rdzv_backend_close(b);
 }
 
-/* The RPCs etcd has started (the sum of its grpc_server_started_total counters), -1 if unread. */
-static double etcd_rpcs(const swarm *s) {
+/* The RPCs etcd has started (the sum of its grpc_server_started_total counters; *puts those
+ * of its Put method), -1 if unread. */
+static double etcd_rpcs(const swarm *s, double *puts) {
   char cmd[128], line[512];
   snprintf(cmd, sizeof cmd, "curl -s -m 5 http://%s/metrics", s->endpoint);
   FILE *f = popen(cmd, "r");
   if (f == NULL) return -1;
   double total = 0;
   int seen = 0;
+  *puts = 0;
   while (fgets(line, sizeof line, f) != NULL) {
     if (strncmp(line, "grpc_server_started_total{", 26) != 0) continue;
     const char *v = strrchr(line, ' ');
-    if (v != NULL) total += atof(v + 1), seen = 1;
+    if (v == NULL) continue;
+    total += atof(v + 1), seen = 1;
+    if (strstr(line, "grpc_method=\"Put\"") != NULL) *puts += atof(v + 1);
   }
   return pclose(f) == 0 && seen ? total : -1;
 }
@@ -390,7 +395,7 @@ static void parse_args(int argc, char **argv, swarm_opts *o) {
 }
 
 static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_at, double cpu,
-                          double rpc_s, double rss_per) {
+                          double rpc_s, double put_s, double rss_per) {
   int nn = s->o.nodes;
   int64_t last_plan = 0, *fail = malloc((size_t)nn * sizeof *fail);
   if (fail == NULL) die("out of memory");
@@ -400,11 +405,12 @@ static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_
   }
   qsort(fail, (size_t)nn, sizeof *fail, cmp_i64);
   printf("nodes=%d rendezvous_ms=%lld hb_cpu_pct=%.1f hb_req_per_s=%.0f etcd_rpc_per_s=%.0f "
-         "etcd_rpc_per_node_s=%.2f cpu_us_per_node_s=%.0f fail_max_ms=%lld fail_med_ms=%lld "
-         "rss_b_per_conn=%.0f rss_b_per_node=%.0f\n",
+         "etcd_rpc_per_node_s=%.2f put_per_node_s=%.2f cpu_us_per_node_s=%.0f fail_max_ms=%lld "
+         "fail_med_ms=%lld rss_b_per_conn=%.0f rss_b_per_node=%.0f\n",
          nn, (long long)(last_plan - released), cpu,
          (double)s->calls * 1000.0 / (double)(fail_at - s->watch_from), rpc_s, rpc_s / nn,
-         cpu * 1e4 / nn, (long long)fail[nn - 1], (long long)fail[nn / 2], rss_per, rss_per);
+         put_s / nn, cpu * 1e4 / nn, (long long)fail[nn - 1], (long long)fail[nn / 2], rss_per,
+         rss_per);
   free(fail);
 }
 
@@ -436,11 +442,11 @@ int main(int argc, char **argv) {
   s.watch_from = base_now_ms();
   base_sleep_ms(1000); /* the nodes' first heartbeats: the watches are all set up */
   long t0 = proc_ticks(etcd_pid);
-  double r0 = etcd_rpcs(&s);
+  double p0 = 0, p1 = 0, r0 = etcd_rpcs(&s, &p0);
   int64_t h0 = base_now_ms();
   base_sleep_ms((int64_t)(s.o.hold_s * 1000));
   long t1 = proc_ticks(etcd_pid), rss1 = proc_rss_kib(etcd_pid);
-  double r1 = etcd_rpcs(&s), held = (double)(base_now_ms() - h0) / 1000.0;
+  double r1 = etcd_rpcs(&s, &p1), held = (double)(base_now_ms() - h0) / 1000.0;
   rdzv_backend *fb = NULL;
   store_client *fc = NULL;
   int64_t fail_at = rc == 0 && s.failures == 0 ? write_failure(&s, &fb, &fc) : 0;
@@ -455,7 +461,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   double cpu = 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / held;
-  print_figures(&s, nodes, released, fail_at, cpu, (r1 - r0) / held,
+  print_figures(&s, nodes, released, fail_at, cpu, (r1 - r0) / held, (p1 - p0) / held,
                 (double)(rss1 - rss0) * 1024.0 / nn);
   free(nodes);
   return 0;
