@@ -5,12 +5,12 @@
  * The etcd counterpart of swarm.c. Every simulated node is a thread with the
  * agents' own code: an rdzv_backend on etcd (its lease, kept alive by a
  * thread of its own), rdzv_join() with the first joiner planning, then the
- * watch of src/agent/watch.c in etcd mode (waiting on "fail" until its next
- * put or check; it puts its count every third of its lease's TTL and reads
+ * watch of src/agent/watch.c in etcd mode (waiting on "fail" in slices of
+ * at most 200 ms; it puts its count every third of its lease's TTL and reads
  * node 0's every heartbeat, node 0 everyone's). etcd (Debian's etcd-server)
  * runs as a child process on a loopback port, started and removed here, so
- * that its CPU time, memory and RPC counts can be read. One connection per simulated node (an
- * agent has two: its main thread's and its watcher's).
+ * that its CPU time, memory and RPC counts can be read. One connection per
+ * simulated node (an agent has two: its main thread's and its watcher's).
  *
  * Figures (one line of key=value pairs on stdout, the names of swarm.c):
  *   rendezvous_ms  from the release of all nodes until the last has its plan
@@ -33,9 +33,9 @@
  *                   [--put MS]
  *
  * As src/agent/watch.c by default: the waits on "fail" last until the next
- * put or check; a node puts its count every third of its lease's TTL and
- * checks every heartbeat (--heartbeat, 500 ms). The agents before: --slice
- * 200 --put 500 (200 ms slices, a put every heartbeat).
+ * put or check, at most 200 ms; a node puts its count every third of its
+ * lease's TTL and checks every heartbeat (--heartbeat, 500 ms). The agents
+ * before: --put 500 (a put every heartbeat).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -53,8 +53,9 @@
 #include "store/store.h"
 
 #define JOB "swarm"
-#define WAIT_SLICE_MIN_MS 20 /* src/agent/watch.c's */
-#define LEASE_MS 5000        /* each node's lease: cohort run's default --heartbeat-timeout */
+#define WAIT_SLICE_MIN_MS 20  /* src/agent/watch.c's */
+#define WAIT_SLICE_MAX_MS 200 /* watch.c's, for etcd's wait, which it cannot cut short */
+#define LEASE_MS 5000         /* each node's lease: cohort run's default --heartbeat-timeout */
 #define OP_MS 10000
 
 typedef struct swarm_opts {
@@ -257,6 +258,7 @@ static long check(node *n, store_client *c, int me, const char *const *hb, void 
 static int64_t slice_end(const swarm *s, int64_t next_put, int64_t next_check) {
   if (s->o.slice_ms > 0) return base_deadline_in(s->o.slice_ms);
   int64_t next = next_put < next_check ? next_put : next_check;
+  if (next > base_deadline_in(WAIT_SLICE_MAX_MS)) next = base_deadline_in(WAIT_SLICE_MAX_MS);
   return next > base_deadline_in(WAIT_SLICE_MIN_MS) ? next : base_deadline_in(WAIT_SLICE_MIN_MS);
 }
 
