@@ -558,7 +558,7 @@ coll_section() {
     echo "|---|---|---|---|---|---|---|---|"
   } >"$rows"
   for n in ${COLL_RANKS-2 4 8}; do
-    for ms in "private 8" "${COLL_SIZES[@]/#/private }" "${COLL_SIZES[@]/#/shared }"; do
+    for ms in "private 8" "${COLL_SIZES[@]/#/private }" "${COLL_SIZES[@]/#/huge }" "${COLL_SIZES[@]/#/shared }"; do
       m=${ms% *}
       s=${ms#* }
       if ! time_left 20; then
