@@ -108,6 +108,15 @@ static void describe(const coll_hdr *h, char *out, size_t outlen) {
   snprintf(out + n, outlen - (size_t)n, ")");
 }
 
+/* Every COHORT_EMISMATCH message starts so; a peer's abort that does is a mismatch here too. */
+#define MISMATCH "mismatched collectives: "
+
+/* A peer aborted the communicator: its reason's code where it names one, else COHORT_EPEER. */
+static int fail_peer_aborted(coll_engine *e, int arank, const char *amsg) {
+  int err = strncmp(amsg, MISMATCH, strlen(MISMATCH)) == 0 ? COHORT_EMISMATCH : COHORT_EPEER;
+  return coll_fail(e, err, "rank %d aborted the communicator: %s", arank, amsg);
+}
+
 static int check_hdr(coll_ctx *x, xfer *v) {
   coll_hdr mine;
   fill_hdr(x, &mine, v->len);
@@ -122,14 +131,13 @@ static int check_hdr(coll_ctx *x, xfer *v) {
     describe(h, a, sizeof a);
     describe(&mine, b, sizeof b);
     return coll_fail(x->eng, COHORT_EMISMATCH,
-                     "mismatched collectives: rank %d called %s as its collective #%u, rank %d "
-                     "called %s as #%u",
+                     MISMATCH "rank %d called %s as its collective #%u, rank %d called %s as #%u",
                      v->peer, a, h->seq, x->eng->rank, b, mine.seq);
   }
   if (h->len != mine.len)
     return coll_fail(x->eng, COHORT_EMISMATCH,
-                     "rank %d sent %llu bytes where rank %d expected %llu in %s #%u (different "
-                     "COHORT_ALGO_THRESHOLD settings?)",
+                     MISMATCH "rank %d sent %llu bytes where rank %d expected %llu in %s #%u "
+                              "(different COHORT_ALGO_THRESHOLD settings?)",
                      v->peer, (unsigned long long)h->len, x->eng->rank,
                      (unsigned long long)mine.len, coll_kind_name(mine.kind), mine.seq);
   return 0;
@@ -139,8 +147,7 @@ static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
   coll_engine *e = x->eng;
   int arank;
   char amsg[400];
-  if (coll_peer_aborted(e, &arank, amsg, sizeof amsg))
-    return coll_fail(e, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
+  if (coll_peer_aborted(e, &arank, amsg, sizeof amsg)) return fail_peer_aborted(e, arank, amsg);
   if (err == COHORT_EPEER)
     return coll_fail(e, COHORT_EPEER,
                      "rank %d: lost the connection to rank %d (it died, exited or aborted) "
@@ -388,8 +395,7 @@ static int run(coll_ctx *x, xfer *v, int n) {
 
     int arank;
     char amsg[400];
-    if (coll_peer_aborted(e, &arank, amsg, sizeof amsg))
-      return coll_fail(e, COHORT_EPEER, "rank %d aborted the communicator: %s", arank, amsg);
+    if (coll_peer_aborted(e, &arank, amsg, sizeof amsg)) return fail_peer_aborted(e, arank, amsg);
     int64_t now = base_now_ms();
     /* The deadline starts when the operation first has to wait (see execute()). */
     if (x->deadline_ms == 0) x->deadline_ms = now + x->op->timeout_ms;
