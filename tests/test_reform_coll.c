@@ -99,8 +99,12 @@ static int agent_send_raw(int w, const void *buf, size_t len) {
   return send(g_agent[w], buf, len, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 }
 
+/* The `broken` messages read from each worker, and the last one's text. */
+static int g_broken[MAXW];
+static char g_broken_msg[MAXW][200];
+
 /* Reads messages from worker w until one starts with verb (copied into out): 0, or -1 after
- * timeout_ms or when the channel ends. */
+ * timeout_ms or when the channel ends. A `broken` on the way is counted. */
 static int agent_expect(int w, const char *verb, int timeout_ms, char *out, size_t outlen) {
   int64_t end = base_now_ms() + timeout_ms;
   for (;;) {
@@ -112,6 +116,10 @@ static int agent_expect(int w, const char *verb, int timeout_ms, char *out, size
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n <= 0) break;
     buf[n] = '\0';
+    if (strncmp(buf, "broken ", 7) == 0) {
+      g_broken[w]++;
+      base_strlcpy(g_broken_msg[w], buf, sizeof g_broken_msg[w]);
+    }
     size_t vl = strlen(verb);
     if (strncmp(buf, verb, vl) == 0 && (buf[vl] == ' ' || buf[vl] == '\0')) {
       if (out != NULL) base_strlcpy(out, buf, outlen);
@@ -661,6 +669,37 @@ static int w_after_donor_loss(int w, cohort_comm *c, unsigned char *st) {
   return 0;
 }
 
+/* cohort_comm_state_transferv: pieces of other sizes (the same total) are refused on every rank,
+ * the bits kept; then three pieces (one empty), the newcomer's middle one in a buffer of its
+ * own. */
+static int w_pieces(cohort_comm *c, unsigned char *st, int newcomer) {
+  size_t half = STATE_BYTES / 2, skew = newcomer ? 8 : 0;
+  unsigned char *other = calloc(1, half);
+  if (other == NULL) return 1;
+  if (newcomer) CHECK_EQ_INT(cohort_comm_mark_new(c), 0);
+  cohort_iov bad[2] = {{st, half + skew}, {st + half + skew, half - skew}};
+  CHECK_EQ_INT(cohort_comm_state_transferv(c, bad, 2), COHORT_EMISMATCH);
+  for (int r = 0; r < 4; r++) CHECK_EQ_INT(cohort_comm_is_new(c, r), r == 3);
+  if (newcomer) memset(st, 0, STATE_BYTES);
+  cohort_iov iov[4] = {{st, 1000},
+                       {NULL, 0},
+                       {newcomer ? other : st + 1000, half - 1000},
+                       {st + half, STATE_BYTES - half}};
+  CHECK_EQ_INT(cohort_comm_state_transferv(c, iov, 4), 0);
+  for (int r = 0; r < 4; r++) CHECK_EQ_INT(cohort_comm_is_new(c, r), 0);
+  if (newcomer) {
+    size_t bad_at = 0;
+    for (size_t i = 0; i < STATE_BYTES && bad_at == 0; i++) {
+      unsigned char got = i < 1000 ? st[i] : i < half ? other[i - 1000] : st[i];
+      if (got != pattern(i)) bad_at = i + 1;
+    }
+    CHECK_EQ_INT((long long)bad_at, 0);
+    for (size_t i = 1000; i < half; i++) st[i] = pattern(i); /* whole again for what follows */
+  }
+  free(other);
+  return 0;
+}
+
 /* Membership 1: three survivors and the newcomer (rank 3). */
 static int w_after_grow(int w, cohort_comm *c) {
   CHECK_EQ_INT(cohort_comm_size(c), 4);
@@ -676,6 +715,7 @@ static int w_after_grow(int w, cohort_comm *c) {
   if (newcomer) atomic_store(&g_sh->s[w].xfer_us, base_now_us() - t0);
   if (newcomer) CHECK_EQ_INT(pattern_diff(st, STATE_BYTES), 0);
   for (int r = 0; r < 4; r++) CHECK_EQ_INT(cohort_comm_is_new(c, r), 0);
+  if (w_pieces(c, st, newcomer) != 0) return 1;
   /* Again, the newcomer wanting the state anew; the parent kills the donor during it (tries
    * again when the transfer outran it: see kill_donor_mid_transfer). */
   int rc = 0;
@@ -789,6 +829,19 @@ static void test_kill(const char *tname) {
   for (int i = 0; i < 3; i++) agent_form(surv[i], 1, i, 4);
   CHECK_EQ_INT(agent_expect(4, "hello", 20000, NULL, 0), 0);
   for (int i = 0; i < 3; i++) CHECK_EQ_INT(agent_expect(surv[i], "formed", 30000, NULL, 0), 0);
+  /* The survivors' engines said `broken` for membership 0 as they found the peer gone, without
+   * waiting for their programs' next cohort_comm_reform (each of them, or at least one when
+   * another's abort reached a survivor first). */
+  int nbroken = 0;
+  for (int i = 0; i < 3; i++) {
+    nbroken += g_broken[surv[i]] > 0;
+    if (g_broken[surv[i]] > 0) {
+      CHECK(strncmp(g_broken_msg[surv[i]], "broken epoch=0 why=", 19) == 0);
+      CHECK(strstr(g_broken_msg[surv[i]], "rank") != NULL);
+    }
+  }
+  CHECK(nbroken >= 1);
+  printf("%d of 3 survivors said broken (%s)\n", nbroken, g_broken_msg[surv[0]]);
   long long us = atomic_load(&g_sh->s[4].xfer_us);
   printf("state transfer of %u MiB to the newcomer: %lld us, %.0f MB/s\n", STATE_BYTES >> 20, us,
          us > 0 ? (double)STATE_BYTES / (double)us : 0.0);

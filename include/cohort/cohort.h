@@ -156,6 +156,11 @@ COHORT_API int cohort_comm_set_timeout(cohort_comm *comm, int timeout_ms);
  */
 COHORT_API const char *cohort_comm_error_message(const cohort_comm *comm);
 
+/* 0 while the communicator is healthy, else the error that aborted it (COHORT_ERESHAPED once its
+ * membership ended: a peer lost, or the agent's reshape). Cheap, from any thread: a long
+ * computation between collectives can look whether to go on. */
+COHORT_API int cohort_comm_failed(const cohort_comm *comm);
+
 /*
  * Re-forming a communicator (`cohort run --on-failure reform`; docs/reform.md
  * and docs/collectives.md "Re-forming a communicator").
@@ -234,6 +239,22 @@ COHORT_API int cohort_comm_set_step(cohort_comm *comm, int64_t step);
  * rank; after the next re-form the lowest surviving non-new rank donates.
  */
 COHORT_API int cohort_comm_state_transfer(cohort_comm *comm, void *buf, size_t bytes);
+
+/* One piece of the state for cohort_comm_state_transferv. */
+typedef struct cohort_iov {
+  void *base;
+  size_t len;
+} cohort_iov;
+
+/*
+ * cohort_comm_state_transfer of a state in n pieces, sent and received in
+ * place (the model's own buffers: nothing packed into one buffer first).
+ * Every rank passes pieces of the same sizes in the same order (else
+ * COHORT_EMISMATCH on all; empty pieces do not count). A transfer that fails
+ * part way leaves the new ranks' pieces partly written and their new bit
+ * set, as cohort_comm_state_transfer does.
+ */
+COHORT_API int cohort_comm_state_transferv(cohort_comm *comm, const cohort_iov *iov, int n);
 
 /*
  * Memory the ranks of one host share: a buffer from cohort_mem_alloc can be

@@ -195,6 +195,16 @@ COHORT_API const char *cohort_comm_error_message(const cohort_comm *c) {
   return atomic_load(&((cohort_comm *)c)->eng.failed) ? c->eng.errmsg : "";
 }
 
+COHORT_API int cohort_comm_failed(const cohort_comm *c) {
+  if (c == NULL) return -EINVAL;
+  coll_engine *e = &((cohort_comm *)c)->eng;
+  if (!atomic_load(&e->failed)) return 0;
+  pthread_mutex_lock(&e->err_mu);
+  int err = e->err;
+  pthread_mutex_unlock(&e->err_mu);
+  return err != 0 ? err : COHORT_EABORTED;
+}
+
 /* ---- execution ---- */
 
 static int execute_plain(cohort_comm *c, const coll_op *op) {

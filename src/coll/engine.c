@@ -465,7 +465,8 @@ int coll_put(coll_ctx *x, int peer, uint64_t raddr, const void *src, size_t len)
 }
 
 int coll_fail(coll_engine *e, int err, const char *fmt, ...) {
-  if (e->reshape_on_loss && err == COHORT_EPEER) err = COHORT_ERESHAPED;
+  int lost = e->reshape_on_loss && err == COHORT_EPEER;
+  if (lost) err = COHORT_ERESHAPED;
   pthread_mutex_lock(&e->err_mu);
   int first = !atomic_load(&e->failed);
   if (first) {
@@ -480,6 +481,7 @@ int coll_fail(coll_engine *e, int err, const char *fmt, ...) {
   }
   pthread_mutex_unlock(&e->err_mu);
   if (first) coll_abort_transports(e, e->errmsg);
+  if (first && lost && e->lost != NULL) e->lost(e->lost_arg, e->errmsg);
   return err;
 }
 

@@ -57,8 +57,11 @@ typedef struct coll_engine {
    * Called only between steps of a transfer, on the thread that runs the collective. */
   int (*idle)(void *arg);
   void *idle_arg;
-  /* A re-formable communicator's: a lost peer (COHORT_EPEER) fails it with COHORT_ERESHAPED. */
+  /* A re-formable communicator's: a lost peer (COHORT_EPEER) fails it with COHORT_ERESHAPED, and
+   * lost(lost_arg, why) is called once, on the thread that found it (no engine lock held). */
   int reshape_on_loss;
+  void (*lost)(void *arg, const char *why);
+  void *lost_arg;
   /* Failure state: the first error wins. */
   pthread_mutex_t err_mu;
   atomic_int failed;

@@ -32,6 +32,17 @@ static void on_control(void *arg, const coll_ctl_msg *m) {
               m->why[0] ? m->why : "(no reason given)");
 }
 
+/* The engine found a peer gone (its connection closed, its process gone): the agent learns it now
+ * (`broken`), not when this rank's program next calls cohort_comm_reform, nor when the lost
+ * node's heartbeat times out. Not when a reshape already ended this membership. */
+static void on_lost(void *arg, const char *why) {
+  cohort_comm *c = arg;
+  pthread_mutex_lock(&c->ctl.mu);
+  int epoch = c->epoch, send = c->live && atomic_load(&c->ended) < c->epoch;
+  pthread_mutex_unlock(&c->ctl.mu);
+  if (send) coll_ctl_send(&c->ctl, "broken epoch=%d why=%.900s", epoch, why);
+}
+
 void coll_reshape(cohort_comm *c, int epoch, const char *why) {
   int e = epoch < 0 ? c->epoch : epoch;
   if (e > atomic_load(&c->ended)) atomic_store(&c->ended, e);
@@ -62,6 +73,8 @@ int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg) {
   c->ctl.notify_arg = c;
   int rc = coll_ctl_open(&c->ctl);
   c->eng.reshape_on_loss = c->ctl.fd >= 0;
+  c->eng.lost = on_lost;
+  c->eng.lost_arg = c;
   return rc;
 }
 
@@ -261,18 +274,19 @@ COHORT_API int cohort_comm_set_step(cohort_comm *c, int64_t step) {
   return 0;
 }
 
-/* Every rank's new bit and bytes, agreed: 0, COHORT_EMISMATCH when the sizes differ, or an error.
- */
-static int agree_bits(cohort_comm *c, size_t bytes) {
+/* Every rank's new bit, bytes and pieces, agreed: 0, COHORT_EMISMATCH when the sizes or the
+ * pieces' layout differ, or an error. */
+static int agree_bits(cohort_comm *c, size_t bytes, uint64_t layout) {
   int n = c->size;
-  int64_t *all = malloc((size_t)n * 2 * sizeof *all);
+  int64_t *all = malloc((size_t)n * 3 * sizeof *all);
   if (all == NULL) return -ENOMEM;
-  int64_t mine[2] = {c->self_new, (int64_t)bytes};
-  int rc = n > 1 ? cohort_allgather(c, mine, all, 2, COHORT_I64) : 0;
+  int64_t mine[3] = {c->self_new, (int64_t)bytes, (int64_t)layout};
+  int rc = n > 1 ? cohort_allgather(c, mine, all, 3, COHORT_I64) : 0;
   if (n == 1) memcpy(all, mine, sizeof mine);
   for (int i = 0; i < n && rc == 0; i++) {
-    if (all[2 * i + 1] != (int64_t)bytes) rc = COHORT_EMISMATCH;
-    c->newbits[i] = all[2 * i] != 0;
+    if (all[3 * i + 1] != (int64_t)bytes || all[3 * i + 2] != (int64_t)layout)
+      rc = COHORT_EMISMATCH;
+    c->newbits[i] = all[3 * i] != 0;
   }
   free(all);
   return rc;
@@ -296,22 +310,45 @@ static int make_chain(cohort_comm *c) {
   return g->n;
 }
 
-COHORT_API int cohort_comm_state_transfer(cohort_comm *c, void *buf, size_t bytes) {
-  if (c == NULL || (buf == NULL && bytes > 0)) return -EINVAL;
-  int rc = agree_bits(c, bytes);
+/* The pieces' sizes, hashed (FNV-1a over their lengths): ranks that pass the same total in other
+ * pieces would misalign the chain. */
+static uint64_t layout_of(const cohort_iov *iov, int n, size_t *bytes) {
+  uint64_t h = 1469598103934665603ull;
+  *bytes = 0;
+  for (int i = 0; i < n; i++) {
+    *bytes += iov[i].len;
+    if (iov[i].len == 0) continue;
+    for (int k = 0; k < 8; k++)
+      h = (h ^ ((uint64_t)iov[i].len >> (8 * k) & 0xff)) * 1099511628211ull;
+  }
+  return h;
+}
+
+COHORT_API int cohort_comm_state_transferv(cohort_comm *c, const cohort_iov *iov, int n) {
+  if (c == NULL || n < 0 || (iov == NULL && n > 0)) return -EINVAL;
+  for (int i = 0; i < n; i++)
+    if (iov[i].base == NULL && iov[i].len > 0) return -EINVAL;
+  size_t bytes;
+  uint64_t layout = layout_of(iov, n, &bytes);
+  int rc = agree_bits(c, bytes, layout);
   if (rc == 0) rc = make_chain(c);
   if (rc <= 1) return rc < 0 ? rc : 0;
-  coll_op o = {.kind = COLL_TRANSFER,
-               .send = buf,
-               .recv = buf,
-               .count = bytes,
-               .dtype = COHORT_U8,
-               .wire = COHORT_U8,
-               .op = COHORT_SUM,
-               .root = c->xfer.ranks[0]};
-  rc = coll_start(c, &o, NULL);
+  /* One chain per piece, each pipelined; a failure ends the rest on every rank of the chain. */
+  for (int i = 0; i < n && rc >= 0; i++) {
+    if (iov[i].len == 0) continue;
+    coll_op o = {.kind = COLL_TRANSFER,
+                 .send = iov[i].base,
+                 .recv = iov[i].base,
+                 .count = iov[i].len,
+                 .dtype = COHORT_U8,
+                 .wire = COHORT_U8,
+                 .op = COHORT_SUM,
+                 .root = c->xfer.ranks[0]};
+    int orc = coll_start(c, &o, NULL);
+    rc = orc != 0 ? orc : rc;
+  }
   /* The ranks outside the chain learn here that it ended, and how. */
-  int32_t v = rc;
+  int32_t v = rc > 0 ? 0 : rc;
   int arc = cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_MIN);
   rc = arc != 0 ? arc : v;
   if (rc == 0) {
@@ -319,4 +356,10 @@ COHORT_API int cohort_comm_state_transfer(cohort_comm *c, void *buf, size_t byte
     c->self_new = 0;
   }
   return rc;
+}
+
+COHORT_API int cohort_comm_state_transfer(cohort_comm *c, void *buf, size_t bytes) {
+  if (c == NULL || (buf == NULL && bytes > 0)) return -EINVAL;
+  cohort_iov one = {buf, bytes};
+  return cohort_comm_state_transferv(c, &one, 1);
 }
