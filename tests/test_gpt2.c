@@ -416,8 +416,9 @@ static int hook_seq[16], hook_n;
 static size_t wait_seq[64][2];
 static int wait_n, wait_tok_at = -1;
 static size_t wait_ntok;
+static int wait_stop = -1; /* record_wait stops the forward at this call, -1 never */
 
-static void record_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
+static int record_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
   (void)ctx;
   if (tokens != NULL) {
     wait_tok_at = wait_n;
@@ -427,12 +428,16 @@ static void record_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, 
     wait_seq[wait_n][0] = lo;
     wait_seq[wait_n++][1] = hi;
   }
+  return wait_n - 1 == wait_stop;
 }
 
-static void record_hook(void *ctx, gpt2_grad_event ev, int at) {
+static int hook_stop; /* the event code at which record_hook stops backward, 0 never */
+
+static int record_hook(void *ctx, gpt2_grad_event ev, int at) {
   (void)ctx;
   int code = ev == GPT2_EV_LAYER ? 100 + at : ev == GPT2_EV_HEAD ? 10000 + at : (int)ev;
   if (hook_n < 16) hook_seq[hook_n++] = code;
+  return hook_stop != 0 && code == hook_stop;
 }
 
 /* A vocabulary of two and a bit row blocks: the LM head reports dwte's rows block by block (the
@@ -487,6 +492,14 @@ static void test_head_rows(const gpt2_config *tiny) {
   CHECK(wait_seq[3 + L][0] == 0 && wait_seq[3 + L][1] == blk);
   CHECK(wait_seq[4 + L][0] == blk && wait_seq[4 + L][1] == 2 * blk);
   CHECK(wait_seq[5 + L][0] == 2 * blk && wait_seq[5 + L][1] == V * C);
+  /* A wait that returns non-zero stops the forward there: NAN, nothing after it computed. */
+  memset(m.lnf, 0, BT * C * sizeof(float));
+  wait_n = 0;
+  wait_stop = 2 + L; /* before the final layernorm */
+  CHECK(isnan(gpt2_forward_wait(&m, &batch, record_wait, NULL)));
+  wait_stop = -1;
+  CHECK_EQ_INT(wait_n, 2 + L + 1);
+  CHECK(m.lnf[0] == 0.0f && m.lnf[BT * C - 1] == 0.0f);
   free(logits);
   gpt2_batch_buf_free(&bb);
   gpt2_model_free(&m);
@@ -567,6 +580,22 @@ static void test_model_misc(void) {
   int want[] = {10020, GPT2_EV_TAIL, 102, 101, 100, GPT2_EV_EMBED};
   CHECK_EQ_INT(hook_n, 6);
   CHECK(memcmp(hook_seq, want, sizeof(want)) == 0);
+  /* A hook that returns non-zero stops backward there: layers 1 and 0 are not computed. */
+  float *before = malloc(m.nparams * sizeof(float));
+  memcpy(before, m.grads, m.nparams * sizeof(float));
+  gpt2_forward(&m, &batch);
+  hook_n = 0;
+  hook_stop = 102;
+  gpt2_backward(&m, &batch, 1.0f, record_hook, NULL, 1);
+  hook_stop = 0;
+  CHECK_EQ_INT(hook_n, 3);
+  CHECK(memcmp(hook_seq, want, 3 * sizeof(int)) == 0);
+  /* Layers 0 and 1 (and the embeddings' dwpe) got nothing from the stopped pass; layer 2 did. */
+  size_t l2 = m.layer_offset0 + 2 * m.layer_size;
+  CHECK(memcmp(m.grads + m.layer_offset0, before + m.layer_offset0,
+               2 * m.layer_size * sizeof(float)) == 0);
+  CHECK(memcmp(m.grads + l2, before + l2, m.layer_size * sizeof(float)) != 0);
+  free(before);
   test_head_rows(&tiny);
   /* scatter_wte = 0 leaves the embedding's part of dwte to the caller:
    * adding d(encoded) by hand gives the same gradient. */

@@ -317,14 +317,15 @@ static int trainer_init(trainer *t, cohort_comm *comm, int overlap) {
   return 0;
 }
 
-static void probe_hook(void *ctx, gpt2_grad_event ev, int layer) {
+static int probe_hook(void *ctx, gpt2_grad_event ev, int layer) {
   trainer *t = ctx;
-  gpt2_ddp_hook(&t->d, ev, layer);
+  int stop = gpt2_ddp_hook(&t->d, ev, layer);
   const gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(&t->d);
   if (ev == GPT2_EV_EMBED && p->now) {
     t->launched_at_end = p->s.nlaunched;
     t->first_stage_at_end = p->s.groups[0].stage;
   }
+  return stop;
 }
 
 /* Forward and backward of one step's micro-steps on this rank's tokens, the exchange. */

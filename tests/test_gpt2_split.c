@@ -48,18 +48,19 @@ static void trainer_free(trainer *t) {
 }
 
 /* The row path, and a record of whether it had the lookup's rows ready. */
-static void wait_rows(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
+static int wait_rows(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
   trainer *t = ctx;
-  gpt2_ddp_param_wait(&t->d, lo, hi, tokens, ntok);
+  int stop = gpt2_ddp_param_wait(&t->d, lo, hi, tokens, ntok);
   if (tokens != NULL && gpt2_ddp_split_of(&t->d)->nrows > 0) t->rows_seen++;
+  return stop;
 }
 
 /* The same waits without the tokens: the lookup waits for the whole token embedding. */
-static void wait_whole(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
+static int wait_whole(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
   (void)tokens;
   (void)ntok;
   trainer *t = ctx;
-  gpt2_ddp_param_wait(&t->d, lo, hi, NULL, 0);
+  return gpt2_ddp_param_wait(&t->d, lo, hi, NULL, 0);
 }
 
 /* One optimiser step as cohort-gpt2 takes it; the mean loss of its micro-steps. */

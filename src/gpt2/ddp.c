@@ -264,9 +264,19 @@ int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *
   return d->ops->begin(d, step, last);
 }
 
-void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at) {
+/* Re-forming, a step whose communicator failed is lost: 1 to stop its forward or backward now. */
+static int stop_failed(gpt2_ddp *d) {
+  int rc = d->atomic && d->err == 0 && d->comm != NULL ? cohort_comm_failed(d->comm) : 0;
+  if (rc != 0) gpt2_ddp_fail(d, rc, "gradient exchange");
+  return d->atomic && d->err != 0;
+}
+
+int gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at) {
   gpt2_ddp *d = ctx;
   d->ops->hook(d, ev, at);
+  /* After the last event every bucket is launched: whether the exchange completed before the
+   * communicator failed is for gpt2_ddp_finish_backward to say. */
+  return ev != GPT2_EV_EMBED && stop_failed(d);
 }
 
 int gpt2_ddp_finish_backward(gpt2_ddp *d) {
@@ -291,9 +301,10 @@ int gpt2_ddp_zero_grad(gpt2_ddp *d) {
   return rc;
 }
 
-void gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
+int gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok) {
   gpt2_ddp *d = ctx;
   if (d->ops->param_wait) d->ops->param_wait(d, lo, hi, tokens, ntok);
+  return stop_failed(d);
 }
 
 /* ---- blocking helpers ---- */
@@ -417,16 +428,19 @@ size_t gpt2_ddp_local_state_floats(const gpt2_ddp *d) {
   return gpt2_ddp_optim_floats(d) + (p != NULL ? p->s.nq + p->s.nerr : 0);
 }
 
-int gpt2_ddp_local_state_get(gpt2_ddp *d, float *st) {
+int gpt2_ddp_state_npieces(const gpt2_ddp *d) {
   if (d->ops == &gpt2_ddp_zero_ops) return -EINVAL;
-  shards_get(d, st);
+  return d->nshards + (gpt2_ddp_powersgd_of(d) != NULL);
+}
+
+int gpt2_ddp_state_pieces(gpt2_ddp *d, cohort_iov *iov, int max) {
+  int n = gpt2_ddp_state_npieces(d);
+  if (n < 0 || n > max) return n < 0 ? n : -EINVAL;
+  for (int i = 0; i < d->nshards; i++) /* m then v: one buffer */
+    iov[i] = (cohort_iov){d->shards[i].state, d->shards[i].nstate * sizeof(float)};
   gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
-  if (p != NULL) {
-    float *q = st + gpt2_ddp_optim_floats(d);
-    memcpy(q, p->s.Q, p->s.nq * sizeof(float));
-    gpt2_psgd_error(&p->s, q + p->s.nq);
-  }
-  return 0;
+  if (p != NULL) iov[d->nshards] = (cohort_iov){p->s.Q, p->s.nq * sizeof(float)};
+  return n;
 }
 
 void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own) {
@@ -434,8 +448,45 @@ void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own) {
   if (p != NULL) gpt2_psgd_error(&p->s, own);
 }
 
-void gpt2_ddp_local_state_set(gpt2_ddp *d, const float *st) {
-  shards_set(d, st);
+void gpt2_ddp_own_state_set(gpt2_ddp *d, const float *own) {
   gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
-  if (p != NULL) gpt2_psgd_state_set(&p->s, 0, st + gpt2_ddp_optim_floats(d));
+  if (p == NULL) return;
+  if (own != NULL)
+    memcpy(p->s.err, own, p->s.nerr * sizeof(float));
+  else
+    memset(p->s.err, 0, p->s.nerr * sizeof(float));
+  for (int g = 0; g < p->s.ngroups; g++) p->s.groups[g].share = 0.0f; /* err is the error itself */
+}
+
+/* [lo, hi) of o's m and v from the shards of old that hold it. */
+static void copy_overlap(gpt2_optim *o, const gpt2_ddp *old) {
+  for (int j = 0; j < old->nshards; j++) {
+    const gpt2_optim *s = &old->shards[j];
+    size_t lo = s->lo > o->lo ? s->lo : o->lo, hi = s->hi < o->hi ? s->hi : o->hi;
+    if (lo >= hi) continue;
+    memcpy(o->m + (lo - o->lo), s->m + (lo - s->lo), (hi - lo) * sizeof(float));
+    if (o->v && s->v) memcpy(o->v + (lo - o->lo), s->v + (lo - s->lo), (hi - lo) * sizeof(float));
+  }
+}
+
+void gpt2_ddp_adopt_state(gpt2_ddp *d, gpt2_ddp *old) {
+  int same = d->nshards == old->nshards;
+  for (int i = 0; same && i < d->nshards; i++)
+    same = d->shards[i].lo == old->shards[i].lo && d->shards[i].hi == old->shards[i].hi &&
+           d->shards[i].nstate == old->shards[i].nstate;
+  for (int i = 0; i < d->nshards; i++) {
+    if (!same) {
+      copy_overlap(&d->shards[i], old);
+      continue;
+    }
+    gpt2_optim t = d->shards[i]; /* the untouched new buffer goes with old */
+    d->shards[i] = old->shards[i];
+    old->shards[i] = t;
+  }
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d), *po = gpt2_ddp_powersgd_of(old);
+  if (p != NULL && po != NULL && p->s.nq == po->s.nq && p->s.nerr == po->s.nerr) {
+    memcpy(p->s.Q, po->s.Q, p->s.nq * sizeof(float));
+    gpt2_psgd_error(&po->s, p->s.err); /* the new one's shares are 0: err is the error */
+  }
+  gpt2_ddp_free(old);
 }

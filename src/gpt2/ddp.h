@@ -153,8 +153,10 @@ const char *gpt2_ddp_mode(const gpt2_ddp *d);
  * Returns whether the backward must scatter the embedding lookup's dwte share itself (the
  * scatter_wte argument of gpt2_backward). */
 int gpt2_ddp_begin_backward(gpt2_ddp *d, int64_t step, int last, const int32_t *tokens);
-/* The gpt2_grad_hook to pass to gpt2_backward (ctx = d). */
-void gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at);
+/* The gpt2_grad_hook to pass to gpt2_backward (ctx = d). With `atomic` (re-forming) it stops
+ * backward once the communicator has failed (d->err then says why): buckets not yet launched
+ * cannot be exchanged, so the step is lost anyway. */
+int gpt2_ddp_hook(void *ctx, gpt2_grad_event ev, int at);
 /* After the last backward: waits for every exchange and completes dwte. */
 int gpt2_ddp_finish_backward(gpt2_ddp *d);
 
@@ -174,8 +176,9 @@ int gpt2_ddp_settle(gpt2_ddp *d);
 int gpt2_ddp_zero_grad(gpt2_ddp *d);
 /* gpt2_param_wait for gpt2_forward_wait (ctx = d): launches the split step's gathers (with the
  * row path when given the lookup's tokens) and settles the buckets the forward is about to read;
- * an error stays in d->err. */
-void gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok);
+ * an error stays in d->err. With `atomic` (re-forming) it stops the forward once the
+ * communicator has failed, as gpt2_ddp_hook does backward. */
+int gpt2_ddp_param_wait(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok);
 
 /* Records the first error (rc, what failed, the communicator's message) in err and errmsg, and
  * returns rc: also for the caller's own collectives. */
@@ -209,17 +212,24 @@ int gpt2_ddp_commit(gpt2_ddp *d);
 int gpt2_ddp_keep(gpt2_ddp *d, int64_t step);
 /* After a failed step: puts back what gpt2_ddp_keep kept; the state is the step before's. */
 void gpt2_ddp_rollback(gpt2_ddp *d);
-/* This rank's state without communication, in the checkpoint layout of one rank: the whole
- * optimiser state, PowerSGD's Q, then what is this rank's own (PowerSGD's error:
- * gpt2_ddp_own_state_floats of them, at the end). Not with ZeRO (the state is sharded). */
+/* This rank's state in the layout of one rank's checkpoint: the whole optimiser state, PowerSGD's
+ * Q, then what is this rank's own (PowerSGD's error: gpt2_ddp_own_state_floats of them, at the
+ * end). Not with ZeRO (the state is sharded). */
 size_t gpt2_ddp_local_state_floats(const gpt2_ddp *d);
 size_t gpt2_ddp_own_state_floats(const gpt2_ddp *d);
-/* Copies it into st (nothing may be pending: after gpt2_ddp_commit or a failed step). Returns 0,
- * or -EINVAL with ZeRO. */
-int gpt2_ddp_local_state_get(gpt2_ddp *d, float *st);
-/* Sets it from st. */
-void gpt2_ddp_local_state_set(gpt2_ddp *d, const float *st);
+/* The shared part of it (all but the own part) as pieces in place, to send or receive: each
+ * shard's optimiser state, then PowerSGD's Q. Writes at most max; returns how many there are
+ * (gpt2_ddp_state_npieces), -EINVAL with ZeRO. Nothing may be pending (after gpt2_ddp_commit or a
+ * failed step). */
+int gpt2_ddp_state_npieces(const gpt2_ddp *d);
+int gpt2_ddp_state_pieces(gpt2_ddp *d, cohort_iov *iov, int max);
 /* The own part alone (gpt2_ddp_own_state_floats), as it is now. */
 void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own);
+/* Sets the own part from own (NULL: zero, a newcomer's). */
+void gpt2_ddp_own_state_set(gpt2_ddp *d, const float *own);
+/* A re-form: d, just set up for the new membership, takes over old's optimiser and PowerSGD state
+ * (the same model's exchange over the membership that ended, nothing pending): the buffers
+ * themselves where the shards are the same, else copied. Then free old. */
+void gpt2_ddp_adopt_state(gpt2_ddp *d, gpt2_ddp *old);
 
 #endif

@@ -255,8 +255,7 @@ int gpt2_model_init(gpt2_model *m, const gpt2_config *cfg, int Bi, int Ti) {
   build_tensor_table(m);
 
   set_act_views(m);
-  gpt2_zero_grad(m);
-  return 0;
+  return 0; /* the gradients are zero: fresh mappings */
 }
 
 void gpt2_model_free(gpt2_model *m) {
@@ -313,7 +312,6 @@ void gpt2_discard_grad(gpt2_model *m) {
 }
 
 void gpt2_model_use_grads(gpt2_model *m, float *buf) {
-  memcpy(buf, m->grads, m->nparams * sizeof(float));
   if (!m->grads_external) gpt2_big_free(m->grads, m->param_bytes);
   m->grads = buf;
   m->grads_external = 1;
@@ -324,7 +322,6 @@ int gpt2_model_own_grads(gpt2_model *m) {
   if (!m->grads_external) return 0;
   float *buf = gpt2_big_alloc(m->param_bytes);
   if (buf == NULL) return -ENOMEM;
-  memcpy(buf, m->grads, m->param_bytes);
   m->grads = buf;
   m->grads_external = 0;
   set_views(m, m->grads, &m->g);
@@ -335,22 +332,22 @@ double gpt2_forward(gpt2_model *m, const gpt2_batch *batch) {
   return gpt2_forward_wait(m, batch, NULL, NULL);
 }
 
-static void need(gpt2_param_wait wait, void *ctx, size_t lo, size_t hi) {
-  if (wait) wait(ctx, lo, hi, NULL, 0);
+static int need(gpt2_param_wait wait, void *ctx, size_t lo, size_t hi) {
+  return wait != NULL && wait(ctx, lo, hi, NULL, 0) != 0;
 }
 
 double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait wait, void *ctx) {
   size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.channels;
   size_t NH = (size_t)m->cfg.heads, V = (size_t)m->cfg.vocab, BT = B * T;
   size_t wte_end = V * C;
-  if (wait) wait(ctx, 0, wte_end, batch->tokens, BT);
-  need(wait, ctx, wte_end, m->layer_offset0);
+  if (wait && wait(ctx, 0, wte_end, batch->tokens, BT) != 0) return NAN;
+  if (need(wait, ctx, wte_end, m->layer_offset0)) return NAN;
   gpt2_encoder_forward(m->encoded, batch->tokens, m->p.wte, m->p.wpe, B, T, C);
   const float *x = m->encoded; // (B, T, C) residual stream
   for (int l = 0; l < m->cfg.layers; l++) {
     const gpt2_layer *w = &m->p.layer[l];
     size_t lo = m->layer_offset0 + (size_t)l * m->layer_size;
-    need(wait, ctx, lo, lo + m->layer_size);
+    if (need(wait, ctx, lo, lo + m->layer_size)) return NAN;
     gpt2_layernorm_forward(m->ln1[l], m->ln1_mean[l], m->ln1_rstd[l], x, w->ln1w, w->ln1b, BT, C);
     gpt2_matmul_forward(m->qkv[l], m->ln1[l], w->qkvw, w->qkvb, BT, C, 3 * C, 0);
     gpt2_attention_forward(m->atty[l], m->att[l], m->qkv[l], batch->mask, B, T, C, NH);
@@ -365,13 +362,13 @@ double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait
     gpt2_matmul_forward(m->res3[l], m->fch_gelu[l], w->fcprojw, w->fcprojb, BT, 4 * C, C, 1);
     x = m->res3[l];
   }
-  need(wait, ctx, m->tail_offset, m->nparams);
+  if (need(wait, ctx, m->tail_offset, m->nparams)) return NAN;
   gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, BT, C);
   if (m->cfg.head == GPT2_HEAD_LM) {
     /* The logits in blocks of the vocabulary: each block of wte is read as soon as it is ready. */
     for (size_t j0 = 0; j0 < V; j0 += GPT2_HEAD_ROWS) {
       size_t j1 = j0 + GPT2_HEAD_ROWS < V ? j0 + GPT2_HEAD_ROWS : V;
-      need(wait, ctx, j0 * C, j1 * C);
+      if (need(wait, ctx, j0 * C, j1 * C)) return NAN;
       gpt2_matmul_forward_rows(m->logits, m->lnf, m->p.wte, BT, C, V, j0, j1);
     }
     m->loss = gpt2_crossentropy_forward(m->lse, m->losses, m->logits, batch->targets, BT, V);
@@ -402,7 +399,7 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
     for (size_t j0 = 0; j0 < V; j0 += GPT2_HEAD_ROWS) {
       size_t j1 = j0 + GPT2_HEAD_ROWS < V ? j0 + GPT2_HEAD_ROWS : V;
       gpt2_matmul_backward_rows(m->g.wte, NULL, m->logits, m->lnf, BT, C, V, j0, j1, st);
-      if (hook) hook(hook_ctx, GPT2_EV_HEAD, (int)j1);
+      if (hook && hook(hook_ctx, GPT2_EV_HEAD, (int)j1)) return;
     }
     gpt2_matmul_backward(m->dC, NULL, NULL, m->logits, m->lnf, m->p.wte, BT, C, V, 0, 0);
   } else {
@@ -410,13 +407,13 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
     gpt2_qa_loss_backward(dlogits, m->logits, m->lse, batch->start, batch->end, dloss / (float)B, B,
                           T);
     gpt2_matmul_backward(m->dC, m->g.qaw, m->g.qab, dlogits, m->lnf, m->p.qaw, BT, C, 2, 0, st);
-    if (hook) hook(hook_ctx, GPT2_EV_HEAD, (int)V); /* no head part in dwte: all of it is in */
+    if (hook && hook(hook_ctx, GPT2_EV_HEAD, (int)V)) return; /* no head part in dwte: all in */
   }
   memset(m->dres, 0, BT * C * sizeof(float));
   const float *xlast = L > 0 ? m->res3[L - 1] : m->encoded;
   gpt2_layernorm_backward(m->dres, m->g.lnfw, m->g.lnfb, m->dC, xlast, m->p.lnfw, m->lnf_mean,
                           m->lnf_rstd, BT, C, st);
-  if (hook) hook(hook_ctx, GPT2_EV_TAIL, -1);
+  if (hook && hook(hook_ctx, GPT2_EV_TAIL, -1)) return;
   for (int l = L - 1; l >= 0; l--) {
     const gpt2_layer *w = &m->p.layer[l];
     gpt2_layer *gw = &m->g.layer[l];
@@ -436,8 +433,8 @@ void gpt2_backward(gpt2_model *m, const gpt2_batch *batch, float dloss, gpt2_gra
                          st);
     gpt2_layernorm_backward(m->dres, gw->ln1w, gw->ln1b, m->dC, x, w->ln1w, m->ln1_mean[l],
                             m->ln1_rstd[l], BT, C, st);
-    if (hook) hook(hook_ctx, GPT2_EV_LAYER, l);
+    if (hook && hook(hook_ctx, GPT2_EV_LAYER, l)) return;
   }
   gpt2_encoder_backward(scatter_wte ? m->g.wte : NULL, m->g.wpe, m->dres, batch->tokens, B, T, C);
-  if (hook) hook(hook_ctx, GPT2_EV_EMBED, -1);
+  if (hook) (void)hook(hook_ctx, GPT2_EV_EMBED, -1);
 }

@@ -101,7 +101,8 @@ typedef enum gpt2_grad_event {
   GPT2_EV_LAYER, /* layer `at` is final */
   GPT2_EV_EMBED  /* wpe (and wte unless the caller scatters it) are final */
 } gpt2_grad_event;
-typedef void (*gpt2_grad_hook)(void *ctx, gpt2_grad_event ev, int at);
+/* Returns 0 to go on, else backward stops there (its gradients incomplete: the step failed). */
+typedef int (*gpt2_grad_hook)(void *ctx, gpt2_grad_event ev, int at);
 /* Rows of dwte per GPT2_EV_HEAD report of the LM head's backward. */
 #define GPT2_HEAD_ROWS 2048
 
@@ -157,13 +158,14 @@ double gpt2_forward(gpt2_model *m, const gpt2_batch *batch);
  * ntok tokens of the batch) for the rows the lookup reads, at the start; then, with the LM head,
  * in blocks of GPT2_HEAD_ROWS rows (tokens NULL) as the head reads them, at the end. In between
  * come the position embedding, each layer, then the rest (ln_f, the QA head). */
-typedef void (*gpt2_param_wait)(void *ctx, size_t lo, size_t hi, const int32_t *tokens,
-                                size_t ntok);
-/* gpt2_forward that calls wait as it goes (wait NULL: gpt2_forward). */
+typedef int (*gpt2_param_wait)(void *ctx, size_t lo, size_t hi, const int32_t *tokens, size_t ntok);
+/* gpt2_forward that calls wait as it goes (wait NULL: gpt2_forward). wait returns 0 to go on,
+ * else the forward stops there and returns NAN (the step failed). */
 double gpt2_forward_wait(gpt2_model *m, const gpt2_batch *batch, gpt2_param_wait wait, void *ctx);
 /*
  * Backward pass of the last forward; adds d(dloss * mean loss)/d(params) to
- * m->grads. hook (may be NULL) is told when ranges of gradients are final.
+ * m->grads. hook (may be NULL) is told when ranges of gradients are final;
+ * when it returns non-zero, backward stops there.
  * When scatter_wte is 0 the embedding's share of dwte is not added: the
  * caller reads d(encoded) from m->dres and adds it itself.
  */
@@ -175,11 +177,12 @@ void gpt2_zero_grad(gpt2_model *m);
  * the position embedding, and the token embedding unless the LM head stores it). What the buffer
  * holds until that backward is undefined. The same bits as gpt2_zero_grad then gpt2_backward. */
 void gpt2_discard_grad(gpt2_model *m);
-/* Moves the gradients into buf (param_bytes, page-aligned; the caller's, and still the caller's to
- * free after gpt2_model_free) and releases the model's own buffer. The gradients are copied. */
+/* Makes buf the gradient buffer (param_bytes, page-aligned; the caller's, and still the caller's to
+ * free after gpt2_model_free) and releases the model's own. The gradients are not copied: they
+ * are buf's contents (each step discards them first: gpt2_discard_grad). */
 void gpt2_model_use_grads(gpt2_model *m, float *buf);
-/* Gives the model a gradient buffer of its own again (a copy of the caller's), so the caller's
- * may be freed. Returns 0 or -ENOMEM (nothing changed). */
+/* Gives the model a gradient buffer of its own again (zero: the caller's is not copied), so the
+ * caller's may be freed. Returns 0 or -ENOMEM (nothing changed). */
 int gpt2_model_own_grads(gpt2_model *m);
 
 #endif

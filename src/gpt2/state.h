@@ -1,18 +1,17 @@
 /*
- * state.h - the training state of a rank as one buffer: what a newcomer
- * receives when it joins a running job (a re-form, docs/gpt2.md), and what
- * a survivor keeps across one.
+ * state.h - the training state of a rank as the pieces a newcomer receives
+ * when it joins a running job (a re-form, docs/gpt2.md), sent from and
+ * received into the model's and the exchange's own buffers (nothing packed).
  *
- * Layout (host byte order):
+ * Pieces (host byte order), in this order on every rank:
  *   gpt2_state_head   magic "COHSTAT", the counters, the float counts
  *   float params[nparams]
- *   float shared[nshared]   the optimiser state (AdamW m then v; SGD
+ *   float shared[nshared]   the optimiser state (each shard's m then v; SGD
  *                           momentum), then PowerSGD's Q: the same on every
  *                           rank
- *   float own[nown]         PowerSGD's error feedback: this rank's alone
- * The transfer sends the first gpt2_state_sent_bytes (head, parameters,
- * shared part); a newcomer's own part is zero (an error is what this rank's
- * gradients have not yet contributed: another rank's would be applied twice).
+ * What is not sent is each rank's own part (nown floats, PowerSGD's error
+ * feedback): a newcomer's is zero (an error is what this rank's gradients
+ * have not yet contributed: another rank's would be applied twice).
  * The RNG state is the seed: batches and initial weights derive from it and
  * the sample or step index alone.
  */
@@ -22,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cohort/cohort.h"
 #include "gpt2/ddp.h"
 #include "gpt2/model.h"
 
@@ -33,22 +33,17 @@ typedef struct gpt2_state_head {
   uint64_t nparams, nshared, nown;
 } gpt2_state_head;
 
-/* The buffer of a rank's state (all of it) and the part that travels to newcomers. */
-size_t gpt2_state_bytes(const gpt2_model *m, const gpt2_ddp *d);
+/* The bytes that travel to a newcomer: the head, the parameters and the shared part. */
 size_t gpt2_state_sent_bytes(const gpt2_model *m, const gpt2_ddp *d);
 
-/* Writes the state into buf (gpt2_state_bytes): no communication, nothing pending in d (after
- * gpt2_ddp_commit or gpt2_ddp_rollback). Returns 0, or -EINVAL with ZeRO (sharded state). */
-int gpt2_state_pack(void *buf, const gpt2_model *m, gpt2_ddp *d, uint64_t step, uint64_t data_pos,
-                    uint64_t rng);
+/* The pieces of this rank's state, to hand to cohort_comm_state_transferv: *head (filled with
+ * these counters and this model's counts), then the model's and d's buffers in place (nothing
+ * may be pending in d: after gpt2_ddp_commit or gpt2_ddp_rollback). Returns a malloc'd array and
+ * its length in *n, or NULL (-ENOMEM, or -EINVAL with ZeRO: sharded state) with *n the error. */
+cohort_iov *gpt2_state_pieces(gpt2_model *m, gpt2_ddp *d, gpt2_state_head *head, uint64_t step,
+                              uint64_t data_pos, uint64_t rng, int *n);
 
-/* The own part of a state buffer (after what is sent). */
-float *gpt2_state_own(void *buf);
-
-/* Sets the model and d from buf (which must fit them: -EINVAL otherwise, as for a buffer whose
- * magic is wrong), with `own` as this rank's own part (gpt2_state_own(buf), another buffer of
- * head.nown floats, or NULL for zeros). The counters go to *head. */
-int gpt2_state_unpack(void *buf, gpt2_model *m, gpt2_ddp *d, const float *own,
-                      gpt2_state_head *head);
+/* A head received into the pieces: 0 when it fits this model and exchange, else -EINVAL. */
+int gpt2_state_check(const gpt2_state_head *got, const gpt2_model *m, const gpt2_ddp *d);
 
 #endif

@@ -125,12 +125,8 @@ typedef struct train_run {
    * step (every rank's part was in its sums). */
   float *own_after;
   int own_after_valid;
-  /* A rank's state (state.h) across a re-form: packed when the membership ends, handed to the
-   * newcomers, unpacked into the exchange of the new world. */
-  void *keep;
-  size_t keep_bytes;
   int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
-  int kept;     /* keep holds it (packed, not yet unpacked) */
+  double t_start, t_member; /* when this process began, and joined its first membership */
   int outputs_open;
   FILE *metrics;
   gpt2_tb_writer *tb;
@@ -157,7 +153,6 @@ typedef struct step_stats {
 
 static void train_free(train_run *r) {
   gpt2_tb_close(r->tb);
-  gpt2_big_free(r->keep, r->keep_bytes);
   free(r->own_after);
   free(r->step_times);
   gpt2_big_free(r->full_state, r->nfull * sizeof(float));
@@ -197,10 +192,15 @@ static void set_want(train_run *r) {
 }
 
 /* The data parallelism over the current communicator, and what depends on the world: the global
- * batch, the checkpoint's layout and the buffer that assembles it. */
-static int setup_exchange(train_run *r) {
+ * batch, the checkpoint's layout and the buffer that assembles it. After a re-form `old` is the
+ * exchange of the membership that ended: its state carries over, then it is freed. */
+static int setup_exchange(train_run *r, gpt2_ddp *old) {
   const gpt2_train_opts *o = r->o;
   int rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, &r->dopts);
+  if (old != NULL && rc == 0)
+    gpt2_ddp_adopt_state(&r->ddp, old);
+  else if (old != NULL)
+    gpt2_ddp_free(old);
   if (rc != 0) {
     fprintf(r->errf, "cohort-gpt2: cannot set up the data parallelism: %s\n",
             rc == -EINVAL ? "PowerSGD not with --zero 1" : strerror(-rc));
@@ -232,6 +232,7 @@ static int setup_exchange(train_run *r) {
 /* The communicator, model, data, batch buffers and data parallelism. */
 static int train_setup(train_run *r) {
   const gpt2_train_opts *o = r->o;
+  r->t_start = now_s();
   r->threads = set_threads(o->threads);
   const char *nc = getenv("COHORT_NEWCOMER");
   r->reform = getenv("COHORT_CONTROL_FD") != NULL;
@@ -242,6 +243,7 @@ static int train_setup(train_run *r) {
     return RUN_USAGE;
   }
   if (make_comm(&r->comm, r->errf) != 0) return RUN_FAIL;
+  r->t_member = now_s();
   r->world = 1;
   if (r->comm != NULL) {
     r->rank = cohort_comm_rank(r->comm);
@@ -282,7 +284,7 @@ static int train_setup(train_run *r) {
   r->last_loss = NAN;
   r->step_times = calloc((size_t)o->steps + 1, sizeof(double));
   if (r->step_times == NULL) return RUN_FAIL;
-  return setup_exchange(r);
+  return setup_exchange(r, NULL);
 }
 
 /* Rank 0 loads the newest complete checkpoint, if any; every rank learns its step. */
@@ -398,6 +400,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     if (k == 0 && gpt2_ddp_zero_grad(&r->ddp) != 0) return RUN_COMM;
     int scatter = gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, batch.tokens);
     gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
+    if (r->ddp.err) break; /* backward stopped: finish says why */
   }
   if (gpt2_ddp_finish_backward(&r->ddp) != 0) return RUN_COMM;
   r->exchanged = 1;
@@ -594,45 +597,42 @@ static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
   return RUN_OK;
 }
 
-static int alloc_keep(train_run *r) {
-  size_t bytes = gpt2_state_bytes(&r->model, &r->ddp);
-  if (r->keep != NULL) return RUN_OK;
-  r->keep = gpt2_big_alloc(bytes);
-  r->keep_bytes = bytes;
-  if (r->keep != NULL) return RUN_OK;
-  fprintf(r->errf, "cohort-gpt2: out of memory for the state (%zu bytes)\n", bytes);
-  return RUN_FAIL;
-}
-
 /* The state from the lowest rank at the agreed step to every rank without it (newcomers, survivors
- * behind), then set from it. */
+ * behind), sent from and received into the model's and the exchange's own buffers. */
 static int receive_state(train_run *r, int64_t mine, const join_view *v, double *xfer_s) {
-  if (alloc_keep(r) != RUN_OK) return RUN_FAIL;
-  if (mine >= 0 && mine < v->max) cohort_comm_mark_new(r->comm);
+  int receiver = mine < v->max;
+  if (mine >= 0 && receiver) cohort_comm_mark_new(r->comm);
+  gpt2_state_head head;
+  int n;
+  cohort_iov *iov = gpt2_state_pieces(&r->model, &r->ddp, &head, r->done, r->pos, r->o->seed, &n);
+  if (iov == NULL) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
+    return RUN_FAIL;
+  }
   double t0 = now_s();
-  int rc = r->world > 1 ? cohort_comm_state_transfer(r->comm, r->keep,
-                                                     gpt2_state_sent_bytes(&r->model, &r->ddp))
-                        : 0;
+  int rc = r->world > 1 ? cohort_comm_state_transferv(r->comm, iov, n) : 0;
   *xfer_s = now_s() - t0;
+  free(iov);
   if (rc != 0) {
     gpt2_ddp_fail(&r->ddp, rc, "state transfer");
     return RUN_COMM;
   }
-  /* This rank's own part: kept at the agreed step, as the failed step left it when another rank
-   * completed that step, else none. */
-  const float *own = mine == v->max ? gpt2_state_own(r->keep) : NULL;
-  if (mine >= 0 && mine + 1 == v->max && r->own_after_valid) own = r->own_after;
-  gpt2_state_head head;
-  if (gpt2_state_unpack(r->keep, &r->model, &r->ddp, own, &head) != 0) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: the state received does not fit this model\n", r->rank);
-    return RUN_FAIL;
+  if (receiver) {
+    if (gpt2_state_check(&head, &r->model, &r->ddp) != 0) {
+      fprintf(r->errf, "cohort-gpt2: rank %d: the state received does not fit this model\n",
+              r->rank);
+      return RUN_FAIL;
+    }
+    /* This rank's own part: as the failed step left it when another rank completed that step,
+     * else none. */
+    gpt2_ddp_own_state_set(
+        &r->ddp, mine >= 0 && mine + 1 == v->max && r->own_after_valid ? r->own_after : NULL);
+    r->done = head.step;
+    r->pos = head.data_pos;
   }
-  r->done = r->start_step = head.step;
-  r->pos = head.data_pos;
+  r->start_step = r->done;
   r->stateful = 1;
-  r->kept = r->own_after_valid = 0;
-  gpt2_big_free(r->keep, r->keep_bytes);
-  r->keep = NULL;
+  r->own_after_valid = 0;
   return RUN_OK;
 }
 
@@ -651,8 +651,10 @@ static int train_join(train_run *r, int old_world, double t0) {
     r->stateful = st == RUN_OK;
     return st;
   }
-  double xfer_s = 0.0;
+  double xfer_s = 0.0, t1 = now_s();
+  int first = r->newcomer && !r->stateful; /* a newcomer receiving its first state */
   st = receive_state(r, mine, &v, &xfer_s);
+  double t2 = now_s();
   int same = 0;
   if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
   if (st == RUN_OK && !same) {
@@ -663,6 +665,15 @@ static int train_join(train_run *r, int old_world, double t0) {
     st = RUN_FAIL;
   }
   if (st != RUN_OK) return st;
+  if (first) { /* where a newcomer's time went (docs/gpt2.md "Re-form") */
+    size_t bytes = gpt2_state_sent_bytes(&r->model, &r->ddp);
+    fprintf(r->out,
+            "cohort-gpt2: rank %d (newcomer): joined the membership in %.3f s, set up %.3f s, "
+            "state %zu bytes in %.3f s (%.2f GB/s), checked %.3f s: %.3f s in all\n",
+            r->rank, r->t_member - r->t_start, t1 - r->t_member, bytes, xfer_s,
+            xfer_s > 0 ? (double)bytes / xfer_s * 1e-9 : 0.0, now_s() - t2, now_s() - r->t_start);
+    fflush(r->out);
+  }
   /* Rank 0 may be a newcomer (a replacement takes its predecessor's place): the line comes from
    * what the ranks agreed on. */
   if (r->rank == 0 && v.old_world > 0) {
@@ -687,13 +698,6 @@ static int train_reform(train_run *r) {
   double t0 = now_s();
   int old_world = r->world;
   for (int round = 0; round < 64; round++) {
-    if (r->stateful && !r->kept) {
-      int rc = alloc_keep(r) == RUN_OK
-                   ? gpt2_state_pack(r->keep, &r->model, &r->ddp, r->done, r->pos, r->o->seed)
-                   : -ENOMEM;
-      if (rc != 0) return RUN_FAIL;
-      r->kept = 1;
-    }
     int rc = cohort_comm_reform(r->comm);
     if (rc != 0) {
       fprintf(r->errf, "cohort-gpt2: rank %d: re-form failed: %s\n", r->rank,
@@ -702,10 +706,12 @@ static int train_reform(train_run *r) {
       return RUN_FAIL;
     }
     if (gpt2_model_own_grads(&r->model) != 0) return RUN_FAIL;
-    gpt2_ddp_free(&r->ddp);
+    /* The state stays where it is: the new exchange takes over the old one's buffers. */
+    gpt2_ddp old = r->ddp;
+    memset(&r->ddp, 0, sizeof r->ddp);
     r->rank = cohort_comm_rank(r->comm);
     r->world = cohort_comm_size(r->comm);
-    int st = setup_exchange(r);
+    int st = setup_exchange(r, &old);
     if (st == RUN_OK) st = train_join(r, old_world, t0);
     if (st != RUN_COMM || r->ddp.err != COHORT_ERESHAPED) return st;
   }
