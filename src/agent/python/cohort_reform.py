@@ -291,15 +291,21 @@ class Job:
             self._release()
             self.channel.send("ready", epoch=ended, step=self.step if self.has_state else -1)
             form = self.channel.wait_form(after=ended)
-            try:
-                self._join(form)
+            if self._try_join(form):
                 return
-            except (RuntimeError, ValueError) as e:
-                if self.channel.stop_why is not None:
-                    raise Stopped(self.channel.stop_why) from e
-                if not self.channel.wait_reshape(self.epoch, self.wait):
-                    raise
         raise Stopped("100 re-forms in a row failed")
+
+    def _try_join(self, form):
+        """Joins form's membership: True; False when a reshape ended it while it formed."""
+        try:
+            self._join(form)
+            return True
+        except (RuntimeError, ValueError) as e:
+            if self.channel.stop_why is not None:
+                raise Stopped(self.channel.stop_why) from e
+            if not self.channel.wait_reshape(self.epoch, self.wait):
+                raise
+            return False
 
     def _first_form(self):
         """A worker started ahead (COHORT_AWAIT_FORM=1, no membership yet: a late node's,
@@ -308,14 +314,8 @@ class Job:
         after = -1
         for _ in range(100):
             form = self.channel.wait_form(after=after)
-            try:
-                self._join(form)
+            if self._try_join(form):
                 return
-            except (RuntimeError, ValueError) as e:
-                if self.channel.stop_why is not None:
-                    raise Stopped(self.channel.stop_why) from e
-                if not self.channel.wait_reshape(self.epoch, self.wait):
-                    raise
             after = max(self.epoch, self.channel.reshape_epoch)
             self._release()
             self.channel.send("ready", epoch=after, step=-1)
