@@ -55,8 +55,9 @@
 #define FAST_MS 10000       /* "not the timeout": kill -9 to ERESHAPED */
 #define MSG_FAST_MS 5000    /* reshape message to ERESHAPED (expected: milliseconds) */
 #define STATE_BYTES (32u << 20)
-#define KILL_TRIES 20   /* rounds of the donor-kill scenario before it gives up */
-#define PHASE_DONE 1000 /* a worker's phase once through its last collective */
+#define XFER_MID (STATE_BYTES / 2) /* the newcomer short of this: the donor has more to send */
+#define KILL_TRIES 20              /* rounds of the donor-kill scenario before it gives up */
+#define PHASE_DONE 1000            /* a worker's phase once through its last collective */
 
 /* What parent and workers share. */
 typedef struct slot {
@@ -783,9 +784,13 @@ static void check_survivors(const int *ws, int n, long long t, int bound_ms, con
 }
 
 /* Kills the donor (worker 0) once the newcomer (worker 4) has part of the state, stopping the
- * newcomer first so the transfer cannot finish meanwhile. On a loaded machine this process may
- * look too late (the transfer complete): then the workers go round again, up to KILL_TRIES times.
- * Returns the time of the kill, or -1. */
+ * newcomer first so the transfer cannot finish meanwhile. "Mid-transfer" means the donor has not
+ * sent everything yet: it may run ahead of the stopped newcomer by what the link buffers (the
+ * 1 MiB shared-memory ring, or the loopback socket buffers, a few MiB), so the newcomer must not
+ * have reached XFER_MID. A donor killed with its part sent is another case: the ranks that had
+ * its answer to the closing allreduce may see the transfer succeed. On a loaded machine this
+ * process may look too late: then the workers go round again, up to KILL_TRIES times. Returns
+ * the time of the kill, or -1. */
 static long long kill_donor_mid_transfer(void) {
   const int ws[] = {0, 1, 3, 4};
   volatile unsigned char *st = g_sh->state;
@@ -796,8 +801,11 @@ static long long kill_donor_mid_transfer(void) {
     int64_t end = base_now_ms() + 60000;
     while (st[1u << 20] == 0 && base_now_ms() < end) {
     }
+    /* Stopped for sure (the signal is asynchronous) before its progress is read. */
+    int wst = 0;
     kill(g_pid[4], SIGSTOP);
-    if (st[1u << 20] != 0 && st[STATE_BYTES - 1] == 0) {
+    if (waitpid(g_pid[4], &wst, WUNTRACED) != g_pid[4] || !WIFSTOPPED(wst)) return -1;
+    if (st[1u << 20] != 0 && st[XFER_MID] == 0) {
       long long t = base_now_ms();
       kill_worker(0, SIGKILL);
       kill(g_pid[4], SIGCONT);
