@@ -78,11 +78,20 @@ static int psgd_finish(gpt2_ddp *d) {
   return 0;
 }
 
-/* A compressing step's norm from the sums its stage 3 took (gpt2_psgd_sumsq). */
+/* A compressing step's norm from its factors (gpt2_psgd_sumsq). */
 static int psgd_grad_norm(gpt2_ddp *d, double *norm) {
   gpt2_ddp_powersgd *p = d->x;
   if (!p->now) return gpt2_ddp_plain_grad_norm(d, norm);
   *norm = sqrt(gpt2_psgd_sumsq(&p->s, d->m->grads));
+  return 0;
+}
+
+/* A compressing step's update makes P Q^T as it reads it (gpt2_psgd_update): the matrices' part
+ * of g holds this rank's own gradients, not the sum. One shard: the whole buffer. */
+static int psgd_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t) {
+  gpt2_ddp_powersgd *p = d->x;
+  if (!p->now) return gpt2_ddp_plain_step(d, grad_scale, lr, t);
+  gpt2_psgd_update(&p->s, &d->shards[0], d->m, d->m->grads, grad_scale, lr, t);
   return 0;
 }
 
@@ -110,7 +119,7 @@ const gpt2_ddp_ops gpt2_ddp_powersgd_ops = {
     .hook = psgd_hook,
     .finish = psgd_finish,
     .grad_norm = psgd_grad_norm,
-    .step = gpt2_ddp_plain_step,
+    .step = psgd_step,
     .state_floats = psgd_state_floats,
     .state_get = psgd_state_get,
     .state_set = psgd_state_set,

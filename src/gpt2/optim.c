@@ -28,36 +28,86 @@ void gpt2_optim_free(gpt2_optim *o) {
   memset(o, 0, sizeof(*o));
 }
 
-/* params[lo, hi) from g[0, hi - lo): AdamW with decoupled weight decay. */
-static void adamw_range(gpt2_optim *o, float *params, const float *g, size_t lo, size_t hi,
-                        float lr, float wd, int64_t t, float gs) {
-  const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
-  const float c1 = 1.0f / (1.0f - powf(b1, (float)t)), c2 = 1.0f / (1.0f - powf(b2, (float)t));
-  float *p = params + lo, *m = o->m + (lo - o->lo), *v = o->v + (lo - o->lo);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < hi - lo; i++) {
-    float gi = g[i] * gs;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+/* One update's constants: AdamW's bias corrections, the learning rate, the tensor's weight
+ * decay and the clipping factor. */
+typedef struct upd_coef {
+  float b1, b2, eps, c1, c2, mom, lr, wd, gs;
+} upd_coef;
+
+static upd_coef coef_of(const gpt2_optim *o, float lr, float wd, int64_t t, float gs) {
+  upd_coef u = {.b1 = o->cfg.beta1,
+                .b2 = o->cfg.beta2,
+                .eps = o->cfg.eps,
+                .mom = o->cfg.momentum,
+                .lr = lr,
+                .wd = wd,
+                .gs = gs};
+  if (o->cfg.kind == GPT2_OPT_ADAMW) {
+    u.c1 = 1.0f / (1.0f - powf(u.b1, (float)t));
+    u.c2 = 1.0f / (1.0f - powf(u.b2, (float)t));
+  }
+  return u;
+}
+
+/* The elementwise updates are built for AVX2 and for the baseline (GPT2_CLONES): IEEE operations
+ * element by element (no fused multiply-add in either target; the division and the square root
+ * are correctly rounded), so the same bits, in twice the lanes where the CPU has AVX2. */
+
+/* p[0, n) from g[0, n) (m and v: its state): AdamW with decoupled weight decay. */
+GPT2_CLONES static void adamw_span(const upd_coef *u, float *p, float *m, float *v, const float *g,
+                                   size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * u->gs;
+    float mi = u->b1 * m[i] + (1.0f - u->b1) * gi;
+    float vi = u->b2 * v[i] + (1.0f - u->b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    float pi = p[i] * (1.0f - lr * wd);
-    p[i] = pi - lr * (mi * c1) / (sqrtf(vi * c2) + eps);
+    float pi = p[i] * (1.0f - u->lr * u->wd);
+    p[i] = pi - u->lr * (mi * u->c1) / (sqrtf(vi * u->c2) + u->eps);
   }
 }
 
-/* params[lo, hi) from g[0, hi - lo): SGD with momentum and L2 weight decay. */
-static void sgd_range(gpt2_optim *o, float *params, const float *g, size_t lo, size_t hi, float lr,
-                      float wd, float gs) {
-  const float mom = o->cfg.momentum;
-  float *p = params + lo, *buf = o->m + (lo - o->lo);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < hi - lo; i++) {
-    float gi = g[i] * gs + wd * p[i];
-    float bi = mom * buf[i] + gi;
+/* p[0, n) from g[0, n) (buf: its momentum): SGD with momentum and L2 weight decay. */
+GPT2_CLONES static void sgd_span(const upd_coef *u, float *p, float *buf, const float *g,
+                                 size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * u->gs + u->wd * p[i];
+    float bi = u->mom * buf[i] + gi;
     buf[i] = bi;
-    p[i] -= lr * bi;
+    p[i] -= u->lr * bi;
   }
+}
+
+/* params[lo, lo + n) from g[0, n), on this thread: the optimiser's elementwise update. */
+static inline void update_span(const gpt2_optim *o, const upd_coef *u, float *params,
+                               const float *g, size_t lo, size_t n) {
+  float *p = params + lo, *m = o->m + (lo - o->lo);
+  if (o->cfg.kind == GPT2_OPT_ADAMW)
+    adamw_span(u, p, m, o->v + (lo - o->lo), g, n);
+  else
+    sgd_span(u, p, m, g, n);
+}
+
+enum { SPAN = 2048 }; /* floats a task: whole spans of the same elements whatever the threads */
+
+/* params[lo, hi) from g[0, hi - lo), the threads taking SPAN floats at a time. */
+static void update_range(gpt2_optim *o, float *params, const float *g, size_t lo, size_t hi,
+                         const upd_coef *u) {
+  size_t n = hi - lo, nspans = (n + SPAN - 1) / SPAN;
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < nspans; k++) {
+    size_t a = k * SPAN, len = n - a < SPAN ? n - a : SPAN;
+    update_span(o, u, params, g + a, lo + a, len);
+  }
+}
+
+/* The weight decay of the tensor holding flat offset `at` (0 outside every tensor). */
+static float decay_at(const gpt2_optim *o, const gpt2_model *m, size_t at) {
+  for (int ti = 0; ti < m->ntensors; ti++) {
+    const gpt2_tensor *tn = &m->tensors[ti];
+    if (at >= tn->offset && at < tn->offset + tn->size) return tn->decay ? o->cfg.weight_decay : 0;
+  }
+  return 0.0f;
 }
 
 void gpt2_optim_update(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
@@ -67,11 +117,22 @@ void gpt2_optim_update(gpt2_optim *o, const gpt2_model *m, float *params, const 
     size_t a = tn->offset > lo ? tn->offset : lo;
     size_t b = tn->offset + tn->size < hi ? tn->offset + tn->size : hi;
     if (a >= b) continue;
-    float wd = tn->decay ? o->cfg.weight_decay : 0.0f;
-    if (o->cfg.kind == GPT2_OPT_ADAMW) {
-      adamw_range(o, params, grads + (a - lo), a, b, lr, wd, t, grad_scale);
-    } else {
-      sgd_range(o, params, grads + (a - lo), a, b, lr, wd, grad_scale);
+    upd_coef u = coef_of(o, lr, tn->decay ? o->cfg.weight_decay : 0.0f, t, grad_scale);
+    update_range(o, params, grads + (a - lo), a, b, &u);
+  }
+}
+
+void gpt2_optim_update_rows(gpt2_optim *o, const gpt2_model *m, float *params, size_t lo,
+                            size_t rows, size_t cols, gpt2_grad_piece_fn piece, void *ctx,
+                            float grad_scale, float lr, int64_t t) {
+  upd_coef u = coef_of(o, lr, decay_at(o, m, lo), t, grad_scale);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < rows; i++) {
+    float g[SPAN];
+    for (size_t j = 0; j < cols; j += SPAN) {
+      size_t n = cols - j < SPAN ? cols - j : SPAN;
+      piece(ctx, i, j, n, g);
+      update_span(o, &u, params, g, lo + i * cols + j, n);
     }
   }
 }

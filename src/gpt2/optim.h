@@ -48,6 +48,18 @@ void gpt2_optim_step(gpt2_optim *o, const gpt2_model *m, float *params, const fl
 void gpt2_optim_update(gpt2_optim *o, const gpt2_model *m, float *params, const float *grads,
                        size_t lo, size_t hi, float grad_scale, float lr, int64_t t);
 
+/* Writes the gradients of row `row`, columns [j0, j0 + n), of a matrix into out[0, n): for an
+ * update whose gradients are made as it reads them (PowerSGD's P Q^T). Called from several
+ * threads at once. */
+typedef void (*gpt2_grad_piece_fn)(void *ctx, size_t row, size_t j0, size_t n, float *out);
+/* The update of the matrix params[lo, lo + rows x cols) (row-major, inside the shard and one
+ * tensor) from grad_scale times the gradients piece() makes, a piece of a row at a time into a
+ * buffer in the first-level cache: no pass over a gradient buffer. The bits of gpt2_optim_update
+ * over the same gradients; threads take whole rows. */
+void gpt2_optim_update_rows(gpt2_optim *o, const gpt2_model *m, float *params, size_t lo,
+                            size_t rows, size_t cols, gpt2_grad_piece_fn piece, void *ctx,
+                            float grad_scale, float lr, int64_t t);
+
 typedef enum gpt2_lr_schedule { GPT2_LR_CONST = 0, GPT2_LR_COSINE = 1 } gpt2_lr_schedule;
 
 /* Learning rate of 0-based step `step`: linear warm-up over `warmup` steps,

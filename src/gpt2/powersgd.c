@@ -16,9 +16,9 @@
  * packing (and its zeroing of an output it then overwrites) adds passes of its own. Every sum has
  * a fixed order whatever the vector width or the thread count: a row's dot products in LANES
  * partial sums added in lane order, a column's sum over the rows in row order. Threads take whole
- * rows (stages 1 and 3) or whole columns (stage 2): ROW_TILE rows a task; the factors' columns KB
- * at a time (zeros beyond the rank); stage 2's sums in COL_FLOATS floats, in the first-level
- * cache. */
+ * rows (stage 1, the reconstruction) or whole columns (stage 2): ROW_TILE rows a task in stage 1;
+ * the factors' columns KB at a time (zeros beyond the rank); stage 2's sums in COL_FLOATS floats,
+ * in the first-level cache. */
 enum { LANES = 8, KB = 4, ROW_TILE = 64, COL_FLOATS = 4096 };
 
 /* The row kernels are built for AVX2 and for the baseline (GPT2_CLONES): the same bits, since the
@@ -112,9 +112,7 @@ static int choose_matrices(gpt2_psgd *s, const gpt2_model *m) {
     if (!worth_compressing(t, s->rank)) continue;
     int rc = add_plain(s, next, t->offset);
     if (rc != 0) return rc;
-    s->mats[s->nmats++] =
-        (gpt2_psgd_mat){t->offset, t->rows, t->cols, 0, s->nq, s->nerr, s->ntiles};
-    s->ntiles += ((size_t)t->rows + ROW_TILE - 1) / ROW_TILE;
+    s->mats[s->nmats++] = (gpt2_psgd_mat){t->offset, t->rows, t->cols, 0, s->nq, s->nerr};
     s->np += (size_t)t->rows * (size_t)s->rank;
     s->nq += (size_t)t->cols * (size_t)s->rank;
     s->nerr += t->size;
@@ -176,10 +174,12 @@ int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed) {
     s->packed = malloc((s->npacked + s->np + 1) * sizeof(float));
     s->Q = malloc((s->nq + 1) * sizeof(float));
     s->err = calloc(s->nerr + 1, sizeof(float));
-    s->tile_sq = calloc(s->ntiles + 1, sizeof(double));
+    s->mat_sq = calloc((size_t)s->nmats + 1, sizeof(double));
+    s->gram = malloc(2 * (size_t)rank * (size_t)rank * sizeof(double));
     s->scratch = malloc((scratch_floats(s) + 1) * sizeof(float));
     s->order = calloc((size_t)s->ngroups, sizeof(int));
-    if (!s->packed || !s->Q || !s->err || !s->tile_sq || !s->scratch || !s->order) rc = -ENOMEM;
+    if (!s->packed || !s->Q || !s->err || !s->mat_sq || !s->gram || !s->scratch || !s->order)
+      rc = -ENOMEM;
   }
   if (rc != 0) {
     gpt2_psgd_free(s);
@@ -201,7 +201,8 @@ void gpt2_psgd_free(gpt2_psgd *s) {
   free(s->packed);
   free(s->Q);
   free(s->err);
-  free(s->tile_sq);
+  free(s->mat_sq);
+  free(s->gram);
   free(s->scratch);
   free(s->order);
   memset(s, 0, sizeof *s);
@@ -369,51 +370,54 @@ static void project_back(const float *E, const float *Pt, float *Q, size_t rows,
   }
 }
 
-/* Half a vfloat, and its lanes widened: sums of squares in double, two accumulators a vfloat. */
-typedef float vhalf __attribute__((vector_size(LANES / 2 * sizeof(float))));
-typedef double vhalf_d __attribute__((vector_size(LANES / 2 * sizeof(double))));
-
-/* A row of P Q^T into g, each element's sum in expand_at's order; returns the row's sum of
- * squares in double, LANES partial sums (element j in lane j mod LANES) added in lane order. */
-ROW_KERNEL static double expand_row(const float *p, const float *Qt, size_t cols, int r, float *g) {
-  vhalf_d sq[2] = {{0}};
+/* out[0, n) = columns [j0, j0 + n) of a row of P Q^T (p: the row of P), each element's sum in
+ * expand_at's order whatever j0 and the vector width. */
+ROW_KERNEL static void expand_piece(const float *p, const float *Qt, size_t cols, int r, size_t j0,
+                                    size_t n, float *out) {
   size_t j = 0;
-  for (; j + LANES <= cols; j += LANES) {
-    vfloat x = p[0] * VLOAD(Qt + j);
-    for (int k = 1; k < r; k++) x += p[k] * VLOAD(Qt + (size_t)k * cols + j);
-    VSTORE(g + j, x);
-    vhalf h[2];
-    memcpy(h, &x, sizeof h);
-    for (int u = 0; u < 2; u++) {
-      vhalf_d xd = __builtin_convertvector(h[u], vhalf_d);
-      sq[u] += xd * xd;
-    }
+  for (; j + LANES <= n; j += LANES) {
+    vfloat x = p[0] * VLOAD(Qt + j0 + j);
+    for (int k = 1; k < r; k++) x += p[k] * VLOAD(Qt + (size_t)k * cols + j0 + j);
+    VSTORE(out + j, x);
   }
-  double part[LANES], sum = 0.0;
-  memcpy(part, sq, sizeof part);
-  for (size_t l = 0; j < cols; j++, l++) {
-    g[j] = expand_at(p, Qt, cols, r, j);
-    part[l] += (double)g[j] * g[j];
-  }
-  for (int l = 0; l < LANES; l++) sum += part[l];
-  return sum;
+  for (; j < n; j++) out[j] = expand_at(p, Qt, cols, r, j0 + j);
 }
 
-/* Stage 3, the reconstruction: G = P Q^T, each row computed once and written over G (not zeroed
- * first), and the sum of squares of each tile of ROW_TILE rows (rows in order) into sq, for the
- * clipping norm without another pass over G. The error update waits for the next stage 1, which
- * reads E anyway. Qt: Q in blocks. */
-static void expand(const float *P, const float *Qt, float *G, double *sq, size_t rows, size_t cols,
-                   int r) {
-  size_t ntiles = (rows + ROW_TILE - 1) / ROW_TILE;
+/* A matrix's P Q^T as gpt2_optim_update_rows asks for it. Qt: Q in blocks. */
+typedef struct expand_ctx {
+  const float *P, *Qt;
+  size_t cols;
+  int r;
+} expand_ctx;
+
+static void expand_rows_piece(void *ctx, size_t row, size_t j0, size_t n, float *out) {
+  const expand_ctx *c = ctx;
+  expand_piece(c->P + row * (size_t)c->r, c->Qt, c->cols, c->r, j0, n, out);
+}
+
+/* G = P Q^T, each row computed once and written over G (not zeroed first). Qt: Q in blocks. */
+static void expand(const float *P, const float *Qt, float *G, size_t rows, size_t cols, int r) {
 #pragma omp parallel for schedule(static)
-  for (size_t t = 0; t < ntiles; t++) {
-    size_t end = (t + 1) * ROW_TILE < rows ? (t + 1) * ROW_TILE : rows;
-    double tile = 0.0;
-    for (size_t i = t * ROW_TILE; i < end; i++)
-      tile += expand_row(P + i * (size_t)r, Qt, cols, r, G + i * cols);
-    sq[t] = tile;
-  }
+  for (size_t i = 0; i < rows; i++)
+    expand_piece(P + i * (size_t)r, Qt, cols, r, 0, cols, G + i * cols);
+}
+
+/* The sum of squares of P Q^T (P rows x r, Q cols x r) from the two r x r Gram matrices:
+ * |P Q^T|^2 = trace(Q P^T P Q^T) = the sum over k, l of (P^T P)[k][l] (Q^T Q)[k][l], in double,
+ * in a fixed order, in (rows + cols) r^2 operations instead of a pass over rows x cols floats.
+ * gram: room for 2 r^2 doubles. */
+static double lowrank_sumsq(const float *P, const float *Q, size_t rows, size_t cols, int r,
+                            double *gram) {
+  double *gp = gram, *gq = gram + (size_t)r * r, sum = 0.0;
+  memset(gram, 0, 2 * (size_t)r * r * sizeof(double));
+  for (size_t i = 0; i < rows; i++)
+    for (int k = 0; k < r; k++)
+      for (int l = 0; l < r; l++) gp[k * r + l] += (double)P[i * r + k] * P[i * r + l];
+  for (size_t j = 0; j < cols; j++)
+    for (int k = 0; k < r; k++)
+      for (int l = 0; l < r; l++) gq[k * r + l] += (double)Q[j * r + k] * Q[j * r + l];
+  for (int k = 0; k < r * r; k++) sum += gp[k] * gq[k];
+  return sum;
 }
 
 /* The error of matrix x into out: E - share P Q^T (one thread, rows in order; stage 1's bits). */
@@ -453,27 +457,52 @@ void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp) {
   }
 }
 
-void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world) {
+void gpt2_psgd_complete(gpt2_psgd *s, int grp, int world) {
   gpt2_psgd_group *gr = &s->groups[grp];
   for (int i = gr->m0; i < gr->m1; i++) {
     const gpt2_psgd_mat *x = &s->mats[i];
-    to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
-    expand(s->packed + x->p, s->scratch, g + x->off, s->tile_sq + x->t, (size_t)x->rows,
-           (size_t)x->cols, s->rank);
+    s->mat_sq[i] = lowrank_sumsq(s->packed + x->p, s->Q + x->q, (size_t)x->rows, (size_t)x->cols,
+                                 s->rank, s->gram);
   }
   /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
   gr->share = 1.0f / (float)world;
+}
+
+/* Each matrix of group grp in g replaced by its P Q^T. */
+static void expand_group(gpt2_psgd *s, float *g, int grp) {
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  for (int i = gr->m0; i < gr->m1; i++) {
+    const gpt2_psgd_mat *x = &s->mats[i];
+    to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
+    expand(s->packed + x->p, s->scratch, g + x->off, (size_t)x->rows, (size_t)x->cols, s->rank);
+  }
+}
+
+void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world) {
+  gpt2_psgd_complete(s, grp, world);
+  expand_group(s, g, grp);
 }
 
 double gpt2_psgd_sumsq(const gpt2_psgd *s, const float *g) {
   double sum = 0.0;
   for (int i = 0; i < s->nplain; i++)
     sum += gpt2_sumsq(g + s->plain[i][0], s->plain[i][1] - s->plain[i][0]);
-  for (int i = 0; i < s->nmats; i++) {
-    size_t n = ((size_t)s->mats[i].rows + ROW_TILE - 1) / ROW_TILE;
-    for (size_t t = 0; t < n; t++) sum += s->tile_sq[s->mats[i].t + t];
-  }
+  for (int i = 0; i < s->nmats; i++) sum += s->mat_sq[i];
   return sum;
+}
+
+void gpt2_psgd_update(gpt2_psgd *s, gpt2_optim *o, const gpt2_model *m, const float *g,
+                      float grad_scale, float lr, int64_t t) {
+  for (int i = 0; i < s->nplain; i++)
+    gpt2_optim_update(o, m, m->params, g + s->plain[i][0], s->plain[i][0], s->plain[i][1],
+                      grad_scale, lr, t);
+  for (int i = 0; i < s->nmats; i++) {
+    const gpt2_psgd_mat *x = &s->mats[i];
+    to_blocks(s->Q + x->q, s->scratch, (size_t)x->cols, s->rank);
+    expand_ctx c = {s->packed + x->p, s->scratch, (size_t)x->cols, s->rank};
+    gpt2_optim_update_rows(o, m, m->params, x->off, (size_t)x->rows, (size_t)x->cols,
+                           expand_rows_piece, &c, grad_scale, lr, t);
+  }
 }
 
 void gpt2_psgd_error(gpt2_psgd *s, float *out) {
@@ -536,13 +565,14 @@ static int to_stage2(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
   return gr->nq > 0 ? sum_async(s, comm, s->Q + gr->q, gr->nq, &gr->req) : 0;
 }
 
-/* Stage 3: Q summed; the matrices become P Q^T. */
-static int to_stage3(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
+/* Stage 3: Q summed; the matrices' sum is P Q^T, left as its factors for the update
+ * (gpt2_psgd_update) or gpt2_psgd_expand. */
+static int to_stage3(gpt2_psgd *s, cohort_comm *comm, int grp) {
   gpt2_psgd_group *gr = &s->groups[grp];
   int rc = wait_group(s, gr);
   if (rc != 0) return rc;
   int64_t c0 = gpt2_cpu_us();
-  gpt2_psgd_decompress(s, g, grp, cohort_comm_size(comm));
+  gpt2_psgd_complete(s, grp, cohort_comm_size(comm));
   s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 3;
   return 0;
@@ -556,7 +586,7 @@ int gpt2_psgd_advance(gpt2_psgd *s, cohort_comm *comm, float *g, int lag) {
   }
   for (int i = 0; i + 2 * lag < s->nlaunched; i++) {
     if (s->groups[s->order[i]].stage != 2) continue;
-    int rc = to_stage3(s, comm, g, s->order[i]);
+    int rc = to_stage3(s, comm, s->order[i]);
     if (rc != 0) return rc;
   }
   return 0;
@@ -589,7 +619,9 @@ int gpt2_psgd_finish(gpt2_psgd *s, cohort_comm *comm, float *g) {
 
 int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g) {
   gpt2_psgd_begin(s);
-  return gpt2_psgd_finish(s, comm, g);
+  int rc = gpt2_psgd_finish(s, comm, g);
+  for (int grp = 0; grp < s->ngroups && rc == 0; grp++) expand_group(s, g, grp);
+  return rc;
 }
 
 /* ---- state ---- */

@@ -27,7 +27,8 @@
  *      uncompressed floats and P (one packed block);
  *   2. when that is done: unpack, orthonormalise P, Q = M^T P, start the
  *      allreduce of the group's Q;
- *   3. when that is done: M = P Q^T (the error: M_before - P Q^T / world).
+ *   3. when that is done: the sum is P Q^T (the error: M_before - P Q^T / world), which the
+ *      optimiser's update computes as it reads it (gpt2_psgd_update): it is never written out.
  * A group is launched as soon as backward has finished it (the trainer's
  * hook), and the older groups are moved on at each launch, a fixed number of
  * launches behind (gpt2_psgd_advance), so the exchanges overlap the rest of
@@ -57,12 +58,12 @@
 
 #include "cohort/cohort.h"
 #include "gpt2/model.h"
+#include "gpt2/optim.h"
 
 typedef struct gpt2_psgd_mat {
   size_t off;     /* in the flat gradient buffer */
   int rows, cols; /* M is rows x cols, row-major */
   size_t p, q, e; /* offsets into packed (P), Q and the error */
-  size_t t;       /* of its first row tile's sum of squares in tile_sq */
 } gpt2_psgd_mat;
 
 typedef struct gpt2_psgd_group {
@@ -88,8 +89,8 @@ typedef struct gpt2_psgd {
   int ngroups;
   float *packed; /* per group: its uncompressed floats, then its P */
   float *Q, *err;
-  double *tile_sq; /* per tile of rows of each matrix: the sum of squares of its last P Q^T */
-  size_t ntiles;
+  double *mat_sq;               /* per matrix: the sum of squares of its last P Q^T */
+  double *gram;                 /* room for two rank x rank Gram matrices */
   float *scratch;               /* one factor in the kernels' layout */
   size_t np, nq, nerr, npacked; /* floats of P, Q, error, uncompressed part */
   /* The current step: groups in the order they were launched. */
@@ -109,7 +110,8 @@ int gpt2_psgd_init(gpt2_psgd *s, const gpt2_model *m, int rank, uint64_t seed);
 void gpt2_psgd_free(gpt2_psgd *s);
 
 /* Sums the gradients g (the model's flat buffer) over comm's ranks, compressing the matrices;
- * g then holds the approximated sum: begin, then finish. Returns 0 or a negative cohort error. */
+ * g then holds the approximated sum: begin, finish, then P Q^T written over each matrix. Returns 0
+ * or a negative cohort error. */
 int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g);
 
 /* The overlapped form. begin: a new step, nothing launched. */
@@ -129,13 +131,26 @@ int gpt2_psgd_finish(gpt2_psgd *s, cohort_comm *comm, float *g);
 void gpt2_psgd_compute_p(gpt2_psgd *s, float *g, int grp);
 /* stage 2's (orthonormalises P, Q = M^T P), */
 void gpt2_psgd_compute_q(gpt2_psgd *s, const float *g, int grp);
-/* stage 3's (each matrix of g replaced by P Q^T, error = M - P Q^T / world). */
+/* stage 3's: the group's sum is P Q^T, kept as its factors (this rank's error = M - P Q^T / world;
+ * the sum of squares of P Q^T for gpt2_psgd_sumsq from the factors' Gram matrices); g is not
+ * written: the update makes P Q^T as it reads it (gpt2_psgd_update). */
+void gpt2_psgd_complete(gpt2_psgd *s, int grp, int world);
+/* stage 3's and each matrix of g replaced by P Q^T. */
 void gpt2_psgd_decompress(gpt2_psgd *s, float *g, int grp, int world);
-/* The sum of squares of g after every group's stage 3 (a step's exchange finished): the
- * uncompressed ranges by gpt2_sumsq, in memory order, then each matrix from the sums stage 3 took
- * as it wrote P Q^T (tiles in order), saving the clipping norm a pass over the gradients. The
- * same bits on every rank (every rank writes the same P Q^T) and for every thread count. */
+/* The sum of squares of the summed gradients after every group's stage 3 (a step's exchange
+ * finished): the uncompressed ranges of g by gpt2_sumsq, in memory order, then each matrix's
+ * |P Q^T|^2 from its factors, so the clipping norm reads no matrix. The same bits on every rank
+ * (every rank holds the same P and Q) and for every thread count; within rounding of the sum of
+ * squares of P Q^T written out (the factors' sum is exact in double, the written elements are
+ * rounded to float). */
 double gpt2_psgd_sumsq(const gpt2_psgd *s, const float *g);
+/* The optimiser update after a step's exchange: the uncompressed ranges from g, each matrix from
+ * P Q^T made a piece of a row at a time as the update reads it (gpt2_optim_update_rows), so no
+ * reconstructed gradient is written or read back. The parameters and optimiser state of
+ * decompressing into g and gpt2_optim_update over all of it, bit for bit. o: the optimiser of
+ * the whole buffer. */
+void gpt2_psgd_update(gpt2_psgd *s, gpt2_optim *o, const gpt2_model *m, const float *g,
+                      float grad_scale, float lr, int64_t t);
 /* This rank's error (nerr floats, the layout of err) into out. */
 void gpt2_psgd_error(gpt2_psgd *s, float *out);
 
