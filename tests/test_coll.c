@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -199,6 +200,7 @@ typedef struct world_opts {
   int direct_off;        /* COHORT_SINGLE_COPY=0 on ordinary buffers */
   unsigned refuse;       /* bit r: rank r may not call process_vm_readv/writev (seccomp) */
   int refuse_write_only; /* ... only process_vm_writev */
+  int collapse_off;      /* COHORT_SHM_COLLAPSE=0 */
   int expect_create_fail;
 } world_opts;
 
@@ -250,6 +252,10 @@ static int child_main(const world_opts *o, int rank, rank_fn fn, void *arg, cons
     setenv("COHORT_SINGLE_COPY", "0", 1);
   else
     unsetenv("COHORT_SINGLE_COPY");
+  if (o->collapse_off)
+    setenv("COHORT_SHM_COLLAPSE", "0", 1);
+  else
+    unsetenv("COHORT_SHM_COLLAPSE");
   g_shared = o->shared != 0;
   if ((o->refuse >> rank) & 1u && refuse_cma(o->refuse_write_only) != 0) return 1;
   cohort_comm_config cfg = {.rank = rank,
@@ -428,6 +434,76 @@ static int rk_private(cohort_comm *c, void *arg) {
             (unsigned long long)c->single_copy_ops, on ? "some and none" : "none");
     fails++;
   }
+  return fails;
+}
+
+/* Kilobytes of [p, p + len) on transparent huge pages (AnonHugePages of the mappings holding it,
+ * which must lie inside it), or -1. */
+static long huge_kb(const void *p, size_t len) {
+  FILE *f = fopen("/proc/self/smaps", "re");
+  if (f == NULL) return -1;
+  char line[512];
+  unsigned long lo = 0, hi = 0;
+  long kb = 0, total = 0;
+  int in = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      in = lo < (uintptr_t)p + len && hi > (uintptr_t)p;
+    else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+      total += kb;
+  }
+  fclose(f);
+  return total;
+}
+
+/* The transparent huge page mode ("always", "madvise", "never") in *mode; 0, or -1 unknown. */
+static int thp_mode(char *mode, size_t len) {
+  char line[128] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+  if (f == NULL) return -1;
+  char *got = fgets(line, sizeof line, f);
+  fclose(f);
+  char *a = got ? strchr(line, '[') : NULL, *b = a ? strchr(a, ']') : NULL;
+  if (b == NULL) return -1;
+  snprintf(mode, len, "%.*s", (int)(b - a - 1), a + 1);
+  return 0;
+}
+
+/* An ordinary buffer of three whole 2 MiB pieces on 4 KiB pages: arg != NULL: after the direct
+ * allreduce through process_vm_readv/writev it is on huge pages (MADV_COLLAPSE, so the peers pin
+ * it 2 MiB at a time), else (COHORT_SHM_COLLAPSE=0) it stays on 4 KiB pages. The sums are right
+ * either way. Where the kernel has no MADV_COLLAPSE or huge pages are off, or back every large
+ * buffer ("always"), the page size is not asserted (said on stderr). */
+static int rk_collapse(cohort_comm *c, void *arg) {
+  const size_t piece = 2u << 20, cnt = 3 * piece / sizeof(float);
+  int r = cohort_comm_rank(c), n = cohort_comm_size(c), fails = 0;
+  float *buf = aligned_alloc(piece, 3 * piece);
+  if (buf == NULL) return 1;
+  for (size_t i = 0; i < cnt; i++) buf[i] = (float)((size_t)r + i % 3);
+  long before = huge_kb(buf, 3 * piece);
+  for (int k = 0; k < 2 && fails == 0; k++) {
+    if (cohort_allreduce(c, buf, buf, cnt, COHORT_F32, COHORT_SUM) != 0) fails++;
+    for (size_t i = 0; i < cnt && fails == 0; i++) {
+      float want = (float)(n * (n - 1) / 2) + (float)(n * (int)(i % 3));
+      if (k == 1) want *= (float)n;
+      if (buf[i] != want) fails++;
+    }
+  }
+  long after = huge_kb(buf, 3 * piece);
+  char mode[16] = "";
+  int known = thp_mode(mode, sizeof mode) == 0 && strcmp(mode, "madvise") == 0;
+  if (known && madvise(buf, piece, 25 /* MADV_COLLAPSE */) != 0 && errno == EINVAL) known = 0;
+  if (!known)
+    fprintf(stderr, "rank %d: huge pages not checked (mode %s, MADV_COLLAPSE: %s)\n", r, mode,
+            strerror(errno));
+  else if (before != 0 || after != (arg != NULL ? 3 * (long)piece / 1024 : 0)) {
+    fprintf(stderr,
+            "rank %d: %ld kB of the buffer on huge pages before, %ld after; expected 0, %s\n", r,
+            before, after, arg != NULL ? "all" : "0");
+    fails++;
+  }
+  if (c->one_sided_ops == 0 && (geteuid() == 0 || coll_shm_hdr_cma(c->shm))) fails++;
+  free(buf);
   return fails;
 }
 
@@ -1255,6 +1331,10 @@ static int unit(void) {
   CHECK_EQ_INT(run_world(&os3, rk_private, (void *)1), 0);
   world_opts os4 = {.n = 4};
   CHECK_EQ_INT(run_world(&os4, rk_private, (void *)1), 0);
+  world_opts oc = {.n = 2};
+  CHECK_EQ_INT(run_world(&oc, rk_collapse, (void *)1), 0);
+  world_opts oc_off = {.n = 2, .collapse_off = 1};
+  CHECK_EQ_INT(run_world(&oc_off, rk_collapse, NULL), 0);
   world_opts os_off = {.n = 3, .direct_off = 1, .threshold = "0"};
   CHECK_EQ_INT(run_world(&os_off, rk_private, NULL), 0);
   world_opts os_tcp = {.n = 2, .transport = COHORT_TRANSPORT_TCP, .threshold = "0"};

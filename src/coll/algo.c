@@ -302,9 +302,14 @@ static int allreduce_direct(coll_ctx *x, const char *send, char *recv, size_t co
   cohort_comm *c = x->comm;
   int n = c->local.n, mapped = 0, reach = 0;
   direct_at *at_ = calloc((size_t)n, sizeof *at_);
-  int rc =
-      at_ ? direct_addresses(x, send, recv, count * x->es, reaches_peers(x), &mapped, &reach, at_)
-          : -ENOMEM;
+  size_t bytes = count * x->es, off;
+  int reach_me = reaches_peers(x);
+  /* Ordinary buffers that the peers will pin through process_vm_readv/writev: on 2 MiB pages,
+   * before the exchange lets the peers start (coll_buf_collapse). */
+  if (reach_me && coll_buf_find(c, send, bytes, &off) < 0) coll_buf_collapse(c, send, bytes);
+  if (reach_me && send != recv && coll_buf_find(c, recv, bytes, &off) < 0)
+    coll_buf_collapse(c, recv, bytes);
+  int rc = at_ ? direct_addresses(x, send, recv, bytes, reach_me, &mapped, &reach, at_) : -ENOMEM;
   *done = rc == 0 && (mapped || reach);
   if (*done && mapped) {
     direct_block(x, at_, count, fin);

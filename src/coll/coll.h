@@ -57,6 +57,10 @@ void coll_buf_release_all(cohort_comm *c);
 /* The membership ends (cohort_comm_reform): the peers' mappings of every allocation are unmapped;
  * this rank's own stay, as private memory that cohort_mem_free releases alone. */
 void coll_buf_orphan_all(cohort_comm *c);
+/* Backs the whole 2 MiB pieces of an ordinary buffer [p, p + len) with transparent huge pages
+ * (MADV_COLLAPSE), once per piece, so that the peers' process_vm_readv/writev pin it 2 MiB at a
+ * time instead of 4 KiB. Best effort: nothing changes where the kernel refuses. */
+void coll_buf_collapse(cohort_comm *c, const void *p, size_t len);
 
 /* ---- the communicator ---- */
 
@@ -113,6 +117,11 @@ struct cohort_comm {
   /* COHORT_SINGLE_COPY: an allreduce of ranks all on one host reduces straight from the peers'
    * buffers (allreduce_direct), mapped when shared, else through one-sided access. */
   int single_copy;
+  /* COHORT_SHM_COLLAPSE: the 2 MiB pieces of ordinary buffers collapsed into huge pages
+   * (coll_buf_collapse), an open-addressing set of piece addresses; collapse 0: off. */
+  int collapse;
+  uintptr_t *collapsed;
+  size_t ncollapsed;
   uint64_t single_copy_ops; /* allreduces that took the mapped path (for tests) */
   uint64_t one_sided_ops;   /* allreduces that took the one-sided path (for tests) */
   /* Allocations of ended memberships: this rank's own mappings, private now. */

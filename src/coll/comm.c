@@ -85,10 +85,12 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   if (rc != 0) goto fail;
   rc = coll_env_size("COHORT_ALGO_THRESHOLD", 0, (uint64_t)1 << 40, &c->algo_threshold);
   if (rc == 0) rc = coll_env_size("COHORT_SLICE", 4096, 1u << 30, &c->slice_bytes);
-  size_t single = 1;
+  size_t single = 1, collapse = 1;
   if (rc == 0) rc = coll_env_size("COHORT_SINGLE_COPY", 0, 1, &single);
+  if (rc == 0) rc = coll_env_size("COHORT_SHM_COLLAPSE", 0, 1, &collapse);
   if (rc != 0) goto fail;
   c->single_copy = (int)single;
+  c->collapse = (int)collapse;
   c->slice_bytes = (c->slice_bytes + 7u) & ~(size_t)7u;
   /* Scratch: two slices; latency algorithms reuse it when the message fits. */
   c->scratch_bytes = 2 * c->slice_bytes;
@@ -147,6 +149,7 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
   coll_tcp_destroy(c->tcp);
   coll_shm_destroy(c->shm);
   free(c->scratch);
+  free(c->collapsed);
   free(c->wire_buf);
   free(c->prep_buf);
   free(c->eng.peer_ops);

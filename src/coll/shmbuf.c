@@ -197,3 +197,80 @@ void coll_buf_orphan_all(cohort_comm *c) {
   c->bufs = NULL;
   c->nbufs = c->live_bufs = 0;
 }
+
+/* ---- ordinary buffers: huge pages for the peers' one-sided access ---- */
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+#define COLLAPSE_PIECE ((uintptr_t)2 << 20)
+#define COLLAPSE_SLOTS 4096u /* pieces remembered: 8 GiB of buffers */
+
+/* 1 when the administrator turned transparent huge pages off ("[never]"): leave them off. */
+static int thp_never(void) {
+  char line[128] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+  if (f == NULL) return 0;
+  int never = fgets(line, sizeof line, f) != NULL && strstr(line, "[never]") != NULL;
+  fclose(f);
+  return never;
+}
+
+/* Finds piece `a` in the set: 1 when there, else 0 and *slot its free slot (NULL: no room). */
+static int collapse_known(cohort_comm *c, uintptr_t a, uintptr_t **slot) {
+  *slot = NULL;
+  if (c->collapsed == NULL) c->collapsed = calloc(COLLAPSE_SLOTS, sizeof *c->collapsed);
+  if (c->collapsed == NULL) return 0;
+  size_t i = (size_t)(a / COLLAPSE_PIECE * 0x9e3779b97f4a7c15ull) % COLLAPSE_SLOTS;
+  for (; c->collapsed[i] != 0; i = (i + 1) % COLLAPSE_SLOTS)
+    if (c->collapsed[i] == a) return 1;
+  if (c->ncollapsed < COLLAPSE_SLOTS / 2) *slot = &c->collapsed[i];
+  return 0;
+}
+
+/* Remembers the pieces [a, end) (the caller found them unknown). */
+static void collapse_remember(cohort_comm *c, uintptr_t a, uintptr_t end) {
+  uintptr_t *slot;
+  for (; a < end; a += COLLAPSE_PIECE)
+    if (!collapse_known(c, a, &slot) && slot != NULL) {
+      *slot = a;
+      c->ncollapsed++;
+    }
+}
+
+/* 1 when every page of the piece at `a` is in memory (and mapped): collapsing it then adds no
+ * memory, even where the piece reaches past the buffer into the program's other data. */
+static int piece_resident(uintptr_t a) {
+  unsigned char vec[COLLAPSE_PIECE / 4096];
+  long page = sysconf(_SC_PAGESIZE);
+  if (page != 4096 || mincore((void *)a, COLLAPSE_PIECE, vec) != 0) return 0;
+  for (size_t i = 0; i < sizeof vec; i++)
+    if (!(vec[i] & 1)) return 0;
+  return 1;
+}
+
+void coll_buf_collapse(cohort_comm *c, const void *p, size_t len) {
+  if (c->collapse && c->collapsed == NULL && thp_never()) c->collapse = 0;
+  if (!c->collapse || len == 0) return;
+  uintptr_t *slot, lo = (uintptr_t)p & ~(COLLAPSE_PIECE - 1);
+  uintptr_t hi = ((uintptr_t)p + len + COLLAPSE_PIECE - 1) & ~(COLLAPSE_PIECE - 1);
+  /* The pieces at either end reach past the buffer: only when already wholly in memory. */
+  if (lo < (uintptr_t)p && !collapse_known(c, lo, &slot) && !piece_resident(lo))
+    lo += COLLAPSE_PIECE;
+  if (hi > (uintptr_t)p + len && hi > lo && !collapse_known(c, hi - COLLAPSE_PIECE, &slot) &&
+      !piece_resident(hi - COLLAPSE_PIECE))
+    hi -= COLLAPSE_PIECE;
+  /* Runs of unknown pieces in one call each: a call that collapses drains the page lists of all
+   * CPUs, so a piece is collapsed once. EINVAL comes before that (memory never touched yet, a
+   * region advised against huge pages, a kernel before 6.1): tried again next time. */
+  for (uintptr_t a = lo; a < hi;) {
+    uintptr_t run = a;
+    while (a < hi && !collapse_known(c, a, &slot) && slot != NULL) a += COLLAPSE_PIECE;
+    if (a == run) {
+      a += COLLAPSE_PIECE; /* known, or no room to remember it */
+      continue;
+    }
+    if (madvise((void *)run, a - run, MADV_COLLAPSE) == 0 || errno != EINVAL)
+      collapse_remember(c, run, a);
+  }
+}
