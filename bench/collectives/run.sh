@@ -5,7 +5,9 @@
 #
 #   host:                cohort on one host, 2, 4 and 8 ranks (LOCAL_RANKS),
 #                        on ordinary buffers (`cohort bench --mem private`,
-#                        what a program passes its own memory gets), on the
+#                        what a program passes its own memory gets, which
+#                        the library moves onto huge pages), the same left
+#                        on 4 KiB pages (COHORT_SHM_COLLAPSE=0), on the
 #                        same advised for transparent huge pages (`--mem
 #                        huge`) and on buffers from cohort_mem_alloc (`--mem
 #                        shared`), each
@@ -105,11 +107,13 @@ size_list() { echo 8 "${SIZES[@]}"; }
 # cohort_host NP MEM: `cohort bench` of NP local ranks on private or shared buffers: "SIZE
 # OUT_OF_PLACE_US IN_PLACE_US"; with 2 ranks on private ones also the 8-byte latency (the peers'
 # table).
+# MEM "4k": private buffers that the library leaves on 4 KiB pages (COHORT_SHM_COLLAPSE=0).
 cohort_host() {
-  local np=$1 mem=$2 s sizes=("${SIZES[@]}")
+  local np=$1 mem=$2 s sizes=("${SIZES[@]}") collapse=1
   [ "$np" = 2 ] && [ "$mem" = private ] && want peers && sizes=(8 "${SIZES[@]}")
+  [ "$mem" = 4k ] && mem=private collapse=0
   for s in "${sizes[@]}"; do
-    timeout 600 $PRIO "$COHORT" bench --nproc "$np" --mem "$mem" -b "$s" -e "$s" -n "$(host_it "$s")" -w "$(host_wu "$s")" |
+    COHORT_SHM_COLLAPSE=$collapse timeout 600 $PRIO "$COHORT" bench --nproc "$np" --mem "$mem" -b "$s" -e "$s" -n "$(host_it "$s")" -w "$(host_wu "$s")" |
       awk -v s="$s" '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG: no figure" > "/dev/stderr"; else print s, $6, $10}'
   done
 }
@@ -234,6 +238,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
     for np in $LOCAL_RANKS; do
       cohort_host "$np" private >>"$WORK/host$np.private"
       bound_host "$np" >>"$WORK/host$np.bound"
+      cohort_host "$np" 4k >>"$WORK/host$np.4k"
       cohort_host "$np" huge >>"$WORK/host$np.huge"
       cohort_host "$np" shared >>"$WORK/host$np.shared"
     done
@@ -297,17 +302,17 @@ report() {
 
 if want host; then
   echo
-  echo "== one host: float32 allreduce, busbw GB/s in place (out of place), median of $REPS; private: ordinary buffers, huge: the same advised MADV_HUGEPAGE, shared: from cohort_mem_alloc =="
-  printf "%-6s %-10s %17s %17s %17s %9s %8s %8s %8s\n" ranks size "private" "huge" "shared" "bound" priv/bnd huge/bnd shrd/bnd
+  echo "== one host: float32 allreduce, busbw GB/s in place (out of place), median of $REPS; private: ordinary buffers (the library moves them onto huge pages, MADV_COLLAPSE), 4k: the same left on 4 KiB pages (COHORT_SHM_COLLAPSE=0), huge: advised MADV_HUGEPAGE before first touch, shared: from cohort_mem_alloc =="
+  printf "%-6s %-10s %17s %17s %17s %17s %9s %8s %8s %8s %8s\n" ranks size "private" "4k" "huge" "shared" "bound" priv/bnd 4k/bnd huge/bnd shrd/bnd
   for np in $LOCAL_RANKS; do
     for s in "${SIZES[@]}"; do
       bb=$(busbw "$s" "$(t "host$np" bound "$s")" "$np")
       printf "%-6s %-10s" "$np" "$((s / 1024)) KiB"
-      for m in private huge shared; do
+      for m in private 4k huge shared; do
         printf " %7s (%7s)" "$(busbw "$s" "$(ti "host$np" $m "$s")" "$np")" "$(busbw "$s" "$(t "host$np" $m "$s")" "$np")"
       done
       printf " %9s" "$bb"
-      for m in private huge shared; do printf " %8s" "$(ratio "$(busbw "$s" "$(ti "host$np" $m "$s")" "$np")" "$bb")"; done
+      for m in private 4k huge shared; do printf " %8s" "$(ratio "$(busbw "$s" "$(ti "host$np" $m "$s")" "$np")" "$bb")"; done
       printf "\n"
     done
   done

@@ -28,8 +28,9 @@ typedef enum collbench_op {
 const char *collbench_op_name(collbench_op op);
 
 /* Where the buffers live: ordinary memory as a program's own (4 KiB pages unless the system backs
- * all memory with huge ones), the same advised for transparent huge pages (MADV_HUGEPAGE, as
- * allocators that ask for them give), or cohort_mem_alloc's shared memory. */
+ * all memory with huge ones, or the one-host allreduce collapses them: COHORT_SHM_COLLAPSE), the
+ * same advised for transparent huge pages (MADV_HUGEPAGE, as allocators that ask for them give),
+ * or cohort_mem_alloc's shared memory. */
 typedef enum collbench_mem {
   COLLBENCH_MEM_PRIVATE,
   COLLBENCH_MEM_SHARED,
