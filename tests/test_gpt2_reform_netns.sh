@@ -5,9 +5,13 @@
 # node 2's namespace (agent and worker) gets SIGKILL and a replacement node is
 # started at once with the same command line. The workers of nodes 0 and 1
 # keep their processes (the same PIDs before and after, and until the end);
-# the replacement's worker is a newcomer that receives the state; rank 0's
-# metrics have every step exactly once (none recomputed, none skipped), the
-# last ones at world 3; every agent exits 0.
+# the replacement's worker is started ahead of its membership (COHORT_AWAIT_FORM:
+# its model and data set up before its agent joins the job) and is a newcomer
+# that receives the state; rank 0's metrics have every step exactly once
+# (none recomputed, none skipped), the last ones at world 3; every agent
+# exits 0. Then the same membership schedule (the worlds of the live run's
+# metrics) runs in advance, as runs chained by checkpoints: the final
+# checkpoints are the same bytes and every step's loss the same.
 # usage: test_gpt2_reform_netns.sh COHORT COHORT-GPT2 SOURCE_DIR
 set -u
 cohort=$(readlink -f "$1")
@@ -27,14 +31,17 @@ trap cleanup EXIT
 
 STEPS=300
 agent=()
+# The trainer's arguments but --steps, the metrics and the checkpoints (a constant learning rate:
+# the runs chained below stop early, and a schedule or warm-up over --steps would differ).
+train=(--model tiny --seq-len 32 --batch 2 --data /usr/share/common-licenses/GPL-3 --quiet
+  --schedule const --warmup 2 --ckpt-every 100000)
 # agent_on I: node I's agent (node 0 hosts the store), output in $tmp/n<I>; rank 0's metrics.
 agent_on() {
   local rank=()
   [ "$1" -eq 0 ] && rank=(--node-rank 0)
   OMP_NUM_THREADS=1 netns_agent "$1" "$tmp/n$1" --nnodes 2:3 "${rank[@]}" --master "$M:29500" \
-    --job g --heartbeat-timeout 2 --on-failure reform -- "$gpt2" --model tiny --seq-len 32 \
-    --batch 2 --steps $STEPS --data /usr/share/common-licenses/GPL-3 --quiet \
-    --metrics "$tmp/m.jsonl"
+    --job g --heartbeat-timeout 2 --on-failure reform -- "$gpt2" "${train[@]}" --steps $STEPS \
+    --metrics "$tmp/m.jsonl" --ckpt-dir "$tmp/live"
   agent[$1]=$!
 }
 
@@ -76,6 +83,15 @@ check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
 check "rank 0 says a new rank received the state" \
   grep -q "cohort-gpt2: re-formed (epoch [0-9]*): world [23] -> 3 .* 1 rank(s) received [1-9][0-9]* bytes" "$tmp/n0"
 check "rank 0's summary (the process that started)" contains "$tmp/n0" "summary: "
+check "the replacement's worker started ahead, then its agent joined" /usr/bin/python3 - "$tmp/n2" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+marks = ["cohort: starting the workers ahead", "the workers started ahead said hello: joining",
+         "cohort: the workers started ahead joined in", "(newcomer, started ahead): set up"]
+at = [text.find(m) for m in marks]
+print(dict(zip(marks, at)))
+sys.exit(0 if -1 not in at and at == sorted(at) else 1)
+PY
 check "every step once, the last ones at world 3" /usr/bin/python3 - "$tmp/m.jsonl" $STEPS <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -84,6 +100,50 @@ ok = steps == list(range(1, int(sys.argv[2]) + 1)) and rows[-1]["world"] == 3
 if not ok:
     print("steps", steps[:5], "...", len(steps), "worlds", [r["world"] for r in rows][-5:])
 sys.exit(0 if ok else 1)
+PY
+
+# The schedule in advance: for each run of steps at one world in the live metrics, that many
+# nodes from the last checkpoint to its last step (--on-failure restart: no control channel).
+schedule=$(/usr/bin/python3 - "$tmp/m.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+parts = []
+for r in rows:
+    if parts and parts[-1][0] == r["world"]:
+        parts[-1][1] = r["step"]
+    else:
+        parts.append([r["world"], r["step"]])
+print(" ".join("%d:%d" % (w, s) for w, s in parts))
+PY
+)
+echo "the live run's schedule (world:last step): $schedule"
+part=0
+for ws in $schedule; do
+  w=${ws%:*} to=${ws#*:} chain=()
+  part=$((part + 1))
+  for i in $(seq 0 $((w - 1))); do
+    rank=()
+    [ "$i" -eq 0 ] && rank=(--node-rank 0)
+    OMP_NUM_THREADS=1 netns_agent "$i" "$tmp/c$part.n$i" --nnodes "$w" "${rank[@]}" \
+      --master "$M:$((29600 + part))" --job "c$part" -- "$gpt2" "${train[@]}" --steps "$to" \
+      --metrics "$tmp/chain.jsonl" --ckpt-dir "$tmp/chain"
+    chain+=($!)
+  done
+  wait_all 300 "${chain[@]}"
+  check "the chained run $part ($w nodes to step $to) exits 0 ($codes)" \
+    [ "$codes" = "$(printf '0 %.0s' $(seq "$w") | sed 's/ $//')" ]
+done
+last=$(printf 'ckpt_%012d.bin' $STEPS)
+check "the final checkpoint equals the schedule run in advance" \
+  cmp "$tmp/live/$last" "$tmp/chain/$last"
+check "every step's loss and world equal the schedule run in advance" /usr/bin/python3 - \
+  "$tmp/m.jsonl" "$tmp/chain.jsonl" <<'PY'
+import json, sys
+live, chain = ([(r["step"], r["loss"], r["world"]) for r in map(json.loads, open(p))]
+               for p in sys.argv[1:])
+diff = [(a, b) for a, b in zip(live, chain) if a != b]
+print(len(live), "steps live,", len(chain), "chained; first differences:", diff[:3])
+sys.exit(0 if live == chain else 1)
 PY
 if [ "$failed" -ne 0 ]; then tail -n 8 "$tmp/n0" "$tmp/n1" "$tmp/n2"; fi
 echo "$passed passed, $failed failed"

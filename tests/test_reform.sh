@@ -46,6 +46,18 @@ wait_re() {
   return 1
 }
 
+# wait_re_n FILE REGEX COUNT SECONDS: until COUNT lines of FILE match.
+wait_re_n() {
+  local end=$((SECONDS + $4)) n
+  while [ $SECONDS -lt $end ]; do
+    n=$(grep -c -- "$2" "$1" 2>/dev/null)
+    [ "${n:-0}" -ge "$3" ] && return 0
+    sleep 0.1
+  done
+  echo "timed out waiting for $3 x /$2/ in $1"
+  return 1
+}
+
 # pid_of FILE RANK: the pid a worker printed at its start for that rank (the last one).
 pid_of() { sed -n "s/.*\] start pid=\([0-9]*\) rank=$2 .*/\1/p" "$1" | tail -1; }
 
@@ -448,7 +460,9 @@ coll_tests() {
   # A node that dies whole (no guard left to report it) and its replacement started at once,
   # with a heartbeat timeout of 30 s:
   # the survivors' collectives find the peer gone at once (`ready` unasked), so the job
-  # re-forms with the replacement long before the timeout (0.2 s measured; bound 15 s).
+  # re-forms with the replacement long before the timeout (0.2 s measured; bound 15 s). Its
+  # workers start ahead (libcohort says hello with await_form=1): the survivors may re-form
+  # without it first, then with it.
   for i in 0 1; do
     netns_bg "$i" "$tmp/cr.$i" "$cohort" run --nnodes 1:2 --nproc-per-node 2 --master "$M:29501" \
       --job cr --heartbeat-timeout 30 --on-failure reform -- "$bin" 150
@@ -462,7 +476,8 @@ coll_tests() {
   agent[1]=$!
   check "coll fast: the survivors' report names the lost peer" \
     wait_for "$tmp/cr.0" "re-forming without stopping the survivors: node 0 (node0): rank" 1 15
-  check "coll fast: node 0's ranks re-form with the replacement" wait_for "$tmp/cr.0" "size=4 epoch=1" 2 15
+  check "coll fast: node 0's ranks re-form with the replacement" wait_re_n "$tmp/cr.0" "reformed pid=[0-9]* rank=[01] size=4 epoch=[12] " 2 15
+  check "coll fast: the replacement's workers started ahead" grep -q "cohort: starting the workers ahead" "$tmp/cr.1b"
   check "coll fast: node 0's ranks kept their processes" [ "$(unchanged_coll "$tmp/cr.0")" = ok ]
   wait_all 60 "${agent[0]}" "${agent[1]}"
   check "coll fast: both nodes end well ($codes)" [ "$codes" = "0 0" ]

@@ -13,7 +13,11 @@
  *
  *   test_reform_coll unit       the message parser; no channel: -ENOTSUP; a
  *                               bad COHORT_CONTROL_FD; malformed messages,
- *                               stop and a closed channel; a reshape between
+ *                               stop and a closed channel; a rank started
+ *                               ahead (COHORT_AWAIT_FORM=1: no rank variables,
+ *                               hello with await_form=1, its first membership
+ *                               ended while connecting, the next joined and
+ *                               the state received); a reshape between
  *                               collectives; a reshape while connecting a
  *                               membership, and one that never connects;
  *                               20 re-forms in a row leave no fd,
@@ -636,6 +640,123 @@ static size_t pattern_diff(const unsigned char *b, size_t n) {
   return bad;
 }
 
+/* ---- unit: a rank started ahead of its membership (COHORT_AWAIT_FORM=1) ---- */
+
+#define AHEAD_BYTES (1u << 20)
+
+/* The configuration from the environment: ahead needs a control channel, and no rank variables. */
+static void config_ahead(void) {
+  cohort_comm_config cfg;
+  const char *vars[] = {"RANK", "WORLD_SIZE", "COHORT_STORE", "COHORT_JOB_ID", "COHORT_ROUND"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  setenv("COHORT_AWAIT_FORM", "1", 1);
+  unsetenv("COHORT_CONTROL_FD");
+  CHECK_EQ_INT(cohort_comm_config_from_env(&cfg), COHORT_ENOENV); /* no form could come */
+  setenv("COHORT_CONTROL_FD", "3", 1);
+  CHECK_EQ_INT(cohort_comm_config_from_env(&cfg), 0);
+  CHECK_EQ_INT(cfg.await_form, COHORT_AWAIT_FORM_NOW);
+  unsetenv("COHORT_AWAIT_FORM");
+  CHECK_EQ_INT(cohort_comm_config_from_env(&cfg), COHORT_ENOENV); /* not ahead: RANK needed */
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("COHORT_STORE", "127.0.0.1:1", 1);
+  setenv("COHORT_JOB_ID", "j", 1);
+  CHECK_EQ_INT(cohort_comm_config_from_env(&cfg), 0);
+  CHECK_EQ_INT(cfg.await_form, COHORT_AWAIT_FORM_ABLE);
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  unsetenv("COHORT_CONTROL_FD");
+  /* Ahead by hand without a channel: refused at once, nothing to wait for. */
+  cfg = (cohort_comm_config){.await_form = COHORT_AWAIT_FORM_NOW};
+  cohort_comm *c = NULL;
+  CHECK_EQ_INT(cohort_comm_create(&cfg, &c), COHORT_ENOENV);
+  CHECK(c == NULL);
+}
+
+/* Worker 2, started ahead: nothing of a membership in its environment; cohort_comm_create returns
+ * once it joined the agent's second form (the first ended while it connected). */
+static int w_ahead(int w) {
+  setenv("COHORT_AWAIT_FORM", "1", 1);
+  cohort_comm_config cfg;
+  CHECK_EQ_INT(cohort_comm_config_from_env(&cfg), 0);
+  CHECK_EQ_INT(cfg.await_form, COHORT_AWAIT_FORM_NOW);
+  cfg.timeout_ms = OP_TIMEOUT_MS;
+  cfg.transport = g_tport;
+  cohort_comm *c = NULL;
+  int rc = cohort_comm_create(&cfg, &c);
+  CHECK_EQ_INT(rc, 0);
+  if (c == NULL) return 1;
+  CHECK_EQ_INT(cohort_comm_rank(c), atomic_load(&g_sh->s[w].want_rank));
+  CHECK_EQ_INT(cohort_comm_size(c), atomic_load(&g_sh->s[w].want_size));
+  CHECK_EQ_INT(cohort_comm_epoch(c), atomic_load(&g_sh->s[w].want_epoch));
+  CHECK_EQ_INT(cohort_comm_is_new(c, 2), 1);
+  unsigned char *st = calloc(1, AHEAD_BYTES);
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, st, AHEAD_BYTES), 0);
+  CHECK_EQ_INT(pattern_diff(st, AHEAD_BYTES), 0);
+  free(st);
+  w_sum_check(c, 1000);
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+/* Workers 0 and 1, the running membership of 2: re-form with the rank started ahead. */
+static int w_ahead_peer(int w) {
+  cohort_comm *c = w_create(w, 2, 0);
+  if (c == NULL) return 1;
+  w_sum_check(c, 1000);
+  atomic_store(&g_sh->s[w].phase, 1);
+  wait_go(w); /* the rank started ahead went through its first membership meanwhile */
+  CHECK_EQ_INT(w_until_reshaped(c), 0);
+  if (w_reform(w, c) != 0) return 1;
+  CHECK_EQ_INT(cohort_comm_is_new(c, 2), 1);
+  unsigned char *st = malloc(AHEAD_BYTES);
+  for (size_t i = 0; st != NULL && i < AHEAD_BYTES; i++) st[i] = pattern(i);
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, st, AHEAD_BYTES), 0);
+  free(st);
+  w_sum_check(c, 1000);
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+static void test_ahead(void) {
+  config_ahead();
+  g_tport = COHORT_TRANSPORT_AUTO;
+  if (start_world("ahead") != 0) {
+    CHECK(!"store");
+    return;
+  }
+  char msg[200];
+  for (int w = 0; w < 2; w++) spawn(w, 0, w_ahead_peer);
+  for (int w = 0; w < 2; w++) {
+    CHECK_EQ_INT(agent_expect(w, "hello", 20000, msg, sizeof msg), 0);
+    CHECK(strstr(msg, "await_form") == NULL); /* a config filled by hand cannot be started ahead */
+  }
+  spawn(2, 1, w_ahead);
+  CHECK_EQ_INT(agent_expect(2, "hello", 20000, msg, sizeof msg), 0);
+  char want[64];
+  snprintf(want, sizeof want, "hello pid=%d await_form=1", (int)g_pid[2]);
+  CHECK_STREQ(msg, want);
+  /* Its first membership never connects (ranks 0 and 1 are not told): ended while it connects,
+   * the rank says ready and waits for the next. */
+  agent_form(2, 1, 2, 3);
+  base_sleep_ms(300);
+  agent_send(2, "reshape epoch=1 why=a member lost while it connected");
+  CHECK_EQ_INT(agent_expect(2, "ready", 20000, msg, sizeof msg), 0);
+  CHECK_STREQ(msg, "ready epoch=1 step=-1");
+  /* The running membership ends (the late node joins): all three form membership 2. */
+  for (int w = 0; w < 2; w++) {
+    CHECK_EQ_INT(wait_phase(w, 1, 30000), 0);
+    release(w);
+  }
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "done", 30000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 why=a node joins");
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 3; w++) agent_form(w, 2, w, 3);
+  for (int w = 0; w < 3; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, msg, sizeof msg), 0);
+  CHECK_STREQ(msg, "formed epoch=2 step=-1");
+  for (int w = 0; w < 3; w++) CHECK(reap(w, 60000));
+  store_fork_stop(&g_sf);
+}
+
 /* The single-copy path in the current membership: an allreduce of cohort_mem_alloc buffers. */
 static void w_single_check(cohort_comm *c) {
   size_t count = 1u << 18;
@@ -922,6 +1043,7 @@ static int unit(void) {
   test_parser();
   test_no_channel();
   test_protocol();
+  test_ahead();
   test_leaks(COHORT_TRANSPORT_TCP);
   test_leaks(COHORT_TRANSPORT_SHM);
   return check_report();

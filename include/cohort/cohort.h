@@ -112,13 +112,27 @@ typedef struct cohort_comm_config {
   int timeout_ms;         /* default deadline of every operation; 0: 60000 */
   cohort_transport transport;
   int restart; /* restart round of the job (keeps rounds apart on one store) */
+  /* Re-forms (docs/reform.md): whether this rank can be started ahead of its
+   * membership, as a late node's workers are (COHORT_AWAIT_FORM=1): 0 (a
+   * zero-initialised config) it cannot; COHORT_AWAIT_FORM_ABLE it can (its
+   * hello says await_form=1); COHORT_AWAIT_FORM_NOW it was: rank, size,
+   * store_addr, job_id and restart are unused, and cohort_comm_create waits
+   * for the agent's first `form`, which gives them (a control channel is
+   * needed). cohort_comm_config_from_env sets it. */
+  int await_form;
 } cohort_comm_config;
+
+#define COHORT_AWAIT_FORM_ABLE 1
+#define COHORT_AWAIT_FORM_NOW 2
 
 /*
  * Fills cfg from the environment `cohort run` sets: RANK, WORLD_SIZE,
  * COHORT_STORE, COHORT_JOB_ID, COHORT_TOKEN, COHORT_ROUND (else
  * TORCHELASTIC_RESTART_COUNT) and
  * the optional COHORT_TIMEOUT_MS and COHORT_TRANSPORT (auto|tcp|shm).
+ * A worker started ahead of its membership (COHORT_AWAIT_FORM=1 with
+ * COHORT_CONTROL_FD) needs none of RANK, WORLD_SIZE, COHORT_STORE,
+ * COHORT_JOB_ID and COHORT_ROUND: await_form is COHORT_AWAIT_FORM_NOW.
  * String fields point into the environment. Returns COHORT_ENOENV when a
  * variable is missing or malformed.
  */
@@ -127,6 +141,10 @@ COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg);
 /*
  * Creates a communicator: every rank of the job must call this. Blocks until
  * all ranks have connected or the timeout passes. On error *out is NULL.
+ * Started ahead (cfg->await_form == COHORT_AWAIT_FORM_NOW): says hello, waits
+ * for the agent's first `form` (COHORT_REFORM_TIMEOUT_MS), connects that
+ * membership and answers `formed`; a membership that ends while it connects
+ * is answered `ready` and the next one awaited.
  */
 COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **out);
 

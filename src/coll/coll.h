@@ -167,6 +167,9 @@ int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg);
 /* The membership's transports are up: from now on a reshape fails them (at once when one came
  * already). */
 void coll_reform_up(cohort_comm *c);
+/* A communicator started ahead of its membership (COHORT_AWAIT_FORM_NOW): waits for the agent's
+ * first form, connects it, answers formed. 0 or an error (the reason in the failure state). */
+int coll_first_form(cohort_comm *c);
 /* Runs a collective in order with the queued ones (blocking when req is NULL; comm.c). */
 int coll_start(cohort_comm *c, coll_op *op, cohort_request **req);
 

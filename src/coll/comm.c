@@ -23,9 +23,8 @@
 
 /* ---- configuration ---- */
 
-COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg) {
-  if (cfg == NULL) return -EINVAL;
-  memset(cfg, 0, sizeof *cfg);
+/* The membership's variables: RANK, WORLD_SIZE, COHORT_STORE, COHORT_JOB_ID and the round. */
+static int membership_from_env(cohort_comm_config *cfg) {
   const char *rank = getenv("RANK"), *size = getenv("WORLD_SIZE");
   const char *store = getenv("COHORT_STORE"), *job = getenv("COHORT_JOB_ID");
   if (rank == NULL || size == NULL || store == NULL || job == NULL || job[0] == '\0')
@@ -35,13 +34,31 @@ COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg) {
     return COHORT_ENOENV;
   cfg->store_addr = store;
   cfg->job_id = job;
-  cfg->token = getenv("COHORT_TOKEN");
   /* The round keeps rounds apart on the store; an agent's own restart count
    * differs on a replacement node, so it is only the fallback. */
   const char *restart = getenv("COHORT_ROUND");
   if (restart == NULL) restart = getenv("TORCHELASTIC_RESTART_COUNT");
   if (restart != NULL && base_parse_int(restart, 0, 1 << 30, &cfg->restart) != 0)
     return COHORT_ENOENV;
+  return 0;
+}
+
+COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg) {
+  if (cfg == NULL) return -EINVAL;
+  memset(cfg, 0, sizeof *cfg);
+  /* Started ahead of its membership: the agent's first form gives it (no control channel: no
+   * form will come). */
+  const char *ahead = getenv("COHORT_AWAIT_FORM"), *fd = getenv("COHORT_CONTROL_FD");
+  if (ahead != NULL && strcmp(ahead, "1") == 0) {
+    if (fd == NULL || fd[0] == '\0') return COHORT_ENOENV;
+    cfg->await_form = COHORT_AWAIT_FORM_NOW;
+    cfg->size = 1;
+  } else {
+    cfg->await_form = COHORT_AWAIT_FORM_ABLE;
+    int rc = membership_from_env(cfg);
+    if (rc != 0) return rc;
+  }
+  cfg->token = getenv("COHORT_TOKEN");
   const char *to = getenv("COHORT_TIMEOUT_MS");
   if (to != NULL && base_parse_int(to, 1, 1 << 30, &cfg->timeout_ms) != 0) return COHORT_ENOENV;
   const char *tr = getenv("COHORT_TRANSPORT");
@@ -62,16 +79,19 @@ static int prepare_next(void *arg);
 COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **out) {
   if (out == NULL) return -EINVAL;
   *out = NULL;
-  if (cfg == NULL || cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size ||
-      cfg->timeout_ms < 0 || cfg->job_id == NULL || cfg->job_id[0] == '\0' ||
-      strlen(cfg->job_id) > 200 || (unsigned)cfg->transport > COHORT_TRANSPORT_SHM)
+  if (cfg == NULL || cfg->timeout_ms < 0 || (unsigned)cfg->transport > COHORT_TRANSPORT_SHM ||
+      (unsigned)cfg->await_form > COHORT_AWAIT_FORM_NOW)
+    return -EINVAL;
+  int ahead = cfg->await_form == COHORT_AWAIT_FORM_NOW; /* rank, size, store and job: the form's */
+  if (!ahead && (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size || cfg->job_id == NULL ||
+                 cfg->job_id[0] == '\0' || strlen(cfg->job_id) > 200))
     return -EINVAL;
   cohort_comm *c = calloc(1, sizeof *c);
   if (c == NULL) return -ENOMEM;
-  c->rank = cfg->rank;
-  c->size = cfg->size;
-  c->world = (coll_group){.n = cfg->size, .me = cfg->rank, .ranks = NULL};
-  c->eng.rank = cfg->rank;
+  c->rank = ahead ? 0 : cfg->rank;
+  c->size = ahead ? 1 : cfg->size;
+  c->world = (coll_group){.n = c->size, .me = c->rank, .ranks = NULL};
+  c->eng.rank = c->rank;
   c->eng.idle = prepare_next;
   c->eng.idle_arg = c;
   c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -82,6 +102,7 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   int rc = coll_reform_init(c, cfg);
+  if (rc == 0 && ahead && c->ctl.fd < 0) rc = COHORT_ENOENV; /* no channel: no form will come */
   if (rc != 0) goto fail;
   rc = coll_env_size("COHORT_ALGO_THRESHOLD", 0, (uint64_t)1 << 40, &c->algo_threshold);
   if (rc == 0) rc = coll_env_size("COHORT_SLICE", 4096, 1u << 30, &c->slice_bytes);
@@ -104,11 +125,13 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
     goto fail;
   }
   c->newbits[0] = (unsigned char)c->self_new;
-  if (c->size > 1) {
+  if (ahead) {
+    rc = coll_first_form(c);
+  } else if (c->size > 1) {
     rc = coll_bootstrap(c, cfg);
-    if (rc != 0) goto fail;
   }
-  coll_reform_up(c);
+  if (rc != 0) goto fail;
+  if (!ahead) coll_reform_up(c);
   if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
     rc = -EAGAIN;
     goto fail;

@@ -220,7 +220,7 @@ static int env_fd(int *fd) {
   return 0;
 }
 
-int coll_ctl_open(coll_ctl *ctl) {
+int coll_ctl_open(coll_ctl *ctl, int await_form) {
   ctl->fd = ctl->wake_fd = -1;
   int fd, rc = env_fd(&fd), expect = 0;
   if (rc != 0 || fd < 0) return rc;
@@ -231,7 +231,8 @@ int coll_ctl_open(coll_ctl *ctl) {
     return -errno;
   }
   ctl->fd = fd;
-  if (coll_ctl_send(ctl, "hello pid=%d", (int)getpid()) != 0) ctl->closed = 1;
+  if (coll_ctl_send(ctl, "hello pid=%d%s", (int)getpid(), await_form ? " await_form=1" : "") != 0)
+    ctl->closed = 1;
   if (pthread_create(&ctl->thread, NULL, ctl_main, ctl) != 0) {
     coll_ctl_close(ctl);
     return -EAGAIN;

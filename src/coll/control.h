@@ -63,9 +63,10 @@ typedef struct coll_ctl {
 } coll_ctl;
 
 /* Takes the channel named by COHORT_CONTROL_FD (when set and no other communicator of this
- * process holds it), says hello and starts the thread. 0 (also without a channel: fd stays -1), or
+ * process holds it), says hello (with await_form=1 when await_form: this process can be started
+ * ahead of its membership) and starts the thread. 0 (also without a channel: fd stays -1), or
  * COHORT_ENOENV for a malformed or unusable variable, or an error. */
-int coll_ctl_open(coll_ctl *ctl);
+int coll_ctl_open(coll_ctl *ctl, int await_form);
 /* Stops the thread and gives the channel back (not closed: the process keeps it). */
 void coll_ctl_close(coll_ctl *ctl);
 /* Sends one message (printf format). 0 or an error (-EPIPE once the agent is gone). */

@@ -59,19 +59,20 @@ int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg) {
   pthread_cond_init(&c->ctl.cv, &ca);
   pthread_condattr_destroy(&ca);
   c->ctl.fd = c->ctl.wake_fd = -1;
-  c->epoch = cfg->restart;
+  int ahead = cfg->await_form == COHORT_AWAIT_FORM_NOW;
+  c->epoch = ahead ? -1 : cfg->restart; /* started ahead: no membership before the first form */
   atomic_init(&c->ended, -1);
   c->step = -1;
   c->boot_k = -1;
   c->transport = cfg->transport;
   const char *nc = getenv("COHORT_NEWCOMER");
   c->self_new = nc != NULL && strcmp(nc, "1") == 0;
-  c->job_id = strdup(cfg->job_id);
+  c->job_id = strdup(ahead || cfg->job_id == NULL ? "" : cfg->job_id); /* ahead: the form's */
   c->token = cfg->token != NULL ? strdup(cfg->token) : NULL;
   if (c->job_id == NULL || (cfg->token != NULL && c->token == NULL)) return -ENOMEM;
   c->ctl.notify = on_control;
   c->ctl.notify_arg = c;
-  int rc = coll_ctl_open(&c->ctl);
+  int rc = coll_ctl_open(&c->ctl, cfg->await_form != 0);
   c->eng.reshape_on_loss = c->ctl.fd >= 0;
   c->eng.lost = on_lost;
   c->eng.lost_arg = c;
@@ -236,6 +237,33 @@ static int join_membership(cohort_comm *c, const coll_ctl_msg *f) {
   return 0;
 }
 
+/* Answers formed: the agent counts the re-form done (or a worker started ahead joined). */
+static void say_formed(cohort_comm *c) {
+  coll_ctl_send(&c->ctl, "formed epoch=%d step=%lld", c->epoch, (long long)c->step);
+  base_log(BASE_LOG_INFO, "rank %d of %d: membership %d formed", c->rank, c->size, c->epoch);
+}
+
+/* Memberships in a row that may end while a worker started ahead connects its first. */
+#define FIRST_FORM_TRIES 100
+
+int coll_first_form(cohort_comm *c) {
+  int after = -1, rc = COHORT_ERESHAPED;
+  for (int i = 0; i < FIRST_FORM_TRIES && rc == COHORT_ERESHAPED; i++) {
+    coll_ctl_msg f;
+    rc = await_form(c, after, &f);
+    if (rc == 0) rc = join_membership(c, &f);
+    if (rc != COHORT_ERESHAPED) break;
+    /* It ended while connecting (a member lost, another node joining): the next one. */
+    after = c->epoch;
+    end_membership(c);
+    coll_ctl_send(&c->ctl, "ready epoch=%d step=-1", after);
+  }
+  if (rc == COHORT_ERESHAPED)
+    return set_failure(c, rc, "100 memberships in a row ended before this rank connected one");
+  if (rc == 0) say_formed(c);
+  return rc;
+}
+
 COHORT_API int cohort_comm_reform(cohort_comm *c) {
   if (c == NULL) return -EINVAL;
   if (c->ctl.fd < 0) return -ENOTSUP;
@@ -247,8 +275,7 @@ COHORT_API int cohort_comm_reform(cohort_comm *c) {
   int rc = await_form(c, old, &f);
   if (rc == 0) rc = join_membership(c, &f);
   if (rc != 0) return rc;
-  coll_ctl_send(&c->ctl, "formed epoch=%d step=%lld", c->epoch, (long long)c->step);
-  base_log(BASE_LOG_INFO, "rank %d of %d: membership %d formed", c->rank, c->size, c->epoch);
+  say_formed(c);
   return 0;
 }
 

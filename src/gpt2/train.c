@@ -76,14 +76,27 @@ static double median(double *v, size_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Creates the communicator when started as one of several ranks, or as a rank of a job that
- * re-forms (it may grow). */
+/* Whether this process was started ahead of its membership (a late node's worker under
+ * `--on-failure reform`: COHORT_AWAIT_FORM=1, no rank yet; the agent's first `form` gives it). */
+static int started_ahead(void) {
+  const char *ahead = getenv("COHORT_AWAIT_FORM");
+  return getenv("COHORT_CONTROL_FD") != NULL && ahead != NULL && strcmp(ahead, "1") == 0;
+}
+
+/* Creates the communicator when started as one of several ranks, as a rank of a job that re-forms
+ * (it may grow), or ahead of its membership (it blocks until the agent's first `form`). */
 static int make_comm(cohort_comm **comm, FILE *errf) {
   *comm = NULL;
   const char *ws = getenv("WORLD_SIZE");
-  if (getenv("RANK") == NULL || ws == NULL) return 0;
-  if (strcmp(ws, "1") == 0 && getenv("COHORT_CONTROL_FD") == NULL) return 0;
+  int ahead = started_ahead();
+  if (!ahead && (getenv("RANK") == NULL || ws == NULL)) return 0;
+  if (!ahead && strcmp(ws, "1") == 0 && getenv("COHORT_CONTROL_FD") == NULL) return 0;
   int rc = cohort_comm_create_from_env(comm);
+  if (rc != 0 && ahead) {
+    fprintf(errf, "cohort-gpt2: cannot join the job (started ahead of its membership): %s\n",
+            cohort_strerror(rc));
+    return rc;
+  }
   if (rc != 0) {
     fprintf(errf, "cohort-gpt2: cannot join the job (RANK=%s WORLD_SIZE=%s): %s\n", getenv("RANK"),
             ws, cohort_strerror(rc));
@@ -105,6 +118,7 @@ typedef struct train_run {
   /* Re-form (docs/gpt2.md): reform when the job's agent re-forms it (COHORT_CONTROL_FD), newcomer
    * when started into a running job (COHORT_NEWCOMER=1: the state comes from a survivor). */
   int reform, newcomer;
+  int ahead;           /* started ahead of its membership (COHORT_AWAIT_FORM=1) */
   gpt2_ddp_opts dopts; /* the exchange's options, to set it up again for a new world */
   gpt2_model model;
   gpt2_data data;
@@ -126,7 +140,8 @@ typedef struct train_run {
   float *own_after;
   int own_after_valid;
   int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
-  double t_start, t_member; /* when this process began, and joined its first membership */
+  /* When this process began, had its model and data set up, and joined its first membership. */
+  double t_start, t_setup, t_member;
   int outputs_open;
   FILE *metrics;
   gpt2_tb_writer *tb;
@@ -206,7 +221,8 @@ static int setup_exchange(train_run *r, gpt2_ddp *old) {
             rc == -EINVAL ? "PowerSGD not with --zero 1" : strerror(-rc));
     return rc == -EINVAL ? RUN_USAGE : RUN_FAIL;
   }
-  if (r->ddp.shared_rc != 0 && r->rank == 0)
+  /* Not when the membership ended meanwhile: the re-form that follows sets it up again. */
+  if (r->ddp.shared_rc != 0 && r->ddp.shared_rc != COHORT_ERESHAPED && r->rank == 0)
     fprintf(r->errf,
             "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
             "allreduce between this host's ranks\n",
@@ -229,28 +245,10 @@ static int setup_exchange(train_run *r, gpt2_ddp *old) {
   return RUN_OK;
 }
 
-/* The communicator, model, data, batch buffers and data parallelism. */
-static int train_setup(train_run *r) {
+/* The model, data and batch buffers: nothing of them depends on the membership, so a worker
+ * started ahead has them ready before it joins. */
+static int setup_local(train_run *r) {
   const gpt2_train_opts *o = r->o;
-  r->t_start = now_s();
-  r->threads = set_threads(o->threads);
-  const char *nc = getenv("COHORT_NEWCOMER");
-  r->reform = getenv("COHORT_CONTROL_FD") != NULL;
-  if (r->reform && o->zero) {
-    fprintf(r->errf, "cohort-gpt2: --zero 1 cannot re-form: each rank holds a shard of the "
-                     "optimiser state that a lost rank takes with it (use --zero 0, or "
-                     "--on-failure restart)\n");
-    return RUN_USAGE;
-  }
-  if (make_comm(&r->comm, r->errf) != 0) return RUN_FAIL;
-  r->t_member = now_s();
-  r->world = 1;
-  if (r->comm != NULL) {
-    r->rank = cohort_comm_rank(r->comm);
-    r->world = cohort_comm_size(r->comm);
-  }
-  r->reform = r->reform && r->comm != NULL;
-  r->newcomer = r->reform && nc != NULL && strcmp(nc, "1") == 0;
   int rc = gpt2_model_init(&r->model, &o->cfg, o->B, o->T);
   if (rc != 0) {
     fprintf(r->errf, "cohort-gpt2: cannot allocate the model: %s\n", strerror(-rc));
@@ -266,6 +264,39 @@ static int train_setup(train_run *r) {
     fprintf(r->errf, "cohort-gpt2: out of memory\n");
     return RUN_FAIL;
   }
+  r->flops_micro = gpt2_flops_per_step(&o->cfg, o->B, o->T);
+  r->last_loss = NAN;
+  r->step_times = calloc((size_t)o->steps + 1, sizeof(double));
+  return r->step_times == NULL ? RUN_FAIL : RUN_OK;
+}
+
+/* The model, data, batch buffers, then the communicator (a newcomer's hello says it is ready to
+ * join) and the data parallelism. */
+static int train_setup(train_run *r) {
+  const gpt2_train_opts *o = r->o;
+  r->t_start = now_s();
+  r->threads = set_threads(o->threads);
+  const char *nc = getenv("COHORT_NEWCOMER");
+  r->reform = getenv("COHORT_CONTROL_FD") != NULL;
+  if (r->reform && o->zero) {
+    fprintf(r->errf, "cohort-gpt2: --zero 1 cannot re-form: each rank holds a shard of the "
+                     "optimiser state that a lost rank takes with it (use --zero 0, or "
+                     "--on-failure restart)\n");
+    return RUN_USAGE;
+  }
+  int rc = setup_local(r);
+  if (rc != RUN_OK) return rc;
+  r->t_setup = now_s();
+  if (make_comm(&r->comm, r->errf) != 0) return RUN_FAIL;
+  r->t_member = now_s();
+  r->world = 1;
+  if (r->comm != NULL) {
+    r->rank = cohort_comm_rank(r->comm);
+    r->world = cohort_comm_size(r->comm);
+  }
+  r->reform = r->reform && r->comm != NULL;
+  r->newcomer = r->reform && nc != NULL && strcmp(nc, "1") == 0;
+  r->ahead = r->reform && started_ahead();
   int psgd = o->grad_compress == GPT2_COMPRESS_POWERSGD;
   r->dopts = (gpt2_ddp_opts){
       .bucket_bytes = o->bucket_bytes,
@@ -280,10 +311,6 @@ static int train_setup(train_run *r) {
       .atomic = r->reform,
   };
   if (!r->newcomer) gpt2_model_init_weights(&r->model, o->seed); /* a newcomer receives them */
-  r->flops_micro = gpt2_flops_per_step(&o->cfg, o->B, o->T);
-  r->last_loss = NAN;
-  r->step_times = calloc((size_t)o->steps + 1, sizeof(double));
-  if (r->step_times == NULL) return RUN_FAIL;
   return setup_exchange(r, NULL);
 }
 
@@ -668,9 +695,11 @@ static int train_join(train_run *r, int old_world, double t0) {
   if (first) { /* where a newcomer's time went (docs/gpt2.md "Re-form") */
     size_t bytes = gpt2_state_sent_bytes(&r->model, &r->ddp);
     fprintf(r->out,
-            "cohort-gpt2: rank %d (newcomer): joined the membership in %.3f s, set up %.3f s, "
-            "state %zu bytes in %.3f s (%.2f GB/s), checked %.3f s: %.3f s in all\n",
-            r->rank, r->t_member - r->t_start, t1 - r->t_member, bytes, xfer_s,
+            "cohort-gpt2: rank %d (newcomer%s): set up %.3f s, joined the membership %.3f s "
+            "later, exchange set up %.3f s, state %zu bytes in %.3f s (%.2f GB/s), checked "
+            "%.3f s: %.3f s in all\n",
+            r->rank, r->ahead ? ", started ahead" : "", r->t_setup - r->t_start,
+            r->t_member - r->t_setup, t1 - r->t_member, bytes, xfer_s,
             xfer_s > 0 ? (double)bytes / xfer_s * 1e-9 : 0.0, now_s() - t2, now_s() - r->t_start);
     fflush(r->out);
   }
