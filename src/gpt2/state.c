@@ -21,13 +21,13 @@ size_t gpt2_state_sent_bytes(const gpt2_model *m, const gpt2_ddp *d) {
 }
 
 cohort_iov *gpt2_state_pieces(gpt2_model *m, gpt2_ddp *d, gpt2_state_head *head, uint64_t step,
-                              uint64_t data_pos, uint64_t rng, int *n) {
+                              uint64_t data_pos, uint64_t rng, cohort_iov extra, int *n) {
   int nd = gpt2_ddp_state_npieces(d);
   if (nd < 0) {
     *n = nd;
     return NULL;
   }
-  cohort_iov *iov = malloc((size_t)(nd + 2) * sizeof *iov);
+  cohort_iov *iov = malloc((size_t)(nd + 3) * sizeof *iov);
   if (iov == NULL) {
     *n = -ENOMEM;
     return NULL;
@@ -39,6 +39,7 @@ cohort_iov *gpt2_state_pieces(gpt2_model *m, gpt2_ddp *d, gpt2_state_head *head,
   iov[0] = (cohort_iov){head, sizeof *head};
   iov[1] = (cohort_iov){m->params, m->nparams * sizeof(float)};
   *n = 2 + gpt2_ddp_state_pieces(d, iov + 2, nd);
+  iov[(*n)++] = extra;
   return iov;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -109,6 +110,20 @@ static int make_comm(cohort_comm **comm, FILE *errf) {
  * 1 for RUN_FAIL and RUN_COMM, 2 for RUN_USAGE; RUN_COMM also prints the communicator's error). */
 enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 2, RUN_COMM = 3 };
 
+/* One optimiser step's figures, for the step report. */
+typedef struct step_stats {
+  uint64_t step; /* 1-based */
+  int world;     /* the ranks that trained it */
+  int late;      /* reported by a rank 0 that received the step with the state (a re-form) */
+  double loss, gnorm, step_s, tok_s, gflops, comm_ms, hidden;
+  double wire_mb, ratio; /* MB this rank handed to the collectives; f32 bytes / wire bytes */
+  /* The main thread's CPU time over the step (cpu_ms), split into forward, backward and the
+   * rest (compute_ms), the compression (compress_ms) and the norm and update (update_ms); the
+   * wall time it waited for the exchange (exposed_ms). */
+  double cpu_ms, compute_ms, compress_ms, update_ms, exposed_ms;
+  float lr;
+} step_stats;
+
 /* Everything one run holds; zero-initialised, and train_free() is safe at any point of set-up. */
 typedef struct train_run {
   const gpt2_train_opts *o;
@@ -140,6 +155,15 @@ typedef struct train_run {
   float *own_after;
   int own_after_valid;
   int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
+  /* The last completed step's report (every rank keeps it; it travels with the state, so that
+   * a rank 0 that receives a step writes its line), and the last step this process reported as
+   * rank 0, or its metrics file had when it opened it. */
+  step_stats last;
+  uint64_t reported;
+  /* Tests only (COHORT_GPT2_TEST_FAIL=K:PATH): step K, once completed here and once PATH exists,
+   * fails as if its last collective had (0: none). */
+  uint64_t test_fail_step;
+  const char *test_fail_path;
   /* When this process began, had its model and data set up, and joined its first membership. */
   double t_start, t_setup, t_member;
   int outputs_open;
@@ -153,18 +177,6 @@ typedef struct train_run {
   double wire_total, f32_total; /* bytes handed to the collectives over the steps run */
   char err[512];
 } train_run;
-
-/* One optimiser step's figures, for the step report. */
-typedef struct step_stats {
-  uint64_t step; /* 1-based */
-  double loss, gnorm, step_s, tok_s, gflops, comm_ms, hidden;
-  double wire_mb, ratio; /* MB this rank handed to the collectives; f32 bytes / wire bytes */
-  /* The main thread's CPU time over the step (cpu_ms), split into forward, backward and the
-   * rest (compute_ms), the compression (compress_ms) and the norm and update (update_ms); the
-   * wall time it waited for the exchange (exposed_ms). */
-  double cpu_ms, compute_ms, compress_ms, update_ms, exposed_ms;
-  float lr;
-} step_stats;
 
 static void train_free(train_run *r) {
   gpt2_tb_close(r->tb);
@@ -245,6 +257,16 @@ static int setup_exchange(train_run *r, gpt2_ddp *old) {
   return RUN_OK;
 }
 
+/* Tests only: COHORT_GPT2_TEST_FAIL=K:PATH (test_fail below). */
+static void test_fail_from_env(train_run *r) {
+  const char *v = getenv("COHORT_GPT2_TEST_FAIL");
+  char *end = NULL;
+  unsigned long long k = v != NULL ? strtoull(v, &end, 10) : 0;
+  if (k == 0 || end == NULL || *end != ':' || end[1] == '\0') return;
+  r->test_fail_step = k;
+  r->test_fail_path = end + 1;
+}
+
 /* The model, data and batch buffers: nothing of them depends on the membership, so a worker
  * started ahead has them ready before it joins. */
 static int setup_local(train_run *r) {
@@ -297,6 +319,7 @@ static int train_setup(train_run *r) {
   r->reform = r->reform && r->comm != NULL;
   r->newcomer = r->reform && nc != NULL && strcmp(nc, "1") == 0;
   r->ahead = r->reform && started_ahead();
+  if (r->reform) test_fail_from_env(r);
   int psgd = o->grad_compress == GPT2_COMPRESS_POWERSGD;
   r->dopts = (gpt2_ddp_opts){
       .bucket_bytes = o->bucket_bytes,
@@ -367,12 +390,30 @@ static int train_resume(train_run *r) {
   return RUN_OK;
 }
 
+/* The step of a metrics file's last line (0: none, or no file). */
+static uint64_t metrics_last_step(const char *path) {
+  FILE *f = fopen(path, "re");
+  if (f == NULL) return 0;
+  char buf[4096]; /* several lines */
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+  size_t n = size > 0 && fseek(f, from, SEEK_SET) == 0 ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  fclose(f);
+  buf[n] = '\0';
+  uint64_t last = 0;
+  for (const char *p = buf; (p = strstr(p, "{\"step\":")) != NULL; p++)
+    last = strtoull(p + 8, NULL, 10);
+  return last;
+}
+
 /* Rank 0's metrics file (appended to on resume) and TensorBoard events, and the banner. */
 static int open_outputs(train_run *r) {
   const gpt2_train_opts *o = r->o;
   if (r->rank != 0 || r->outputs_open) return RUN_OK;
   r->outputs_open = 1;
   if (o->metrics_path != NULL) {
+    /* Appending (a resume, or the rank 0 of a re-formed job): the steps a lost rank 0 wrote. */
+    if (r->start_step > 0) r->reported = metrics_last_step(o->metrics_path);
     r->metrics = fopen(o->metrics_path, r->start_step > 0 ? "ae" : "we");
     if (r->metrics == NULL) {
       fprintf(r->errf, "cohort-gpt2: cannot open %s: %s\n", o->metrics_path, strerror(errno));
@@ -456,6 +497,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   /* The share of the communication window that backward covered. */
   double hidden = comm_ms > 0.0 ? 1.0 - r->ddp.exposed_ms / comm_ms : 1.0;
   *st = (step_stats){.step = step + 1,
+                     .world = r->world,
                      .loss = loss,
                      .gnorm = gnorm,
                      .step_s = step_s,
@@ -489,7 +531,7 @@ static int write_metrics(train_run *r, const step_stats *st) {
       "{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "step",
       (json_int_t)st->step, "loss", st->loss, "lr", (double)st->lr, "grad_norm", st->gnorm,
       "step_ms", st->step_s * 1e3, "tokens_per_s", st->tok_s, "gflops", st->gflops, "comm_ms",
-      st->comm_ms, "hidden_frac", st->hidden, "world", r->world, "wire_mb", st->wire_mb,
+      st->comm_ms, "hidden_frac", st->hidden, "world", st->world, "wire_mb", st->wire_mb,
       "compress_ratio", st->ratio, "cpu_ms", st->cpu_ms, "compute_ms", st->compute_ms,
       "compress_ms", st->compress_ms, "update_ms", st->update_ms, "exposed_ms", st->exposed_ms);
   int rc = j == NULL ? -1 : json_dumpf(j, r->metrics, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -524,14 +566,16 @@ static int report_step(train_run *r, const step_stats *st) {
     fprintf(r->out,
             "step %5llu/%lld | loss %.6f | lr %.3e | norm %.3f | %8.1f ms | %9.1f tok/s | "
             "%6.1f GFLOP/s | comm %6.1f ms (%3.0f%% hidden) | wire %.2f MB (%.2fx) | cpu %.0f ms: "
-            "compute %.0f compress %.0f update %.0f | waited %.0f ms\n",
+            "compute %.0f compress %.0f update %.0f | waited %.0f ms%s\n",
             (unsigned long long)st->step, (long long)r->o->steps, st->loss, st->lr, st->gnorm,
             st->step_s * 1e3, st->tok_s, st->gflops, st->comm_ms, st->hidden * 100.0, st->wire_mb,
-            st->ratio, st->cpu_ms, st->compute_ms, st->compress_ms, st->update_ms, st->exposed_ms);
+            st->ratio, st->cpu_ms, st->compute_ms, st->compress_ms, st->update_ms, st->exposed_ms,
+            st->late ? " | received with the state" : "");
     fflush(r->out);
   }
   int rc = r->metrics != NULL ? write_metrics(r, st) : RUN_OK;
   if (rc == RUN_OK && r->tb != NULL) rc = write_tb(r, st);
+  if (rc == RUN_OK) r->reported = st->step;
   return rc;
 }
 
@@ -631,7 +675,9 @@ static int receive_state(train_run *r, int64_t mine, const join_view *v, double 
   if (mine >= 0 && receiver) cohort_comm_mark_new(r->comm);
   gpt2_state_head head;
   int n;
-  cohort_iov *iov = gpt2_state_pieces(&r->model, &r->ddp, &head, r->done, r->pos, r->o->seed, &n);
+  cohort_iov last = {&r->last, sizeof r->last}; /* step_stats: plain numbers */
+  cohort_iov *iov =
+      gpt2_state_pieces(&r->model, &r->ddp, &head, r->done, r->pos, r->o->seed, last, &n);
   if (iov == NULL) {
     fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
     return RUN_FAIL;
@@ -717,7 +763,17 @@ static int train_join(train_run *r, int old_world, double t0) {
     fflush(r->out);
   }
   r->in_step = 0;
-  return open_outputs(r);
+  st = open_outputs(r);
+  /* Every step has its line once: a rank 0 that received the step it goes on from (it was behind,
+   * or is new) writes its line from the report that came with the state, unless its metrics have
+   * it (a lost rank 0 wrote it). */
+  if (st == RUN_OK && r->rank == 0 && v.max > 0 && r->last.step == (uint64_t)v.max &&
+      r->reported < r->last.step) {
+    step_stats late = r->last;
+    late.late = 1;
+    st = report_step(r, &late);
+  }
+  return st;
 }
 
 /* The membership ended (COHORT_ERESHAPED): keep the state of the last completed step, re-form the
@@ -759,6 +815,17 @@ static void keep_own_after(train_run *r) {
   r->own_after_valid = 1;
 }
 
+/* Tests (COHORT_GPT2_TEST_FAIL=K:PATH): this rank's step K completed all its collectives; once
+ * PATH exists (the test made it when the other ranks completed K too: 60 s at most) it fails
+ * as if the last had not, once. So this survivor is behind the others at the re-form it starts
+ * (docs/gpt2.md "Re-form"): it must receive step K's state, and compute nothing again. */
+static int test_fail(train_run *r) {
+  r->test_fail_step = 0;
+  for (int i = 0; i < 60000 && access(r->test_fail_path, F_OK) != 0; i++) usleep(1000);
+  gpt2_ddp_fail(&r->ddp, COHORT_ERESHAPED, "test: a completed step made to fail");
+  return RUN_COMM;
+}
+
 /* One step, its report and checkpoint. Re-forming, what a failing exchange would change is kept
  * first and put back when it fails: the state is then the last completed step's. */
 static int train_one(train_run *r) {
@@ -779,6 +846,7 @@ static int train_one(train_run *r) {
   r->in_step = 1;
   r->exchanged = r->own_after_valid = 0;
   int rc = train_step(r, step, &st);
+  if (rc == RUN_OK && r->test_fail_step == step + 1) rc = test_fail(r);
   if (rc != RUN_OK) {
     if (r->reform) keep_own_after(r);
     if (r->reform) gpt2_ddp_rollback(&r->ddp);
@@ -786,6 +854,7 @@ static int train_one(train_run *r) {
   }
   r->in_step = 0;
   r->done = step + 1;
+  r->last = st;
   if (r->comm != NULL && r->reform) cohort_comm_set_step(r->comm, (int64_t)r->done);
   cohort_progress((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
   rc = report_step(r, &st);
