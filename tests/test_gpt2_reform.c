@@ -303,7 +303,11 @@ static int live(const reform_case *c, long *N, long *M) {
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
   /* The grow: two steps on, the membership of 2 ends and a newcomer joins as rank 2. */
   ok = ok && wait_progress(&s[0], progress(&s[0]) + 2, 60) == 0;
+  /* Held while it is sent: a tiny step takes milliseconds, and this process, descheduled under
+   * load, once let them train to the end before the reshape came. */
+  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGSTOP);
   for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 why=a node joins") == 0;
+  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGCONT);
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
   snprintf(tag, sizeof tag, "%s.live.new", c->name);
   s[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, args);
