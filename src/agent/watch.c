@@ -120,10 +120,12 @@ static int node_silent(agent_watch *w, int k, int64_t now, char *text, size_t le
  * sweeps that could not read (an etcd election, say, when no node could
  * beat either), every node's silence is shortened by the time unread.
  */
+static int64_t check_period(const agent_watch *w);
+
 static void forgive_outage(agent_watch *w, int64_t now) {
-  int64_t unread = now - w->last_sweep - w->o.heartbeat_ms;
+  int64_t period = check_period(w), unread = now - w->last_sweep - period;
   w->last_sweep = now;
-  if (unread <= w->o.heartbeat_ms) return;
+  if (unread <= period) return;
   for (int k = 0; k < w->o.nnodes; k++)
     w->last_change[k] = w->last_change[k] + unread < now ? w->last_change[k] + unread : now;
 }
@@ -237,6 +239,17 @@ static int64_t beat_period(const agent_watch *w) {
                                                                          : w->o.heartbeat_ms;
 }
 
+/*
+ * How often this node reads the counters it checks: node 0 everyone's
+ * every heartbeat period; with etcd, the others node 0's as often as it
+ * moves (beat_period), not every heartbeat (a read a node every 500 ms
+ * for a counter that moves every 1.7 s by default): node 0's loss is seen
+ * at most a beat period after the heartbeat timeout.
+ */
+static int64_t check_period(const agent_watch *w) {
+  return w->o.my_node == 0 ? w->o.heartbeat_ms : beat_period(w);
+}
+
 /* Bumps this node's heartbeat when due: puts its count (a put of the whole value, which the
  * etcd client may send again when an answer is lost). */
 static void beat(agent_watch *w, const char *my_hb, watch_clock *t) {
@@ -251,11 +264,12 @@ static void beat(agent_watch *w, const char *my_hb, watch_clock *t) {
 /*
  * Where a slice of the wait on the fail key ends: when the next heartbeat
  * or check is due (one wait a heartbeat period, not one every 200 ms as
- * before), the built-in store's wait being cut short at the job's end
- * (watch_stop). A wait that cannot be cut short (etcd's client) lasts at
- * most WAIT_SLICE_MAX_MS, so that the job's end does not wait out a
- * longer one (32 agents through etcd ended 0.3-0.6 s later with slices
- * of up to 500 ms).
+ * before), the wait being cut short at the job's end (watch_stop; etcd's
+ * too, whose watch is held from one slice to the next: a slice costs etcd
+ * nothing). A wait that could not be cut short would last at most
+ * WAIT_SLICE_MAX_MS, so that the job's end did not wait out a longer one
+ * (32 agents through etcd ended 0.3-0.6 s later with slices of up to
+ * 500 ms).
  */
 static int64_t slice_end(const agent_watch *w, const watch_clock *t) {
   int64_t now = base_now_ms(), next = t->next_hb < t->next_check ? t->next_hb : t->next_check;
@@ -289,7 +303,7 @@ static void *watch_main(void *arg) {
   snprintf(suffix, sizeof suffix, "hb/%d", o->my_node);
   rdzv_key(my_hb, sizeof my_hb, o->job_id, o->round, suffix);
   int64_t now = base_now_ms();
-  watch_clock t = {.next_hb = 0, .next_check = now + o->heartbeat_ms, .last_ok = now, .beats = 0};
+  watch_clock t = {.next_hb = 0, .next_check = now + check_period(w), .last_ok = now, .beats = 0};
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
     int seen = wait_fail_key(w, fail_key, &t, text, sizeof text);
@@ -304,7 +318,7 @@ static void *watch_main(void *arg) {
     }
     now = base_now_ms();
     if (now < t.next_check) continue;
-    t.next_check = now + o->heartbeat_ms;
+    t.next_check = now + check_period(w);
     if (check_nodes(w, op_deadline(w, &t), &t.last_ok, text, sizeof text)) {
       set_failure(w, text, 0);
       break;

@@ -171,8 +171,16 @@ static void op_close(void *impl) {
   free(c);
 }
 
-static const store_ops etcd_ops = {op_set, op_get,      op_wait, op_add,
-                                   op_cas, op_get_many, op_del,  op_close};
+static void op_interrupt(void *impl) {
+  etcd_interrupt(((etcd_conn *)impl)->e);
+}
+
+static const char *op_error(void *impl) {
+  return etcd_error(((etcd_conn *)impl)->e);
+}
+
+static const store_ops etcd_ops = {op_set,      op_get, op_wait,  op_add,       op_cas,
+                                   op_get_many, op_del, op_close, op_interrupt, op_error};
 
 static void etcd_options(rdzv_backend *b, etcd_opts *o) {
   *o = (etcd_opts){.endpoints = b->endpoints,
@@ -187,28 +195,16 @@ static void etcd_options(rdzv_backend *b, etcd_opts *o) {
 
 /* ---- the lease ---- */
 
-/* A renewal's attempts last this long at most: between them the keeper looks at `stop`, so a
- * close waits this long, not the renewal's whole deadline, for an etcd that does not answer. */
-#define RENEW_SLICE_MS 200
+/* A renewal may take until this long before the lease would expire, and at least this long:
+ * a busy etcd answers late, and a renewal given up on is work etcd did for nothing (1,024
+ * nodes' leases expired when renewals were cut at 200 ms). */
+#define RENEW_MARGIN_MS 250
 
-static int stopping(rdzv_backend *b) {
-  pthread_mutex_lock(&b->lock);
-  int stop = b->stop;
-  pthread_mutex_unlock(&b->lock);
-  return stop;
-}
-
-/* Renews the lease within a third of its TTL, in slices; 0 or the last attempt's error. */
-static int renew(rdzv_backend *b, etcd *e, int64_t lease) {
-  int64_t deadline = base_deadline_in((int64_t)b->ttl_s * 1000 / 3);
-  int rc = -ETIMEDOUT;
-  while (base_deadline_left(deadline) > 0 && !stopping(b)) {
-    int64_t slice = base_deadline_in(RENEW_SLICE_MS);
-    if (slice > deadline) slice = deadline;
-    rc = etcd_lease_keepalive(e, lease, slice);
-    if (rc != -ETIMEDOUT && rc != -ECONNREFUSED) break;
-  }
-  return rc;
+/* Renews the lease, renewed last at last_ok; 0 or the error (-ECANCELED: closing). */
+static int renew(rdzv_backend *b, etcd *e, int64_t lease, int64_t last_ok) {
+  int64_t deadline = last_ok + (int64_t)b->ttl_s * 1000 - RENEW_MARGIN_MS;
+  if (deadline < base_deadline_in(RENEW_MARGIN_MS)) deadline = base_deadline_in(RENEW_MARGIN_MS);
+  return etcd_lease_keepalive(e, lease, deadline);
 }
 
 /* Renews the lease every third of its TTL until told to stop; then revokes it, unless the store
@@ -216,6 +212,7 @@ static int renew(rdzv_backend *b, etcd *e, int64_t lease) {
 static void *keep_lease(void *arg) {
   rdzv_backend *b = arg;
   int warned = 0, renewed = 1;
+  int64_t last_ok = base_now_ms(); /* granted just before */
   pthread_mutex_lock(&b->lock);
   while (!b->stop) {
     /* A third of the TTL after a renewal; soon after one that failed (an election, a member
@@ -229,14 +226,16 @@ static void *keep_lease(void *arg) {
     if (b->stop) break;
     int64_t lease = b->lease;
     pthread_mutex_unlock(&b->lock);
-    int rc = renew(b, b->renewer, lease);
-    renewed = rc != -ETIMEDOUT && rc != -ECONNREFUSED;
+    int rc = renew(b, b->renewer, lease, last_ok);
+    renewed = rc != -ETIMEDOUT && rc != -ECONNREFUSED && rc != -ECANCELED;
+    if (rc == 0) last_ok = base_now_ms();
     if (rc == -ENOENT && !warned++)
       base_log(BASE_LOG_WARN, "the etcd lease of this agent expired: its keys are gone");
     pthread_mutex_lock(&b->lock);
   }
   int64_t lease = b->lease;
   int lost = b->lost;
+  etcd_resume(b->renewer); /* after close's interrupt, which it made holding the lock */
   pthread_mutex_unlock(&b->lock);
   if (!lost) etcd_lease_revoke(b->renewer, lease, base_deadline_in(2000));
   etcd_close(b->renewer);
@@ -245,9 +244,8 @@ static void *keep_lease(void *arg) {
 
 /*
  * The first connection grants the lease and starts keeping it. The keeper's own connection is
- * made here, within the caller's deadline: its renewals are attempts of RENEW_SLICE_MS, too
- * short for an authentication (bcrypt in etcd) on a busy member, which the keeper would abort
- * and start again every slice until the lease expired.
+ * made here, within the caller's deadline: a renewal must end before the lease would, which
+ * may be too short for an authentication (bcrypt in etcd) on a busy member.
  */
 static int ensure_lease(rdzv_backend *b, etcd *e, int64_t deadline) {
   pthread_mutex_lock(&b->lock);
@@ -304,6 +302,7 @@ void rdzv_backend_close(rdzv_backend *b) {
   if (b == NULL) return;
   pthread_mutex_lock(&b->lock);
   b->stop = 1;
+  if (b->keeping) etcd_interrupt(b->renewer); /* a renewal under way ends at once */
   pthread_cond_signal(&b->wake);
   pthread_mutex_unlock(&b->lock);
   if (b->keeping) pthread_join(b->keeper, NULL);

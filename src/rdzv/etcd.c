@@ -25,19 +25,34 @@
  * has just died holds requests until it times out) does not take the whole deadline. */
 #define ETCD_ATTEMPT_MIN_MS 1000
 
+/* A watch on one key that outlives the etcd_wait that opened it: the next wait on the same key
+ * goes on listening to it instead of reading the key and opening a watch again (a loop of
+ * short waits cost a read and a watch each). */
+typedef struct watch_stream {
+  CURL *curl;    /* in the multi handle while open */
+  char key[512]; /* the key watched (the caller's, without the prefix) */
+  char *b;       /* what has arrived since it opened */
+  size_t len;
+  int over;     /* more than ETCD_BODY_MAX */
+  int changed;  /* an event, a cancel or an error arrived: look again */
+  int endpoint; /* the member it listens to (an index of endpoints) */
+  struct curl_slist *hdrs;
+  int done;        /* the transfer ended */
+  CURLcode result; /* how, when done */
+} watch_stream;
+
 struct etcd {
   CURL *curl;
+  CURLM *multi; /* drives curl and the held watch, so that etcd_interrupt can wake it */
+  watch_stream w;
+  atomic_int interrupted;
   char endpoints[ETCD_MAX_ENDPOINTS][BASE_HOST_MAX + 8];
   int nendpoints, cur;
   char prefix[256];
   char scheme[8];
   char *user, *password;
-  char auth_header[512]; /* "Authorization: <token>", "" none */
-  char err[512];         /* the last failure, one line */
-  /* A key a wait found absent up to this revision (a quiet watch): the next wait on it
-   * watches on from there without reading it first. */
-  char quiet_key[512];
-  int64_t quiet_rev;
+  char auth_header[512];     /* "Authorization: <token>", "" none */
+  char err[512];             /* the last failure, one line */
   _Atomic int64_t *answered; /* etcd_opts.answered */
 };
 
@@ -58,6 +73,14 @@ static struct {
   void (*easy_cleanup)(CURL *);
   struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
   void (*slist_free_all)(struct curl_slist *);
+  CURLM *(*multi_init)(void);
+  CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+  CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+  CURLMcode (*multi_perform)(CURLM *, int *);
+  CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned, int, int *);
+  CURLMcode (*multi_wakeup)(CURLM *);
+  CURLMsg *(*multi_info_read)(CURLM *, int *);
+  CURLMcode (*multi_cleanup)(CURLM *);
   char err[256]; /* why it could not be loaded, "" when it was */
 } lc;
 static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
@@ -81,6 +104,14 @@ static void lc_load(void) {
       {(void **)&lc.easy_cleanup, "curl_easy_cleanup"},
       {(void **)&lc.slist_append, "curl_slist_append"},
       {(void **)&lc.slist_free_all, "curl_slist_free_all"},
+      {(void **)&lc.multi_init, "curl_multi_init"},
+      {(void **)&lc.multi_add_handle, "curl_multi_add_handle"},
+      {(void **)&lc.multi_remove_handle, "curl_multi_remove_handle"},
+      {(void **)&lc.multi_perform, "curl_multi_perform"},
+      {(void **)&lc.multi_poll, "curl_multi_poll"},
+      {(void **)&lc.multi_wakeup, "curl_multi_wakeup"},
+      {(void **)&lc.multi_info_read, "curl_multi_info_read"},
+      {(void **)&lc.multi_cleanup, "curl_multi_cleanup"},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
     if ((*syms[i].fn = dlsym(h, syms[i].name)) == NULL) {
@@ -194,17 +225,44 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg) {
   return k;
 }
 
-/* One POST to the current endpoint, its answer to fn(arg) as it arrives; 0 with *status,
- * or a transport error. */
-static int post_once(etcd *e, const char *path, const char *req, int64_t deadline, long *status,
-                     curl_write_callback fn, void *arg) {
-  char url[BASE_HOST_MAX + 64];
-  snprintf(url, sizeof url, "%s://%s%s", e->scheme, e->endpoints[e->cur], path);
+/* The headers of every request (freed with lc.slist_free_all). */
+static struct curl_slist *headers(const etcd *e) {
   struct curl_slist *hdrs = lc.slist_append(NULL, "Content-Type: application/json");
   if (e->auth_header[0] != '\0') hdrs = lc.slist_append(hdrs, e->auth_header);
   /* etcd's "require leader" (gRPC metadata through the gateway): a member without a leader
    * answers 503 at once instead of holding the request until it times out. */
-  hdrs = lc.slist_append(hdrs, "Grpc-Metadata-hasleader: true");
+  return lc.slist_append(hdrs, "Grpc-Metadata-hasleader: true");
+}
+
+/*
+ * Drives e's transfers (a request's and the held watch's) until want's has
+ * ended (0, *res how), the deadline passes (-ETIMEDOUT) or etcd_interrupt
+ * is called (-ECANCELED). The held watch's end is recorded whenever it comes.
+ */
+static int drive(etcd *e, CURL *want, int64_t deadline, CURLcode *res) {
+  for (;;) {
+    int running = 0, queued = 0, ended = 0;
+    lc.multi_perform(e->multi, &running);
+    for (CURLMsg *m; (m = lc.multi_info_read(e->multi, &queued)) != NULL;) {
+      if (m->msg != CURLMSG_DONE) continue;
+      if (m->easy_handle == e->w.curl) e->w.done = 1, e->w.result = m->data.result;
+      if (m->easy_handle == want) ended = 1, *res = m->data.result;
+    }
+    if (ended || (want == e->w.curl && e->w.done)) return 0;
+    if (atomic_load(&e->interrupted)) return -ECANCELED;
+    int left = base_deadline_left(deadline);
+    if (left <= 0) return -ETIMEDOUT;
+    lc.multi_poll(e->multi, NULL, 0, left < 1000 ? left : 1000, NULL);
+  }
+}
+
+/* One POST to the current endpoint, its answer to fn(arg) as it arrives; 0 with *status,
+ * or a transport error (-ECANCELED: etcd_interrupt). */
+static int post_once(etcd *e, const char *path, const char *req, int64_t deadline, long *status,
+                     curl_write_callback fn, void *arg) {
+  char url[BASE_HOST_MAX + 64];
+  snprintf(url, sizeof url, "%s://%s%s", e->scheme, e->endpoints[e->cur], path);
+  struct curl_slist *hdrs = headers(e);
   int left = base_deadline_left(deadline);
   lc.easy_setopt(e->curl, CURLOPT_URL, url);
   lc.easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdrs);
@@ -213,8 +271,17 @@ static int post_once(etcd *e, const char *path, const char *req, int64_t deadlin
   lc.easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(left > 1 ? left : 1));
   lc.easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, fn);
   lc.easy_setopt(e->curl, CURLOPT_WRITEDATA, arg);
-  CURLcode cc = lc.easy_perform(e->curl);
+  CURLcode cc = CURLE_OPERATION_TIMEDOUT;
+  /* curl's own timeout ends the transfer; the margin only guards against one that does not */
+  int rc = lc.multi_add_handle(e->multi, e->curl) == CURLM_OK ? 0 : -ENOMEM;
+  if (rc == 0) rc = drive(e, e->curl, deadline + 100, &cc);
+  lc.multi_remove_handle(e->multi, e->curl);
   lc.slist_free_all(hdrs);
+  *status = 0;
+  if (rc == -ECANCELED || rc == -ENOMEM) {
+    snprintf(e->err, sizeof e->err, "%s", rc == -ECANCELED ? "interrupted" : "out of memory");
+    return rc;
+  }
   lc.easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
   if (*status > 0 && e->answered != NULL) atomic_store(e->answered, base_now_ms());
   if (cc == CURLE_OK) return 0;
@@ -238,10 +305,20 @@ static int answer_error(etcd *e, long status, const json_t *doc) {
   if (code == 16 || code == 7 ||
       (msg != NULL && (strstr(msg, "auth") != NULL || strstr(msg, "user name") != NULL)))
     return COHORT_EAUTH;
-  return COHORT_EPROTO;
+  /* 5 not found: "requested lease not found" (a write under a lease that expired) */
+  return code == 5 ? -ENOENT : COHORT_EPROTO;
 }
 
 static int authenticate(etcd *e, int64_t deadline);
+static void watch_close(etcd *e);
+
+/* Leaves the current member for the next, which it failed; the held watch goes if it was
+ * there (the next wait reads its key again), so that a member cut off without a word (its
+ * watch stream silent, not closed) does not keep a wait from seeing a change. */
+static void next_endpoint(etcd *e) {
+  if (e->w.curl != NULL && e->w.key[0] != '\0' && e->w.endpoint == e->cur) watch_close(e);
+  e->cur = (e->cur + 1) % e->nendpoints;
+}
 
 /* The deadline of one attempt: the whole of it for a request that must not be replayed once
  * sent (or with one member); else its share of the time left. */
@@ -262,13 +339,19 @@ static int request(etcd *e, const char *path, json_t *req, json_t **resp, int64_
   char *text = json_dumps(req, JSON_COMPACT);
   if (text == NULL) return -ENOMEM;
   int rc = -ETIMEDOUT, reauth = e->user != NULL && strcmp(path, "/v3/auth/authenticate") != 0;
+  e->err[0] = '\0';
   for (int tries = 0; base_deadline_left(deadline) > 0; tries++) {
     body b = {0};
     long status = 0;
+    if (atomic_load(&e->interrupted)) {
+      snprintf(e->err, sizeof e->err, "interrupted");
+      rc = -ECANCELED;
+      break;
+    }
     rc = post_once(e, path, text, attempt_deadline(e, replay, deadline), &status, on_data, &b);
     if (rc == -ECONNREFUSED || rc == -ETIMEDOUT) {
       free(b.p);
-      e->cur = (e->cur + 1) % e->nendpoints;
+      next_endpoint(e);
       if ((tries + 1) % e->nendpoints == 0) base_sleep_ms(tries < 8 * e->nendpoints ? 50 : 200);
       continue;
     }
@@ -283,13 +366,14 @@ static int request(etcd *e, const char *path, json_t *req, json_t **resp, int64_
     }
     if (status == 200) {
       *resp = doc;
+      e->err[0] = '\0'; /* a 503 on the way is not this request's failure */
       rc = 0;
       break;
     }
     rc = answer_error(e, status, doc);
     json_decref(doc);
     if (status == 503) { /* a leader election: the request was not served; again, elsewhere */
-      e->cur = (e->cur + 1) % e->nendpoints;
+      next_endpoint(e);
       base_sleep_ms(50);
       rc = -ETIMEDOUT;
       continue;
@@ -365,12 +449,17 @@ static int setup(etcd *e, const etcd_opts *o) {
   if (o->user != NULL &&
       ((e->user = strdup(o->user)) == NULL || (e->password = strdup(o->password)) == NULL))
     return -ENOMEM;
-  if ((e->curl = lc.easy_init()) == NULL) return -ENOMEM;
-  lc.easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-  lc.easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (o->cacert != NULL && o->cacert[0] != '\0') lc.easy_setopt(e->curl, CURLOPT_CAINFO, o->cacert);
-  if (o->cert != NULL) lc.easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert);
-  if (o->key != NULL) lc.easy_setopt(e->curl, CURLOPT_SSLKEY, o->key);
+  if ((e->multi = lc.multi_init()) == NULL) return -ENOMEM;
+  CURL **handles[2] = {&e->curl, &e->w.curl}; /* requests, the held watch */
+  for (int i = 0; i < 2; i++) {
+    CURL *c = *handles[i] = lc.easy_init();
+    if (c == NULL) return -ENOMEM;
+    lc.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    lc.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (o->cacert != NULL && o->cacert[0] != '\0') lc.easy_setopt(c, CURLOPT_CAINFO, o->cacert);
+    if (o->cert != NULL) lc.easy_setopt(c, CURLOPT_SSLCERT, o->cert);
+    if (o->key != NULL) lc.easy_setopt(c, CURLOPT_SSLKEY, o->key);
+  }
   return 0;
 }
 
@@ -397,7 +486,10 @@ int etcd_connect(const etcd_opts *o, int64_t deadline_ms, etcd **out, char *err,
 
 void etcd_close(etcd *e) {
   if (e == NULL) return;
+  if (e->w.curl != NULL) watch_close(e);
+  if (e->w.curl != NULL) lc.easy_cleanup(e->w.curl);
   if (e->curl != NULL) lc.easy_cleanup(e->curl);
+  if (e->multi != NULL) lc.multi_cleanup(e->multi);
   free(e->user);
   free(e->password);
   free(e);
@@ -405,6 +497,19 @@ void etcd_close(etcd *e) {
 
 const char *etcd_endpoint(const etcd *e) {
   return e->endpoints[e->cur];
+}
+
+const char *etcd_error(const etcd *e) {
+  return e->err;
+}
+
+void etcd_interrupt(etcd *e) {
+  atomic_store(&e->interrupted, 1);
+  lc.multi_wakeup(e->multi);
+}
+
+void etcd_resume(etcd *e) {
+  atomic_store(&e->interrupted, 0);
 }
 
 /* ---- key-value ---- */
@@ -620,73 +725,84 @@ int etcd_add(etcd *e, const char *key, int64_t delta, int64_t lease, int64_t *re
   return rc;
 }
 
-/* ---- waiting: a watch on the first key missing ---- */
+/* ---- waiting: a watch on the first key missing, held open between waits ---- */
 
-typedef struct watch_stream {
-  body b;
-  int changed;         /* an event, a cancel or an error arrived: look again */
-  int64_t created_rev; /* the revision of the "created" answer: no change up to it */
-} watch_stream;
-
-/* The header revision of the stream's first answer, once its line is complete. */
-static int64_t created_revision(const body *b) {
-  const char *end = memchr(b->p, '\n', b->len), *r = strstr(b->p, "\"revision\":\"");
-  int64_t rev = 0;
-  if (end == NULL || r == NULL || r > end) return 0;
-  for (r += strlen("\"revision\":\""); *r >= '0' && *r <= '9' && rev < INT64_MAX / 10; r++)
-    rev = rev * 10 + (*r - '0');
-  return rev;
-}
-
-/* Reads the watch's stream until something other than its "created" answer arrives. */
+/* Takes the watch's stream until something other than its "created" answer arrives. */
 static size_t on_watch_data(char *p, size_t size, size_t n, void *arg) {
   watch_stream *w = arg;
-  if (on_data(p, size, n, &w->b) != size * n) return 0;
-  if (strstr(w->b.p, "\"events\"") != NULL || strstr(w->b.p, "\"canceled\"") != NULL ||
-      strstr(w->b.p, "\"error\"") != NULL) {
+  size_t k = size * n;
+  if (w->len + k > ETCD_BODY_MAX) {
+    w->over = 1;
+    return 0;
+  }
+  char *q = realloc(w->b, w->len + k + 1);
+  if (q == NULL) return 0;
+  memcpy(q + w->len, p, k);
+  w->b = q, w->len += k, w->b[w->len] = '\0';
+  if (strstr(w->b, "\"events\"") != NULL || strstr(w->b, "\"canceled\"") != NULL ||
+      strstr(w->b, "\"error\"") != NULL) {
     w->changed = 1;
     return 0; /* ends the transfer */
   }
-  if (w->created_rev == 0) w->created_rev = created_revision(&w->b);
-  return size * n;
+  return k;
 }
 
-/*
- * Blocks on a watch of key from revision rev + 1 until it changes (0),
- * the deadline (-ETIMEDOUT), or the stream fails (0: the caller looks
- * again through call, which fails over and reports).
- */
-static int watch_after(etcd *e, const char *key, int64_t rev, int64_t deadline) {
+static void watch_close(etcd *e) {
+  watch_stream *w = &e->w;
+  if (w->key[0] != '\0') lc.multi_remove_handle(e->multi, w->curl);
+  lc.slist_free_all(w->hdrs);
+  free(w->b);
+  CURL *c = w->curl;
+  *w = (watch_stream){.curl = c};
+}
+
+/* Opens the held watch on key from revision rev + 1 at the current member. */
+static int watch_open(etcd *e, const char *key, int64_t rev) {
+  if (strlen(key) >= sizeof e->w.key) return -EINVAL;
+  watch_close(e);
   json_t *create = json_pack("{s:o}", "start_revision", i64_json(rev + 1));
   json_t *req = json_pack("{s:o}", "create_request", create); /* takes create */
-  char *text = NULL;
+  char *text = NULL, url[BASE_HOST_MAX + 64];
   if (req != NULL && set_key(e, create, "key", key) == 0) text = json_dumps(req, JSON_COMPACT);
   json_decref(req);
   if (text == NULL) return -ENOMEM;
-  watch_stream w = {{0}, 0, 0};
-  long status = 0;
-  int rc = post_once(e, "/v3/watch", text, deadline, &status, on_watch_data, &w);
+  watch_stream *w = &e->w;
+  snprintf(url, sizeof url, "%s://%s/v3/watch", e->scheme, e->endpoints[e->cur]);
+  w->hdrs = headers(e);
+  w->endpoint = e->cur;
+  lc.easy_setopt(w->curl, CURLOPT_URL, url);
+  lc.easy_setopt(w->curl, CURLOPT_HTTPHEADER, w->hdrs);
+  lc.easy_setopt(w->curl, CURLOPT_COPYPOSTFIELDS, text);
+  lc.easy_setopt(w->curl, CURLOPT_TIMEOUT_MS, 0L); /* as long as it is held */
+  lc.easy_setopt(w->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  lc.easy_setopt(w->curl, CURLOPT_WRITEFUNCTION, on_watch_data);
+  lc.easy_setopt(w->curl, CURLOPT_WRITEDATA, w);
   free(text);
-  free(w.b.p);
-  e->quiet_rev = 0;
-  if (w.changed || rc == 0) return 0;
-  /* A watch that was set up and saw nothing until curl's timeout (which may fire a
-   * millisecond before our deadline): quiet, not a failing member. */
-  int set_up = w.created_rev > 0 && w.created_rev >= rev;
-  if (rc == -ETIMEDOUT && (set_up || base_deadline_left(deadline) <= 0)) {
-    /* Quiet up to created_rev only when no revision came between rev and it: etcd replays
-     * the events of (rev, created_rev] after its "created" answer, and the timeout may have
-     * cut them off (a watch from created_rev on would never see them: a failure missed). */
-    if (set_up && w.created_rev == rev && strlen(key) < sizeof e->quiet_key) {
-      memcpy(e->quiet_key, key, strlen(key) + 1);
-      e->quiet_rev = w.created_rev;
-    }
-    int left = base_deadline_left(deadline);
-    if (left > 0) base_sleep_ms(left);
-    return -ETIMEDOUT;
+  if (lc.multi_add_handle(e->multi, w->curl) != CURLM_OK) {
+    lc.slist_free_all(w->hdrs);
+    w->hdrs = NULL;
+    return -ENOMEM;
   }
-  e->cur = (e->cur + 1) % e->nendpoints; /* this member failed us: the next one */
-  base_sleep_ms(20);
+  memcpy(w->key, key, strlen(key) + 1);
+  return 0;
+}
+
+/*
+ * Listens to the held watch until the deadline (-ETIMEDOUT: it stays open
+ * for the next wait), etcd_interrupt (-ECANCELED), or its key changed or
+ * its stream ended (0: closed, look again; a stream that ended without news
+ * is a member that failed us, and the next one is tried).
+ */
+static int watch_listen(etcd *e, int64_t deadline) {
+  CURLcode cc = CURLE_OK;
+  int rc = drive(e, e->w.curl, deadline, &cc);
+  if (rc != 0) return rc;
+  int changed = e->w.changed;
+  watch_close(e);
+  if (!changed) {
+    e->cur = (e->cur + 1) % e->nendpoints;
+    base_sleep_ms(20);
+  }
   return 0;
 }
 
@@ -711,9 +827,10 @@ static int first_missing(etcd *e, const char *const *keys, size_t n, size_t *mis
 }
 
 int etcd_wait(etcd *e, const char *const *keys, size_t n, int64_t deadline_ms) {
-  /* One key a quiet watch left absent: watch on (a loop of short waits costs one request each). */
-  if (n == 1 && e->quiet_rev > 0 && strcmp(keys[0], e->quiet_key) == 0) {
-    int rc = watch_after(e, keys[0], e->quiet_rev, deadline_ms);
+  if (atomic_load(&e->interrupted)) return -ECANCELED;
+  /* The key the held watch listens to: nothing to read unless it changed. */
+  if (n == 1 && e->w.key[0] != '\0' && strcmp(keys[0], e->w.key) == 0) {
+    int rc = watch_listen(e, deadline_ms);
     if (rc != 0) return rc;
   }
   size_t from = 0; /* the keys before it were there: they are not read again */
@@ -723,7 +840,8 @@ int etcd_wait(etcd *e, const char *const *keys, size_t n, int64_t deadline_ms) {
     int rc = first_missing(e, keys + from, n - from, &missing, &rev, deadline_ms);
     if (rc != 0 || missing == n - from) return rc;
     from += missing;
-    if ((rc = watch_after(e, keys[from], rev, deadline_ms)) != 0) return rc;
+    if ((rc = watch_open(e, keys[from], rev)) != 0) return rc;
+    if ((rc = watch_listen(e, deadline_ms)) != 0) return rc;
   }
 }
 

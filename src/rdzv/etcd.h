@@ -35,7 +35,7 @@
  * COHORT_EPROTO (an answer that is not etcd's JSON), -ENOMEM, -EINVAL. On
  * failure err (when given) holds one line naming the endpoints and the cause.
  *
- * Thread safety: one etcd handle per thread.
+ * Thread safety: one etcd handle per thread (etcd_interrupt excepted).
  */
 #ifndef COHORT_RDZV_ETCD_H
 #define COHORT_RDZV_ETCD_H
@@ -103,9 +103,23 @@ int etcd_add(etcd *e, const char *key, int64_t delta, int64_t lease, int64_t *re
  * one missing (etcd's watch stream, from the revision of that read, so no
  * change between the two is missed) and reads again, from that key on,
  * when it changes (a key seen once is not read again); -ETIMEDOUT at the
- * deadline.
+ * deadline. The watch outlives the call: the next wait on that one key
+ * listens on without a read or a new watch (a watcher waiting in slices
+ * costs etcd nothing between changes). It goes when its key changes, its
+ * stream ends, or a request finds its member failing.
  */
 int etcd_wait(etcd *e, const char *const *keys, size_t n, int64_t deadline_ms);
+
+/* The last failure in one line, etcd's own message where it gave one ("" none yet). */
+const char *etcd_error(const etcd *e);
+
+/*
+ * From another thread: cuts short the request or wait under way on e, and
+ * fails every later one with -ECANCELED, until etcd_resume (from e's own
+ * thread). For a watcher whose wait must end at once at the job's end.
+ */
+void etcd_interrupt(etcd *e);
+void etcd_resume(etcd *e);
 
 /* A lease of ttl_s seconds (etcd may raise it to its minimum). */
 int etcd_lease_grant(etcd *e, int ttl_s, int64_t *id, int64_t deadline_ms);

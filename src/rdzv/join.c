@@ -13,6 +13,12 @@
 
 #define POLL_MS 50
 
+/* Why a store call failed: a backend's own words (etcd's message) where it has them. */
+static const char *why(store_client *c, int rc) {
+  const char *e = store_client_error(c);
+  return e[0] != '\0' ? e : cohort_strerror(rc);
+}
+
 void rdzv_key(char *out, size_t outlen, const char *job_id, int round, const char *suffix) {
   snprintf(out, outlen, "%s/%d/%s", job_id, round, suffix);
 }
@@ -568,8 +574,7 @@ static int read_plan(store_client *c, const rdzv_join_opts *o, int64_t seq, uint
   const char *keys[2] = {head, page};
   int rc = store_wait(c, keys, 1, o->deadline_ms);
   if (rc != 0) {
-    snprintf(errbuf, errlen, "no rendezvous plan from node 0 before the deadline (%s)",
-             cohort_strerror(rc));
+    snprintf(errbuf, errlen, "no rendezvous plan from node 0 before the deadline (%s)", why(c, rc));
     return rc;
   }
   void *vals[2] = {NULL, NULL};
@@ -608,7 +613,7 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   int64_t seq = 0;
   rc = store_add(c, key, 1, &seq, o->deadline_ms);
   if (rc != 0) {
-    snprintf(errbuf, errlen, "cannot register with the store: %s", cohort_strerror(rc));
+    snprintf(errbuf, errlen, "cannot register with the store: %s", why(c, rc));
     return rc;
   }
   char hostname[BASE_HOST_MAX] = "unknown";
@@ -624,7 +629,7 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
   rc = store_set(c, key, record, strlen(record), o->deadline_ms);
   if (rc != 0) {
-    snprintf(errbuf, errlen, "cannot register with the store: %s", cohort_strerror(rc));
+    snprintf(errbuf, errlen, "cannot register with the store: %s", why(c, rc));
     return rc;
   }
   /* Node 0 planned: it has the whole plan; the others read their part of it. */

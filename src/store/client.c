@@ -327,19 +327,28 @@ void store_client_close(store_client *c) {
 }
 
 int store_client_interruptible(store_client *c) {
-  if (c->ops != NULL) return -ENOTSUP;
+  if (c->ops != NULL) return c->ops->interrupt != NULL ? 0 : -ENOTSUP;
   if (c->wake_fd >= 0) return 0;
   c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return c->wake_fd >= 0 ? 0 : -errno;
 }
 
 void store_client_interrupt(store_client *c) {
-  if (c->ops != NULL) return;
+  if (c->ops != NULL) {
+    if (c->ops->interrupt != NULL) c->ops->interrupt(c->impl);
+    return;
+  }
   atomic_store(&c->interrupted, 1);
   uint64_t one = 1;
   if (c->wake_fd >= 0 && write(c->wake_fd, &one, sizeof one) < 0) {
     /* the counter is full, which wakes the poll as well */
   }
+}
+
+const char *store_client_error(store_client *c) {
+  const char *e =
+      c != NULL && c->ops != NULL && c->ops->error != NULL ? c->ops->error(c->impl) : "";
+  return e != NULL ? e : "";
 }
 
 /* Has the server closed this connection while we were not looking? */

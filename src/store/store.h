@@ -68,13 +68,21 @@ void store_client_close(store_client *c);
  * waits on the failure key in slices, stops at once at the job's end instead
  * of at the end of its slice). store_client_interruptible() prepares c (an
  * eventfd) and is called before c is shared; 0, or -ENOTSUP for a wrapped
- * backend (store_client_wrap), -EMFILE, .... store_client_interrupt() may be
- * called from any thread while c is open: the store's answer being awaited
- * (store_wait, store_get, ...) and every later call fail with -ECANCELED. It
- * does nothing to a wrapped client, whose calls end at their deadlines.
+ * backend (store_client_wrap) without an interrupt op, -EMFILE, ....
+ * store_client_interrupt() may be called from any thread while c is open:
+ * the store's answer being awaited (store_wait, store_get, ...) and every
+ * later call fail with -ECANCELED. A wrapped backend without an interrupt op
+ * is left alone: its calls end at their deadlines.
  */
 int store_client_interruptible(store_client *c);
 void store_client_interrupt(store_client *c);
+
+/*
+ * A wrapped backend's own words for its last failure (etcd's message, say
+ * "etcdserver: requested lease not found"), for the one line a caller
+ * prints; "" for the built-in store, whose errors the codes say.
+ */
+const char *store_client_error(store_client *c);
 
 /* Per-call deadline (absolute, ms). Operations fail with -ETIMEDOUT after it. */
 int store_set(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms);
@@ -125,7 +133,8 @@ int store_ping(store_client *c, int64_t deadline_ms);
  * checks keys and values as for the store, and store_client_close() calls
  * ops->close(impl). rdzv/backend.c puts etcd here, so the agent talks to
  * either through one set of calls. ping is a get of a key that need not
- * exist.
+ * exist. interrupt and error may be NULL (see store_client_interrupt and
+ * store_client_error).
  */
 typedef struct store_ops {
   int (*set)(void *impl, const char *key, const void *val, size_t len, int64_t deadline_ms);
@@ -138,6 +147,8 @@ typedef struct store_ops {
                   int64_t deadline_ms);
   int (*del)(void *impl, const char *key, int64_t deadline_ms);
   void (*close)(void *impl);
+  void (*interrupt)(void *impl);
+  const char *(*error)(void *impl);
 } store_ops;
 
 int store_client_wrap(const store_ops *ops, void *impl, store_client **out);
