@@ -500,18 +500,47 @@ static int stop_came(int *stop_signal) {
   return 0;
 }
 
-/* Every node's done key, in 200 ms turns: one read of those still awaited, a wait on the
- * first. -1 with the report on a failure, a lost store or a stop signal. */
-static int wait_all_done(cluster *c, const char **keys, char *report, size_t len,
-                         int *stop_signal) {
+/* Where the nodes count themselves done, and where the last of them says so. */
+typedef struct done_keys {
+  const char **each; /* "done/<k>" for every node k */
+  char count[STORE_KEY_MAX], all[STORE_KEY_MAX];
+  int64_t mine; /* the count this node's addition made, 0 before it was made */
+  int announced;
+} done_keys;
+
+/*
+ * This node's part, again each turn until it is made: its done key, then
+ * its addition to the count. A node whose addition made the count reach the
+ * node count checks every done key once (an addition whose answer was lost
+ * may have counted twice) and writes "alldone".
+ */
+static void count_me_done(cluster *c, done_keys *d) {
   int n = c->plan.nnodes;
-  for (int from = 0;;) {
+  int64_t dl = base_deadline_in(5000);
+  if (d->mine == 0 && store_set(c->client, d->each[c->plan.my_index], "1", 1, dl) == 0 &&
+      store_add(c->client, d->count, 1, &d->mine, dl) != 0)
+    d->mine = 0;
+  if (d->mine >= n && !d->announced && first_absent(c, d->each, 0, n, dl) == n)
+    d->announced = store_set(c->client, d->all, "1", 1, dl) == 0;
+}
+
+/*
+ * Every node done: a wait on "alldone" in 200 ms turns. A node used to read
+ * every done key still awaited each turn (N² reads a turn across the job:
+ * each agent read every other's); now one wait a turn, which etcd's held
+ * watch serves without a request. -1 with the report on a failure, a lost
+ * store (etcd: as the watcher judges it, an election ridden out) or a stop
+ * signal.
+ */
+static int wait_all_done(cluster *c, done_keys *d, char *report, size_t len, int *stop_signal) {
+  const char *all = d->all;
+  for (;;) {
     if (agent_cluster_failure(c, report, len)) return -1;
-    int got = first_absent(c, keys, from, n, base_deadline_in(5000));
-    if (got == n) return 0;
-    int rc = got < 0 ? got : store_wait(c->client, keys + got, 1, base_deadline_in(200));
-    if (got >= 0) from = got;
-    if (rc != 0 && rc != -ETIMEDOUT) {
+    count_me_done(c, d);
+    int rc = store_wait(c->client, &all, 1, base_deadline_in(200));
+    if (rc == 0) return 0;
+    /* etcd failing a wait (an election) is lost only when the watcher says so */
+    if (rc != -ETIMEDOUT && !c->etcd) {
       report_store_lost(c, rc, report, len);
       return -1;
     }
@@ -521,14 +550,15 @@ static int wait_all_done(cluster *c, const char **keys, char *report, size_t len
 
 int agent_cluster_wait_done(cluster *c, int round, char *report, size_t len, int *stop_signal) {
   if (!c->multinode) return 0;
-  const char **keys = node_keys(c, round, "done");
-  if (keys == NULL) {
+  done_keys d = {.each = node_keys(c, round, "done")};
+  if (d.each == NULL) {
     base_strlcpy(report, "out of memory waiting for the other nodes", len);
     return -1;
   }
-  store_set(c->client, keys[c->plan.my_index], "1", 1, base_deadline_in(5000));
-  int rc = wait_all_done(c, keys, report, len, stop_signal);
-  free(keys);
+  rdzv_key(d.count, sizeof d.count, c->run_id, round, "ndone");
+  rdzv_key(d.all, sizeof d.all, c->run_id, round, "alldone");
+  int rc = wait_all_done(c, &d, report, len, stop_signal);
+  free(d.each);
   if (rc != 0 && agent_cluster_stopped(report)) agent_cluster_ack_stop(c, round);
   return rc;
 }
