@@ -138,7 +138,8 @@ static void forgive_outage(agent_watch *w, int64_t now) {
  * (N reads per period instead of N²): they learn of a loss from the fail
  * key, and of node 0's from its store falling silent (store_silent) or, with
  * etcd, from node 0's own counter, which they read (first == 0, n == 1).
- * *answered: when the store last answered, this read's time if it did.
+ * *answered: when the store last answered, this read's time if it did;
+ * -1 when the read failed.
  */
 static int check_nodes(agent_watch *w, int64_t deadline, int64_t *answered, char *text,
                        size_t len) {
@@ -158,7 +159,10 @@ static int check_nodes(agent_watch *w, int64_t deadline, int64_t *answered, char
     rdzv_key(keys[i], sizeof keys[i], o->job_id, o->round, suffix);
     kp[i] = keys[i];
   }
-  if (store_get_many(w->client, kp, n, vals, lens, deadline) != 0) goto out;
+  if (store_get_many(w->client, kp, n, vals, lens, deadline) != 0) {
+    lost = -1;
+    goto out;
+  }
   int64_t now = base_now_ms();
   *answered = now;
   forgive_outage(w, now);
@@ -189,7 +193,18 @@ typedef struct watch_clock {
   int64_t next_hb, next_check;
   int64_t last_ok; /* last answer from the store */
   int64_t beats;   /* this node's heartbeat count, the value of its key */
+  /* When the first beat or check that failed since the last success began (0: none). Until
+   * one succeeds, both are tried again within WAIT_SLICE_MAX_MS with deadlines of OP_MIN_MS
+   * (an etcd member gone, an election: the requests go round the members as quickly as the
+   * waits of 200 ms used to make them). */
+  int64_t failing_since;
 } watch_clock;
+
+/* How a beat or check begun at start went: 1 answered, 0 unanswered, -1 not made. */
+static void note_answer(watch_clock *t, int64_t start, int ok) {
+  if (ok > 0) t->last_ok = base_now_ms(), t->failing_since = 0;
+  if (ok == 0 && t->failing_since == 0) t->failing_since = start;
+}
 
 /* What one look found: nothing, a failure, or the store itself gone. */
 enum { SEEN_NOTHING, SEEN_FAILURE, SEEN_STORE_LOST };
@@ -197,19 +212,23 @@ enum { SEEN_NOTHING, SEEN_FAILURE, SEEN_STORE_LOST };
 /*
  * SEEN_STORE_LOST with the report in text when the store has not answered
  * for lost_after_ms: cut off from node 0 (its agent gone or our link down),
- * or from etcd. etcd whose members answer without serving (no leader: an
+ * or from etcd. With etcd the silence counts from the first request left
+ * unanswered, not from the last answer (a node asks every third of the
+ * timeout: counted from the last answer, an election would have a third
+ * less time), and etcd whose members answer without serving (no leader: an
  * election) is given ELECTION_GRACE_MS more.
  */
 static int store_silent(agent_watch *w, const watch_clock *t, int64_t now, char *text, size_t len) {
   const watch_opts *o = &w->o;
-  int64_t silent = now - t->last_ok;
+  int on_etcd = rdzv_backend_is_etcd(o->backend);
+  int64_t silent = on_etcd ? (t->failing_since > 0 ? now - t->failing_since : 0) : now - t->last_ok;
   if (silent < o->lost_after_ms) return SEEN_NOTHING;
-  if (!rdzv_backend_is_etcd(o->backend)) {
+  if (!on_etcd) {
     snprintf(text, len, "node 0 (%s) lost: no answer from the rendezvous store for %.1f s",
              o->hostnames[0], (double)silent / 1000.0);
     return SEEN_STORE_LOST;
   }
-  int busy = now - rdzv_backend_answered(o->backend) < o->lost_after_ms;
+  int busy = rdzv_backend_answered(o->backend) >= t->failing_since;
   if (busy && silent < o->lost_after_ms + ELECTION_GRACE_MS) return SEEN_NOTHING;
   snprintf(text, len, "lost %s: %s for %.1f s", rdzv_backend_name(o->backend),
            busy ? "its members answer but serve nothing (no leader)" : "no answer",
@@ -217,12 +236,16 @@ static int store_silent(agent_watch *w, const watch_clock *t, int64_t now, char 
   return SEEN_STORE_LOST;
 }
 
-/* An operation's deadline: OP_TIMEOUT_MS, but not past the moment the store would count as
- * lost (so that its silence is seen then), and at least OP_MIN_MS. */
+/* An operation's deadline: OP_TIMEOUT_MS or a third of the heartbeat timeout, whichever is
+ * shorter, but not past the moment the store would count as lost (so that its silence is seen
+ * then), and at least OP_MIN_MS; OP_MIN_MS in trouble. One operation held by a member that
+ * cannot serve (a follower whose leader just died) must leave time to try the others. */
 static int64_t op_deadline(const agent_watch *w, const watch_clock *t) {
   int64_t now = base_now_ms(), d = t->last_ok + w->o.lost_after_ms;
-  if (d > now + OP_TIMEOUT_MS) d = now + OP_TIMEOUT_MS;
-  return d > now + OP_MIN_MS ? d : now + OP_MIN_MS;
+  int64_t most = w->o.lost_after_ms / 3 < OP_TIMEOUT_MS ? w->o.lost_after_ms / 3 : OP_TIMEOUT_MS;
+  if (rdzv_backend_is_etcd(w->o.backend)) d = now + most; /* silence counts from a failure */
+  if (t->failing_since > 0 || d < now + OP_MIN_MS) return now + OP_MIN_MS;
+  return d < now + most ? d : now + most;
 }
 
 /*
@@ -256,9 +279,9 @@ static void beat(agent_watch *w, const char *my_hb, watch_clock *t) {
   if (base_now_ms() < t->next_hb) return;
   char count[32];
   int n = snprintf(count, sizeof count, "%lld", (long long)++t->beats);
-  if (store_set(w->client, my_hb, count, (size_t)n, op_deadline(w, t)) == 0)
-    t->last_ok = base_now_ms();
-  t->next_hb = base_now_ms() + beat_period(w);
+  int64_t start = base_now_ms();
+  note_answer(t, start, store_set(w->client, my_hb, count, (size_t)n, op_deadline(w, t)) == 0);
+  t->next_hb = base_now_ms() + (t->failing_since > 0 ? WAIT_SLICE_MAX_MS : beat_period(w));
 }
 
 /*
@@ -303,7 +326,7 @@ static void *watch_main(void *arg) {
   snprintf(suffix, sizeof suffix, "hb/%d", o->my_node);
   rdzv_key(my_hb, sizeof my_hb, o->job_id, o->round, suffix);
   int64_t now = base_now_ms();
-  watch_clock t = {.next_hb = 0, .next_check = now + check_period(w), .last_ok = now, .beats = 0};
+  watch_clock t = {.next_check = now + check_period(w), .last_ok = now};
   char text[WATCH_REPORT_MAX];
   while (!stop_requested(w)) {
     int seen = wait_fail_key(w, fail_key, &t, text, sizeof text);
@@ -318,11 +341,14 @@ static void *watch_main(void *arg) {
     }
     now = base_now_ms();
     if (now < t.next_check) continue;
-    t.next_check = now + check_period(w);
-    if (check_nodes(w, op_deadline(w, &t), &t.last_ok, text, sizeof text)) {
+    int64_t read_at = 0;
+    int checked = check_nodes(w, op_deadline(w, &t), &read_at, text, sizeof text);
+    if (checked > 0) {
       set_failure(w, text, 0);
       break;
     }
+    note_answer(&t, now, checked < 0 ? 0 : read_at > 0 ? 1 : -1);
+    t.next_check = base_now_ms() + (t.failing_since > 0 ? WAIT_SLICE_MAX_MS : check_period(w));
   }
   return NULL;
 }
