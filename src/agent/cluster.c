@@ -325,8 +325,11 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
   int rc = rdzv_join(c->client, &jo, &c->plan, err, errlen);
   if (rc == -EAGAIN) return rc;
   if (rc != 0) {
+    const char *etcd_said = store_client_error(c->client); /* etcd's own words, if any */
     fprintf(stderr, "cohort: rendezvous failed (round %d): %s\n", round,
-            err[0] ? err : cohort_strerror(rc));
+            err[0]         ? err
+            : etcd_said[0] ? etcd_said
+                           : cohort_strerror(rc));
     return rc;
   }
   locate_master(c, local, remote);
