@@ -5,9 +5,10 @@
  * The etcd counterpart of swarm.c. Every simulated node is a thread with the
  * agents' own code: an rdzv_backend on etcd (its lease, kept alive by a
  * thread of its own), rdzv_join() with the first joiner planning, then the
- * watch of src/agent/watch.c in etcd mode (waiting on "fail" in slices of
- * at most 200 ms; it puts its count every third of its lease's TTL and reads
- * node 0's every heartbeat, node 0 everyone's). etcd (Debian's etcd-server)
+ * watch of src/agent/watch.c in etcd mode (waiting on "fail" in slices that
+ * end at the next put or check, the client's watch held between them; it
+ * puts its count every third of its lease's TTL and reads node 0's as
+ * often, node 0 everyone's every heartbeat). etcd (Debian's etcd-server)
  * runs as a child process on a loopback port, started and removed here, so
  * that its CPU time, memory and RPC counts can be read. One connection per
  * simulated node (an agent has two: its main thread's and its watcher's).
@@ -20,7 +21,10 @@
  *   etcd_rpc_per_s the RPCs etcd started per second in that window (its
  *                  grpc_server_started_total, from its /metrics: what the
  *                  calls cost it, a wait's watch included); per_node: /N;
- *                  put_per_node_s: those of them that are writes (Put)
+ *                  put_per_node_s: those of them that are writes (Put);
+ *                  range_, txn_, watch_, keepalive_per_node_s: the reads
+ *                  of one key, of several (and a wait's read), the watches
+ *                  opened and the lease renewals
  *   cpu_us_per_node_s  etcd's CPU in that window per node and second
  *   fail_max_ms    from the write of the failure until the last node has
  *                  seen it (fail_med_ms: the median node)
@@ -30,12 +34,15 @@
  * exits 1: no figures for it.
  *
  * usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS] [--slice MS]
- *                   [--put MS]
+ *                   [--put MS] [--before 1]
  *
  * As src/agent/watch.c by default: the waits on "fail" last until the next
- * put or check, at most 200 ms; a node puts its count every third of its
- * lease's TTL and checks every heartbeat (--heartbeat, 500 ms). The agents
- * before: --put 500 (a put every heartbeat).
+ * put or check; a node puts its count every third of its lease's TTL
+ * (--put), node 0 checks every heartbeat (--heartbeat, 500 ms), the others
+ * every put. --before 1: as watch.c before the held watch (d8f85c2): the
+ * waits last at most 200 ms and every node checks every heartbeat (built
+ * against that tree, whose client reads and watches again every wait, for
+ * the figures before). --slice: waits of that many ms.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -54,7 +61,7 @@
 
 #define JOB "swarm"
 #define WAIT_SLICE_MIN_MS 20  /* src/agent/watch.c's */
-#define WAIT_SLICE_MAX_MS 200 /* watch.c's, for etcd's wait, which it cannot cut short */
+#define WAIT_SLICE_MAX_MS 200 /* watch.c's before, when etcd's wait could not be cut short */
 #define LEASE_MS 5000         /* each node's lease: cohort run's default --heartbeat-timeout */
 #define OP_MS 10000
 
@@ -65,6 +72,7 @@ typedef struct swarm_opts {
   int heartbeat_ms;
   int slice_ms; /* --slice; 0: until the next put or check */
   int put_ms;   /* --put: how often a node puts its count */
+  int before;   /* --before 1: watch.c's waits and checks before the held watch */
 } swarm_opts;
 
 /* What the nodes share: the phases, released by the main thread. */
@@ -157,22 +165,30 @@ static void etcd_ready(const swarm *s) {
   rdzv_backend_close(b);
 }
 
-/* The RPCs etcd has started (the sum of its grpc_server_started_total counters; *puts those
- * of its Put method), -1 if unread. */
-static double etcd_rpcs(const swarm *s, double *puts) {
+/* The methods counted apart (etcd's grpc_method names). */
+enum { M_PUT, M_RANGE, M_TXN, M_WATCH, M_KEEPALIVE, M_COUNT };
+static const char *const method_names[M_COUNT] = {"Put", "Range", "Txn", "Watch", "LeaseKeepAlive"};
+
+/* The RPCs etcd has started (the sum of its grpc_server_started_total counters; by[m] those
+ * of method_names[m]), -1 if unread. */
+static double etcd_rpcs(const swarm *s, double *by) {
   char cmd[128], line[512];
   snprintf(cmd, sizeof cmd, "curl -s -m 5 http://%s/metrics", s->endpoint);
   FILE *f = popen(cmd, "r");
   if (f == NULL) return -1;
   double total = 0;
   int seen = 0;
-  *puts = 0;
+  for (int m = 0; m < M_COUNT; m++) by[m] = 0;
   while (fgets(line, sizeof line, f) != NULL) {
     if (strncmp(line, "grpc_server_started_total{", 26) != 0) continue;
     const char *v = strrchr(line, ' ');
     if (v == NULL) continue;
     total += atof(v + 1), seen = 1;
-    if (strstr(line, "grpc_method=\"Put\"") != NULL) *puts += atof(v + 1);
+    for (int m = 0; m < M_COUNT; m++) {
+      char want[64];
+      snprintf(want, sizeof want, "grpc_method=\"%s\"", method_names[m]);
+      if (strstr(line, want) != NULL) by[m] += atof(v + 1);
+    }
   }
   return pclose(f) == 0 && seen ? total : -1;
 }
@@ -258,7 +274,8 @@ static long check(node *n, store_client *c, int me, const char *const *hb, void 
 static int64_t slice_end(const swarm *s, int64_t next_put, int64_t next_check) {
   if (s->o.slice_ms > 0) return base_deadline_in(s->o.slice_ms);
   int64_t next = next_put < next_check ? next_put : next_check;
-  if (next > base_deadline_in(WAIT_SLICE_MAX_MS)) next = base_deadline_in(WAIT_SLICE_MAX_MS);
+  if (s->o.before && next > base_deadline_in(WAIT_SLICE_MAX_MS))
+    next = base_deadline_in(WAIT_SLICE_MAX_MS);
   return next > base_deadline_in(WAIT_SLICE_MIN_MS) ? next : base_deadline_in(WAIT_SLICE_MIN_MS);
 }
 
@@ -279,7 +296,9 @@ static void watch(node *n, store_client *c, int me) {
   }
   rdzv_key(fail_key, sizeof fail_key, JOB, 0, "fail");
   const char *keys[1] = {fail_key};
-  int64_t next_put = 0, next_check = base_deadline_in(s->o.heartbeat_ms), beats = 0;
+  /* watch.c's check_period: node 0 every heartbeat, the others as often as node 0 puts */
+  int check_ms = me == 0 || s->o.before ? s->o.heartbeat_ms : s->o.put_ms;
+  int64_t next_put = 0, next_check = base_deadline_in(check_ms), beats = 0;
   long calls = 0;
   while (base_deadline_left(s->deadline_ms) > 0) {
     int rc = store_wait(c, keys, 1, slice_end(s, next_put, next_check));
@@ -297,7 +316,7 @@ static void watch(node *n, store_client *c, int me) {
     }
     if (base_now_ms() >= next_check) {
       calls += check(n, c, me, (const char *const *)hbk, vals, lens);
-      next_check = base_now_ms() + s->o.heartbeat_ms;
+      next_check = base_now_ms() + check_ms;
     }
   }
   pthread_mutex_lock(&s->lock);
@@ -388,16 +407,17 @@ static void parse_args(int argc, char **argv, swarm_opts *o) {
       continue;
     if (strcmp(a, "--slice") == 0 && base_parse_int(v, 1, 60000, &o->slice_ms) == 0) continue;
     if (strcmp(a, "--put") == 0 && base_parse_int(v, 10, 60000, &o->put_ms) == 0) continue;
+    if (strcmp(a, "--before") == 0 && base_parse_int(v, 0, 1, &o->before) == 0) continue;
     fprintf(stderr, "swarm_etcd: bad option %s %s\n", a, v);
     exit(2);
   }
   if (argc % 2 == 0)
     die("usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS] [--slice MS] "
-        "[--put MS]");
+        "[--put MS] [--before 1]");
 }
 
 static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_at, double cpu,
-                          double rpc_s, double put_s, double rss_per) {
+                          double rpc_s, const double *by_s, double rss_per) {
   int nn = s->o.nodes;
   int64_t last_plan = 0, *fail = malloc((size_t)nn * sizeof *fail);
   if (fail == NULL) die("out of memory");
@@ -407,12 +427,15 @@ static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_
   }
   qsort(fail, (size_t)nn, sizeof *fail, cmp_i64);
   printf("nodes=%d rendezvous_ms=%lld hb_cpu_pct=%.1f hb_req_per_s=%.0f etcd_rpc_per_s=%.0f "
-         "etcd_rpc_per_node_s=%.2f put_per_node_s=%.2f cpu_us_per_node_s=%.0f fail_max_ms=%lld "
-         "fail_med_ms=%lld rss_b_per_conn=%.0f rss_b_per_node=%.0f\n",
+         "etcd_rpc_per_node_s=%.2f put_per_node_s=%.2f range_per_node_s=%.2f "
+         "txn_per_node_s=%.2f watch_per_node_s=%.2f keepalive_per_node_s=%.2f "
+         "cpu_us_per_node_s=%.0f fail_max_ms=%lld fail_med_ms=%lld rss_b_per_conn=%.0f "
+         "rss_b_per_node=%.0f\n",
          nn, (long long)(last_plan - released), cpu,
          (double)s->calls * 1000.0 / (double)(fail_at - s->watch_from), rpc_s, rpc_s / nn,
-         put_s / nn, cpu * 1e4 / nn, (long long)fail[nn - 1], (long long)fail[nn / 2], rss_per,
-         rss_per);
+         by_s[M_PUT] / nn, by_s[M_RANGE] / nn, by_s[M_TXN] / nn, by_s[M_WATCH] / nn,
+         by_s[M_KEEPALIVE] / nn, cpu * 1e4 / nn, (long long)fail[nn - 1], (long long)fail[nn / 2],
+         rss_per, rss_per);
   free(fail);
 }
 
@@ -444,11 +467,11 @@ int main(int argc, char **argv) {
   s.watch_from = base_now_ms();
   base_sleep_ms(1000); /* the nodes' first heartbeats: the watches are all set up */
   long t0 = proc_ticks(etcd_pid);
-  double p0 = 0, p1 = 0, r0 = etcd_rpcs(&s, &p0);
+  double p0[M_COUNT], p1[M_COUNT], r0 = etcd_rpcs(&s, p0);
   int64_t h0 = base_now_ms();
   base_sleep_ms((int64_t)(s.o.hold_s * 1000));
   long t1 = proc_ticks(etcd_pid), rss1 = proc_rss_kib(etcd_pid);
-  double r1 = etcd_rpcs(&s, &p1), held = (double)(base_now_ms() - h0) / 1000.0;
+  double r1 = etcd_rpcs(&s, p1), held = (double)(base_now_ms() - h0) / 1000.0;
   rdzv_backend *fb = NULL;
   store_client *fc = NULL;
   int64_t fail_at = rc == 0 && s.failures == 0 ? write_failure(&s, &fb, &fc) : 0;
@@ -463,7 +486,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   double cpu = 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / held;
-  print_figures(&s, nodes, released, fail_at, cpu, (r1 - r0) / held, (p1 - p0) / held,
+  double by_s[M_COUNT];
+  for (int m = 0; m < M_COUNT; m++) by_s[m] = (p1[m] - p0[m]) / held;
+  print_figures(&s, nodes, released, fail_at, cpu, (r1 - r0) / held, by_s,
                 (double)(rss1 - rss0) * 1024.0 / nn);
   free(nodes);
   return 0;
