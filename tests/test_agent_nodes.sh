@@ -74,10 +74,34 @@ for r in 3 5; do
     contains "$tmp/n2" "cohort: node 2: rank $r: stopped by cohort (SIGTERM) after rank 4 failed"
 done
 
+# --net auto (the default) with node 0 at 127.0.0.1: the settings each agent
+# says it added name the interface its workers' sockets get (lo: every node
+# is on this machine), not this machine's default route's.
+net_worker='echo "N=$NCCL_SOCKET_IFNAME G=$GLOO_SOCKET_IFNAME U=${UCX_NET_DEVICES:-none}"'
+net_port=$(free_port)
+net_agent() { # NODE_RANK
+  timeout 120 "$cohort" run --nnodes 2 --node-rank "$1" --master "127.0.0.1:$net_port" --job net \
+    --token T0ken --join-timeout 60 -- sh -c "$net_worker" >"$tmp/net$1" 2>&1
+  echo "rc=$?" >>"$tmp/net$1"
+}
+net_agent 1 &
+p1=$!
+net_agent 0
+wait "$p1"
+for n in 0 1; do
+  check "net: node $n exits 0" contains "$tmp/net$n" "rc=0"
+  check "net: node $n's workers get lo" contains "$tmp/net$n" "[r$n] N=lo G=lo U=lo"
+  said=$(sed -n 's/^cohort: network settings added: //p' "$tmp/net$n")
+  got=$(sed -n "s/^\[r$n\] N=\([^ ]*\) G=\([^ ]*\) U=\(.*\)$/NCCL_SOCKET_IFNAME=\1 GLOO_SOCKET_IFNAME=\2 UCX_NET_DEVICES=\3/p" "$tmp/net$n")
+  for v in $got; do
+    check "net: node $n says it added $v (it said: $said)" eval 'case " $said " in *" $v "*) true ;; *) false ;; esac'
+  done
+done
+
 if [ "$failed" != 0 ] || [ -n "${SHOW:-}" ]; then
-  for n in 0 1 2; do
+  for n in 0 1 2 net0 net1; do
     echo "--- node $n"
-    cat "$tmp/n$n"
+    cat "$tmp/n$n" 2>/dev/null || cat "$tmp/$n"
   done
 fi
 echo "$passed passed, $failed failed"

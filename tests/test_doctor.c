@@ -43,7 +43,7 @@ static int plan(const char *name, const char *master, int set_gid, char **envp,
                 doctor_result **out) {
   fx_paths p;
   fx(name, &p);
-  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, master, p.ifaddrs, set_gid, 0};
+  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, master, p.ifaddrs, set_gid, 0, NULL};
   int rc = doctor_plan(&cfg, envp ? envp : clean_env, out);
   if (rc != 0) fprintf(stderr, "doctor_plan(%s): %s\n", name, strerror(-rc));
   return rc;
@@ -284,7 +284,7 @@ static void test_nccl_if_needed(void) {
     fx_paths p;
     fx(names[i], &p);
     doctor_result *full = NULL, *lazy = NULL;
-    doctor_config cfg = {p.sys, p.proc, p.dev, nccl_lib.lib, NULL, p.ifaddrs, 0, 0};
+    doctor_config cfg = {p.sys, p.proc, p.dev, nccl_lib.lib, NULL, p.ifaddrs, 0, 0, NULL};
     CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &full), 0);
     cfg.nccl_if_needed = 1;
     CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &lazy), 0);
@@ -475,7 +475,7 @@ static void test_user_settings(void) {
 static void test_derive_edits(void) {
   fx_paths p;
   fx("ib_hdr4", &p);
-  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0};
+  doctor_config cfg = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0, NULL};
   doctor_facts *f = NULL;
   CHECK_EQ_INT(doctor_probe(&cfg, clean_env, &f), 0);
   if (f == NULL) return;
@@ -524,7 +524,7 @@ static void test_derive_edits(void) {
 
   /* mlx5_1 active, mlx5_10 down: "mlx5_1:1" would also match mlx5_10. */
   fx("port_down", &p);
-  doctor_config cfg2 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0};
+  doctor_config cfg2 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0, NULL};
   CHECK_EQ_INT(doctor_probe(&cfg2, clean_env, &f), 0);
   if (f == NULL) return;
   snprintf(f->hcas[0].name, sizeof f->hcas[0].name, "mlx5_1");
@@ -539,7 +539,7 @@ static void test_derive_edits(void) {
 
   /* Two RoCE ports whose IPv4 RoCE v2 entries sit at different indices. */
   fx("roce_single", &p);
-  doctor_config cfg3 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0};
+  doctor_config cfg3 = {p.sys, p.proc, p.dev, p.lib, NULL, p.ifaddrs, 0, 0, NULL};
   CHECK_EQ_INT(doctor_probe(&cfg3, clean_env, &f), 0);
   if (f == NULL) return;
   doctor_hca *h = realloc(f->hcas, 2 * sizeof *h);
@@ -613,7 +613,7 @@ static void test_natural_order(void) {
 }
 
 static void test_bad_input(void) {
-  doctor_config cfg = {"/nonexistent-sysfs-root", NULL, NULL, NULL, NULL, NULL, 0, 0};
+  doctor_config cfg = {"/nonexistent-sysfs-root", NULL, NULL, NULL, NULL, NULL, 0, 0, NULL};
   doctor_facts *f = (doctor_facts *)1;
   CHECK_EQ_INT(doctor_probe(&cfg, clean_env, &f), -ENOENT);
   CHECK(f == NULL);
@@ -630,7 +630,7 @@ static void test_bad_input(void) {
   if (fd < 0) return;
   CHECK(write(fd, "eth0 not-an-address\n", 20) == 20);
   close(fd);
-  doctor_config c2 = {p.sys, p.proc, p.dev, p.lib, NULL, bad, 0, 0};
+  doctor_config c2 = {p.sys, p.proc, p.dev, p.lib, NULL, bad, 0, 0, NULL};
   doctor_result *r = NULL;
   CHECK_EQ_INT(doctor_plan(&c2, clean_env, &r), 0);
   CHECK(r && has_text(r->warnings, r->nwarnings, "expected 'IFNAME ADDRESS/PREFIX'"));
@@ -674,7 +674,7 @@ static void test_garbage_tree(void) {
   snprintf(proc, sizeof proc, "%s/proc", root);
   snprintf(dev, sizeof dev, "%s/dev", root);
   snprintf(ifa, sizeof ifa, "%s/ifaddrs", root);
-  doctor_config cfg = {sys, proc, dev, root, "10.0.0.2", ifa, 0, 0};
+  doctor_config cfg = {sys, proc, dev, root, "10.0.0.2", ifa, 0, 0, NULL};
   doctor_result *r = NULL;
   CHECK_EQ_INT(doctor_plan(&cfg, clean_env, &r), 0);
   if (r != NULL) {

@@ -31,7 +31,7 @@ static doctor_result *plan_env(const char *name, char **envp) {
   snprintf(dev, sizeof dev, "%s/%s/dev", fixtures, name);
   snprintf(lib, sizeof lib, "%s/%s/lib", fixtures, name);
   snprintf(ifa, sizeof ifa, "%s/%s/ifaddrs", fixtures, name);
-  doctor_config cfg = {sys, proc, dev, lib, NULL, ifa, 0, 0};
+  doctor_config cfg = {sys, proc, dev, lib, NULL, ifa, 0, 0, NULL};
   doctor_result *r = NULL;
   int rc = doctor_plan(&cfg, envp ? envp : clean_env, &r);
   if (rc != 0) fprintf(stderr, "doctor_plan(%s): %s\n", name, strerror(-rc));
@@ -384,7 +384,7 @@ static void test_garbage(void) {
   snprintf(dev, sizeof dev, "%s/dev", root);
   snprintf(lib, sizeof lib, "%s/lib", root);
   snprintf(ifa, sizeof ifa, "%s/ifaddrs", root);
-  doctor_config cfg = {sys, proc, dev, lib, NULL, ifa, 0, 0};
+  doctor_config cfg = {sys, proc, dev, lib, NULL, ifa, 0, 0, NULL};
   char *env[] = {"PATH=/bin",
                  "CUDA_VISIBLE_DEVICES=\n0",
                  "NCCL_IB_HCA=,:,=,^",

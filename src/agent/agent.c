@@ -493,7 +493,8 @@ int agent_job_begin_round(job *j) {
    * master may. */
   if (j->cfg->net_auto && (c->multinode || j->round == 0)) {
     doctor_result_destroy(j->net);
-    j->net = agent_network_derive(c->multinode, c->multinode ? c->plan.master_addr : NULL);
+    j->net =
+        agent_network_derive(c->multinode, c->multinode ? c->plan.master_addr : NULL, c->iface);
     agent_cluster_compare_network(c, j->round, j->net);
   }
   /* With etcd the guard cannot publish (it holds no credentials): the lease says it. */

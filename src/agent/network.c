@@ -38,11 +38,12 @@ static void print_added(const doctor_result *net) {
   if (off > 0) fprintf(stderr, "cohort: network settings added: %s\n", line);
 }
 
-doctor_result *agent_network_derive(int multinode, const char *master) {
+doctor_result *agent_network_derive(int multinode, const char *master, const char *iface) {
   doctor_config dc;
   memset(&dc, 0, sizeof dc);
   dc.master = master;
   dc.nccl_if_needed = 1;
+  dc.socket_iface = iface;
   doctor_roots roots;
   const char *droot = getenv("COHORT_DOCTOR_ROOT");
   if (droot != NULL && droot[0] != '\0') use_roots(&dc, &roots, droot);

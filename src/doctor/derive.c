@@ -509,10 +509,13 @@ static void derive_gid(derive_ctx *c, const port_sets *ps, const char *ref, int 
 }
 
 /* The socket interface settings (NCCL, Gloo, UCX without RDMA) on interface sock. */
-static void derive_socket(derive_ctx *c, const port_sets *ps, const char *sock, int via_master) {
+static void derive_socket(derive_ctx *c, const port_sets *ps, const char *sock, int via_master,
+                          int given) {
   const doctor_facts *f = c->f;
   char because[512];
-  if (via_master)
+  if (given)
+    snprintf(because, sizeof because, "the interface cohort run reached node 0 on");
+  else if (via_master)
     snprintf(because, sizeof because, "the interface that reaches the master %s (%s)", f->master,
              f->master_addr);
   else if (f->master[0])
@@ -603,13 +606,16 @@ int doctor_derive(const doctor_facts *f, const doctor_config *cfg, char **envp,
     int via_master = f->master[0] && !(master_loop && f->default_iface[0]);
     const char *ref = via_master ? (f->route_iface[0] ? f->route_iface : NULL)
                                  : (f->default_iface[0] ? f->default_iface : NULL);
-    const char *sock = via_master ? f->route_iface : f->default_iface;
+    const char *given = cfg != NULL && cfg->socket_iface != NULL && cfg->socket_iface[0] != '\0'
+                            ? cfg->socket_iface
+                            : NULL;
+    const char *sock = given ? given : via_master ? f->route_iface : f->default_iface;
     if (f->master_error[0]) ERROR(c, "%s", f->master_error);
     list_hcas(c, &ps);
     derive_hca(c, &ps);
     if (ps.neth > 0) derive_gid(c, &ps, ref, via_master, cfg != NULL && cfg->set_gid_index);
     if (sock != NULL && sock[0] != '\0')
-      derive_socket(c, &ps, sock, via_master);
+      derive_socket(c, &ps, sock, via_master, given != NULL);
     else if (!f->master_error[0])
       WARN(c, "no default route and no --master: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME not "
               "derived; pass --master HOST");

@@ -81,6 +81,14 @@ typedef struct doctor_config {
    * agent's CPU for nothing.
    */
   int nccl_if_needed;
+  /*
+   * NULL (cohort doctor): the socket interface is derived (the one that
+   * reaches the master, see docs/doctor.md). Otherwise the interface the
+   * caller already reaches node 0 on (the agent's; "lo" when every node is
+   * on this machine): NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and, without
+   * RDMA, UCX_NET_DEVICES name it, as the workers' sockets will use it.
+   */
+  const char *socket_iface;
 } doctor_config;
 
 typedef enum doctor_link {
