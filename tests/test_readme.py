@@ -2,8 +2,9 @@
 """The README's first steps as a new user meets them (issue 34, item 6):
 before its first example that runs `cohort` or `cohort-gpt2`, it says how
 to put them on PATH (make install, or the build directory), and names
-make install-torchrun; and it says OMP_NUM_THREADS=1 only for more than one
-worker per node, as env.c does. usage: test_readme.py SOURCE_DIR"""
+make install-torchrun; it says OMP_NUM_THREADS=1 only for more than one
+worker per node, as env.c does; and a block that writes metrics under a
+relative directory makes that directory first. usage: test_readme.py SOURCE_DIR"""
 import re
 import sys
 
@@ -37,5 +38,17 @@ check("make install-torchrun is named", "make install-torchrun" in text)
 omp = re.search(r"([^.]{0,80})`OMP_NUM_THREADS=1` unless set", text, re.S)
 check("OMP_NUM_THREADS=1 is said for more than one worker per node",
       omp is not None and "more than one worker" in omp.group(1))
+
+# Every code block that writes --metrics DIR/FILE under a relative path makes
+# DIR first: cohort-gpt2 does not create it, and a fresh build has no
+# build/demo (the main job's first run failed with "cannot open").
+blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+for block in blocks:
+    for m in re.finditer(r"--metrics (\S+)/[^/\s]+", block):
+        d = m.group(1)
+        if d.startswith("/") or d.startswith("$"):
+            continue
+        made = re.search(r"mkdir -p (\S+ )*" + re.escape(d) + r"\b", block[:m.start()])
+        check("the block that writes --metrics %s/... makes %s first" % (d, d), made is not None)
 print("%d failed" % failed)
 sys.exit(1 if failed else 0)
