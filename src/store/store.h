@@ -35,7 +35,7 @@ typedef struct store_server_opts {
   const char *bind_host; /* NULL/"" : all IPv4 addresses; "127.0.0.1" for local jobs */
   int port;              /* 0 picks a free port */
   const char *token;     /* NULL: no authentication */
-  int max_conns;         /* 0: default (1024) */
+  int max_conns;         /* 0: default (65,536: two a node of 16,384) */
   int idle_timeout_ms;   /* 0: default; a connection silent this long is closed */
   int io_timeout_ms;     /* 0: default; a frame must arrive whole within this */
   size_t max_bytes;      /* 0: default; total bytes of keys+values held */
