@@ -9,10 +9,12 @@
  */
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/progress.h"
@@ -20,6 +22,7 @@
 #include "agent/worker.h"
 #include "base/base.h"
 #include "base/net.h"
+#include "base/proc.h"
 #include "tests/check.h"
 #include "tests/proc.h"
 
@@ -87,13 +90,26 @@ static int read_until(int fd, char *buf, size_t cap, size_t *len, const char *wa
   return strstr(buf, want) != NULL;
 }
 
-/* Waits for the fixture's "ready", then for the call it announces. */
-static int wait_ready(proc_handle *h) {
+/* Waits (up to 60 s) until pid's main thread sleeps in the kernel: a process
+ * whose one blocking call is the one the test put it in is then inside it. */
+static int wait_sleeping(pid_t pid) {
+  int64_t until = base_now_ms() + 60000;
+  base_proc_stat st;
+  while (base_proc_stat_read("/proc", pid, &st) == 0 && base_now_ms() < until) {
+    if (st.state == 'S') return 1;
+    base_sleep_ms(5);
+  }
+  return 0;
+}
+
+/* Waits for the fixture's "ready", printed on the line of the call it
+ * announces (any traceback from then on names that line), and for a
+ * blocking call (sleep, pipe), until the process sleeps in it. */
+static int wait_ready(proc_handle *h, const char *mode) {
   char buf[256] = "";
   size_t len = 0;
   if (!read_until(h->outfd, buf, sizeof buf, &len, "ready")) return 0;
-  base_sleep_ms(300);
-  return 1;
+  return strcmp(mode, "spin") == 0 || wait_sleeping(h->pid);
 }
 
 static char env_path[4200], env_file[4200], env_sig[64];
@@ -108,7 +124,7 @@ static int start_fixture(const char *mode, int hook, int rank, proc_handle *h) {
   char *env[] = {env_path, env_file, env_sig, NULL};
   char *argv[] = {"/usr/bin/python3", script, (char *)mode, NULL};
   if (proc_start(argv, hook ? env : NULL, h) != 0) return 0;
-  return wait_ready(h);
+  return wait_ready(h, mode);
 }
 
 static void stop(proc_handle *h) {
@@ -188,7 +204,7 @@ static pid_t fork_waiting_child(void) {
     child_waits_here();
     _exit(0);
   }
-  base_sleep_ms(100);
+  CHECK(wait_sleeping(pid)); /* in pause(), its one blocking call */
   return pid;
 }
 
@@ -563,35 +579,45 @@ static void test_progress_file_bad(void) {
   CHECK(agent_progress_init(&p, 0, "/nonexistent-dir/hb", 0) < 0);
 }
 
-/* Four ranks beating step numbers, one sleeping ten times longer per step: it alone
- * is a straggler, reported once; an even job has none. The step times are compared with
- * each other, not with the sleeps: a busy machine lengthens them all. */
+/* Writes step into path, its mtime t0 + at_ms: a rank's beat at that moment. */
+static void beat_at(const char *path, int step, const struct timespec *t0, int64_t at_ms) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  fprintf(f, "%d", step);
+  fclose(f);
+  int64_t ns = t0->tv_nsec + (at_ms % 1000) * 1000000;
+  struct timespec ts[2];
+  ts[0].tv_sec = ts[1].tv_sec = t0->tv_sec + at_ms / 1000 + ns / 1000000000;
+  ts[0].tv_nsec = ts[1].tv_nsec = ns % 1000000000;
+  CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+/* Four ranks beating step numbers, one ten times slower per step: it alone is a
+ * straggler, reported once; an even job has none. The step times are those of the
+ * files' mtimes, which the test sets (as a rank's write would at that moment):
+ * real sleeping ranks measured this machine's scheduler too, and under load a
+ * fast rank's median came out 1.5x its peers' now and then. */
 static void test_stragglers(void) {
   progress p[4];
-  char path[4][512], cmd[4][2048];
+  char path[4][512];
+  struct timespec t0;
+  clock_gettime(CLOCK_REALTIME, &t0);
   for (int i = 0; i < 4; i++) {
     snprintf(path[i], sizeof path[i], "%s/st%d", tmp_dir, i);
     CHECK_EQ_INT(agent_progress_init(&p[i], i, path[i], base_now_ms()), 0);
-    snprintf(cmd[i], sizeof cmd[i],
-             "/usr/bin/python3 -c \"import sys, time\nfor s in range(7):\n"
-             "  open(sys.argv[1], 'w').write(str(s)); time.sleep(%s)\" %s &",
-             i == 2 ? "0.5" : "0.05", path[i]);
-    CHECK_EQ_INT(system(cmd[i]), 0);
   }
   char msg[8400];
-  int64_t until = base_now_ms() + 15000;
-  while (base_now_ms() < until) {
-    int more = 0;
+  /* Steps 0-6, each rank's beats 50 ms apart (rank 2: 500) plus a jitter of a few ms. */
+  for (int step = 0; step < 7; step++)
     for (int i = 0; i < 4; i++) {
+      beat_at(path[i], step, &t0, (int64_t)step * (i == 2 ? 500 : 50) + (step * 7 + i * 3) % 5);
       agent_progress_poll(&p[i], base_now_ms(), msg, sizeof msg);
-      more += p[i].step < 6;
+      CHECK_EQ_INT(p[i].step, step);
     }
-    if (!more) break;
-    base_sleep_ms(5);
-  }
   double ms[4];
   for (int i = 0; i < 4; i++) ms[i] = agent_progress_step_ms(&p[i]);
-  CHECK(ms[0] > 0 && ms[2] > 250 && ms[2] > 2 * ms[0]);
+  CHECK(ms[0] >= 46 && ms[0] <= 54 && ms[2] >= 496 && ms[2] <= 504);
   int flagged[4] = {0}, out[4];
   double ratio[4];
   CHECK_EQ_INT(agent_progress_stragglers(ms, 4, 1.5, flagged, out, ratio), 1);
@@ -681,7 +707,6 @@ static void test_native_collective(const char *cohort, const char *worker_bin) {
   char buf[8192] = "";
   size_t len = 0;
   CHECK(read_until(h.outfd, buf, sizeof buf, &len, "[r1] hanging"));
-  base_sleep_ms(1000);
   stacks_target t[2];
   for (int r = 0; r < 2; r++) {
     char tag[32];
@@ -690,6 +715,9 @@ static void test_native_collective(const char *cohort, const char *worker_bin) {
     t[r] = (stacks_target){.rank = r, .pid = p ? atoi(p + strlen(tag)) : 0};
   }
   CHECK(t[0].pid > 0 && t[1].pid > 0);
+  /* Rank 1 past its last allreduce: asleep once its main thread sleeps; rank 0 waits in an
+   * allreduce that cannot end (its main thread sleeps on the progress thread). */
+  for (int r = 0; r < 2; r++) CHECK(t[r].pid > 0 && wait_sleeping(t[r].pid));
   stacks_dump d[2];
   stacks_verdict v[2];
   stacks_opts o = opts(getenv("PATH"), 15000);
