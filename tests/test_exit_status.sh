@@ -61,9 +61,19 @@ p=$(port)
   --join-timeout 4 -- true >"$tmp/host" 2>&1 &
 host=$!
 bg+=($host)
-sleep 0.5
+# Once node 0's store listens (a fixed sleep let a slow start turn this into
+# "connection refused", the same exit status for another reason).
+python3 -c "import socket, sys, time
+for _ in range(600):
+    try:
+        socket.create_connection(('127.0.0.1', $p), 1).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.1)
+sys.exit(1)"
+check "rendezvous: node 0's store listens" [ $? = 0 ]
 expect 6 "rendezvous: a wrong token (joiner)" run --nnodes 2 --node-rank 1 \
   --master "127.0.0.1:$p" --token wrong --join-timeout 2 -- true
+check "rendezvous: the joiner was refused for its token" grep -q "refused our token" "$tmp/out"
 wait "$host"
 rc=$?
 check "rendezvous: its node 0, alone until --join-timeout: exit 6 (got $rc)" [ "$rc" = 6 ]

@@ -256,17 +256,38 @@ static void test_resume(const char *tag, int world, const char *compress, const 
   free(out);
 }
 
+/* Waits (up to 120 s) until the progress file at path holds a step >= want. */
+static int wait_step(const char *path, long want) {
+  for (int i = 0; i < 12000; i++) {
+    char *text = slurp(path);
+    long step = text[0] ? strtol(text, NULL, 10) : -1;
+    free(text);
+    if (step >= want) return 1;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
 /* A rank killed mid-run: the survivor reports a communication error and
- * exits non-zero well before the test's timeout. */
+ * exits non-zero well before the test's timeout. Mid-run is once rank 0
+ * finished a step (its progress file, as under cohort run, says so): a kill
+ * at a fixed time after the start came, on a busy machine, before the ranks
+ * had met. */
 static void test_dead_peer(const char *compress) {
   const char *args[] = {"--model", "tiny",    "--seq-len",       "16",     "--steps",
                         "100000",  "--quiet", "--grad-compress", compress, NULL};
-  char job[64];
+  char job[64], progress[512];
   snprintf(job, sizeof(job), "jobdead-%s", compress);
+  snprintf(progress, sizeof(progress), "%s/dead-%s.progress", tmp, compress);
+  int fd = open(progress, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  setenv("COHORT_PROGRESS", progress, 1);
   pid_t p0 = spawn("dead.r0", 0, 2, job, args);
+  unsetenv("COHORT_PROGRESS");
   pid_t p1 = spawn("dead.r1", 1, 2, job, args);
-  struct timespec ts = {1, 0};
-  nanosleep(&ts, NULL);
+  CHECK(wait_step(progress, 2));
   kill(p1, SIGKILL);
   wait_status(p1);
   int st = wait_status(p0);
