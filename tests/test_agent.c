@@ -1,7 +1,8 @@
 /*
  * test_agent.c - `cohort run` on one node, with real worker processes:
  * environment, output relay, log files, fail-together, restarts, signal
- * forwarding, no orphans, exec errors and usage errors.
+ * forwarding, no orphans, exec errors and usage errors, and the error
+ * directories of agents killed with their guard removed by the next agent.
  *
  * usage: test_agent /path/to/cohort
  */
@@ -531,6 +532,70 @@ static void test_usage(void) {
   proc_result_free(&r);
 }
 
+/* The cohort-errors-* directories in dir, counted. */
+static int count_err_dirs(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "ls -d %s/cohort-errors-* 2>/dev/null | wc -l", dir);
+  FILE *f = popen(cmd, "r");
+  int n = -1;
+  if (f == NULL || fscanf(f, "%d", &n) != 1) n = -1;
+  if (f != NULL) pclose(f);
+  return n;
+}
+
+/* An agent killed with its guard and workers (as a test's cleanup of a network namespace does)
+ * leaves its cohort-errors-* directory; the next agent with the same TMPDIR removes it, but not
+ * that of a live agent nor a directory without the agents' lock file. */
+static void test_dead_agents_dirs(void) {
+  char tmp[300], env_tmp[320], foreign[340];
+  snprintf(tmp, sizeof tmp, "%s/errdirs", tmpdir);
+  CHECK(mkdir(tmp, 0700) == 0);
+  snprintf(env_tmp, sizeof env_tmp, "TMPDIR=%s", tmp);
+  char *env[] = {env_tmp, NULL};
+  snprintf(foreign, sizeof foreign, "%s/cohort-errors-foreign", tmp);
+  CHECK(mkdir(foreign, 0700) == 0);
+  char *sleeper[] = {(char *)cohort, "run", "--", "sh", "-c", "echo started; exec sleep 300", NULL};
+  proc_handle dead, live;
+  if (proc_start(sleeper, env, &dead) != 0) return;
+  char *buf = NULL;
+  size_t len = 0;
+  CHECK(wait_for_text(&dead, &buf, &len, "[r0] started", 1, 30000));
+  /* Its children (the guard, the worker), then the agent. */
+  char path[100], kids[512] = "";
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)dead.pid, (int)dead.pid);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL && fgets(kids, sizeof kids, f) != NULL);
+  if (f != NULL) fclose(f);
+  int nkids = 0;
+  for (char *p = strtok(kids, " \n"); p != NULL; p = strtok(NULL, " \n"), nkids++)
+    kill((pid_t)atoi(p), SIGKILL);
+  CHECK(nkids >= 2);
+  kill(dead.pid, SIGKILL);
+  proc_result r;
+  proc_wait(&dead, 10000, &r);
+  proc_result_free(&r);
+  free(buf);
+  CHECK_EQ_INT(count_err_dirs(tmp), 2); /* the dead agent's and the foreign one */
+  buf = NULL;
+  len = 0;
+  if (proc_start(sleeper, env, &live) != 0) return;
+  CHECK(wait_for_text(&live, &buf, &len, "[r0] started", 1, 30000));
+  free(buf);
+  CHECK_EQ_INT(count_err_dirs(tmp), 2); /* the live agent's and the foreign one */
+  char *one[] = {(char *)cohort, "run", "--", "true", NULL};
+  if (run_env(one, env, 30000, &r) == 0) {
+    CHECK_EQ_INT(proc_exit_code(&r), 0);
+    proc_result_free(&r);
+  }
+  CHECK_EQ_INT(count_err_dirs(tmp), 2);
+  struct stat st;
+  CHECK(stat(foreign, &st) == 0);
+  kill(live.pid, SIGTERM);
+  proc_wait(&live, 30000, &r);
+  proc_result_free(&r);
+  CHECK_EQ_INT(count_err_dirs(tmp), 1); /* the foreign one */
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_agent COHORT_BINARY\n");
@@ -549,6 +614,7 @@ int main(int argc, char **argv) {
   test_signals();
   test_no_orphans();
   test_exec_errors();
+  test_dead_agents_dirs();
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

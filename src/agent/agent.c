@@ -256,9 +256,14 @@ static void handle_event(job *j, int ev) {
 static void make_err_dir(job *j) {
   if (j->err_dir[0] != '\0') return;
   const char *tmpdir = getenv("TMPDIR");
-  snprintf(j->err_dir, sizeof j->err_dir, "%s/cohort-errors-XXXXXX",
-           tmpdir && tmpdir[0] && strlen(tmpdir) < 64 ? tmpdir : "/tmp");
-  if (mkdtemp(j->err_dir) == NULL) {
+  tmpdir = tmpdir && tmpdir[0] && strlen(tmpdir) < 64 ? tmpdir : "/tmp";
+  /* Those of agents killed with their guard (kill -9 of both): their locks are free. */
+  int swept = agent_dirs_sweep(tmpdir, "cohort-errors-");
+  if (swept > 0)
+    base_log(BASE_LOG_INFO, "removed %d dead agents' cohort-errors-* in %s", swept, tmpdir);
+  snprintf(j->err_dir, sizeof j->err_dir, "%s/cohort-errors-XXXXXX", tmpdir);
+  j->err_lock = agent_dirs_make_locked(j->err_dir);
+  if (j->err_lock < 0) {
     j->err_dir[0] = '\0';
     return;
   }
@@ -580,6 +585,7 @@ static int job_init(job *j, const agent_config *cfg, const placement *place) {
   j->guard.fd = -1;
   j->dup_fd[0] = j->dup_fd[1] = -1;
   j->hung_rank = -1;
+  j->err_lock = -1;
   j->cl.ahead_ok = cfg->reform;
   agent_metrics_init(&j->metrics);
   j->workers = calloc((size_t)j->nworkers, sizeof *j->workers);
@@ -597,6 +603,7 @@ static void job_free(job *j) {
   agent_straggle_free(&j->strag);
   agent_metrics_close(&j->metrics);
   agent_dirs_remove(j->err_dir);
+  if (j->err_lock >= 0) close(j->err_lock);
   agent_guard_stop(&j->guard);
   agent_sweep_close(&j->sweep);
   agent_signals_restore();

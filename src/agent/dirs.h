@@ -2,8 +2,9 @@
  * dirs.h - an attempt's files and the agent's leftovers: the --log-dir
  * directory of an attempt, its per-rank logs, filtered logs and stacks;
  * removing an attempt's error files, its temporary directory,
- * shared-memory segments a crashed job left behind. Removal: plain files
- * only (the agent makes no subdirectories there).
+ * shared-memory segments a crashed job left behind, the error directories
+ * of agents that died with their guard (kill -9 of both). Removal: files,
+ * and the files of subdirectories one level down (Python's __pycache__).
  */
 #ifndef COHORT_AGENT_DIRS_H
 #define COHORT_AGENT_DIRS_H
@@ -12,13 +13,30 @@
 
 #include "agent/agent.h"
 
-/* Removes the entries of dir whose names start with prefix ("" for all);
- * with what (e.g. "shared memory"), names each one removed in an info
- * line. Errors are ignored. */
+/* The file in a directory of agent_dirs_make_locked that its agent holds locked. */
+#define AGENT_DIRS_LOCK ".cohort-lock"
+
+/* Removes the entries of dir whose names start with prefix ("" for all)
+ * but its lock file; with what (e.g. "shared memory"), names each one
+ * removed in an info line. Errors are ignored. */
 void agent_dirs_clear(const char *dir, const char *prefix, const char *what);
 
-/* Removes dir and the files in it. */
+/* Removes dir, the files in it and its subdirectories' files. */
 void agent_dirs_remove(const char *dir);
+
+/*
+ * mkdtemp(dir) (dir ends in XXXXXX, replaced), holding AGENT_DIRS_LOCK in it
+ * locked (flock) until the returned descriptor (close-on-exec) is closed or
+ * this process dies. Returns the descriptor, or a negative errno.
+ */
+int agent_dirs_make_locked(char *dir);
+
+/*
+ * Removes the directories parent/prefix* of this user that hold a lock file
+ * no process holds: those of agents killed with their guard. A directory
+ * without the lock file is left alone. Returns how many it removed.
+ */
+int agent_dirs_sweep(const char *parent, const char *prefix);
 
 /* --log-dir DIR/attempt<K>, made if need be, into out; -1 without --log-dir. */
 int agent_dirs_attempt(const agent_config *cfg, int restart, char *out, size_t outlen);

@@ -49,6 +49,7 @@ typedef struct job {
   int restart;           /* the attempt: restarts used so far (TORCHELASTIC_RESTART_COUNT) */
   int round;             /* the rendezvous round: restarts and re-formations (elastic growth) */
   char err_dir[128];     /* temporary directory for TORCHELASTIC_ERROR_FILE, "" none */
+  int err_lock;          /* the lock held on err_dir (dirs.h), -1 none */
   snapshot snap;         /* this node's status for `cohort status` */
   remote_stacks rstacks; /* answering `cohort stacks` */
   int dup_fd[2];         /* this attempt's filtered_stdout.log and filtered_stderr.log, -1 none */

@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/dirs.h"
 #include "base/base.h"
 
 static int sig_pipe[2] = {-1, -1};
@@ -17,7 +19,7 @@ static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR
 static volatile sig_atomic_t no_workers = 1;
 /* The error-file directory, empty between attempts; removed (rmdir is
  * async-signal-safe) when a signal ends the agent. */
-static char sig_err_dir[128];
+static char sig_err_dir[128], sig_err_lock[160];
 
 int agent_signals_is_stop(int sig) {
   return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
@@ -26,7 +28,10 @@ int agent_signals_is_stop(int sig) {
 static void on_signal(int sig) {
   int saved = errno;
   if (no_workers && agent_signals_is_stop(sig)) {
-    if (sig_err_dir[0] != '\0') rmdir(sig_err_dir);
+    if (sig_err_dir[0] != '\0') {
+      unlink(sig_err_lock); /* the agent's lock on it (dirs.h) */
+      rmdir(sig_err_dir);
+    }
     signal(sig, SIG_DFL);
     raise(sig);
   }
@@ -80,4 +85,5 @@ void agent_signals_set_workers(int running) {
 
 void agent_signals_set_dir(const char *dir) {
   base_strlcpy(sig_err_dir, dir, sizeof sig_err_dir);
+  snprintf(sig_err_lock, sizeof sig_err_lock, "%s/%s", dir, AGENT_DIRS_LOCK);
 }
