@@ -34,12 +34,16 @@ dump='env | sort > "$OUT-$RANK"'
 
 # compare NAME NPROC ARGS...: the same torchrun arguments (ARGS, then
 # --no_python and the dump) under torchrun and `cohort run`; every variable of
-# every rank equal but the documented differences.
+# every rank equal but the documented differences. torchrun gets the words of
+# the array torch_args instead where it is set.
+torch_args=()
 compare() {
   local name=$1 nproc=$2 r n t c ht hc
   shift 2
-  "${base[@]}" OUT="$tmp/$name-torch" timeout 120 "$py" -m torch.distributed.run "$@" \
+  [ ${#torch_args[@]} -gt 0 ] || torch_args=("$@")
+  "${base[@]}" OUT="$tmp/$name-torch" timeout 120 "$py" -m torch.distributed.run "${torch_args[@]}" \
     --no_python sh -c "$dump" >/dev/null 2>&1
+  torch_args=()
   "${base[@]}" OUT="$tmp/$name-cohort" timeout 120 "$cohort" run "$@" --no_python sh -c "$dump" \
     >/dev/null 2>&1
   for ((r = 0; r < nproc; r++)); do
@@ -72,6 +76,13 @@ compare() {
 
 # Python 3.11 needs --redirects 2 --tee 1 under torchrun 1.13; cohort takes them too.
 out=(--redirects 2 --tee 1)
+# torchrun's --standalone is c10d at localhost:29400 with a random id (1.13;
+# 2.x: port 0): a fixed port that another job on the machine (this test in
+# another checkout, say) may hold, and then torchrun joins that job's store
+# or waits on a foreign server until the timeout. torchrun gets the same
+# rendezvous on a free port; cohort run --standalone picks a free one itself.
+torch_args=(--rdzv_backend c10d --rdzv_endpoint "localhost:$(free_port)" \
+  --rdzv_id "$(cat /proc/sys/kernel/random/uuid)" --nproc_per_node 2 "${out[@]}")
 compare standalone 2 --standalone --nproc_per_node 2 "${out[@]}"
 check "standalone: OMP_NUM_THREADS compared" eval "grep -q '^OMP_NUM_THREADS=1' $tmp/standalone-cohort-1"
 port=$(free_port)
