@@ -784,6 +784,7 @@ static int train_reform(train_run *r) {
   int old_world = r->world;
   for (int round = 0; round < 64; round++) {
     int rc = cohort_comm_reform(r->comm);
+    if (rc == COHORT_ERESHAPED) continue; /* it ended again while connecting: the next one */
     if (rc != 0) {
       fprintf(r->errf, "cohort-gpt2: rank %d: re-form failed: %s\n", r->rank,
               cohort_comm_error_message(r->comm)[0] ? cohort_comm_error_message(r->comm)
