@@ -12,6 +12,9 @@ once in the same namespace with the same command line. Rows:
   torchrun restart torchrun --max_restarts, PyTorch DDP (gloo) with the elastic
                    tutorial's snapshot every --ckpt-every steps (torch_ckpt.py)
   torch reform     cohort run --on-failure reform, torch_reform.py (cohort_reform)
+  cohort reform (before)  the cohort reform row with another cohort-gpt2
+                   (--gpt2-before: e.g. one built before a change), run
+                   alternately with the cohort reform row
 
 Figures per row (median of --reps runs), all from rank 0's step lines as they
 arrive, in seconds after the kill:
@@ -20,6 +23,10 @@ arrive, in seconds after the kill:
   joined    the first step the replacement contributes to (world back at 3)
   lost      time lost to the failure: (end - kill) - (steps left x step time)
   state     bytes the replacement received (reform) or the checkpoint loaded (restart)
+  blocked   reform rows: the seconds node 0's agent reports its survivors spent in
+            re-forms after the kill (its "re-formed in T s" lines, summed)
+Runs alternate between the rows (rep 1 of every row, then rep 2, ...), so the
+rows see the same load.
 A run in which a process failed, the job did not finish every step, or the
 kill found no node to kill gives no figure: the row says "fail" and the
 script exits 1. A row whose tool lacks the feature says "not run" and why.
@@ -48,6 +55,7 @@ STEP = re.compile(r"^(?:\[\w+\]:?\s*)?step\s+(\d+)\s*/\s*(\d+)")
 # "world A -> B" (the agent's and cohort-gpt2's re-form lines) is B, the world after.
 WORLD = re.compile(r"\bworld\s+\d+\s*->\s*(\d+)|\bworld[= ](\d+)|(\d+)\s*->\s*(\d+)\s*ranks?|"
                    r"->\s*world\s*(\d+)")
+REFORMED = re.compile(r"cohort: re-formed in ([0-9.]+) s")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
 
 
@@ -78,11 +86,11 @@ def model_args(a):
     return dict(layers=a.layers, heads=a.heads, channels=a.channels, vocab=a.vocab)
 
 
-def gpt2_cmd(a, tmp):
+def gpt2_cmd(a, tmp, binary=None):
     m = model_args(a)
-    return [a.gpt2, "--layers", str(m["layers"]), "--heads", str(m["heads"]), "--channels",
-            str(m["channels"]), "--vocab", str(m["vocab"]), "--positions", "64", "--seq-len", "64",
-            "--batch", "4", "--steps", str(a.steps), "--threads", "1", "--warmup", "0"]
+    return [binary or a.gpt2, "--layers", str(m["layers"]), "--heads", str(m["heads"]), "--channels",
+            str(m["channels"]), "--vocab", str(m["vocab"]), "--positions", "64", "--seq-len",
+            str(a.seq_len), "--batch", str(a.batch), "--steps", str(a.steps), "--threads", "1", "--warmup", "0"]
 
 
 def torch_cmd(a, tmp, script_args):
@@ -96,9 +104,10 @@ def row_cmd(row, a, tmp, i, port, ns):
     master = "%s:%d" % (ns.addr(0), port)
     base = [a.cohort, "run", "--nnodes", "3", "--node-rank", str(i), "--master", master,
             "--job", "recovery", "--net", "off", "--heartbeat-timeout", str(a.heartbeat)]
-    if row == "cohort reform":
+    if row.startswith("cohort reform"):
+        binary = a.gpt2_before if row == "cohort reform (before)" else a.gpt2
         return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--"] + \
-            gpt2_cmd(a, tmp)
+            gpt2_cmd(a, tmp, binary)
     if row == "cohort restart":
         return base + ["--max-restarts", "3", "--"] + gpt2_cmd(a, tmp) + [
             "--ckpt-dir", os.path.join(tmp, "ckpt"), "--ckpt-every", str(a.ckpt_every)]
@@ -117,6 +126,8 @@ def row_cmd(row, a, tmp, i, port, ns):
 
 def row_missing(row, a):
     """Why a row cannot run with these tools, or None."""
+    if row == "cohort reform (before)" and not os.access(a.gpt2_before or "", os.X_OK):
+        return "no --gpt2-before binary"
     if "reform" in row:
         h = subprocess.run([a.cohort, "run", "--help"], capture_output=True, text=True)
         if "--on-failure" not in h.stdout:
@@ -187,6 +198,11 @@ def figures(node0, everyone, t_kill, total):
     if world_back is not None:
         nxt = [t for t, _ in after if t > world_back]
         joined = nxt[0] - t_kill if nxt else None
+    blocked = None
+    for t, line in node0.lines:
+        m = REFORMED.search(line)
+        if t >= t_kill and m:
+            blocked = (blocked or 0.0) + float(m.group(1))
     state = None
     for _, line in (l for n in everyone for l in n.lines):
         m = STATE.search(line)
@@ -194,7 +210,7 @@ def figures(node0, everyone, t_kill, total):
             state = max(state or 0, int(m.group(1) or m.group(2)))
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
                 joined=joined, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
-                step=step_s, state=state)
+                step=step_s, state=state, blocked=blocked)
 
 
 def one_run(row, a, port):
@@ -266,6 +282,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cohort", default=os.path.join(ROOT, "build", "cohort"))
     ap.add_argument("--gpt2", default=os.path.join(ROOT, "build", "cohort-gpt2"))
+    ap.add_argument("--gpt2-before", default="",
+                    help="adds the row 'cohort reform (before)' with this cohort-gpt2")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--kill-step", type=int, default=6)
@@ -274,8 +292,12 @@ def main():
     ap.add_argument("--heartbeat", type=float, default=2,
                     help="cohort's --heartbeat-timeout (default 2 s)")
     ap.add_argument("--model", default="small", choices=["small", "124M"])
+    ap.add_argument("--batch", type=int, default=4, help="cohort-gpt2 rows' --batch (default 4)")
+    ap.add_argument("--seq-len", type=int, default=64,
+                    help="cohort-gpt2 rows' --seq-len (default 64, at most 64)")
     ap.add_argument("--rate", default="", help="shape every link with tc, e.g. 1gbit")
-    ap.add_argument("--rows", default="cohort reform,cohort restart,torchrun restart,torch reform")
+    ap.add_argument("--rows", default="cohort reform,cohort reform (before),cohort restart,"
+                    "torchrun restart,torch reform")
     ap.add_argument("--logs", default="", help="write every node's timestamped output here")
     ap.add_argument("--timeout", type=float, default=600, help="per run, seconds")
     a = ap.parse_args()
@@ -285,41 +307,55 @@ def main():
         sys.exit("bench/recovery: network namespaces need root")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), "?")
-    print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d, %d steps, "
+    print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d (cohort-gpt2 "
+          "B=%d T=%d), %d steps, "
           "node 2 killed after step %d, replacement started at once; heartbeat timeout %g s; "
-          "link %s; %s, %d cores, load %.1f" % (a.layers, a.heads, a.channels, a.vocab, a.steps,
+          "link %s; %s, %d cores, load %.1f" % (a.layers, a.heads, a.channels, a.vocab, a.batch,
+                                                a.seq_len, a.steps,
                                                 a.kill_step, a.heartbeat, a.rate or "unshaped",
                                                 cpu, os.cpu_count(), os.getloadavg()[0]))
     results, failed = {}, False
     port = 29700
-    for row in [r.strip() for r in a.rows.split(",") if r.strip()]:
+    rows, runs = [r.strip() for r in a.rows.split(",") if r.strip()], {}
+    for row in rows:
         why = row_missing(row, a)
         if why:
             results[row] = ("not run", why)
-            continue
-        runs = []
-        for _ in range(a.reps):
+        else:
+            runs[row] = []
+    for rep in range(a.reps):  # alternately: the rows side by side under the same load
+        for row in [r for r in rows if r in runs and r not in results]:
             port += 1
             fig, why = one_run(row, a, port)
             if fig is None:
                 results[row] = ("fail", why)
                 failed = True
-                break
-            runs.append(fig)
-        else:
-            med = {k: (statistics.median([r[k] for r in runs if r[k] is not None])
-                       if any(r[k] is not None for r in runs) else None) for k in runs[0]}
-            results[row] = ("ok", med)
-    print("| row | step s | next s | redone | joined s | lost s | state bytes |")
-    print("|---|---|---|---|---|---|---|")
+            else:
+                runs[row].append(fig)
+    for row in rows:
+        if row in results:
+            continue
+        rs = runs[row]
+        med = {k: (statistics.median([r[k] for r in rs if r[k] is not None])
+                   if any(r[k] is not None for r in rs) else None) for k in rs[0]}
+        med["joined_all"] = [r["joined"] for r in rs]
+        results[row] = ("ok", med)
+    results = {row: results[row] for row in rows}
+    print("| row | step s | next s | redone | joined s | joined s, each run | blocked s | lost s "
+          "| state bytes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row, (st, v) in results.items():
         if st != "ok":
             print("| %s | %s: %s |" % (row, st, v))
             continue
-        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             row, fmt(v["step"]), fmt(v["next"]), fmt(v["redone"]), fmt(v["joined"]),
-            fmt(v["lost"]), fmt(int(v["state"]) if v["state"] is not None else None)))
+            ", ".join(fmt(x) for x in v["joined_all"]), fmt(v["blocked"]), fmt(v["lost"]),
+            fmt(int(v["state"]) if v["state"] is not None else None)))
     ok = {r: v for r, (st, v) in results.items() if st == "ok"}
+    before, after = ok.get("cohort reform (before)"), ok.get("cohort reform")
+    if before and after and before["joined"] and after["joined"]:
+        print("newcomer joined, before / after: %.2fx" % (before["joined"] / after["joined"]))
     for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
                        ("torch reform", "torchrun restart")):
         if fast in ok and slow in ok and ok[fast]["lost"] and ok[fast]["lost"] > 0:
