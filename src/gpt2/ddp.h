@@ -165,7 +165,10 @@ int gpt2_ddp_grad_norm(gpt2_ddp *d, double *norm);
 /* Optimiser update from grad_scale times the reduced gradients (clipping)
  * with learning rate lr, update number t (1-based); with ZeRO also
  * allgathers the parameters. After a split step only what no bucket holds is
- * updated here; the rest waits for the next forward or gpt2_ddp_settle. */
+ * updated here; the rest waits for the next forward or gpt2_ddp_settle. A
+ * PowerSGD step's reduced matrices are their factors P and Q, never in the
+ * gradient buffer (which keeps this rank's own there): the update makes
+ * P Q^T as it reads it. */
 int gpt2_ddp_step(gpt2_ddp *d, float grad_scale, float lr, int64_t t);
 /* Launches the split step's gathers if the forward has not, waits for them and applies their
  * updates. Returns 0 or the exchange's error. */
