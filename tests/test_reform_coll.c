@@ -27,6 +27,11 @@
  *                               fast; shrink, grow with a newcomer and hand it
  *                               the state; the donor killed mid-transfer:
  *                               ERESHAPED, another survivor donates; stop.
+ *   test_reform_coll idle T     (T: tcp, shm) kill -9 of a rank while the
+ *                               others are between collectives: both say
+ *                               `broken` before they call a collective
+ *                               (the peer watch); after the re-form a
+ *                               peer's destroy is a goodbye, not a loss.
  *   test_reform_coll reshape T  a rank stopped (SIGSTOP): the agent's reshape
  *                               makes the survivors' allreduce return
  *                               ERESHAPED within a second of the message.
@@ -1027,6 +1032,77 @@ static void test_reshape(const char *tname) {
   store_fork_stop(&g_sf);
 }
 
+/* ---- idle: a rank lost while the others compute between collectives ---- */
+
+/* One allreduce, then no collective until the parent says so: by then the peer watch must have
+ * failed the membership (the kill) and said `broken`. After the re-form, worker 0 destroys its
+ * communicator and exits while worker 1 is idle: a goodbye, not a loss. */
+static int w_idle(int w) {
+  cohort_comm *c = w_create(w, 3, 0);
+  if (c == NULL) return 1;
+  w_sum_check(c, 1000);
+  atomic_store(&g_sh->s[w].phase, 1);
+  wait_go(w);
+  CHECK_EQ_INT(cohort_comm_failed(c), COHORT_ERESHAPED);
+  CHECK(strstr(cohort_comm_error_message(c), "no collective was in flight") != NULL);
+  CHECK_EQ_INT(cohort_barrier(c), COHORT_ERESHAPED);
+  if (w_reform(w, c) != 0) return 1;
+  w_sum_check(c, 1000);
+  atomic_store(&g_sh->s[w].phase, 2);
+  wait_go(w);
+  if (w == 1) {
+    base_sleep_ms(300); /* worker 0 is gone: its hang-up reached the watch meanwhile */
+    CHECK_EQ_INT(cohort_comm_failed(c), 0);
+    atomic_store(&g_sh->s[w].phase, 3);
+  }
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+/* Reads what worker w has sent so far (counting `broken`), without waiting. */
+static void drain(int w) {
+  char buf[1100];
+  ssize_t n;
+  while ((n = recv(g_agent[w], buf, sizeof buf - 1, MSG_DONTWAIT)) > 0)
+    g_broken[w] += strncmp(buf, "broken ", 7) == 0;
+}
+
+static void test_idle(const char *tname) {
+  char name[32], msg[300] = "";
+  snprintf(name, sizeof name, "idle-%s", tname);
+  if (start_world(name) != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 3; w++) spawn(w, 0, w_idle);
+  for (int w = 0; w < 3; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
+  long long t = base_now_ms();
+  kill_worker(2, SIGKILL);
+  /* The survivors wait in wait_go, calling nothing of libcohort: only the watch can say it. */
+  for (int w = 0; w < 2; w++) {
+    CHECK_EQ_INT(agent_expect(w, "broken", FAST_MS, msg, sizeof msg), 0);
+    CHECK(strncmp(msg, "broken epoch=0 why=", 19) == 0);
+    CHECK_EQ_INT(atomic_load(&g_sh->s[w].phase), 1);
+  }
+  printf("kill -9 of an idle rank to `broken` from both survivors (idle): %lld ms; %s\n",
+         base_now_ms() - t, msg);
+  for (int w = 0; w < 2; w++) release(w);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_form(w, 1, w, 2);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 2, 60000), 0);
+  drain(1);
+  g_broken[1] = 0;
+  release(0);
+  CHECK(reap(0, 30000));
+  release(1);
+  CHECK_EQ_INT(wait_phase(1, 3, 30000), 0);
+  drain(1);
+  CHECK_EQ_INT(g_broken[1], 0); /* worker 0 left in good order */
+  CHECK(reap(1, 30000));
+  store_fork_stop(&g_sf);
+}
+
 /* tcp, shm, or single (shared memory with cohort_mem_alloc buffers). */
 static int set_transport(const char *t) {
   g_single = strcmp(t, "single") == 0;
@@ -1058,10 +1134,15 @@ int main(int argc, char **argv) {
     test_kill(argv[2]);
     return check_report();
   }
+  if (argc >= 3 && strcmp(argv[1], "idle") == 0 && set_transport(argv[2]) == 0) {
+    test_idle(argv[2]);
+    return check_report();
+  }
   if (argc >= 3 && strcmp(argv[1], "reshape") == 0 && set_transport(argv[2]) == 0) {
     test_reshape(argv[2]);
     return check_report();
   }
-  fprintf(stderr, "usage: test_reform_coll unit | kill tcp|shm|single | reshape tcp|shm\n");
+  fprintf(stderr,
+          "usage: test_reform_coll unit | kill tcp|shm|single | idle tcp|shm | reshape tcp|shm\n");
   return 2;
 }

@@ -168,6 +168,7 @@ COHORT_API void cohort_comm_destroy(cohort_comm *c) {
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
   }
+  coll_watch_stop(&c->eng); /* nothing in flight now; before its fds close */
   coll_buf_release_all(c);
   coll_tcp_destroy(c->tcp);
   coll_shm_destroy(c->shm);
@@ -353,9 +354,11 @@ static int execute(cohort_comm *c, const coll_op *op) {
   size_t ready = c->prep_op == op ? c->prep_done : 0;
   c->prep_op = NULL;
   if (atomic_load(&c->eng.failed)) return coll_later_err(&c->eng);
+  coll_op_begin(&c->eng); /* the peer watch leaves the streams to it */
   c->cur_op = op;
   int rc = op->wire != op->dtype ? execute_wire(c, op, ready) : execute_plain(c, op);
   c->cur_op = NULL;
+  coll_op_end(&c->eng);
   if (rc == 0) coll_progress_auto(); /* progress, for the agent's --hang-timeout */
   return rc;
 }

@@ -15,9 +15,15 @@
  * soon as whole elements have arrived, so reduction overlaps the transfer.
  */
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "coll/engine.h"
@@ -511,4 +517,155 @@ int coll_peer_aborted(coll_engine *e, int *rank, char *msg, size_t msglen) {
         e->tport_ops[j]->aborted(e->tport_t[j], rank, msg, msglen))
       return 1;
   return 0;
+}
+
+/* ---- the peer watch (engine.h) ---- */
+
+void coll_op_begin(coll_engine *e) {
+  coll_watch *w = &e->watch;
+  for (int spins = 0;; spins++) {
+    int idle = WATCH_IDLE;
+    if (atomic_compare_exchange_weak(&w->state, &idle, WATCH_OP)) return;
+    /* The watcher is looking at a hung-up peer's stream: rare, and microseconds. */
+    if (spins < 64)
+      coll_cpu_relax();
+    else
+      sched_yield();
+  }
+}
+
+void coll_op_end(coll_engine *e) {
+  coll_watch *w = &e->watch;
+  atomic_store(&w->state, WATCH_IDLE);
+  /* Paired with look(): either it sees the collective over, or this sees it waiting. */
+  if (atomic_load(&w->waiting)) {
+    uint64_t one = 1;
+    while (write(w->wake_fd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+/* A peer whose watch fd hung up: 1 when it is lost, 0 when it said goodbye, -1 when a collective
+ * is in flight (the engine reads its stream; the collective's end wakes the watcher). */
+static int look(coll_engine *e, int peer) {
+  coll_watch *w = &e->watch;
+  int idle = WATCH_IDLE;
+  atomic_store(&w->waiting, 1);
+  if (!atomic_compare_exchange_strong(&w->state, &idle, WATCH_LOOK)) return -1;
+  atomic_store(&w->waiting, 0);
+  const coll_tport_ops *ops = e->peer_ops[peer];
+  int bye = ops->said_bye != NULL && ops->said_bye(e->peer_t[peer], peer);
+  atomic_store(&w->state, WATCH_IDLE);
+  return !bye;
+}
+
+static void watch_lost(coll_engine *e, int peer) {
+  int arank;
+  char amsg[400];
+  if (coll_peer_aborted(e, &arank, amsg, sizeof amsg)) {
+    fail_peer_aborted(e, arank, amsg);
+    return;
+  }
+  coll_fail(e, COHORT_EPEER,
+            "rank %d: lost the connection to rank %d (it died, exited or aborted) while no "
+            "collective was in flight",
+            e->rank, peer);
+}
+
+/* The peers' watch fds into pf[1..] (pf[0]: the wake fd), their ranks into who; returns n. */
+static int watch_set(coll_engine *e, struct pollfd *pf, int *who) {
+  coll_watch *w = &e->watch;
+  int n = 0;
+  pf[n++] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
+  for (int p = 0; p < w->size; p++) {
+    const coll_tport_ops *ops = e->peer_ops[p];
+    if (p == e->rank || w->left[p] || ops == NULL || ops->watch_fd == NULL) continue;
+    int fd = ops->watch_fd(e->peer_t[p], p);
+    if (fd < 0) continue;
+    pf[n] = (struct pollfd){.fd = fd, .events = POLLRDHUP};
+    who[n++] = p;
+  }
+  return n;
+}
+
+/* Blocks until a peer hangs up (never for data), then looks; while a collective is in flight it
+ * waits on the wake fd alone. Ends with the communicator's failure or coll_watch_stop. */
+static void *watch_main(void *arg) {
+  coll_engine *e = arg;
+  coll_watch *w = &e->watch;
+  struct pollfd *pf = malloc((size_t)(w->size + 1) * sizeof *pf);
+  int *who = malloc((size_t)(w->size + 1) * sizeof *who);
+  int defer = 0;
+  while (pf != NULL && who != NULL && !atomic_load(&w->stop) && !atomic_load(&e->failed)) {
+    int n = defer ? 1 : watch_set(e, pf, who);
+    if (defer) pf[0] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
+    if (poll(pf, (nfds_t)n, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (pf[0].revents != 0) {
+      uint64_t v;
+      (void)!read(w->wake_fd, &v, sizeof v);
+      defer = 0;
+      continue;
+    }
+    for (int i = 1; i < n && !defer; i++) {
+      if (pf[i].revents == 0) continue;
+      int r = look(e, who[i]);
+      if (r < 0) {
+        defer = 1;
+      } else if (r == 0) {
+        w->left[who[i]] = 1;
+      } else {
+        watch_lost(e, who[i]);
+        break;
+      }
+    }
+  }
+  free(pf);
+  free(who);
+  return NULL;
+}
+
+int coll_watch_start(coll_engine *e, int size) {
+  coll_watch *w = &e->watch;
+  if (w->started) return 0;
+  atomic_store(&w->stop, 0);
+  atomic_store(&w->waiting, 0);
+  w->size = size;
+  w->left = calloc((size_t)size, 1);
+  w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  int rc = w->left == NULL ? -ENOMEM : w->wake_fd < 0 ? -errno : 0;
+  if (rc == 0) {
+    /* Signals go to the program's threads, not to this one. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    if (pthread_create(&w->thread, NULL, watch_main, e) != 0) rc = -EAGAIN;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  if (rc != 0) {
+    if (w->wake_fd >= 0) close(w->wake_fd);
+    free(w->left);
+    w->left = NULL;
+    w->wake_fd = -1;
+    return rc;
+  }
+  w->started = 1;
+  return 0;
+}
+
+void coll_watch_stop(coll_engine *e) {
+  coll_watch *w = &e->watch;
+  if (!w->started) return;
+  atomic_store(&w->stop, 1);
+  uint64_t one = 1;
+  while (write(w->wake_fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  pthread_join(w->thread, NULL);
+  close(w->wake_fd);
+  w->wake_fd = -1;
+  free(w->left);
+  w->left = NULL;
+  w->started = 0;
 }

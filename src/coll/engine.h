@@ -44,6 +44,26 @@ typedef struct coll_op {
   int timeout_ms;
 } coll_op;
 
+/*
+ * The peer watch of a re-formable communicator (engine.c): while no collective is in flight, a
+ * thread blocks in poll() on every peer's watch fd (hang-ups only, never data: it wakes for
+ * nothing else) and fails the communicator with COHORT_EPEER the moment a peer is lost, so the
+ * agent hears `broken` at once rather than at the program's next collective. A peer whose stream
+ * ends with its destroy's goodbye left in good order and is not a loss. The thread reads a peer's
+ * stream only while it holds `state` (WATCH_LOOK); the thread executing a collective holds it as
+ * WATCH_OP (coll_op_begin, coll_op_end: two atomic operations, no system call).
+ */
+enum { WATCH_IDLE = 0, WATCH_OP, WATCH_LOOK };
+typedef struct coll_watch {
+  atomic_int state;
+  atomic_int waiting; /* the watcher waits for the collective's end (coll_op_end wakes it) */
+  atomic_int stop;
+  int wake_fd; /* eventfd: stop, or the end of that collective */
+  int size, started;
+  unsigned char *left; /* [size] peers that said goodbye: no longer watched */
+  pthread_t thread;
+} coll_watch;
+
 /* The engine of one communicator: its transports, its idle work and its failure state. */
 typedef struct coll_engine {
   int rank;
@@ -67,6 +87,7 @@ typedef struct coll_engine {
   atomic_int failed;
   int err;
   char errmsg[512];
+  coll_watch watch;
 } coll_engine;
 
 /* What one collective's transfers run under. `comm` is the algorithms' (the engine never looks
@@ -108,5 +129,13 @@ void coll_reset_failure(coll_engine *e);
 void coll_abort_transports(coll_engine *e, const char *why);
 /* When a peer aborted the communicator through a transport: 1 and who and why. */
 int coll_peer_aborted(coll_engine *e, int *rank, char *msg, size_t msglen);
+
+/* Starts the peer watch over the membership's `size` ranks (transports set up). 0 or an error. */
+int coll_watch_start(coll_engine *e, int size);
+/* Stops it and joins its thread (before the transports go); idempotent. */
+void coll_watch_stop(coll_engine *e);
+/* Around every collective's execution: the watch leaves the peers' streams to it meanwhile. */
+void coll_op_begin(coll_engine *e);
+void coll_op_end(coll_engine *e);
 
 #endif

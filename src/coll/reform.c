@@ -84,6 +84,15 @@ void coll_reform_up(cohort_comm *c) {
   c->live = 1;
   if (atomic_load(&c->ended) >= c->epoch) coll_reshape(c, c->epoch, "reshape while connecting");
   pthread_mutex_unlock(&c->ctl.mu);
+  /* A peer lost while this rank computes between collectives: `broken` at once (engine.h). */
+  int rc = 0;
+  if (c->eng.reshape_on_loss && c->size > 1 && !atomic_load(&c->eng.failed))
+    rc = coll_watch_start(&c->eng, c->size);
+  if (rc != 0)
+    base_log(BASE_LOG_WARN,
+             "rank %d: no peer watch (%s): a peer lost between collectives is "
+             "found at the next one",
+             c->rank, cohort_strerror(rc));
 }
 
 static void free_group(coll_group *g) {
@@ -106,6 +115,7 @@ static void end_membership(cohort_comm *c) {
   pthread_mutex_lock(&c->ctl.mu);
   c->live = 0;
   pthread_mutex_unlock(&c->ctl.mu);
+  coll_watch_stop(&c->eng); /* nothing in flight now; before its fds close */
   c->eng.ntports = 0;
   coll_buf_orphan_all(c);
   coll_tcp_destroy(c->tcp);

@@ -572,6 +572,17 @@ static int shm_peer_gone(void *sp, int peer) {
   return coll_fd_gone(s->watch[s->lidx[peer]]);
 }
 
+/* The peer watch: the TCP connection to a local peer carries nothing after the set-up but the
+ * goodbye, and closes when its process ends. */
+static int shm_watch_fd(void *sp, int peer) {
+  coll_shm *s = sp;
+  return s->watch[s->lidx[peer]];
+}
+
+static int shm_said_bye(void *sp, int peer) {
+  return coll_fd_said_bye(shm_watch_fd(sp, peer), NULL, 0);
+}
+
 static int shm_wait(void *sp, const int *peers, const int *want, int n, int timeout_ms,
                     int *bad_peer) {
   coll_shm *s = sp;
@@ -609,6 +620,8 @@ const coll_tport_ops coll_shm_ops = {
     .wait = shm_wait,
     .peer_gone = shm_peer_gone,
     .pending = shm_pending,
+    .watch_fd = shm_watch_fd,
+    .said_bye = shm_said_bye,
     .abort = shm_abort,
     .aborted = shm_aborted,
     .reaches = shm_reaches,

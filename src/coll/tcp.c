@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,6 +58,9 @@ int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out
 void coll_tcp_destroy(coll_tcp *t) {
   if (t == NULL) return;
   for (int i = 0; i < t->size; i++) {
+    /* The goodbye: fails (EPIPE) after an abort shut the connection down, as it should. */
+    if (t->peers[i].fd >= 0)
+      (void)!send(t->peers[i].fd, COLL_BYE, COLL_BYE_LEN, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (t->peers[i].fd >= 0) close(t->peers[i].fd);
     free(t->peers[i].buf);
   }
@@ -82,6 +86,28 @@ int coll_fd_gone(int fd) {
   if (p.fd < 0) return 1;
   if (poll(&p, 1, 0) <= 0) return 0;
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* The bytes queued on fd are looked at only up to this many (a hung-up peer's stream that long
+ * ends with no goodbye as far as the watch is concerned: a lost peer). */
+#define BYE_PEEK_MAX (64u << 20)
+
+int coll_fd_said_bye(int fd, const char *staged, size_t nstaged) {
+  int q = 0;
+  if (fd < 0 || ioctl(fd, FIONREAD, &q) != 0 || q < 0 || (unsigned)q > BYE_PEEK_MAX) return 0;
+  size_t queued = (size_t)q;
+  if (nstaged + queued < COLL_BYE_LEN) return 0;
+  /* The stream's last COLL_BYE_LEN bytes: the staged tail, then the queue's (peeked whole: a
+   * queue's tail cannot be peeked alone). */
+  char *buf = malloc(queued + COLL_BYE_LEN);
+  if (buf == NULL) return 0;
+  size_t from_stage = queued >= COLL_BYE_LEN ? 0 : COLL_BYE_LEN - queued;
+  memcpy(buf, staged + nstaged - from_stage, from_stage);
+  ssize_t n = queued > 0 ? recv(fd, buf + from_stage, queued, MSG_PEEK | MSG_DONTWAIT) : 0;
+  int bye = n == (ssize_t)queued &&
+            memcmp(buf + from_stage + queued - COLL_BYE_LEN, COLL_BYE, COLL_BYE_LEN) == 0;
+  free(buf);
+  return bye;
 }
 
 static int sock_err(int e) {
@@ -205,6 +231,18 @@ static int tcp_wait(void *tp, const int *peers, const int *want, int n, int time
   return 0;
 }
 
+static int tcp_watch_fd(void *tp, int peer) {
+  coll_tcp *t = tp;
+  return t->peers[peer].fd;
+}
+
+static int tcp_said_bye(void *tp, int peer) {
+  coll_tcp *t = tp;
+  tcp_peer *p = &t->peers[peer];
+  if (p->buf == NULL) return coll_fd_said_bye(p->fd, NULL, 0);
+  return coll_fd_said_bye(p->fd, p->buf + p->rpos, p->wpos - p->rpos);
+}
+
 const coll_tport_ops coll_tcp_ops = {
     .name = "tcp",
     .send = tcp_send,
@@ -214,6 +252,8 @@ const coll_tport_ops coll_tcp_ops = {
     .wait = tcp_wait,
     .peer_gone = NULL, /* tcp_wait reports a hang-up itself */
     .pending = tcp_pending,
+    .watch_fd = tcp_watch_fd,
+    .said_bye = tcp_said_bye,
     .abort = tcp_abort,
     .aborted = NULL,
     .reaches = NULL, /* no one-sided access */

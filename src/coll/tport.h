@@ -50,6 +50,12 @@ typedef struct coll_tport_ops {
   int (*peer_gone)(void *t, int peer);
   /* 1 when bytes from peer wait to be read (a peer that exited may have left some). */
   int (*pending)(void *t, int peer);
+  /* The engine's peer watch (engine.c), while no collective is in flight: an fd whose hang-up
+   * (POLLRDHUP, POLLHUP, POLLERR) means peer may be gone, or -1 (NULL: none at all). */
+  int (*watch_fd)(void *t, int peer);
+  /* After watch_fd hung up, with no collective in flight: 1 when peer left in good order (its
+   * stream ends with the goodbye of its communicator's destroy, COLL_BYE), 0 when it was lost. */
+  int (*said_bye)(void *t, int peer);
   /* Makes every waiter on this transport, here and at the peers, give up with `why` (rank: who
    * aborts). Idempotent; callable from any thread. */
   void (*abort)(void *t, int rank, const char *why);
@@ -81,6 +87,17 @@ typedef struct coll_shm coll_shm;
 
 /* 1 when the connection on fd saw a hang-up or an error (poll with no wait). */
 int coll_fd_gone(int fd);
+
+/* The last bytes a communicator's destroy sends on every TCP connection it still has (not after
+ * an abort), so that a peer told of the hang-up while idle knows it from a crash. A peer inside a
+ * collective reads them as a connection lost, as before. */
+#define COLL_BYE                                                                                   \
+  "\x7f"                                                                                           \
+  "cohort:goodbye\n"
+#define COLL_BYE_LEN 16
+/* 1 when the stream on fd, after the nstaged bytes at staged that were already read from it,
+ * ends with COLL_BYE (the peer hung up; looks at what is queued, reads nothing). */
+int coll_fd_said_bye(int fd, const char *staged, size_t nstaged);
 
 /* TCP: one connected socket per peer (fds[peer], -1 for self). Takes ownership of the fds. */
 int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out);
