@@ -194,9 +194,9 @@ typedef struct watch_clock {
   int64_t last_ok; /* last answer from the store */
   int64_t beats;   /* this node's heartbeat count, the value of its key */
   /* When the first beat or check that failed since the last success began (0: none). Until
-   * one succeeds, both are tried again within WAIT_SLICE_MAX_MS with deadlines of OP_MIN_MS
-   * (an etcd member gone, an election: the requests go round the members as quickly as the
-   * waits of 200 ms used to make them). */
+   * one succeeds, both are tried again within WAIT_SLICE_MAX_MS with shorter deadlines
+   * (op_deadline: an etcd member gone, an election: the requests go round the members about
+   * as quickly as the waits of 200 ms used to make them). */
   int64_t failing_since;
 } watch_clock;
 
@@ -236,15 +236,22 @@ static int store_silent(agent_watch *w, const watch_clock *t, int64_t now, char 
   return SEEN_STORE_LOST;
 }
 
-/* An operation's deadline: OP_TIMEOUT_MS or a third of the heartbeat timeout, whichever is
- * shorter, but not past the moment the store would count as lost (so that its silence is seen
- * then), and at least OP_MIN_MS; OP_MIN_MS in trouble. One operation held by a member that
- * cannot serve (a follower whose leader just died) must leave time to try the others. */
+/*
+ * An operation's deadline: OP_TIMEOUT_MS or a third of the heartbeat
+ * timeout, whichever is shorter ("most"), but not past the moment the store
+ * would count as lost (so that its silence is seen then), and at least
+ * OP_MIN_MS. One operation held by a member that cannot serve (a follower
+ * whose leader just died) must leave time to try the others: in trouble,
+ * most shared among etcd's members (with 3 and a 2 s timeout, 222 ms). With
+ * one member there is nothing to go round, and a request given up early is
+ * work a loaded etcd did for nothing: the deadline stays whole.
+ */
 static int64_t op_deadline(const agent_watch *w, const watch_clock *t) {
   int64_t now = base_now_ms(), d = t->last_ok + w->o.lost_after_ms;
   int64_t most = w->o.lost_after_ms / 3 < OP_TIMEOUT_MS ? w->o.lost_after_ms / 3 : OP_TIMEOUT_MS;
   if (rdzv_backend_is_etcd(w->o.backend)) d = now + most; /* silence counts from a failure */
-  if (t->failing_since > 0 || d < now + OP_MIN_MS) return now + OP_MIN_MS;
+  if (t->failing_since > 0) most /= rdzv_backend_members(w->o.backend);
+  if (d < now + OP_MIN_MS || most < OP_MIN_MS) return now + OP_MIN_MS;
   return d < now + most ? d : now + most;
 }
 

@@ -97,6 +97,13 @@ const char *rdzv_backend_name(const rdzv_backend *b) {
   return b->name;
 }
 
+int rdzv_backend_members(const rdzv_backend *b) {
+  int n = 1;
+  for (const char *p = b->is_etcd && b->endpoints != NULL ? b->endpoints : ""; *p != '\0'; p++)
+    n += *p == ',';
+  return n;
+}
+
 int64_t rdzv_backend_answered(rdzv_backend *b) {
   return b->is_etcd ? atomic_load(&b->answered) : 0;
 }

@@ -50,6 +50,9 @@ int rdzv_backend_is_etcd(const rdzv_backend *b);
 /* What the backend is, for messages: "the rendezvous store at H:P" or "etcd E1,E2". */
 const char *rdzv_backend_name(const rdzv_backend *b);
 
+/* How many servers a request may go round: etcd's endpoints, 1 for the built-in store. */
+int rdzv_backend_members(const rdzv_backend *b);
+
 /*
  * etcd: when (base_now_ms) a member last answered anything, an error or a 503 of an election
  * included; 0 before any answer, and always for the built-in store. A member that answers
