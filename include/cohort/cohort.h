@@ -309,12 +309,13 @@ COHORT_API int cohort_mem_free(cohort_comm *comm, void *ptr);
  *                 NULL on other ranks.
  *
  * A large allreduce of ranks all on one host on ordinary buffers (not from
- * cohort_mem_alloc) moves each buffer's whole 2 MiB pieces, once, onto
- * transparent huge pages (madvise MADV_COLLAPSE; the pieces at its ends
- * too where every page of them is already in memory, so no memory is
- * added): the peers then reach it 2 MiB at a time. The contents stay as
- * they were; COHORT_SHM_COLLAPSE=0 leaves the pages alone, and nothing is
- * done where huge pages are "never".
+ * cohort_mem_alloc) moves each buffer's whole 2 MiB pieces onto transparent
+ * huge pages, once, from the second allreduce on the same memory on
+ * (madvise MADV_COLLAPSE; the pieces at its ends too where every page of
+ * them is already in memory, so no memory is added): the peers then reach
+ * it 2 MiB at a time. The contents stay as they were;
+ * COHORT_SHM_COLLAPSE=0 leaves the pages alone, and nothing is done where
+ * huge pages are "never".
  */
 COHORT_API int cohort_allreduce(cohort_comm *comm, const void *send, void *recv, size_t count,
                                 cohort_dtype dtype, cohort_redop op);

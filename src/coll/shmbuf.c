@@ -204,7 +204,7 @@ void coll_buf_orphan_all(cohort_comm *c) {
 #define MADV_COLLAPSE 25
 #endif
 #define COLLAPSE_PIECE ((uintptr_t)2 << 20)
-#define COLLAPSE_SLOTS 4096u /* pieces remembered: 8 GiB of buffers */
+#define COLLAPSE_SLOTS 4096u /* at most half of them used: 2048 pieces, 4 GiB of buffers */
 
 /* 1 when the administrator turned transparent huge pages off ("[never]"): leave them off. */
 static int thp_never(void) {
@@ -216,26 +216,23 @@ static int thp_never(void) {
   return never;
 }
 
-/* Finds piece `a` in the set: 1 when there, else 0 and *slot its free slot (NULL: no room). */
-static int collapse_known(cohort_comm *c, uintptr_t a, uintptr_t **slot) {
-  *slot = NULL;
+/* Piece `a`'s slot in the set: holding a (collapsed, or refused for good), a | 1 (seen once), or 0
+ * (new; the caller may fill it). NULL when the set is full and `a` is not in it. */
+static uintptr_t *piece_slot(cohort_comm *c, uintptr_t a) {
   if (c->collapsed == NULL) c->collapsed = calloc(COLLAPSE_SLOTS, sizeof *c->collapsed);
-  if (c->collapsed == NULL) return 0;
+  if (c->collapsed == NULL) return NULL;
   size_t i = (size_t)(a / COLLAPSE_PIECE * 0x9e3779b97f4a7c15ull) % COLLAPSE_SLOTS;
   for (; c->collapsed[i] != 0; i = (i + 1) % COLLAPSE_SLOTS)
-    if (c->collapsed[i] == a) return 1;
-  if (c->ncollapsed < COLLAPSE_SLOTS / 2) *slot = &c->collapsed[i];
-  return 0;
+    if ((c->collapsed[i] & ~(uintptr_t)1) == a) return &c->collapsed[i];
+  return c->ncollapsed < COLLAPSE_SLOTS / 2 ? &c->collapsed[i] : NULL;
 }
 
-/* Remembers the pieces [a, end) (the caller found them unknown). */
-static void collapse_remember(cohort_comm *c, uintptr_t a, uintptr_t end) {
-  uintptr_t *slot;
-  for (; a < end; a += COLLAPSE_PIECE)
-    if (!collapse_known(c, a, &slot) && slot != NULL) {
-      *slot = a;
-      c->ncollapsed++;
-    }
+/* Collapses the pieces [a, end), all seen once before, in one call (each call drains the page
+ * lists of every CPU). EINVAL comes before that work (memory never touched, a region advised
+ * MADV_NOHUGEPAGE, a kernel before 6.1): they are asked again next time, at one system call. */
+static void collapse_run(cohort_comm *c, uintptr_t a, uintptr_t end) {
+  if (a == end || (madvise((void *)a, end - a, MADV_COLLAPSE) != 0 && errno == EINVAL)) return;
+  for (; a < end; a += COLLAPSE_PIECE) *piece_slot(c, a) = a;
 }
 
 /* 1 when every page of the piece at `a` is in memory (and mapped): collapsing it then adds no
@@ -252,25 +249,22 @@ static int piece_resident(uintptr_t a) {
 void coll_buf_collapse(cohort_comm *c, const void *p, size_t len) {
   if (c->collapse && c->collapsed == NULL && thp_never()) c->collapse = 0;
   if (!c->collapse || len == 0) return;
-  uintptr_t *slot, lo = (uintptr_t)p & ~(COLLAPSE_PIECE - 1);
-  uintptr_t hi = ((uintptr_t)p + len + COLLAPSE_PIECE - 1) & ~(COLLAPSE_PIECE - 1);
-  /* The pieces at either end reach past the buffer: only when already wholly in memory. */
-  if (lo < (uintptr_t)p && !collapse_known(c, lo, &slot) && !piece_resident(lo))
-    lo += COLLAPSE_PIECE;
-  if (hi > (uintptr_t)p + len && hi > lo && !collapse_known(c, hi - COLLAPSE_PIECE, &slot) &&
-      !piece_resident(hi - COLLAPSE_PIECE))
-    hi -= COLLAPSE_PIECE;
-  /* Runs of unknown pieces in one call each: a call that collapses drains the page lists of all
-   * CPUs, so a piece is collapsed once. EINVAL comes before that (memory never touched yet, a
-   * region advised against huge pages, a kernel before 6.1): tried again next time. */
-  for (uintptr_t a = lo; a < hi;) {
-    uintptr_t run = a;
-    while (a < hi && !collapse_known(c, a, &slot) && slot != NULL) a += COLLAPSE_PIECE;
-    if (a == run) {
-      a += COLLAPSE_PIECE; /* known, or no room to remember it */
-      continue;
+  uintptr_t lo = (uintptr_t)p & ~(COLLAPSE_PIECE - 1), end = (uintptr_t)p + len, run = lo;
+  /* A piece is collapsed the second time a buffer holding it comes by (a buffer used once is not
+   * worth the copy), once: the pieces done are remembered. The pieces at either end reach past the
+   * buffer into the program's other memory: only when every page of them is in memory already. */
+  uintptr_t a = lo;
+  for (; a < end; a += COLLAPSE_PIECE) {
+    uintptr_t *slot = piece_slot(c, a);
+    int fresh = slot != NULL && *slot == 0, edge = a < (uintptr_t)p || a + COLLAPSE_PIECE > end;
+    if (fresh) {
+      *slot = a | 1;
+      c->ncollapsed++;
     }
-    if (madvise((void *)run, a - run, MADV_COLLAPSE) == 0 || errno != EINVAL)
-      collapse_remember(c, run, a);
+    if (slot == NULL || fresh || *slot != (a | 1) || (edge && !piece_resident(a))) {
+      collapse_run(c, run, a);
+      run = a + COLLAPSE_PIECE;
+    }
   }
+  collapse_run(c, run, a);
 }
