@@ -457,7 +457,12 @@ static int w_protocol(int w) {
   wait_go(w);
   v = 1;
   CHECK_EQ_INT(cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM), COHORT_ERESHAPED);
-  CHECK(strstr(cohort_comm_error_message(c), "unit test reshape") != NULL);
+  /* The agent's reason, or the peer's: the rank whose control thread took the reshape first
+   * shuts its connections, and this rank's peer watch may see that before its own control thread
+   * takes the same reshape (TCP carries no reason). Either way before any collective. */
+  const char *ended = cohort_comm_error_message(c);
+  CHECK(strstr(ended, "unit test reshape") != NULL ||
+        strstr(ended, "while no collective was in flight") != NULL);
   cohort_request *rq = NULL;
   CHECK_EQ_INT(cohort_iallreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM, &rq), COHORT_ERESHAPED);
   CHECK_EQ_INT(w_reform(w, c), 0);
