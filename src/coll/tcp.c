@@ -102,7 +102,8 @@ int coll_fd_said_bye(int fd, const char *staged, size_t nstaged) {
   char *buf = malloc(queued + COLL_BYE_LEN);
   if (buf == NULL) return 0;
   size_t from_stage = queued >= COLL_BYE_LEN ? 0 : COLL_BYE_LEN - queued;
-  memcpy(buf, staged + nstaged - from_stage, from_stage);
+  if (from_stage > 0) /* staged is NULL when nothing is */
+    memcpy(buf, staged + nstaged - from_stage, from_stage);
   ssize_t n = queued > 0 ? recv(fd, buf + from_stage, queued, MSG_PEEK | MSG_DONTWAIT) : 0;
   int bye = n == (ssize_t)queued &&
             memcmp(buf + from_stage + queued - COLL_BYE_LEN, COLL_BYE, COLL_BYE_LEN) == 0;
