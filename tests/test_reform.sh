@@ -24,6 +24,17 @@ cleanup() {
 trap cleanup EXIT
 
 # wait_for FILE TEXT [COUNT [SECONDS]]: until FILE holds TEXT on COUNT lines (default 1).
+# wait_re FILE REGEX [TIMEOUT]: the extended regular expression matches a line of FILE.
+wait_re() {
+  local end=$((SECONDS + ${3:-60}))
+  while [ $SECONDS -lt $end ]; do
+    grep -qE -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "timed out waiting for /$2/ in $1"
+  return 1
+}
+
 wait_for() {
   local file=$1 text=$2 count=${3:-1} end=$((SECONDS + ${4:-60}))
   while [ $SECONDS -lt $end ]; do
@@ -409,9 +420,14 @@ torch_tests() {
   p2=$(sed -n 's/.*joined epoch=0 rank=2 .* pid=\([0-9]*\) .*/\1/p' "$out")
   kill -9 "$p1"
   check "torch: the survivors re-form" wait_for "$out" "cohort: re-formed in" 1 120
-  check "torch: rank 0 re-formed in its own process" contains "$out" "reformed epoch=1 rank=0 world=3 pid=$p0 "
-  check "torch: rank 2 re-formed in its own process" contains "$out" "reformed epoch=1 rank=2 world=3 pid=$p2 "
-  check "torch: the newcomer received the state" grep -q "joined epoch=1 rank=1 world=3 pid=[0-9]* step=[0-9]* received=[1-9]" "$out"
+  # The replacement may be in the first re-form, or (started ahead, not yet said hello) in the
+  # next one: the survivors first re-form 3 -> 2, then 2 -> 3.
+  check "torch: rank 0 re-formed in its own process" \
+    wait_re "$out" "reformed epoch=[1-9][0-9]* rank=0 world=3 pid=$p0 " 120
+  check "torch: rank 2 re-formed in its own process" \
+    wait_re "$out" "reformed epoch=[1-9][0-9]* rank=2 world=3 pid=$p2 " 30
+  check "torch: the newcomer received the state" \
+    wait_re "$out" "joined epoch=[1-9][0-9]* rank=1 world=3 pid=[0-9]* step=[0-9]* received=[1-9]" 30
   wait_all 180 $agent
   check "torch: the job ends well ($codes)" [ "$codes" = "0" ]
   check "torch: every rank ends with the same parameters" \
