@@ -24,17 +24,6 @@ cleanup() {
 trap cleanup EXIT
 
 # wait_for FILE TEXT [COUNT [SECONDS]]: until FILE holds TEXT on COUNT lines (default 1).
-# wait_re FILE REGEX [TIMEOUT]: the extended regular expression matches a line of FILE.
-wait_re() {
-  local end=$((SECONDS + ${3:-60}))
-  while [ $SECONDS -lt $end ]; do
-    grep -qE -- "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "timed out waiting for /$2/ in $1"
-  return 1
-}
-
 wait_for() {
   local file=$1 text=$2 count=${3:-1} end=$((SECONDS + ${4:-60}))
   while [ $SECONDS -lt $end ]; do
@@ -47,9 +36,9 @@ wait_for() {
   return 1
 }
 
-# wait_re FILE REGEX: until a line of FILE matches (10 s at most).
+# wait_re FILE REGEX [SECONDS]: until a line of FILE matches (10 s unless told).
 wait_re() {
-  local end=$((SECONDS + 10))
+  local end=$((SECONDS + ${3:-10}))
   while [ $SECONDS -lt $end ]; do
     grep -q -- "$2" "$1" 2>/dev/null && return 0
     sleep 0.1
