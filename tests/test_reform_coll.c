@@ -17,7 +17,10 @@
  *                               ahead (COHORT_AWAIT_FORM=1: no rank variables,
  *                               hello with await_form=1, its first membership
  *                               ended while connecting, the next joined and
- *                               the state received); a reshape between
+ *                               the state received); the same for a
+ *                               replacement not started ahead (its rank
+ *                               variables given, its first membership ended
+ *                               inside cohort_comm_create); a reshape between
  *                               collectives; a reshape while connecting a
  *                               membership, and one that never connects;
  *                               20 re-forms in a row leave no fd,
@@ -727,10 +730,36 @@ static int w_ahead_peer(int w) {
   return check_report() != 0;
 }
 
-static void test_ahead(void) {
-  config_ahead();
+/* Worker 2 not started ahead: a replacement spawned into membership 1 with its rank variables
+ * (COHORT_NEWCOMER=1, a configuration filled by hand); that membership ends while
+ * cohort_comm_create connects it, and create returns once it joined the next. */
+static int w_late(int w) {
+  cohort_comm *c = w_create(2, 3, 1);
+  if (c == NULL) return 1;
+  CHECK_EQ_INT(cohort_comm_rank(c), atomic_load(&g_sh->s[w].want_rank));
+  CHECK_EQ_INT(cohort_comm_size(c), atomic_load(&g_sh->s[w].want_size));
+  CHECK_EQ_INT(cohort_comm_epoch(c), atomic_load(&g_sh->s[w].want_epoch));
+  CHECK_EQ_INT(cohort_comm_is_new(c, 2), 1);
+  unsigned char *st = calloc(1, AHEAD_BYTES);
+  CHECK_EQ_INT(cohort_comm_state_transfer(c, st, AHEAD_BYTES), 0);
+  CHECK_EQ_INT(pattern_diff(st, AHEAD_BYTES), 0);
+  free(st);
+  w_sum_check(c, 1000);
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+/*
+ * A third rank joins a running membership of two. ahead: it was started ahead (no rank
+ * variables); its first form (membership 1) never connects, since ranks 0 and 1 are not told.
+ * Else it was spawned into membership 1 with its rank variables and connects that at once.
+ * Either way the agent ends membership 1 while the rank connects: it says ready and waits for
+ * the next, and all three form membership 2.
+ */
+static void test_joiner(int ahead) {
+  if (ahead) config_ahead();
   g_tport = COHORT_TRANSPORT_AUTO;
-  if (start_world("ahead") != 0) {
+  if (start_world(ahead ? "ahead" : "late") != 0) {
     CHECK(!"store");
     return;
   }
@@ -740,15 +769,13 @@ static void test_ahead(void) {
     CHECK_EQ_INT(agent_expect(w, "hello", 20000, msg, sizeof msg), 0);
     CHECK(strstr(msg, "await_form") == NULL); /* a config filled by hand cannot be started ahead */
   }
-  spawn(2, 1, w_ahead);
+  spawn(2, 1, ahead ? w_ahead : w_late);
   CHECK_EQ_INT(agent_expect(2, "hello", 20000, msg, sizeof msg), 0);
   char want[64];
-  snprintf(want, sizeof want, "hello pid=%d await_form=1", (int)g_pid[2]);
+  snprintf(want, sizeof want, "hello pid=%d%s", (int)g_pid[2], ahead ? " await_form=1" : "");
   CHECK_STREQ(msg, want);
-  /* Its first membership never connects (ranks 0 and 1 are not told): ended while it connects,
-   * the rank says ready and waits for the next. */
-  agent_form(2, 1, 2, 3);
-  base_sleep_ms(300);
+  if (ahead) agent_form(2, 1, 2, 3);
+  base_sleep_ms(300); /* connecting membership 1 */
   agent_send(2, "reshape epoch=1 why=a member lost while it connected");
   CHECK_EQ_INT(agent_expect(2, "ready", 20000, msg, sizeof msg), 0);
   CHECK_STREQ(msg, "ready epoch=1 step=-1");
@@ -1124,7 +1151,8 @@ static int unit(void) {
   test_parser();
   test_no_channel();
   test_protocol();
-  test_ahead();
+  test_joiner(1);
+  test_joiner(0);
   test_leaks(COHORT_TRANSPORT_TCP);
   test_leaks(COHORT_TRANSPORT_SHM);
   return check_report();

@@ -144,7 +144,10 @@ COHORT_API int cohort_comm_config_from_env(cohort_comm_config *cfg);
  * Started ahead (cfg->await_form == COHORT_AWAIT_FORM_NOW): says hello, waits
  * for the agent's first `form` (COHORT_REFORM_TIMEOUT_MS), connects that
  * membership and answers `formed`; a membership that ends while it connects
- * is answered `ready` and the next one awaited.
+ * is answered `ready` and the next one awaited. So is the membership of cfg
+ * when there is a control channel (COHORT_CONTROL_FD) and it ends while
+ * this rank connects it (the agent's `reshape`, a member lost): the
+ * communicator returned is the next form's, cohort_comm_epoch says which.
  */
 COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **out);
 

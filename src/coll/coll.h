@@ -164,12 +164,13 @@ void coll_reshape(cohort_comm *c, int epoch, const char *why);
 /* Sets the re-forming state up at create: the membership's number, COHORT_NEWCOMER, and the control
  * channel (COHORT_CONTROL_FD: says hello, starts its thread). 0 or an error. */
 int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg);
-/* The membership's transports are up: from now on a reshape fails them (at once when one came
- * already). */
-void coll_reform_up(cohort_comm *c);
 /* A communicator started ahead of its membership (COHORT_AWAIT_FORM_NOW): waits for the agent's
  * first form, connects it, answers formed. 0 or an error (the reason in the failure state). */
 int coll_first_form(cohort_comm *c);
+/* Connects the membership of cfg at create. With a control channel, one that ends while it
+ * connects (the agent's reshape, a member lost) is answered `ready` and the next form's is
+ * connected, as coll_first_form does. 0 or an error. */
+int coll_first_connect(cohort_comm *c, const cohort_comm_config *cfg);
 /* Runs a collective in order with the queued ones (blocking when req is NULL; comm.c). */
 int coll_start(cohort_comm *c, coll_op *op, cohort_request **req);
 

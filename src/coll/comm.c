@@ -125,13 +125,8 @@ COHORT_API int cohort_comm_create(const cohort_comm_config *cfg, cohort_comm **o
     goto fail;
   }
   c->newbits[0] = (unsigned char)c->self_new;
-  if (ahead) {
-    rc = coll_first_form(c);
-  } else if (c->size > 1) {
-    rc = coll_bootstrap(c, cfg);
-  }
+  rc = ahead ? coll_first_form(c) : coll_first_connect(c, cfg);
   if (rc != 0) goto fail;
-  if (!ahead) coll_reform_up(c);
   if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
     rc = -EAGAIN;
     goto fail;

@@ -79,7 +79,9 @@ int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg) {
   return rc;
 }
 
-void coll_reform_up(cohort_comm *c) {
+/* The membership's transports are up: from now on a reshape fails them (at once when one came
+ * already). */
+static void go_live(cohort_comm *c) {
   pthread_mutex_lock(&c->ctl.mu);
   c->live = 1;
   if (atomic_load(&c->ended) >= c->epoch) coll_reshape(c, c->epoch, "reshape while connecting");
@@ -243,7 +245,7 @@ static int join_membership(cohort_comm *c, const coll_ctl_msg *f) {
              f->rank, f->size, cohort_strerror(rc));
     return set_failure(c, rc, msg);
   }
-  coll_reform_up(c);
+  go_live(c);
   return 0;
 }
 
@@ -253,25 +255,44 @@ static void say_formed(cohort_comm *c) {
   base_log(BASE_LOG_INFO, "rank %d of %d: membership %d formed", c->rank, c->size, c->epoch);
 }
 
-/* Memberships in a row that may end while a worker started ahead connects its first. */
+/* Memberships in a row that may end while a worker connects its first. */
 #define FIRST_FORM_TRIES 100
 
-int coll_first_form(cohort_comm *c) {
-  int after = -1, rc = COHORT_ERESHAPED;
+/* Connects the next form's membership until one holds, from rc (COHORT_ERESHAPED: the one in
+ * c->epoch ended while connecting, or none yet when c->epoch < 0), and answers formed. */
+static int form_until_joined(cohort_comm *c, int rc) {
   for (int i = 0; i < FIRST_FORM_TRIES && rc == COHORT_ERESHAPED; i++) {
+    int after = c->epoch;
+    if (after >= 0) { /* a member lost, another node joining: ready, and the next one */
+      end_membership(c);
+      coll_ctl_send(&c->ctl, "ready epoch=%d step=%lld", after, (long long)c->step);
+    }
     coll_ctl_msg f;
     rc = await_form(c, after, &f);
     if (rc == 0) rc = join_membership(c, &f);
-    if (rc != COHORT_ERESHAPED) break;
-    /* It ended while connecting (a member lost, another node joining): the next one. */
-    after = c->epoch;
-    end_membership(c);
-    coll_ctl_send(&c->ctl, "ready epoch=%d step=-1", after);
   }
   if (rc == COHORT_ERESHAPED)
     return set_failure(c, rc, "100 memberships in a row ended before this rank connected one");
   if (rc == 0) say_formed(c);
   return rc;
+}
+
+int coll_first_form(cohort_comm *c) {
+  return form_until_joined(c, COHORT_ERESHAPED);
+}
+
+int coll_first_connect(cohort_comm *c, const cohort_comm_config *cfg) {
+  int rc = c->size > 1 ? coll_bootstrap(c, cfg) : 0;
+  if (rc == 0) {
+    go_live(c);
+    return 0;
+  }
+  /* Without a channel no other membership will come: the error is the caller's. */
+  if (c->ctl.fd < 0 || !(rc == COHORT_ERESHAPED || lost_peer(rc))) return rc;
+  base_log(BASE_LOG_INFO,
+           "rank %d: membership %d ended while connecting (%s): waiting for the next", c->rank,
+           c->epoch, cohort_strerror(rc));
+  return form_until_joined(c, COHORT_ERESHAPED);
 }
 
 COHORT_API int cohort_comm_reform(cohort_comm *c) {
