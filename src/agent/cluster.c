@@ -404,6 +404,7 @@ void agent_cluster_compare_network(cluster *c, int round, const doctor_result *n
 int agent_cluster_watch(cluster *c, const agent_config *cfg, int round, int notify_fd) {
   if (c->backend == NULL) return 0;
   c->store_lost = 0; /* it has just answered the join */
+  c->all_done = 0;
   c->watch_names = calloc((size_t)c->plan.nnodes, sizeof *c->watch_names);
   int rc = -ENOMEM;
   if (c->watch_names != NULL) {
@@ -512,10 +513,22 @@ typedef struct done_keys {
 } done_keys;
 
 /*
+ * How long, with etcd, a round's "alldone" and the leaving records under
+ * its lease outlive the node that wrote it, unless the last node to leave
+ * revokes that lease first (agent_cluster_leave): a node slower than this
+ * to read "alldone" (stopped, cut off from etcd) is the one that fails.
+ */
+#define END_LINGER_MS 60000
+
+/*
  * This node's part, again each turn until it is made: its done key, then
  * its addition to the count. A node whose addition made the count reach the
  * node count checks every done key once (an addition whose answer was lost
- * may have counted twice) and writes "alldone".
+ * may have counted twice) and writes "alldone": with etcd on a lease of its
+ * own (rdzv_backend_linger), not this node's, which goes with this node's
+ * exit when a slower node may not have read it yet (that node then found
+ * neither "alldone" nor this node's heartbeat and done keys: "node 0 lost"
+ * at the end of a job that succeeded).
  */
 static void count_me_done(cluster *c, done_keys *d) {
   int n = c->plan.nnodes;
@@ -524,7 +537,8 @@ static void count_me_done(cluster *c, done_keys *d) {
       store_add(c->client, d->count, 1, &d->mine, dl) != 0)
     d->mine = 0;
   if (d->mine >= n && !d->announced && first_absent(c, d->each, 0, n, dl) == n)
-    d->announced = store_set(c->client, d->all, "1", 1, dl) == 0;
+    d->announced = rdzv_backend_linger(c->backend, c->client, NULL, END_LINGER_MS) == 0 &&
+                   store_set(c->client, d->all, "1", 1, dl) == 0;
 }
 
 /*
@@ -561,6 +575,7 @@ int agent_cluster_wait_done(cluster *c, int round, char *report, size_t len, int
   rdzv_key(d.count, sizeof d.count, c->run_id, round, "ndone");
   rdzv_key(d.all, sizeof d.all, c->run_id, round, "alldone");
   int rc = wait_all_done(c, &d, report, len, stop_signal);
+  c->all_done = rc == 0;
   free(d.each);
   if (rc != 0 && agent_cluster_stopped(report)) agent_cluster_ack_stop(c, round);
   return rc;
@@ -656,6 +671,33 @@ static void wait_nodes_left(cluster *c, int round, int64_t deadline) {
   free(keys);
 }
 
+/*
+ * With etcd, after a round every node finished: this node records its
+ * leaving under "alldone"'s lease ("left/<k>", then an addition to
+ * "nleft"), and goes. The node whose addition completes the count checks
+ * every left key once (an addition whose answer was lost may have counted
+ * twice) and revokes that lease, which takes "alldone" and the leaving
+ * records with it; else the lease's TTL does. Three requests a node and no
+ * wait (before: every node waited until every node's exit key was there or
+ * its heartbeat key gone, reading the keys still awaited every 100 ms).
+ */
+static void leave_etcd(cluster *c, int round) {
+  char all[STORE_KEY_MAX], count[STORE_KEY_MAX], mine[STORE_KEY_MAX];
+  rdzv_key(all, sizeof all, c->run_id, round, "alldone");
+  rdzv_key(count, sizeof count, c->run_id, round, "nleft");
+  node_key(c, round, "left", c->plan.my_index, mine, sizeof mine);
+  int n = c->plan.nnodes;
+  int64_t dl = base_deadline_in(2000), left = 0;
+  if (rdzv_backend_linger(c->backend, c->client, all, 0) != 0 ||
+      store_set(c->client, mine, "1", 1, dl) != 0 ||
+      store_add(c->client, count, 1, &left, dl) != 0 || left < n)
+    return;
+  const char **keys = node_keys(c, round, "left");
+  if (keys != NULL && first_absent(c, keys, 0, n, dl) == n)
+    rdzv_backend_linger_end(c->backend, c->client, dl);
+  free(keys);
+}
+
 /* How long the store's host waits for `cohort stop` to have read every node's acknowledgement. */
 #define STOP_LINGER_MS 5000
 
@@ -668,10 +710,14 @@ void agent_cluster_leave(cluster *c, int round) {
     store_wait(c->client, &all, 1, base_deadline_in(STOP_LINGER_MS));
   }
   if (!c->multinode) return;
+  if (c->etcd && c->all_done) {
+    leave_etcd(c, round);
+    return;
+  }
   node_key(c, round, "exit", c->plan.my_index, key, sizeof key);
   store_set(c->client, key, "1", 1, base_deadline_in(2000));
-  /* Node 0 keeps its store up until everyone has read the end; with etcd every
-   * node stays until all are past the done keys, since its lease takes its keys. */
+  /* Node 0 keeps its store up until everyone has read the end; with etcd, after a failure,
+   * every node stays until all are past it, since its lease takes its keys (the failure's). */
   if (c->store == NULL && !c->etcd) return;
   wait_nodes_left(c, round, base_deadline_in(3000));
 }

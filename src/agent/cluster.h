@@ -34,6 +34,7 @@ typedef struct cluster {
   rdzv_backend *backend;    /* where the rendezvous keys are (multi-node) */
   int store_lost;           /* the store stopped answering: the way out writes nothing to it */
   int stop_acked;           /* a stop acknowledged: the store's host waits for `cohort stop` */
+  int all_done;             /* the last round waited for ended with every node done */
   store_client *client;     /* the main thread's connection (multi-node) */
   rdzv_publisher *pub;      /* announces the store until the first round is joined */
   agent_watch *watch;       /* this round's watcher (multi-node) */
@@ -147,7 +148,12 @@ int agent_cluster_read_status(cluster *c, char **texts);
 int agent_cluster_gather(cluster *c, int round, const char *what, const char *mine,
                          int64_t timeout_ms, char **texts);
 
-/* Says goodbye; node 0 keeps the store up until everyone has read the end. */
+/*
+ * Says goodbye; node 0 keeps the store up until everyone has read the end.
+ * With etcd after a round every node finished, nobody waits: the round's
+ * "alldone" outlives the node that wrote it (on a lease of its own), and
+ * the last node to leave removes it.
+ */
 void agent_cluster_leave(cluster *c, int round);
 
 void agent_cluster_close(cluster *c);

@@ -89,16 +89,25 @@ static int publish(store_client *c, const char *job_id, int round, const char *r
   return rc;
 }
 
-/* A node that finished its work stops beating without being lost. */
+/*
+ * A node that finished its work stops beating without being lost: its done
+ * key is there, or the round's "alldone" (with etcd, a node that saw it
+ * leaves, and its lease takes its heartbeat and done keys with it, while a
+ * slower node may still be watching; "alldone" outlives it: cluster.c).
+ */
 static int node_done(agent_watch *w, int k) {
-  char key[STORE_KEY_MAX], suffix[32];
+  char keys[2][STORE_KEY_MAX], suffix[32];
   snprintf(suffix, sizeof suffix, "done/%d", k);
-  rdzv_key(key, sizeof key, w->o.job_id, w->o.round, suffix);
-  void *val = NULL;
-  size_t len = 0;
-  if (store_get(w->client, key, &val, &len, base_deadline_in(OP_TIMEOUT_MS)) != 0) return 0;
-  free(val);
-  return 1;
+  rdzv_key(keys[0], sizeof keys[0], w->o.job_id, w->o.round, suffix);
+  rdzv_key(keys[1], sizeof keys[1], w->o.job_id, w->o.round, "alldone");
+  const char *kp[2] = {keys[0], keys[1]};
+  void *vals[2] = {NULL, NULL};
+  size_t lens[2];
+  if (store_get_many(w->client, kp, 2, vals, lens, base_deadline_in(OP_TIMEOUT_MS)) != 0) return 0;
+  int done = vals[0] != NULL || vals[1] != NULL;
+  free(vals[0]);
+  free(vals[1]);
+  return done;
 }
 
 /* A silent node k: lost unless it finished; 1 with the report that counts in text. */

@@ -31,7 +31,8 @@ struct rdzv_backend {
   pthread_t keeper;
   etcd *renewer; /* the keeper's connection, made before it starts; then the keeper's */
   int keeping, stop;
-  int lost; /* the store is gone: no revoke on the way out */
+  int lost;                /* the store is gone: no revoke on the way out */
+  struct etcd_conn *conns; /* every open connection, for rdzv_backend_linger (under lock) */
 };
 
 static char *dup_or_null(const char *s) {
@@ -113,6 +114,14 @@ int64_t rdzv_backend_answered(rdzv_backend *b) {
 typedef struct etcd_conn {
   etcd *e;
   rdzv_backend *b;
+  store_client *client; /* the store's calls over it */
+  struct etcd_conn *next;
+  /* rdzv_backend_linger: the writes take the lease of linger_anchor, or ("") one of
+   * linger_ttl_s of their own; linger_lease once known */
+  int lingering;
+  char linger_anchor[STORE_KEY_MAX];
+  int linger_ttl_s;
+  int64_t linger_lease;
 } etcd_conn;
 
 static int64_t lease_of(rdzv_backend *b) {
@@ -122,8 +131,22 @@ static int64_t lease_of(rdzv_backend *b) {
   return l;
 }
 
-/* The lease a write takes: the agent's own, or a guest's anchor's (see backend.h). */
+/* The lease of a lingering connection's writes: found (or granted) at its first write. */
+static int linger_lease(etcd_conn *c, int64_t *lease, int64_t deadline) {
+  int rc = 0;
+  if (c->linger_lease == 0 && c->linger_anchor[0] != '\0')
+    rc = etcd_lease_of(c->e, c->linger_anchor, &c->linger_lease, deadline);
+  else if (c->linger_lease == 0)
+    rc = etcd_lease_grant(c->e, c->linger_ttl_s, &c->linger_lease, deadline);
+  if (rc == 0 && c->linger_lease == 0) rc = -ENOENT; /* the anchor has no lease */
+  *lease = c->linger_lease;
+  return rc;
+}
+
+/* The lease a write takes: the agent's own, a lingering connection's, or a guest's anchor's
+ * (see backend.h). */
 static int write_lease(etcd_conn *c, int64_t *lease, int64_t deadline) {
+  if (c->lingering) return linger_lease(c, lease, deadline);
   if (c->b->anchor[0] == '\0') {
     *lease = lease_of(c->b);
     return 0;
@@ -174,6 +197,13 @@ static int op_del(void *impl, const char *key, int64_t deadline) {
 
 static void op_close(void *impl) {
   etcd_conn *c = impl;
+  pthread_mutex_lock(&c->b->lock);
+  for (etcd_conn **p = &c->b->conns; *p != NULL; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  pthread_mutex_unlock(&c->b->lock);
   etcd_close(c->e);
   free(c);
 }
@@ -288,14 +318,54 @@ static int connect_etcd(rdzv_backend *b, int64_t deadline, store_client **out, c
   if (rc == 0 && b->anchor[0] == '\0' && (rc = ensure_lease(b, c->e, deadline)) != 0 && err != NULL)
     snprintf(err, errlen, "%s: cannot grant a lease: %s", b->name, cohort_strerror(rc));
   if (rc == 0) rc = store_client_wrap(&etcd_ops, c, out);
-  if (rc != 0) op_close(c);
-  return rc;
+  if (rc != 0) {
+    etcd_close(c->e);
+    free(c);
+    return rc;
+  }
+  c->client = *out;
+  pthread_mutex_lock(&b->lock);
+  c->next = b->conns;
+  b->conns = c;
+  pthread_mutex_unlock(&b->lock);
+  return 0;
 }
 
 int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **out, char *err,
                          size_t errlen) {
   if (b->is_etcd) return connect_etcd(b, deadline_ms, out, err, errlen);
   return store_client_connect(b->host, b->port, b->token, deadline_ms, out, err, errlen);
+}
+
+/* The etcd connection behind client, NULL when it is not one of b's. */
+static etcd_conn *conn_of(rdzv_backend *b, store_client *client) {
+  pthread_mutex_lock(&b->lock);
+  etcd_conn *c = b->conns;
+  while (c != NULL && c->client != client) c = c->next;
+  pthread_mutex_unlock(&b->lock);
+  return c;
+}
+
+int rdzv_backend_linger(rdzv_backend *b, store_client *client, const char *anchor, int64_t ttl_ms) {
+  if (!b->is_etcd) return 0;
+  etcd_conn *c = conn_of(b, client);
+  if (c == NULL || (anchor != NULL && strlen(anchor) >= sizeof c->linger_anchor)) return -EINVAL;
+  if (c->lingering) return 0; /* it keeps its lease */
+  c->lingering = 1;
+  base_strlcpy(c->linger_anchor, anchor != NULL ? anchor : "", sizeof c->linger_anchor);
+  c->linger_ttl_s = (int)((ttl_ms + 999) / 1000);
+  if (c->linger_ttl_s < 2) c->linger_ttl_s = 2;
+  c->linger_lease = 0;
+  return 0;
+}
+
+int rdzv_backend_linger_end(rdzv_backend *b, store_client *client, int64_t deadline_ms) {
+  if (!b->is_etcd) return 0;
+  etcd_conn *c = conn_of(b, client);
+  if (c == NULL || !c->lingering) return -EINVAL;
+  int rc = c->linger_lease != 0 ? etcd_lease_revoke(c->e, c->linger_lease, deadline_ms) : 0;
+  c->lingering = 0, c->linger_lease = 0;
+  return rc;
 }
 
 void rdzv_backend_lost(rdzv_backend *b) {

@@ -8,8 +8,9 @@
  * first and kept alive by a thread of its own every third of its TTL; every
  * key the agent writes is attached to it, so the keys of an agent that dies
  * go when its lease expires, and the job's keys are gone once every agent
- * closed its backend (which revokes the lease). Keys live under
- * "/cohort/<job id>/".
+ * closed its backend (which revokes the lease), but for writes made to
+ * linger (rdzv_backend_linger), which go with a lease of their own. Keys
+ * live under "/cohort/<job id>/".
  *
  * Thread safety: connect may be called from several threads (the agent's
  * main thread and its watcher); each connection is used by one thread.
@@ -66,6 +67,22 @@ int64_t rdzv_backend_answered(rdzv_backend *b);
  */
 int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **out, char *err,
                          size_t errlen);
+
+/*
+ * etcd: from now on, the writes through client (one of b's connections)
+ * outlive this agent: they are attached to the lease of key anchor (looked
+ * up at the first of them; -ENOENT then when it is absent or has none) or,
+ * anchor NULL, to a lease of ttl_ms of their own, granted at the first and
+ * never renewed, instead of the agent's. A connection already lingering
+ * keeps its lease. The built-in store: nothing changes (its keys live as
+ * long as node 0's store). For the records of a round's end, which a slow
+ * node must still find after the others have gone (agent/cluster.c).
+ */
+int rdzv_backend_linger(rdzv_backend *b, store_client *client, const char *anchor,
+                        int64_t ttl_ms);
+/* etcd: revokes the lease client's lingering writes take, deleting every key attached to it,
+ * and client's writes take the agent's lease again. The built-in store: nothing. */
+int rdzv_backend_linger_end(rdzv_backend *b, store_client *client, int64_t deadline_ms);
 
 /* The store is gone: closing does not try to revoke the lease (it lapses after its TTL). */
 void rdzv_backend_lost(rdzv_backend *b);
