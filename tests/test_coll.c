@@ -20,6 +20,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -722,6 +723,96 @@ static int rk_wire_gather(cohort_comm *c, void *arg) {
   return fails;
 }
 
+/* Fractions, ties and what rounding treats apart: NaNs (a signalling one made quiet), infinities,
+ * -0, subnormals, and finite values that round to infinity in bf16 (FLT_MAX) or in f16. */
+static float wire_odd_in(int r, size_t i) {
+  uint32_t snan = 0x7f800001u;
+  float f;
+  switch ((i * 5 + (size_t)r) % 41) {
+  case 3:
+    memcpy(&f, &snan, sizeof f);
+    return f;
+  case 7:
+    return r % 2 ? INFINITY : -INFINITY;
+  case 11:
+    return -0.0f;
+  case 17:
+    return (float)r * 1e-40f + 1e-41f;
+  case 19:
+    return FLT_MAX;
+  case 23:
+    return 65520.0f;
+  default:
+    return wire_frac_in(r, i) * (float)(1 + i % 5);
+  }
+}
+
+/* One compressed collective of `kind` (in place or not) on wire_odd_in's inputs; out gets its
+ * result: the allreduce's vector, the reduce-scatter's block, the allgather's n blocks. */
+static int wire_way(cohort_comm *c, int kind, int inplace, cohort_dtype wire, size_t count,
+                    float *out) {
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c);
+  size_t nin = kind == COLL_REDUCE_SCATTER ? count * (size_t)n : count;
+  size_t nout = kind == COLL_ALLGATHER ? count * (size_t)n : count;
+  float *send = malloc((nin + nout + 1) * sizeof(float)), *recv = send + nin;
+  float *src = kind == COLL_ALLGATHER && inplace ? recv + (size_t)r * count : send;
+  for (size_t i = 0; i < nin; i++) src[i] = wire_odd_in(r, i);
+  float *dst = inplace && kind != COLL_ALLGATHER ? send : recv;
+  int rc;
+  if (kind == COLL_ALLREDUCE)
+    rc = cohort_allreduce_wire(c, src, dst, count, COHORT_F32, wire, COHORT_SUM);
+  else if (kind == COLL_REDUCE_SCATTER)
+    rc = cohort_reduce_scatter_wire(c, src, dst, count, COHORT_F32, wire, COHORT_SUM);
+  else
+    rc = cohort_allgather_wire(c, src, dst, count, COHORT_F32, wire);
+  const float *res = kind == COLL_REDUCE_SCATTER && inplace ? send + (size_t)r * count : dst;
+  if (rc == 0) memcpy(out, res, nout * sizeof(float));
+  free(send);
+  return rc;
+}
+
+/* The ring's compressed operations convert at the engine's transfers (rounded as they are sent,
+ * widened and summed as they arrive) and give the bits of the same operations through a whole
+ * 16-bit copy, NaNs, infinities and ties included. arg: whether the allreduce takes the ring. */
+static int rk_wire_edges(cohort_comm *c, void *arg) {
+  int ring_allreduce = *(const int *)arg;
+  int n = cohort_comm_size(c), r = cohort_comm_rank(c), fails = 0;
+  size_t counts[] = {1, 7, 1531, 70001};
+  cohort_dtype wires[] = {COHORT_BF16, COHORT_F16};
+  int kinds[] = {COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER};
+  size_t most = 70001 * (size_t)n;
+  float *got[2] = {malloc(most * sizeof(float)), malloc(most * sizeof(float))};
+  for (int w = 0; w < 2; w++)
+    for (int k = 0; k < 3; k++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (size_t ci = 0; ci < BASE_ARRAY_LEN(counts); ci++) {
+          size_t count = counts[ci], nout = kinds[k] == COLL_ALLGATHER ? count * (size_t)n : count;
+          int rc = 0;
+          uint64_t edges = 0;
+          for (int way = 0; way < 2 && rc == 0; way++) {
+            c->wire_copy = way == 0;
+            uint64_t before = c->wire_edge_ops;
+            rc = wire_way(c, kinds[k], inplace, wires[w], count, got[way]);
+            edges = c->wire_edge_ops - before;
+          }
+          c->wire_copy = 0;
+          int want_edges = kinds[k] != COLL_ALLREDUCE || ring_allreduce;
+          if (rc != 0 || memcmp(got[0], got[1], nout * sizeof(float)) != 0 ||
+              (edges > 0) != want_edges) {
+            fprintf(stderr,
+                    "rank %d: wire %s kind %d in place %d count %zu: rc %d, %s, converted at "
+                    "the transfers %s\n",
+                    r, wires[w] == COHORT_BF16 ? "bf16" : "f16", kinds[k], inplace, count, rc,
+                    memcmp(got[0], got[1], nout * sizeof(float)) ? "bits differ" : "same bits",
+                    edges ? "yes" : "no");
+            fails++;
+          }
+        }
+  free(got[0]);
+  free(got[1]);
+  return fails;
+}
+
 /* Four compressed operations: an allreduce in place, an allgather of part of its result, a
  * reduce-scatter and an allreduce of other buffers. */
 static int wire_sequence(cohort_comm *c, int queued, float *x, float *ag, float *y, float *z,
@@ -755,12 +846,14 @@ static int wire_sequence(cohort_comm *c, int queued, float *x, float *ag, float 
   return rc;
 }
 
-/* Queued compressed operations have their input rounded while the one before them waits on the
- * link (on some rank here), and give the bits of the same operations called one at a time, the
- * allgather that reads the allreduce's result included (it is not read ahead). */
+/* Queued compressed operations that go through the wire-type copy (here all of them: the ring's
+ * convert at the transfers otherwise) have their input rounded while the one before them waits on
+ * the link (on some rank here), and give the bits of the same operations called one at a time,
+ * the allgather that reads the allreduce's result included (it is not read ahead). */
 static int rk_wire_queue(cohort_comm *c, void *arg) {
   (void)arg;
   int n = cohort_comm_size(c), r = cohort_comm_rank(c), fails = 0;
+  c->wire_copy = 1;
   const size_t count = 300001; /* over a slice of the rounding ahead */
   size_t all = count * (size_t)n;
   float *buf[2][4];
@@ -784,6 +877,7 @@ static int rk_wire_queue(cohort_comm *c, void *arg) {
   }
   for (int k = 0; k < 2; k++)
     for (int j = 0; j < 4; j++) free(buf[k][j]);
+  c->wire_copy = 0;
   return fails;
 }
 
@@ -1363,6 +1457,11 @@ static int unit(void) {
   world_opts wtcp = {.n = 4, .transport = COHORT_TRANSPORT_TCP, .threshold = "0"};
   CHECK_EQ_INT(run_world(&wtcp, rk_wire, NULL), 0);
   CHECK_EQ_INT(run_world(&wtcp, rk_wire_gather, NULL), 0);
+  int ring = 1, no_ring = 0;
+  CHECK_EQ_INT(run_world(&wtcp, rk_wire_edges, &ring), 0);
+  world_opts wtcp2 = {.n = 2, .transport = COHORT_TRANSPORT_TCP, .threshold = "0"};
+  CHECK_EQ_INT(run_world(&wtcp2, rk_wire_edges, &ring), 0);
+  CHECK_EQ_INT(run_world(&wshm, rk_wire_edges, &no_ring), 0);
   CHECK_EQ_INT(run_world(&wtcp, rk_wire_queue, NULL), 0);
   world_opts whier = {.n = 4, .hosts = 2};
   CHECK_EQ_INT(run_world(&whier, rk_wire, NULL), 0);

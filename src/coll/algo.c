@@ -374,10 +374,16 @@ static int allgather_ring(coll_ctx *x, const coll_group *g, const char *send, ch
                           size_t sc) {
   int n = g->n, r = g->me, next = at(g, r + 1), prev = at(g, r - 1);
   size_t bb = sc * x->es;
-  if (send != recv + (size_t)r * bb && bb) memcpy(recv + (size_t)r * bb, send, bb);
+  char *own = recv + (size_t)r * bb;
+  /* Travelling in 16 bits, this rank's own block is rounded too, as step 0 sends it (in place
+   * and already holding wire values, it is only read). */
+  int conv = x->op->wire != x->op->dtype;
+  if (!conv && send != own && bb) memcpy(own, send, bb);
   for (int s = 0; s < n - 1; s++) {
     size_t sb = (size_t)mod(r - s, n), rb = (size_t)mod(r - s - 1, n);
-    int rc = coll_sendrecv(x, next, recv + sb * bb, bb, prev, recv + rb * bb, bb);
+    int rc = conv && s == 0
+                 ? coll_sendrecv_rounded(x, next, send, own, bb, prev, recv + rb * bb, bb)
+                 : coll_sendrecv(x, next, recv + sb * bb, bb, prev, recv + rb * bb, bb);
     if (rc != 0) return rc;
   }
   return 0;
@@ -550,6 +556,18 @@ static int allreduce_hier(coll_ctx *x, const char *send, char *recv, size_t coun
   return rc;
 }
 
+int coll_wire_at_edges(cohort_comm *c, const coll_op *op) {
+  if (op->dtype != COHORT_F32 || (op->wire != COHORT_BF16 && op->wire != COHORT_F16) ||
+      c->size < 2 || c->wire_copy)
+    return 0;
+  if (op->kind == COLL_ALLGATHER) return 1;
+  if (op->op != COHORT_SUM) return 0;
+  if (op->kind == COLL_REDUCE_SCATTER) return 1;
+  coll_ctx x = {.eng = &c->eng, .comm = c, .op = op, .es = sizeof(float)};
+  return op->kind == COLL_ALLREDUCE && op->count * 2 >= c->algo_threshold && !c->hier &&
+         !direct_possible(&x);
+}
+
 int coll_run_op(coll_ctx *x) {
   cohort_comm *c = x->comm;
   const coll_group *w = &c->world;
@@ -557,7 +575,9 @@ int coll_run_op(coll_ctx *x) {
   size_t es = x->es, bytes = op->count * es;
   const char *send = op->send;
   char *recv = op->recv;
-  int small = bytes < c->algo_threshold, n = c->size;
+  /* The choice by size counts the bytes that travel (half of them for a 16-bit wire). */
+  int small = op->count * cohort_dtype_size(op->wire) < c->algo_threshold, n = c->size;
+  if (op->wire != op->dtype) c->wire_edge_ops++;
   if (n == 1) {
     switch (op->kind) {
     case COLL_ALLREDUCE:

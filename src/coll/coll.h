@@ -111,6 +111,10 @@ struct cohort_comm {
   size_t prep_done;
   const coll_op *cur_op; /* the operation executing (its output is not read ahead) */
   uint64_t prepared_ops; /* compressed operations that found their input rounded (for tests) */
+  /* Tests: 1 sends every compressed operation through the wire-type copy (execute_wire), as
+   * before the engine converted at its transfers (coll_wire_at_edges), to compare the two. */
+  int wire_copy;
+  uint64_t wire_edge_ops; /* compressed operations converted at the transfers (for tests) */
   /* Shared buffers (cohort_mem_alloc), the same list on every rank; index -1 entries are freed. */
   coll_buf *bufs;
   int nbufs, live_bufs;
@@ -176,6 +180,11 @@ int coll_start(cohort_comm *c, coll_op *op, cohort_request **req);
 
 /* ---- algorithms (algo.c): run one collective; 0 or an error ---- */
 int coll_run_op(coll_ctx *x);
+/* 1 when an f32 operation with a 16-bit wire type runs on its own buffers, converted at the
+ * engine's transfers (the ring algorithms: every reduce-scatter and allgather, a large sum
+ * allreduce that takes the ring), rather than on a whole 16-bit copy of them; then coll_run_op
+ * takes it as it is. The same answer on every rank. */
+int coll_wire_at_edges(cohort_comm *c, const coll_op *op);
 
 /* A completed collective is progress: touches COHORT_PROGRESS's file, at most
  * every 200 ms (progress.c; cohort_progress() is the public call). */

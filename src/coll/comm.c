@@ -285,7 +285,7 @@ static int prepare_next(void *arg) {
   pthread_mutex_lock(&c->mu);
   const cohort_request *r = c->head; /* stays queued: only the executing side dequeues */
   pthread_mutex_unlock(&c->mu);
-  if (r == NULL || r->op.wire == r->op.dtype) return 0;
+  if (r == NULL || r->op.wire == r->op.dtype || coll_wire_at_edges(c, &r->op)) return 0;
   const coll_op *op = &r->op;
   size_t total, at, in;
   wire_shape(c, op, &total, &at, &in);
@@ -314,6 +314,7 @@ static int prepare_next(void *arg) {
  * one, rounded while this one waits on the link: `ready` elements of it.
  */
 static int execute_wire(cohort_comm *c, const coll_op *op, size_t ready) {
+  if (coll_wire_at_edges(c, op)) return execute_plain(c, op); /* converted as it travels */
   size_t total, at, in;
   wire_shape(c, op, &total, &at, &in);
   if (ready > 0) {

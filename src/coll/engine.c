@@ -13,6 +13,15 @@
  * A step runs its sends and receives concurrently (a ring step sends to one
  * neighbour while receiving from the other) and reduces received bytes as
  * soon as whole elements have arrived, so reduction overlaps the transfer.
+ *
+ * An operation on f32 buffers whose wire type is 16 bits (op->wire !=
+ * op->dtype; comm.c sends the ring algorithms' here, coll_wire_at_edges)
+ * converts at the transfers: a send rounds its next piece of the f32 buffer
+ * into a small stage on the stack just before the transport takes it, a
+ * receive widens the arriving elements into the f32 destination, summing
+ * them with the local operand rounded to the wire type, in the same pass.
+ * The algorithms see f32 byte ranges; the peers see the bytes, and every
+ * result holds the bits, of the same collective run on 16-bit buffers.
  */
 #include <errno.h>
 #include <poll.h>
@@ -26,6 +35,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "coll/convert.h"
 #include "coll/engine.h"
 #include "coll/reduce.h"
 
@@ -46,10 +56,11 @@ enum { XF_SEND = 1, XF_RECV, XF_RECV_REDUCE };
 
 typedef struct xfer {
   int peer, mode;
+  int conv;                /* f32 buffers, a 16-bit payload (x->op->wire): converted here */
   const char *sbuf;        /* send payload */
-  char *dst;               /* receive destination */
+  char *dst;               /* receive destination; a converting send's rounded copy, or NULL */
   const char *local;       /* reduce: local operand */
-  size_t len, padded, pos; /* pos counts header + padded payload */
+  size_t len, padded, pos; /* len: payload bytes on the wire; pos counts header + padded payload */
   coll_hdr hdr;
   const coll_tport_ops *ops;
   void *t;
@@ -89,7 +100,7 @@ static void fill_hdr(const coll_ctx *x, coll_hdr *h, size_t len) {
   memset(h, 0, sizeof *h);
   h->magic = HDR_MAGIC;
   h->kind = (uint8_t)x->op->kind;
-  h->dtype = (uint8_t)x->op->dtype;
+  h->dtype = (uint8_t)x->op->wire; /* what travels: dtype, or its 16-bit wire type */
   h->redop = kind_reduces(x->op->kind) ? (uint8_t)x->op->op : 0;
   h->root = kind_rooted(x->op->kind) ? x->op->root : -1;
   h->seq = x->seq;
@@ -163,6 +174,75 @@ static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
                    coll_kind_name(x->op->kind), x->seq, cohort_strerror(err));
 }
 
+/* Wire elements a converting send rounds at a time into its stage on the stack (16 KiB): the
+ * stage stays in the first-level cache between the rounding and the transport's copy. */
+#define CONV_STAGE 8192
+
+/* One non-blocking step of a converting send: each piece of the f32 buffer is rounded into the
+ * stage just before the transport takes it; what the transport left of a piece is rounded again
+ * the next time (the same bits). Bytes moved (>= 0) or an error. */
+static long step_send_conv(coll_ctx *x, xfer *v) {
+  uint16_t stage[CONV_STAGE];
+  size_t total = sizeof(coll_hdr) + v->padded;
+  long moved = 0;
+  while (v->pos < total) {
+    struct iovec iov[3];
+    int k = 0;
+    size_t pos = v->pos, want = 0;
+    if (pos < sizeof(coll_hdr)) {
+      iov[k].iov_base = (char *)&v->hdr + pos;
+      iov[k++].iov_len = sizeof(coll_hdr) - pos;
+      pos = sizeof(coll_hdr);
+    }
+    size_t off = pos - sizeof(coll_hdr);
+    if (off < v->len) {
+      size_t e0 = off / 2, ne = v->len / 2 - e0;
+      if (ne > CONV_STAGE) ne = CONV_STAGE;
+      const float *src = (const float *)v->sbuf + e0;
+      if (v->dst == NULL)
+        coll_to_wire(x->op->wire, stage, src, ne);
+      else if (coll_to_wire_changes(x->op->wire, stage, src, ne) || v->dst != v->sbuf)
+        coll_from_wire(x->op->wire, (float *)v->dst + e0, stage, ne); /* the rounded copy */
+      iov[k].iov_base = (char *)stage + (off & 1u);
+      iov[k++].iov_len = ne * 2 - (off & 1u);
+      off = (e0 + ne) * 2;
+    }
+    if (off >= v->len && off < v->padded) {
+      iov[k].iov_base = (void *)(zero_pad + (off - v->len));
+      iov[k++].iov_len = v->padded - off;
+    }
+    for (int i = 0; i < k; i++) want += iov[i].iov_len;
+    long n = v->ops->send(v->t, v->peer, iov, k);
+    if (n < 0) return peer_error(x, v->peer, (int)n, "sending");
+    v->pos += (size_t)n;
+    moved += n;
+    if ((size_t)n < want) break;
+  }
+  return moved;
+}
+
+/* The payload of a small message (len <= 32 bytes) into out: copied, or rounded to the wire. */
+static void small_payload(coll_ctx *x, const xfer *v, char *out) {
+  if (!v->conv) {
+    memcpy(out, v->sbuf, v->len);
+    return;
+  }
+  uint16_t w[16];
+  coll_to_wire(x->op->wire, w, (const float *)v->sbuf, v->len / 2);
+  memcpy(out, w, v->len);
+  if (v->dst != NULL) coll_from_wire(x->op->wire, (float *)v->dst, w, v->len / 2);
+}
+
+/* Received wire elements (n bytes at wire offset off) into a converting transfer's f32
+ * destination: widened, or summed with the local operand. */
+static void take_conv(coll_ctx *x, xfer *v, size_t off, const void *data, size_t n) {
+  float *dst = (float *)v->dst + off / 2;
+  if (v->mode == XF_RECV)
+    coll_from_wire(x->op->wire, dst, data, n / 2);
+  else
+    coll_sum_from_wire(x->op->wire, dst, (const float *)v->local + off / 2, data, n / 2);
+}
+
 /* One non-blocking step of a send: bytes moved (>= 0) or an error. */
 static long step_send(coll_ctx *x, xfer *v) {
   size_t total = sizeof(coll_hdr) + v->padded;
@@ -170,7 +250,7 @@ static long step_send(coll_ctx *x, xfer *v) {
     /* A small message as one piece: one copy into the ring instead of three. */
     char line[64];
     memcpy(line, &v->hdr, sizeof(coll_hdr));
-    if (v->len) memcpy(line + sizeof(coll_hdr), v->sbuf, v->len);
+    if (v->len) small_payload(x, v, line + sizeof(coll_hdr));
     memset(line + sizeof(coll_hdr) + v->len, 0, v->padded - v->len);
     struct iovec one = {.iov_base = line, .iov_len = total};
     long n = v->ops->send(v->t, v->peer, &one, 1);
@@ -178,6 +258,7 @@ static long step_send(coll_ctx *x, xfer *v) {
     v->pos += (size_t)n; /* partly taken: the rest goes out from the pieces below */
     return n;
   }
+  if (v->conv) return step_send_conv(x, v);
   struct iovec iov[3];
   int k = 0;
   size_t pos = v->pos;
@@ -215,7 +296,9 @@ static long step_recv_whole(coll_ctx *x, xfer *v) {
     int rc = check_hdr(x, v);
     if (rc != 0) return rc;
     const char *payload = (const char *)data + sizeof(coll_hdr);
-    if (v->mode == XF_RECV) {
+    if (v->conv) {
+      if (v->len) take_conv(x, v, 0, payload, v->len);
+    } else if (v->mode == XF_RECV) {
       if (v->len) memcpy(v->dst, payload, v->len);
     } else if (v->len) {
       coll_reduce(x->op->dtype, x->op->op, v->dst, v->local, payload, v->len / x->es);
@@ -249,6 +332,18 @@ static long step(coll_ctx *x, xfer *v) {
       if (off >= v->len) {
         char pad[64];
         n = v->ops->recv(v->t, v->peer, pad, v->padded - off);
+      } else if (v->conv) {
+        const void *data;
+        n = v->ops->peek(v->t, v->peer, &data);
+        if (n > 0) {
+          size_t m = (size_t)n < v->len - off ? (size_t)n : v->len - off;
+          m -= m % 2;
+          if (m > 0) {
+            take_conv(x, v, off, data, m);
+            v->ops->consume(v->t, v->peer, m);
+          }
+          n = (long)m;
+        }
       } else if (v->mode == XF_RECV) {
         n = v->ops->recv(v->t, v->peer, v->dst + off, v->len - off);
       } else {
@@ -288,6 +383,9 @@ static void xfer_start(coll_ctx *x, xfer *v) {
   coll_engine *e = x->eng;
   v->ops = e->peer_ops[v->peer];
   v->t = e->peer_t[v->peer];
+  /* A converting transfer is given f32 bytes; half of them travel. */
+  v->conv = x->op->wire != x->op->dtype;
+  if (v->conv) v->len /= 2;
   size_t t = sizeof(coll_hdr) + v->len, a = v->ops->frame_align;
   t = t <= v->ops->frame_min ? v->ops->frame_min : (t + a - 1) / a * a;
   v->padded = t - sizeof(coll_hdr);
@@ -440,6 +538,13 @@ int coll_recv_reduce(coll_ctx *x, int peer, const void *local, void *dst, size_t
 int coll_sendrecv(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpeer, void *rbuf,
                   size_t rlen) {
   xfer v[2] = {{.peer = speer, .mode = XF_SEND, .sbuf = sbuf, .len = slen},
+               {.peer = rpeer, .mode = XF_RECV, .dst = rbuf, .len = rlen}};
+  return run(x, v, 2);
+}
+
+int coll_sendrecv_rounded(coll_ctx *x, int speer, const void *sbuf, void *rounded, size_t slen,
+                          int rpeer, void *rbuf, size_t rlen) {
+  xfer v[2] = {{.peer = speer, .mode = XF_SEND, .sbuf = sbuf, .dst = rounded, .len = slen},
                {.peer = rpeer, .mode = XF_RECV, .dst = rbuf, .len = rlen}};
   return run(x, v, 2);
 }

@@ -109,6 +109,11 @@ int coll_sendrecv(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpe
                   size_t rlen);
 int coll_sendrecv_reduce(coll_ctx *x, int speer, const void *sbuf, size_t slen, int rpeer,
                          const void *local, void *dst, size_t rlen);
+/* coll_sendrecv of an operation that travels in 16 bits (op->wire != op->dtype): the f32 values
+ * sent, rounded to the wire type and widened back, are stored at `rounded` too as they are sent
+ * (rounded may be sbuf, exactly: then only the pieces that change are written). */
+int coll_sendrecv_rounded(coll_ctx *x, int speer, const void *sbuf, void *rounded, size_t slen,
+                          int rpeer, void *rbuf, size_t rlen);
 
 /* One-sided access to a peer's memory, when its transport has it (coll_one_sided): copies len
  * bytes from the peer's address raddr into dst, or from src to raddr, while the peer goes on with

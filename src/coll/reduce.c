@@ -328,9 +328,44 @@ WIRE_KERNEL void coll_to_wire(cohort_dtype wire, uint16_t *dst, const float *src
     for (size_t i = 0; i < n; i++) dst[i] = coll_f32_to_f16(src[i]);
 }
 
+/* coll_to_wire for bf16 that also tells whether any element changed (its bits compared with the
+ * rounded value widened back, so a NaN made quiet counts). */
+WIRE_KERNEL static int bf16_round_changes(uint16_t *dst, const float *src, size_t n) {
+  uint32_t diff = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x;
+    memcpy(&x, &src[i], sizeof x);
+    uint16_t h = bf16_round(src[i]);
+    dst[i] = h;
+    diff |= x ^ ((uint32_t)h << 16);
+  }
+  return diff != 0;
+}
+
+int coll_to_wire_changes(cohort_dtype wire, uint16_t *dst, const float *src, size_t n) {
+  if (wire == COHORT_BF16) return bf16_round_changes(dst, src, n);
+  coll_to_wire(wire, dst, src, n);
+  for (size_t i = 0; i < n; i++) {
+    float w = coll_f16_to_f32(dst[i]);
+    if (memcmp(&w, &src[i], sizeof w) != 0) return 1;
+  }
+  return 0;
+}
+
 WIRE_KERNEL void coll_from_wire(cohort_dtype wire, float *dst, const uint16_t *src, size_t n) {
   if (wire == COHORT_BF16)
     for (size_t i = 0; i < n; i++) dst[i] = bf16_widen(src[i]);
   else
     for (size_t i = 0; i < n; i++) dst[i] = coll_f16_to_f32(src[i]);
+}
+
+WIRE_KERNEL void coll_sum_from_wire(cohort_dtype wire, float *dst, const float *local,
+                                    const uint16_t *in, size_t n) {
+  if (wire == COHORT_BF16)
+    for (size_t i = 0; i < n; i++)
+      dst[i] = bf16_widen(bf16_round(bf16_widen(bf16_round(local[i])) + bf16_widen(in[i])));
+  else
+    for (size_t i = 0; i < n; i++)
+      dst[i] = coll_f16_to_f32(
+          coll_f32_to_f16(coll_f16_to_f32(coll_f32_to_f16(local[i])) + coll_f16_to_f32(in[i])));
 }
