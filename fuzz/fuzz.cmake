@@ -84,6 +84,9 @@ if(COHORT_FUZZ)
   # The same channel's messages as a re-formable worker reads them (libcohort's parser).
   cohort_fuzz(fuzz_coll_control ${CMAKE_SOURCE_DIR}/fuzz/fuzz_coll_control.c
     SOURCES ${CMAKE_SOURCE_DIR}/src/coll/control.c)
+  # The abort record at the end of a TCP connection whose rank aborted (libcohort's transport).
+  cohort_fuzz(fuzz_tcp_abort ${CMAKE_SOURCE_DIR}/fuzz/fuzz_tcp_abort.c
+    SOURCES ${CMAKE_SOURCE_DIR}/src/coll/tcp.c)
   # The request parser of `cohort run --metrics-port`'s HTTP server.
   cohort_fuzz(fuzz_metrics_http ${CMAKE_SOURCE_DIR}/fuzz/fuzz_metrics_http.c)
   # What the agent reads from workers while it watches for hangs: stack

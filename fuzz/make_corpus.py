@@ -360,3 +360,16 @@ put("fuzz_coll_control", "reshape", "reshape epoch=2 why=node 3 lost: heartbeat 
 put("fuzz_coll_control", "stop", "stop why=fewer than 2 nodes left\n")
 put("fuzz_coll_control", "bad_form", "form epoch=1 rank=2 size=2 store=h:1 job=j")
 put("fuzz_coll_control", "unknown", "hello pid=42")
+
+# ---- the end of a TCP connection whose rank aborted (coll_tcp_parse_abort) ----
+def abort_record(body):
+    head = b"\x7fcohort:aborted\n"
+    tail = b"\x7fcohort:end-why\n"
+    body = body[:448 - 32 - 1]
+    return head + body + b"\0" * (448 - 32 - len(body)) + tail
+
+
+put("fuzz_tcp_abort", "record", abort_record(b"2 rank 2: membership 0 ended (the agent: node 1 lost)"))
+put("fuzz_tcp_abort", "after_payload", b"\x01\x02\x03" * 40 + abort_record(b"0 mismatch: x"))
+put("fuzz_tcp_abort", "no_rank", abort_record(b"x why"))
+put("fuzz_tcp_abort", "goodbye", b"\x7fcohort:goodbye\n")

@@ -37,7 +37,11 @@
  *                               peer's destroy is a goodbye, not a loss.
  *   test_reform_coll reshape T  a rank stopped (SIGSTOP): the agent's reshape
  *                               makes the survivors' allreduce return
- *                               ERESHAPED within a second of the message.
+ *                               ERESHAPED within a second of the message;
+ *                               a survivor told later, which learns of it
+ *                               from a peer's connection (in a collective,
+ *                               and between collectives), names the
+ *                               agent's reason too.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -274,6 +278,13 @@ static void w_record(int w, cohort_comm *c, int rc) {
   snprintf(g_sh->s[w].errmsg, sizeof g_sh->s[w].errmsg, "%s", cohort_comm_error_message(c));
 }
 
+/* Whether rank w's error message names the agent's reason (named on stderr when not). */
+static int names_why(int w, const char *msg, const char *why) {
+  if (strstr(msg, why) != NULL) return 1;
+  fprintf(stderr, "worker %d: '%s' does not name the agent's reason '%s'\n", w, msg, why);
+  return 0;
+}
+
 /* Re-forms and checks the membership the parent announced. 0 or the reform's error. */
 static int w_reform(int w, cohort_comm *c) {
   int rc = cohort_comm_reform(c);
@@ -460,12 +471,10 @@ static int w_protocol(int w) {
   wait_go(w);
   v = 1;
   CHECK_EQ_INT(cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM), COHORT_ERESHAPED);
-  /* The agent's reason, or the peer's: the rank whose control thread took the reshape first
-   * shuts its connections, and this rank's peer watch may see that before its own control thread
-   * takes the same reshape (TCP carries no reason). Either way before any collective. */
-  const char *ended = cohort_comm_error_message(c);
-  CHECK(strstr(ended, "unit test reshape") != NULL ||
-        strstr(ended, "while no collective was in flight") != NULL);
+  /* The agent's reason, from this rank's own control thread or through the peer that took the
+   * same reshape first (its segment's reason, or its connection's abort record, which this rank's
+   * peer watch reads when it sees the connection end). Either way before any collective. */
+  CHECK(names_why(w, cohort_comm_error_message(c), "unit test reshape"));
   cohort_request *rq = NULL;
   CHECK_EQ_INT(cohort_iallreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM, &rq), COHORT_ERESHAPED);
   CHECK_EQ_INT(w_reform(w, c), 0);
@@ -651,6 +660,121 @@ static size_t pattern_diff(const unsigned char *b, size_t n) {
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) bad += b[i] != pattern(i);
   return bad;
+}
+
+/* ---- unit: TCP's abort record (tport.h) ---- */
+
+/* Both ends of one connection as TCP transports: a is rank 0, b rank 1. */
+static int tcp_pair(coll_tcp **a, coll_tcp **b) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+  int fa[2] = {-1, sv[0]}, fb[2] = {sv[1], -1};
+  if (coll_tcp_create(0, 2, fa, 4096, a) != 0 || coll_tcp_create(1, 2, fb, 4096, b) != 0) return -1;
+  return 0;
+}
+
+/* len bytes from a to rank 1, all taken (they fit the socket's buffer). */
+static void tcp_put(coll_tcp *a, const char *buf, size_t len) {
+  size_t off = 0;
+  for (int i = 0; i < 1000 && off < len; i++) {
+    struct iovec v = {.iov_base = (void *)(buf + off), .iov_len = len - off};
+    long n = coll_tcp_ops.send(a, 1, &v, 1);
+    if (n < 0) break;
+    off += (size_t)n;
+  }
+  CHECK_EQ_INT((long long)off, (long long)len);
+}
+
+/* Everything b receives from rank 0 until the stream ends: its length. */
+static size_t tcp_drain(coll_tcp *b, char *out, size_t cap) {
+  size_t got = 0;
+  for (int i = 0; i < 100000 && got < cap; i++) {
+    long n = coll_tcp_ops.recv(b, 0, out + got, cap - got);
+    if (n < 0) break;
+    if (n == 0) base_sleep_ms(1);
+    got += (size_t)n;
+  }
+  return got;
+}
+
+/*
+ * a sends `sent` bytes of a message of `frame` bytes (0: none started), then aborts with why; b
+ * reads the stream to its end. The record must follow a whole message or cut one short by more
+ * than its length (b's read ends before the message does), never complete one; b's transport
+ * names the reason exactly when it came.
+ */
+static void abort_case(size_t frame, size_t sent, int want_record, const char *why) {
+  coll_tcp *a = NULL, *b = NULL;
+  if (tcp_pair(&a, &b) != 0) {
+    CHECK(!"tcp pair");
+    return;
+  }
+  size_t cap = 200000;
+  char *buf = calloc(1, cap), *got = calloc(1, cap);
+  for (size_t i = 0; i < cap; i++) buf[i] = (char)pattern(i);
+  if (frame > 0) coll_tcp_ops.frame(a, 1, frame);
+  tcp_put(a, buf, sent);
+  coll_tcp_ops.abort(a, 0, why);
+  coll_tcp_ops.abort(a, 0, "a second abort sends nothing more");
+  size_t n = tcp_drain(b, got, cap);
+  CHECK_EQ_INT((long long)n, (long long)(sent + (want_record ? COLL_ABORT_LEN : 0)));
+  CHECK(memcmp(got, buf, sent) == 0);
+  int rank = -1;
+  char msg[400] = "";
+  CHECK_EQ_INT(coll_tcp_ops.aborted(b, &rank, msg, sizeof msg), want_record);
+  if (want_record) {
+    CHECK_EQ_INT(rank, 0);
+    if (strlen(why) < 300)
+      CHECK_STREQ(msg, why);
+    else /* cut to fit */
+      CHECK(strlen(msg) >= 300 && strncmp(msg, why, strlen(msg)) == 0);
+  }
+  coll_tcp_destroy(a);
+  coll_tcp_destroy(b);
+  free(buf);
+  free(got);
+}
+
+/* b's stream ends with `tail` (len bytes) written raw, then the end: what its transport makes of
+ * it. */
+static int forged_record(const char *tail, size_t len) {
+  coll_tcp *a = NULL, *b = NULL;
+  if (tcp_pair(&a, &b) != 0) return -1;
+  int fd = coll_tcp_fd(a, 1);
+  CHECK_EQ_INT((long long)write(fd, tail, len), (long long)len);
+  shutdown(fd, SHUT_WR);
+  char got[1000];
+  tcp_drain(b, got, sizeof got);
+  int rank = -1;
+  char msg[400];
+  int rc = coll_tcp_ops.aborted(b, &rank, msg, sizeof msg);
+  coll_tcp_destroy(a);
+  coll_tcp_destroy(b);
+  return rc;
+}
+
+static void test_tcp_abort_record(void) {
+  abort_case(0, 0, 1, "rank 0: nothing sent yet");
+  abort_case(1000, 1000, 1, "rank 0: a whole message sent");
+  abort_case(100000, 50000, 1, "rank 0: half of a large message sent");
+  abort_case(1000, 1000 - COLL_ABORT_LEN, 0, "rank 0: the record would end the message");
+  abort_case(1000, 900, 0, "rank 0: the record would overrun the message");
+  char big[600];
+  memset(big, 'w', sizeof big);
+  big[sizeof big - 1] = '\0';
+  abort_case(0, 0, 1, big); /* the reason cut to fit */
+  char rec[COLL_ABORT_LEN];
+  memset(rec, 0, sizeof rec);
+  memcpy(rec, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN);
+  memcpy(rec + sizeof rec - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN);
+  memcpy(rec + COLL_ABORT_MARK_LEN, "3 forged", 8);
+  CHECK_EQ_INT(forged_record(rec, sizeof rec), 1);
+  memcpy(rec + COLL_ABORT_MARK_LEN, "x forged", 8); /* no rank */
+  CHECK_EQ_INT(forged_record(rec, sizeof rec), 0);
+  memset(rec + COLL_ABORT_MARK_LEN, 'y', sizeof rec - 2 * COLL_ABORT_MARK_LEN); /* no end */
+  CHECK_EQ_INT(forged_record(rec, sizeof rec), 0);
+  CHECK_EQ_INT(forged_record(rec, sizeof rec - 1), 0); /* cut short */
+  CHECK_EQ_INT(forged_record(COLL_BYE, COLL_BYE_LEN), 0);
 }
 
 /* ---- unit: a rank started ahead of its membership (COHORT_AWAIT_FORM=1) ---- */
@@ -1030,19 +1154,37 @@ static void test_kill(const char *tname) {
 
 /* ---- reshape: a stopped rank, and the agent's message ---- */
 
+#define WHY_STOPPED "rank 2 stopped answering"
+#define WHY_IDLE "node 9 lost: the idle reshape"
+
+/* Membership 0 of 3 until the agent ends it (rank 2 stopped); membership 1 of 2 until the agent's
+ * reshape reaches rank 0 alone between collectives; then membership 2. */
 static int w_reshape(int w) {
   cohort_comm *c = w_create(w, 3, 0);
   if (c == NULL) return 1;
   size_t count = 1u << 18;
   float *buf = calloc(count, sizeof *buf);
   CHECK_EQ_INT(w_loop_until_error(w, c, buf, count), COHORT_ERESHAPED);
-  CHECK(strstr(cohort_comm_error_message(c), "rank") != NULL);
+  CHECK(names_why(w, cohort_comm_error_message(c), WHY_STOPPED));
   free(buf);
+  if (w_reform(w, c) != 0) return 1;
+  w_sum_check(c, 100000);
+  atomic_store(&g_sh->s[w].phase, 2);
+  wait_go(w);
+  CHECK_EQ_INT(cohort_comm_failed(c), COHORT_ERESHAPED);
+  CHECK(names_why(w, cohort_comm_error_message(c), WHY_IDLE));
   if (w_reform(w, c) == 0) w_sum_check(c, 100000);
   cohort_comm_destroy(c);
   return check_report() != 0;
 }
 
+/*
+ * The agent's reshape reaches rank 0 first and rank 1 only later, so rank 1 may learn of the end
+ * from rank 0's connections first (as when its control thread is slower): its error must name the
+ * agent's reason all the same, over TCP as over shared memory. Once inside an allreduce (rank 2
+ * stopped: both wait), once between collectives (rank 1's peer watch finds rank 0's hang-up and
+ * says `broken` with the reason).
+ */
 static void test_reshape(const char *tname) {
   if (start_world(tname) != 0) {
     CHECK(!"store");
@@ -1054,12 +1196,27 @@ static void test_reshape(const char *tname) {
   base_sleep_ms(300); /* the survivors now wait for it */
   for (int w = 0; w < 2; w++) CHECK_EQ_INT(atomic_load(&g_sh->s[w].t_err), 0);
   long long t = base_now_ms();
-  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 why=rank 2 stopped answering");
+  agent_send(0, "reshape epoch=0 why=" WHY_STOPPED);
+  while (atomic_load(&g_sh->s[0].t_err) == 0 && base_now_ms() - t < MSG_FAST_MS) base_sleep_ms(1);
+  base_sleep_ms(200); /* rank 1 meanwhile sees rank 0's connection end, if it waits on it */
+  agent_send(1, "reshape epoch=0 why=" WHY_STOPPED);
   const int surv[] = {0, 1};
   for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
   check_survivors(surv, 2, t, MSG_FAST_MS, "reshape message");
+  for (int w = 0; w < 2; w++) printf("worker %d: %s\n", w, g_sh->s[w].errmsg);
   kill_worker(2, SIGKILL);
   for (int w = 0; w < 2; w++) agent_form(w, 1, w, 2);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 2, 60000), 0);
+  agent_send(0, "reshape epoch=1 why=" WHY_IDLE);
+  char msg[300] = "";
+  CHECK_EQ_INT(agent_expect(1, "broken", FAST_MS, msg, sizeof msg), 0);
+  CHECK(strncmp(msg, "broken epoch=1 why=", 19) == 0);
+  CHECK(names_why(1, msg, WHY_IDLE));
+  printf("rank 1 between collectives: %s\n", msg);
+  for (int w = 0; w < 2; w++) release(w);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_form(w, 2, w, 2);
   for (int w = 0; w < 2; w++) CHECK(reap(w, 30000));
   store_fork_stop(&g_sf);
 }
@@ -1149,6 +1306,7 @@ static int set_transport(const char *t) {
 
 static int unit(void) {
   test_parser();
+  test_tcp_abort_record();
   test_no_channel();
   test_protocol();
   test_joiner(1);

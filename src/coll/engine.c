@@ -134,11 +134,16 @@ static int fail_peer_aborted(coll_engine *e, int arank, const char *amsg) {
   return coll_fail(e, err, "rank %d aborted the communicator: %s", arank, amsg);
 }
 
+static int peer_error(coll_ctx *x, int peer, int err, const char *what);
+
 static int check_hdr(coll_ctx *x, xfer *v) {
   coll_hdr mine;
   fill_hdr(x, &mine, v->len);
   const coll_hdr *h = &v->hdr;
   char a[160], b[160];
+  /* The peer aborted where its next message would begin: its reason follows (tport.h). */
+  if (memcmp(h, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) == 0)
+    return peer_error(x, v->peer, COHORT_EPEER, "receiving");
   if (h->magic != HDR_MAGIC || h->kind < COLL_ALLREDUCE || h->kind > COLL_TRANSFER ||
       h->dtype >= COHORT_DTYPE_COUNT || h->redop >= COHORT_REDOP_COUNT)
     return coll_fail(x->eng, COHORT_EPROTO, "rank %d: malformed message header from rank %d",
@@ -391,6 +396,7 @@ static void xfer_start(coll_ctx *x, xfer *v) {
   v->padded = t - sizeof(coll_hdr);
   v->pos = 0;
   if (v->mode == XF_SEND) fill_hdr(x, &v->hdr, v->len);
+  if (v->mode == XF_SEND && v->ops->frame != NULL) v->ops->frame(v->t, v->peer, t);
 }
 
 static int all_polled(const xfer *v, int n) {
@@ -613,7 +619,9 @@ void coll_reset_failure(coll_engine *e) {
 }
 
 void coll_abort_transports(coll_engine *e, const char *why) {
-  for (int j = 0; j < e->ntports; j++) e->tport_ops[j]->abort(e->tport_t[j], e->rank, why);
+  /* Shared memory before TCP (set up the other way round, bootstrap.c): a local peer that sees a
+   * connection end finds the segment's reason already there. */
+  for (int j = e->ntports - 1; j >= 0; j--) e->tport_ops[j]->abort(e->tport_t[j], e->rank, why);
 }
 
 int coll_peer_aborted(coll_engine *e, int *rank, char *msg, size_t msglen) {

@@ -7,9 +7,20 @@
  * kernel keeps receiving the rest; large plain copies bypass staging and go
  * straight into the destination. The staging index of a byte is kept equal
  * to its stream offset modulo 8, so elements handed out by peek are aligned.
+ *
+ * An abort writes a record with its reason (tport.h) before it shuts the
+ * connections down, where the peer cannot take it for the end of a message:
+ * the engine says where each message it sends ends (the frame op). The
+ * receiving side keeps the stream's last COLL_ABORT_LEN bytes, so that the
+ * record is found after the peer's end of stream even when the engine read
+ * it into a payload that the end then cut short.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -27,12 +38,24 @@ typedef struct tcp_peer {
   size_t rpos, wpos;
   uint64_t rx_off; /* stream offset of buf[rpos] */
   size_t eof_have; /* after the peer's end of stream: what staging held at the last peek */
+  /* Sending, under tx_mu (an abort comes from any thread): bytes sent, where the message being sent
+   * ends, whether the abort record went. */
+  pthread_mutex_t tx_mu;
+  uint64_t tx_off, frame_end;
+  int abort_sent;
+  /* Receiving: the stream's last bytes, under rx_mu (read by the thread that finds the peer gone);
+   * suspect once the stream may end with an abort record (it ended, or the record came). */
+  pthread_mutex_t rx_mu;
+  char tail[COLL_ABORT_LEN];
+  size_t tail_n;
+  _Atomic int suspect;
 } tcp_peer;
 
 struct coll_tcp {
   int rank, size;
   size_t cap;
   tcp_peer *peers;
+  _Atomic int suspects; /* some peer is suspect: the engine asks at every wait */
 };
 
 int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out) {
@@ -50,6 +73,8 @@ int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out
     t->peers[i].fd = fds[i];
     fds[i] = -1;
     if (t->peers[i].fd >= 0) base_set_nonblock(t->peers[i].fd, 1);
+    pthread_mutex_init(&t->peers[i].tx_mu, NULL);
+    pthread_mutex_init(&t->peers[i].rx_mu, NULL);
   }
   *out = t;
   return 0;
@@ -63,18 +88,122 @@ void coll_tcp_destroy(coll_tcp *t) {
       (void)!send(t->peers[i].fd, COLL_BYE, COLL_BYE_LEN, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (t->peers[i].fd >= 0) close(t->peers[i].fd);
     free(t->peers[i].buf);
+    pthread_mutex_destroy(&t->peers[i].tx_mu);
+    pthread_mutex_destroy(&t->peers[i].rx_mu);
   }
   free(t->peers);
   free(t);
 }
 
-/* shutdown() of every connection: peers see EOF at once, blocked waits wake. */
+/* The abort record of rank with why (tport.h). */
+static void make_record(char *rec, int rank, const char *why) {
+  memset(rec, 0, COLL_ABORT_LEN);
+  memcpy(rec, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN);
+  snprintf(rec + COLL_ABORT_MARK_LEN, COLL_ABORT_LEN - 2 * COLL_ABORT_MARK_LEN, "%d %s", rank,
+           why != NULL ? why : "");
+  memcpy(rec + COLL_ABORT_LEN - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN);
+}
+
+/* The record and shutdown() of every connection: peers see EOF at once, blocked waits wake. The
+ * record goes where it cannot complete the message being sent (none is, or more than its length
+ * of it is left); else the peer learns only that the connection ended. */
 static void tcp_abort(void *tp, int rank, const char *why) {
   coll_tcp *t = tp;
-  (void)rank;
-  (void)why; /* a TCP peer learns only that the connection ended; shm carries the reason */
-  for (int i = 0; i < t->size; i++)
-    if (t->peers[i].fd >= 0) shutdown(t->peers[i].fd, SHUT_RDWR);
+  char rec[COLL_ABORT_LEN];
+  make_record(rec, rank, why);
+  for (int i = 0; i < t->size; i++) {
+    tcp_peer *p = &t->peers[i];
+    if (p->fd < 0) continue;
+    pthread_mutex_lock(&p->tx_mu);
+    uint64_t owed = p->frame_end > p->tx_off ? p->frame_end - p->tx_off : 0;
+    if (!p->abort_sent && (owed == 0 || owed > COLL_ABORT_LEN))
+      (void)!send(p->fd, rec, sizeof rec, MSG_DONTWAIT | MSG_NOSIGNAL);
+    p->abort_sent = 1;
+    shutdown(p->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&p->tx_mu);
+  }
+}
+
+static void tcp_frame(void *tp, int peer, size_t bytes) {
+  tcp_peer *p = &((coll_tcp *)tp)->peers[peer];
+  pthread_mutex_lock(&p->tx_mu);
+  p->frame_end = p->tx_off + bytes;
+  pthread_mutex_unlock(&p->tx_mu);
+}
+
+static void mark_suspect(coll_tcp *t, tcp_peer *p) {
+  atomic_store(&p->suspect, 1);
+  atomic_store(&t->suspects, 1);
+}
+
+/* Keeps the stream's last bytes: n more were read into b. */
+static void tail_push(coll_tcp *t, tcp_peer *p, const char *b, size_t n) {
+  size_t cap = sizeof p->tail;
+  pthread_mutex_lock(&p->rx_mu);
+  if (n >= cap) {
+    memcpy(p->tail, b + n - cap, cap);
+    p->tail_n = cap;
+  } else {
+    size_t keep = p->tail_n + n > cap ? cap - n : p->tail_n;
+    memmove(p->tail, p->tail + p->tail_n - keep, keep);
+    memcpy(p->tail + keep, b, n);
+    p->tail_n = keep + n;
+  }
+  /* A record read whole, or its head read where a header belongs (the rest may be queued). */
+  int rec = (n >= COLL_ABORT_MARK_LEN && memcmp(b, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) == 0) ||
+            (p->tail_n >= COLL_ABORT_MARK_LEN && memcmp(p->tail + p->tail_n - COLL_ABORT_MARK_LEN,
+                                                        COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN) == 0);
+  pthread_mutex_unlock(&p->rx_mu);
+  if (rec) mark_suspect(t, p);
+}
+
+int coll_tcp_parse_abort(const char *s, size_t n, int *rank, char *msg, size_t msglen) {
+  if (n < COLL_ABORT_LEN) return 0;
+  const char *r = s + n - COLL_ABORT_LEN, *body = r + COLL_ABORT_MARK_LEN;
+  if (memcmp(r, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) != 0 ||
+      memcmp(r + COLL_ABORT_LEN - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN) != 0 ||
+      memchr(body, '\0', COLL_ABORT_LEN - 2 * COLL_ABORT_MARK_LEN) == NULL)
+    return 0;
+  char *end = NULL;
+  long v = strtol(body, &end, 10);
+  if (end == body || *end != ' ' || v < 0 || v > INT_MAX) return 0;
+  *rank = (int)v;
+  snprintf(msg, msglen, "%s", end + 1);
+  return 1;
+}
+
+/* The queue's bytes are looked at only up to this many (a hung-up peer's stream that long ends
+ * with no goodbye or record as far as the watch is concerned: a lost peer). */
+#define PEEK_MAX (64u << 20)
+
+/* The record that ends peer p's stream, read so far (its tail) or queued (peeked; nothing read). */
+static int find_record(tcp_peer *p, int *rank, char *msg, size_t msglen) {
+  int q = 0;
+  if (ioctl(p->fd, FIONREAD, &q) != 0 || q < 0 || (unsigned)q > PEEK_MAX) q = 0;
+  size_t queued = (size_t)q, from_tail = queued >= COLL_ABORT_LEN ? 0 : COLL_ABORT_LEN - queued;
+  if (from_tail > p->tail_n) from_tail = p->tail_n;
+  char *buf = malloc(COLL_ABORT_LEN + queued);
+  if (buf == NULL) return 0;
+  memcpy(buf, p->tail + p->tail_n - from_tail, from_tail);
+  ssize_t n = queued > 0 ? recv(p->fd, buf + from_tail, queued, MSG_PEEK | MSG_DONTWAIT) : 0;
+  int found = coll_tcp_parse_abort(buf, from_tail + (n > 0 ? (size_t)n : 0), rank, msg, msglen);
+  free(buf);
+  return found;
+}
+
+/* A peer whose stream ended with an abort record: 1 with its rank and reason. */
+static int tcp_aborted(void *tp, int *rank, char *msg, size_t msglen) {
+  coll_tcp *t = tp;
+  if (!atomic_load(&t->suspects)) return 0;
+  int found = 0;
+  for (int i = 0; i < t->size && !found; i++) {
+    tcp_peer *p = &t->peers[i];
+    if (p->fd < 0 || !atomic_load(&p->suspect)) continue;
+    pthread_mutex_lock(&p->rx_mu);
+    found = find_record(p, rank, msg, msglen);
+    pthread_mutex_unlock(&p->rx_mu);
+  }
+  return found;
 }
 
 int coll_tcp_fd(coll_tcp *t, int peer) {
@@ -88,13 +217,9 @@ int coll_fd_gone(int fd) {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
-/* The bytes queued on fd are looked at only up to this many (a hung-up peer's stream that long
- * ends with no goodbye as far as the watch is concerned: a lost peer). */
-#define BYE_PEEK_MAX (64u << 20)
-
 int coll_fd_said_bye(int fd, const char *staged, size_t nstaged) {
   int q = 0;
-  if (fd < 0 || ioctl(fd, FIONREAD, &q) != 0 || q < 0 || (unsigned)q > BYE_PEEK_MAX) return 0;
+  if (fd < 0 || ioctl(fd, FIONREAD, &q) != 0 || q < 0 || (unsigned)q > PEEK_MAX) return 0;
   size_t queued = (size_t)q;
   if (nstaged + queued < COLL_BYE_LEN) return 0;
   /* The stream's last COLL_BYE_LEN bytes: the staged tail, then the queue's (peeked whole: a
@@ -119,19 +244,29 @@ static int sock_err(int e) {
 
 static long tcp_send(void *tp, int peer, const struct iovec *iov, int iovcnt) {
   coll_tcp *t = tp;
+  tcp_peer *p = &t->peers[peer];
   struct msghdr mh = {0};
   mh.msg_iov = (struct iovec *)iov;
   mh.msg_iovlen = (size_t)iovcnt;
-  ssize_t n = sendmsg(t->peers[peer].fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (n < 0) return sock_err(errno);
-  return n;
+  pthread_mutex_lock(&p->tx_mu);
+  ssize_t n = sendmsg(p->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+  int e = errno;
+  if (n > 0) p->tx_off += (uint64_t)n;
+  pthread_mutex_unlock(&p->tx_mu);
+  long rc = n < 0 ? sock_err(e) : n;
+  if (rc < 0) mark_suspect(t, p);
+  return rc;
 }
 
-static long raw_recv(tcp_peer *p, void *buf, size_t len) {
+static long raw_recv(coll_tcp *t, tcp_peer *p, void *buf, size_t len) {
   ssize_t n = recv(p->fd, buf, len, MSG_DONTWAIT);
-  if (n == 0) return COHORT_EPEER; /* orderly EOF in the middle of a collective */
-  if (n < 0) return sock_err(errno);
-  return n;
+  if (n > 0) {
+    tail_push(t, p, buf, (size_t)n);
+    return n;
+  }
+  long rc = n == 0 ? COHORT_EPEER : sock_err(errno); /* 0: orderly EOF inside a collective */
+  if (rc < 0) mark_suspect(t, p);
+  return rc;
 }
 
 static long tcp_recv(void *tp, int peer, void *buf, size_t len) {
@@ -150,12 +285,12 @@ static long tcp_recv(void *tp, int peer, void *buf, size_t len) {
   if (len < 4096 && p->buf != NULL) {
     size_t base = p->rx_off & 7u;
     p->rpos = p->wpos = base;
-    long n = raw_recv(p, p->buf + base, t->cap - base);
+    long n = raw_recv(t, p, p->buf + base, t->cap - base);
     if (n <= 0) return n;
     p->wpos += (size_t)n;
     return tcp_recv(tp, peer, buf, len);
   }
-  long n = raw_recv(p, buf, len);
+  long n = raw_recv(t, p, buf, len);
   if (n > 0) p->rx_off += (uint64_t)n;
   return n;
 }
@@ -177,7 +312,7 @@ static long tcp_peek(void *tp, int peer, const void **data) {
       p->rpos = base;
       p->wpos = base + have;
     }
-    long n = raw_recv(p, p->buf + p->wpos, t->cap - p->wpos);
+    long n = raw_recv(t, p, p->buf + p->wpos, t->cap - p->wpos);
     if (n < 0 && (have == 0 || n != COHORT_EPEER)) return n;
     if (n > 0) p->wpos += (size_t)n;
     /* The peer ended with bytes still staged: hand them out, but once the caller takes nothing
@@ -224,6 +359,7 @@ static int tcp_wait(void *tp, const int *peers, const int *want, int n, int time
     /* A peer we only send to and that hung up will never read again. When we also receive, the
      * next recv reports the hang-up after any bytes still buffered. */
     int hup = (pf[i].revents & (POLLRDHUP | POLLHUP)) && !(want[i] & COLL_WANT_RECV);
+    if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) mark_suspect(t, &t->peers[peers[i]]);
     if ((pf[i].revents & (POLLERR | POLLNVAL)) || hup) {
       *bad_peer = peers[i];
       return COHORT_EPEER;
@@ -240,8 +376,10 @@ static int tcp_watch_fd(void *tp, int peer) {
 static int tcp_said_bye(void *tp, int peer) {
   coll_tcp *t = tp;
   tcp_peer *p = &t->peers[peer];
-  if (p->buf == NULL) return coll_fd_said_bye(p->fd, NULL, 0);
-  return coll_fd_said_bye(p->fd, p->buf + p->rpos, p->wpos - p->rpos);
+  int bye = p->buf == NULL ? coll_fd_said_bye(p->fd, NULL, 0)
+                           : coll_fd_said_bye(p->fd, p->buf + p->rpos, p->wpos - p->rpos);
+  if (!bye) mark_suspect(t, p); /* lost, or aborted: its record says which */
+  return bye;
 }
 
 const coll_tport_ops coll_tcp_ops = {
@@ -256,7 +394,8 @@ const coll_tport_ops coll_tcp_ops = {
     .watch_fd = tcp_watch_fd,
     .said_bye = tcp_said_bye,
     .abort = tcp_abort,
-    .aborted = NULL,
+    .frame = tcp_frame,
+    .aborted = tcp_aborted,
     .reaches = NULL, /* no one-sided access */
     .frame_align = 8,
     .frame_min = 0,

@@ -59,6 +59,9 @@ typedef struct coll_tport_ops {
   /* Makes every waiter on this transport, here and at the peers, give up with `why` (rank: who
    * aborts). Idempotent; callable from any thread. */
   void (*abort)(void *t, int rank, const char *why);
+  /* The next `bytes` sent to peer are one message, header and padded payload (NULL: not wanted).
+   * TCP's abort writes its record into the stream only where it cannot complete a message. */
+  void (*frame)(void *t, int peer, size_t bytes);
   /* When a peer aborted through this transport: 1 and its rank and reason (NULL: never). */
   int (*aborted)(void *t, int *rank, char *msg, size_t msglen);
   /* One-sided access to a peer's memory (NULL: none): 1 when get and put reach peer (the
@@ -98,6 +101,26 @@ int coll_fd_gone(int fd);
 /* 1 when the stream on fd, after the nstaged bytes at staged that were already read from it,
  * ends with COLL_BYE (the peer hung up; looks at what is queued, reads nothing). */
 int coll_fd_said_bye(int fd, const char *staged, size_t nstaged);
+
+/*
+ * What a TCP connection carries last when its rank aborts the communicator (tcp.c), so that the
+ * peer's error names the reason as shared memory's segment does: COLL_ABORT_LEN bytes, this head,
+ * "<rank> <why>" padded with NULs, and a tail of its own. Written between two messages, or inside
+ * one with more than COLL_ABORT_LEN bytes left (the stream then ends before the message does),
+ * never where its bytes would complete a message. A receiver that finds the head where a message
+ * header belongs has lost the peer (engine.c).
+ */
+#define COLL_ABORT_LEN 448
+#define COLL_ABORT_HEAD                                                                            \
+  "\x7f"                                                                                           \
+  "cohort:aborted\n"
+#define COLL_ABORT_TAIL                                                                            \
+  "\x7f"                                                                                           \
+  "cohort:end-why\n"
+#define COLL_ABORT_MARK_LEN 16
+/* The abort record that the n bytes at s end with: 1 with its rank and reason (cut to msglen),
+ * else 0. */
+int coll_tcp_parse_abort(const char *s, size_t n, int *rank, char *msg, size_t msglen);
 
 /* TCP: one connected socket per peer (fds[peer], -1 for self). Takes ownership of the fds. */
 int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out);
