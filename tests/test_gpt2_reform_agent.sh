@@ -57,8 +57,10 @@ for _ in $(seq 600); do
   grep -q "re-formed (epoch 1)" "$LOG0" 2>/dev/null && break
   sleep 0.1
 done
+# The bytes moved: the state's head (56), the parameters and AdamW's m and v (3 x 136960 floats)
+# and the last step's report that travels with them (136).
 check "rank 0 says it re-formed 3 -> 3 and a new rank received the state" \
-  grep -q "re-formed (epoch 1): world 3 -> 3 at step [0-9]* (step in flight [a-z]*), 1 rank(s) received 1643576 bytes" "$LOG0"
+  grep -q "re-formed (epoch 1): world 3 -> 3 at step [0-9]* (step in flight [a-z]*), 1 rank(s) received 1643712 bytes" "$LOG0"
 check "rank 0 kept its process" kill -0 "$R0"
 check "rank 2 kept its process" kill -0 "$R2"
 timeout 300 tail --pid="$AGENT" -f /dev/null
@@ -69,6 +71,8 @@ check "the job ends with exit 0" test "$status" -eq 0
 check "the agent re-formed without stopping the survivors" \
   contains "$tmp/run.err" "re-forming without stopping the survivors"
 check "the replacement has its log" test -e "$tmp/logs/attempt0/rank1.round1.log"
+check "the replacement received as many bytes" \
+  contains "$tmp/logs/attempt0/rank1.round1.log" "state 1643712 bytes"
 check "rank 0's summary (the same process that started)" contains "$LOG0" "summary: "
 check "every step once, at world 3" /usr/bin/python3 - "$tmp/m.jsonl" $STEPS <<'EOF'
 import json, sys

@@ -15,11 +15,6 @@ static gpt2_state_head head_of(const gpt2_model *m, const gpt2_ddp *d) {
   return h;
 }
 
-size_t gpt2_state_sent_bytes(const gpt2_model *m, const gpt2_ddp *d) {
-  gpt2_state_head h = head_of(m, d);
-  return sizeof h + (h.nparams + h.nshared) * sizeof(float);
-}
-
 cohort_iov *gpt2_state_pieces(gpt2_model *m, gpt2_ddp *d, gpt2_state_head *head, uint64_t step,
                               uint64_t data_pos, uint64_t rng, cohort_iov extra, int *n) {
   int nd = gpt2_ddp_state_npieces(d);

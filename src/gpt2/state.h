@@ -36,9 +36,6 @@ typedef struct gpt2_state_head {
   uint64_t nparams, nshared, nown;
 } gpt2_state_head;
 
-/* The bytes that travel to a newcomer: the head, the parameters and the shared part. */
-size_t gpt2_state_sent_bytes(const gpt2_model *m, const gpt2_ddp *d);
-
 /* The pieces of this rank's state, to hand to cohort_comm_state_transferv: *head (filled with
  * these counters and this model's counts), then the model's and d's buffers in place (nothing
  * may be pending in d: after gpt2_ddp_commit or gpt2_ddp_rollback), then extra. Returns a

@@ -669,8 +669,10 @@ static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
 }
 
 /* The state from the lowest rank at the agreed step to every rank without it (newcomers, survivors
- * behind), sent from and received into the model's and the exchange's own buffers. */
-static int receive_state(train_run *r, int64_t mine, const join_view *v, double *xfer_s) {
+ * behind), sent from and received into the model's and the exchange's own buffers. *moved: the
+ * bytes each of them received (every piece, the step's report included). */
+static int receive_state(train_run *r, int64_t mine, const join_view *v, double *xfer_s,
+                         size_t *moved) {
   int receiver = mine < v->max;
   if (mine >= 0 && receiver) cohort_comm_mark_new(r->comm);
   gpt2_state_head head;
@@ -682,6 +684,8 @@ static int receive_state(train_run *r, int64_t mine, const join_view *v, double 
     fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
     return RUN_FAIL;
   }
+  *moved = 0;
+  for (int i = 0; i < n; i++) *moved += iov[i].len;
   double t0 = now_s();
   int rc = r->world > 1 ? cohort_comm_state_transferv(r->comm, iov, n) : 0;
   *xfer_s = now_s() - t0;
@@ -725,8 +729,9 @@ static int train_join(train_run *r, int old_world, double t0) {
     return st;
   }
   double xfer_s = 0.0, t1 = now_s();
+  size_t bytes = 0;
   int first = r->newcomer && !r->stateful; /* a newcomer receiving its first state */
-  st = receive_state(r, mine, &v, &xfer_s);
+  st = receive_state(r, mine, &v, &xfer_s, &bytes);
   double t2 = now_s();
   int same = 0;
   if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
@@ -739,7 +744,6 @@ static int train_join(train_run *r, int old_world, double t0) {
   }
   if (st != RUN_OK) return st;
   if (first) { /* where a newcomer's time went (docs/gpt2.md "Re-form") */
-    size_t bytes = gpt2_state_sent_bytes(&r->model, &r->ddp);
     fprintf(r->out,
             "cohort-gpt2: rank %d (newcomer%s): set up %.3f s, joined the membership %.3f s "
             "later, exchange set up %.3f s, state %zu bytes in %.3f s (%.2f GB/s), checked "
@@ -759,7 +763,7 @@ static int train_join(train_run *r, int old_world, double t0) {
             v.dropped  ? "dropped"
             : v.behind ? "kept"
                        : "none",
-            v.nnew, v.nnew ? gpt2_state_sent_bytes(&r->model, &r->ddp) : 0, xfer_s, now_s() - t0);
+            v.nnew, v.nnew ? bytes : 0, xfer_s, now_s() - t0);
     fflush(r->out);
   }
   r->in_step = 0;
