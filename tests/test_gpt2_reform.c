@@ -224,10 +224,22 @@ typedef struct reform_case {
   int psgd_start;        /* --powersgd-start */
 } reform_case;
 
-/* The trainer's arguments for a case: --steps, metrics and checkpoint directory. */
-static void case_args(const reform_case *c, const char *steps, const char *metrics,
-                      const char *ckpt, char *psgd, size_t psgd_len, const char *args[40]) {
-  snprintf(psgd, psgd_len, "%d", c->psgd_start);
+/* One run of a case: its job, its files (named by `kind`: live, or chain for the runs chained by
+ * checkpoints, which share them) and the trainer's arguments, which point into the rest. */
+typedef struct run_setup {
+  char job[64], metrics[512], ckpt[512], steps[16], psgd[16];
+  const char *args[40];
+} run_setup;
+
+static void setup_run(run_setup *u, const reform_case *c, const char *kind, int part, long steps) {
+  if (part >= 0)
+    snprintf(u->job, sizeof u->job, "%s.%s%d", c->name, kind, part);
+  else
+    snprintf(u->job, sizeof u->job, "%s.%s", c->name, kind);
+  snprintf(u->metrics, sizeof u->metrics, "%s/%s.%s.jsonl", tmp, c->name, kind);
+  snprintf(u->ckpt, sizeof u->ckpt, "%s/%s.%s.ckpt", tmp, c->name, kind);
+  snprintf(u->steps, sizeof u->steps, "%ld", steps);
+  snprintf(u->psgd, sizeof u->psgd, "%d", c->psgd_start);
   const char *base[] = {"--model",
                         "tiny",
                         "--seq-len",
@@ -245,22 +257,60 @@ static void case_args(const reform_case *c, const char *steps, const char *metri
                         "--grad-compress",
                         c->compress,
                         "--powersgd-start",
-                        psgd,
+                        u->psgd,
                         "--bucket-mb",
                         "1",
                         "--quiet",
                         "--steps",
-                        steps,
+                        u->steps,
                         "--metrics",
-                        metrics,
+                        u->metrics,
                         "--ckpt-dir",
-                        ckpt,
+                        u->ckpt,
                         "--ckpt-every",
                         "1000",
                         NULL};
   int n = 0;
-  for (; base[n] != NULL; n++) args[n] = base[n];
-  args[n] = NULL;
+  for (; base[n] != NULL; n++) u->args[n] = base[n];
+  u->args[n] = NULL;
+}
+
+/* The live run's three ranks started on their control channels (rank 0 with
+ * COHORT_GPT2_TEST_FAIL=fail unless NULL), each one's hello awaited: 1 when all said it. */
+static int start_live(const reform_case *c, run_setup *u, const char *fail, proc p[3]) {
+  char tag[80], msg[1024];
+  for (int r = 0; r < 3; r++) {
+    snprintf(tag, sizeof tag, "%s.live.r%d", c->name, r);
+    if (r == 0 && fail != NULL) setenv("COHORT_GPT2_TEST_FAIL", fail, 1);
+    p[r] = spawn_rank(tag, r, 3, u->job, 0, 1, 0, c->transport, u->args);
+    unsetenv("COHORT_GPT2_TEST_FAIL");
+  }
+  int ok = 1;
+  for (int r = 0; r < 3; r++) ok &= expect(&p[r], "hello", msg, sizeof msg, 60) == 0;
+  return ok;
+}
+
+/* Every step's loss and world of a run (metrics_of) and its lines. */
+typedef struct run_metrics {
+  double loss[MAXSTEPS];
+  int world[MAXSTEPS];
+  int lines;
+} run_metrics;
+
+/* The live run beside the chained runs: 1 when their final checkpoints are the same bytes (both
+ * named on stderr when not); each one's metrics. */
+static int compare_runs(const reform_case *c, run_metrics *live, run_metrics *chain) {
+  char a[512], b[512];
+  snprintf(a, sizeof a, "%s/%s.live.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
+  snprintf(b, sizeof b, "%s/%s.chain.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
+  int same = same_file(a, b);
+  if (!same) fprintf(stderr, "%s: %s and %s differ\n", c->name, a, b);
+  *live = *chain = (run_metrics){.lines = 0};
+  snprintf(a, sizeof a, "%s/%s.live.jsonl", tmp, c->name);
+  snprintf(b, sizeof b, "%s/%s.chain.jsonl", tmp, c->name);
+  live->lines = metrics_of(a, live->loss, live->world);
+  chain->lines = metrics_of(b, chain->loss, chain->world);
+  return same;
 }
 
 /* The step a re-form line of `out` names for `epoch`, or -1. */
@@ -274,20 +324,12 @@ static long reform_step(const char *out, int epoch, int from, int to) {
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
  * re-form. Sets N and M, the steps the re-forms went on from. */
 static int live(const reform_case *c, long *N, long *M) {
-  char job[64], metrics[512], ckpt[512], tag[80], steps[16], psgd[16], msg[1024];
-  snprintf(job, sizeof job, "%s.live", c->name);
-  snprintf(metrics, sizeof metrics, "%s/%s.live.jsonl", tmp, c->name);
-  snprintf(ckpt, sizeof ckpt, "%s/%s.live.ckpt", tmp, c->name);
-  snprintf(steps, sizeof steps, "%d", STEPS);
-  const char *args[40];
-  case_args(c, steps, metrics, ckpt, psgd, sizeof psgd, args);
-  proc p[4];
-  for (int r = 0; r < 3; r++) {
-    snprintf(tag, sizeof tag, "%s.live.r%d", c->name, r);
-    p[r] = spawn_rank(tag, r, 3, job, 0, 1, 0, c->transport, args);
-  }
-  int ok = 1;
-  for (int r = 0; r < 3; r++) ok &= expect(&p[r], "hello", msg, sizeof msg, 60) == 0;
+  char tag[80], msg[1024];
+  run_setup u;
+  setup_run(&u, c, "live", -1, STEPS);
+  const char *job = u.job;
+  proc p[3];
+  int ok = start_live(c, &u, NULL, p);
   /* The loss: the victim killed as soon as it completed step kill_at. */
   ok = ok && wait_progress(&p[c->victim], c->kill_at, 60) == 0;
   kill(p[c->victim].pid, SIGKILL);
@@ -310,7 +352,7 @@ static int live(const reform_case *c, long *N, long *M) {
   for (int i = 0; i < 2; i++) kill(s[i].pid, SIGCONT);
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
   snprintf(tag, sizeof tag, "%s.live.new", c->name);
-  s[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, args);
+  s[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, u.args);
   for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i, 3, job) == 0;
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
   for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&s[i], 120), 0);
@@ -334,17 +376,13 @@ static int live(const reform_case *c, long *N, long *M) {
 
 /* One run of the chain: `world` ranks from the checkpoint (if any) to `to`. */
 static int chain_run(const reform_case *c, int world, long to, int part) {
-  char job[64], metrics[512], ckpt[512], tag[80], steps[16], psgd[16];
-  snprintf(job, sizeof job, "%s.chain%d", c->name, part);
-  snprintf(metrics, sizeof metrics, "%s/%s.chain.jsonl", tmp, c->name);
-  snprintf(ckpt, sizeof ckpt, "%s/%s.chain.ckpt", tmp, c->name);
-  snprintf(steps, sizeof steps, "%ld", to);
-  const char *args[40];
-  case_args(c, steps, metrics, ckpt, psgd, sizeof psgd, args);
+  char tag[80];
+  run_setup u;
+  setup_run(&u, c, "chain", part, to);
   proc p[3];
   for (int r = 0; r < world; r++) {
     snprintf(tag, sizeof tag, "%s.chain%d.r%d", c->name, part, r);
-    p[r] = spawn_rank(tag, r, world, job, 0, 0, 0, c->transport, args);
+    p[r] = spawn_rank(tag, r, world, u.job, 0, 0, 0, c->transport, u.args);
   }
   int ok = 1;
   for (int r = 0; r < world; r++) ok &= reap(&p[r], 120) == 0;
@@ -357,27 +395,20 @@ static void run_case(const reform_case *c) {
   CHECK(chain_run(c, 3, N, 0));
   CHECK(chain_run(c, 2, M, 1));
   CHECK(chain_run(c, 3, STEPS, 2));
-  char a[512], b[512];
-  snprintf(a, sizeof a, "%s/%s.live.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
-  snprintf(b, sizeof b, "%s/%s.chain.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
-  int same = same_file(a, b);
-  if (!same) fprintf(stderr, "%s: %s and %s differ (re-forms at %ld, %ld)\n", c->name, a, b, N, M);
+  static run_metrics lv, ch;
+  int same = compare_runs(c, &lv, &ch);
+  if (!same) fprintf(stderr, "%s: re-forms at %ld, %ld\n", c->name, N, M);
   CHECK(same);
-  double ll[MAXSTEPS] = {0}, lc[MAXSTEPS] = {0};
-  int wl[MAXSTEPS] = {0}, wc[MAXSTEPS] = {0};
-  snprintf(a, sizeof a, "%s/%s.live.jsonl", tmp, c->name);
-  snprintf(b, sizeof b, "%s/%s.chain.jsonl", tmp, c->name);
-  metrics_of(a, ll, wl);
-  CHECK_EQ_INT(metrics_of(b, lc, wc), STEPS);
+  CHECK_EQ_INT(ch.lines, STEPS);
   int losses = 1, worlds = 1;
   for (int st = 1; st <= STEPS; st++) {
-    losses &= ll[st] == lc[st];
-    worlds &= wl[st] == (st <= N || st > M ? 3 : 2) && wl[st] == wc[st];
+    losses &= lv.loss[st] == ch.loss[st];
+    worlds &= lv.world[st] == (st <= N || st > M ? 3 : 2) && lv.world[st] == ch.world[st];
   }
   CHECK(losses);
   CHECK(worlds);
   /* Training moved. */
-  CHECK(ll[1] != ll[STEPS]);
+  CHECK(lv.loss[1] != lv.loss[STEPS]);
 }
 
 /*
@@ -390,25 +421,14 @@ static void run_case(const reform_case *c) {
  * (they go round again).
  */
 static void run_behind(const reform_case *c) {
-  char job[64], metrics[512], ckpt[512], tag[80], steps[16], psgd[16], msg[1024], go[600];
-  snprintf(job, sizeof job, "%s.live", c->name);
-  snprintf(metrics, sizeof metrics, "%s/%s.live.jsonl", tmp, c->name);
-  snprintf(ckpt, sizeof ckpt, "%s/%s.live.ckpt", tmp, c->name);
+  char msg[1024], go[600], fail[700];
+  run_setup u;
+  setup_run(&u, c, "live", -1, STEPS);
+  const char *job = u.job;
   snprintf(go, sizeof go, "%s/%s.go", tmp, c->name);
-  snprintf(steps, sizeof steps, "%d", STEPS);
-  const char *args[40];
-  case_args(c, steps, metrics, ckpt, psgd, sizeof psgd, args);
-  char fail[700];
   snprintf(fail, sizeof fail, "%d:%s", c->kill_at, go);
   proc p[3];
-  for (int r = 0; r < 3; r++) {
-    snprintf(tag, sizeof tag, "%s.live.r%d", c->name, r);
-    if (r == 0) setenv("COHORT_GPT2_TEST_FAIL", fail, 1);
-    p[r] = spawn_rank(tag, r, 3, job, 0, 1, 0, c->transport, args);
-    unsetenv("COHORT_GPT2_TEST_FAIL");
-  }
-  int ok = 1;
-  for (int r = 0; r < 3; r++) ok &= expect(&p[r], "hello", msg, sizeof msg, 60) == 0;
+  int ok = start_live(c, &u, fail, p);
   for (int r = 1; r < 3; r++) ok = ok && wait_progress(&p[r], c->kill_at, 60) == 0;
   close(open(go, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   char want[64];
@@ -439,20 +459,15 @@ static void run_behind(const reform_case *c) {
   free(out);
   /* The same run without the failure. */
   CHECK(chain_run(c, 3, STEPS, 0));
-  char a[512], b[512];
-  snprintf(a, sizeof a, "%s/%s.live.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
-  snprintf(b, sizeof b, "%s/%s.chain.ckpt/ckpt_%012d.bin", tmp, c->name, STEPS);
-  CHECK(same_file(a, b));
-  double ll[MAXSTEPS] = {0}, lc[MAXSTEPS] = {0};
-  int wl[MAXSTEPS] = {0}, wc[MAXSTEPS] = {0};
-  snprintf(a, sizeof a, "%s/%s.live.jsonl", tmp, c->name);
-  snprintf(b, sizeof b, "%s/%s.chain.jsonl", tmp, c->name);
-  CHECK_EQ_INT(metrics_of(a, ll, wl), STEPS); /* every step's line once, K's included */
-  CHECK_EQ_INT(metrics_of(b, lc, wc), STEPS);
+  static run_metrics lv, ch;
+  CHECK(compare_runs(c, &lv, &ch));
+  CHECK_EQ_INT(lv.lines, STEPS); /* every step's line once, K's included */
+  CHECK_EQ_INT(ch.lines, STEPS);
   int same = 1;
-  for (int st = 1; st <= STEPS; st++) same &= ll[st] == lc[st] && wl[st] == 3 && wc[st] == 3;
-  if (!same || ll[c->kill_at] == 0.0)
-    fprintf(stderr, "%s: step %d's line: loss %g\n", c->name, c->kill_at, ll[c->kill_at]);
+  for (int st = 1; st <= STEPS; st++)
+    same &= lv.loss[st] == ch.loss[st] && lv.world[st] == 3 && ch.world[st] == 3;
+  if (!same || lv.loss[c->kill_at] == 0.0)
+    fprintf(stderr, "%s: step %d's line: loss %g\n", c->name, c->kill_at, lv.loss[c->kill_at]);
   CHECK(same);
 }
 
