@@ -21,6 +21,7 @@
 
 #include "agent/launcher.h"
 #include "base/base.h"
+#include "launch/internal.h"
 #include "launch/launch.h"
 #include "tests/check.h"
 
@@ -441,6 +442,125 @@ static void test_job_refused(void) {
   free(keep);
 }
 
+/* Reads fd to its end into out (NUL-terminated) and closes it. */
+static void read_all(int fd, char *out, size_t cap) {
+  size_t len = 0;
+  ssize_t got;
+  while (len + 1 < cap && (got = read(fd, out + len, cap - 1 - len)) > 0) len += (size_t)got;
+  out[len] = '\0';
+  close(fd);
+}
+
+static void noop_handler(int sig) {
+  (void)sig;
+}
+
+/* Starts argv with launch_spawn_start (stdin a pipe, a session of its own), writes in to its
+ * stdin, and reads its stdout and stderr to their ends; 1 when it exited 0. */
+static int spawn_run(char *const *argv, const char *in, char *out, char *err, size_t cap) {
+  pid_t pid = 0;
+  int fds[3], exec_fd = -1, status = -1;
+  if (launch_spawn_start(argv, 1, 1, &pid, fds, &exec_fd) != 0) return 0;
+  int ok = launch_spawn_finish(exec_fd) == 0;
+  ok &= write(fds[0], in, strlen(in)) == (ssize_t)strlen(in);
+  close(fds[0]);
+  read_all(fds[1], out, cap);
+  read_all(fds[2], err, cap);
+  ok &= waitpid(pid, &status, 0) == pid;
+  return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* What every session's client starts with, whatever the launcher's signal state: no blocked
+ * or ignored signal, a session of its own, its streams on the pipes. */
+static void test_spawn(void) {
+  /* grep reads its own signal state (a shell's would show the shell's, which blocks every
+   * signal while it waits for a child). */
+  char *sigs[] = {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status", NULL};
+  char *shell[] = {"sh", "-c",
+                   "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] && echo leader; "
+                   "echo to-stderr >&2; read -r x; echo \"in: $x\"",
+                   NULL};
+  struct sigaction ign = {.sa_handler = SIG_IGN}, h = {.sa_handler = noop_handler}, old_pipe,
+                   old_term;
+  sigset_t usr1, old_mask;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigaction(SIGPIPE, &ign, &old_pipe);
+  sigaction(SIGTERM, &h, &old_term);
+  sigprocmask(SIG_BLOCK, &usr1, &old_mask);
+  char out[512], err[512], out2[512], err2[512];
+  int ok = spawn_run(sigs, "", out, err, sizeof out);
+  int ok2 = spawn_run(shell, "token\n", out2, err2, sizeof out2);
+  sigaction(SIGPIPE, &old_pipe, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  sigprocmask(SIG_SETMASK, &old_mask, NULL);
+  CHECK(ok);
+  CHECK_STREQ(out, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+  CHECK(ok2);
+  CHECK_STREQ(out2, "leader\nin: token\n");
+  CHECK_STREQ(err2, "to-stderr\n");
+  pid_t pid = 0;
+  int fds[3], exec_fd = -1, status = -1;
+  /* A program that is not there: its errno, and the child exits 127. */
+  char *missing[] = {"/nonexistent/ssh", NULL};
+  CHECK_EQ_INT(launch_spawn_start(missing, 0, 0, &pid, fds, &exec_fd), 0);
+  CHECK_EQ_INT(launch_spawn_finish(exec_fd), ENOENT);
+  CHECK_EQ_INT((int)waitpid(pid, &status, 0), (int)pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 127);
+  close(fds[1]);
+  close(fds[2]);
+  /* A caller without stdin and stdout: its new pipes are fds 0 and 1, and still reach the
+   * child's right streams. */
+  pid_t caller = fork();
+  if (caller == 0) {
+    close(0);
+    close(1);
+    char *echo[] = {"sh", "-c", "read -r x; echo \"in: $x\"; echo err >&2", NULL};
+    if (launch_spawn_start(echo, 1, 0, &pid, fds, &exec_fd) != 0 || launch_spawn_finish(exec_fd))
+      _exit(2);
+    if (write(fds[0], "t\n", 2) != 2) _exit(3);
+    close(fds[0]);
+    read_all(fds[1], out, sizeof out);
+    read_all(fds[2], err, sizeof err);
+    waitpid(pid, NULL, 0);
+    _exit(strcmp(out, "in: t\n") == 0 && strcmp(err, "err\n") == 0 ? 0 : 4);
+  }
+  CHECK_EQ_INT((int)waitpid(caller, &status, 0), (int)caller);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ_INT(WEXITSTATUS(status), 0);
+}
+
+/* An ssh that cannot be executed: every host says so on its line, with a fan-out of one too
+ * (each slot is filled again at once, not after a timeout), and nothing starts. */
+static void test_job_no_ssh(void) {
+  char err[2048], log[4096], keep[sizeof fake_ssh];
+  int status = -1;
+  snprintf(keep, sizeof keep, "%s", fake_ssh);
+  snprintf(fake_ssh, sizeof fake_ssh, "%s/nonexistent/ssh", tmpdir);
+  for (int fanout = 0; fanout <= 1; fanout++) {
+    int64_t t0 = base_now_ms();
+    CHECK_EQ_INT(fake_job("a,b,c", -1, fanout, 20000, &status), 0);
+    CHECK(base_now_ms() - t0 < 10000);
+    CHECK_EQ_INT(status, 1);
+    slurp(job_err, err, sizeof err);
+    CHECK_STREQ(err, "cohort launch: a: cannot run ssh: No such file or directory\n"
+                     "cohort launch: b: cannot run ssh: No such file or directory\n"
+                     "cohort launch: c: cannot run ssh: No such file or directory\n"
+                     "cohort launch: nothing was started\n");
+  }
+  /* With this machine's agent among them (no ssh): it answers, and is not started either. */
+  CHECK_EQ_INT(fake_job("a,b", 0, 0, 20000, &status), 0);
+  CHECK_EQ_INT(status, 1);
+  slurp(job_err, err, sizeof err);
+  CHECK_STREQ(err, "cohort launch: b: cannot run ssh: No such file or directory\n"
+                   "cohort launch: nothing was started\n");
+  slurp(job_log, log, sizeof log);
+  CHECK_EQ_INT(count_lines(log, "answer here\n"), 1);
+  CHECK_EQ_INT(count_lines(log, "no token here\n"), 1);
+  CHECK_EQ_INT(count_lines(log, "started "), 0);
+  snprintf(fake_ssh, sizeof fake_ssh, "%s", keep);
+}
+
 /* At most --fanout sessions connecting at once: a new one starts as one answers. */
 static void test_job_fanout(void) {
   char log[4096];
@@ -493,9 +613,11 @@ int main(void) {
   test_judge();
   test_local_host();
   test_read_token();
+  test_spawn();
   fakes_write();
   test_job_start();
   test_job_refused();
+  test_job_no_ssh();
   test_job_fanout();
   test_job_stopped_early();
   const char *files[] = {fake_ssh, fake_cohort, job_log, job_out, job_err};

@@ -48,6 +48,7 @@ typedef struct session {
   int started;       /* its ssh was started, or could not be (spawn_errno) */
   int ended;         /* reaped, or never started */
   int spawn_errno;   /* ssh could not be started */
+  int exec_fd;       /* until ssh is executed (launch_spawn_finish), -1 */
   int in_fd;         /* ssh's stdin, -1 once closed */
   relay io[2];       /* the agent's stdout and stderr */
   int status;        /* waitpid() status once reaped */
@@ -283,7 +284,7 @@ static int start_session(run_state *st, size_t i) {
   if (rc == 0 && (long)i != job->local)
     rc = launch_ssh_argv(&job->ssh, job->hosts.v[i].name, cmd, &argv);
   int fds[3];
-  if (rc == 0) rc = launch_spawn(argv != NULL ? argv : here, 1, 1, &s->pid, fds, &s->spawn_errno);
+  if (rc == 0) rc = launch_spawn_start(argv != NULL ? argv : here, 1, 1, &s->pid, fds, &s->exec_fd);
   free(argv);
   free(cmd);
   s->started = 1;
@@ -301,16 +302,44 @@ static int awaiting(const session *s) {
   return s->started && !s->ended && s->version == NULL && !s->timed_out;
 }
 
-/* Starts sessions while fewer than the fan-out are connecting. */
-static int start_more(run_state *st) {
-  int fanout = st->job->fanout > 0 ? st->job->fanout : DEFAULT_FANOUT, connecting = 0;
-  for (size_t i = 0; i < st->next; i++) connecting += awaiting(&st->s[i]);
-  int rc = 0;
-  while (rc == 0 && st->next < st->n && connecting < fanout) {
-    rc = start_session(st, st->next++);
-    connecting += rc == 0 && st->s[st->next - 1].pid > 0;
+/* Waits until session s's ssh is executed; 1 when it could not be (the host's verdict: its
+ * session ends here). */
+static int finish_session(session *s) {
+  if (s->exec_fd < 0) return 0;
+  s->spawn_errno = launch_spawn_finish(s->exec_fd);
+  s->exec_fd = -1;
+  if (s->spawn_errno == 0) return 0;
+  while (waitpid(s->pid, &s->status, 0) < 0 && errno == EINTR) {
   }
-  return rc;
+  s->pid = 0;
+  s->ended = 1;
+  close_stdin(s);
+  for (int k = 0; k < 2; k++) {
+    close(s->io[k].fd);
+    s->io[k].fd = -1;
+  }
+  return 1;
+}
+
+/*
+ * Starts sessions while fewer than the fan-out are connecting: the ssh
+ * clients are all started before any is waited for, so that they are
+ * executed at once (spawn.c); a slot of one that could not be is filled in
+ * the next batch.
+ */
+static int start_more(run_state *st) {
+  int fanout = st->job->fanout > 0 ? st->job->fanout : DEFAULT_FANOUT, rc = 0;
+  for (;;) {
+    int connecting = 0, failed = 0;
+    for (size_t i = 0; i < st->next; i++) connecting += awaiting(&st->s[i]);
+    size_t first = st->next;
+    while (rc == 0 && st->next < st->n && connecting < fanout) {
+      rc = start_session(st, st->next++);
+      connecting += rc == 0;
+    }
+    for (size_t i = first; i < st->next; i++) failed += finish_session(&st->s[i]);
+    if (rc != 0 || failed == 0 || st->next == st->n) return rc;
+  }
 }
 
 /* Every host answered: the token to each, and what they held back is relayed. */
@@ -573,7 +602,8 @@ int launch_job_run(const launch_job *job, int *status) {
     free(st.s);
     return rc;
   }
-  for (size_t i = 0; i < st.n; i++) st.s[i].in_fd = st.s[i].io[0].fd = st.s[i].io[1].fd = -1;
+  for (size_t i = 0; i < st.n; i++)
+    st.s[i].exec_fd = st.s[i].in_fd = st.s[i].io[0].fd = st.s[i].io[1].fd = -1;
   rc = job_names(&st);
   for (;;) {
     if (rc == 0 && st.ph == PHASE_ANSWER) rc = start_more(&st);
