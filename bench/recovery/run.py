@@ -31,10 +31,14 @@ A run in which a process failed, the job did not finish every step, or the
 kill found no node to kill gives no figure: the row says "fail" and the
 script exits 1. A row whose tool lacks the feature says "not run" and why.
 Run as root (namespaces, tc). --rate shapes every node's link with tc (tbf).
+The torch rows run --python (default Debian's /usr/bin/python3) and the
+torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
+another launcher (or COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN).
 """
 import argparse
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -48,7 +52,9 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from netns import Netns  # noqa: E402
 
-PY = "/usr/bin/python3"
+# The Python of the torch rows (with torch), and their torchrun: --python, --torchrun or
+# COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN (default: Debian's, "PYTHON -m torch.distributed.run").
+PY = os.environ.get("COHORT_BENCH_PYTHON", "/usr/bin/python3")
 # A step line as rank 0 prints it (cohort run: "[r0] ", torchrun --tee: "[default0]:"), not the
 # copies in a failure report.
 STEP = re.compile(r"^(?:\[\w+\]:?\s*)?step\s+(\d+)\s*/\s*(\d+)")
@@ -112,11 +118,11 @@ def row_cmd(row, a, tmp, i, port, ns):
         return base + ["--max-restarts", "3", "--"] + gpt2_cmd(a, tmp) + [
             "--ckpt-dir", os.path.join(tmp, "ckpt"), "--ckpt-every", str(a.ckpt_every)]
     if row == "torch reform":
-        return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--", PY,
+        return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--", a.python,
                                                             os.path.join(HERE,
                                                                          "torch_reform.py")] + \
             torch_cmd(a, tmp, [])
-    return [PY, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "1",
+    return a.torchrun + ["--nnodes", "3", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", master, "--rdzv_id", "recovery",
             "--max_restarts", "3", "--redirects", "2", "--tee", "1",
             os.path.join(HERE, "torch_ckpt.py")] + torch_cmd(
@@ -132,9 +138,9 @@ def row_missing(row, a):
         h = subprocess.run([a.cohort, "run", "--help"], capture_output=True, text=True)
         if "--on-failure" not in h.stdout:
             return "this cohort has no --on-failure reform"
-    if "torch" in row and subprocess.run([PY, "-c", "import torch"],
+    if "torch" in row and subprocess.run([a.python, "-c", "import torch"],
                                          capture_output=True).returncode != 0:
-        return "no PyTorch at " + PY
+        return "no PyTorch at " + a.python
     return None
 
 
@@ -300,7 +306,13 @@ def main():
                     "torchrun restart,torch reform")
     ap.add_argument("--logs", default="", help="write every node's timestamped output here")
     ap.add_argument("--timeout", type=float, default=600, help="per run, seconds")
+    ap.add_argument("--python", default=PY,
+                    help="the torch rows' Python (default $COHORT_BENCH_PYTHON or %(default)s)")
+    ap.add_argument("--torchrun", default=os.environ.get("COHORT_BENCH_TORCHRUN", ""),
+                    help="the torchrun restart row's launcher, split like a shell word list "
+                    "(default $COHORT_BENCH_TORCHRUN or PYTHON -m torch.distributed.run)")
     a = ap.parse_args()
+    a.torchrun = shlex.split(a.torchrun) or [a.python, "-m", "torch.distributed.run"]
     sizes = {"small": (4, 4, 128, 4096), "124M": (12, 12, 768, 50257)}[a.model]
     a.layers, a.heads, a.channels, a.vocab = sizes
     if os.geteuid() != 0:
