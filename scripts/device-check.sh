@@ -14,11 +14,18 @@
 #      one rank re-forms twice in the same process);
 #   4. tests/test_torchrun_env.sh and tests/test_torchrun_cli.sh against the
 #      node's torchrun, with the raw environments of both launchers;
-#   5. bench: cohort bench allreduce with 2, 4 and 8 ranks beside the memory
+#   5. bench: cohort bench allreduce (in place and out of place) with 2, 4
+#      and 8 ranks beside the memory
 #      bound (bench/collectives/mem_bound.c), the OpenBLAS kernels on this CPU
 #      (gpt2-sgemm-rate and cohort-gpt2 under each OPENBLAS_CORETYPE), and
 #      cohort-gpt2's thread scaling (1, 2, 4, 8, 16 threads) beside PyTorch's
-#      (bench/train/gpt2_torch.py).
+#      (bench/train/gpt2_torch.py);
+#   6. netns: network namespaces, a veth pair, a bridge, tc tbf, a UTS
+#      namespace and a TCP connection across (created and removed here);
+#      when they work, recovery: bench/recovery/run.py (GPT-2 124M, the rows
+#      cohort reform, cohort restart, torchrun restart, torch reform; the
+#      torch rows with PY and `PY -m torch.distributed.run`), and shaped:
+#      bench/train/run.py --only shaped (1gbit, cohort-gpt2 only).
 # Writes OUT/report.md (the findings; what is missing is reported as MISSING,
 # what did not run for lack of time as NOT RUN) and OUT/raw.log (every
 # command's output), then OUT/logs.tar.gz (the work files).
@@ -38,9 +45,14 @@
 # usage: scripts/device-check.sh [fetch-debs]   (env: OUT, default /tmp/cohort-devcheck;
 #        PY, the Python with torch, default python3 on PATH; DEBS;
 #        BUDGET_S, the seconds after which sections are not started, 420;
-#        ONLY, the sections to run, default "doctor place torch reform torchrun coll blas gpt2";
+#        ONLY, the sections to run, default "doctor place torch reform torchrun coll blas gpt2 netns";
+#        also netns, recovery (needs netns before it) and shaped;
 #        BUILD, the build directory (default under the work directory);
-#        COLL_RANKS "2 4 8", GPT2_THREADS "1 2 4 8 16", TORCH_THREADS "1 4 16")
+#        COLL_RANKS "2 4 8", COLL_BYTES "4194304 67108864" (8: the latency row),
+#        GPT2_THREADS "1 2 4 8 16", TORCH_THREADS "1 4 16";
+#        RECOVERY_MODEL 124M|small, RECOVERY_STEPS 10, RECOVERY_KILL 4,
+#        RECOVERY_NEED_S 200 (not started with less budget left), RECOVERY_RUN_S 100
+#        (per row); SHAPED_NEED_S 120, SHAPED_ARGS (more bench/train/run.py options))
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/cohort-devcheck}
@@ -48,14 +60,17 @@ DEBS=${DEBS:-$SRC/debs}
 if [ "${1:-}" = fetch-debs ]; then
   mkdir -p "$DEBS" && cd "$DEBS" || exit 1
   # The -dev packages, their libraries and those libraries' own (libcurl's
-  # long list), pkg-config; gcc's libgomp is the compiler's own.
+  # long list), pkg-config; gcc's libgomp is the compiler's own. iproute2
+  # and its libraries: ip and tc for the netns sections, used only where
+  # the node has none.
   exec apt-get download nettle-dev libssl3 libjansson-dev libjansson4 libcurl4-openssl-dev \
     libcurl4 libbrotli1 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 \
     libkeyutils1 libldap-2.5-0 libsasl2-2 libsasl2-modules-db libdb5.3 libnghttp2-14 libpsl5 \
     librtmp1 libgnutls30 libhogweed6 libnettle8 libgmp10 libidn2-0 libunistring2 libtasn1-6 \
     libp11-kit0 libffi8 libssh2-1 libzstd1 zlib1g libopenblas-dev libopenblas-pthread-dev \
     libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 pkgconf pkgconf-bin libpkgconf3 \
-    pkg-config
+    pkg-config iproute2 libbpf1 libmnl0 libxtables12 libelf1 libtirpc3 libtirpc-common libbsd0 \
+    libmd0 libcap2 libselinux1 libpcre2-8-0
 fi
 PY=${PY:-python3}
 # An absolute path: the torchrun tests run their workers under `env -i` with a
@@ -183,7 +198,7 @@ TORCH_NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/nu
 # The prefix: every .deb unpacked; pkg-config from it when the node has none.
 make_prefix() {
   local d
-  mkdir -p "$PREFIX" "$RT" "$PREFIX/bin"
+  mkdir -p "$PREFIX" "$RT" "$PREFIX/bin" "$PREFIX/tools"
   for d in "$DEBS"/*.deb; do
     [ -e "$d" ] || continue
     dpkg -x "$d" "$PREFIX" || echo "dpkg -x $d failed"
@@ -195,6 +210,19 @@ make_prefix() {
     chmod +x "$PREFIX/bin/pkg-config"
     echo "pkg-config: the prefix's pkgconf"
   fi
+  # ip and tc (iproute2) for the netns sections, where the node has none:
+  # through the dynamic loader with the prefix's libraries, which (unlike
+  # LD_LIBRARY_PATH) what `ip netns exec` starts does not inherit.
+  local t f ld=/lib64/ld-linux-x86-64.so.2
+  for t in ip tc; do
+    f=$(ls "$PREFIX/bin/$t" "$PREFIX/sbin/$t" 2>/dev/null | head -1)
+    command -v "$t" >/dev/null || [ -z "$f" ] || [ ! -x "$ld" ] || {
+      printf '#!/bin/sh\nexec %s --library-path %s %s "$@"\n' "$ld" \
+        "$PREFIX/usr/lib/x86_64-linux-gnu:$PREFIX/lib/x86_64-linux-gnu" "$f" >"$PREFIX/tools/$t"
+      chmod +x "$PREFIX/tools/$t"
+      echo "$t: the prefix's ($f)"
+    }
+  done
 }
 # runtime_libs BIN...: links the shared libraries the binaries (and those
 # libraries) need and the system lacks from the prefix into $RT, until none
@@ -250,6 +278,9 @@ else
   result "build (cmake)" FAIL "see raw.log 'build': $(grep -m1 -iE 'error|not found|could not' "$WORK/build.log" | cut -c1-200)"
 fi
 COHORT=$BUILD/cohort
+# The prefix's ip and tc, after the system's (make_prefix made them only
+# where the system has none).
+PATH=$PATH:$PREFIX/tools
 
 # ---- 1. doctor ---------------------------------------------------------------
 # doctor's GPUs (--json) beside nvidia-smi's: PCI addresses (nvidia-smi
@@ -538,15 +569,44 @@ torchrun_section() {
 }
 
 # ---- 5a. Collectives beside the memory bound --------------------------------------
-COLL_SIZES=(65536 4194304 67108864)
+# cohort bench prints nccl-tests' columns: 6 and 9 the out-of-place time and
+# #wrong, 10 and 13 the in-place ones. The bound (mem_bound.c) reads and
+# writes every buffer once, as an in-place allreduce does; out of place every
+# output line is also read before it is written (write-allocate), so that
+# column's ratio is 0.67 at best. COLL_BYTES: the sizes (8 for the latency row).
+read -r -a COLL_SIZES <<<"${COLL_BYTES-4194304 67108864}"
 declare -A ITERS=([8]=2000 [65536]=300 [4194304]=30 [67108864]=6)
 declare -A WARM=([8]=200 [65536]=30 [4194304]=5 [67108864]=2)
 declare -A BITERS=([65536]=3000 [4194304]=300 [67108864]=60)
 REPS=3
 median() { sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "nan"}'; }
 busbw() { awk -v b="$1" -v t="$2" -v n="$3" 'BEGIN {if (t > 0) printf "%.2f", b / t / 1e3 * 2 * (n - 1) / n; else print "nan"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "nan"}'; }
+# coll_times N MEM SIZE: REPS runs of cohort bench; the in-place and
+# out-of-place times in $WORK/ci.t and $WORK/co.t, the bound's in $WORK/b.t;
+# fails when a run printed a wrong value, no line, or not REPS of each.
+coll_times() {
+  local n=$1 m=$2 s=$3 r bad=0
+  : >"$WORK/ci.t"
+  : >"$WORK/co.t"
+  : >"$WORK/b.t"
+  for ((r = 0; r < REPS; r++)); do
+    timeout 60 "$COHORT" bench --nproc "$n" --mem "$m" -b "$s" -e "$s" -n "${ITERS[$s]}" \
+      -w "${WARM[$s]}" >"$WORK/cb.out" 2>&1 || bad=1
+    cat "$WORK/cb.out" >>"$RAW"
+    # Both columns' #wrong must be 0 and both times numbers above 0.
+    awk -v ci="$WORK/ci.t" -v co="$WORK/co.t" '!/^#/ && NF >= 13 {
+        if ($9 != 0 || $13 != 0 || !($6 > 0) || !($10 > 0)) { bad = 1; next }
+        print $10 >> ci; print $6 >> co }
+      END { exit bad }' "$WORK/cb.out" || bad=1
+    [ "$s" = 8 ] && continue
+    timeout 60 "$WORK/mem_bound" "${BITERS[$s]}" "$((BITERS[$s] / 10))" "$s" "$n" | awk '{print $2}' \
+      >>"$WORK/b.t"
+  done
+  [ $bad = 0 ] && [ "$(wc -l <"$WORK/ci.t")" = $REPS ] && [ "$(wc -l <"$WORK/co.t")" = $REPS ]
+}
 coll_section() {
-  local n s m ms r tc tb rows=$WORK/coll.md
+  local n s m ms ti to tb fails=0 rows=$WORK/coll.md
   cc -O3 -pthread -o "$WORK/mem_bound" "$SRC/bench/collectives/mem_bound.c" >>"$RAW" 2>&1 || {
     result "bench: memory bound" FAIL "mem_bound.c did not build"
     return
@@ -554,45 +614,137 @@ coll_section() {
   {
     echo "## Allreduce on one host (float32, cohort bench --nproc N; medians of $REPS)"
     echo
-    echo "| ranks | buffers (--mem) | size | cohort us | cohort busbw GB/s | bound us | bound busbw GB/s | cohort/bound |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "Bound: bench/collectives/mem_bound.c N (every buffer read once and written once, as in place)."
+    echo "Out of place reads each output line before writing it: 0.67 of the bound at best."
+    echo
+    echo "| ranks | --mem | size | in-place us | in-place busbw GB/s | out-of-place us | out-of-place busbw GB/s | bound us | bound busbw GB/s | in-place / bound | out-of-place / bound |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
   } >"$rows"
   for n in ${COLL_RANKS-2 4 8}; do
-    for ms in "private 8" "${COLL_SIZES[@]/#/private }" "${COLL_SIZES[@]/#/huge }" "${COLL_SIZES[@]/#/shared }"; do
+    for ms in "${COLL_SIZES[@]/#/private }" "${COLL_SIZES[@]/#/huge }" "${COLL_SIZES[@]/#/shared }"; do
       m=${ms% *}
       s=${ms#* }
       if ! time_left 20; then
         not_run "bench: allreduce $n ranks $s B --mem $m"
         continue
       fi
-      : >"$WORK/c.t"
-      : >"$WORK/b.t"
-      for ((r = 0; r < REPS; r++)); do
-        timeout 60 "$COHORT" bench --nproc "$n" --mem "$m" -b "$s" -e "$s" -n "${ITERS[$s]}" \
-          -w "${WARM[$s]}" >"$WORK/cb.out" 2>&1
-        cat "$WORK/cb.out" >>"$RAW"
-        awk '!/^#/ && NF >= 13 {if ($9 != 0 || $13 != 0) print "WRONG" > "/dev/stderr"; else print $6}' \
-          "$WORK/cb.out" >>"$WORK/c.t" 2>>"$WORK/c.wrong"
-        [ "$s" = 8 ] && continue
-        timeout 60 "$WORK/mem_bound" "${BITERS[$s]}" "$((BITERS[$s] / 10))" "$s" "$n" | awk '{print $2}' \
-          >>"$WORK/b.t"
-      done
-      if [ -s "$WORK/c.wrong" ] || [ "$(wc -l <"$WORK/c.t")" != $REPS ]; then
+      if ! coll_times "$n" "$m" "$s"; then
         result "bench: allreduce $n ranks $s B --mem $m" FAIL "wrong values or a failed run: no figure"
-        rm -f "$WORK/c.wrong"
+        fails=$((fails + 1))
         continue
       fi
-      tc=$(median <"$WORK/c.t")
+      ti=$(median <"$WORK/ci.t")
+      to=$(median <"$WORK/co.t")
       if [ "$s" = 8 ]; then
-        echo "| $n | $m | 8 B | $tc | | | | |" >>"$rows"
+        echo "| $n | $m | 8 B | $ti | | $to | | | | | |" >>"$rows"
         continue
       fi
       tb=$(median <"$WORK/b.t")
-      echo "| $n | $m | $s | $tc | $(busbw "$s" "$tc" "$n") | $tb | $(busbw "$s" "$tb" "$n") | $(awk -v a="$tb" -v b="$tc" 'BEGIN {if (b > 0 && a == a + 0) printf "%.2f", a / b; else print "nan"}') |" >>"$rows"
+      echo "| $n | $m | $s | $ti | $(busbw "$s" "$ti" "$n") | $to | $(busbw "$s" "$to" "$n") | $tb | $(busbw "$s" "$tb" "$n") | $(ratio "$tb" "$ti") | $(ratio "$tb" "$to") |" >>"$rows"
     done
   done
-  result "bench: allreduce 2/4/8 ranks beside the memory bound" PASS "table below"
+  result "bench: allreduce ${COLL_RANKS-2 4 8} ranks, in place and out of place, beside the memory bound" \
+    "$([ $fails = 0 ] && echo PASS || echo FAIL)" "$fails rows without a figure; table below"
   { cat "$rows"; echo; } >>"$SECTIONS"
+}
+
+# ---- 6. Network namespaces, and the benchmarks that need them ---------------------
+# netns_probe: what bench/recovery and bench/train's shaped links do, step by
+# step (two namespaces, a veth pair, a bridge, tc tbf, a UTS namespace, a
+# TCP connection across), each printed "ok STEP" or "FAIL STEP: why"; removes
+# what it made. Names carry the PID.
+netns_probe() {
+  local a=cdc$$a b=cdc$$b step
+  # shellcheck disable=SC2317
+  netns_try() {
+    step=$1
+    shift
+    if out=$("$@" 2>&1); then echo "ok $step"; else echo "FAIL $step: $(echo "$out" | head -1)"; return 1; fi
+  }
+  local out rc=0
+  echo "ip: $(command -v ip || echo MISSING), tc: $(command -v tc || echo MISSING), unshare: $(command -v unshare || echo MISSING)"
+  {
+    netns_try "ip netns add" ip netns add "$a" &&
+      netns_try "second namespace" ip netns add "$b" &&
+      netns_try "veth pair across them" ip link add "cdc$$x" netns "$a" type veth peer name "cdc$$y" netns "$b" &&
+      netns_try "addresses, links up" sh -c "ip -n $a addr add 10.204.$(($$ % 250)).1/24 dev cdc$$x &&
+        ip -n $b addr add 10.204.$(($$ % 250)).2/24 dev cdc$$y && ip -n $a link set cdc$$x up &&
+        ip -n $b link set cdc$$y up && ip -n $a link set lo up && ip -n $b link set lo up" &&
+      netns_try "tc qdisc add ... tbf rate 1gbit" tc -n "$a" qdisc add dev "cdc$$x" root tbf rate 1gbit \
+        burst 256kb latency 50ms &&
+      netns_try "bridge in a namespace" ip -n "$b" link add "cdc$$br" type bridge &&
+      netns_try "unshare --uts; hostname" ip netns exec "$a" unshare --uts sh -c 'hostname node0 && hostname' &&
+      netns_try "TCP across the veth (a cohort store)" netns_tcp "$a" "$b" "10.204.$(($$ % 250)).1"
+  } || rc=1
+  ip netns del "$a" 2>/dev/null
+  ip netns del "$b" 2>/dev/null
+  echo "left behind: $(ip netns list 2>/dev/null | grep -c "^cdc$$" || true) namespaces"
+  return $rc
+}
+# netns_tcp A B ADDR: a cohort store on ADDR in A, connected to from B.
+netns_tcp() {
+  local pid addr i rc=1
+  ip netns exec "$1" timeout 30 "$COHORT" store serve --host "$3" --port 0 >"$WORK/netns-store.out" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 50; i++)); do
+    addr=$(grep -o "$3:[0-9]*" "$WORK/netns-store.out" | head -1)
+    [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  [ -n "$addr" ] && ip netns exec "$2" timeout 5 bash -c "exec 3<>/dev/tcp/${addr%:*}/${addr#*:}" && rc=0
+  [ -n "$addr" ] || echo "no address from cohort store serve: $(head -1 "$WORK/netns-store.out")"
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return $rc
+}
+NETNS_OK=0
+netns_section() {
+  if logged netns 60 netns_probe; then
+    NETNS_OK=1
+    result "network namespaces, veth, bridge, tc tbf" PASS "$(grep -c '^ok' "$WORK/netns.log") steps ok; $(grep -m1 '^left' "$WORK/netns.log")"
+  else
+    result "network namespaces, veth, bridge, tc tbf" FAIL "$(grep -m1 '^FAIL' "$WORK/netns.log" | cut -c1-200)"
+  fi
+  { echo "## Network namespaces"; echo; echo '```'; cat "$WORK/netns.log"; echo '```'; echo; } >>"$SECTIONS"
+}
+
+# budget_left: the seconds left of BUDGET_S (a section's outer timeout).
+budget_left() { echo $((BUDGET_S - $(elapsed))); }
+
+# recovery_run LIMIT: bench/recovery under a SIGINT after LIMIT seconds (its
+# runs' finally blocks then end what runs in the namespaces and remove them).
+recovery_run() {
+  timeout -s INT -k 15 "$1" "$PY" "$SRC/bench/recovery/run.py" --cohort "$COHORT" --gpt2 "$BUILD/cohort-gpt2" \
+    --python "$PY" --model "${RECOVERY_MODEL:-124M}" --reps 1 --steps "${RECOVERY_STEPS:-10}" \
+    --kill-step "${RECOVERY_KILL:-4}" --ckpt-every 3 --logs "$WORK/recovery-logs" \
+    --rows "cohort reform,cohort restart,torchrun restart,torch reform" --timeout "${RECOVERY_RUN_S:-100}"
+}
+# bench/recovery: 3 namespaces x 1 rank x 1 thread, node 2 killed at
+# RECOVERY_KILL of RECOVERY_STEPS; the torch rows with PY and its torchrun.
+recovery_section() {
+  local rc need=${RECOVERY_NEED_S:-200}
+  [ $NETNS_OK = 1 ] || { result "bench/recovery" "NOT RUN" "network namespaces did not work (or the netns section did not run)"; return; }
+  time_left "$need" || { not_run "bench/recovery (needs ${need}s)"; return; }
+  mkdir -p "$WORK/recovery-logs"
+  logged recovery 0 recovery_run "$(budget_left)"
+  rc=$?
+  result "bench/recovery, GPT-2 ${RECOVERY_MODEL:-124M}, 4 rows" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
+    "exit $rc; $(grep -c '| fail' "$WORK/recovery.log") rows failed; table below"
+  { echo "## bench/recovery (one lost node of 3)"; echo; grep -E '^(#|\||time lost|newcomer)' "$WORK/recovery.log"; echo; } >>"$SECTIONS"
+}
+
+# bench/train's shaped links, cohort-gpt2 only (--skip-torch: no PyTorch).
+shaped_section() {
+  local rc need=${SHAPED_NEED_S:-120}
+  [ $NETNS_OK = 1 ] || { result "bench/train shaped" "NOT RUN" "network namespaces did not work (or the netns section did not run)"; return; }
+  time_left "$need" || { not_run "bench/train shaped (needs ${need}s)"; return; }
+  # shellcheck disable=SC2086
+  logged shaped "$(budget_left)" "$PY" "$SRC/bench/train/run.py" --build "$BUILD" --only shaped --reps 1 \
+    --steps 8 --rates 1gbit --skip-torch ${SHAPED_ARGS-}
+  rc=$?
+  result "bench/train --only shaped (1gbit, cohort-gpt2)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
+    "exit $rc$([ $rc = 0 ] || echo ": $(tail -1 "$WORK/shaped.log" | cut -c1-200)"); table below"
+  { echo "## bench/train: shaped links"; echo; grep -v '^cohort-gpt2 training' "$WORK/shaped.log"; echo; } >>"$SECTIONS"
 }
 
 # ---- 5c. OpenBLAS on this CPU -----------------------------------------------------
@@ -677,7 +829,7 @@ for l in open(sys.argv[1]):
 }
 
 if [ $BUILT = 1 ]; then
-  for sec in ${ONLY:-doctor place torch reform torchrun coll blas gpt2}; do
+  for sec in ${ONLY:-doctor place torch reform torchrun coll blas gpt2 netns}; do
     if time_left 30; then
       "${sec}_section"
     else
