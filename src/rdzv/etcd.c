@@ -28,14 +28,19 @@
 /* A watch on one key that outlives the etcd_wait that opened it: the next wait on the same key
  * goes on listening to it instead of reading the key and opening a watch again (a loop of
  * short waits cost a read and a watch each). */
+/* An answer as it arrives: at most ETCD_BODY_MAX bytes, NUL-terminated. */
+typedef struct body {
+  char *p;
+  size_t len;
+  int over; /* it was longer: the transfer was cut */
+} body;
+
 typedef struct watch_stream {
   CURL *curl;    /* in the multi handle while open */
   char key[512]; /* the key watched (the caller's, without the prefix) */
-  char *b;       /* what has arrived since it opened */
-  size_t len;
-  int over;     /* more than ETCD_BODY_MAX */
-  int changed;  /* an event, a cancel or an error arrived: look again */
-  int endpoint; /* the member it listens to (an index of endpoints) */
+  body got;      /* what has arrived since it opened */
+  int changed;   /* an event, a cancel or an error arrived: look again */
+  int endpoint;  /* the member it listens to (an index of endpoints) */
   struct curl_slist *hdrs;
   int done;        /* the transfer ended */
   CURLcode result; /* how, when done */
@@ -203,15 +208,9 @@ static json_t *i64_json(int64_t v) {
 
 /* ---- HTTP ---- */
 
-typedef struct body {
-  char *p;
-  size_t len;
-  int over;
-} body;
-
-static size_t on_data(char *p, size_t size, size_t n, void *arg) {
-  body *b = arg;
-  size_t k = size * n;
+/* Appends k bytes at p to b: k, or 0 (which ends curl's transfer) past ETCD_BODY_MAX or out
+ * of memory. */
+static size_t body_append(body *b, const char *p, size_t k) {
   if (b->len + k > ETCD_BODY_MAX) {
     b->over = 1;
     return 0;
@@ -223,6 +222,10 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg) {
   b->len += k;
   b->p[b->len] = '\0';
   return k;
+}
+
+static size_t on_data(char *p, size_t size, size_t n, void *arg) {
+  return body_append(arg, p, size * n);
 }
 
 /* The headers of every request (freed with lc.slist_free_all). */
@@ -349,6 +352,13 @@ static int request(etcd *e, const char *path, json_t *req, json_t **resp, int64_
       break;
     }
     rc = post_once(e, path, text, attempt_deadline(e, replay, deadline), &status, on_data, &b);
+    if (b.over) { /* not a member failing: the next would answer the same */
+      snprintf(e->err, sizeof e->err, "HTTP %ld from %s: an answer over %u bytes", status,
+               e->endpoints[e->cur], ETCD_BODY_MAX);
+      free(b.p);
+      rc = COHORT_EPROTO;
+      break;
+    }
     if (rc == -ECONNREFUSED || rc == -ETIMEDOUT) {
       free(b.p);
       next_endpoint(e);
@@ -731,16 +741,10 @@ int etcd_add(etcd *e, const char *key, int64_t delta, int64_t lease, int64_t *re
 static size_t on_watch_data(char *p, size_t size, size_t n, void *arg) {
   watch_stream *w = arg;
   size_t k = size * n;
-  if (w->len + k > ETCD_BODY_MAX) {
-    w->over = 1;
-    return 0;
-  }
-  char *q = realloc(w->b, w->len + k + 1);
-  if (q == NULL) return 0;
-  memcpy(q + w->len, p, k);
-  w->b = q, w->len += k, w->b[w->len] = '\0';
-  if (strstr(w->b, "\"events\"") != NULL || strstr(w->b, "\"canceled\"") != NULL ||
-      strstr(w->b, "\"error\"") != NULL) {
+  if (body_append(&w->got, p, k) != k) return 0;
+  const char *got = w->got.p;
+  if (strstr(got, "\"events\"") != NULL || strstr(got, "\"canceled\"") != NULL ||
+      strstr(got, "\"error\"") != NULL) {
     w->changed = 1;
     return 0; /* ends the transfer */
   }
@@ -751,7 +755,7 @@ static void watch_close(etcd *e) {
   watch_stream *w = &e->w;
   if (w->key[0] != '\0') lc.multi_remove_handle(e->multi, w->curl);
   lc.slist_free_all(w->hdrs);
-  free(w->b);
+  free(w->got.p);
   CURL *c = w->curl;
   *w = (watch_stream){.curl = c};
 }
