@@ -6,9 +6,9 @@
  * agents' own code: an rdzv_backend on etcd (its lease, kept alive by a
  * thread of its own), rdzv_join() with the first joiner planning, then the
  * watch of src/agent/watch.c in etcd mode (waiting on "fail" in slices that
- * end at the next put or check, the client's watch held between them; it
- * puts its count every third of its lease's TTL and reads node 0's as
- * often, node 0 everyone's every heartbeat). etcd (Debian's etcd-server)
+ * end at the next check, the client's watch held between them; it puts
+ * its heartbeat key once, under its lease, and reads node 0's every third
+ * of its lease's TTL, node 0 everyone's every heartbeat). etcd (Debian's etcd-server)
  * runs as a child process on a loopback port, started and removed here, so
  * that its CPU time, memory and RPC counts can be read. One connection per
  * simulated node (an agent has two: its main thread's and its watcher's).
@@ -30,17 +30,31 @@
  *                  seen it (fail_med_ms: the median node)
  *   rss_b_per_conn etcd's RSS growth from before the nodes connected to the
  *                  end of the hold, per node
+ * With --exit 1 or 2, once every node has seen the failure, the nodes end
+ * the round as agents whose workers succeeded do (src/agent/cluster.c:
+ * done keys, the "ndone" count, "alldone", then leaving), and:
+ *   exit_ms        from their release until the last has closed its backend
+ *   exit_rpc_per_node  the RPCs etcd started meanwhile, per node (its
+ *                  lease's revocation included); exit_put_, exit_range_,
+ *                  exit_txn_, exit_watch_per_node as above
+ * --exit 1: the leaving of now (each node records it under "alldone"'s
+ * lease, the last revokes that lease, nobody waits); --exit 2: as before
+ * 8bfaa35 (each node writes its exit key and waits, 3 s at most, until
+ * every node's exit key is there or its heartbeat key gone, reading the
+ * keys still awaited every 100 ms).
  * A run that does not complete within --timeout prints "incomplete" and
  * exits 1: no figures for it.
  *
  * usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS] [--slice MS]
- *                   [--put MS] [--before 1]
+ *                   [--put MS] [--before 1] [--exit 1|2] [--beat-lease 0|1]
  *
  * As src/agent/watch.c by default: the waits on "fail" last until the next
- * put or check; a node puts its count every third of its lease's TTL
- * (--put), node 0 checks every heartbeat (--heartbeat, 500 ms), the others
- * every put. --before 1: as watch.c before the held watch (d8f85c2): the
- * waits last at most 200 ms and every node checks every heartbeat (built
+ * check; a node puts its heartbeat key once (the lease says it is alive),
+ * node 0 checks every heartbeat (--heartbeat, 500 ms), the others every
+ * third of the lease's TTL (--put). --beat-lease 0: as watch.c before the
+ * lease said it, a node puts its count every --put ms too. --before 1: as
+ * watch.c before the held watch (d8f85c2): the waits last at most 200 ms
+ * and every node checks every heartbeat (built
  * against that tree, whose client reads and watches again every wait, for
  * the figures before). --slice: waits of that many ms.
  */
@@ -70,9 +84,11 @@ typedef struct swarm_opts {
   double hold_s;
   int timeout_s;
   int heartbeat_ms;
-  int slice_ms; /* --slice; 0: until the next put or check */
-  int put_ms;   /* --put: how often a node puts its count */
-  int before;   /* --before 1: watch.c's waits and checks before the held watch */
+  int slice_ms;   /* --slice; 0: until the next put or check */
+  int put_ms;     /* --put: how often a node puts its count */
+  int before;     /* --before 1: watch.c's waits and checks before the held watch */
+  int exit;       /* --exit: 0 none, 1 the end of a round as now, 2 as before 8bfaa35 */
+  int beat_lease; /* --beat-lease 1: the heartbeat key put once, liveness left to the lease */
 } swarm_opts;
 
 /* What the nodes share: the phases, released by the main thread. */
@@ -81,8 +97,8 @@ typedef struct swarm {
   char endpoint[64];
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  int phase; /* 0 connect, 1 join, 2 hold (then fail) */
-  int connected, joined, failures;
+  int phase; /* 0 connect, 1 join, 2 hold (then fail), 3 exit */
+  int connected, joined, failures, watched;
   int64_t deadline_ms; /* of the whole run */
   int64_t fail_at;     /* when the failure was written (0: not yet) */
   long calls;          /* store calls during the hold */
@@ -93,7 +109,8 @@ typedef struct swarm {
 typedef struct node {
   swarm *s;
   int index;
-  int64_t planned_at, fail_seen_at;
+  int64_t planned_at, fail_seen_at, left_at;
+  int ended; /* --exit: it saw "alldone" */
   pthread_t th;
 } node;
 
@@ -310,9 +327,10 @@ static void watch(node *n, store_client *c, int me) {
     if (base_now_ms() >= next_put) { /* watch.c's beat: a put of its count */
       char text[32];
       int len = snprintf(text, sizeof text, "%lld", (long long)++beats);
-      store_set(c, hbk[me], text, (size_t)len, base_deadline_in(OP_MS));
+      int put = store_set(c, hbk[me], text, (size_t)len, base_deadline_in(OP_MS));
       calls++;
-      next_put = base_now_ms() + s->o.put_ms;
+      /* --beat-lease 1: put once; the lease says the node is alive */
+      next_put = s->o.beat_lease && put == 0 ? INT64_MAX : base_now_ms() + s->o.put_ms;
     }
     if (base_now_ms() >= next_check) {
       calls += check(n, c, me, (const char *const *)hbk, vals, lens);
@@ -326,6 +344,109 @@ static void watch(node *n, store_client *c, int me) {
   free(hbk);
   free(vals);
   free(lens);
+}
+
+/* ---- the end of the round (--exit) ---- */
+
+/* Keys "swarm/0/<what>/<k>" for every node k (malloc'ed, freed with free_keys). */
+static char **round_keys(int nn, const char *what) {
+  char **k = calloc((size_t)nn, sizeof *k);
+  if (k == NULL) die("out of memory");
+  for (int i = 0; i < nn; i++) {
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, "%s/%d", what, i);
+    if ((k[i] = malloc(STORE_KEY_MAX)) == NULL) die("out of memory");
+    rdzv_key(k[i], STORE_KEY_MAX, JOB, 0, suffix);
+  }
+  return k;
+}
+
+static void free_keys(char **k, int nn) {
+  for (int i = 0; i < nn; i++) free(k[i]);
+  free(k);
+}
+
+/* From keys[from] on, the first absent (n when none) in one read; -1 when etcd did not answer
+ * (cluster.c's first_absent). */
+static int first_absent(store_client *c, char **keys, int from, int n) {
+  int m = n - from, there = 0;
+  void **vals = calloc((size_t)m, sizeof *vals);
+  size_t *lens = calloc((size_t)m, sizeof *lens);
+  if (vals == NULL || lens == NULL) die("out of memory");
+  int rc = store_get_many(c, (const char *const *)keys + from, (size_t)m, vals, lens,
+                          base_deadline_in(OP_MS));
+  while (rc == 0 && there < m && vals[there] != NULL) there++;
+  for (int i = 0; rc == 0 && i < m; i++) free(vals[i]);
+  free(vals);
+  free(lens);
+  return rc != 0 ? -1 : from + there;
+}
+
+/* cluster.c's agent_cluster_wait_done: the done key, the count, "alldone" by the last (on a
+ * lease of its own now, its own lease before), a wait on "alldone" in 200 ms turns; 1 once it
+ * was seen. */
+static int wait_all_done(swarm *s, rdzv_backend *b, store_client *c, int me, const char *all) {
+  int nn = s->o.nodes;
+  char **done = round_keys(nn, "done"), count[STORE_KEY_MAX];
+  rdzv_key(count, sizeof count, JOB, 0, "ndone");
+  int64_t mine = 0;
+  int announced = 0, seen = 0;
+  while (!seen && base_deadline_left(s->deadline_ms) > 0) {
+    int64_t dl = base_deadline_in(OP_MS);
+    if (mine == 0 && store_set(c, done[me], "1", 1, dl) == 0 &&
+        store_add(c, count, 1, &mine, dl) != 0)
+      mine = 0;
+    if (mine >= nn && !announced && first_absent(c, done, 0, nn) == nn)
+      announced = (s->o.exit == 2 || rdzv_backend_linger(b, c, NULL, 60000) == 0) &&
+                  store_set(c, all, "1", 1, dl) == 0;
+    seen = store_wait(c, &all, 1, base_deadline_in(200)) == 0;
+  }
+  free_keys(done, nn);
+  return seen;
+}
+
+/* cluster.c's leave_etcd: the leaving recorded under "alldone"'s lease, no wait. */
+static void leave_now(swarm *s, rdzv_backend *b, store_client *c, int me, const char *all) {
+  int nn = s->o.nodes;
+  char **left = round_keys(nn, "left"), count[STORE_KEY_MAX];
+  rdzv_key(count, sizeof count, JOB, 0, "nleft");
+  int64_t dl = base_deadline_in(OP_MS), n = 0;
+  if (rdzv_backend_linger(b, c, all, 0) == 0 && store_set(c, left[me], "1", 1, dl) == 0 &&
+      store_add(c, count, 1, &n, dl) == 0 && n >= nn && first_absent(c, left, 0, nn) == nn)
+    rdzv_backend_linger_end(b, c, dl);
+  free_keys(left, nn);
+}
+
+/* cluster.c's wait_nodes_left before 8bfaa35: the exit key, then until every node's exit key
+ * is there or its heartbeat key gone (3 s at most). */
+static void leave_before(swarm *s, store_client *c, int me) {
+  int nn = s->o.nodes;
+  char **exits = round_keys(nn, "exit"), **hb = round_keys(nn, "hb");
+  store_set(c, exits[me], "1", 1, base_deadline_in(2000));
+  int64_t deadline = base_deadline_in(3000);
+  for (int from = 0; base_deadline_left(deadline) > 0;) {
+    if ((from = first_absent(c, exits, from, nn)) < 0 || from == nn) break;
+    void *v = NULL;
+    size_t len = 0;
+    if (store_get(c, hb[from], &v, &len, deadline) == -ENOENT)
+      from++;
+    else
+      store_wait(c, (const char *const *)exits + from, 1, base_deadline_in(100));
+    free(v);
+  }
+  free_keys(exits, nn);
+  free_keys(hb, nn);
+}
+
+static void end_round(node *n, rdzv_backend *b, store_client *c, int me) {
+  char all[STORE_KEY_MAX];
+  rdzv_key(all, sizeof all, JOB, 0, "alldone");
+  n->ended = wait_all_done(n->s, b, c, me, all);
+  if (!n->ended) return;
+  if (n->s->o.exit == 1)
+    leave_now(n->s, b, c, me, all);
+  else
+    leave_before(n->s, c, me);
 }
 
 static void *node_main(void *arg) {
@@ -345,8 +466,14 @@ static void *node_main(void *arg) {
   bump(s, &s->joined);
   wait_phase(s, 2);
   if (me >= 0) watch(n, c, me);
+  if (s->o.exit > 0) {
+    bump(s, &s->watched);
+    wait_phase(s, 3);
+    if (me >= 0 && n->fail_seen_at > 0) end_round(n, b, c, me);
+  }
   store_client_close(c);
   rdzv_backend_close(b);
+  n->left_at = base_now_ms();
   return NULL;
 }
 
@@ -392,8 +519,12 @@ static int64_t write_failure(swarm *s, rdzv_backend **b, store_client **c) {
 }
 
 static void parse_args(int argc, char **argv, swarm_opts *o) {
-  *o = (swarm_opts){
-      .nodes = 64, .hold_s = 3, .timeout_s = 120, .heartbeat_ms = 500, .put_ms = LEASE_MS / 3};
+  *o = (swarm_opts){.nodes = 64,
+                    .hold_s = 3,
+                    .timeout_s = 120,
+                    .heartbeat_ms = 500,
+                    .put_ms = LEASE_MS / 3,
+                    .beat_lease = 1};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     int64_t ms;
@@ -408,12 +539,14 @@ static void parse_args(int argc, char **argv, swarm_opts *o) {
     if (strcmp(a, "--slice") == 0 && base_parse_int(v, 1, 60000, &o->slice_ms) == 0) continue;
     if (strcmp(a, "--put") == 0 && base_parse_int(v, 10, 60000, &o->put_ms) == 0) continue;
     if (strcmp(a, "--before") == 0 && base_parse_int(v, 0, 1, &o->before) == 0) continue;
+    if (strcmp(a, "--exit") == 0 && base_parse_int(v, 0, 2, &o->exit) == 0) continue;
+    if (strcmp(a, "--beat-lease") == 0 && base_parse_int(v, 0, 1, &o->beat_lease) == 0) continue;
     fprintf(stderr, "swarm_etcd: bad option %s %s\n", a, v);
     exit(2);
   }
   if (argc % 2 == 0)
     die("usage: swarm_etcd [--nodes N] [--hold S] [--timeout S] [--heartbeat MS] [--slice MS] "
-        "[--put MS] [--before 1]");
+        "[--put MS] [--before 1] [--exit 1|2] [--beat-lease 0|1]");
 }
 
 static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_at, double cpu,
@@ -430,13 +563,14 @@ static void print_figures(swarm *s, node *nodes, int64_t released, int64_t fail_
          "etcd_rpc_per_node_s=%.2f put_per_node_s=%.2f range_per_node_s=%.2f "
          "txn_per_node_s=%.2f watch_per_node_s=%.2f keepalive_per_node_s=%.2f "
          "cpu_us_per_node_s=%.0f fail_max_ms=%lld fail_med_ms=%lld rss_b_per_conn=%.0f "
-         "rss_b_per_node=%.0f\n",
+         "rss_b_per_node=%.0f",
          nn, (long long)(last_plan - released), cpu,
          (double)s->calls * 1000.0 / (double)(fail_at - s->watch_from), rpc_s, rpc_s / nn,
          by_s[M_PUT] / nn, by_s[M_RANGE] / nn, by_s[M_TXN] / nn, by_s[M_WATCH] / nn,
          by_s[M_KEEPALIVE] / nn, cpu * 1e4 / nn, (long long)fail[nn - 1], (long long)fail[nn / 2],
          rss_per, rss_per);
   free(fail);
+  if (s->o.exit == 0) printf("\n");
 }
 
 int main(int argc, char **argv) {
@@ -475,14 +609,34 @@ int main(int argc, char **argv) {
   rdzv_backend *fb = NULL;
   store_client *fc = NULL;
   int64_t fail_at = rc == 0 && s.failures == 0 ? write_failure(&s, &fb, &fc) : 0;
+  double x0[M_COUNT], x1[M_COUNT], rx0 = 0, rx1 = 0;
+  int64_t exit_from = 0, exit_to = 0;
+  if (s.o.exit > 0) { /* every node has seen the failure: the end of the round */
+    if (rc == 0) rc = wait_count(&s, &s.watched);
+    rx0 = etcd_rpcs(&s, x0);
+    exit_from = base_now_ms();
+    set_phase(&s, 3);
+  }
   for (int i = 0; i < nn; i++) pthread_join(nodes[i].th, NULL);
+  int ended = 0;
+  for (int i = 0; i < nn; i++) {
+    ended += nodes[i].ended;
+    if (nodes[i].left_at > exit_to) exit_to = nodes[i].left_at;
+  }
+  if (s.o.exit > 0) rx1 = etcd_rpcs(&s, x1);
   store_client_close(fc);
   rdzv_backend_close(fb);
   int seen = 0;
   for (int i = 0; i < nn; i++) seen += nodes[i].fail_seen_at > 0;
-  if (rc != 0 || s.failures > 0 || seen < nn || t0 < 0 || t1 < 0 || r0 < 0 || r1 < 0) {
-    printf("incomplete: %d of %d joined, %d failed, %d saw the failure\n", s.joined, nn, s.failures,
-           seen);
+  if (rc != 0 || s.failures > 0 || seen < nn || t0 < 0 || t1 < 0 || r0 < 0 || r1 < 0 ||
+      (s.o.exit > 0 && (ended < nn || rx0 < 0 || rx1 < 0))) {
+    printf("incomplete: %d of %d joined, %d failed, %d saw the failure, %d saw alldone", s.joined,
+           nn, s.failures, seen, ended);
+    /* nodes that never saw "alldone" (--exit 2: it went with its writer's lease) wait on it
+     * with a held watch, which costs no request: what the others' exit cost is still told */
+    if (s.o.exit > 0 && seen == nn && rx0 >= 0 && rx1 >= 0)
+      printf(" (the exit so far: rpc_per_node=%.2f)", (rx1 - rx0) / nn);
+    printf("\n");
     return 1;
   }
   double cpu = 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / held;
@@ -490,6 +644,12 @@ int main(int argc, char **argv) {
   for (int m = 0; m < M_COUNT; m++) by_s[m] = (p1[m] - p0[m]) / held;
   print_figures(&s, nodes, released, fail_at, cpu, (r1 - r0) / held, by_s,
                 (double)(rss1 - rss0) * 1024.0 / nn);
+  if (s.o.exit > 0)
+    printf(" exit_ms=%lld exit_rpc_per_node=%.2f exit_put_per_node=%.2f exit_range_per_node=%.2f "
+           "exit_txn_per_node=%.2f exit_watch_per_node=%.2f\n",
+           (long long)(exit_to - exit_from), (rx1 - rx0) / nn, (x1[M_PUT] - x0[M_PUT]) / nn,
+           (x1[M_RANGE] - x0[M_RANGE]) / nn, (x1[M_TXN] - x0[M_TXN]) / nn,
+           (x1[M_WATCH] - x0[M_WATCH]) / nn);
   free(nodes);
   return 0;
 }

@@ -115,11 +115,18 @@ static int node_silent(agent_watch *w, int k, int64_t now, char *text, size_t le
   const watch_opts *o = &w->o;
   if (node_done(w, k)) {
     w->last_change[k] = now;
+    w->last_value[k] = -1; /* its key gone with it: silent again only after a whole timeout */
     return 0;
   }
   char report[WATCH_REPORT_MAX];
-  snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k, o->hostnames[k],
-           (double)(now - w->last_change[k]) / 1000.0);
+  if (w->last_value[k] >= 0 && rdzv_backend_is_etcd(o->backend))
+    snprintf(report, sizeof report,
+             "node %d (%s) lost: its etcd lease expired (not renewed for the heartbeat timeout, "
+             "%.1f s)",
+             k, o->hostnames[k], (double)o->lost_after_ms / 1000.0);
+  else
+    snprintf(report, sizeof report, "node %d (%s) lost: no heartbeat for %.1f s", k,
+             o->hostnames[k], (double)(now - w->last_change[k]) / 1000.0);
   publish(w->client, o->job_id, o->round, report, text, len);
   return 1;
 }
@@ -143,10 +150,12 @@ static void forgive_outage(agent_watch *w, int64_t now) {
  * Node 0 reads the other nodes' heartbeat counters, all in one pipelined
  * round trip. A counter that has not moved for lost_after_ms (its node not
  * done) is published as the failure, and the report that counts is
- * returned in text: 1, else 0. The other nodes leave the sweep to node 0
+ * returned in text: 1, else 0; with etcd, a key seen once and now gone
+ * (its node's lease expired) is lost at once, and one never seen is lost
+ * after lost_after_ms. The other nodes leave the sweep to node 0
  * (N reads per period instead of N²): they learn of a loss from the fail
  * key, and of node 0's from its store falling silent (store_silent) or, with
- * etcd, from node 0's own counter, which they read (first == 0, n == 1).
+ * etcd, from node 0's own key, which they read (first == 0, n == 1).
  * *answered: when the store last answered, this read's time if it did;
  * -1 when the read failed.
  */
@@ -181,7 +190,9 @@ static int check_nodes(agent_watch *w, int64_t deadline, int64_t *answered, char
     if (vals[i] != NULL) memcpy(num, vals[i], lens[i] < sizeof num - 1 ? lens[i] : sizeof num - 1);
     int64_t v = -1;
     if (vals[i] != NULL && base_parse_i64(num, INT64_MIN, INT64_MAX, &v) != 0) v = -1;
-    if (v != w->last_value[k]) {
+    if (rdzv_backend_is_etcd(o->backend) && v < 0 && w->last_value[k] >= 0)
+      lost = node_silent(w, k, now, text, len); /* its lease took its key */
+    else if (v != w->last_value[k] || (v >= 0 && rdzv_backend_is_etcd(o->backend))) {
       w->last_value[k] = v;
       w->last_change[k] = now;
     } else if (now - w->last_change[k] >= o->lost_after_ms) {
@@ -289,15 +300,24 @@ static int64_t check_period(const agent_watch *w) {
   return w->o.my_node == 0 ? w->o.heartbeat_ms : beat_period(w);
 }
 
-/* Bumps this node's heartbeat when due: puts its count (a put of the whole value, which the
- * etcd client may send again when an answer is lost). */
+/*
+ * Bumps this node's heartbeat when due: puts its count (a put of the whole
+ * value, which the etcd client may send again when an answer is lost).
+ * With etcd, once: the key lives under this agent's lease, which its
+ * keeper renews every third of the heartbeat timeout (rdzv/backend.c), and
+ * goes when the lease expires; the checks take its absence for the loss
+ * (a count put every third of the timeout was a write through etcd's log
+ * a node, beside the renewal, for what the lease already says).
+ */
 static void beat(agent_watch *w, const char *my_hb, watch_clock *t) {
   if (base_now_ms() < t->next_hb) return;
   char count[32];
   int n = snprintf(count, sizeof count, "%lld", (long long)++t->beats);
   int64_t start = base_now_ms();
-  note_answer(t, start, store_set(w->client, my_hb, count, (size_t)n, op_deadline(w, t)) == 0);
+  int put = store_set(w->client, my_hb, count, (size_t)n, op_deadline(w, t)) == 0;
+  note_answer(t, start, put);
   t->next_hb = base_now_ms() + (t->failing_since > 0 ? WAIT_SLICE_MAX_MS : beat_period(w));
+  if (put && rdzv_backend_is_etcd(w->o.backend)) t->next_hb = INT64_MAX;
 }
 
 /*

@@ -8,7 +8,9 @@
  * that has not finished) is declared lost, and that verdict is published as
  * the failure. Losing the built-in store means node 0 is lost; with etcd,
  * whose members are not the nodes, every node also watches node 0's
- * counter, and losing etcd is a failure of its own.
+ * key, and losing etcd is a failure of its own. With etcd the heartbeat
+ * key is put once under the agent's lease, which says the node is alive:
+ * a key that goes (its lease expired) is a lost node.
  *
  * When something happens the thread writes one byte (WATCH_NOTIFY_BYTE) to
  * notify_fd; agent_watch_failure() then returns the report text.
