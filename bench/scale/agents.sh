@@ -6,9 +6,12 @@
 # etcd-server, one member on loopback, started and removed here).
 # REPS runs of each, interleaved; prints the median and the ratio
 # etcd / store, and the CPU each agent cost (user + system of the agents
-# and their workers, from the shell's `times`, divided by N; the medians). A run in which any agent exits non-zero or that does not end
-# within TIMEOUT seconds prints "fail" for that backend and size, and the
-# script exits 1.
+# and their workers, from the shell's `times`, divided by N; the medians),
+# how many agents exited 0 in each run (store_ok, etcd_ok: one count a run)
+# and the load average (1 min) when the size's runs ended. A run in which
+# any agent exits non-zero or that does not end within TIMEOUT seconds
+# prints "fail" for that backend and size (its count says how many agents
+# finished), and the script exits 1.
 # usage: bench/scale/agents.sh [COHORT_BINARY] [REPS] [SIZES...]
 #   e.g. bench/scale/agents.sh build/cohort 3 32 128 256
 # Environment: TIMEOUT (per run, default 60), BACKENDS (default "store etcd").
@@ -58,9 +61,10 @@ cpu_ms() {
     awk '{printf "%d\n", ($1 * 60 + $2 + $3 * 60 + $4) * 1000}'
 }
 
-# one BACKEND N RUN: prints "WALL_MS:CPU_MS" from first start to last exit, or "fail".
+# one BACKEND N RUN: prints "WALL_MS:CPU_MS:OK" from first start to last exit (OK: how many
+# agents exited 0), or "fail:OK".
 one() {
-  local backend=$1 n=$2 run=$3 i args t0 t1 bad=0
+  local backend=$1 n=$2 run=$3 i args t0 t1 bad=0 ok=0
   local tok="bench-$$-$run"
   if [ "$backend" = store ]; then
     args=(--master "127.0.0.1:$(free_port)")
@@ -82,28 +86,34 @@ one() {
   for p in "${pids[@]}"; do
     while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.02; done
     if kill -0 "$p" 2>/dev/null; then bad=1; kill -9 "$p"; fi
-    wait "$p" || bad=1
+    if wait "$p"; then ok=$((ok + 1)); else bad=1; fi
   done
   t1=$(date +%s%N)
   pids=()
-  if [ "$bad" = 1 ]; then echo fail; else cpu_ms >"$tmp/c1"; echo "$(((t1 - t0) / 1000000)):$(($(cat "$tmp/c1") - $(cat "$tmp/c0")))"; fi
+  if [ "$bad" = 1 ]; then
+    echo "fail:$ok"
+  else
+    cpu_ms >"$tmp/c1"
+    echo "$(((t1 - t0) / 1000000)):$(($(cat "$tmp/c1") - $(cat "$tmp/c0"))):$ok"
+  fi
 }
 
 [[ " ${backends[*]} " == *" etcd "* ]] && { start_etcd || exit 1; }
 echo "bench/scale/agents: $(nproc) cores, $(uptime | sed 's/.*load/load/'), reps=$reps"
 status=0
-printf '%-6s %12s %12s %12s %18s %18s\n' nodes store_ms etcd_ms etcd/store \
-  store_cpu_ms/agent etcd_cpu_ms/agent
+printf '%-6s %12s %12s %12s %18s %18s %14s %14s %6s\n' nodes store_ms etcd_ms etcd/store \
+  store_cpu_ms/agent etcd_cpu_ms/agent store_ok etcd_ok load
 for n in "${sizes[@]}"; do
   declare -A got=()
   for b in "${backends[@]}"; do got[$b]=""; done
   for r in $(seq "$reps"); do
     for b in "${backends[@]}"; do got[$b]+="$(one "$b" "$n" "$r") "; done
   done
-  declare -A med=() cpu=()
+  declare -A med=() cpu=() oks=()
   for b in store etcd; do
-    cpu[$b]=-
+    cpu[$b]=- oks[$b]=-
     if [ -z "${got[$b]+x}" ]; then med[$b]=-; continue; fi
+    oks[$b]=$(echo "${got[$b]}" | tr ' ' '\n' | grep . | awk -F: '{print $NF}' | paste -sd, -)
     if [[ ${got[$b]} == *fail* ]]; then
       med[$b]=fail status=1
       echo "  $b n=$n: a run failed (${got[$b]}); its agents' last lines:" >&2
@@ -118,8 +128,9 @@ for n in "${sizes[@]}"; do
   if [[ ${med[store]} =~ ^[0-9.]+$ && ${med[etcd]} =~ ^[0-9.]+$ ]]; then
     ratio=$(awk -v s="${med[store]}" -v e="${med[etcd]}" 'BEGIN {printf "%.2f", e / s}')
   fi
-  printf '%-6s %12s %12s %12s %18s %18s\n' "$n" "${med[store]}" "${med[etcd]}" "$ratio" \
-    "${cpu[store]}" "${cpu[etcd]}"
-  unset got med cpu
+  printf '%-6s %12s %12s %12s %18s %18s %14s %14s %6s\n' "$n" "${med[store]}" "${med[etcd]}" \
+    "$ratio" "${cpu[store]}" "${cpu[etcd]}" "${oks[store]}" "${oks[etcd]}" \
+    "$(cut -d' ' -f1 /proc/loadavg)"
+  unset got med cpu oks
 done
 exit $status
