@@ -24,6 +24,8 @@
 #   COHORT_BASE=PATH adds a row "cohort-base": another cohort binary (an
 #   older build) run the same way in the same rounds.
 #   BENCH_TOOLS="cohort mpirun" picks the rows (default: every one).
+#   BENCH_SSH_CONFIG="KexAlgorithms curve25519-sha256" adds lines (one per
+#   line of the value) to the ssh_config every launcher's ssh is given.
 set -u
 cohort=$(readlink -f "${1:-build/cohort}")
 reps=${2:-5}
@@ -68,10 +70,15 @@ mkdir "$cg_here" "$cg_sshd" || { echo "cannot make cgroups in $cgroot (cgroup v2
 netns_up $max || { echo "cannot create network namespaces"; exit 1; }
 sshd_up "$tmp" $max || exit 1
 for p in "${SSHD_PIDS[@]}"; do echo "$p" >"$cg_sshd/cgroup.procs" || exit 1; done
+if [ -n "${BENCH_SSH_CONFIG:-}" ]; then
+  printf '%s\n' "$BENCH_SSH_CONFIG" | sed 's/^/  /' >>"$tmp/ssh_config"
+  ip netns exec "$(netns_node 0)" ssh -F "$tmp/ssh_config" node$((max - 1)) true ||
+    { echo "ssh refuses BENCH_SSH_CONFIG='$BENCH_SSH_CONFIG'"; exit 2; }
+fi
 ssh_cmd="ssh -F $tmp/ssh_config"
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "cpu: $(nproc) x $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1); load average before: $(load)"
-echo "ssh: $(ssh -V 2>&1)"
+echo "ssh: $(ssh -V 2>&1)${BENCH_SSH_CONFIG:+; ssh_config adds: $BENCH_SSH_CONFIG}"
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else if (NR) print (a[NR/2]+a[NR/2+1])/2}'; }
 
