@@ -11,9 +11,13 @@
  * An abort writes a record with its reason (tport.h) before it shuts the
  * connections down, where the peer cannot take it for the end of a message:
  * the engine says where each message it sends ends (the frame op). The
- * receiving side keeps the stream's last COLL_ABORT_LEN bytes, so that the
- * record is found after the peer's end of stream even when the engine read
- * it into a payload that the end then cut short.
+ * receiving side keeps the stream's last COLL_ABORT_LEN bytes (a ring), so
+ * that the record is found after the peer's end of stream even when the
+ * engine read it into a payload that the end then cut short. The stream's
+ * end is looked at by the thread that reads it, when it ends or errs or the
+ * record shows, and by the peer watch (with no collective in flight, so the
+ * two never run at once); a record found is kept for tcp_aborted, which any
+ * thread may call.
  */
 #include <errno.h>
 #include <limits.h>
@@ -38,24 +42,26 @@ typedef struct tcp_peer {
   size_t rpos, wpos;
   uint64_t rx_off; /* stream offset of buf[rpos] */
   size_t eof_have; /* after the peer's end of stream: what staging held at the last peek */
-  /* Sending, under tx_mu (an abort comes from any thread): bytes sent, where the message being sent
-   * ends, whether the abort record went. */
+  /* Sending: bytes sent (under tx_mu, which an abort from any thread takes too), where the message
+   * being sent ends, whether the abort record went. */
   pthread_mutex_t tx_mu;
-  uint64_t tx_off, frame_end;
+  uint64_t tx_off;
+  _Atomic uint64_t frame_end;
   int abort_sent;
-  /* Receiving: the stream's last bytes, under rx_mu (read by the thread that finds the peer gone);
-   * suspect once the stream may end with an abort record (it ended, or the record came). */
-  pthread_mutex_t rx_mu;
+  /* Receiving: the stream's last bytes, a ring (tail_at: where the next goes; tail_n: how many
+   * it holds), and the peer's abort record once found (published by `aborted`). */
   char tail[COLL_ABORT_LEN];
-  size_t tail_n;
-  _Atomic int suspect;
+  size_t tail_at, tail_n;
+  _Atomic int aborted;
+  int abort_rank;
+  char abort_why[COLL_ABORT_LEN];
 } tcp_peer;
 
 struct coll_tcp {
   int rank, size;
   size_t cap;
   tcp_peer *peers;
-  _Atomic int suspects; /* some peer is suspect: the engine asks at every wait */
+  _Atomic int any_aborted; /* some peer's record was found: the engine asks at every wait */
 };
 
 int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out) {
@@ -74,7 +80,6 @@ int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out
     fds[i] = -1;
     if (t->peers[i].fd >= 0) base_set_nonblock(t->peers[i].fd, 1);
     pthread_mutex_init(&t->peers[i].tx_mu, NULL);
-    pthread_mutex_init(&t->peers[i].rx_mu, NULL);
   }
   *out = t;
   return 0;
@@ -89,7 +94,6 @@ void coll_tcp_destroy(coll_tcp *t) {
     if (t->peers[i].fd >= 0) close(t->peers[i].fd);
     free(t->peers[i].buf);
     pthread_mutex_destroy(&t->peers[i].tx_mu);
-    pthread_mutex_destroy(&t->peers[i].rx_mu);
   }
   free(t->peers);
   free(t);
@@ -115,7 +119,11 @@ static void tcp_abort(void *tp, int rank, const char *why) {
     tcp_peer *p = &t->peers[i];
     if (p->fd < 0) continue;
     pthread_mutex_lock(&p->tx_mu);
-    uint64_t owed = p->frame_end > p->tx_off ? p->frame_end - p->tx_off : 0;
+    /* frame_end is stored before a message's first send: once tx_off counts any of its bytes the
+     * lock shows its end. Before that the old end (owed 0) or the new one (none of it sent: the
+     * record goes between messages, or is left out) are both safe. */
+    uint64_t end = atomic_load_explicit(&p->frame_end, memory_order_relaxed);
+    uint64_t owed = end > p->tx_off ? end - p->tx_off : 0;
     if (!p->abort_sent && (owed == 0 || owed > COLL_ABORT_LEN))
       (void)!send(p->fd, rec, sizeof rec, MSG_DONTWAIT | MSG_NOSIGNAL);
     p->abort_sent = 1;
@@ -124,37 +132,10 @@ static void tcp_abort(void *tp, int rank, const char *why) {
   }
 }
 
+/* Called by the thread that sends, between two messages: tx_off is its own to read. */
 static void tcp_frame(void *tp, int peer, size_t bytes) {
   tcp_peer *p = &((coll_tcp *)tp)->peers[peer];
-  pthread_mutex_lock(&p->tx_mu);
-  p->frame_end = p->tx_off + bytes;
-  pthread_mutex_unlock(&p->tx_mu);
-}
-
-static void mark_suspect(coll_tcp *t, tcp_peer *p) {
-  atomic_store(&p->suspect, 1);
-  atomic_store(&t->suspects, 1);
-}
-
-/* Keeps the stream's last bytes: n more were read into b. */
-static void tail_push(coll_tcp *t, tcp_peer *p, const char *b, size_t n) {
-  size_t cap = sizeof p->tail;
-  pthread_mutex_lock(&p->rx_mu);
-  if (n >= cap) {
-    memcpy(p->tail, b + n - cap, cap);
-    p->tail_n = cap;
-  } else {
-    size_t keep = p->tail_n + n > cap ? cap - n : p->tail_n;
-    memmove(p->tail, p->tail + p->tail_n - keep, keep);
-    memcpy(p->tail + keep, b, n);
-    p->tail_n = keep + n;
-  }
-  /* A record read whole, or its head read where a header belongs (the rest may be queued). */
-  int rec = (n >= COLL_ABORT_MARK_LEN && memcmp(b, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) == 0) ||
-            (p->tail_n >= COLL_ABORT_MARK_LEN && memcmp(p->tail + p->tail_n - COLL_ABORT_MARK_LEN,
-                                                        COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN) == 0);
-  pthread_mutex_unlock(&p->rx_mu);
-  if (rec) mark_suspect(t, p);
+  atomic_store_explicit(&p->frame_end, p->tx_off + bytes, memory_order_relaxed);
 }
 
 int coll_tcp_parse_abort(const char *s, size_t n, int *rank, char *msg, size_t msglen) {
@@ -176,34 +157,57 @@ int coll_tcp_parse_abort(const char *s, size_t n, int *rank, char *msg, size_t m
  * with no goodbye or record as far as the watch is concerned: a lost peer). */
 #define PEEK_MAX (64u << 20)
 
-/* The record that ends peer p's stream, read so far (its tail) or queued (peeked; nothing read). */
-static int find_record(tcp_peer *p, int *rank, char *msg, size_t msglen) {
+/* The record that ends peer p's stream, read so far (its tail) or queued (peeked; nothing read),
+ * kept in p and published. Called by the thread that reads p's stream, or the watch. */
+static void find_record(coll_tcp *t, tcp_peer *p) {
+  if (atomic_load(&p->aborted)) return;
   int q = 0;
   if (ioctl(p->fd, FIONREAD, &q) != 0 || q < 0 || (unsigned)q > PEEK_MAX) q = 0;
   size_t queued = (size_t)q, from_tail = queued >= COLL_ABORT_LEN ? 0 : COLL_ABORT_LEN - queued;
   if (from_tail > p->tail_n) from_tail = p->tail_n;
   char *buf = malloc(COLL_ABORT_LEN + queued);
-  if (buf == NULL) return 0;
-  memcpy(buf, p->tail + p->tail_n - from_tail, from_tail);
+  if (buf == NULL) return;
+  /* The ring's last from_tail bytes, oldest first. */
+  for (size_t i = 0; i < from_tail; i++)
+    buf[i] = p->tail[(p->tail_at + COLL_ABORT_LEN - from_tail + i) % COLL_ABORT_LEN];
   ssize_t n = queued > 0 ? recv(p->fd, buf + from_tail, queued, MSG_PEEK | MSG_DONTWAIT) : 0;
-  int found = coll_tcp_parse_abort(buf, from_tail + (n > 0 ? (size_t)n : 0), rank, msg, msglen);
+  size_t len = from_tail + (n > 0 ? (size_t)n : 0);
+  if (coll_tcp_parse_abort(buf, len, &p->abort_rank, p->abort_why, sizeof p->abort_why)) {
+    atomic_store(&p->aborted, 1);
+    atomic_store(&t->any_aborted, 1);
+  }
   free(buf);
-  return found;
+}
+
+/* Keeps the stream's last bytes: n more were read into b. */
+static void tail_push(coll_tcp *t, tcp_peer *p, const char *b, size_t n) {
+  const size_t cap = COLL_ABORT_LEN;
+  const char *from = n > cap ? b + n - cap : b;
+  size_t m = n > cap ? cap : n, first = cap - p->tail_at < m ? cap - p->tail_at : m;
+  memcpy(p->tail + p->tail_at, from, first);
+  memcpy(p->tail, from + first, m - first);
+  p->tail_at = p->tail_at + m >= cap ? p->tail_at + m - cap : p->tail_at + m;
+  p->tail_n = p->tail_n + m > cap ? cap : p->tail_n + m;
+  /* The record read whole, or its head read where a header belongs (the rest may be queued). */
+  if ((b[0] == COLL_ABORT_HEAD[0] && n >= COLL_ABORT_MARK_LEN &&
+       memcmp(b, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) == 0) ||
+      (b[n - 1] == '\n' && n >= COLL_ABORT_MARK_LEN &&
+       memcmp(b + n - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN) == 0))
+    find_record(t, p);
 }
 
 /* A peer whose stream ended with an abort record: 1 with its rank and reason. */
 static int tcp_aborted(void *tp, int *rank, char *msg, size_t msglen) {
   coll_tcp *t = tp;
-  if (!atomic_load(&t->suspects)) return 0;
-  int found = 0;
-  for (int i = 0; i < t->size && !found; i++) {
+  if (!atomic_load(&t->any_aborted)) return 0;
+  for (int i = 0; i < t->size; i++) {
     tcp_peer *p = &t->peers[i];
-    if (p->fd < 0 || !atomic_load(&p->suspect)) continue;
-    pthread_mutex_lock(&p->rx_mu);
-    found = find_record(p, rank, msg, msglen);
-    pthread_mutex_unlock(&p->rx_mu);
+    if (!atomic_load(&p->aborted)) continue;
+    *rank = p->abort_rank;
+    snprintf(msg, msglen, "%s", p->abort_why);
+    return 1;
   }
-  return found;
+  return 0;
 }
 
 int coll_tcp_fd(coll_tcp *t, int peer) {
@@ -254,7 +258,7 @@ static long tcp_send(void *tp, int peer, const struct iovec *iov, int iovcnt) {
   if (n > 0) p->tx_off += (uint64_t)n;
   pthread_mutex_unlock(&p->tx_mu);
   long rc = n < 0 ? sock_err(e) : n;
-  if (rc < 0) mark_suspect(t, p);
+  if (rc < 0) find_record(t, p);
   return rc;
 }
 
@@ -265,7 +269,7 @@ static long raw_recv(coll_tcp *t, tcp_peer *p, void *buf, size_t len) {
     return n;
   }
   long rc = n == 0 ? COHORT_EPEER : sock_err(errno); /* 0: orderly EOF inside a collective */
-  if (rc < 0) mark_suspect(t, p);
+  if (rc < 0) find_record(t, p);
   return rc;
 }
 
@@ -359,7 +363,7 @@ static int tcp_wait(void *tp, const int *peers, const int *want, int n, int time
     /* A peer we only send to and that hung up will never read again. When we also receive, the
      * next recv reports the hang-up after any bytes still buffered. */
     int hup = (pf[i].revents & (POLLRDHUP | POLLHUP)) && !(want[i] & COLL_WANT_RECV);
-    if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) mark_suspect(t, &t->peers[peers[i]]);
+    if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) find_record(t, &t->peers[peers[i]]);
     if ((pf[i].revents & (POLLERR | POLLNVAL)) || hup) {
       *bad_peer = peers[i];
       return COHORT_EPEER;
@@ -378,7 +382,7 @@ static int tcp_said_bye(void *tp, int peer) {
   tcp_peer *p = &t->peers[peer];
   int bye = p->buf == NULL ? coll_fd_said_bye(p->fd, NULL, 0)
                            : coll_fd_said_bye(p->fd, p->buf + p->rpos, p->wpos - p->rpos);
-  if (!bye) mark_suspect(t, p); /* lost, or aborted: its record says which */
+  if (!bye) find_record(t, p); /* lost, or aborted: its record says which */
   return bye;
 }
 
