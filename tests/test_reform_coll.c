@@ -866,6 +866,34 @@ static int w_ahead_peer(int w) {
   return check_report() != 0;
 }
 
+/* Rank 0 of 2 whose rank 1 never comes and no reshape either: cohort_comm_create fails with the
+ * timeout, as without a channel (no other membership is coming: it must not wait for one). */
+static int w_alone(int w) {
+  (void)w;
+  cohort_comm_config cfg = {.rank = 0,
+                            .size = 2,
+                            .store_addr = g_store,
+                            .job_id = g_job,
+                            .timeout_ms = 1500,
+                            .transport = g_tport};
+  cohort_comm *c = NULL;
+  CHECK_EQ_INT(cohort_comm_create(&cfg, &c), -ETIMEDOUT);
+  CHECK(c == NULL);
+  return check_report() != 0;
+}
+
+static void test_alone(void) {
+  g_tport = COHORT_TRANSPORT_AUTO;
+  if (start_world("alone") != 0) {
+    CHECK(!"store");
+    return;
+  }
+  spawn(0, 0, w_alone);
+  CHECK_EQ_INT(agent_expect(0, "hello", 20000, NULL, 0), 0);
+  CHECK(reap(0, 20000)); /* the 1.5 s timeout, not COHORT_REFORM_TIMEOUT_MS */
+  store_fork_stop(&g_sf);
+}
+
 /*
  * A third rank joins a running membership of two. ahead: it was started ahead (no rank
  * variables); its first form (membership 1) never connects, since ranks 0 and 1 are not told.
@@ -1304,6 +1332,7 @@ static int unit(void) {
   test_protocol();
   test_joiner(1);
   test_joiner(0);
+  test_alone();
   test_leaks(COHORT_TRANSPORT_TCP);
   test_leaks(COHORT_TRANSPORT_SHM);
   return check_report();

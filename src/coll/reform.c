@@ -287,8 +287,12 @@ int coll_first_connect(cohort_comm *c, const cohort_comm_config *cfg) {
     go_live(c);
     return 0;
   }
-  /* Without a channel no other membership will come: the error is the caller's. */
-  if (c->ctl.fd < 0 || !(rc == COHORT_ERESHAPED || lost_peer(rc))) return rc;
+  /* It ended: the agent's reshape came, or a member's connection broke (the agent learns of that
+   * loss, from this `ready` too). A bootstrap that only timed out is the caller's error, as is
+   * any without a channel: nothing says that another membership will come. */
+  int ended = rc == COHORT_ERESHAPED || (lost_peer(rc) && rc != -ETIMEDOUT) ||
+              atomic_load(&c->ended) >= c->epoch;
+  if (c->ctl.fd < 0 || !ended) return rc;
   base_log(BASE_LOG_INFO,
            "rank %d: membership %d ended while connecting (%s): waiting for the next", c->rank,
            c->epoch, cohort_strerror(rc));
