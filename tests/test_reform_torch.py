@@ -221,7 +221,37 @@ def shipped(cohort):
              "on PYTHONPATH:\n" + r.stdout.decode(errors="replace"))
 
 
+def breaker_spares_listeners(src):
+    """The breaker ends the reading side of the group's connected sockets and
+    leaves its listening sockets listening: gloo's listener thread (PyTorch
+    2.x) aborts the process when accept() fails, as it does on a shut-down
+    listener (EINVAL)."""
+    sys.path.insert(0, os.path.join(src, "src", "agent", "python"))
+    import cohort_reform
+    with socket.socket() as lst:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(4)
+        lst.settimeout(10)
+        cli = socket.create_connection(lst.getsockname(), timeout=10)
+        srv, _ = lst.accept()
+        names = cohort_reform._sockets()
+        for s in (lst, srv):
+            cohort_reform._shut_reading(s.fileno(), names[s.fileno()])
+        srv.settimeout(10)
+        if srv.recv(1) != b"":
+            fail("the breaker left a connected socket's reading side open")
+        try:
+            other = socket.create_connection(lst.getsockname(), timeout=10)
+            lst.accept()[0].close()
+            other.close()
+        except OSError as e:
+            fail("the breaker shut a listening socket: accept() failed: %s" % e)
+        for s in (cli, srv):
+            s.close()
+
+
 def main():
+    breaker_spares_listeners(sys.argv[1])
     if len(sys.argv) > 2:
         shipped(sys.argv[2])
     tmp = tempfile.mkdtemp(prefix="reform-torch-%d-" % os.getpid())

@@ -174,6 +174,25 @@ def _sockets():
     return out
 
 
+def _shut_reading(fd, name):
+    """Ends the reading side of the group's connected socket fd, if fd is
+    still the socket called name (gloo may have closed it). Listening sockets
+    are left alone: gloo's listener thread (PyTorch 2.x) aborts the process
+    when its accept() fails, and a shut-down listener fails with EINVAL."""
+    try:
+        if os.readlink("/proc/self/fd/%d" % fd) != name:
+            return
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        if not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            s.shutdown(socket.SHUT_RD)  # reading side only: see _GLOO_TIMEOUT
+    except OSError:
+        pass
+    s.close()
+
+
 class Job:
     """A DDP training job that takes part in cohort's re-forms.
 
@@ -257,17 +276,7 @@ class Job:
                 _abort_nccl(self._pg)
                 return
             for fd, name in self._socks.items():
-                try:  # the same socket still (gloo may have closed its fd)
-                    if os.readlink("/proc/self/fd/%d" % fd) != name:
-                        continue
-                    s = socket.socket(fileno=os.dup(fd))
-                except OSError:
-                    continue
-                try:  # reading side only: see _GLOO_TIMEOUT
-                    s.shutdown(socket.SHUT_RD)
-                except OSError:
-                    pass
-                s.close()
+                _shut_reading(fd, name)
 
     # ---- leaving one membership, joining the next ----
 
