@@ -54,7 +54,7 @@ static void psgd_hook(gpt2_ddp *d, gpt2_grad_event ev, int layer) {
   if (grp < 0) return;
   if (d->t_first_us == 0) d->t_first_us = gpt2_now_us();
   int rc = gpt2_psgd_launch(&p->s, d->comm, d->m->grads, grp);
-  if (rc == 0) rc = gpt2_psgd_advance(&p->s, d->comm, d->m->grads, 1);
+  if (rc == 0) rc = gpt2_psgd_advance(&p->s, d->comm, d->m->grads, GPT2_PSGD_LAG);
   if (rc != 0) gpt2_ddp_fail(d, rc, "PowerSGD exchange of gradients");
 }
 

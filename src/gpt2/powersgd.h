@@ -122,6 +122,10 @@ int gpt2_psgd_group_of(const gpt2_psgd *s, gpt2_grad_event ev, int layer);
 int gpt2_psgd_launch(gpt2_psgd *s, cohort_comm *comm, float *g, int grp);
 /* Moves every group launched more than `lag` launches ago to stage 2, and more than 2 x lag ago
  * to stage 3, waiting for the exchanges that needs. */
+/* The lag of backward's hooks: each launch moves on the group launched two before it, whose P has
+ * had a layer's backward to be summed, so a rank waits in a hook only when its peer is more than
+ * a layer behind (with 1, any lag of the peer's showed as a wait there). */
+#define GPT2_PSGD_LAG 2
 int gpt2_psgd_advance(gpt2_psgd *s, cohort_comm *comm, float *g, int lag);
 /* Launches the groups not launched yet (in group order) and completes every group. */
 int gpt2_psgd_finish(gpt2_psgd *s, cohort_comm *comm, float *g);
