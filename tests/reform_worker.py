@@ -16,6 +16,10 @@ REFORM_FORM_DELAY=S waits S seconds, silent, before it answers `formed` (a
 slow bootstrap); REFORM_TICKS=1 prints "between pid=P n=K" each step
 between `reshape` and `form`; once the file named by $REFORM_BROKEN exists
 it says `broken` once (its collectives found a peer gone).
+
+A replacement still starting (PyTorch's import takes seconds): with
+REFORM_HELLO_AFTER=FILE a newcomer (COHORT_NEWCOMER=1) says hello only once
+FILE exists (at most 120 s), then prints "hello pid=P".
 """
 import os
 import select
@@ -46,9 +50,16 @@ def main():
     fd = os.environ.get("COHORT_CONTROL_FD")
     silent = len(sys.argv) > 1 and sys.argv[1] == "silent"
     ch = None
+    gate = os.environ.get("REFORM_HELLO_AFTER", "")
+    if gate and os.environ.get("COHORT_NEWCOMER") == "1":
+        end = time.monotonic() + 120
+        while not os.path.exists(gate) and time.monotonic() < end:
+            time.sleep(0.05)
     if fd is not None and not silent:
         ch = socket.socket(fileno=int(fd))
         ch.send(b"hello pid=%d" % pid)
+        if gate:
+            say("hello pid=%d" % pid)
     step = 0
     env = os.environ
     beat = env.get("COHORT_PROGRESS") if env.get("REFORM_BEAT") == "1" else None

@@ -141,6 +141,39 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   wait_all 30 $agent
   check "slow re-form: the job ends well ($codes)" [ "$codes" = "0" ]
   check "slow re-form: no hang reported" not_contains "$out" "job hung"
+
+  # 5. A second loss while the first one's replacement is still starting (no hello yet, as
+  # during PyTorch's import): rank 1 killed, its newcomer holds its hello back until the test
+  # says; rank 2 killed meanwhile. The newcomer is no worker that "takes no part": the job
+  # re-forms again without a restart, and the newcomer gets the next membership once it says
+  # hello; rank 0 keeps its process throughout.
+  out="$tmp/l5" done="$tmp/l5.done"
+  local gate="$tmp/l5.hello"
+  REFORM_DONE=$done REFORM_HELLO_AFTER=$gate "$cohort" run --nproc-per-node 3 \
+    --on-failure reform -- "$worker" >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 3
+  sleep 0.5 # the hellos are in
+  p0=$(pid_of "$out" 0)
+  kill -9 "$(pid_of "$out" 1)"
+  check "early loss: a newcomer takes rank 1" wait_for "$out" "rank=1 world=3 newcomer=1"
+  check "early loss: the first re-form completes" wait_for "$out" "cohort: re-formed in"
+  p1=$(pid_of "$out" 1)
+  kill -9 "$(pid_of "$out" 2)"
+  check "early loss: the second loss re-forms too" \
+    wait_for "$out" "cohort: re-forming without stopping the survivors" 2 30
+  touch "$gate"
+  check "early loss: the newcomer said hello after it" wait_for "$out" "hello pid=$p1"
+  check "early loss: the second re-form completes" wait_for "$out" "cohort: re-formed in" 2 60
+  check "early loss: rank 0 formed twice in its own process" \
+    [ "$(grep -c "formed pid=$p0 rank=0 world=3" "$out")" = 2 ]
+  check "early loss: the newcomer got the next membership" contains "$out" \
+    "formed pid=$p1 rank=1 world=3"
+  check "early loss: the survivors are still running" kill -0 "$p0" "$p1"
+  touch "$done"
+  wait_all 30 $agent
+  check "early loss: the job ends well ($codes)" [ "$codes" = "0" ]
+  check "early loss: nobody was restarted" not_contains "$out" "restarting"
 }
 
 if [ "$part" = local ] || [ "$part" = all ]; then local_tests; fi

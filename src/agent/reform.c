@@ -50,7 +50,7 @@ int agent_reform_channel(job *j, int i, int *child) {
   int rc = agent_control_open(fds);
   if (rc != 0) return rc;
   s->fd = fds[0];
-  s->hello = s->formed = s->warned = 0;
+  s->hello = s->formed = s->warned = s->heir = 0;
   s->step = -1;
   *child = fds[1];
   return 0;
@@ -66,6 +66,12 @@ int agent_reform_pollfds(const job *j, struct pollfd *pfd) {
   for (int i = 0; j->rf.slot != NULL && i < j->nworkers; i++)
     if (j->rf.slot[i].fd >= 0) pfd[n++] = (struct pollfd){.fd = j->rf.slot[i].fd, .events = POLLIN};
   return n;
+}
+
+/* Whether slot s's worker takes part in re-forms: it said hello, or it is an heir whose hello
+ * is still to come (a replacement starting) while its channel is open. */
+static int takes_part(const reform_slot *s) {
+  return s->hello || (s->heir && s->fd >= 0);
 }
 
 /* ---- the re-form's end: every survivor said `formed` ---- */
@@ -107,7 +113,7 @@ static void formed_all(job *j) {
 static void check_formed(job *j) {
   if (!j->rf.forming) return;
   for (int i = 0; i < j->nworkers; i++)
-    if (j->workers[i].running && j->rf.slot[i].hello && !j->rf.slot[i].formed) return;
+    if (j->workers[i].running && takes_part(&j->rf.slot[i]) && !j->rf.slot[i].formed) return;
   formed_all(j);
 }
 
@@ -233,10 +239,11 @@ static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
       snprintf(why, len, "rank %d has finished and cannot re-form: restarting", w->rank);
       return why;
     }
-    if (!j->rf.slot[i].hello) {
-      snprintf(why, len,
-               "rank %d does not take part in re-forms (no hello on COHORT_CONTROL_FD): restarting",
-               w->rank);
+    const reform_slot *s = &j->rf.slot[i];
+    if (!takes_part(s)) {
+      snprintf(why, len, "rank %d does not take part in re-forms (%s): restarting", w->rank,
+               s->heir ? "its control channel closed without hello"
+                       : "no hello on COHORT_CONTROL_FD");
       return why;
     }
   }
@@ -345,11 +352,13 @@ static int form(job *j, char *why, size_t len) {
       send_form(j, i);
       continue;
     }
+    int heir = s->hello || s->heir; /* its predecessor took part (read before the spawn) */
     int rc = agent_spawn_newcomer(j, i);
     if (rc != 0) {
       snprintf(why, len, "cannot start a new local rank %d: %s", i, strerror(-rc));
       return -1;
     }
+    s->heir = heir;
     s->formed = 1; /* a newcomer joins by its start: only survivors say `formed` */
   }
   return 0;

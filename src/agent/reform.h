@@ -12,7 +12,14 @@
  * new rank, and starts a fresh process (COHORT_NEWCOMER=1) for a lost local
  * rank. The re-form is done when every local worker said `formed`.
  *
- * When it cannot (a worker never said hello, the store's node is lost with
+ * A replacement that has not said hello yet is still starting (PyTorch's
+ * import takes seconds): it takes part, and a later loss hands it `reshape`
+ * and `form` on its channel, which it reads once it speaks; the re-form then
+ * waits for its `formed` (bounded by --reform-timeout). Only a worker of the
+ * job's first start that has not said hello, or one whose channel closed
+ * without hello, takes no part.
+ *
+ * When it cannot (a worker takes no part, the store's node is lost with
  * the built-in store, fewer than MIN nodes, a rank slot or a node lost
  * for the REFORM_SLOT_LOSSES-th time, the deadline passed), the job fails together
  * as with `restart`, the report naming every loss in order.
@@ -39,6 +46,8 @@ typedef struct reform_slot {
   int losses;     /* how often its worker was lost */
   int warned;     /* a bad or unknown message was logged (once per worker) */
   int await_form; /* its hello said it can be started ahead of its membership */
+  int heir;       /* started in a re-form in place of a worker that took part: it takes part
+                     while its hello is still to come (it is starting) and its channel is open */
 } reform_slot;
 
 /* One re-form, as `cohort status` and the metrics show it. */
