@@ -8,10 +8,15 @@
  * ends at step STEPS together. Lines: "start pid=P rank=R size=N new=B",
  * "reformed pid=P rank=R size=N epoch=E step=S", "done pid=P rank=R size=N
  * step=S"; exit 1 on any other error or a wrong sum.
+ *
+ * A replacement still starting: with REFORM_HELLO_AFTER=FILE a newcomer
+ * (COHORT_NEWCOMER=1) prints "wait pid=P" and creates its communicator (whose
+ * hello that is) only once FILE exists (at most 120 s).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,9 +42,19 @@ static int reform(cohort_comm *comm, int64_t *step) {
   }
 }
 
+/* REFORM_HELLO_AFTER (a newcomer only): until its file exists, bounded. */
+static void hold_hello(void) {
+  const char *gate = getenv("REFORM_HELLO_AFTER"), *nc = getenv("COHORT_NEWCOMER");
+  if (gate == NULL || nc == NULL || strcmp(nc, "1") != 0) return;
+  printf("wait pid=%d\n", (int)getpid());
+  fflush(stdout);
+  for (int i = 0; i < 2400 && access(gate, F_OK) != 0; i++) nap();
+}
+
 int main(int argc, char **argv) {
   int64_t steps = argc > 1 ? atoll(argv[1]) : 60, step = 0;
   cohort_comm *comm = NULL;
+  hold_hello();
   int rc = cohort_comm_create_from_env(&comm);
   if (rc != 0) return fail(comm, "create", rc);
   int me = cohort_comm_rank(comm);

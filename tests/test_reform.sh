@@ -478,6 +478,32 @@ coll_tests() {
   check "coll: the job ends well ($codes)" [ "$codes" = "0" ]
   check "coll: every rank ends at step 80" [ "$(grep -c "done pid=[0-9]* rank=[0-2] size=3 step=80" "$out")" = 3 ]
 
+  # A second loss before the first one's replacement created its communicator (its hello):
+  # rank 1 killed, its newcomer holds back; rank 2 killed meanwhile. The newcomer's bootstrap
+  # finds its first membership ended and joins the next; rank 0 keeps its process.
+  out="$tmp/c2"
+  REFORM_HELLO_AFTER="$tmp/c2.hello" "$cohort" run --nproc-per-node 3 --on-failure reform \
+    -- "$bin" 80 >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 3 || return
+  sleep 1
+  p0=$(sed -n 's/.*\] start pid=\([0-9]*\) rank=0 .*/\1/p' "$out")
+  p2=$(sed -n 's/.*\] start pid=\([0-9]*\) rank=2 .*/\1/p' "$out")
+  kill -9 "$(sed -n 's/.*\] start pid=\([0-9]*\) rank=1 .*/\1/p' "$out")"
+  check "coll early loss: a newcomer starts for rank 1" wait_for "$out" "] wait pid=" 1 60
+  local p1
+  p1=$(sed -n 's/.*\] wait pid=\([0-9]*\).*/\1/p' "$out" | head -1)
+  kill -9 "$p2"
+  check "coll early loss: the second loss re-forms too" \
+    wait_for "$out" "cohort: re-forming without stopping the survivors" 2 30
+  touch "$tmp/c2.hello"
+  check "coll early loss: the newcomer joins as rank 1" wait_for "$out" "start pid=$p1 rank=1 size=3 new=1" 1 60
+  check "coll early loss: rank 0 re-forms in its own process" wait_for "$out" "reformed pid=$p0 rank=0 size=3" 1 60
+  wait_all 60 $agent
+  check "coll early loss: the job ends well ($codes)" [ "$codes" = "0" ]
+  check "coll early loss: every rank ends at step 80" [ "$(grep -c "done pid=[0-9]* rank=[0-2] size=3 step=80" "$out")" = 3 ]
+  check "coll early loss: nobody was restarted" not_contains "$out" "restarting"
+
   netns_up 2 || { echo "cannot create network namespaces"; exit 1; }
   M=$(netns_addr 0)
   local i
