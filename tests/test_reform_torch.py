@@ -20,7 +20,10 @@ workers running examples/reform_ddp.py, then
      from the other, and they go on with identical parameters;
   6. a newcomer started ahead of its membership (COHORT_AWAIT_FORM=1, no
      RANK, WORLD_SIZE or MASTER_*): it says hello with await_form=1, waits
-     for its first `form`, joins, answers `formed` and receives the state.
+     for its first `form`, joins, answers `formed` and receives the state;
+  7. a newcomer started with its membership's variables whose membership
+     ends before it formed: it answers `ready`, joins the next `form` and
+     receives the state.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
@@ -380,6 +383,26 @@ def run(tmp, ws):
     survivors = survivors + [late]
     check_after(survivors, t_late, 3, "started ahead")
     same_params(survivors, agreed + 1, "the worker started ahead's first step")
+
+    # 7. A replacement started with its membership's variables (not ahead) whose membership
+    # ends before it formed (a further loss): it answers `ready` and joins the next `form`.
+    heir = Worker(tmp, "heir", 3, 4, 10, free_port(), newcomer=True)
+    run.extra.append(heir)
+    heir.send("reshape epoch=10 why=a further loss")
+    heir.expect("ready", epoch="10", step="-1")
+    t_heir, agreed = reform(survivors, 9, 11, free_port(), 4, "a node joins", ahead=[heir])
+    joined = None
+    end = time.monotonic() + LONG
+    while joined is None and time.monotonic() < end:
+        joined = ([j for j in heir.lines("joined") if j["epoch"] == "11"] or [None])[0]
+        time.sleep(0.05)
+    if joined is None or int(joined["received"]) <= 0 or int(joined["step"]) != agreed \
+            or joined["rank"] != "3":
+        fail("the replacement whose membership ended did not join epoch 11 as rank 3 with "
+             "the state of step %d: %s\n%s" % (agreed, joined, heir.tail()))
+    survivors = survivors + [heir]
+    check_after(survivors, t_heir, 4, "membership ended before the replacement formed")
+    same_params(survivors, agreed + 1, "the replacement's first step")
 
     # Training goes on; the survivors agree bit for bit and kept their history.
     at = max(last_step(w) for w in survivors) + 10

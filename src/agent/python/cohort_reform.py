@@ -238,9 +238,13 @@ class Job:
         if self.channel is not None and env.get("COHORT_AWAIT_FORM") == "1":
             self._first_form()  # started ahead: the survivors went on without waiting
             return
-        self._join(dict(rank=env["RANK"], size=env["WORLD_SIZE"], epoch=self.epoch,
-                        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-                        master_port=env["MASTER_PORT"]), announce=not self.has_state)
+        first = dict(rank=env["RANK"], size=env["WORLD_SIZE"], epoch=self.epoch,
+                     master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                     master_port=env["MASTER_PORT"])
+        if self.channel is None:
+            self._join(first, announce=not self.has_state)
+        else:  # its membership may end before it formed: then the next one
+            self._first_form(first)
 
     @property
     def rank(self):
@@ -304,10 +308,10 @@ class Job:
                 return
         raise Stopped("100 re-forms in a row failed")
 
-    def _try_join(self, form):
+    def _try_join(self, form, announce=True):
         """Joins form's membership: True; False when a reshape ended it while it formed."""
         try:
-            self._join(form)
+            self._join(form, announce)
             return True
         except (RuntimeError, ValueError) as e:
             if self.channel.stop_why is not None:
@@ -316,18 +320,23 @@ class Job:
                 raise
             return False
 
-    def _first_form(self):
-        """A worker started ahead (COHORT_AWAIT_FORM=1, no membership yet: a late node's,
-        whose interpreter and imports ran while the others trained): waits for its
-        first `form`, joins, answers `formed`."""
+    def _first_form(self, first=None):
+        """The first membership: first (the variables it was started with), else the
+        first `form` (started ahead, COHORT_AWAIT_FORM=1: a late node's worker, whose
+        interpreter and imports ran while the others trained). When that membership
+        ends before it formed (a replacement that arrives after a further loss), it
+        answers `ready` and joins the next `form`, as a re-form does."""
         after = -1
         for _ in range(100):
-            form = self.channel.wait_form(after=after)
-            if self._try_join(form):
+            form = first if first is not None else self.channel.wait_form(after=after)
+            # A worker of the job's first start says nothing when it joins; a newcomer
+            # and anyone given a `form` answer `formed`.
+            if self._try_join(form, announce=first is None or not self.has_state):
                 return
+            first = None
             after = max(self.epoch, self.channel.reshape_epoch)
             self._release()
-            self.channel.send("ready", epoch=after, step=-1)
+            self.channel.send("ready", epoch=after, step=self.step if self.has_state else -1)
         raise Stopped("100 memberships in a row ended before this worker joined one")
 
     def _set_env(self, f):
