@@ -78,8 +78,7 @@ int rdzv_backend_connect(rdzv_backend *b, int64_t deadline_ms, store_client **ou
  * long as node 0's store). For the records of a round's end, which a slow
  * node must still find after the others have gone (agent/cluster.c).
  */
-int rdzv_backend_linger(rdzv_backend *b, store_client *client, const char *anchor,
-                        int64_t ttl_ms);
+int rdzv_backend_linger(rdzv_backend *b, store_client *client, const char *anchor, int64_t ttl_ms);
 /* etcd: revokes the lease client's lingering writes take, deleting every key attached to it,
  * and client's writes take the agent's lease again. The built-in store: nothing. */
 int rdzv_backend_linger_end(rdzv_backend *b, store_client *client, int64_t deadline_ms);
