@@ -183,6 +183,15 @@ static int peer_error(coll_ctx *x, int peer, int err, const char *what) {
  * stage stays in the first-level cache between the rounding and the transport's copy. */
 #define CONV_STAGE 8192
 
+/* What is left of the header from v->pos, as the first of iov[*k]; returns the payload offset
+ * the send goes on from. */
+static size_t hdr_iov(xfer *v, struct iovec *iov, int *k) {
+  if (v->pos >= sizeof(coll_hdr)) return v->pos - sizeof(coll_hdr);
+  iov[*k].iov_base = (char *)&v->hdr + v->pos;
+  iov[(*k)++].iov_len = sizeof(coll_hdr) - v->pos;
+  return 0;
+}
+
 /* One non-blocking step of a converting send: each piece of the f32 buffer is rounded into the
  * stage just before the transport takes it; what the transport left of a piece is rounded again
  * the next time (the same bits). Bytes moved (>= 0) or an error. */
@@ -193,13 +202,7 @@ static long step_send_conv(coll_ctx *x, xfer *v) {
   while (v->pos < total) {
     struct iovec iov[3];
     int k = 0;
-    size_t pos = v->pos, want = 0;
-    if (pos < sizeof(coll_hdr)) {
-      iov[k].iov_base = (char *)&v->hdr + pos;
-      iov[k++].iov_len = sizeof(coll_hdr) - pos;
-      pos = sizeof(coll_hdr);
-    }
-    size_t off = pos - sizeof(coll_hdr);
+    size_t want = 0, off = hdr_iov(v, iov, &k);
     if (off < v->len) {
       size_t e0 = off / 2, ne = v->len / 2 - e0;
       if (ne > CONV_STAGE) ne = CONV_STAGE;
@@ -266,13 +269,7 @@ static long step_send(coll_ctx *x, xfer *v) {
   if (v->conv) return step_send_conv(x, v);
   struct iovec iov[3];
   int k = 0;
-  size_t pos = v->pos;
-  if (pos < sizeof(coll_hdr)) {
-    iov[k].iov_base = (char *)&v->hdr + pos;
-    iov[k++].iov_len = sizeof(coll_hdr) - pos;
-    pos = sizeof(coll_hdr);
-  }
-  size_t off = pos - sizeof(coll_hdr);
+  size_t off = hdr_iov(v, iov, &k);
   if (off < v->len) {
     iov[k].iov_base = (void *)(v->sbuf + off);
     iov[k++].iov_len = v->len - off;
