@@ -21,10 +21,13 @@ its steps after the first):
      powersgd[:RANK] of --compress, powerSGD_hook of that rank, all in the same
      run (PowerSGD from the third step on in both, figures over the steps
      after that): tokens/s, scaling, allreduce time and hidden share, bytes on the
-     wire. A run that did not do its work (a rank failed, fewer steps, no
-     bytes on the wire, no compression where asked) stops the benchmark
-     instead of printing a figure. Then where rank 0's step goes: its main
-     thread's CPU time (compute, compression, update) and its waits.
+     wire. Beside them two independent 1-rank runs at once (no exchange):
+     what the two ranks' compute alone gets from the machine's cores,
+     memory and caches, the ceiling of any scaling figure there. A run
+     that did not do its work (a rank failed, fewer steps, no bytes on the
+     wire, no compression where asked) stops the benchmark instead of
+     printing a figure. Then where rank 0's step goes: its main thread's CPU
+     time (compute, compression, update) and its waits.
 Every table is printed with the machine: CPU model, cores, OPENBLAS_CORETYPE
 and OpenBLAS's core, memory bandwidth (bench/collectives/mem_bound), load.
 
@@ -61,8 +64,10 @@ def machine_probe(a, tmp):
     env = dict(os.environ, OPENBLAS_VERBOSE="2")
     out = subprocess.run([os.path.join(a.build, "gpt2-sgemm-rate")], env=env,
                          capture_output=True, text=True, timeout=60)
-    m = re.search(r"Core: (\S+)", out.stdout + out.stderr)
-    core = m.group(1) if m else "?"
+    # OpenBLAS names its core at every load: the last is the one that ran (gpt2-sgemm-rate, like
+    # cohort-gpt2, starts again with better kernels when OpenBLAS chose its Prescott fallback).
+    named = re.findall(r"Core: (\S+)", out.stdout + out.stderr)
+    core = named[-1] if named else "?"
     coretype = os.environ.get("OPENBLAS_CORETYPE")
     blas = ("OPENBLAS_CORETYPE=%s" % coretype if coretype else "OPENBLAS_CORETYPE unset") + \
         " (OpenBLAS core %s)" % core
@@ -118,9 +123,11 @@ def checked_metrics(path, a, world, compress="none"):
     return rows
 
 
-def run_cohort(a, tmp, tag, head, opt, threads, world=1, ns=None, compress="none"):
+def run_cohort(a, tmp, tag, head, opt, threads, world=1, ns=None, compress="none",
+               alongside=False):
     """Runs cohort-gpt2 on `world` ranks (rank r in namespace ns[r] when given, the store in
-    ns[0] at ns_addr(0)); returns rank 0's checked metrics and output."""
+    ns[0] at ns_addr(0)); returns rank 0's checked metrics and output. alongside (world 1): two
+    independent runs at once, and a list of both runs' metrics."""
     metrics = os.path.join(tmp, tag + ".jsonl")
     args = [os.path.join(a.build, "cohort-gpt2"), "--model", a.model, "--batch", str(a.batch),
             "--seq-len", str(a.seq_len), "--steps", str(a.steps), "--head", head,
@@ -131,12 +138,22 @@ def run_cohort(a, tmp, tag, head, opt, threads, world=1, ns=None, compress="none
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
     for k in ("RANK", "WORLD_SIZE"):
         env.pop(k, None)
-    if world == 1:
+    if world == 1 and not alongside:
         out = subprocess.run(pre(0) + args, env=env, capture_output=True, text=True,
                              timeout=3600)
         if out.returncode != 0:
             sys.exit("cohort-gpt2 failed: " + out.stderr.strip())
         return checked_metrics(metrics, a, 1), out.stdout
+    if world == 1:
+        # Two 1-rank runs at once, each its own metrics: no exchange, both cores busy.
+        procs = [subprocess.Popen(pre(0) + [x if x != metrics else metrics + ".%d" % i
+                                            for x in args], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+        outs = [p.communicate(timeout=3600) for p in procs]
+        for p, (o, e) in zip(procs, outs):
+            if p.returncode != 0:
+                sys.exit("cohort-gpt2 failed: " + e.strip())
+        return [checked_metrics(metrics + ".%d" % i, a, 1) for i in range(2)], outs[0][0]
     store = subprocess.Popen(pre(0) + [os.path.join(a.build, "cohort"), "store", "serve",
                                        "--host", host, "--port", "0"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
@@ -375,7 +392,7 @@ def shaped(a, tmp):
     for rate in a.rates.split(","):
         ns_up(rate)
         try:
-            r = {"c1": [], "t1": [], "ph1": []}
+            r = {"c1": [], "t1": [], "ph1": [], "cpair": [], "phpair": []}
             for c in comps:
                 r["c2" + c], r["hid" + c], r["comm" + c], r["mb" + c] = [], [], [], []
                 r["ph" + c] = []
@@ -386,6 +403,10 @@ def shaped(a, tmp):
                                       world=1, ns=NS)
                 r["c1"].append(a.batch * a.seq_len / step_median(rows1))
                 r["ph1"].append(phases(rows1[1:]))
+                pair, _ = run_cohort(a, tmp, "shp_%s_%d" % (rate, rep), "lm", "adamw", 1,
+                                     world=1, ns=NS, alongside=True)
+                r["cpair"].append(sum(a.batch * a.seq_len / step_median(x) for x in pair))
+                r["phpair"].append(phases(pair[0][1:]))
                 for c in comps:
                     rows2, _ = run_cohort(a, tmp, "sh2_%s_%s_%d" % (rate, c, rep), "lm", "adamw",
                                           1, world=2, ns=NS, compress=c)
@@ -409,7 +430,9 @@ def shaped(a, tmp):
           "| wire MB/step/rank |")
     print("|---|---|---|---|---|---|---|---|")
     for rate, r in rows:
-        c1 = median(r["c1"])
+        c1, cp = median(r["c1"]), median(r["cpair"])
+        print("| %s | two 1-rank runs at once, no exchange (the CPU's ceiling) | %.1f | %.1f | "
+              "%.2f | | | |" % (rate, c1, cp, cp / (2 * c1)))
         for c in comps:
             c2 = median(r["c2" + c])
             print("| %s | cohort-gpt2 --grad-compress %s | %.1f | %.1f | %.2f | %.1f | %.0f%% | "
@@ -429,6 +452,7 @@ def shaped(a, tmp):
     print("|---|---|---|---|---|---|---|---|---|")
     for rate, r in rows:
         print(phase_row(rate, "(any)", 1, r["ph1"]))
+        print(phase_row(rate, "(any), beside another", 1, r["phpair"]))
         for c in comps:
             print(phase_row(rate, c, 2, r["ph" + c]))
 
