@@ -23,3 +23,11 @@ target_link_libraries(reform_coll_worker PRIVATE cohort_node)
 add_test(NAME reform_coll_agent COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform_coll_agent.sh
   $<TARGET_FILE:cohort> $<TARGET_FILE:reform_coll_worker> ${CMAKE_SOURCE_DIR})
 set_tests_properties(reform_coll_agent PROPERTIES TIMEOUT 180 LABELS "unit" PROCESSORS 2)
+# The state streamed to new ranks in the background (src/coll/stream.c): pieces arrive while the
+# ranks keep allreducing; a mismatch; nobody new; the donor killed mid-stream.
+add_executable(test_stream ${CMAKE_SOURCE_DIR}/tests/test_stream.c)
+target_link_libraries(test_stream PRIVATE cohort_node)
+foreach(t tcp shm)
+  add_test(NAME stream_${t} COMMAND test_stream ${t})
+  set_tests_properties(stream_${t} PROPERTIES TIMEOUT 120 LABELS "unit" PROCESSORS 2)
+endforeach()

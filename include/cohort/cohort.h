@@ -278,6 +278,33 @@ typedef struct cohort_iov {
 COHORT_API int cohort_comm_state_transferv(cohort_comm *comm, const cohort_iov *iov, int n);
 
 /*
+ * The state streamed to the new ranks in the background, while the
+ * communicator's collectives go on (docs/collectives.md "State in the
+ * background"). Collective over all ranks (each passing pieces of the same
+ * sizes in the same order, else COHORT_EMISMATCH on all): one allgather agrees
+ * on the new bits, then the donor (the lowest rank that is not new) opens a
+ * connection of its own to each new rank and a thread on each end moves the
+ * pieces: the donor's must stay unchanged (a snapshot) and the new ranks'
+ * untouched until the stream has ended. Returns 0 with *out (also when there
+ * is no new rank: it has then ended at once), COHORT_ENOSTATE when every rank
+ * is new, or an error (on every rank). COHORT_STREAM_RATE (bytes per second)
+ * caps the donor's sending, to leave the link to the training.
+ */
+typedef struct cohort_stream cohort_stream;
+COHORT_API int cohort_comm_state_stream_begin(cohort_comm *comm, const cohort_iov *iov, int n,
+                                              cohort_stream **out);
+/* Never blocks: 0 while the stream runs, 1 once it has ended well on this rank (a receiver: every
+ * byte in; the donor: every receiver said so; others at once), else the error that ended it
+ * (COHORT_EPEER: the other end's process or connection is gone; -ETIMEDOUT: no progress within the
+ * communicator's timeout). *bytes (may be NULL): bytes moved so far. */
+COHORT_API int cohort_comm_state_stream_poll(const cohort_stream *s, size_t *bytes);
+/* Stops the stream if it still runs (-ECANCELED), waits for its thread, closes its connections and
+ * frees it; returns 0 when it had ended well, else its error. A receiver whose stream ended well is
+ * no longer new (cohort_comm_is_new on this rank; the others learn it from the caller's own
+ * agreement, and the next membership's bootstrap). Not collective. */
+COHORT_API int cohort_comm_state_stream_end(cohort_comm *comm, cohort_stream *s);
+
+/*
  * Memory the ranks of one host share: a buffer from cohort_mem_alloc can be
  * read and written by the communicator's other ranks on this host, so a
  * large allreduce whose send and recv buffers all come from it (on every

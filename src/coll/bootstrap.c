@@ -462,6 +462,7 @@ int coll_bootstrap(cohort_comm *c, const cohort_comm_config *cfg) {
   host_identity(peers[c->rank].hostid, sizeof peers[c->rank].hostid);
   peers[c->rank].is_new = c->self_new;
   base_join_hostport(myhost, lport, addr, sizeof addr);
+  snprintf(c->host, sizeof c->host, "%s", myhost);
   rc = base_random_bytes(peers[c->rank].cookie, COOKIE_LEN);
   if (rc == 0) rc = exchange(c, cfg, k, shost, sport, addr, peers, deadline);
   if (rc == 0) rc = connect_mesh(c, peers, lfd, fds, deadline);

@@ -22,7 +22,7 @@
  * store, sets the transports up and derives the host groups.
  * reform.c re-forms a communicator in place after a membership change
  * (the agent's control channel: control.c, control.h) and hands state to
- * new ranks.
+ * new ranks; stream.c streams it to them in the background.
  */
 #ifndef COHORT_COLL_COLL_H
 #define COHORT_COLL_COLL_H
@@ -142,6 +142,7 @@ struct cohort_comm {
   unsigned char *newbits; /* [size]: every rank's bit, from the bootstrap */
   int boot_k;      /* which of this process's communicators (the store keys' <n>); -1 until known */
   coll_group xfer; /* the state transfer's chain: the donor, then the new ranks */
+  char host[256];  /* the address this rank listens on (the bootstrap's; stream.c listens there) */
   /* What the next bootstrap reuses (copies: the caller's configuration is gone by then). */
   char *job_id, *token;
   cohort_transport transport;
