@@ -19,7 +19,9 @@ it says `broken` once (its collectives found a peer gone).
 
 A replacement still starting (PyTorch's import takes seconds): with
 REFORM_HELLO_AFTER=FILE a newcomer (COHORT_NEWCOMER=1) says hello only once
-FILE exists (at most 120 s), then prints "hello pid=P".
+FILE exists (at most 120 s), then prints "hello pid=P". With
+REFORM_HELLO_RANK=R too, the worker of the first start with RANK=R waits so
+instead (a slow first start).
 """
 import os
 import select
@@ -51,7 +53,12 @@ def main():
     silent = len(sys.argv) > 1 and sys.argv[1] == "silent"
     ch = None
     gate = os.environ.get("REFORM_HELLO_AFTER", "")
-    if gate and os.environ.get("COHORT_NEWCOMER") == "1":
+    slow = os.environ.get("REFORM_HELLO_RANK")
+    if slow is not None:
+        slow = os.environ.get("COHORT_NEWCOMER") != "1" and slow == rank
+    else:
+        slow = os.environ.get("COHORT_NEWCOMER") == "1"
+    if gate and slow:
         end = time.monotonic() + 120
         while not os.path.exists(gate) and time.monotonic() < end:
             time.sleep(0.05)

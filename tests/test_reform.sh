@@ -174,6 +174,31 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   wait_all 30 $agent
   check "early loss: the job ends well ($codes)" [ "$codes" = "0" ]
   check "early loss: nobody was restarted" not_contains "$out" "restarting"
+
+  # 6. A loss while a worker of the first start is still starting (no hello yet, as during
+  # PyTorch's import) while its siblings said theirs: rank 1 killed, rank 2 says hello only
+  # once the test says. Rank 2 takes part (its program speaks): no restart; it reads the queued
+  # `reshape` and `form` once it speaks, and rank 0 and rank 2 keep their processes.
+  out="$tmp/l6" done="$tmp/l6.done" gate="$tmp/l6.hello"
+  REFORM_DONE=$done REFORM_HELLO_AFTER=$gate REFORM_HELLO_RANK=2 "$cohort" run \
+    --nproc-per-node 3 --on-failure reform -- "$worker" >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 3
+  sleep 0.5 # ranks 0 and 1 said hello
+  p0=$(pid_of "$out" 0) p2=$(pid_of "$out" 2)
+  kill -9 "$(pid_of "$out" 1)"
+  check "slow start: the survivors re-form" \
+    wait_for "$out" "cohort: re-forming without stopping the survivors"
+  check "slow start: a newcomer takes rank 1" wait_for "$out" "rank=1 world=3 newcomer=1"
+  touch "$gate"
+  check "slow start: rank 2 said hello" wait_for "$out" "hello pid=$p2"
+  check "slow start: the re-form completes" wait_for "$out" "cohort: re-formed in" 1 60
+  check "slow start: rank 0 formed in its own process" contains "$out" "formed pid=$p0 rank=0"
+  check "slow start: rank 2 formed in its own process" contains "$out" "formed pid=$p2 rank=2"
+  touch "$done"
+  wait_all 30 $agent
+  check "slow start: the job ends well ($codes)" [ "$codes" = "0" ]
+  check "slow start: nobody was restarted" not_contains "$out" "restarting"
 }
 
 if [ "$part" = local ] || [ "$part" = all ]; then local_tests; fi

@@ -243,9 +243,9 @@ void agent_cluster_note_ahead(cluster *c, int yes) {
   c->ahead_noted = store_set(c->client, key, "1", 1, base_deadline_in(STATUS_WRITE_MS)) == 0;
 }
 
-/* Whether this late node starts its workers ahead: allowed, not yet, and the job's say so. */
-static int start_ahead(cluster *c) {
-  if (!c->ahead_ok || c->ahead != 0) return 0;
+/* Reads the job's ahead keys: 1 when some node said yes (*no: some said no), 0 when none
+ * answered, negative when the store did not. */
+static int read_ahead(cluster *c, int *yes_out, int *no_out) {
   char yes[STORE_KEY_MAX], no[STORE_KEY_MAX];
   ahead_key(c, "yes", yes, sizeof yes);
   ahead_key(c, "no", no, sizeof no);
@@ -253,9 +253,25 @@ static int start_ahead(cluster *c) {
   void *vals[2] = {NULL, NULL};
   size_t lens[2];
   int rc = store_get_many(c->client, keys, 2, vals, lens, base_deadline_in(2000));
-  int ahead = rc == 0 && vals[0] != NULL && vals[1] == NULL;
+  *yes_out = rc == 0 && vals[0] != NULL;
+  *no_out = rc == 0 && vals[1] != NULL;
   free(vals[0]);
   free(vals[1]);
+  return rc;
+}
+
+int agent_cluster_job_spoke(cluster *c) {
+  if (c->ahead_noted) return 1;
+  if (c->client == NULL || !c->multinode) return 0;
+  int yes = 0, no = 0;
+  return read_ahead(c, &yes, &no) == 0 && (yes || no);
+}
+
+/* Whether this late node starts its workers ahead: allowed, not yet, and the job's say so. */
+static int start_ahead(cluster *c) {
+  if (!c->ahead_ok || c->ahead != 0) return 0;
+  int yes = 0, no = 0;
+  int ahead = read_ahead(c, &yes, &no) == 0 && yes && !no;
   if (!ahead) return 0;
   /* The interface toward the store: the workers' GLOO/NCCL_SOCKET_IFNAME before any plan. */
   char local[BASE_HOST_MAX] = "", remote[BASE_HOST_MAX] = "";

@@ -91,6 +91,10 @@ int agent_cluster_join(cluster *c, const agent_config *cfg, int *round);
  * yes and none said no. */
 void agent_cluster_note_ahead(cluster *c, int yes);
 
+/* Whether the job's program takes part in re-forms: some node's workers all said hello (it or
+ * another node said so through agent_cluster_note_ahead). One store read; 0 when unknown. */
+int agent_cluster_job_spoke(cluster *c);
+
 /* Multi-node: publishes this node's network summary and warns when node 0's differs. */
 void agent_cluster_compare_network(cluster *c, int round, const doctor_result *net);
 

@@ -68,10 +68,11 @@ int agent_reform_pollfds(const job *j, struct pollfd *pfd) {
   return n;
 }
 
-/* Whether slot s's worker takes part in re-forms: it said hello, or it is an heir whose hello
- * is still to come (a replacement starting) while its channel is open. */
-static int takes_part(const reform_slot *s) {
-  return s->hello || (s->heir && s->fd >= 0);
+/* Whether slot s's worker takes part in re-forms: it said hello, or its hello is still to come
+ * (it is starting) while its channel is open and its program is known to speak: it is an heir,
+ * or a worker of the job said hello. */
+static int takes_part(const reform *rf, const reform_slot *s) {
+  return s->hello || (s->fd >= 0 && (s->heir || rf->spoke));
 }
 
 /* ---- the re-form's end: every survivor said `formed` ---- */
@@ -113,7 +114,8 @@ static void formed_all(job *j) {
 static void check_formed(job *j) {
   if (!j->rf.forming) return;
   for (int i = 0; i < j->nworkers; i++)
-    if (j->workers[i].running && takes_part(&j->rf.slot[i]) && !j->rf.slot[i].formed) return;
+    if (j->workers[i].running && takes_part(&j->rf, &j->rf.slot[i]) && !j->rf.slot[i].formed)
+      return;
   formed_all(j);
 }
 
@@ -140,7 +142,7 @@ static void on_message(job *j, int i, const char *buf, size_t len) {
     return;
   }
   if (m.verb == CONTROL_HELLO) {
-    s->hello = 1;
+    s->hello = j->rf.spoke = 1;
     s->await_form = m.await_form == 1;
     note_ahead(j);
   }
@@ -229,8 +231,17 @@ static int expected_nodes(const job *j, const char *report) {
   return lost_node(report, NULL, 0) >= 0 ? n - 1 : n;
 }
 
-/* Why this node's workers cannot re-form, or NULL: each must have said hello and still run. */
+/* Whether the job's program speaks, once a worker here is still to say hello: another node's
+ * workers may have (the store's ahead keys). */
+static void learn_spoke(job *j) {
+  int silent = 0;
+  for (int i = 0; i < j->nworkers; i++) silent |= j->workers[i].running && !j->rf.slot[i].hello;
+  if (silent && !j->rf.spoke) j->rf.spoke = agent_cluster_job_spoke(&j->cl);
+}
+
+/* Why this node's workers cannot re-form, or NULL: each must take part and still run. */
 static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
+  learn_spoke(j);
   for (int i = 0; i < j->nworkers; i++) {
     const worker *w = &j->workers[i];
     if (i == lost) continue;
@@ -240,10 +251,10 @@ static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
       return why;
     }
     const reform_slot *s = &j->rf.slot[i];
-    if (!takes_part(s)) {
+    if (!takes_part(&j->rf, s)) {
       snprintf(why, len, "rank %d does not take part in re-forms (%s): restarting", w->rank,
-               s->heir ? "its control channel closed without hello"
-                       : "no hello on COHORT_CONTROL_FD");
+               s->fd < 0 ? "its control channel closed without hello"
+                         : "no hello on COHORT_CONTROL_FD");
       return why;
     }
   }

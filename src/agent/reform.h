@@ -12,12 +12,15 @@
  * new rank, and starts a fresh process (COHORT_NEWCOMER=1) for a lost local
  * rank. The re-form is done when every local worker said `formed`.
  *
- * A replacement that has not said hello yet is still starting (PyTorch's
- * import takes seconds): it takes part, and a later loss hands it `reshape`
- * and `form` on its channel, which it reads once it speaks; the re-form then
- * waits for its `formed` (bounded by --reform-timeout). Only a worker of the
- * job's first start that has not said hello, or one whose channel closed
- * without hello, takes no part.
+ * A worker that has not said hello yet is still starting (PyTorch's import
+ * takes seconds) when its program is known to take part: it is a
+ * replacement of one that took part, or a worker of the same job said hello
+ * (on this node, in this or an earlier attempt, or on another node: the
+ * store's ahead keys). It takes part, and a loss hands it `reshape` and
+ * `form` on its channel, which it reads once it speaks; the re-form then
+ * waits for its `formed` (bounded by --reform-timeout). A worker not yet
+ * said hello while no worker of the job ever did, or one whose channel
+ * closed without hello, takes no part.
  *
  * When it cannot (a worker takes no part, the store's node is lost with
  * the built-in store, fewer than MIN nodes, a rank slot or a node lost
@@ -69,6 +72,8 @@ typedef struct reform {
   int64_t step_before; /* the highest step seen before the loss, -1 unknown */
   int count;           /* re-forms completed */
   int broken_rank;     /* a worker saw membership `round` break before any agent said so, -1 */
+  int spoke;           /* the job's program takes part: a worker of it said hello (any attempt,
+                          here or, as the store says, on another node) */
   reform_record last;  /* the latest (count > 0 or forming) */
   int nlosses;
   char losses[REFORM_LOSSES_MAX][256];
