@@ -10,14 +10,18 @@
  *
  * An abort writes a record with its reason (tport.h) before it shuts the
  * connections down, where the peer cannot take it for the end of a message:
- * the engine says where each message it sends ends (the frame op). The
- * receiving side keeps the stream's last COLL_ABORT_LEN bytes (a ring), so
- * that the record is found after the peer's end of stream even when the
- * engine read it into a payload that the end then cut short. The stream's
- * end is looked at by the thread that reads it, when it ends or errs or the
- * record shows, and by the peer watch (with no collective in flight, so the
- * two never run at once); a record found is kept for tcp_aborted, which any
- * thread may call.
+ * the engine says where each message it sends ends (the frame op). So that
+ * the record is found after the peer's end of stream even when the engine
+ * read it into a payload that the end then cut short, staging also holds the
+ * stream's last COLL_ABORT_LEN bytes read before its unread ones: it is
+ * compacted only when little room is left after what it holds, and then
+ * keeps that many read bytes; a large read straight into the destination
+ * leaves a copy of its last COLL_ABORT_LEN bytes there. A receive that
+ * staging serves costs nothing for the record, one that reads the socket
+ * two byte compares. The stream's end is looked at by the thread that reads
+ * it, when it ends or errs or the record's head or tail mark shows, and by
+ * the peer watch (with no collective in flight, so the two never run at
+ * once); a record found is kept for tcp_aborted, which any thread may call.
  */
 #include <errno.h>
 #include <limits.h>
@@ -38,24 +42,24 @@
 
 typedef struct tcp_peer {
   int fd;
-  char *buf; /* staging, `cap` bytes */
-  size_t rpos, wpos;
-  uint64_t rx_off; /* stream offset of buf[rpos] */
-  size_t eof_have; /* after the peer's end of stream: what staging held at the last peek */
+  char *buf; /* staging, STAGE_SIZE(cap) bytes: buf[lo, wpos) is the stream's end, read */
+  size_t lo, rpos, wpos; /* up to rpos (history for the abort record), and unread */
+  uint64_t rx_off;       /* stream offset of buf[rpos] */
+  size_t eof_have;       /* after the peer's end of stream: what staging held at the last peek */
   /* Sending: bytes sent (under tx_mu, which an abort from any thread takes too), where the message
    * being sent ends, whether the abort record went. */
   pthread_mutex_t tx_mu;
   uint64_t tx_off;
   _Atomic uint64_t frame_end;
   int abort_sent;
-  /* Receiving: the stream's last bytes, a ring (tail_at: where the next goes; tail_n: how many
-   * it holds), and the peer's abort record once found (published by `aborted`). */
-  char tail[COLL_ABORT_LEN];
-  size_t tail_at, tail_n;
+  /* Receiving: the peer's abort record once found (published by `aborted`). */
   _Atomic int aborted;
   int abort_rank;
   char abort_why[COLL_ABORT_LEN];
 } tcp_peer;
+
+/* Staging's size for `cap` bytes of room: the record's length of history and 8 for alignment. */
+#define STAGE_SIZE(cap) ((cap) + COLL_ABORT_LEN + 8)
 
 struct coll_tcp {
   int rank, size;
@@ -157,21 +161,20 @@ int coll_tcp_parse_abort(const char *s, size_t n, int *rank, char *msg, size_t m
  * with no goodbye or record as far as the watch is concerned: a lost peer). */
 #define PEEK_MAX (64u << 20)
 
-/* The record that ends peer p's stream, read so far (its tail) or queued (peeked; nothing read),
- * kept in p and published. Called by the thread that reads p's stream, or the watch. */
+/* The record that ends peer p's stream, read so far (staging's end) or queued (peeked; nothing
+ * read), kept in p and published. Called by the thread that reads p's stream, or the watch. */
 static void find_record(coll_tcp *t, tcp_peer *p) {
   if (atomic_load(&p->aborted)) return;
   int q = 0;
   if (ioctl(p->fd, FIONREAD, &q) != 0 || q < 0 || (unsigned)q > PEEK_MAX) q = 0;
-  size_t queued = (size_t)q, from_tail = queued >= COLL_ABORT_LEN ? 0 : COLL_ABORT_LEN - queued;
-  if (from_tail > p->tail_n) from_tail = p->tail_n;
+  size_t queued = (size_t)q, held = p->buf != NULL ? p->wpos - p->lo : 0;
+  size_t from_stage = queued >= COLL_ABORT_LEN ? 0 : COLL_ABORT_LEN - queued;
+  if (from_stage > held) from_stage = held;
   char *buf = malloc(COLL_ABORT_LEN + queued);
   if (buf == NULL) return;
-  /* The ring's last from_tail bytes, oldest first. */
-  for (size_t i = 0; i < from_tail; i++)
-    buf[i] = p->tail[(p->tail_at + COLL_ABORT_LEN - from_tail + i) % COLL_ABORT_LEN];
-  ssize_t n = queued > 0 ? recv(p->fd, buf + from_tail, queued, MSG_PEEK | MSG_DONTWAIT) : 0;
-  size_t len = from_tail + (n > 0 ? (size_t)n : 0);
+  if (from_stage > 0) memcpy(buf, p->buf + p->wpos - from_stage, from_stage);
+  ssize_t n = queued > 0 ? recv(p->fd, buf + from_stage, queued, MSG_PEEK | MSG_DONTWAIT) : 0;
+  size_t len = from_stage + (n > 0 ? (size_t)n : 0);
   if (coll_tcp_parse_abort(buf, len, &p->abort_rank, p->abort_why, sizeof p->abort_why)) {
     atomic_store(&p->aborted, 1);
     atomic_store(&t->any_aborted, 1);
@@ -179,20 +182,14 @@ static void find_record(coll_tcp *t, tcp_peer *p) {
   free(buf);
 }
 
-/* Keeps the stream's last bytes: n more were read into b. */
-static void tail_push(coll_tcp *t, tcp_peer *p, const char *b, size_t n) {
-  const size_t cap = COLL_ABORT_LEN;
-  const char *from = n > cap ? b + n - cap : b;
-  size_t m = n > cap ? cap : n, first = cap - p->tail_at < m ? cap - p->tail_at : m;
-  memcpy(p->tail + p->tail_at, from, first);
-  memcpy(p->tail, from + first, m - first);
-  p->tail_at = p->tail_at + m >= cap ? p->tail_at + m - cap : p->tail_at + m;
-  p->tail_n = p->tail_n + m > cap ? cap : p->tail_n + m;
-  /* The record read whole, or its head read where a header belongs (the rest may be queued). */
+/* n bytes were just read from p's stream into b, and staging ends with them: the record read
+ * whole, or its head read where a header belongs (the rest may be queued), is looked for. */
+static void record_shows(coll_tcp *t, tcp_peer *p, const char *b, size_t n) {
+  const char *end = p->buf + p->wpos;
   if ((b[0] == COLL_ABORT_HEAD[0] && n >= COLL_ABORT_MARK_LEN &&
        memcmp(b, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) == 0) ||
-      (b[n - 1] == '\n' && n >= COLL_ABORT_MARK_LEN &&
-       memcmp(b + n - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN) == 0))
+      (end[-1] == '\n' && p->wpos - p->lo >= COLL_ABORT_MARK_LEN &&
+       memcmp(end - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN) == 0))
     find_record(t, p);
 }
 
@@ -264,13 +261,58 @@ static long tcp_send(void *tp, int peer, const struct iovec *iov, int iovcnt) {
 
 static long raw_recv(coll_tcp *t, tcp_peer *p, void *buf, size_t len) {
   ssize_t n = recv(p->fd, buf, len, MSG_DONTWAIT);
-  if (n > 0) {
-    tail_push(t, p, buf, (size_t)n);
-    return n;
-  }
+  if (n > 0) return n;
   long rc = n == 0 ? COHORT_EPEER : sock_err(errno); /* 0: orderly EOF inside a collective */
   if (rc < 0) find_record(t, p);
   return rc;
+}
+
+static int stage_alloc(coll_tcp *t, tcp_peer *p) {
+  if (p->buf != NULL) return 0;
+  p->buf = malloc(STAGE_SIZE(t->cap));
+  if (p->buf == NULL) return -ENOMEM;
+  p->lo = p->rpos = p->wpos = p->rx_off & 7u;
+  return 0;
+}
+
+/* Moves the unread bytes, and up to COLL_ABORT_LEN read ones before them, to staging's front,
+ * keeping staging index == stream offset (mod 8). */
+static void compact(tcp_peer *p) {
+  size_t keep = p->rpos - p->lo < COLL_ABORT_LEN ? p->rpos - p->lo : COLL_ABORT_LEN;
+  size_t from = p->rpos - keep, have = p->wpos - p->rpos, to = (size_t)((p->rx_off - keep) & 7u);
+  if (to != from) memmove(p->buf + to, p->buf + from, keep + have);
+  p->lo = to;
+  p->rpos = to + keep;
+  p->wpos = p->rpos + have;
+}
+
+/* Reads what the socket holds into staging after its unread bytes (compacting it first when less
+ * than half its room is left). */
+static long stage_read(coll_tcp *t, tcp_peer *p) {
+  if (STAGE_SIZE(t->cap) - p->wpos < t->cap / 2) compact(p);
+  char *b = p->buf + p->wpos;
+  long n = raw_recv(t, p, b, STAGE_SIZE(t->cap) - p->wpos);
+  if (n <= 0) return n;
+  p->wpos += (size_t)n;
+  record_shows(t, p, b, (size_t)n);
+  return n;
+}
+
+/* Reads into dst with staging empty; staging keeps a copy of the stream's end. */
+static long direct_read(coll_tcp *t, tcp_peer *p, char *dst, size_t len) {
+  long n = raw_recv(t, p, dst, len);
+  if (n <= 0) return n;
+  if ((size_t)n >= COLL_ABORT_LEN) /* the history starts over (COLL_ABORT_LEN % 8 == 0) */
+    p->lo = p->wpos = (size_t)((p->rx_off + (uint64_t)n) & 7u);
+  else if (STAGE_SIZE(t->cap) - p->wpos < t->cap / 2)
+    compact(p);
+  size_t k = (size_t)n < COLL_ABORT_LEN ? (size_t)n : COLL_ABORT_LEN;
+  memcpy(p->buf + p->wpos, dst + n - k, k);
+  p->wpos += k;
+  p->rpos = p->wpos;
+  p->rx_off += (uint64_t)n;
+  record_shows(t, p, dst, (size_t)n);
+  return n;
 }
 
 static long tcp_recv(void *tp, int peer, void *buf, size_t len) {
@@ -285,40 +327,26 @@ static long tcp_recv(void *tp, int peer, void *buf, size_t len) {
     p->rx_off += n;
     return (long)n;
   }
+  int rc = stage_alloc(t, p);
+  if (rc != 0) return rc;
   /* Staging empty: small reads go through it (fewer syscalls for headers), large straight in. */
-  if (len < 4096 && p->buf != NULL) {
-    size_t base = p->rx_off & 7u;
-    p->rpos = p->wpos = base;
-    long n = raw_recv(t, p, p->buf + base, t->cap - base);
+  if (len < 4096) {
+    long n = stage_read(t, p);
     if (n <= 0) return n;
-    p->wpos += (size_t)n;
     return tcp_recv(tp, peer, buf, len);
   }
-  long n = raw_recv(t, p, buf, len);
-  if (n > 0) p->rx_off += (uint64_t)n;
-  return n;
+  return direct_read(t, p, buf, len);
 }
 
 static long tcp_peek(void *tp, int peer, const void **data) {
   coll_tcp *t = tp;
   tcp_peer *p = &t->peers[peer];
-  if (p->buf == NULL) {
-    p->buf = malloc(t->cap);
-    if (p->buf == NULL) return -ENOMEM;
-    p->rpos = p->wpos = p->rx_off & 7u;
-  }
+  int rc = stage_alloc(t, p);
+  if (rc != 0) return rc;
   size_t have = p->wpos - p->rpos;
   if (have < t->cap / 2) {
-    /* Compact, keeping staging index == stream offset (mod 8), and read more. */
-    size_t base = p->rx_off & 7u;
-    if (p->rpos != base) {
-      memmove(p->buf + base, p->buf + p->rpos, have);
-      p->rpos = base;
-      p->wpos = base + have;
-    }
-    long n = raw_recv(t, p, p->buf + p->wpos, t->cap - p->wpos);
+    long n = stage_read(t, p);
     if (n < 0 && (have == 0 || n != COHORT_EPEER)) return n;
-    if (n > 0) p->wpos += (size_t)n;
     /* The peer ended with bytes still staged: hand them out, but once the caller takes nothing
      * more of them (the stream stopped inside an element) the end is the answer, not a spin. */
     if (n == COHORT_EPEER) {
