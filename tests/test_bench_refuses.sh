@@ -6,7 +6,8 @@
 # figure; the reliability figures refuse a build without its programs and
 # leave docs/reliability.md alone; bench/train/compress_curve.sh runs small
 # and refuses a failed run or a PowerSGD run without compression. (Root:
-# bench/multinode uses namespaces.)
+# bench/multinode and bench/launch_ssh use namespaces; launch_ssh an sshd
+# in one, and cgroups.)
 # usage: test_bench_refuses.sh BENCH_STORE_BINARY SOURCE_DIR
 set -u
 bench_store=$(readlink -f "$1")
@@ -27,6 +28,13 @@ rc=$?
 check "bench/multinode: a job that never started exits non-zero ($rc)" [ $rc != 0 ]
 check "bench/multinode: both rows say fail" [ "$(grep -cE '^2 +(rendezvous|failure propagation) +fail ' "$tmp/mn")" = 2 ]
 check "bench/multinode: no figure (no 'failure propagation' time)" not grep -q "$number" "$tmp/mn"
+
+BENCH_TOOLS=cohort "$src/bench/launch_ssh/run.sh" /bin/true 1 1 >"$tmp/lssh" 2>&1
+rc=$?
+check "bench/launch_ssh: a launch that started no worker exits non-zero ($rc)" [ $rc != 0 ]
+check "bench/launch_ssh: its run says fail" grep -qE '^cohort( +-){6} +fail $' "$tmp/lssh"
+check "bench/launch_ssh: no figure on cohort's rows (time, CPU, flatness)" \
+  [ "$(grep -cE '^cohort ' "$tmp/lssh")" = 2 -a "$(grep -cE '^cohort .*[0-9]' "$tmp/lssh")" = 0 ]
 
 /usr/bin/python3 "$src/bench/recovery/run.py" --cohort /bin/true --gpt2 /bin/true --reps 1 \
   --rows "cohort restart" --timeout 30 >"$tmp/recovery" 2>&1
