@@ -19,7 +19,7 @@ pids=()
 
 cleanup() {
   netns_down
-  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
+  if [ -n "${KEEP:-}" ]; then echo "KEEP: the files are in $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 
@@ -32,7 +32,8 @@ wait_for() {
     [ "${n:-0}" -ge "$count" ] && return 0
     sleep 0.1
   done
-  echo "timed out waiting for $count x '$text' in $file"
+  echo "timed out waiting for $count x '$text' in $file; its agent's last lines:"
+  grep "cohort:" "$file" 2>/dev/null | tail -8 | sed 's/^/  | /'
   return 1
 }
 
@@ -54,7 +55,8 @@ wait_re_n() {
     [ "${n:-0}" -ge "$3" ] && return 0
     sleep 0.1
   done
-  echo "timed out waiting for $3 x /$2/ in $1"
+  echo "timed out waiting for $3 x /$2/ in $1; its agent's last lines:"
+  grep "cohort:" "$1" 2>/dev/null | tail -8 | sed 's/^/  | /'
   return 1
 }
 
