@@ -222,6 +222,10 @@ typedef struct reform_case {
   int victim;            /* the rank lost */
   int kill_at;           /* after the victim's progress reaches this step */
   int psgd_start;        /* --powersgd-start */
+  /* > 0: the newcomer catches up while the survivors train (--grad-compress none), its state
+   * streamed at this many bytes per second (COHORT_STREAM_RATE): slow, so that the survivors
+   * train steps before it contributes. */
+  long rate;
 } reform_case;
 
 /* One run of a case: its job, its files (named by `kind`: live, or chain for the runs chained by
@@ -324,12 +328,15 @@ static long reform_step(const char *out, int epoch, int from, int to) {
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
  * re-form. Sets N and M, the steps the re-forms went on from. */
 static int live(const reform_case *c, long *N, long *M) {
-  char tag[80], msg[1024];
+  char tag[80], msg[1024], rate[32];
   run_setup u;
   setup_run(&u, c, "live", -1, STEPS);
   const char *job = u.job;
   proc p[3];
+  snprintf(rate, sizeof rate, "%ld", c->rate);
+  if (c->rate > 0) setenv("COHORT_STREAM_RATE", rate, 1);
   int ok = start_live(c, &u, NULL, p);
+  unsetenv("COHORT_STREAM_RATE");
   /* The loss: the victim killed as soon as it completed step kill_at. */
   ok = ok && wait_progress(&p[c->victim], c->kill_at, 60) == 0;
   kill(p[c->victim].pid, SIGKILL);
@@ -363,6 +370,11 @@ static int live(const reform_case *c, long *N, long *M) {
   if (*N < c->kill_at || *M <= *N || *M >= STEPS) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(*N >= c->kill_at && *M > *N && *M < STEPS);
   CHECK(strstr(out, "summary: ") != NULL);
+  /* Caught up in the background (the plain exchange), or received at the re-form (else). */
+  int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, "caught up") != NULL;
+  if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n", c->name, out);
+  CHECK(c->rate == 0 || streamed);
+  CHECK(strcmp(c->compress, "none") == 0 || !streamed);
   free(out);
   /* The new memberships' gradient buffers are shared again (cohort_mem_alloc after each re-form:
    * the single-copy path over shared memory). */
@@ -389,21 +401,38 @@ static int chain_run(const reform_case *c, int world, long to, int part) {
   return ok;
 }
 
+/* The last step that 2 ranks trained: M, or later when the newcomer caught up meanwhile (its
+ * steps count as the survivors' world: the metrics say 2). */
+static long last_of_two(const reform_case *c, long M) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.live.jsonl", tmp, c->name);
+  static run_metrics lv;
+  lv = (run_metrics){.lines = 0};
+  metrics_of(path, lv.loss, lv.world);
+  long K = M;
+  for (long st = M + 1; st <= STEPS && lv.world[st] == 2; st++) K = st;
+  return K;
+}
+
 static void run_case(const reform_case *c) {
   long N = -1, M = -1;
   if (!live(c, &N, &M)) return;
+  long K = last_of_two(c, M);
+  /* Slowly streamed, the survivors train at least one step before the newcomer contributes. */
+  if (c->rate > 0) CHECK(K > M);
   CHECK(chain_run(c, 3, N, 0));
-  CHECK(chain_run(c, 2, M, 1));
+  CHECK(chain_run(c, 2, K, 1));
   CHECK(chain_run(c, 3, STEPS, 2));
   static run_metrics lv, ch;
   int same = compare_runs(c, &lv, &ch);
-  if (!same) fprintf(stderr, "%s: re-forms at %ld, %ld\n", c->name, N, M);
+  if (!same)
+    fprintf(stderr, "%s: re-forms at %ld, %ld, world 3 again after %ld\n", c->name, N, M, K);
   CHECK(same);
   CHECK_EQ_INT(ch.lines, STEPS);
   int losses = 1, worlds = 1;
   for (int st = 1; st <= STEPS; st++) {
     losses &= lv.loss[st] == ch.loss[st];
-    worlds &= lv.world[st] == (st <= N || st > M ? 3 : 2) && lv.world[st] == ch.world[st];
+    worlds &= lv.world[st] == (st <= N || st > K ? 3 : 2) && lv.world[st] == ch.world[st];
   }
   CHECK(losses);
   CHECK(worlds);
@@ -471,6 +500,70 @@ static void run_behind(const reform_case *c) {
   CHECK(same);
 }
 
+/*
+ * The donor lost while the newcomer catches up: 3 ranks, rank 2 lost at kill_at, a newcomer joins
+ * the 2 survivors and its state streams slowly from rank 0; a second into it, rank 0 is killed
+ * too. The newcomer's stream fails (no hang), the two left re-form
+ * (the survivor as rank 0, the newcomer as rank 1), the newcomer catches up from the new rank 0,
+ * and the run ends well with its last step's line.
+ */
+static void run_donor_lost(const reform_case *c) {
+  char tag[80], msg[1024], rate[32];
+  run_setup u;
+  setup_run(&u, c, "live", -1, STEPS);
+  const char *job = u.job;
+  proc p[3];
+  snprintf(rate, sizeof rate, "%ld", c->rate);
+  setenv("COHORT_STREAM_RATE", rate, 1);
+  int ok = start_live(c, &u, NULL, p);
+  ok = ok && wait_progress(&p[2], c->kill_at, 60) == 0;
+  kill(p[2].pid, SIGKILL);
+  CHECK_EQ_INT(reap(&p[2], 10), 128 + SIGKILL);
+  for (int i = 0; i < 2; i++) ok = ok && say(&p[i], "reshape epoch=0 why=rank 2 lost") == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "ready", msg, sizeof msg, 60) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && form(&p[i], 1, i, 2, job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "formed", msg, sizeof msg, 60) == 0;
+  ok = ok && wait_progress(&p[0], progress(&p[0]) + 1, 60) == 0;
+  for (int i = 0; i < 2; i++) kill(p[i].pid, SIGSTOP);
+  for (int i = 0; i < 2; i++) ok = ok && say(&p[i], "reshape epoch=1 why=a node joins") == 0;
+  for (int i = 0; i < 2; i++) kill(p[i].pid, SIGCONT);
+  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "ready", msg, sizeof msg, 60) == 0;
+  snprintf(tag, sizeof tag, "%s.live.new", c->name);
+  p[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, u.args);
+  unsetenv("COHORT_STREAM_RATE");
+  for (int i = 0; i < 2; i++) ok = ok && form(&p[i], 2, i, 3, job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "formed", msg, sizeof msg, 60) == 0;
+  /* The survivors train at world 2 while the state streams (the tiny model's steps to the end,
+   * where they wait for it); a second into the stream's 4 the donor is lost. */
+  usleep(1000000);
+  kill(p[0].pid, SIGKILL);
+  CHECK_EQ_INT(reap(&p[0], 10), 128 + SIGKILL);
+  for (int i = 1; i < 3; i++) ok = ok && say(&p[i], "reshape epoch=2 why=rank 0 lost") == 0;
+  for (int i = 1; i < 3; i++) ok = ok && expect(&p[i], "ready", msg, sizeof msg, 60) == 0;
+  for (int i = 1; i < 3; i++) ok = ok && form(&p[i], 3, i - 1, 2, job) == 0;
+  for (int i = 1; i < 3; i++) ok = ok && expect(&p[i], "formed", msg, sizeof msg, 60) == 0;
+  for (int i = 1; i < 3; i++) CHECK_EQ_INT(reap(&p[i], 120), 0);
+  CHECK(ok);
+  char *out = out_of(p[1].tag), *nout = out_of(p[2].tag);
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s.err", tmp, p[2].tag);
+  char *nerr = spawn_slurp(path);
+  /* Caught up twice begun, once ended: from the survivor, now rank 0. */
+  int good = strstr(out, "re-formed (epoch 3): world 3 -> 2") != NULL &&
+             strstr(out, "1 rank(s) catching up") != NULL && strstr(out, "caught up") != NULL &&
+             strstr(nout, "caught up") != NULL &&
+             strstr(nerr, "the state stream from the donor failed") != NULL;
+  if (!good) fprintf(stderr, "%s:\n%s\n%s\n%s\n", c->name, out, nout, nerr);
+  CHECK(good);
+  free(out);
+  free(nout);
+  free(nerr);
+  static run_metrics lv;
+  snprintf(path, sizeof path, "%s/%s.live.jsonl", tmp, c->name);
+  lv.lines = metrics_of(path, lv.loss, lv.world);
+  CHECK(lv.lines >= STEPS && lv.loss[STEPS] != 0.0);
+}
+
 /* ZeRO-1 shards the optimiser state: under re-form it is refused at start with one line. */
 static void zero_refused(void) {
   const char *args[] = {"--model", "tiny", "--steps", "2", "--zero", "1", NULL};
@@ -504,25 +597,31 @@ int main(int argc, char **argv) {
   snprintf(store_addr, sizeof store_addr, "127.0.0.1:%d", store_port);
   if (only[0] == '\0') zero_refused();
   static const reform_case cases[] = {
-      {"none-shm", "none", "shm", 1, 3, 10},
-      {"none-tcp", "none", "tcp", 0, 3, 10},
-      {"bf16-shm", "bf16", "shm", 0, 3, 10},
-      {"bf16-tcp", "bf16", "tcp", 1, 3, 10},
-      {"psgd-shm", "powersgd", "shm", 2, 4, 2},
-      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2},
+      {"none-shm", "none", "shm", 1, 3, 10, 0},
+      {"none-tcp", "none", "tcp", 0, 3, 10, 0},
+      {"bf16-shm", "bf16", "shm", 0, 3, 10, 0},
+      {"bf16-tcp", "bf16", "tcp", 1, 3, 10, 0},
+      {"psgd-shm", "powersgd", "shm", 2, 4, 2, 0},
+      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2, 0},
       /* Lost during PowerSGD's warm-up (plain exchange to step 8), compressing after. */
-      {"psgd-warmup", "powersgd", "shm", 2, 2, 8},
+      {"psgd-warmup", "powersgd", "shm", 2, 2, 8, 0},
+      /* The newcomer catches up while the survivors train: its state streamed slowly. */
+      {"catchup-tcp", "none", "tcp", 1, 3, 10, 30000000},
+      {"catchup-shm", "none", "shm", 2, 3, 10, 30000000},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (strncmp(cases[i].name, only, strlen(only)) == 0) run_case(&cases[i]);
   /* A survivor behind: PowerSGD (its error as the completed step left it) and the plain exchange.
    */
   static const reform_case behind[] = {
-      {"behind-psgd", "powersgd", "tcp", 0, 5, 2},
-      {"behind-none", "none", "shm", 0, 5, 10},
+      {"behind-psgd", "powersgd", "tcp", 0, 5, 2, 0},
+      {"behind-none", "none", "shm", 0, 5, 10, 0},
   };
   for (size_t i = 0; i < sizeof behind / sizeof behind[0]; i++)
     if (strncmp(behind[i].name, only, strlen(only)) == 0) run_behind(&behind[i]);
+  /* The donor lost mid-stream: 1.6 MB at 400 kB/s, about 4 s. */
+  static const reform_case donor = {"donor-lost", "none", "tcp", 2, 3, 10, 400000};
+  if (strncmp(donor.name, only, strlen(only)) == 0) run_donor_lost(&donor);
   store_server_stop(srv);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -63,6 +63,8 @@ WORLD = re.compile(r"\bworld\s+\d+\s*->\s*(\d+)|\bworld[= ](\d+)|(\d+)\s*->\s*(\
                    r"->\s*world\s*(\d+)")
 REFORMED = re.compile(r"cohort: re-formed in ([0-9.]+) s")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
+# cohort-gpt2's newcomer that caught up in the background: the first step it trained.
+CAUGHT = re.compile(r"caught up: .*contribute from step (\d+)")
 
 
 class Node:
@@ -204,6 +206,11 @@ def figures(node0, everyone, t_kill, total):
     if world_back is not None:
         nxt = [t for t, _ in after if t > world_back]
         joined = nxt[0] - t_kill if nxt else None
+    for t, line in node0.lines:
+        m = CAUGHT.search(line)
+        if t >= t_kill and m:
+            at = [ts for ts, s in after if s >= int(m.group(1))]
+            joined = at[0] - t_kill if at else None
     blocked = None
     for t, line in node0.lines:
         m = REFORMED.search(line)

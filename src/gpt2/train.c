@@ -155,6 +155,23 @@ typedef struct train_run {
   float *own_after;
   int own_after_valid;
   int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
+  /* Catching up (docs/gpt2.md "Re-form"): the ranks from contrib on joined without state; they
+   * take part in every reduction with -0.0 while the state streams to them from the donor (a
+   * snapshot of step catch_step), keep each step's averaged gradients, and replay them once it is
+   * in. contrib: the ranks that train a step (the lowest; world when nobody catches up). */
+  int contrib;
+  int catching; /* this rank catches up */
+  int ready;    /* every catching-up rank has the state (the step's agreed flag) */
+  cohort_stream *stream;
+  void *snap;        /* the donor's snapshot */
+  size_t snap_bytes; /* the state's bytes, every piece */
+  gpt2_state_head snap_head;
+  step_stats snap_last;
+  struct replay_step *replay;
+  size_t nreplay;
+  int32_t *zero_tok; /* a catching-up rank's tokens: row 0, each adding -0.0 */
+  uint64_t catch_step;
+  double catch_t0;
   /* The last completed step's report (every rank keeps it; it travels with the state, so that
    * a rank 0 that receives a step writes its line), and the last step this process reported as
    * rank 0, or its metrics file had when it opened it. */
@@ -178,7 +195,17 @@ typedef struct train_run {
   char err[512];
 } train_run;
 
+/* A step a catching-up rank took part in: its averaged gradients and the update's figures. */
+typedef struct replay_step {
+  float *g;
+  float gscale, lr;
+  int64_t t;
+} replay_step;
+
+static void catch_up_drop(train_run *r);
+
 static void train_free(train_run *r) {
+  catch_up_drop(r);
   gpt2_tb_close(r->tb);
   free(r->own_after);
   free(r->step_times);
@@ -218,6 +245,13 @@ static void set_want(train_run *r) {
                                .nstate = r->nfull};
 }
 
+/* The ranks that train a step (the lowest), and what depends on them: the global batch. */
+static void set_contrib(train_run *r, int contrib) {
+  r->contrib = contrib;
+  r->global_batch = (uint64_t)r->o->B * (uint64_t)r->o->grad_accum * (uint64_t)contrib;
+  r->tokens_per_step = (double)r->global_batch * r->o->T;
+}
+
 /* The data parallelism over the current communicator, and what depends on the world: the global
  * batch, the checkpoint's layout and the buffer that assembles it. After a re-form `old` is the
  * exchange of the membership that ended: its state carries over, then it is freed. */
@@ -239,8 +273,7 @@ static int setup_exchange(train_run *r, gpt2_ddp *old) {
             "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
             "allreduce between this host's ranks\n",
             cohort_strerror(r->ddp.shared_rc));
-  r->global_batch = (uint64_t)o->B * (uint64_t)o->grad_accum * (uint64_t)r->world;
-  r->tokens_per_step = (double)r->global_batch * o->T;
+  set_contrib(r, r->world);
   gpt2_big_free(r->full_state, r->nfull * sizeof(float));
   r->full_state = NULL;
   r->nfull = gpt2_ddp_full_state_floats(&r->ddp);
@@ -448,14 +481,11 @@ static int open_outputs(train_run *r) {
   return RUN_OK;
 }
 
-/* Forward and backward of the K micro-steps (gradients exchanged as backward goes), the global
- * loss, clipping and the optimiser update. */
-static int train_step(train_run *r, uint64_t step, step_stats *st) {
+/* The K micro-steps' forward and backward, the gradients exchanged as backward goes; adds their
+ * losses to *loss_sum. */
+static int micro_steps(train_run *r, uint64_t step, double *loss_sum) {
   const gpt2_train_opts *o = r->o;
   const int K = o->grad_accum;
-  double t0 = now_s();
-  int64_t c0 = gpt2_cpu_us();
-  double loss_sum = 0.0;
   for (int k = 0; k < K; k++) {
     gpt2_batch batch;
     uint64_t g0 = gpt2_data_first(r->pos, r->rank, K, o->B, k);
@@ -463,18 +493,87 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     /* The first forward finishes the last update (split exchange) as it reads the parameters;
      * what it did not read (the token embedding without the LM head) is settled as the
      * gradients are zeroed. */
-    loss_sum += gpt2_forward_wait(&r->model, &batch, gpt2_ddp_param_wait, &r->ddp);
+    *loss_sum += gpt2_forward_wait(&r->model, &batch, gpt2_ddp_param_wait, &r->ddp);
     if (r->ddp.err) return RUN_COMM;
     if (k == 0 && gpt2_ddp_zero_grad(&r->ddp) != 0) return RUN_COMM;
     int scatter = gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, batch.tokens);
-    gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->world), gpt2_ddp_hook, &r->ddp, scatter);
+    /* Summed over the ranks that train: the mean over the global batch. */
+    gpt2_backward(&r->model, &batch, 1.0f / (float)(K * r->contrib), gpt2_ddp_hook, &r->ddp,
+                  scatter);
     if (r->ddp.err) break; /* backward stopped: finish says why */
   }
+  return RUN_OK;
+}
+
+/* A catching-up rank's part of the step's exchange: every bucket launched in backward's order
+ * (the head's rows, the tail, the layers from the top, the embeddings), its gradients and its rows
+ * of the embedding lookup -0.0 on token 0. x + -0.0 == x for every x (-0.0 and +0.0 included),
+ * so every sum is the one of the ranks that train. */
+static int identity_steps(train_run *r, uint64_t step) {
+  gpt2_model *m = &r->model;
+  const int K = r->o->grad_accum;
+  size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+  if (r->zero_tok == NULL) r->zero_tok = calloc(BT, sizeof(int32_t));
+  if (r->zero_tok == NULL) return RUN_FAIL;
+  for (int k = 0; k < K && r->ddp.err == 0; k++) {
+    if (k == 0 && gpt2_ddp_zero_grad(&r->ddp) != 0) return RUN_COMM;
+    gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, r->zero_tok);
+    for (size_t i = 0; k == 0 && i < m->nparams; i++) m->grads[i] = -0.0f;
+    for (size_t i = 0; i < BT * C; i++) m->dres[i] = -0.0f;
+    gpt2_ddp_hook(&r->ddp, GPT2_EV_HEAD, m->cfg.vocab);
+    gpt2_ddp_hook(&r->ddp, GPT2_EV_TAIL, -1);
+    for (int l = m->cfg.layers - 1; l >= 0; l--) gpt2_ddp_hook(&r->ddp, GPT2_EV_LAYER, l);
+    gpt2_ddp_hook(&r->ddp, GPT2_EV_EMBED, -1);
+  }
+  return RUN_OK;
+}
+
+/* A catching-up rank keeps the step's averaged gradients and the update's figures, to replay
+ * them once its state is in. */
+static int keep_replay(train_run *r, float gscale, float lr, int64_t t) {
+  replay_step *n = realloc(r->replay, (r->nreplay + 1) * sizeof *n);
+  if (n != NULL) r->replay = n;
+  size_t bytes = r->model.nparams * sizeof(float);
+  float *g = n != NULL ? gpt2_big_alloc(bytes) : NULL;
+  if (g == NULL) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: out of memory keeping a step to replay\n", r->rank);
+    return RUN_FAIL;
+  }
+  memcpy(g, r->model.grads, bytes);
+  r->replay[r->nreplay++] = (replay_step){.g = g, .gscale = gscale, .lr = lr, .t = t};
+  return RUN_OK;
+}
+
+/* The step's loss summed over the ranks, and while ranks catch up whether every one of them has
+ * its state (a second element of the same reduction: every rank sees the same answer). */
+static int sum_loss(train_run *r, double *loss) {
+  int polled = r->catching ? cohort_comm_state_stream_poll(r->stream, NULL) : 1;
+  double x[2] = {*loss, polled != 1};
+  if (gpt2_ddp_sum(&r->ddp, x, r->contrib < r->world ? 2 : 1) != 0) return RUN_COMM;
+  if (polled < 0) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donor failed: %s\n", r->rank,
+            cohort_strerror(polled));
+    return RUN_FAIL;
+  }
+  r->ready = r->contrib < r->world && x[1] == 0.0;
+  *loss = x[0] / r->contrib;
+  return RUN_OK;
+}
+
+/* Forward and backward of the K micro-steps (gradients exchanged as backward goes), the global
+ * loss, clipping and the optimiser update (a catching-up rank: kept for its replay). */
+static int train_step(train_run *r, uint64_t step, step_stats *st) {
+  const gpt2_train_opts *o = r->o;
+  const int K = o->grad_accum;
+  double t0 = now_s();
+  int64_t c0 = gpt2_cpu_us();
+  double loss = 0.0;
+  int rc = r->catching ? identity_steps(r, step) : micro_steps(r, step, &loss);
+  if (rc != RUN_OK) return rc;
   if (gpt2_ddp_finish_backward(&r->ddp) != 0) return RUN_COMM;
   r->exchanged = 1;
-  double loss = loss_sum / K;
-  if (gpt2_ddp_sum(&r->ddp, &loss, 1) != 0) return RUN_COMM;
-  loss /= r->world;
+  loss = r->catching ? -0.0 : loss / K;
+  if ((rc = sum_loss(r, &loss)) != RUN_OK) return rc;
   if (!isfinite(loss)) {
     if (r->rank == 0)
       fprintf(r->errf, "cohort-gpt2: loss is %f at step %llu; stopping\n", loss,
@@ -488,16 +587,20 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   if (o->clip > 0.0f && gnorm > o->clip) gscale = (float)(o->clip / (gnorm + 1e-6));
   int64_t warmup = o->warmup >= 0 ? o->warmup : 0;
   float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
-  if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
-  /* Re-forming, the step is complete (all of its update applied) or not at all. */
-  if (r->reform && gpt2_ddp_commit(&r->ddp) != 0) return RUN_COMM;
+  if (r->catching) {
+    if ((rc = keep_replay(r, gscale, lr, (int64_t)step + 1)) != RUN_OK) return rc;
+  } else {
+    if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
+    /* Re-forming, the step is complete (all of its update applied) or not at all. */
+    if (r->reform && gpt2_ddp_commit(&r->ddp) != 0) return RUN_COMM;
+  }
   double step_s = now_s() - t0;
   int64_t c2 = gpt2_cpu_us();
   double comm_ms = r->ddp.comm_ms;
   /* The share of the communication window that backward covered. */
   double hidden = comm_ms > 0.0 ? 1.0 - r->ddp.exposed_ms / comm_ms : 1.0;
   *st = (step_stats){.step = step + 1,
-                     .world = r->world,
+                     .world = r->contrib,
                      .loss = loss,
                      .gnorm = gnorm,
                      .step_s = step_s,
@@ -521,7 +624,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
     r->exposed_total += r->ddp.exposed_ms;
   }
   r->last_loss = loss;
-  r->pos = gpt2_data_advance(r->pos, r->world, K, o->B);
+  r->pos = gpt2_data_advance(r->pos, r->contrib, K, o->B);
   return RUN_OK;
 }
 
@@ -641,31 +744,204 @@ typedef struct join_view {
   int old_world;       /* the world of the membership that ended (0: none, a first start) */
   int behind, dropped; /* survivors behind it (they receive the state); a step in flight lost */
   int nnew;            /* ranks that receive the state */
+  /* The ranks without state catch up while the others train (start_catch_up): every rank may,
+   * none is behind, and those with state are the lowest. */
+  int catch_up;
 } join_view;
 
+/* Whether this rank may catch up a newcomer in the background: the plain exchange (the others'
+ * sums are not bit for bit those of the ranks that train with -0.0 added: docs/gpt2.md), unless
+ * COHORT_GPT2_CATCH_UP=0 (the state transfer that blocks every rank). */
+static int may_catch_up(const train_run *r) {
+  const char *e = getenv("COHORT_GPT2_CATCH_UP");
+  return strcmp(gpt2_ddp_mode(&r->ddp), "plain") == 0 && (e == NULL || strcmp(e, "0") != 0);
+}
+
+static void view_of(const int64_t *all, int world, join_view *v) {
+  *v = (join_view){.max = -1, .catch_up = 1};
+  for (int i = 0; i < world; i++) {
+    if (all[4 * i] > v->max) v->max = all[4 * i];
+    if (all[4 * i + 2] > v->old_world) v->old_world = (int)all[4 * i + 2];
+    v->catch_up &= all[4 * i + 3] != 0;
+  }
+  int first_new = world;
+  for (int i = 0; i < world; i++) {
+    v->behind += all[4 * i] >= 0 && all[4 * i] < v->max;
+    v->nnew += all[4 * i] < v->max;
+    v->dropped |= all[4 * i] == v->max && all[4 * i + 1] != 0;
+    if (all[4 * i] < v->max && first_new == world) first_new = i;
+    if (all[4 * i] == v->max && i > first_new) v->catch_up = 0;
+  }
+  v->catch_up &= v->max >= 0 && v->behind == 0 && v->nnew > 0 && v->nnew < world;
+}
+
 static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
-  int64_t me[3] = {mine, r->in_step, old_world};
-  int64_t *all = calloc((size_t)r->world * 3, sizeof(int64_t));
+  int64_t me[4] = {mine, r->in_step, old_world, may_catch_up(r)};
+  int64_t *all = calloc((size_t)r->world * 4, sizeof(int64_t));
   if (all == NULL) return RUN_FAIL;
-  int rc = r->world > 1 ? cohort_allgather(r->comm, me, all, 3, COHORT_I64) : 0;
+  int rc = r->world > 1 ? cohort_allgather(r->comm, me, all, 4, COHORT_I64) : 0;
   if (r->world == 1) memcpy(all, me, sizeof me);
   if (rc != 0) {
     free(all);
     gpt2_ddp_fail(&r->ddp, rc, "allgather of the completed steps");
     return RUN_COMM;
   }
-  *v = (join_view){.max = -1};
-  for (int i = 0; i < r->world; i++) {
-    if (all[3 * i] > v->max) v->max = all[3 * i];
-    if (all[3 * i + 2] > v->old_world) v->old_world = (int)all[3 * i + 2];
-  }
-  for (int i = 0; i < r->world; i++) {
-    v->behind += all[3 * i] >= 0 && all[3 * i] < v->max;
-    v->nnew += all[3 * i] < v->max;
-    v->dropped |= all[3 * i] == v->max && all[3 * i + 1] != 0;
-  }
+  view_of(all, r->world, v);
   free(all);
   return RUN_OK;
+}
+
+/* ---- catching up: the state streams while the ranks with it train (docs/gpt2.md "Re-form") ----
+ */
+
+/* Ends the stream (if it runs), frees the snapshot and the steps kept: a re-form, or the end. */
+static void catch_up_drop(train_run *r) {
+  if (r->stream != NULL) cohort_comm_state_stream_end(r->comm, r->stream);
+  r->stream = NULL;
+  gpt2_big_free(r->snap, r->snap_bytes);
+  r->snap = NULL;
+  for (size_t i = 0; i < r->nreplay; i++)
+    gpt2_big_free(r->replay[i].g, r->model.nparams * sizeof(float));
+  free(r->replay);
+  r->replay = NULL;
+  r->nreplay = 0;
+  r->catching = r->ready = 0;
+  free(r->zero_tok);
+  r->zero_tok = NULL;
+}
+
+/* The ranks without state (the highest: nnew of them) catch up: the donor, rank 0, copies its
+ * state into a snapshot and streams it to them in the background; they take part in every step's
+ * reductions from here on without training (train_step). */
+static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double t0) {
+  r->catching = mine < 0;
+  set_contrib(r, r->world - v->nnew);
+  if (!r->catching) r->snap_last = r->last;
+  cohort_iov last = {&r->snap_last, sizeof r->snap_last};
+  int n;
+  cohort_iov *iov = gpt2_state_pieces(&r->model, &r->ddp, &r->snap_head, (uint64_t)v->max, r->pos,
+                                      r->o->seed, last, &n);
+  if (iov == NULL) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
+    return RUN_FAIL;
+  }
+  r->snap_bytes = 0;
+  for (int i = 0; i < n; i++) r->snap_bytes += iov[i].len;
+  if (r->rank == 0) { /* the donor: the lowest rank not new */
+    char *p = r->snap = gpt2_big_alloc(r->snap_bytes);
+    for (int i = 0; i < n && p != NULL; p += iov[i++].len) {
+      memcpy(p, iov[i].base, iov[i].len);
+      iov[i].base = p;
+    }
+  }
+  int rc = r->rank == 0 && r->snap == NULL
+               ? -ENOMEM
+               : cohort_comm_state_stream_begin(r->comm, iov, n, &r->stream);
+  free(iov);
+  if (rc != 0) {
+    gpt2_ddp_fail(&r->ddp, rc, "state stream");
+    return RUN_COMM;
+  }
+  r->catch_step = (uint64_t)v->max;
+  r->catch_t0 = now_s();
+  if (r->catching) r->done = r->catch_step;
+  r->start_step = r->done;
+  r->in_step = 0;
+  if (r->rank == 0) {
+    fprintf(r->out,
+            "cohort-gpt2: re-formed (epoch %d): world %d -> %d at step %lld (step in flight %s), "
+            "%d rank(s) catching up: %zu bytes of state streaming from rank 0 while %d train, "
+            "%.3f s in all\n",
+            cohort_comm_epoch(r->comm), v->old_world, r->world, (long long)v->max,
+            v->dropped ? "dropped" : "none", v->nnew, r->snap_bytes, r->contrib, now_s() - t0);
+    fflush(r->out);
+  }
+  return open_outputs(r);
+}
+
+/* A catching-up rank whose state is in: replays the steps it kept through the optimiser's own
+ * code (the bits of the others' updates), from the snapshot's data position. */
+static int replay(train_run *r) {
+  if (gpt2_state_check(&r->snap_head, &r->model, &r->ddp) != 0 ||
+      r->snap_head.step + r->nreplay != r->done) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state streamed does not fit this model\n", r->rank);
+    return RUN_FAIL;
+  }
+  uint64_t pos = r->snap_head.data_pos;
+  for (size_t i = 0; i < r->nreplay; i++) {
+    const replay_step *k = &r->replay[i];
+    memcpy(r->model.grads, k->g, r->model.nparams * sizeof(float));
+    if (gpt2_ddp_step(&r->ddp, k->gscale, k->lr, k->t) != 0 || gpt2_ddp_commit(&r->ddp) != 0)
+      return RUN_COMM;
+    pos = gpt2_data_advance(pos, r->contrib, r->o->grad_accum, r->o->B);
+  }
+  r->pos = pos;
+  r->stateful = 1;
+  cohort_comm_set_step(r->comm, (int64_t)r->done);
+  fprintf(r->out,
+          "cohort-gpt2: rank %d (newcomer%s): caught up: snapshot of step %llu (%zu bytes) in, "
+          "replayed %zu step(s), %.3f s after it began\n",
+          r->rank, r->ahead ? ", started ahead" : "", (unsigned long long)r->catch_step,
+          r->snap_bytes, r->nreplay, now_s() - r->catch_t0);
+  fflush(r->out);
+  return RUN_OK;
+}
+
+/* Every rank, at the step boundary where all agreed that the catching-up ranks have their state:
+ * they replay, and every rank trains from the next step on; the parameters are checked. */
+static int catch_up_finish(train_run *r) {
+  /* The donor's thread has the receivers' answers a moment after they said so. */
+  size_t bytes = 0;
+  for (int i = 0; i < 60000 && cohort_comm_state_stream_poll(r->stream, &bytes) == 0; i++)
+    usleep(1000);
+  double stream_s = now_s() - r->catch_t0;
+  int rc = cohort_comm_state_stream_end(r->comm, r->stream);
+  r->stream = NULL;
+  if (rc != 0) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state stream: %s\n", r->rank, cohort_strerror(rc));
+    return RUN_FAIL;
+  }
+  int st = r->catching ? replay(r) : RUN_OK;
+  size_t replayed = (size_t)(r->done - r->catch_step);
+  int first = r->contrib;
+  catch_up_drop(r);
+  set_contrib(r, r->world);
+  int same = 0;
+  if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
+  if (st == RUN_OK && !same) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: parameters differ between ranks after catching up\n",
+            r->rank);
+    st = RUN_FAIL;
+  }
+  if (st == RUN_OK && r->rank == 0) {
+    fprintf(r->out,
+            "cohort-gpt2: rank(s) %d-%d caught up: received %zu bytes of state in the background "
+            "(the snapshot of step %llu, in at most %.3f s), replayed %zu step(s), contribute "
+            "from step %llu\n",
+            first, r->world - 1, bytes, (unsigned long long)r->catch_step, stream_s, replayed,
+            (unsigned long long)r->done + 1);
+    fflush(r->out);
+  }
+  return st;
+}
+
+/* The run's last step is done while ranks still catch up: the ranks wait together for the state
+ * (an agreed flag every 10 ms, 600 s at most), then finish it. */
+static int catch_up_drain(train_run *r) {
+  for (int i = 0; i < 60000; i++) {
+    double x = r->catching && cohort_comm_state_stream_poll(r->stream, NULL) != 1;
+    if (gpt2_ddp_sum(&r->ddp, &x, 1) != 0) return RUN_COMM;
+    if (x == 0.0) return catch_up_finish(r);
+    int polled = r->catching ? cohort_comm_state_stream_poll(r->stream, NULL) : 0;
+    if (polled < 0) {
+      fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donor failed: %s\n",
+              r->rank, cohort_strerror(polled));
+      return RUN_FAIL;
+    }
+    usleep(10000);
+  }
+  fprintf(r->errf, "cohort-gpt2: rank %d: the state stream did not end within 600 s\n", r->rank);
+  return RUN_FAIL;
 }
 
 /* The state from the lowest rank at the agreed step to every rank without it (newcomers, survivors
@@ -674,7 +950,7 @@ static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
 static int receive_state(train_run *r, int64_t mine, const join_view *v, double *xfer_s,
                          size_t *moved) {
   int receiver = mine < v->max;
-  if (mine >= 0 && receiver) cohort_comm_mark_new(r->comm);
+  if (receiver) cohort_comm_mark_new(r->comm); /* also one whose stream ended before it caught up */
   gpt2_state_head head;
   int n;
   cohort_iov last = {&r->last, sizeof r->last}; /* step_stats: plain numbers */
@@ -728,6 +1004,7 @@ static int train_join(train_run *r, int old_world, double t0) {
     r->stateful = st == RUN_OK;
     return st;
   }
+  if (v.catch_up) return start_catch_up(r, mine, &v, t0);
   double xfer_s = 0.0, t1 = now_s();
   size_t bytes = 0;
   int first = r->newcomer && !r->stateful; /* a newcomer receiving its first state */
@@ -786,6 +1063,7 @@ static int train_join(train_run *r, int old_world, double t0) {
 static int train_reform(train_run *r) {
   double t0 = now_s();
   int old_world = r->world;
+  catch_up_drop(r); /* a rank still catching up receives the state of the new membership */
   for (int round = 0; round < 64; round++) {
     int rc = cohort_comm_reform(r->comm);
     if (rc == COHORT_ERESHAPED) continue; /* it ended again while connecting: the next one */
@@ -864,6 +1142,7 @@ static int train_one(train_run *r) {
   cohort_progress((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
   rc = report_step(r, &st);
   if (rc == RUN_OK) rc = maybe_checkpoint(r, step + 1);
+  if (rc == RUN_OK && r->ready) rc = catch_up_finish(r);
   return rc;
 }
 
@@ -873,6 +1152,8 @@ static int reshaped(const train_run *r, int rc) {
 
 /* After the last step: every rank holds the same parameters. */
 static int final_check(train_run *r, int *finished) {
+  int st = r->contrib < r->world ? catch_up_drain(r) : RUN_OK;
+  if (st != RUN_OK) return st;
   int same = 0;
   if (gpt2_ddp_check_params(&r->ddp, &same) != 0) return RUN_COMM;
   if (!same) {
@@ -900,7 +1181,7 @@ int gpt2_train(const gpt2_train_opts *o) {
   /* A newcomer receives the state from the running job; the others start or resume. */
   if (rc == RUN_OK) rc = r.newcomer ? train_join(&r, 0, now_s()) : train_resume(&r);
   if (r.newcomer && reshaped(&r, rc)) rc = train_reform(&r);
-  r.stateful = rc == RUN_OK;
+  r.stateful = rc == RUN_OK && !r.catching; /* a rank catching up: once it has replayed */
   if (rc == RUN_OK) rc = open_outputs(&r);
   if (rc == RUN_OK) rc = train_loop(&r);
   if (rc == RUN_COMM)
