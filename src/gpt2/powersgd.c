@@ -271,6 +271,8 @@ ROW_KERNEL static void project_row(const float *g, float *e, float *p, const flo
   vfloat acc[KB] = {0};
   size_t j = 0;
   for (; j + LANES <= cols; j += LANES) {
+    GPT2_PREFETCH(e + j + GPT2_AHEAD); /* kernels.h */
+    GPT2_PREFETCH(g + j + GPT2_AHEAD);
     vfloat x = VLOAD(e + j);
     if (share != 0.0f) {
       vfloat pq = p[0] * VLOAD(Qt + j);
@@ -324,6 +326,8 @@ ROW_KERNEL static void column_sums(const float *E, const float *pt, float *acc, 
       for (int u = 0; u < 4; u++) p[k][u] = pt[(size_t)k * rows + i + u];
     size_t j = 0;
     for (; j + LANES <= n; j += LANES) {
+      if (i + 8 <= rows) /* the next four rows' same columns (a tile of them, or whole rows) */
+        for (int u = 0; u < 4; u++) GPT2_PREFETCH(e0 + (size_t)(4 + u) * cols + j);
       vfloat x0 = VLOAD(e0 + j), x1 = VLOAD(e1 + j), x2 = VLOAD(e2 + j), x3 = VLOAD(e3 + j);
       for (int k = 0; k < KB; k++) {
         vfloat a = VLOAD(acc + (size_t)k * n + j);
