@@ -117,6 +117,7 @@ static void on_worker_failed(job *j, int index) {
 /* A worker lost (index >= 0) or another node's report: the job re-forms without
  * stopping the survivors (--on-failure reform), or fails together. */
 static void on_loss(job *j, int index) {
+  if (index < 0) agent_cluster_note_lost(&j->cl, j->report);
   int rc = agent_reform_on_loss(j, index);
   if (rc < 0)
     agent_job_fail(j);

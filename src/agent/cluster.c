@@ -338,6 +338,8 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
   /* --local-addr: this node's address for the others (MASTER_ADDR when it is node 0). */
   if (cfg->rdzv.local_addr != NULL) jo.my_host = cfg->rdzv.local_addr;
   rdzv_plan_free(&c->plan);
+  free(c->lost); /* the last plan's */
+  c->lost = NULL;
   int rc = rdzv_join(c->client, &jo, &c->plan, err, errlen);
   if (rc == -EAGAIN) return rc;
   if (rc != 0) {
@@ -670,7 +672,8 @@ static int node_gone(cluster *c, int round, int k, int64_t deadline) {
 /*
  * Waits until every node has left round: its exit key is there or, with
  * etcd, its heartbeat key is gone (a node that saw every exit key ends, and
- * its lease takes its keys, maybe before a slower node read its exit key).
+ * its lease takes its keys, maybe before a slower node read its exit key);
+ * a node known lost (agent_cluster_note_lost) writes none and is not waited for.
  * One read of the exit keys still awaited per turn, then a wait on the
  * first of them.
  */
@@ -679,7 +682,7 @@ static void wait_nodes_left(cluster *c, int round, int64_t deadline) {
   const char **keys = node_keys(c, round, "exit");
   for (int from = 0; keys != NULL && base_deadline_left(deadline) > 0;) {
     if ((from = first_absent(c, keys, from, n, deadline)) < 0 || from == n) break;
-    if (c->etcd && node_gone(c, round, from, deadline))
+    if ((c->lost != NULL && c->lost[from]) || (c->etcd && node_gone(c, round, from, deadline)))
       from++;
     else
       store_wait(c->client, keys + from, 1, c->etcd ? base_deadline_in(100) : deadline);
@@ -738,7 +741,28 @@ void agent_cluster_leave(cluster *c, int round) {
   wait_nodes_left(c, round, base_deadline_in(3000));
 }
 
+int agent_cluster_lost_node(const char *report, char *host, size_t hostlen) {
+  int k = -1, at = 0;
+  if (sscanf(report, "node %d (%n", &k, &at) != 1 || at == 0) return -1;
+  const char *eol = report + strcspn(report, "\n"), *close = NULL;
+  for (const char *p = report + at; p < eol && close == NULL; p++)
+    if (strncmp(p, ") lost: ", 8) == 0 || strncmp(p, "): its agent died", 17) == 0) close = p;
+  if (close == NULL) return -1;
+  if (host != NULL)
+    snprintf(host, hostlen, "%.*s", (int)(close - report - at + 2), report + at - 1);
+  return k;
+}
+
+void agent_cluster_note_lost(cluster *c, const char *report) {
+  int k = agent_cluster_lost_node(report, NULL, 0);
+  if (!c->multinode || k < 0 || k >= c->plan.nnodes) return;
+  if (c->lost == NULL) c->lost = calloc((size_t)c->plan.nnodes, 1);
+  if (c->lost != NULL) c->lost[k] = 1;
+}
+
 void agent_cluster_close(cluster *c) {
+  free(c->lost);
+  c->lost = NULL;
   agent_cluster_unwatch(c);
   rdzv_publish_stop(c->pub);
   c->pub = NULL;

@@ -52,6 +52,8 @@ typedef struct cluster {
   char store_env[BASE_HOST_MAX + 16]; /* COHORT_STORE for the workers */
   char iface[64];                     /* interface toward node 0, "" unknown */
   rdzv_plan plan;                     /* this round's nodes and ranks */
+  unsigned char
+      *lost; /* plan.nnodes flags: node k is known lost (it leaves no exit key), or NULL */
   /* The next join is a re-form round (rdzv_join_opts) when reform_expect > 0. */
   int reform_expect, reform_prev, reform_cannot;
   int newcomer; /* this node came late to a running job (the grow path) */
@@ -90,6 +92,17 @@ int agent_cluster_join(cluster *c, const agent_config *cfg, int *round);
  * one said hello with await_form=1); a late node starts its own ahead only when some node said
  * yes and none said no. */
 void agent_cluster_note_ahead(cluster *c, int yes);
+
+/*
+ * Node K of the round when report names a lost node (the watcher's "node K
+ * (HOST) lost: ...", the guard's "node K (HOST): its agent died ..."), with
+ * "(HOST)" into host (NULL: not wanted); else -1.
+ */
+int agent_cluster_lost_node(const char *report, char *host, size_t hostlen);
+
+/* The node that report names lost (agent_cluster_lost_node) leaves the round without a word:
+ * the way out does not wait for its exit key. Until the next join. */
+void agent_cluster_note_lost(cluster *c, const char *report);
 
 /* Whether the job's program takes part in re-forms: some node's workers all said hello (it or
  * another node said so through agent_cluster_note_ahead). One store read; 0 when unknown. */

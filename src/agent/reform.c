@@ -206,29 +206,12 @@ static void report_with_losses(job *j, const char *why) {
     snprintf(out + off, cap - off, " and %d more", j->rf.nlosses - REFORM_LOSSES_MAX);
 }
 
-/*
- * Node K of the round when report names a lost node (the watcher's "node K
- * (HOST) lost: ...", the guard's "node K (HOST): its agent died ..."), with
- * "(HOST)" into host (NULL: not wanted); else -1.
- */
-static int lost_node(const char *report, char *host, size_t hostlen) {
-  int k = -1, at = 0;
-  if (sscanf(report, "node %d (%n", &k, &at) != 1 || at == 0) return -1;
-  const char *eol = report + strcspn(report, "\n"), *close = NULL;
-  for (const char *p = report + at; p < eol && close == NULL; p++)
-    if (strncmp(p, ") lost: ", 8) == 0 || strncmp(p, "): its agent died", 17) == 0) close = p;
-  if (close == NULL) return -1;
-  if (host != NULL)
-    snprintf(host, hostlen, "%.*s", (int)(close - report - at + 2), report + at - 1);
-  return k;
-}
-
 /* How many nodes the re-form round expects: the round's, less a lost one, plus a newcomer. */
 static int expected_nodes(const job *j, const char *report) {
   int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
   if (strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) == 0)
     return n + 1 <= j->cl.nnodes_max ? n + 1 : n;
-  return lost_node(report, NULL, 0) >= 0 ? n - 1 : n;
+  return agent_cluster_lost_node(report, NULL, 0) >= 0 ? n - 1 : n;
 }
 
 /* Whether the job's program speaks, once a worker here is still to say hello: another node's
@@ -269,17 +252,18 @@ static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
 /* How many of the losses so far name the node that report names lost, by its "(HOST)". */
 static int host_losses(const job *j, const char *report, char *host, size_t hostlen) {
   char other[BASE_HOST_MAX + 2];
-  if (lost_node(report, host, hostlen) < 0) return 0;
+  if (agent_cluster_lost_node(report, host, hostlen) < 0) return 0;
   int n = 0;
   for (int k = 0; k < j->rf.nlosses && k < REFORM_LOSSES_MAX; k++)
-    n += lost_node(j->rf.losses[k], other, sizeof other) >= 0 && strcmp(other, host) == 0;
+    n += agent_cluster_lost_node(j->rf.losses[k], other, sizeof other) >= 0 &&
+         strcmp(other, host) == 0;
   return n;
 }
 
 /* The job cannot go on around its survivors at all: why (the job fails together), or NULL. */
 static const char *cannot_reform(job *j, const char *report, char *why, size_t len) {
   char host[BASE_HOST_MAX + 2];
-  int k = lost_node(report, NULL, 0), expect = expected_nodes(j, report);
+  int k = agent_cluster_lost_node(report, NULL, 0), expect = expected_nodes(j, report);
   int again = host_losses(j, report, host, sizeof host);
   if (again >= REFORM_SLOT_LOSSES) {
     snprintf(why, len, "node %d %s was lost %d times", k, host, again);
