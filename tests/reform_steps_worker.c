@@ -12,6 +12,10 @@
  * A replacement still starting: with REFORM_HELLO_AFTER=FILE a newcomer
  * (COHORT_NEWCOMER=1) prints "wait pid=P" and creates its communicator (whose
  * hello that is) only once FILE exists (at most 120 s).
+ *
+ * A rank that ends without a goodbye: with REFORM_NO_DESTROY=R, rank R exits
+ * at once after its last step (or, with REFORM_EXIT_AT=K, exits with status
+ * REFORM_EXIT_CODE, default 0, after step K), without cohort_comm_destroy.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +55,14 @@ static void hold_hello(void) {
   for (int i = 0; i < 2400 && access(gate, F_OK) != 0; i++) nap();
 }
 
+/* REFORM_NO_DESTROY=R: whether this rank leaves now, without a goodbye (its last step, or
+ * REFORM_EXIT_AT's). */
+static int no_goodbye(cohort_comm *comm, int64_t step, int64_t steps) {
+  const char *r = getenv("REFORM_NO_DESTROY"), *at = getenv("REFORM_EXIT_AT");
+  if (r == NULL || atoi(r) != cohort_comm_rank(comm)) return 0;
+  return step == (at != NULL && at[0] != '\0' ? atoll(at) : steps);
+}
+
 int main(int argc, char **argv) {
   int64_t steps = argc > 1 ? atoll(argv[1]) : 60, step = 0;
   cohort_comm *comm = NULL;
@@ -80,6 +92,13 @@ int main(int argc, char **argv) {
     if (sum != (float)cohort_comm_size(comm)) return fail(comm, "wrong sum", -1);
     step++;
     cohort_comm_set_step(comm, step);
+    if (no_goodbye(comm, step, steps)) {
+      printf("leaves pid=%d rank=%d step=%lld\n", (int)getpid(), cohort_comm_rank(comm),
+             (long long)step);
+      fflush(stdout);
+      const char *code = getenv("REFORM_EXIT_CODE");
+      _exit(code != NULL ? atoi(code) : 0);
+    }
     nap();
   }
   printf("done pid=%d rank=%d size=%d step=%lld\n", (int)getpid(), cohort_comm_rank(comm),

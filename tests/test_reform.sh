@@ -593,6 +593,50 @@ coll_tests() {
   check "coll fast: node 0's ranks kept their processes" [ "$(unchanged_coll "$tmp/cr.0")" = ok ]
   wait_all 60 "${agent[0]}" "${agent[1]}"
   check "coll fast: both nodes end well ($codes)" [ "$codes" = "0 0" ]
+
+  # One node: rank 1 exits 0 mid-run without a goodbye while rank 0 asks for a next membership:
+  # the job fails together naming it (before, rank 0 waited for a `form` that never came).
+  out="$tmp/c0"
+  REFORM_NO_DESTROY=1 REFORM_EXIT_AT=10 REFORM_EXIT_CODE=0 "$cohort" run --nproc-per-node 2 \
+    --on-failure reform -- "$bin" 20 >"$out" 2>&1 &
+  wait_all 30 $!
+  check "no goodbye, one node, status 0 mid-run: it fails ($codes)" [ "$codes" = "1" ]
+  check "no goodbye, one node, status 0 mid-run: the report names the finisher" contains "$out" \
+    "rank 0 lost a peer that finished (exited 0 without a goodbye)"
+
+  # Rank 1 leaves without a goodbye (no cohort_comm_destroy, REFORM_NO_DESTROY): at the end of
+  # the job, exit 0, it is a finisher and no loss (rank 0, between steps, finds its connection
+  # closed); mid-run with status 3 it is a loss named as its own exit; mid-run with status 0,
+  # while rank 0 still needs it, the job fails together naming the finisher.
+  local c port=29502
+  for c in end:20:0 mid:10:3 zero:10:0; do
+    local name=${c%%:*} rest=${c#*:}
+    for i in 0 1; do
+      REFORM_NO_DESTROY=1 REFORM_EXIT_AT=${rest%%:*} REFORM_EXIT_CODE=${rest#*:} netns_bg "$i" \
+        "$tmp/cg$name.$i" "$cohort" run --nnodes 1:2 --master "$M:$port" --job "cg$name" \
+        --heartbeat-timeout $HB --on-failure reform -- "$bin" 20
+      agent[$i]=$!
+    done
+    port=$((port + 1))
+    wait_all 60 "${agent[0]}" "${agent[1]}"
+    case $name in
+    end)
+      check "no goodbye, at the end: both nodes end well ($codes)" [ "$codes" = "0 0" ]
+      check "no goodbye, at the end: rank 1 left without it" contains "$tmp/cgend.1" "leaves pid="
+      check "no goodbye, at the end: no re-form" not_contains "$tmp/cgend.0" "re-form"
+      ;;
+    mid)
+      check "no goodbye, status 3: the job re-forms and ends well ($codes)" [ "$codes" = "0 0" ]
+      check "no goodbye, status 3: node 0's re-form names the exit" contains "$tmp/cgmid.0" \
+        "re-forming without stopping the survivors: node 1 (node1): rank 1 (local rank 0, pid"
+      ;;
+    zero)
+      check "no goodbye, status 0 mid-run: both fail ($codes)" [ "$codes" = "1 1" ]
+      check "no goodbye, status 0 mid-run: the report names the finisher" contains \
+        "$tmp/cgzero.1" "rank 0 lost a peer that finished (exited 0 without a goodbye)"
+      ;;
+    esac
+  done
 }
 
 # unchanged_coll FILE: "ok" when every reformed pid of FILE is one that started.

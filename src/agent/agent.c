@@ -142,6 +142,9 @@ static void reap(job *j) {
       kill(-w->pid, SIGKILL);
       int lost = !agent_worker_succeeded(w) && j->first_failed < 0 && !j->remote_failed &&
                  w->stopped_by == 0 && j->stop_signal == 0;
+      /* A finisher, no loss: said for the peers whose connections to it close (on_broken). */
+      if (agent_worker_succeeded(w) && j->rf.slot != NULL && !j->stopping)
+        agent_cluster_note_finished(&j->cl, j->round);
       if (lost && j->cl.ahead == 1) { /* started ahead, no member yet: this node fails alone */
         j->first_failed = i;
         agent_report_worker_failure(j, i);
@@ -207,14 +210,47 @@ static void on_remote_failure(job *j) {
   on_loss(j, -1);
 }
 
+/* How long a rank's word that a peer's connection closed waits for the word that the peer
+ * finished (its agent's, through the store) before it counts as a loss. */
+#define FINISHED_WAIT_MS 300
+
+/* Whether a worker of the round finished (exited 0): here, or on another node as the store says
+ * within FINISHED_WAIT_MS. */
+static int peer_finished(job *j) {
+  for (int i = 0; i < j->nworkers; i++) {
+    const worker *w = &j->workers[i];
+    if (!w->running && w->pid > 0 && agent_worker_succeeded(w)) return 1;
+  }
+  return agent_cluster_finished(&j->cl, j->round, FINISHED_WAIT_MS);
+}
+
 /*
  * Worker rank's collectives found a peer gone before any agent said so (a
  * node killed whole: its connections close at once, its heartbeat stops
  * only later). The job re-forms now; the planner still waits for the lost
  * node until the heartbeat timeout unless a replacement takes its place.
+ * A peer that finished (exited 0, with no goodbye) is no loss: the job is
+ * ending, or, when the rank asks for a next membership (asks), the job
+ * fails together naming it (a rank that ended well is not replaced). Its
+ * word waits FINISHED_WAIT_MS for the finisher's, which also gives a lost
+ * worker's own agent the time to publish the loss in its words.
  */
-static void on_broken(job *j, int rank) {
-  if (j->stopping || j->remote_failed || j->first_failed >= 0 || !j->cl.multinode) return;
+static void on_broken(job *j, int rank, int asks) {
+  if (j->stopping || j->remote_failed || j->first_failed >= 0) return;
+  if (peer_finished(j)) {
+    if (!asks) {
+      base_log(BASE_LOG_INFO, "rank %d: a peer's connection closed: it finished (exit 0), no loss",
+               rank);
+      return;
+    }
+    snprintf(j->report, sizeof j->report,
+             "node %d (%s): rank %d lost a peer that finished (exited 0 without a goodbye) while "
+             "it still needed it: a rank that ended well is not replaced",
+             j->cl.plan.my_index, j->cl.hostname, rank);
+    agent_job_fail(j);
+    return;
+  }
+  if (!j->cl.multinode) return;
   snprintf(j->report, sizeof j->report, "node %d (%s): rank %d lost a peer (its connection closed)",
            j->cl.plan.my_index, j->cl.hostname, rank);
   char winner[WATCH_REPORT_MAX];
@@ -362,8 +398,8 @@ static int poll_once(job *j, poll_set *ps, int timeout) {
   agent_metrics_serve(&j->metrics, ps->pfd + ps->streams_end,
                       (int)(ps->control_at - ps->streams_end), j);
   agent_reform_serve(j, ps->pfd + ps->control_at, (int)(ps->n - ps->control_at));
-  int broken = agent_reform_take_broken(j);
-  if (broken >= 0) on_broken(j, broken);
+  int asks = 0, broken = agent_reform_take_broken(j, &asks);
+  if (broken >= 0) on_broken(j, broken, asks);
   if (agent_reform_ahead_ready(j) && !j->stopping && agent_reform_admit(j) != 0) {
     adopt_report(j, j->report);
     begin_stop(j);

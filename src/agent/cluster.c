@@ -260,6 +260,26 @@ static int read_ahead(cluster *c, int *yes_out, int *no_out) {
   return rc;
 }
 
+/* The round's key that says a worker of it finished (exited 0). */
+static void finished_key(const cluster *c, int round, char *key, size_t len) {
+  rdzv_key(key, len, c->run_id, round, "finished");
+}
+
+void agent_cluster_note_finished(cluster *c, int round) {
+  if (c->client == NULL || !c->multinode || c->store_lost) return;
+  char key[STORE_KEY_MAX];
+  finished_key(c, round, key, sizeof key);
+  store_set(c->client, key, "1", 1, base_deadline_in(STATUS_WRITE_MS));
+}
+
+int agent_cluster_finished(cluster *c, int round, int64_t wait_ms) {
+  if (c->client == NULL || !c->multinode || c->store_lost) return 0;
+  char key[STORE_KEY_MAX];
+  finished_key(c, round, key, sizeof key);
+  const char *keys[1] = {key};
+  return store_wait(c->client, keys, 1, base_deadline_in(wait_ms)) == 0;
+}
+
 int agent_cluster_job_spoke(cluster *c) {
   if (c->ahead_noted) return 1;
   if (c->client == NULL || !c->multinode) return 0;

@@ -104,6 +104,14 @@ int agent_cluster_lost_node(const char *report, char *host, size_t hostlen);
  * the way out does not wait for its exit key. Until the next join. */
 void agent_cluster_note_lost(cluster *c, const char *report);
 
+/* Says that a worker of round finished (exited 0): a peer that finds its connection closed
+ * then knows it for no loss. */
+void agent_cluster_note_finished(cluster *c, int round);
+
+/* Whether a worker of round finished (agent_cluster_note_finished), waiting for the word at
+ * most wait_ms; 0 alone. */
+int agent_cluster_finished(cluster *c, int round, int64_t wait_ms);
+
 /* Whether the job's program takes part in re-forms: some node's workers all said hello (it or
  * another node said so through agent_cluster_note_ahead). One store read; 0 when unknown. */
 int agent_cluster_job_spoke(cluster *c);

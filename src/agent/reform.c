@@ -151,8 +151,10 @@ static void on_message(job *j, int i, const char *buf, size_t len) {
   /* `broken`, or a `ready` no `reshape` asked for: the worker's own collectives found a peer
    * gone (libcohort re-forms at once, the PyTorch module says `broken`). */
   int unasked = m.verb == CONTROL_BROKEN || (m.verb == CONTROL_READY && !j->rf.forming);
-  if (unasked && m.epoch == j->round && j->rf.broken_rank < 0)
+  if (unasked && m.epoch == j->round && j->rf.broken_rank < 0) {
     j->rf.broken_rank = j->workers[i].rank;
+    j->rf.broken_asks = m.verb == CONTROL_READY;
+  }
   if (m.verb == CONTROL_FORMED && j->rf.forming) {
     s->formed = 1;
     check_formed(j);
@@ -471,9 +473,11 @@ int agent_reform_on_loss(job *j, int index) {
   return rc;
 }
 
-int agent_reform_take_broken(job *j) {
+int agent_reform_take_broken(job *j, int *asks) {
   int rank = j->rf.slot != NULL && !j->rf.forming ? j->rf.broken_rank : -1;
+  *asks = j->rf.broken_asks;
   j->rf.broken_rank = -1;
+  j->rf.broken_asks = 0;
   return rank;
 }
 

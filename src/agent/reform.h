@@ -72,6 +72,7 @@ typedef struct reform {
   int64_t step_before; /* the highest step seen before the loss, -1 unknown */
   int count;           /* re-forms completed */
   int broken_rank;     /* a worker saw membership `round` break before any agent said so, -1 */
+  int broken_asks;     /* ... and asked for the next (`ready`), not only said so (`broken`) */
   int spoke;           /* the job's program takes part: a worker of it said hello (any attempt,
                           here or, as the store says, on another node) */
   reform_record last;  /* the latest (count > 0 or forming) */
@@ -97,9 +98,10 @@ int agent_reform_channel(struct job *j, int i, int *child);
  * The rank whose collectives found the membership broken before any agent
  * announced a loss (`broken`, or `ready` unasked), once; -1 none. The loop
  * re-forms at once instead of waiting for the lost node's heartbeat
- * timeout (a node killed whole closes its connections at once).
+ * timeout (a node killed whole closes its connections at once). *asks: 1
+ * when it said `ready` (it waits for the next membership), 0 for `broken`.
  */
-int agent_reform_take_broken(struct job *j);
+int agent_reform_take_broken(struct job *j, int *asks);
 
 /* Closes every channel (the attempt is over). */
 void agent_reform_close(struct job *j);
