@@ -47,6 +47,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -780,6 +782,71 @@ static int forged_record(const char *tail, size_t len) {
   return rc;
 }
 
+/* Frames of RACE_FRAME bytes (byte i of the stream: pattern(i)) sent by a thread of their own
+ * until it finds the transport aborted. */
+#define RACE_FRAME 1000
+static void *race_sender(void *arg) {
+  coll_tcp *a = arg;
+  char buf[RACE_FRAME];
+  for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)pattern(i);
+  for (int f = 0; f < 1000000; f++) {
+    coll_tcp_ops.frame(a, 1, RACE_FRAME);
+    for (size_t off = 0; off < RACE_FRAME;) {
+      struct iovec v = {.iov_base = buf + off, .iov_len = RACE_FRAME - off};
+      long n = coll_tcp_ops.send(a, 1, &v, 1);
+      if (n < 0) return NULL;
+      if (n == 0) sched_yield();
+      off += (size_t)n;
+    }
+  }
+  return NULL;
+}
+
+/* An abort from another thread than the one sending, at a different point of the stream each
+ * round: the record, when it comes, ends the stream and never completes a frame (it follows a
+ * whole one, or cuts one short by more than its length); what precedes it is what was sent. */
+static void test_tcp_abort_race(void) {
+  int records = 0, rounds = 40;
+  size_t cap = 1 << 22;
+  char *got = malloc(cap);
+  for (int r = 0; r < rounds; r++) {
+    coll_tcp *a = NULL, *b = NULL;
+    if (tcp_pair(&a, &b) != 0) {
+      CHECK(!"tcp pair");
+      break;
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, race_sender, a);
+    size_t n = 0, cut = 5000 + (size_t)r * 997;
+    for (int i = 0; i < 1000000 && n < cut; i++) {
+      long k = coll_tcp_ops.recv(b, 0, got + n, cut - n);
+      if (k < 0) break;
+      n += (size_t)k;
+    }
+    coll_tcp_ops.abort(a, 0, "the race");
+    pthread_join(th, NULL);
+    n += tcp_drain_by(b, got + n, cap - n, cap);
+    int rank = -1;
+    char msg[400] = "";
+    int rec = coll_tcp_ops.aborted(b, &rank, msg, sizeof msg);
+    size_t body = rec ? n - COLL_ABORT_LEN : n;
+    records += rec;
+    if (rec) {
+      size_t left = (RACE_FRAME - body % RACE_FRAME) % RACE_FRAME;
+      CHECK(left == 0 || left > COLL_ABORT_LEN);
+      CHECK_STREQ(msg, "the race");
+      CHECK(memcmp(got + body, COLL_ABORT_HEAD, COLL_ABORT_MARK_LEN) == 0);
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < body; i++) bad += got[i] != (char)pattern(i % RACE_FRAME);
+    CHECK_EQ_INT((long long)bad, 0);
+    coll_tcp_destroy(a);
+    coll_tcp_destroy(b);
+  }
+  CHECK(records > 0); /* most rounds: the record is left out only within its length of an end */
+  free(got);
+}
+
 static void test_tcp_abort_record(void) {
   abort_case(0, 0, 1, "rank 0: nothing sent yet");
   abort_case(1000, 1000, 1, "rank 0: a whole message sent");
@@ -1355,6 +1422,7 @@ static int set_transport(const char *t) {
 static int unit(void) {
   test_parser();
   test_tcp_abort_record();
+  test_tcp_abort_race();
   test_no_channel();
   test_protocol();
   test_joiner(1);

@@ -26,7 +26,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,12 +46,11 @@ typedef struct tcp_peer {
   size_t lo, rpos, wpos; /* up to rpos (history for the abort record), and unread */
   uint64_t rx_off;       /* stream offset of buf[rpos] */
   size_t eof_have;       /* after the peer's end of stream: what staging held at the last peek */
-  /* Sending: bytes sent (under tx_mu, which an abort from any thread takes too), where the message
-   * being sent ends, whether the abort record went. */
-  pthread_mutex_t tx_mu;
+  /* Sending: bytes sent, where the message being sent ends, and the handshake with an abort
+   * from any thread: `sending` while a send runs, abort_state 0, then ABORTING, then ABORTED. */
   uint64_t tx_off;
   _Atomic uint64_t frame_end;
-  int abort_sent;
+  _Atomic int sending, abort_state;
   /* Receiving: the peer's abort record once found (published by `aborted`). */
   _Atomic int aborted;
   int abort_rank;
@@ -83,7 +82,6 @@ int coll_tcp_create(int rank, int size, int *fds, size_t staging, coll_tcp **out
     t->peers[i].fd = fds[i];
     fds[i] = -1;
     if (t->peers[i].fd >= 0) base_set_nonblock(t->peers[i].fd, 1);
-    pthread_mutex_init(&t->peers[i].tx_mu, NULL);
   }
   *out = t;
   return 0;
@@ -97,7 +95,6 @@ void coll_tcp_destroy(coll_tcp *t) {
       (void)!send(t->peers[i].fd, COLL_BYE, COLL_BYE_LEN, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (t->peers[i].fd >= 0) close(t->peers[i].fd);
     free(t->peers[i].buf);
-    pthread_mutex_destroy(&t->peers[i].tx_mu);
   }
   free(t->peers);
   free(t);
@@ -112,9 +109,22 @@ static void make_record(char *rec, int rank, const char *why) {
   memcpy(rec + COLL_ABORT_LEN - COLL_ABORT_MARK_LEN, COLL_ABORT_TAIL, COLL_ABORT_MARK_LEN);
 }
 
+enum { ABORTING = 1, ABORTED = 2 };
+
+/* Waits (a send or an abort in progress: microseconds, nothing blocks) until *v == want. */
+static void await_int(_Atomic int *v, int want) {
+  for (int spins = 0; atomic_load(v) != want; spins++)
+    if (spins < 64)
+      coll_cpu_relax();
+    else
+      sched_yield();
+}
+
 /* The record and shutdown() of every connection: peers see EOF at once, blocked waits wake. The
  * record goes where it cannot complete the message being sent (none is, or more than its length
- * of it is left); else the peer learns only that the connection ended. */
+ * of it is left); else the peer learns only that the connection ended. A send never runs beside
+ * it (tcp_send): abort_state and `sending` are seq_cst, so either the send sees the abort and
+ * sends nothing, or the abort waits for the send to end and sees its bytes in tx_off. */
 static void tcp_abort(void *tp, int rank, const char *why) {
   coll_tcp *t = tp;
   char rec[COLL_ABORT_LEN];
@@ -122,17 +132,21 @@ static void tcp_abort(void *tp, int rank, const char *why) {
   for (int i = 0; i < t->size; i++) {
     tcp_peer *p = &t->peers[i];
     if (p->fd < 0) continue;
-    pthread_mutex_lock(&p->tx_mu);
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&p->abort_state, &none, ABORTING)) {
+      await_int(&p->abort_state, ABORTED); /* another thread's abort: done when it is */
+      continue;
+    }
+    await_int(&p->sending, 0);
     /* frame_end is stored before a message's first send: once tx_off counts any of its bytes the
-     * lock shows its end. Before that the old end (owed 0) or the new one (none of it sent: the
-     * record goes between messages, or is left out) are both safe. */
+     * end is its. Before that the old end (owed 0) or the new one (none of it sent: the record
+     * goes between messages, or is left out) are both safe. */
     uint64_t end = atomic_load_explicit(&p->frame_end, memory_order_relaxed);
     uint64_t owed = end > p->tx_off ? end - p->tx_off : 0;
-    if (!p->abort_sent && (owed == 0 || owed > COLL_ABORT_LEN))
+    if (owed == 0 || owed > COLL_ABORT_LEN)
       (void)!send(p->fd, rec, sizeof rec, MSG_DONTWAIT | MSG_NOSIGNAL);
-    p->abort_sent = 1;
     shutdown(p->fd, SHUT_RDWR);
-    pthread_mutex_unlock(&p->tx_mu);
+    atomic_store(&p->abort_state, ABORTED);
   }
 }
 
@@ -249,11 +263,15 @@ static long tcp_send(void *tp, int peer, const struct iovec *iov, int iovcnt) {
   struct msghdr mh = {0};
   mh.msg_iov = (struct iovec *)iov;
   mh.msg_iovlen = (size_t)iovcnt;
-  pthread_mutex_lock(&p->tx_mu);
-  ssize_t n = sendmsg(p->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-  int e = errno;
-  if (n > 0) p->tx_off += (uint64_t)n;
-  pthread_mutex_unlock(&p->tx_mu);
+  atomic_store(&p->sending, 1);
+  ssize_t n = -1;
+  int e = EPIPE; /* aborted: as the shut-down socket would say */
+  if (atomic_load(&p->abort_state) == 0) {
+    n = sendmsg(p->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    e = errno;
+    if (n > 0) p->tx_off += (uint64_t)n;
+  }
+  atomic_store_explicit(&p->sending, 0, memory_order_release);
   long rc = n < 0 ? sock_err(e) : n;
   if (rc < 0) find_record(t, p);
   return rc;
