@@ -471,6 +471,36 @@ etcd_tests() {
   touch "$tmp/e.done"
   wait_all 30 "${agent[${others[0]}]}" "${agent[${others[1]}]}"
   check "etcd: the survivors end well ($codes)" [ "$codes" = "0 0" ]
+
+  # A node stopped (SIGSTOP) past its lease, then continued: the others re-formed without it;
+  # it finds itself named lost and ends alone saying so (before, it re-formed as a survivor:
+  # `reshape` to its worker, then a join that etcd refused, "requested lease not found").
+  for i in 0 1 2; do
+    REFORM_DONE="$tmp/es.done" netns_agent "$i" "$tmp/es.$i" --rdzv-backend etcd \
+      --rdzv-endpoint "$a3:2379" --rdzv-id "es$$" --nnodes 2:3 --heartbeat-timeout $HB \
+      --on-failure reform -- "$worker"
+    agent[$i]=$!
+  done
+  started es 3 || return
+  sleep 1
+  local late=0 p
+  grep -q "cohort: node 0 of 3 " "$tmp/es.0" && late=1
+  local stopped
+  stopped=$(ip netns pids "$(netns_node $late)")
+  for p in $stopped; do kill -STOP "$p"; done
+  local rest=()
+  for i in 0 1 2; do [ "$i" = "$late" ] || rest+=("$i"); done
+  check "etcd stopped node: the others re-form without it" \
+    wait_for "$tmp/es.${rest[0]}" "world=2 at=" 1 30
+  for p in $stopped; do kill -CONT "$p"; done
+  wait_all 30 "${agent[$late]}"
+  check "etcd stopped node: it ends alone ($codes)" [ "$codes" = "1" ]
+  check "etcd stopped node: it says it was declared lost" contains "$tmp/es.$late" \
+    "this node was declared lost while it did not answer"
+  check "etcd stopped node: its worker got no reshape" not_contains "$tmp/es.$late" "] reshape pid="
+  touch "$tmp/es.done"
+  wait_all 30 "${agent[${rest[0]}]}" "${agent[${rest[1]}]}"
+  check "etcd stopped node: the others end well ($codes)" [ "$codes" = "0 0" ]
 }
 
 # The PyTorch example (examples/reform_ddp.py through cohort_reform, Debian's

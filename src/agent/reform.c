@@ -289,6 +289,20 @@ static const char *cannot_reform(job *j, const char *report, char *why, size_t l
   return NULL;
 }
 
+/* When report names this node lost (it was stopped or cut off longer than the heartbeat timeout,
+ * and has come back: the others went on without it): why it ends alone, else NULL. */
+static const char *self_lost(job *j, const char *report, char *why, size_t len) {
+  char host[BASE_HOST_MAX + 2], mine[BASE_HOST_MAX + 2];
+  if (!j->cl.multinode || agent_cluster_lost_node(report, host, sizeof host) != j->cl.plan.my_index)
+    return NULL;
+  snprintf(mine, sizeof mine, "(%s)", j->cl.hostname);
+  if (strcmp(host, mine) != 0) return NULL;
+  snprintf(why, len,
+           "this node was declared lost while it did not answer (stopped, or cut off) and the job "
+           "went on without it: start it again to rejoin");
+  return why;
+}
+
 /* `verb epoch=E why=...` to every running worker: the why's first line, cut to fit a message. */
 static void send_all(job *j, const char *verb, const char *why) {
   int len = (int)strcspn(why, "\n\r");
@@ -457,7 +471,8 @@ int agent_reform_on_loss(job *j, int index) {
   if (strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) != 0)
     note_loss(j, index >= 0 ? j->report : report);
   if (index >= 0) j->rf.slot[index].losses++;
-  const char *fatal = cannot_reform(j, report, why, sizeof why);
+  const char *fatal = self_lost(j, report, why, sizeof why);
+  if (fatal == NULL) fatal = cannot_reform(j, report, why, sizeof why);
   if (fatal != NULL) {
     report_with_losses(j, fatal);
     return -1;
