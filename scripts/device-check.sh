@@ -51,8 +51,9 @@
 #        COLL_RANKS "2 4 8", COLL_BYTES "4194304 67108864" (8: the latency row),
 #        GPT2_THREADS "1 2 4 8 16", TORCH_THREADS "1 4 16";
 #        RECOVERY_MODEL 124M|small, RECOVERY_STEPS 10, RECOVERY_KILL 4,
-#        RECOVERY_NEED_S 200 (not started with less budget left), RECOVERY_RUN_S 100
-#        (per row); SHAPED_NEED_S 120, SHAPED_ARGS (more bench/train/run.py options))
+#        RECOVERY_NEED_S 200 (not started with less budget left), RECOVERY_RUN_S
+#        (a run's limit; default: bench/recovery's, from the model, steps and link);
+#        SHAPED_NEED_S 120, SHAPED_ARGS (more bench/train/run.py options))
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/cohort-devcheck}
@@ -712,12 +713,15 @@ netns_section() {
 budget_left() { echo $((BUDGET_S - $(elapsed))); }
 
 # recovery_run LIMIT: bench/recovery under a SIGINT after LIMIT seconds (its
-# runs' finally blocks then end what runs in the namespaces and remove them).
+# runs' finally blocks then end what runs in the namespaces and remove them,
+# and it prints the rows done, the others "stopped by SIGINT"). A run's own
+# limit is the bench's (it scales with the model) unless RECOVERY_RUN_S.
 recovery_run() {
   timeout -s INT -k 15 "$1" "$PY" "$SRC/bench/recovery/run.py" --cohort "$COHORT" --gpt2 "$BUILD/cohort-gpt2" \
     --python "$PY" --model "${RECOVERY_MODEL:-124M}" --reps 1 --steps "${RECOVERY_STEPS:-10}" \
     --kill-step "${RECOVERY_KILL:-4}" --ckpt-every 3 --logs "$WORK/recovery-logs" \
-    --rows "cohort reform,cohort restart,torchrun restart,torch reform" --timeout "${RECOVERY_RUN_S:-100}"
+    --rows "cohort reform,cohort restart,torchrun restart,torch reform" \
+    ${RECOVERY_RUN_S:+--row-limit "$RECOVERY_RUN_S"}
 }
 # bench/recovery: 3 namespaces x 1 rank x 1 thread, node 2 killed at
 # RECOVERY_KILL of RECOVERY_STEPS; the torch rows with PY and its torchrun.

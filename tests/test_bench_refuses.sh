@@ -42,6 +42,29 @@ rc=$?
 check "bench/recovery: a job that never started exits non-zero ($rc)" [ $rc != 0 ]
 check "bench/recovery: the row says fail" grep -qE '^\| cohort restart \| fail' "$tmp/recovery"
 check "bench/recovery: no figure" not grep -qE '^\|.*[0-9]\.[0-9]' "$tmp/recovery"
+# A job that runs but never reaches the kill step: its run's limit (--row-limit) ends it, and
+# the bench says which limit; a caller's SIGINT ends the bench with the row failed, no figure.
+printf '#!/bin/sh\nexec sleep 60\n' >"$tmp/sleeper" && chmod +x "$tmp/sleeper"
+/usr/bin/python3 "$src/bench/recovery/run.py" --cohort "$tmp/sleeper" --gpt2 /bin/true --reps 2 \
+  --rows "cohort restart" --row-limit 2 >"$tmp/recovery_limit" 2>&1
+rc=$?
+check "bench/recovery: a run ended by its limit exits non-zero ($rc)" [ $rc != 0 ]
+check "bench/recovery: ... the row says which limit ended it" \
+  grep -qE "^\| cohort restart \| fail: run 1 of 2: the run's 2 s limit \(--row-limit\)" \
+  "$tmp/recovery_limit"
+check "bench/recovery: ... no figure" not grep -qE '^\|.*[0-9]\.[0-9]' "$tmp/recovery_limit"
+/usr/bin/python3 "$src/bench/recovery/run.py" --cohort "$tmp/sleeper" --gpt2 /bin/true --reps 1 \
+  --rows "cohort restart" --row-limit 60 >"$tmp/recovery_int" 2>&1 &
+pid=$!
+for _ in $(seq 100); do ip netns list | grep -q "^cm${pid}n2" && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+check "bench/recovery: stopped by SIGINT exits non-zero ($rc)" [ $rc != 0 ]
+check "bench/recovery: ... the row says SIGINT ended it" \
+  grep -qE '^\| cohort restart \| fail: SIGINT ended run 1 of 1' "$tmp/recovery_int"
+check "bench/recovery: ... no figure" not grep -qE '^\|.*[0-9]\.[0-9]' "$tmp/recovery_int"
+check "bench/recovery: ... its namespaces removed" not sh -c "ip netns list | grep -q '^cm${pid}'"
 
 COHORT_BENCH_PYTHON=/bin/false "$bench_store" 1 20 >"$tmp/store" 2>&1
 rc=$?

@@ -16,8 +16,8 @@ once in the same namespace with the same command line. Rows:
                    (--gpt2-before: e.g. one built before a change), run
                    alternately with the cohort reform row
 
-Figures per row (median of --reps runs), all from rank 0's step lines as they
-arrive, in seconds after the kill:
+Figures per row: the median of --reps runs, each run's figure beside it in
+brackets; all from rank 0's step lines as they arrive, in seconds after the kill:
   next      the survivors' next completed step
   redone    completed steps computed again
   joined    the first step the replacement contributes to (world back at 3)
@@ -27,15 +27,23 @@ arrive, in seconds after the kill:
             re-forms after the kill (its "re-formed in T s" lines, summed)
 Runs alternate between the rows (rep 1 of every row, then rep 2, ...), so the
 rows see the same load.
-A run in which a process failed, the job did not finish every step, or the
-kill found no node to kill gives no figure: the row says "fail" and the
-script exits 1. A row whose tool lacks the feature says "not run" and why.
+A run in which a process failed, the job did not finish every step, the
+kill found no node to kill, or its time limit came first gives no figure: the
+row says "fail", which run and why (for a limit: which one, and where rank 0
+was), and the script exits 1; a SIGINT or SIGTERM (a caller's limit) ends
+the bench the same way, with the rows done so far. A row whose tool lacks
+the feature says "not run" and why. A run's limit (printed at the start) is
+--row-limit, or twice a slow estimate from the model size, the steps and
+--rate (run_limit).
+torchrun is set up as a careful user of PyTorch's elastic tutorial would
+(torchrun_opts; docs/reform.md has the reasons).
 Run as root (namespaces, tc). --rate shapes every node's link with tc (tbf).
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
 another launcher (or COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN).
 """
 import argparse
+import math
 import os
 import re
 import shlex
@@ -104,7 +112,20 @@ def gpt2_cmd(a, tmp, binary=None):
 def torch_cmd(a, tmp, script_args):
     m = model_args(a)
     return ["--layers", str(m["layers"]), "--heads", str(m["heads"]), "--channels",
-            str(m["channels"]), "--vocab", str(m["vocab"]), "--steps", str(a.steps)] + script_args
+            str(m["channels"]), "--vocab", str(m["vocab"]), "--steps", str(a.steps), "--batch",
+            str(a.batch), "--seq-len", str(a.seq_len)] + script_args
+
+
+def torchrun_opts(a):
+    """torchrun as a careful user of PyTorch's elastic tutorial sets it up (docs/reform.md says
+    why): the tutorial's c10d rendezvous on node 0 and a fixed world of 3 (min = max: a round
+    completes as soon as the third node joins, so last_call_timeout never applies); the agent
+    looks at its workers every 0.1 s (torch 2.x's default; 1.13's is 5 s); and a lost agent's
+    entry in the rendezvous state expires after cohort's heartbeat timeout (keep-alives every
+    1 s, --heartbeat of them missed) where PyTorch reads these settings (2.x); torch 1.13
+    ignores them and keeps 3 missed keep-alives of 5 s, which a re-rendezvous waits for."""
+    return ["--monitor_interval", "0.1", "--rdzv_conf",
+            "keep_alive_interval=1,keep_alive_max_attempt=%d" % max(1, math.ceil(a.heartbeat))]
 
 
 def row_cmd(row, a, tmp, i, port, ns):
@@ -126,10 +147,36 @@ def row_cmd(row, a, tmp, i, port, ns):
             torch_cmd(a, tmp, [])
     return a.torchrun + ["--nnodes", "3", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", master, "--rdzv_id", "recovery",
-            "--max_restarts", "3", "--redirects", "2", "--tee", "1",
+            "--max_restarts", "3", "--redirects", "2", "--tee", "1"] + torchrun_opts(a) + [
             os.path.join(HERE, "torch_ckpt.py")] + torch_cmd(
                 a, tmp, ["--ckpt", os.path.join(tmp, "snapshot.pt"), "--ckpt-every",
                          str(a.ckpt_every)])
+
+
+def run_limit(a):
+    """A run's time limit, in seconds, from the model, the steps and the link (--row-limit
+    overrides): twice a slow estimate of start-up + steps + recovery on a loaded small machine.
+    A step: 1 s plus 6 x parameters x tokens at 2.5 GFLOP/s per rank (PyTorch 1.13's GPT-2 124M
+    step, B=4 T=64, took 27-98 s on the 2-core VM at a load of 10-16); the state (parameters and
+    two AdamW moments, 12 bytes a parameter) crosses the link 4 times (checkpoints written and
+    read, the newcomer's transfer), at --rate or 10 Gbit/s; start-up and recovery 60 s each
+    (interpreters, imports, torchrun's re-rendezvous)."""
+    if a.row_limit:
+        return a.row_limit, "--row-limit"
+    L, C, V = a.layers, a.channels, a.vocab
+    params = V * C + 64 * C + L * 12 * C * C
+    step_s = 1.0 + 6.0 * params * a.batch * a.seq_len / 2.5e9
+    rate = parse_rate(a.rate) if a.rate else 10e9
+    limit = 2 * (60 + a.steps * step_s + 4 * 12 * params * 8 / rate + 60)
+    return round(limit), "from model, steps, link"
+
+
+def parse_rate(text):
+    """tc's rate ("1gbit", "100mbit", "500kbit", "1000000bit") in bits per second."""
+    m = re.fullmatch(r"([0-9.]+)\s*([kmg]?)bit", text.strip().lower())
+    if not m:
+        raise ValueError("bad --rate %r (e.g. 1gbit, 100mbit)" % text)
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
 def row_missing(row, a):
@@ -226,6 +273,16 @@ def figures(node0, everyone, t_kill, total):
                 step=step_s, state=state, blocked=blocked)
 
 
+def ended_by_limit(limit, source, node0, t_kill):
+    """Why a run had no figure when its limit ended it after the kill: where rank 0 was."""
+    after = [s for t, s in steps_of(node0.lines) if t >= t_kill]
+    last = node0.lines[-1][1][-160:] if node0.lines else "(none)"
+    return ("the run's %d s limit (%s) ended it %.0f s after the kill, rank 0 %s; node 0's "
+            "last line: %s" % (limit, source, time.monotonic() - t_kill,
+                               "at step %d" % after[-1] if after else "with no step since",
+                               last))
+
+
 def one_run(row, a, port):
     """One run of a row: its figures, or None (and why) when it did not do its work."""
     tmp = tempfile.mkdtemp(prefix="cohort-bench-recovery-")
@@ -238,7 +295,8 @@ def one_run(row, a, port):
         env = dict(os.environ, OMP_NUM_THREADS="1")
         for i in (2, 1, 0):
             nodes.insert(0, Node(in_node(ns, i, row_cmd(row, a, tmp, i, port, ns)), env))
-        deadline = time.monotonic() + a.timeout
+        limit, source = run_limit(a)
+        deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             st = steps_of(nodes[0].lines)
             if st and st[-1][1] >= a.kill_step:
@@ -247,7 +305,8 @@ def one_run(row, a, port):
                 return None, "node 0 ended before step %d" % a.kill_step
             time.sleep(0.01)
         else:
-            return None, "step %d not reached" % a.kill_step
+            return None, "the run's %d s limit (%s) ended it before step %d" % (limit, source,
+                                                                               a.kill_step)
         if kill_node(ns, 2) == 0:
             return None, "nothing to kill on node 2"
         t_kill = time.monotonic()
@@ -257,6 +316,8 @@ def one_run(row, a, port):
             if i == 2:
                 continue
             rc = n.wait(deadline)
+            if rc is None:
+                return None, ended_by_limit(limit, source, nodes[0], t_kill)
             if rc != 0:
                 tail = " | ".join(l for _, l in n.lines[-3:])
                 return None, "node %s ended with %s: %s" % (i if i < 3 else "2 (new)", rc,
@@ -305,14 +366,16 @@ def main():
     ap.add_argument("--heartbeat", type=float, default=2,
                     help="cohort's --heartbeat-timeout (default 2 s)")
     ap.add_argument("--model", default="small", choices=["small", "124M"])
-    ap.add_argument("--batch", type=int, default=4, help="cohort-gpt2 rows' --batch (default 4)")
+    ap.add_argument("--batch", type=int, default=4, help="every row's --batch (default 4)")
     ap.add_argument("--seq-len", type=int, default=64,
-                    help="cohort-gpt2 rows' --seq-len (default 64, at most 64)")
+                    help="every row's --seq-len (default 64, at most 64)")
     ap.add_argument("--rate", default="", help="shape every link with tc, e.g. 1gbit")
     ap.add_argument("--rows", default="cohort reform,cohort reform (before),cohort restart,"
                     "torchrun restart,torch reform")
     ap.add_argument("--logs", default="", help="write every node's timestamped output here")
-    ap.add_argument("--timeout", type=float, default=600, help="per run, seconds")
+    ap.add_argument("--row-limit", "--timeout", dest="row_limit", type=float, default=0,
+                    help="seconds a run may take (default: from the model, the steps and "
+                    "--rate; printed)")
     ap.add_argument("--python", default=PY,
                     help="the torch rows' Python (default $COHORT_BENCH_PYTHON or %(default)s)")
     ap.add_argument("--torchrun", default=os.environ.get("COHORT_BENCH_TORCHRUN", ""),
@@ -322,64 +385,118 @@ def main():
     a.torchrun = shlex.split(a.torchrun) or [a.python, "-m", "torch.distributed.run"]
     sizes = {"small": (4, 4, 128, 4096), "124M": (12, 12, 768, 50257)}[a.model]
     a.layers, a.heads, a.channels, a.vocab = sizes
+    if a.reps < 1:
+        ap.error("--reps must be at least 1")
+    try:
+        limit, source = run_limit(a)
+    except ValueError as e:
+        ap.error(str(e))
     if os.geteuid() != 0:
         sys.exit("bench/recovery: network namespaces need root")
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), "?")
-    print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d (cohort-gpt2 "
-          "B=%d T=%d), %d steps, "
+    info = dict(l.split(":", 1) for l in open("/proc/cpuinfo") if ":" in l)
+    cpu = "%s (family %s model %s)" % tuple(info.get(k, "?").strip() for k in
+                                            ("model name\t", "cpu family\t", "model\t\t"))
+    print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d (B=%d "
+          "T=%d), %d steps, "
           "node 2 killed after step %d, replacement started at once; heartbeat timeout %g s; "
           "link %s; %s, %d cores, load %.1f" % (a.layers, a.heads, a.channels, a.vocab, a.batch,
                                                 a.seq_len, a.steps,
                                                 a.kill_step, a.heartbeat, a.rate or "unshaped",
                                                 cpu, os.cpu_count(), os.getloadavg()[0]))
-    results, failed = {}, False
-    port = 29700
-    rows, runs = [r.strip() for r in a.rows.split(",") if r.strip()], {}
+    print("# each run ends at %d s (%s); %d rep(s), the rows alternating; load %s" % (
+        limit, source, a.reps, "%.1f %.1f %.1f" % os.getloadavg()))
+    rows = [r.strip() for r in a.rows.split(",") if r.strip()]
+    results, runs, stopped = run_rows(a, rows)
+    print_table(rows, results, runs)
+    print("# load at the end: %.1f %.1f %.1f" % os.getloadavg())
+    if stopped:
+        print("# stopped by %s (the caller's limit)" % stopped)
+    sys.exit(1 if stopped or any(st == "fail" for st, _ in results.values()) else 0)
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM from the caller (e.g. `timeout -s INT`): its limit, not a row's."""
+
+
+def stop(signum, frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runs' clean-up is not cut short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stopped(signal.Signals(signum).name)
+
+
+def run_rows(a, rows):
+    """Every rep of every row, the rows alternating (rep 1 of each, then rep 2, ...) so that
+    the load drifts hit every row alike. A row stops at its first failed run."""
+    results, runs, port = {}, {}, 29700
     for row in rows:
         why = row_missing(row, a)
         if why:
             results[row] = ("not run", why)
         else:
             runs[row] = []
-    for rep in range(a.reps):  # alternately: the rows side by side under the same load
-        for row in [r for r in rows if r in runs and r not in results]:
-            port += 1
-            fig, why = one_run(row, a, port)
-            if fig is None:
-                results[row] = ("fail", why)
-                failed = True
-            else:
-                runs[row].append(fig)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for rep in range(a.reps):
+            for row in [r for r in rows if r in runs and r not in results]:
+                port += 1
+                try:
+                    fig, why = one_run(row, a, port)
+                except Stopped as e:
+                    results[row] = ("fail", "%s ended run %d of %d before its end" % (
+                        e, rep + 1, a.reps))
+                    raise
+                if fig is None:
+                    results[row] = ("fail", "run %d of %d: %s" % (rep + 1, a.reps, why))
+                else:
+                    runs[row].append(fig)
+    except Stopped as e:
+        for row in rows:
+            if row not in results:
+                results[row] = ("fail", "%s came before its %d runs were done" % (e, a.reps))
+        return results, runs, str(e)
+    return results, runs, None
+
+
+KEYS = ("step", "next", "redone", "joined", "blocked", "lost")
+
+
+def cell(rs, k):
+    """The median of a figure over a row's runs, each run's beside it: "m (r1, r2, r3)"."""
+    xs = [r[k] for r in rs]
+    have = [x for x in xs if x is not None]
+    if not have:
+        return "-", None
+    med = statistics.median(have)
+    if isinstance(xs[0], int) and med == int(med):
+        med = int(med)
+    if len(xs) == 1:
+        return fmt(med), med
+    return "%s (%s)" % (fmt(med), ", ".join(fmt(x) for x in xs)), med
+
+
+def print_table(rows, results, runs):
+    """The table: a row that failed or did not run says so and has no figure."""
+    print("| row | step s | next s | redone | joined s | blocked s | lost s | state bytes |")
+    print("|---|---|---|---|---|---|---|---|")
+    med = {}
     for row in rows:
         if row in results:
+            print("| %s | %s: %s |" % (row, results[row][0], results[row][1]))
             continue
-        rs = runs[row]
-        med = {k: (statistics.median([r[k] for r in rs if r[k] is not None])
-                   if any(r[k] is not None for r in rs) else None) for k in rs[0]}
-        med["joined_all"] = [r["joined"] for r in rs]
-        results[row] = ("ok", med)
-    results = {row: results[row] for row in rows}
-    print("| row | step s | next s | redone | joined s | joined s, each run | blocked s | lost s "
-          "| state bytes |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row, (st, v) in results.items():
-        if st != "ok":
-            print("| %s | %s: %s |" % (row, st, v))
-            continue
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            row, fmt(v["step"]), fmt(v["next"]), fmt(v["redone"]), fmt(v["joined"]),
-            ", ".join(fmt(x) for x in v["joined_all"]), fmt(v["blocked"]), fmt(v["lost"]),
-            fmt(int(v["state"]) if v["state"] is not None else None)))
-    ok = {r: v for r, (st, v) in results.items() if st == "ok"}
-    before, after = ok.get("cohort reform (before)"), ok.get("cohort reform")
+        cells = [cell(runs[row], k) for k in KEYS]
+        med[row] = dict(zip(KEYS, (m for _, m in cells)))
+        states = [r["state"] for r in runs[row] if r["state"] is not None]
+        print("| %s | %s | %s |" % (row, " | ".join(c for c, _ in cells),
+                                    "{:,}".format(max(states)) if states else "-"))
+    before, after = med.get("cohort reform (before)"), med.get("cohort reform")
     if before and after and before["joined"] and after["joined"]:
         print("newcomer joined, before / after: %.2fx" % (before["joined"] / after["joined"]))
     for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
                        ("torch reform", "torchrun restart")):
-        if fast in ok and slow in ok and ok[fast]["lost"] and ok[fast]["lost"] > 0:
-            print("time lost, %s / %s: %.1fx" % (slow, fast, ok[slow]["lost"] / ok[fast]["lost"]))
-    sys.exit(1 if failed else 0)
+        if fast in med and slow in med and med[fast]["lost"] and med[fast]["lost"] > 0:
+            print("time lost, %s / %s: %.1fx" % (slow, fast, med[slow]["lost"] /
+                                                 med[fast]["lost"]))
 
 
 if __name__ == "__main__":
