@@ -20,8 +20,8 @@ it says `broken` once (its collectives found a peer gone).
 A replacement still starting (PyTorch's import takes seconds): with
 REFORM_HELLO_AFTER=FILE a newcomer (COHORT_NEWCOMER=1) says hello only once
 FILE exists (at most 120 s), then prints "hello pid=P". With
-REFORM_HELLO_RANK=R too, the worker of the first start with RANK=R waits so
-instead (a slow first start).
+REFORM_HELLO_RANK=R too, the worker of the first start with RANK=R (any
+rank: R=any) waits so instead (a slow first start).
 """
 import os
 import select
@@ -55,7 +55,7 @@ def main():
     gate = os.environ.get("REFORM_HELLO_AFTER", "")
     slow = os.environ.get("REFORM_HELLO_RANK")
     if slow is not None:
-        slow = os.environ.get("COHORT_NEWCOMER") != "1" and slow == rank
+        slow = os.environ.get("COHORT_NEWCOMER") != "1" and slow in (rank, "any")
     else:
         slow = os.environ.get("COHORT_NEWCOMER") == "1"
     if gate and slow:

@@ -383,6 +383,27 @@ node_tests() {
   wait_all 30 "${agent[0]}" "${agent[1]}"
   check "partition: the majority ends well ($codes)" [ "$codes" = "0 0" ]
 
+  # 8a. A loss while another node's worker of the first start has not said hello yet (slow to
+  # start): node 0's worker said hello, so the job's program speaks (the store's ahead keys);
+  # node 2's worker takes part: it forms in its own process once it speaks, no restart.
+  agents 2 0 h 2:3
+  REFORM_DONE="$tmp/h.done" REFORM_HELLO_AFTER="$tmp/h.hello" REFORM_HELLO_RANK=any \
+    netns_agent 2 "$tmp/h.2" --nnodes 2:3 --master "$M:29500" --job h --heartbeat-timeout $HB \
+    --on-failure reform -- "$worker"
+  agent[2]=$!
+  started h 3 || return
+  sleep 1
+  kill_node 1
+  check "slow start, nodes: node 0 re-forms without stopping" \
+    wait_for "$tmp/h.0" "re-forming without stopping the survivors" 1 30
+  touch "$tmp/h.hello"
+  check "slow start, nodes: node 2's worker formed in its own process" \
+    wait_for "$tmp/h.2" "formed pid=$(first_pid "$tmp/h.2") rank=" 1 30
+  touch "$tmp/h.done"
+  wait_all 30 "${agent[0]}" "${agent[2]}"
+  check "slow start, nodes: the job ends well ($codes)" [ "$codes" = "0 0" ]
+  check "slow start, nodes: nobody was restarted" not_contains "$tmp/h.2" "restarting"
+
   # 8. A node lost again and again (its replacements die too): the third loss
   # of node2 fails the job together, the report naming the losses in order.
   agents 3 0 g 2:3
