@@ -332,6 +332,7 @@ def one_run(row, a, port):
         return fig, None
     finally:
         if a.logs:
+            os.makedirs(a.logs, exist_ok=True)
             for i, n in enumerate(nodes):
                 with open(os.path.join(a.logs, "%s-%d-node%d.log" % (row.replace(" ", "_"), port,
                                                                      i)), "w") as f:
