@@ -113,7 +113,8 @@ wait_all 30 $a0 $a2
 check "agent kill: the others exit 1 ($codes)" [ "$codes" = "1 1" ]
 check "agent kill: node 0 says node 1 lost its agent" contains "$tmp/l0" "job failed: node 1 (node1): its agent died"
 check "agent kill: node 2 says node 1 lost its agent" contains "$tmp/l2" "job failed: node 1 (node1): its agent died"
-sleep 0.5
+# The guard ends it: bounded (10 s), as a loaded machine may take more than a moment.
+for _ in $(seq 100); do [ -d "/proc/$(cat "$tmp/lw")" ] || break; sleep 0.1; done
 check "agent kill: node 1's worker died with its agent" [ ! -d "/proc/$(cat "$tmp/lw")" ]
 
 # 7. kill -9 of node 0's agent (the store): the other stops well within the heartbeat timeout
