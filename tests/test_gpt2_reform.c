@@ -325,13 +325,36 @@ static long reform_step(const char *out, int epoch, int from, int to) {
   return p ? atol(p + strlen(want)) : -1;
 }
 
+/* The survivors s[0..1] (the victim lost) re-form as 2; `on` steps later the membership of 2
+ * ends and a newcomer, started here as s[2], joins as rank 2. 1 when every message came. */
+static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, proc *s) {
+  char tag[80], msg[1024];
+  int ok = 1;
+  for (int i = 0; i < 2; i++)
+    ok = ok && say(&s[i], "reshape epoch=0 why=rank %d lost", victim) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 1, i, 2, u->job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
+  ok = ok && wait_progress(&s[0], progress(&s[0]) + on, 60) == 0;
+  /* Held while it is sent: a tiny step takes milliseconds, and this process, descheduled under
+   * load, once let them train to the end before the reshape came. */
+  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGSTOP);
+  for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 why=a node joins") == 0;
+  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGCONT);
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
+  snprintf(tag, sizeof tag, "%s.live.new", c->name);
+  s[2] = spawn_rank(tag, 2, 3, u->job, 2, 1, 1, c->transport, u->args);
+  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i, 3, u->job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
+  return ok;
+}
+
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
  * re-form. Sets N and M, the steps the re-forms went on from. */
 static int live(const reform_case *c, long *N, long *M) {
-  char tag[80], msg[1024], rate[32];
+  char rate[32];
   run_setup u;
   setup_run(&u, c, "live", -1, STEPS);
-  const char *job = u.job;
   proc p[3];
   snprintf(rate, sizeof rate, "%ld", c->rate);
   if (c->rate > 0) setenv("COHORT_STREAM_RATE", rate, 1);
@@ -345,23 +368,7 @@ static int live(const reform_case *c, long *N, long *M) {
   int ns = 0;
   for (int r = 0; r < 3; r++)
     if (r != c->victim) s[ns++] = p[r];
-  for (int i = 0; i < 2; i++)
-    ok = ok && say(&s[i], "reshape epoch=0 why=rank %d lost", c->victim) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 1, i, 2, job) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
-  /* The grow: two steps on, the membership of 2 ends and a newcomer joins as rank 2. */
-  ok = ok && wait_progress(&s[0], progress(&s[0]) + 2, 60) == 0;
-  /* Held while it is sent: a tiny step takes milliseconds, and this process, descheduled under
-   * load, once let them train to the end before the reshape came. */
-  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGSTOP);
-  for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 why=a node joins") == 0;
-  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGCONT);
-  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
-  snprintf(tag, sizeof tag, "%s.live.new", c->name);
-  s[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, u.args);
-  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i, 3, job) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
+  ok = ok && shrink_grow(c, &u, c->victim, 2, s);
   for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&s[i], 120), 0);
   CHECK(ok);
   char *out = out_of(s[0].tag);
@@ -508,7 +515,7 @@ static void run_behind(const reform_case *c) {
  * and the run ends well with its last step's line.
  */
 static void run_donor_lost(const reform_case *c) {
-  char tag[80], msg[1024], rate[32];
+  char msg[1024], rate[32];
   run_setup u;
   setup_run(&u, c, "live", -1, STEPS);
   const char *job = u.job;
@@ -519,20 +526,8 @@ static void run_donor_lost(const reform_case *c) {
   ok = ok && wait_progress(&p[2], c->kill_at, 60) == 0;
   kill(p[2].pid, SIGKILL);
   CHECK_EQ_INT(reap(&p[2], 10), 128 + SIGKILL);
-  for (int i = 0; i < 2; i++) ok = ok && say(&p[i], "reshape epoch=0 why=rank 2 lost") == 0;
-  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "ready", msg, sizeof msg, 60) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && form(&p[i], 1, i, 2, job) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "formed", msg, sizeof msg, 60) == 0;
-  ok = ok && wait_progress(&p[0], progress(&p[0]) + 1, 60) == 0;
-  for (int i = 0; i < 2; i++) kill(p[i].pid, SIGSTOP);
-  for (int i = 0; i < 2; i++) ok = ok && say(&p[i], "reshape epoch=1 why=a node joins") == 0;
-  for (int i = 0; i < 2; i++) kill(p[i].pid, SIGCONT);
-  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "ready", msg, sizeof msg, 60) == 0;
-  snprintf(tag, sizeof tag, "%s.live.new", c->name);
-  p[2] = spawn_rank(tag, 2, 3, job, 2, 1, 1, c->transport, u.args);
+  ok = ok && shrink_grow(c, &u, 2, 1, p);
   unsetenv("COHORT_STREAM_RATE");
-  for (int i = 0; i < 2; i++) ok = ok && form(&p[i], 2, i, 3, job) == 0;
-  for (int i = 0; i < 2; i++) ok = ok && expect(&p[i], "formed", msg, sizeof msg, 60) == 0;
   /* The survivors train at world 2 while the state streams (the tiny model's steps to the end,
    * where they wait for it); a second into the stream's 4 the donor is lost. */
   usleep(1000000);
