@@ -349,8 +349,29 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
   return ok;
 }
 
+/* Which way the join of the newcomer went, from rank 0's epoch-2 line (60 s at most): 1 catching
+ * up, 0 the blocking transfer (a survivor a step behind: docs/gpt2.md "Catching up"), -1 neither.
+ */
+static int join_catches_up(const proc *r0) {
+  for (int i = 0; i < 600; i++) {
+    char *out = out_of(r0->tag), *at = strstr(out, "re-formed (epoch 2)");
+    char *end = at != NULL ? strchr(at, '\n') : NULL;
+    if (end != NULL) *end = '\0';
+    int k = end == NULL                         ? -1
+            : strstr(at, "rank(s) catching up") ? 1
+            : strstr(at, "rank(s) received")    ? 0
+                                                : -1;
+    free(out);
+    if (k >= 0) return k;
+    usleep(100000);
+  }
+  return -1;
+}
+
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
- * re-form. Sets N and M, the steps the re-forms went on from. */
+ * re-form. Sets N and M, the steps the re-forms went on from. -1: a case that is to catch up
+ * (streamed slowly) took the blocking transfer (a survivor a step behind at the grow, a race the
+ * test cannot steer): the caller runs it again. */
 static int live(const reform_case *c, long *N, long *M) {
   char rate[32];
   run_setup u;
@@ -379,6 +400,12 @@ static int live(const reform_case *c, long *N, long *M) {
   CHECK(strstr(out, "summary: ") != NULL);
   /* Caught up in the background (the plain exchange), or received at the re-form (else). */
   int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, "caught up") != NULL;
+  if (c->rate > 0 && !streamed && join_catches_up(&s[0]) == 0) {
+    fprintf(stderr, "%s: the join took the blocking transfer (a survivor a step behind?): again\n",
+            c->name);
+    free(out);
+    return -1;
+  }
   if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(c->rate == 0 || streamed);
   CHECK(strcmp(c->compress, "none") == 0 || !streamed);
@@ -421,9 +448,21 @@ static long last_of_two(const reform_case *c, long M) {
   return K;
 }
 
-static void run_case(const reform_case *c) {
+static void run_case(const reform_case *c0) {
   long N = -1, M = -1;
-  if (!live(c, &N, &M)) return;
+  static char names[4][40];
+  static reform_case t;
+  const reform_case *c = c0;
+  int ok = -1;
+  for (int i = 0; i < 4 && ok < 0; i++) {
+    t = *c0;
+    snprintf(names[i], sizeof names[i], i == 0 ? "%s" : "%s.%d", c0->name, i);
+    t.name = names[i];
+    c = &t;
+    ok = live(c, &N, &M);
+  }
+  CHECK(ok >= 0);
+  if (ok <= 0) return;
   long K = last_of_two(c, M);
   /* Slowly streamed, the survivors train at least one step before the newcomer contributes. */
   if (c->rate > 0) CHECK(K > M);
@@ -512,9 +551,11 @@ static void run_behind(const reform_case *c) {
  * the 2 survivors and its state streams slowly from rank 0; a second into it, rank 0 is killed
  * too. The newcomer's stream fails (no hang), the two left re-form
  * (the survivor as rank 0, the newcomer as rank 1), the newcomer catches up from the new rank 0,
- * and the run ends well with its last step's line.
+ * and the run ends well with its last step's line. Returns 0 when the join took the blocking
+ * transfer instead (the grow caught a survivor a step behind, which needs the state at once):
+ * nothing streams then, so the run is let finish and the case is run again.
  */
-static void run_donor_lost(const reform_case *c) {
+static int donor_lost_once(const reform_case *c) {
   char msg[1024], rate[32];
   run_setup u;
   setup_run(&u, c, "live", -1, STEPS);
@@ -528,6 +569,14 @@ static void run_donor_lost(const reform_case *c) {
   CHECK_EQ_INT(reap(&p[2], 10), 128 + SIGKILL);
   ok = ok && shrink_grow(c, &u, 2, 1, p);
   unsetenv("COHORT_STREAM_RATE");
+  int way = ok ? join_catches_up(&p[0]) : -1;
+  if (way == 0) {
+    fprintf(stderr, "%s: the join took the blocking transfer (a survivor a step behind?): again\n",
+            c->name);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&p[i], 120), 0);
+    return 0;
+  }
+  CHECK_EQ_INT(way, 1);
   /* The survivors train at world 2 while the state streams (the tiny model's steps to the end,
    * where they wait for it); a second into the stream's 4 the donor is lost. */
   usleep(1000000);
@@ -557,6 +606,21 @@ static void run_donor_lost(const reform_case *c) {
   snprintf(path, sizeof path, "%s/%s.live.jsonl", tmp, c->name);
   lv.lines = metrics_of(path, lv.loss, lv.world);
   CHECK(lv.lines >= STEPS && lv.loss[STEPS] != 0.0);
+  return 1;
+}
+
+/* The donor-lost case until a join catches up: 4 tries at most (a survivor a step behind at
+ * the grow is a race the test cannot steer; a try without it tests nothing). */
+static void run_donor_lost(const reform_case *c) {
+  static char names[4][32];
+  int tested = 0;
+  for (int i = 0; i < 4 && !tested; i++) {
+    reform_case t = *c;
+    snprintf(names[i], sizeof names[i], "%s.%d", c->name, i);
+    t.name = names[i];
+    tested = donor_lost_once(&t);
+  }
+  CHECK(tested);
 }
 
 /* ZeRO-1 shards the optimiser state: under re-form it is refused at start with one line. */
