@@ -22,6 +22,9 @@ brackets; all from rank 0's step lines as they arrive, in seconds after the kill
   redone    completed steps computed again
   joined    the first step the replacement contributes to (world back at 3)
   lost      time lost to the failure: (end - kill) - (steps left x step time)
+  lost+     the same, counting the samples a smaller world did not train: (end - kill)
+            - (each step left x its world / the full world) x step time (a step of 2 ranks
+            of 3, shrunk or while a newcomer catches up, trains 2/3 of a full step)
   state     bytes the replacement received (reform) or the checkpoint loaded (restart)
   blocked   reform rows: the seconds node 0's agent reports its survivors spent in
             re-forms after the kill (its "re-formed in T s" lines, summed)
@@ -73,6 +76,8 @@ REFORMED = re.compile(r"cohort: re-formed in ([0-9.]+) s")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
 # cohort-gpt2's newcomer that caught up in the background: the first step it trained.
 CAUGHT = re.compile(r"caught up: .*contribute from step (\d+)")
+# The world of the job before the kill: 3 nodes x 1 rank.
+FULL_WORLD = 3
 
 
 class Node:
@@ -268,9 +273,39 @@ def figures(node0, everyone, t_kill, total):
         m = STATE.search(line)
         if m:
             state = max(state or 0, int(m.group(1) or m.group(2)))
+    share = trained_share(node0, after, t_kill, done)
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
                 joined=joined, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
+                lostw=(after[-1][0] - t_kill) - share * step_s,
                 step=step_s, state=state, blocked=blocked)
+
+
+def trained_share(node0, after, t_kill, done):
+    """The steps left, each weighted by the share of the full world that trained it: the world
+    rank 0's last re-form line before the step announced (3 before any), 2 for a step before the
+    one a caught-up newcomer contributes from."""
+    events = []
+    caught = None
+    for t, line in node0.lines:
+        m = WORLD.search(line)
+        if t >= t_kill and m:
+            events.append((t, int(next(g for g in reversed(m.groups()) if g is not None))))
+        m = CAUGHT.search(line)
+        if t >= t_kill and m and caught is None:
+            caught = int(m.group(1))
+    share, seen = 0.0, set()
+    for t, s in after:
+        if s <= done or s in seen:
+            continue
+        seen.add(s)
+        w = FULL_WORLD
+        for te, we in events:
+            if te <= t:
+                w = we
+        if caught is not None and s < caught:
+            w = min(w, FULL_WORLD - 1)
+        share += min(w, FULL_WORLD) / FULL_WORLD
+    return share
 
 
 def ended_by_limit(limit, source, node0, t_kill):
@@ -459,7 +494,7 @@ def run_rows(a, rows):
     return results, runs, None
 
 
-KEYS = ("step", "next", "redone", "joined", "blocked", "lost")
+KEYS = ("step", "next", "redone", "joined", "blocked", "lost", "lostw")
 
 
 def cell(rs, k):
@@ -478,8 +513,9 @@ def cell(rs, k):
 
 def print_table(rows, results, runs):
     """The table: a row that failed or did not run says so and has no figure."""
-    print("| row | step s | next s | redone | joined s | blocked s | lost s | state bytes |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| row | step s | next s | redone | joined s | blocked s | lost s | lost+ s | "
+          "state bytes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     med = {}
     for row in rows:
         if row in results:
@@ -495,9 +531,9 @@ def print_table(rows, results, runs):
         print("newcomer joined, before / after: %.2fx" % (before["joined"] / after["joined"]))
     for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
                        ("torch reform", "torchrun restart")):
-        if fast in med and slow in med and med[fast]["lost"] and med[fast]["lost"] > 0:
-            print("time lost, %s / %s: %.1fx" % (slow, fast, med[slow]["lost"] /
-                                                 med[fast]["lost"]))
+        for k, what in (("lost", "time lost"), ("lostw", "time lost with the samples")):
+            if fast in med and slow in med and med[fast][k] and med[fast][k] > 0:
+                print("%s, %s / %s: %.1fx" % (what, slow, fast, med[slow][k] / med[fast][k]))
 
 
 if __name__ == "__main__":
