@@ -263,31 +263,39 @@ ROW_INLINE void row_dots(const float *e, const float *qt, size_t cols, float out
 }
 
 /* Stage 1 of one row, in one sweep over it: e becomes e - share p Q^T + g (the last step's share
- * settled when share != 0; p holds the last P on entry), and the first block of p = e Q is summed
- * from the new e as it is stored. The other blocks (rank > KB) read the row again from the
- * cache. The order of each sum is row_dots's. */
-ROW_KERNEL static void project_row(const float *g, float *e, float *p, const float *Qt, float share,
-                                   size_t cols, int r) {
+ * settled when settle, share != 0; pold holds the last P's row), and the first block of p = e Q is
+ * summed from the new e as it is stored. The other blocks (rank > KB) read the row again from the
+ * cache. The order of each sum is row_dots's. Inlined with r and settle constant (r == KB, the
+ * default rank): the loops over k unroll, and pold (a copy in registers) and each vector of Qt are
+ * loaded once, not again after every store to e, which may alias them. */
+ROW_INLINE void project_row_at(const float *g, float *e, float *p, const float *pold,
+                               const float *Qt, float share, size_t cols, int r, int settle) {
   vfloat acc[KB] = {0};
   size_t j = 0;
   for (; j + LANES <= cols; j += LANES) {
     GPT2_PREFETCH(e + j + GPT2_AHEAD); /* kernels.h */
     GPT2_PREFETCH(g + j + GPT2_AHEAD);
+    vfloat q[KB];
+    for (int k = 0; k < KB; k++) q[k] = VLOAD(Qt + (size_t)k * cols + j);
     vfloat x = VLOAD(e + j);
-    if (share != 0.0f) {
-      vfloat pq = p[0] * VLOAD(Qt + j);
-      for (int k = 1; k < r; k++) pq += p[k] * VLOAD(Qt + (size_t)k * cols + j);
+    if (settle) {
+      vfloat pq = pold[0] * q[0];
+      for (int k = 1; k < r; k++) {
+        vfloat qk = q[k & (KB - 1)];
+        if (k >= KB) qk = VLOAD(Qt + (size_t)k * cols + j);
+        pq += pold[k] * qk;
+      }
       x -= share * pq;
     }
     x += VLOAD(g + j);
     VSTORE(e + j, x);
-    for (int k = 0; k < KB; k++) acc[k] += x * VLOAD(Qt + (size_t)k * cols + j);
+    for (int k = 0; k < KB; k++) acc[k] += x * q[k];
   }
   float part[KB][LANES], out[KB];
   memcpy(part, acc, sizeof part);
   for (size_t l = 0; j + l < cols; l++) {
     float x = e[j + l];
-    if (share != 0.0f) x -= share * expand_at(p, Qt, cols, r, j + l);
+    if (settle) x -= share * expand_at(pold, Qt, cols, r, j + l);
     x += g[j + l];
     e[j + l] = x;
     for (int k = 0; k < KB; k++) part[k][l] += x * Qt[(size_t)k * cols + j + l];
@@ -296,6 +304,24 @@ ROW_KERNEL static void project_row(const float *g, float *e, float *p, const flo
   for (int b = 0; b < kblocks(r); b++) {
     if (b > 0) row_dots(e, Qt + (size_t)b * KB * cols, cols, out);
     for (int k = 0; k < KB && b * KB + k < r; k++) p[b * KB + k] = out[k];
+  }
+}
+
+/* project_row_at with r and settle constant where r == KB; p's last row copied first (the new one
+ * is stored over it at the end). */
+ROW_KERNEL static void project_row(const float *g, float *e, float *p, const float *Qt, float share,
+                                   size_t cols, int r) {
+  if (r == KB) {
+    float pold[KB];
+    memcpy(pold, p, sizeof pold);
+    if (share != 0.0f)
+      project_row_at(g, e, p, pold, Qt, share, cols, KB, 1);
+    else
+      project_row_at(g, e, p, pold, Qt, share, cols, KB, 0);
+  } else if (share != 0.0f) {
+    project_row_at(g, e, p, p, Qt, share, cols, r, 1);
+  } else {
+    project_row_at(g, e, p, p, Qt, share, cols, r, 0);
   }
 }
 
@@ -375,9 +401,10 @@ static void project_back(const float *E, const float *Pt, float *Q, size_t rows,
 }
 
 /* out[0, n) = columns [j0, j0 + n) of a row of P Q^T (p: the row of P), each element's sum in
- * expand_at's order whatever j0 and the vector width. */
-ROW_KERNEL static void expand_piece(const float *p, const float *Qt, size_t cols, int r, size_t j0,
-                                    size_t n, float *out) {
+ * expand_at's order whatever j0 and the vector width. Inlined with r constant where r == KB, p
+ * copied into registers (a store to out may alias it). */
+ROW_INLINE void expand_piece_at(const float *p, const float *Qt, size_t cols, int r, size_t j0,
+                                size_t n, float *out) {
   size_t j = 0;
   for (; j + LANES <= n; j += LANES) {
     vfloat x = p[0] * VLOAD(Qt + j0 + j);
@@ -385,6 +412,17 @@ ROW_KERNEL static void expand_piece(const float *p, const float *Qt, size_t cols
     VSTORE(out + j, x);
   }
   for (; j < n; j++) out[j] = expand_at(p, Qt, cols, r, j0 + j);
+}
+
+ROW_KERNEL static void expand_piece(const float *p, const float *Qt, size_t cols, int r, size_t j0,
+                                    size_t n, float *out) {
+  if (r == KB) {
+    float pc[KB];
+    memcpy(pc, p, sizeof pc);
+    expand_piece_at(pc, Qt, cols, KB, j0, n, out);
+  } else {
+    expand_piece_at(p, Qt, cols, r, j0, n, out);
+  }
 }
 
 /* A matrix's P Q^T as gpt2_optim_update_rows asks for it. Qt: Q in blocks. */
