@@ -596,7 +596,7 @@ static int donor_lost_once(const reform_case *c) {
   int good = strstr(out, "re-formed (epoch 3): world 3 -> 2") != NULL &&
              strstr(out, "1 rank(s) catching up") != NULL && strstr(out, "caught up") != NULL &&
              strstr(nout, "caught up") != NULL &&
-             strstr(nerr, "the state stream from the donor failed") != NULL;
+             strstr(nerr, "the state stream from the donors failed") != NULL;
   if (!good) fprintf(stderr, "%s:\n%s\n%s\n%s\n", c->name, out, nout, nerr);
   CHECK(good);
   free(out);

@@ -282,21 +282,25 @@ COHORT_API int cohort_comm_state_transferv(cohort_comm *comm, const cohort_iov *
  * communicator's collectives go on (docs/collectives.md "State in the
  * background"). Collective over all ranks (each passing pieces of the same
  * sizes in the same order, else COHORT_EMISMATCH on all): one allgather agrees
- * on the new bits, then the donor (the lowest rank that is not new) opens a
- * connection of its own to each new rank and a thread on each end moves the
- * pieces: the donor's must stay unchanged (a snapshot) and the new ranks'
- * untouched until the stream has ended. Returns 0 with *out (also when there
- * is no new rank: it has then ended at once), COHORT_ENOSTATE when every rank
- * is new, or an error (on every rank). COHORT_STREAM_RATE (bytes per second)
- * caps the donor's sending, to leave the link to the training.
+ * on the new bits, then every rank that is not new (a donor: all hold the same
+ * state) sends its share of the pieces' bytes, a contiguous range of their
+ * concatenation (donor j of d: the j-th d-th, in rank order), over a
+ * connection of its own to each new rank, which receives from every donor at
+ * once; a thread on each end moves the bytes: the donors' pieces must stay
+ * unchanged (a snapshot) and the new ranks' untouched until the stream has
+ * ended. Returns 0 with *out (also when there is no new rank: it has then
+ * ended at once), COHORT_ENOSTATE when every rank is new, or an error (on
+ * every rank). COHORT_STREAM_RATE (bytes per second) caps each donor's
+ * sending of its share, to leave the link to the training.
  */
 typedef struct cohort_stream cohort_stream;
 COHORT_API int cohort_comm_state_stream_begin(cohort_comm *comm, const cohort_iov *iov, int n,
                                               cohort_stream **out);
 /* Never blocks: 0 while the stream runs, 1 once it has ended well on this rank (a receiver: every
- * byte in; the donor: every receiver said so; others at once), else the error that ended it
- * (COHORT_EPEER: the other end's process or connection is gone; -ETIMEDOUT: no progress within the
- * communicator's timeout). *bytes (may be NULL): bytes moved so far. */
+ * byte from every donor in; a donor: every receiver said so; all at once when nobody is new), else
+ * the error that ended it (COHORT_EPEER: a process or connection at the other end is gone, any
+ * donor's for a receiver; -ETIMEDOUT: no progress within the communicator's timeout). *bytes (may
+ * be NULL): bytes moved so far (a receiver: from all donors; a donor: of its share). */
 COHORT_API int cohort_comm_state_stream_poll(const cohort_stream *s, size_t *bytes);
 /* Stops the stream if it still runs (-ECANCELED), waits for its thread, closes its connections and
  * frees it; returns 0 when it had ended well, else its error. A receiver whose stream ended well is

@@ -1,13 +1,17 @@
 /* stream.c - the state streamed to new ranks in the background (cohort_comm_state_stream_begin,
  * docs/collectives.md "State in the background").
  *
- * The begin is collective: one allgather over the communicator agrees on every rank's new bit, the
- * pieces' layout and the donor's address (the lowest rank that is not new listens on a port of its
- * own, with a random cookie that only the communicator's members learn). Then a thread on the donor
- * accepts one connection per new rank and sends the pieces to all of them, a slice at a time in
- * turn; a thread on each new rank connects, proves the cookie and receives into its pieces; the
- * last byte answered with one byte, so that both ends know it arrived. The communicator itself is
- * not used by the threads: its collectives go on meanwhile. */
+ * The begin is collective: one allgather over the communicator agrees on every rank's new bit and
+ * the pieces' layout; a second hands every rank the donors' addresses. Every rank that is not new
+ * is a donor: it holds the same state, so each sends only its share, a contiguous byte range of
+ * the pieces' concatenation (donor j of d: bytes [j*B/d, (j+1)*B/d), the remainder spread over the
+ * first ones), and listens on a port of its own with a random cookie that only the communicator's
+ * members learn. A thread on each donor accepts one connection per new rank and sends its share to
+ * all of them, a slice at a time in turn; a thread on each new rank connects to every donor,
+ * proves each cookie and receives the shares in parallel into its pieces; the last byte of each
+ * share is answered with one byte, so that both ends know it arrived. A thread that fails shuts
+ * its connections down, so that the other ends fail at once. The communicator itself is not used
+ * by the threads: its collectives go on meanwhile. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -27,7 +31,7 @@
 
 enum { ROLE_NONE, ROLE_DONOR, ROLE_RECEIVER };
 
-/* What the donor tells every rank in the begin: where it listens (port <= 0: the error that kept
+/* What each donor tells every rank in the begin: where it listens (port <= 0: the error that kept
  * it from listening) and the cookie a receiver proves. */
 typedef struct stream_card {
   int64_t port;
@@ -35,22 +39,34 @@ typedef struct stream_card {
   char host[BASE_HOST_MAX];
 } stream_card;
 
+/* One connection: a donor's to one receiver, or a receiver's to one donor, with the share that
+ * travels on it (offsets in the pieces' concatenation). */
+typedef struct stream_peer {
+  int fd;
+  size_t at, end;   /* the next byte and the share's end */
+  int64_t deadline; /* a receiver's: no progress from this donor by then is -ETIMEDOUT */
+  stream_card card; /* a receiver's: where its donor listens */
+} stream_peer;
+
 struct cohort_stream {
   int role, rank;
   cohort_iov *iov;
   int n;
   size_t bytes;
-  int lfd;  /* the donor's listening socket */
-  int *fds; /* the donor's receivers, or the receiver's one connection */
-  int nfds, nrecv;
-  stream_card donor; /* its address and cookie */
-  int timeout_ms;    /* at most this long without progress */
-  size_t rate;       /* COHORT_STREAM_RATE: bytes per second the donor sends at most (0: any) */
+  size_t lo, hi; /* the donor's share */
+  int lfd;       /* the donor's listening socket */
+  stream_peer *peer;
+  int npeer, nwant; /* connections made, and wanted (a donor: the new ranks; a receiver: donors) */
+  struct pollfd *pfd;
+  stream_card card; /* the donor's own address and cookie */
+  int timeout_ms;   /* at most this long without progress */
+  size_t rate;      /* COHORT_STREAM_RATE: bytes per second each donor sends at most (0: any) */
   pthread_t thread;
   int started;
   atomic_int stop;
   atomic_int result;  /* 1 while it runs, then 0 or the error */
-  atomic_size_t done; /* bytes every receiver has (the donor: the slowest's) */
+  atomic_size_t done; /* a receiver: bytes in from every donor; a donor: of its share, the
+                         slowest receiver's */
 };
 
 /* Waits until fd is ready for ev: 0, -ETIMEDOUT after timeout_ms without it, -ECANCELED when the
@@ -67,20 +83,40 @@ static int wait_fd(cohort_stream *s, int fd, short ev) {
   }
 }
 
+/* One send or receive without blocking: the bytes moved (0: none yet), or an error
+ * (COHORT_EPEER: the other end closed). */
+static ssize_t move_some(int fd, char *p, size_t len, int out) {
+  ssize_t k = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, len, MSG_DONTWAIT);
+  if (k == 0) return COHORT_EPEER;
+  if (k < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
+  if (k < 0) return errno == ECONNRESET || errno == EPIPE ? COHORT_EPEER : -errno;
+  return k;
+}
+
 /* Moves len bytes on fd (send when out, else receive): 0 or an error (COHORT_EPEER: closed). */
 static int move_bytes(cohort_stream *s, int fd, char *p, size_t len, int out) {
   while (len > 0) {
     int rc = wait_fd(s, fd, out ? POLLOUT : POLLIN);
     if (rc != 0) return rc;
-    ssize_t k =
-        out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, len, MSG_DONTWAIT);
-    if (k == 0) return COHORT_EPEER;
-    if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (k < 0) return errno == ECONNRESET || errno == EPIPE ? COHORT_EPEER : -errno;
+    ssize_t k = move_some(fd, p, len, out);
+    if (k < 0) return (int)k;
     p += k;
     len -= (size_t)k;
   }
   return 0;
+}
+
+/* The byte at offset off of the pieces' concatenation, and how many follow it in its piece. */
+static char *locate(const cohort_stream *s, size_t off, size_t *avail) {
+  for (int i = 0; i < s->n; i++) {
+    if (off < s->iov[i].len) {
+      *avail = s->iov[i].len - off;
+      return (char *)s->iov[i].base + off;
+    }
+    off -= s->iov[i].len;
+  }
+  *avail = 0;
+  return NULL;
 }
 
 /* Holds the donor back to s->rate: sleeps until `sent` bytes are due since t0. */
@@ -93,72 +129,106 @@ static void pace(cohort_stream *s, int64_t t0, size_t sent) {
   }
 }
 
-/* The donor: accepts every receiver (its cookie checked), sends the pieces to each in turn, then
+/* The donor: accepts every receiver (its cookie checked), sends its share to each in turn, then
  * waits for their answers. */
 static int donor_run(cohort_stream *s) {
-  while (s->nfds < s->nrecv) {
+  while (s->npeer < s->nwant) {
     int rc = wait_fd(s, s->lfd, POLLIN);
     if (rc != 0) return rc;
     int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) continue;
     unsigned char got[STREAM_COOKIE];
     if (move_bytes(s, fd, (char *)got, sizeof got, 0) != 0 ||
-        memcmp(got, s->donor.cookie, sizeof got) != 0) {
+        memcmp(got, s->card.cookie, sizeof got) != 0) {
       close(fd); /* not one of ours: the receivers' deadline bounds the wait */
       continue;
     }
-    s->fds[s->nfds++] = fd;
+    s->peer[s->npeer++] = (stream_peer){.fd = fd, .at = s->lo, .end = s->hi};
   }
   int64_t t0 = base_now_ms();
-  size_t sent = 0;
-  for (int i = 0; i < s->n; i++) {
-    for (size_t off = 0; off < s->iov[i].len; off += STREAM_SLICE) {
-      size_t len = s->iov[i].len - off < STREAM_SLICE ? s->iov[i].len - off : STREAM_SLICE;
-      for (int r = 0; r < s->nfds; r++) {
-        int rc = move_bytes(s, s->fds[r], (char *)s->iov[i].base + off, len, 1);
-        if (rc != 0) return rc;
-      }
-      sent += len;
-      atomic_store(&s->done, sent);
-      pace(s, t0, sent);
+  for (size_t off = s->lo; off < s->hi;) {
+    size_t len = 0;
+    char *p = locate(s, off, &len);
+    if (len > s->hi - off) len = s->hi - off;
+    if (len > STREAM_SLICE) len = STREAM_SLICE;
+    for (int r = 0; r < s->npeer; r++) {
+      int rc = move_bytes(s, s->peer[r].fd, p, len, 1);
+      if (rc != 0) return rc;
     }
+    off += len;
+    atomic_store(&s->done, off - s->lo);
+    pace(s, t0, off - s->lo);
   }
-  for (int r = 0; r < s->nfds; r++) {
+  for (int r = 0; r < s->npeer; r++) {
     char ack = 0;
-    int rc = move_bytes(s, s->fds[r], &ack, 1, 0);
+    int rc = move_bytes(s, s->peer[r].fd, &ack, 1, 0);
     if (rc != 0) return rc;
   }
   return 0;
 }
 
-/* A receiver: connects to the donor, proves the cookie, receives every piece, answers. */
-static int receiver_run(cohort_stream *s) {
-  int fd = -1;
-  int rc =
-      base_tcp_connect(s->donor.host, (int)s->donor.port, base_deadline_in(s->timeout_ms), &fd);
-  if (rc != 0) return rc == -ECONNREFUSED ? COHORT_EPEER : rc;
-  s->fds[0] = fd;
-  s->nfds = 1;
-  rc = move_bytes(s, fd, (char *)s->donor.cookie, STREAM_COOKIE, 1);
-  size_t got = 0;
-  for (int i = 0; i < s->n && rc == 0; i++) {
-    for (size_t off = 0; off < s->iov[i].len && rc == 0; off += STREAM_SLICE) {
-      size_t len = s->iov[i].len - off < STREAM_SLICE ? s->iov[i].len - off : STREAM_SLICE;
-      rc = move_bytes(s, fd, (char *)s->iov[i].base + off, len, 0);
-      got += rc == 0 ? len : 0;
-      atomic_store(&s->done, got);
-    }
+/* A receiver's step: one poll over the donors whose shares are not all in, and a receive from
+ * each that is ready. Returns 0 or the error (-ETIMEDOUT: a donor without progress for the
+ * timeout). */
+static int receive_some(cohort_stream *s, size_t *got) {
+  for (int k = 0; k < s->npeer; k++) {
+    stream_peer *d = &s->peer[k];
+    s->pfd[k] = (struct pollfd){.fd = d->at < d->end ? d->fd : -1, .events = POLLIN};
   }
-  char ack = 1;
-  return rc == 0 ? move_bytes(s, fd, &ack, 1, 1) : rc;
+  int rc = poll(s->pfd, (nfds_t)s->npeer, 100);
+  if (rc < 0) return errno == EINTR ? 0 : -errno;
+  int64_t now = base_now_ms();
+  for (int k = 0; k < s->npeer; k++) {
+    stream_peer *d = &s->peer[k];
+    if (d->at >= d->end) continue;
+    if (s->pfd[k].revents != 0) {
+      size_t len = 0;
+      char *p = locate(s, d->at, &len);
+      ssize_t m = move_some(d->fd, p, len < d->end - d->at ? len : d->end - d->at, 0);
+      if (m < 0) return (int)m;
+      if (m > 0) d->deadline = base_deadline_in(s->timeout_ms);
+      d->at += (size_t)m;
+      *got += (size_t)m;
+    }
+    if (now >= d->deadline) return -ETIMEDOUT;
+  }
+  return 0;
 }
 
+/* A receiver: connects to every donor and proves its cookie, receives every share, answers each
+ * donor. */
+static int receiver_run(cohort_stream *s) {
+  int rc = 0;
+  for (; s->npeer < s->nwant && rc == 0; s->npeer++) {
+    stream_peer *d = &s->peer[s->npeer];
+    rc = base_tcp_connect(d->card.host, (int)d->card.port, base_deadline_in(s->timeout_ms), &d->fd);
+    if (rc != 0) return rc == -ECONNREFUSED ? COHORT_EPEER : rc;
+    rc = move_bytes(s, d->fd, (char *)d->card.cookie, STREAM_COOKIE, 1);
+    d->deadline = base_deadline_in(s->timeout_ms);
+  }
+  size_t got = 0;
+  while (rc == 0 && got < s->bytes) {
+    if (atomic_load(&s->stop)) return -ECANCELED;
+    rc = receive_some(s, &got);
+    atomic_store(&s->done, got);
+  }
+  for (int k = 0; k < s->npeer && rc == 0; k++) {
+    char ack = 1;
+    rc = move_bytes(s, s->peer[k].fd, &ack, 1, 1);
+  }
+  return rc;
+}
+
+/* A failed end shuts its connections down: the other ends fail at once, not at their timeout. */
 static void *stream_thread(void *arg) {
   cohort_stream *s = arg;
   int rc = s->role == ROLE_DONOR ? donor_run(s) : receiver_run(s);
-  if (rc != 0)
+  if (rc != 0) {
+    for (int k = 0; k < s->nwant; k++)
+      if (s->peer[k].fd >= 0) shutdown(s->peer[k].fd, SHUT_RDWR);
     base_log(BASE_LOG_WARN, "rank %d: the state stream %s failed: %s", s->rank,
-             s->role == ROLE_DONOR ? "to the new ranks" : "from the donor", cohort_strerror(rc));
+             s->role == ROLE_DONOR ? "to the new ranks" : "from the donors", cohort_strerror(rc));
+  }
   atomic_store(&s->result, rc);
   return NULL;
 }
@@ -169,9 +239,11 @@ static void stream_free(cohort_stream *s) {
     atomic_store(&s->stop, 1);
     pthread_join(s->thread, NULL);
   }
-  for (int i = 0; i < s->nfds; i++) close(s->fds[i]);
+  for (int k = 0; k < s->nwant; k++)
+    if (s->peer[k].fd >= 0) close(s->peer[k].fd);
   if (s->lfd >= 0) close(s->lfd);
-  free(s->fds);
+  free(s->peer);
+  free(s->pfd);
   free(s->iov);
   free(s);
 }
@@ -188,11 +260,45 @@ static uint64_t stream_layout(const cohort_iov *iov, int n, size_t *bytes) {
   return h;
 }
 
-/* Agrees on the bits and the layout (an allgather), then the donor, the lowest rank not new,
- * listens and hands its card to every rank (a broadcast). Returns 0 with s->role set, or an error
- * (then on every rank). */
+/* Share j of d donors of `bytes`: its first byte (the end is share j+1's first). */
+static size_t share_at(size_t bytes, int j, int d) {
+  size_t q = bytes / (size_t)d, rem = bytes % (size_t)d;
+  return (size_t)j * q + ((size_t)j < rem ? (size_t)j : rem);
+}
+
+/* Every donor listens and the cards are allgathered: a receiver learns every donor's, in rank
+ * order (donor j sends share j). Returns 0 with the role set, or an error (then on every rank). */
+static int stream_cards(cohort_comm *c, cohort_stream *s, int ndonor) {
+  stream_card *all = calloc((size_t)c->size, sizeof *all);
+  if (all == NULL) return -ENOMEM;
+  if (!c->self_new) {
+    int port = 0, lrc = base_tcp_listen(c->host, 0, s->nwant + 4, &s->lfd, &port);
+    if (lrc == 0) lrc = base_random_bytes(s->card.cookie, sizeof s->card.cookie);
+    s->card.port = lrc != 0 ? lrc : port;
+    snprintf(s->card.host, sizeof s->card.host, "%s", c->host);
+  }
+  int rc = cohort_allgather(c, &s->card, all, sizeof s->card, COHORT_U8);
+  for (int i = 0, j = 0; i < c->size && rc == 0; i++) {
+    if (c->newbits[i]) continue;
+    if (all[i].port <= 0) rc = all[i].port < 0 ? (int)all[i].port : COHORT_EPROTO;
+    size_t at = share_at(s->bytes, j, ndonor), end = share_at(s->bytes, j + 1, ndonor);
+    if (i == c->rank) {
+      s->lo = at;
+      s->hi = end;
+    }
+    if (c->self_new) s->peer[j] = (stream_peer){.fd = -1, .at = at, .end = end, .card = all[i]};
+    j++;
+  }
+  free(all);
+  if (rc == 0 && c->self_new) s->nwant = ndonor;
+  if (rc == 0) s->role = c->self_new ? ROLE_RECEIVER : ROLE_DONOR;
+  return rc;
+}
+
+/* Agrees on the bits and the layout (an allgather), then on the donors' cards. Returns 0 with
+ * s->role set (ROLE_NONE: nobody new), or an error (then on every rank). */
 static int stream_agree(cohort_comm *c, cohort_stream *s, uint64_t layout) {
-  int n = c->size, first = -1;
+  int n = c->size, nrecv = 0;
   int64_t *all = malloc((size_t)n * 3 * sizeof *all);
   if (all == NULL) return -ENOMEM;
   int64_t mine[3] = {c->self_new, (int64_t)s->bytes, (int64_t)layout};
@@ -201,23 +307,13 @@ static int stream_agree(cohort_comm *c, cohort_stream *s, uint64_t layout) {
     if (all[3 * i + 1] != (int64_t)s->bytes || all[3 * i + 2] != (int64_t)layout)
       rc = COHORT_EMISMATCH;
     c->newbits[i] = all[3 * i] != 0;
-    if (first < 0 && all[3 * i] == 0) first = i;
-    s->nrecv += all[3 * i] != 0;
+    nrecv += all[3 * i] != 0;
   }
   free(all);
-  if (rc == 0 && first < 0) rc = COHORT_ENOSTATE;
-  if (rc != 0 || s->nrecv == 0) return rc; /* nothing to stream: no donor either */
-  stream_card *card = &s->donor;
-  if (c->rank == first) {
-    int port = 0, lrc = base_tcp_listen(c->host, 0, n + 4, &s->lfd, &port);
-    if (lrc == 0) lrc = base_random_bytes(card->cookie, sizeof card->cookie);
-    card->port = lrc != 0 ? lrc : port;
-    snprintf(card->host, sizeof card->host, "%s", c->host);
-  }
-  rc = cohort_broadcast(c, card, sizeof *card, COHORT_U8, first);
-  if (rc == 0 && card->port <= 0) rc = card->port < 0 ? (int)card->port : COHORT_EPROTO;
-  if (rc == 0) s->role = c->self_new ? ROLE_RECEIVER : c->rank == first ? ROLE_DONOR : ROLE_NONE;
-  return rc;
+  if (rc == 0 && nrecv == n) rc = COHORT_ENOSTATE;
+  if (rc != 0 || nrecv == 0) return rc; /* nothing to stream: no donor either */
+  s->nwant = nrecv;                     /* a donor's; a receiver's is the donors' */
+  return stream_cards(c, s, n - nrecv);
 }
 
 COHORT_API int cohort_comm_state_stream_begin(cohort_comm *c, const cohort_iov *iov, int n,
@@ -233,9 +329,11 @@ COHORT_API int cohort_comm_state_stream_begin(cohort_comm *c, const cohort_iov *
   s->n = n;
   s->timeout_ms = c->timeout_ms;
   s->iov = malloc((size_t)(n > 0 ? n : 1) * sizeof *iov);
-  s->fds = malloc((size_t)c->size * sizeof(int));
+  s->peer = malloc((size_t)c->size * sizeof *s->peer);
+  s->pfd = malloc((size_t)c->size * sizeof *s->pfd);
   atomic_init(&s->result, 0);
-  int rc = s->iov == NULL || s->fds == NULL ? -ENOMEM : 0;
+  int rc = s->iov == NULL || s->peer == NULL || s->pfd == NULL ? -ENOMEM : 0;
+  for (int k = 0; k < c->size && s->peer != NULL; k++) s->peer[k] = (stream_peer){.fd = -1};
   if (rc == 0 && n > 0) memcpy(s->iov, iov, (size_t)n * sizeof *iov);
   if (rc == 0) rc = coll_env_size("COHORT_STREAM_RATE", 0, (size_t)1 << 40, &s->rate);
   uint64_t layout = stream_layout(iov, n, &s->bytes);

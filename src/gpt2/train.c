@@ -156,14 +156,14 @@ typedef struct train_run {
   int own_after_valid;
   int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
   /* Catching up (docs/gpt2.md "Re-form"): the ranks from contrib on joined without state; they
-   * take part in every reduction with -0.0 while the state streams to them from the donor (a
+   * take part in every reduction with -0.0 while the state streams to them from the donors (a
    * snapshot of step catch_step), keep each step's averaged gradients, and replay them once it is
    * in. contrib: the ranks that train a step (the lowest; world when nobody catches up). */
   int contrib;
   int catching; /* this rank catches up */
   int ready;    /* every catching-up rank has the state (the step's agreed flag) */
   cohort_stream *stream;
-  void *snap;        /* the donor's snapshot */
+  void *snap;        /* a donor's snapshot (every rank not new) */
   size_t snap_bytes; /* the state's bytes, every piece */
   gpt2_state_head snap_head;
   step_stats snap_last;
@@ -551,7 +551,7 @@ static int sum_loss(train_run *r, double *loss) {
   double x[2] = {*loss, polled != 1};
   if (gpt2_ddp_sum(&r->ddp, x, r->contrib < r->world ? 2 : 1) != 0) return RUN_COMM;
   if (polled < 0) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donor failed: %s\n", r->rank,
+    fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donors failed: %s\n", r->rank,
             cohort_strerror(polled));
     return RUN_FAIL;
   }
@@ -810,9 +810,9 @@ static void catch_up_drop(train_run *r) {
   r->zero_tok = NULL;
 }
 
-/* The ranks without state (the highest: nnew of them) catch up: the donor, rank 0, copies its
- * state into a snapshot and streams it to them in the background; they take part in every step's
- * reductions from here on without training (train_step). */
+/* The ranks without state (the highest: nnew of them) catch up: every rank with state (a donor)
+ * copies it into a snapshot and streams its share of it to them in the background; they take part
+ * in every step's reductions from here on without training (train_step). */
 static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double t0) {
   r->catching = mine < 0;
   set_contrib(r, r->world - v->nnew);
@@ -827,14 +827,14 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
   }
   r->snap_bytes = 0;
   for (int i = 0; i < n; i++) r->snap_bytes += iov[i].len;
-  if (r->rank == 0) { /* the donor: the lowest rank not new */
+  if (!r->catching) { /* a donor: every rank not new */
     char *p = r->snap = gpt2_big_alloc(r->snap_bytes);
     for (int i = 0; i < n && p != NULL; p += iov[i++].len) {
       memcpy(p, iov[i].base, iov[i].len);
       iov[i].base = p;
     }
   }
-  int rc = r->rank == 0 && r->snap == NULL
+  int rc = !r->catching && r->snap == NULL
                ? -ENOMEM
                : cohort_comm_state_stream_begin(r->comm, iov, n, &r->stream);
   free(iov);
@@ -850,8 +850,8 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
   if (r->rank == 0) {
     fprintf(r->out,
             "cohort-gpt2: re-formed (epoch %d): world %d -> %d at step %lld (step in flight %s), "
-            "%d rank(s) catching up: %zu bytes of state streaming from rank 0 while %d train, "
-            "%.3f s in all\n",
+            "%d rank(s) catching up: %zu bytes of state streaming from %d rank(s) while they "
+            "train, %.3f s in all\n",
             cohort_comm_epoch(r->comm), v->old_world, r->world, (long long)v->max,
             v->dropped ? "dropped" : "none", v->nnew, r->snap_bytes, r->contrib, now_s() - t0);
     fflush(r->out);
@@ -890,9 +890,8 @@ static int replay(train_run *r) {
 /* Every rank, at the step boundary where all agreed that the catching-up ranks have their state:
  * they replay, and every rank trains from the next step on; the parameters are checked. */
 static int catch_up_finish(train_run *r) {
-  /* The donor's thread has the receivers' answers a moment after they said so. */
-  size_t bytes = 0;
-  for (int i = 0; i < 60000 && cohort_comm_state_stream_poll(r->stream, &bytes) == 0; i++)
+  /* A donor's thread has the receivers' answers a moment after they said so. */
+  for (int i = 0; i < 60000 && cohort_comm_state_stream_poll(r->stream, NULL) == 0; i++)
     usleep(1000);
   double stream_s = now_s() - r->catch_t0;
   int rc = cohort_comm_state_stream_end(r->comm, r->stream);
@@ -916,10 +915,10 @@ static int catch_up_finish(train_run *r) {
   if (st == RUN_OK && r->rank == 0) {
     fprintf(r->out,
             "cohort-gpt2: rank(s) %d-%d caught up: received %zu bytes of state in the background "
-            "(the snapshot of step %llu, in at most %.3f s), replayed %zu step(s), contribute "
-            "from step %llu\n",
-            first, r->world - 1, bytes, (unsigned long long)r->catch_step, stream_s, replayed,
-            (unsigned long long)r->done + 1);
+            "from %d rank(s) (the snapshot of step %llu, in at most %.3f s), replayed %zu "
+            "step(s), contribute from step %llu\n",
+            first, r->world - 1, r->snap_bytes, first, (unsigned long long)r->catch_step, stream_s,
+            replayed, (unsigned long long)r->done + 1);
     fflush(r->out);
   }
   return st;
@@ -934,7 +933,7 @@ static int catch_up_drain(train_run *r) {
     if (x == 0.0) return catch_up_finish(r);
     int polled = r->catching ? cohort_comm_state_stream_poll(r->stream, NULL) : 0;
     if (polled < 0) {
-      fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donor failed: %s\n",
+      fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donors failed: %s\n",
               r->rank, cohort_strerror(polled));
       return RUN_FAIL;
     }
