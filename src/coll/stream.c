@@ -167,9 +167,9 @@ static int donor_run(cohort_stream *s) {
   return 0;
 }
 
-/* A receiver's step: one poll over the donors whose shares are not all in, and a receive from
- * each that is ready. Returns 0 or the error (-ETIMEDOUT: a donor without progress for the
- * timeout). */
+/* A receiver's step: one poll over the donors whose shares are not all in, a receive from each
+ * that is ready, and the answer to each whose share it completed. Returns 0 or the error
+ * (-ETIMEDOUT: a donor without progress for the timeout). */
 static int receive_some(cohort_stream *s, size_t *got) {
   for (int k = 0; k < s->npeer; k++) {
     stream_peer *d = &s->peer[k];
@@ -189,6 +189,12 @@ static int receive_some(cohort_stream *s, size_t *got) {
       if (m > 0) d->deadline = base_deadline_in(s->timeout_ms);
       d->at += (size_t)m;
       *got += (size_t)m;
+      if (d->at == d->end) {
+        char ack = 1; /* this donor's share is in: it may end */
+        int arc = move_bytes(s, d->fd, &ack, 1, 1);
+        if (arc != 0) return arc;
+        continue;
+      }
     }
     if (now >= d->deadline) return -ETIMEDOUT;
   }
@@ -196,7 +202,7 @@ static int receive_some(cohort_stream *s, size_t *got) {
 }
 
 /* A receiver: connects to every donor and proves its cookie, receives every share, answers each
- * donor. */
+ * donor once its share is in. */
 static int receiver_run(cohort_stream *s) {
   int rc = 0;
   for (; s->npeer < s->nwant && rc == 0; s->npeer++) {
@@ -204,6 +210,8 @@ static int receiver_run(cohort_stream *s) {
     rc = base_tcp_connect(d->card.host, (int)d->card.port, base_deadline_in(s->timeout_ms), &d->fd);
     if (rc != 0) return rc == -ECONNREFUSED ? COHORT_EPEER : rc;
     rc = move_bytes(s, d->fd, (char *)d->card.cookie, STREAM_COOKIE, 1);
+    char ack = 1; /* an empty share is in at once */
+    if (rc == 0 && d->at == d->end) rc = move_bytes(s, d->fd, &ack, 1, 1);
     d->deadline = base_deadline_in(s->timeout_ms);
   }
   size_t got = 0;
@@ -211,10 +219,6 @@ static int receiver_run(cohort_stream *s) {
     if (atomic_load(&s->stop)) return -ECANCELED;
     rc = receive_some(s, &got);
     atomic_store(&s->done, got);
-  }
-  for (int k = 0; k < s->npeer && rc == 0; k++) {
-    char ack = 1;
-    rc = move_bytes(s, s->peer[k].fd, &ack, 1, 1);
   }
   return rc;
 }
