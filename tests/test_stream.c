@@ -222,7 +222,8 @@ static int kill_main(int rank) {
   }
   CHECK(st < 0);
   CHECK(st == COHORT_EPEER);
-  CHECK(got > 0 && got < (rank == NRANKS - 1 ? n : n / 2));
+  /* The receiver had bytes; the other donor may have been cut off within its first slice. */
+  CHECK(rank == NRANKS - 1 ? got > 0 && got < n : got < n / 2);
   CHECK_EQ_INT(cohort_comm_state_stream_end(c, s), st);
   CHECK_EQ_INT(cohort_comm_is_new(c, rank), rank == NRANKS - 1);
   free(a);
@@ -233,13 +234,19 @@ static int kill_main(int rank) {
 
 static pid_t fork_rank(int rank, int (*fn)(int)) {
   pid_t pid = fork();
-  if (pid == 0) _exit(fn(rank));
+  if (pid == 0) {
+    check_passed_count = check_failed_count = 0; /* the rank's own checks, not the parent's */
+    _exit(fn(rank));
+  }
   return pid;
 }
 
 static int exit_ok(pid_t pid) {
   int status = 0;
-  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 1;
+  fprintf(stderr, "pid %d: %s %d\n", (int)pid, WIFSIGNALED(status) ? "signal" : "exit",
+          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  return 0;
 }
 
 /* victim < 0: every rank runs rank_main; else kill_main, and the parent kills the victim once
