@@ -12,13 +12,9 @@
 
 #include <jansson.h>
 
-#include "gpt2/ckpt.h"
-#include "gpt2/data.h"
-#include "gpt2/ddp.h"
 #include "gpt2/kernels.h"
 #include "gpt2/rng.h"
-#include "gpt2/state.h"
-#include "gpt2/tb_writer.h"
+#include "gpt2/run.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -52,10 +48,6 @@ void gpt2_train_defaults(gpt2_train_opts *o) {
   o->threads = 0;
   o->out = stdout;
   o->err = stderr;
-}
-
-static double now_s(void) {
-  return (double)gpt2_now_us() * 1e-6;
 }
 
 double gpt2_train_estimate_bytes(const gpt2_train_opts *o, int world) {
@@ -106,106 +98,8 @@ static int make_comm(cohort_comm **comm, FILE *errf) {
   return 0;
 }
 
-/* What the phases of a run return: 0 to go on, else the reason to stop (the run's exit status is
- * 1 for RUN_FAIL and RUN_COMM, 2 for RUN_USAGE; RUN_COMM also prints the communicator's error). */
-enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 2, RUN_COMM = 3 };
-
-/* One optimiser step's figures, for the step report. */
-typedef struct step_stats {
-  uint64_t step; /* 1-based */
-  int world;     /* the ranks that trained it */
-  int late;      /* reported by a rank 0 that received the step with the state (a re-form) */
-  double loss, gnorm, step_s, tok_s, gflops, comm_ms, hidden;
-  double wire_mb, ratio; /* MB this rank handed to the collectives; f32 bytes / wire bytes */
-  /* The main thread's CPU time over the step (cpu_ms), split into forward, backward and the
-   * rest (compute_ms), the compression (compress_ms) and the norm and update (update_ms); the
-   * wall time it waited for the exchange (exposed_ms). */
-  double cpu_ms, compute_ms, compress_ms, update_ms, exposed_ms;
-  float lr;
-} step_stats;
-
-/* Everything one run holds; zero-initialised, and train_free() is safe at any point of set-up. */
-typedef struct train_run {
-  const gpt2_train_opts *o;
-  FILE *out, *errf;
-  int rank, world, threads;
-  cohort_comm *comm;
-  /* Re-form (docs/gpt2.md): reform when the job's agent re-forms it (COHORT_CONTROL_FD), newcomer
-   * when started into a running job (COHORT_NEWCOMER=1: the state comes from a survivor). */
-  int reform, newcomer;
-  int ahead;           /* started ahead of its membership (COHORT_AWAIT_FORM=1) */
-  gpt2_ddp_opts dopts; /* the exchange's options, to set it up again for a new world */
-  gpt2_model model;
-  gpt2_data data;
-  gpt2_batch_buf bb;
-  gpt2_ddp ddp;
-  /* The checkpoint's optimiser state is the whole state; with ZeRO it is assembled in full_state
-   * (nfull floats), else state points into the optimiser. */
-  float *state, *full_state;
-  size_t nfull;
-  gpt2_ckpt_header want; /* what a checkpoint of this run must match */
-  uint64_t start_step;
-  uint64_t done; /* completed steps */
-  uint64_t pos;  /* the data position P: samples the completed steps consumed (data.h) */
-  int in_step;   /* the exchange failed inside a step (not between two) */
-  int exchanged; /* the current step's gradient exchange has completed */
-  /* After a step whose exchange completed but which failed after it: this rank's own state
-   * (PowerSGD's error) as that step left it, which is right when another rank completed the
-   * step (every rank's part was in its sums). */
-  float *own_after;
-  int own_after_valid;
-  int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
-  /* Catching up (docs/gpt2.md "Re-form"): the ranks from contrib on joined without state; they
-   * take part in every reduction with -0.0 while the state streams to them from the donors (a
-   * snapshot of step catch_step), keep each step's averaged gradients, and replay them once it is
-   * in. contrib: the ranks that train a step (the lowest; world when nobody catches up). */
-  int contrib;
-  int catching; /* this rank catches up */
-  int ready;    /* every catching-up rank has the state (the step's agreed flag) */
-  cohort_stream *stream;
-  void *snap;        /* a donor's snapshot (every rank not new) */
-  size_t snap_bytes; /* the state's bytes, every piece */
-  gpt2_state_head snap_head;
-  step_stats snap_last;
-  struct replay_step *replay;
-  size_t nreplay;
-  int32_t *zero_tok; /* a catching-up rank's tokens: row 0, each adding -0.0 */
-  uint64_t catch_step;
-  double catch_t0;
-  /* The last completed step's report (every rank keeps it; it travels with the state, so that
-   * a rank 0 that receives a step writes its line), and the last step this process reported as
-   * rank 0, or its metrics file had when it opened it. */
-  step_stats last;
-  uint64_t reported;
-  /* Tests only (COHORT_GPT2_TEST_FAIL=K:PATH): step K, once completed here and once PATH exists,
-   * fails as if its last collective had (0: none). */
-  uint64_t test_fail_step;
-  const char *test_fail_path;
-  /* When this process began, had its model and data set up, and joined its first membership. */
-  double t_start, t_setup, t_member;
-  int outputs_open;
-  FILE *metrics;
-  gpt2_tb_writer *tb;
-  uint64_t global_batch; /* sequences per optimiser step over all ranks */
-  double tokens_per_step, flops_micro;
-  double *step_times; /* [steps + 1] */
-  size_t ntimes;
-  double last_loss, comm_total, exposed_total;
-  double wire_total, f32_total; /* bytes handed to the collectives over the steps run */
-  char err[512];
-} train_run;
-
-/* A step a catching-up rank took part in: its averaged gradients and the update's figures. */
-typedef struct replay_step {
-  float *g;
-  float gscale, lr;
-  int64_t t;
-} replay_step;
-
-static void catch_up_drop(train_run *r);
-
 static void train_free(train_run *r) {
-  catch_up_drop(r);
+  gpt2_catch_up_drop(r);
   gpt2_tb_close(r->tb);
   free(r->own_after);
   free(r->step_times);
@@ -246,7 +140,7 @@ static void set_want(train_run *r) {
 }
 
 /* The ranks that train a step (the lowest), and what depends on them: the global batch. */
-static void set_contrib(train_run *r, int contrib) {
+void gpt2_run_set_contrib(train_run *r, int contrib) {
   r->contrib = contrib;
   r->global_batch = (uint64_t)r->o->B * (uint64_t)r->o->grad_accum * (uint64_t)contrib;
   r->tokens_per_step = (double)r->global_batch * r->o->T;
@@ -255,7 +149,7 @@ static void set_contrib(train_run *r, int contrib) {
 /* The data parallelism over the current communicator, and what depends on the world: the global
  * batch, the checkpoint's layout and the buffer that assembles it. After a re-form `old` is the
  * exchange of the membership that ended: its state carries over, then it is freed. */
-static int setup_exchange(train_run *r, gpt2_ddp *old) {
+int gpt2_run_setup_exchange(train_run *r, gpt2_ddp *old) {
   const gpt2_train_opts *o = r->o;
   int rc = gpt2_ddp_init(&r->ddp, r->comm, &r->model, &o->opt, &r->dopts);
   if (old != NULL && rc == 0)
@@ -273,7 +167,7 @@ static int setup_exchange(train_run *r, gpt2_ddp *old) {
             "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
             "allreduce between this host's ranks\n",
             cohort_strerror(r->ddp.shared_rc));
-  set_contrib(r, r->world);
+  gpt2_run_set_contrib(r, r->world);
   gpt2_big_free(r->full_state, r->nfull * sizeof(float));
   r->full_state = NULL;
   r->nfull = gpt2_ddp_full_state_floats(&r->ddp);
@@ -329,7 +223,7 @@ static int setup_local(train_run *r) {
  * join) and the data parallelism. */
 static int train_setup(train_run *r) {
   const gpt2_train_opts *o = r->o;
-  r->t_start = now_s();
+  r->t_start = gpt2_now_s();
   r->threads = set_threads(o->threads);
   const char *nc = getenv("COHORT_NEWCOMER");
   r->reform = getenv("COHORT_CONTROL_FD") != NULL;
@@ -341,9 +235,9 @@ static int train_setup(train_run *r) {
   }
   int rc = setup_local(r);
   if (rc != RUN_OK) return rc;
-  r->t_setup = now_s();
+  r->t_setup = gpt2_now_s();
   if (make_comm(&r->comm, r->errf) != 0) return RUN_FAIL;
-  r->t_member = now_s();
+  r->t_member = gpt2_now_s();
   r->world = 1;
   if (r->comm != NULL) {
     r->rank = cohort_comm_rank(r->comm);
@@ -367,7 +261,7 @@ static int train_setup(train_run *r) {
       .atomic = r->reform,
   };
   if (!r->newcomer) gpt2_model_init_weights(&r->model, o->seed); /* a newcomer receives them */
-  return setup_exchange(r, NULL);
+  return gpt2_run_setup_exchange(r, NULL);
 }
 
 /* Rank 0 loads the newest complete checkpoint, if any; every rank learns its step. */
@@ -397,7 +291,7 @@ static int load_checkpoint(train_run *r, double resume[3]) {
 
 /* Resumes from a checkpoint (rank 0's, handed out), and makes the parameters identical on every
  * rank before the first step. */
-static int train_resume(train_run *r) {
+int gpt2_run_resume(train_run *r) {
   double resume[3] = {0.0, 0.0, 0.0};
   int st = load_checkpoint(r, resume);
   if (st != RUN_OK) return st;
@@ -440,7 +334,7 @@ static uint64_t metrics_last_step(const char *path) {
 }
 
 /* Rank 0's metrics file (appended to on resume) and TensorBoard events, and the banner. */
-static int open_outputs(train_run *r) {
+int gpt2_run_open_outputs(train_run *r) {
   const gpt2_train_opts *o = r->o;
   if (r->rank != 0 || r->outputs_open) return RUN_OK;
   r->outputs_open = 1;
@@ -505,45 +399,6 @@ static int micro_steps(train_run *r, uint64_t step, double *loss_sum) {
   return RUN_OK;
 }
 
-/* A catching-up rank's part of the step's exchange: every bucket launched in backward's order
- * (the head's rows, the tail, the layers from the top, the embeddings), its gradients and its rows
- * of the embedding lookup -0.0 on token 0. x + -0.0 == x for every x (-0.0 and +0.0 included),
- * so every sum is the one of the ranks that train. */
-static int identity_steps(train_run *r, uint64_t step) {
-  gpt2_model *m = &r->model;
-  const int K = r->o->grad_accum;
-  size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
-  if (r->zero_tok == NULL) r->zero_tok = calloc(BT, sizeof(int32_t));
-  if (r->zero_tok == NULL) return RUN_FAIL;
-  for (int k = 0; k < K && r->ddp.err == 0; k++) {
-    if (k == 0 && gpt2_ddp_zero_grad(&r->ddp) != 0) return RUN_COMM;
-    gpt2_ddp_begin_backward(&r->ddp, (int64_t)step, k == K - 1, r->zero_tok);
-    for (size_t i = 0; k == 0 && i < m->nparams; i++) m->grads[i] = -0.0f;
-    for (size_t i = 0; i < BT * C; i++) m->dres[i] = -0.0f;
-    gpt2_ddp_hook(&r->ddp, GPT2_EV_HEAD, m->cfg.vocab);
-    gpt2_ddp_hook(&r->ddp, GPT2_EV_TAIL, -1);
-    for (int l = m->cfg.layers - 1; l >= 0; l--) gpt2_ddp_hook(&r->ddp, GPT2_EV_LAYER, l);
-    gpt2_ddp_hook(&r->ddp, GPT2_EV_EMBED, -1);
-  }
-  return RUN_OK;
-}
-
-/* A catching-up rank keeps the step's averaged gradients and the update's figures, to replay
- * them once its state is in. */
-static int keep_replay(train_run *r, float gscale, float lr, int64_t t) {
-  replay_step *n = realloc(r->replay, (r->nreplay + 1) * sizeof *n);
-  if (n != NULL) r->replay = n;
-  size_t bytes = r->model.nparams * sizeof(float);
-  float *g = n != NULL ? gpt2_big_alloc(bytes) : NULL;
-  if (g == NULL) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: out of memory keeping a step to replay\n", r->rank);
-    return RUN_FAIL;
-  }
-  memcpy(g, r->model.grads, bytes);
-  r->replay[r->nreplay++] = (replay_step){.g = g, .gscale = gscale, .lr = lr, .t = t};
-  return RUN_OK;
-}
-
 /* The step's loss summed over the ranks, and while ranks catch up whether every one of them has
  * its state (a second element of the same reduction: every rank sees the same answer). */
 static int sum_loss(train_run *r, double *loss) {
@@ -565,10 +420,10 @@ static int sum_loss(train_run *r, double *loss) {
 static int train_step(train_run *r, uint64_t step, step_stats *st) {
   const gpt2_train_opts *o = r->o;
   const int K = o->grad_accum;
-  double t0 = now_s();
+  double t0 = gpt2_now_s();
   int64_t c0 = gpt2_cpu_us();
   double loss = 0.0;
-  int rc = r->catching ? identity_steps(r, step) : micro_steps(r, step, &loss);
+  int rc = r->catching ? gpt2_catch_up_steps(r, step) : micro_steps(r, step, &loss);
   if (rc != RUN_OK) return rc;
   if (gpt2_ddp_finish_backward(&r->ddp) != 0) return RUN_COMM;
   r->exchanged = 1;
@@ -588,13 +443,13 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   int64_t warmup = o->warmup >= 0 ? o->warmup : 0;
   float lr = gpt2_lr_at(o->schedule, o->lr, warmup, o->steps, o->min_lr_ratio, (int64_t)step);
   if (r->catching) {
-    if ((rc = keep_replay(r, gscale, lr, (int64_t)step + 1)) != RUN_OK) return rc;
+    if ((rc = gpt2_catch_up_keep(r, gscale, lr, (int64_t)step + 1)) != RUN_OK) return rc;
   } else {
     if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
     /* Re-forming, the step is complete (all of its update applied) or not at all. */
     if (r->reform && gpt2_ddp_commit(&r->ddp) != 0) return RUN_COMM;
   }
-  double step_s = now_s() - t0;
+  double step_s = gpt2_now_s() - t0;
   int64_t c2 = gpt2_cpu_us();
   double comm_ms = r->ddp.comm_ms;
   /* The share of the communication window that backward covered. */
@@ -663,7 +518,7 @@ static int write_tb(train_run *r, const step_stats *st) {
 }
 
 /* Rank 0 reports a step: a line on stdout, a JSON line, TensorBoard scalars. */
-static int report_step(train_run *r, const step_stats *st) {
+int gpt2_run_report_step(train_run *r, const step_stats *st) {
   if (r->rank != 0) return RUN_OK;
   if (!r->o->quiet) {
     fprintf(r->out,
@@ -735,379 +590,6 @@ static void print_summary(train_run *r) {
           rss / est);
 }
 
-/* ---- re-form (docs/gpt2.md "Re-form") ---- */
-
-/* What the ranks of a new membership agree on when they (re)join: each rank's completed steps (-1:
- * no state) and whether the exchange failed inside a step. */
-typedef struct join_view {
-  int64_t max;         /* the highest completed step: where the run goes on */
-  int old_world;       /* the world of the membership that ended (0: none, a first start) */
-  int behind, dropped; /* survivors behind it (they receive the state); a step in flight lost */
-  int nnew;            /* ranks that receive the state */
-  /* The ranks without state catch up while the others train (start_catch_up): every rank may,
-   * none is behind, and those with state are the lowest. */
-  int catch_up;
-} join_view;
-
-/* Whether this rank may catch up a newcomer in the background: the plain exchange (the others'
- * sums are not bit for bit those of the ranks that train with -0.0 added: docs/gpt2.md), unless
- * COHORT_GPT2_CATCH_UP=0 (the state transfer that blocks every rank). */
-static int may_catch_up(const train_run *r) {
-  const char *e = getenv("COHORT_GPT2_CATCH_UP");
-  return strcmp(gpt2_ddp_mode(&r->ddp), "plain") == 0 && (e == NULL || strcmp(e, "0") != 0);
-}
-
-static void view_of(const int64_t *all, int world, join_view *v) {
-  *v = (join_view){.max = -1, .catch_up = 1};
-  for (int i = 0; i < world; i++) {
-    if (all[4 * i] > v->max) v->max = all[4 * i];
-    if (all[4 * i + 2] > v->old_world) v->old_world = (int)all[4 * i + 2];
-    v->catch_up &= all[4 * i + 3] != 0;
-  }
-  int first_new = world;
-  for (int i = 0; i < world; i++) {
-    v->behind += all[4 * i] >= 0 && all[4 * i] < v->max;
-    v->nnew += all[4 * i] < v->max;
-    v->dropped |= all[4 * i] == v->max && all[4 * i + 1] != 0;
-    if (all[4 * i] < v->max && first_new == world) first_new = i;
-    if (all[4 * i] == v->max && i > first_new) v->catch_up = 0;
-  }
-  v->catch_up &= v->max >= 0 && v->behind == 0 && v->nnew > 0 && v->nnew < world;
-}
-
-static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
-  int64_t me[4] = {mine, r->in_step, old_world, may_catch_up(r)};
-  int64_t *all = calloc((size_t)r->world * 4, sizeof(int64_t));
-  if (all == NULL) return RUN_FAIL;
-  int rc = r->world > 1 ? cohort_allgather(r->comm, me, all, 4, COHORT_I64) : 0;
-  if (r->world == 1) memcpy(all, me, sizeof me);
-  if (rc != 0) {
-    free(all);
-    gpt2_ddp_fail(&r->ddp, rc, "allgather of the completed steps");
-    return RUN_COMM;
-  }
-  view_of(all, r->world, v);
-  free(all);
-  return RUN_OK;
-}
-
-/* ---- catching up: the state streams while the ranks with it train (docs/gpt2.md "Re-form") ----
- */
-
-/* Ends the stream (if it runs), frees the snapshot and the steps kept: a re-form, or the end. */
-static void catch_up_drop(train_run *r) {
-  if (r->stream != NULL) cohort_comm_state_stream_end(r->comm, r->stream);
-  r->stream = NULL;
-  gpt2_big_free(r->snap, r->snap_bytes);
-  r->snap = NULL;
-  for (size_t i = 0; i < r->nreplay; i++)
-    gpt2_big_free(r->replay[i].g, r->model.nparams * sizeof(float));
-  free(r->replay);
-  r->replay = NULL;
-  r->nreplay = 0;
-  r->catching = r->ready = 0;
-  free(r->zero_tok);
-  r->zero_tok = NULL;
-}
-
-/* The ranks without state (the highest: nnew of them) catch up: every rank with state (a donor)
- * copies it into a snapshot and streams its share of it to them in the background; they take part
- * in every step's reductions from here on without training (train_step). */
-static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double t0) {
-  r->catching = mine < 0;
-  set_contrib(r, r->world - v->nnew);
-  if (!r->catching) r->snap_last = r->last;
-  cohort_iov last = {&r->snap_last, sizeof r->snap_last};
-  int n;
-  cohort_iov *iov = gpt2_state_pieces(&r->model, &r->ddp, &r->snap_head, (uint64_t)v->max, r->pos,
-                                      r->o->seed, last, &n);
-  if (iov == NULL) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
-    return RUN_FAIL;
-  }
-  r->snap_bytes = 0;
-  for (int i = 0; i < n; i++) r->snap_bytes += iov[i].len;
-  if (!r->catching) { /* a donor: every rank not new */
-    char *p = r->snap = gpt2_big_alloc(r->snap_bytes);
-    for (int i = 0; i < n && p != NULL; p += iov[i++].len) {
-      memcpy(p, iov[i].base, iov[i].len);
-      iov[i].base = p;
-    }
-  }
-  int rc = !r->catching && r->snap == NULL
-               ? -ENOMEM
-               : cohort_comm_state_stream_begin(r->comm, iov, n, &r->stream);
-  free(iov);
-  if (rc != 0) {
-    gpt2_ddp_fail(&r->ddp, rc, "state stream");
-    return RUN_COMM;
-  }
-  r->catch_step = (uint64_t)v->max;
-  r->catch_t0 = now_s();
-  if (r->catching) r->done = r->catch_step;
-  r->start_step = r->done;
-  r->in_step = 0;
-  if (r->rank == 0) {
-    fprintf(r->out,
-            "cohort-gpt2: re-formed (epoch %d): world %d -> %d at step %lld (step in flight %s), "
-            "%d rank(s) catching up: %zu bytes of state streaming from %d rank(s) while they "
-            "train, %.3f s in all\n",
-            cohort_comm_epoch(r->comm), v->old_world, r->world, (long long)v->max,
-            v->dropped ? "dropped" : "none", v->nnew, r->snap_bytes, r->contrib, now_s() - t0);
-    fflush(r->out);
-  }
-  return open_outputs(r);
-}
-
-/* A catching-up rank whose state is in: replays the steps it kept through the optimiser's own
- * code (the bits of the others' updates), from the snapshot's data position. */
-static int replay(train_run *r) {
-  if (gpt2_state_check(&r->snap_head, &r->model, &r->ddp) != 0 ||
-      r->snap_head.step + r->nreplay != r->done) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: the state streamed does not fit this model\n", r->rank);
-    return RUN_FAIL;
-  }
-  uint64_t pos = r->snap_head.data_pos;
-  for (size_t i = 0; i < r->nreplay; i++) {
-    const replay_step *k = &r->replay[i];
-    memcpy(r->model.grads, k->g, r->model.nparams * sizeof(float));
-    if (gpt2_ddp_step(&r->ddp, k->gscale, k->lr, k->t) != 0 || gpt2_ddp_commit(&r->ddp) != 0)
-      return RUN_COMM;
-    pos = gpt2_data_advance(pos, r->contrib, r->o->grad_accum, r->o->B);
-  }
-  r->pos = pos;
-  r->stateful = 1;
-  cohort_comm_set_step(r->comm, (int64_t)r->done);
-  fprintf(r->out,
-          "cohort-gpt2: rank %d (newcomer%s): caught up: snapshot of step %llu (%zu bytes) in, "
-          "replayed %zu step(s), %.3f s after it began\n",
-          r->rank, r->ahead ? ", started ahead" : "", (unsigned long long)r->catch_step,
-          r->snap_bytes, r->nreplay, now_s() - r->catch_t0);
-  fflush(r->out);
-  return RUN_OK;
-}
-
-/* Every rank, at the step boundary where all agreed that the catching-up ranks have their state:
- * they replay, and every rank trains from the next step on; the parameters are checked. */
-static int catch_up_finish(train_run *r) {
-  /* A donor's thread has the receivers' answers a moment after they said so. */
-  for (int i = 0; i < 60000 && cohort_comm_state_stream_poll(r->stream, NULL) == 0; i++)
-    usleep(1000);
-  double stream_s = now_s() - r->catch_t0;
-  int rc = cohort_comm_state_stream_end(r->comm, r->stream);
-  r->stream = NULL;
-  if (rc != 0) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: the state stream: %s\n", r->rank, cohort_strerror(rc));
-    return RUN_FAIL;
-  }
-  int st = r->catching ? replay(r) : RUN_OK;
-  size_t replayed = (size_t)(r->done - r->catch_step);
-  int first = r->contrib;
-  catch_up_drop(r);
-  set_contrib(r, r->world);
-  int same = 0;
-  if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
-  if (st == RUN_OK && !same) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: parameters differ between ranks after catching up\n",
-            r->rank);
-    st = RUN_FAIL;
-  }
-  if (st == RUN_OK && r->rank == 0) {
-    fprintf(r->out,
-            "cohort-gpt2: rank(s) %d-%d caught up: received %zu bytes of state in the background "
-            "from %d rank(s) (the snapshot of step %llu, in at most %.3f s), replayed %zu "
-            "step(s), contribute from step %llu\n",
-            first, r->world - 1, r->snap_bytes, first, (unsigned long long)r->catch_step, stream_s,
-            replayed, (unsigned long long)r->done + 1);
-    fflush(r->out);
-  }
-  return st;
-}
-
-/* The run's last step is done while ranks still catch up: the ranks wait together for the state
- * (an agreed flag every 10 ms, 600 s at most), then finish it. */
-static int catch_up_drain(train_run *r) {
-  for (int i = 0; i < 60000; i++) {
-    double x = r->catching && cohort_comm_state_stream_poll(r->stream, NULL) != 1;
-    if (gpt2_ddp_sum(&r->ddp, &x, 1) != 0) return RUN_COMM;
-    if (x == 0.0) return catch_up_finish(r);
-    int polled = r->catching ? cohort_comm_state_stream_poll(r->stream, NULL) : 0;
-    if (polled < 0) {
-      fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donors failed: %s\n",
-              r->rank, cohort_strerror(polled));
-      return RUN_FAIL;
-    }
-    usleep(10000);
-  }
-  fprintf(r->errf, "cohort-gpt2: rank %d: the state stream did not end within 600 s\n", r->rank);
-  return RUN_FAIL;
-}
-
-/* The state from the lowest rank at the agreed step to every rank without it (newcomers, survivors
- * behind), sent from and received into the model's and the exchange's own buffers. *moved: the
- * bytes each of them received (every piece, the step's report included). */
-static int receive_state(train_run *r, int64_t mine, const join_view *v, double *xfer_s,
-                         size_t *moved) {
-  int receiver = mine < v->max;
-  if (receiver) cohort_comm_mark_new(r->comm); /* also one whose stream ended before it caught up */
-  gpt2_state_head head;
-  int n;
-  cohort_iov last = {&r->last, sizeof r->last}; /* step_stats: plain numbers */
-  cohort_iov *iov =
-      gpt2_state_pieces(&r->model, &r->ddp, &head, r->done, r->pos, r->o->seed, last, &n);
-  if (iov == NULL) {
-    fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
-    return RUN_FAIL;
-  }
-  *moved = 0;
-  for (int i = 0; i < n; i++) *moved += iov[i].len;
-  double t0 = now_s();
-  int rc = r->world > 1 ? cohort_comm_state_transferv(r->comm, iov, n) : 0;
-  *xfer_s = now_s() - t0;
-  free(iov);
-  if (rc != 0) {
-    gpt2_ddp_fail(&r->ddp, rc, "state transfer");
-    return RUN_COMM;
-  }
-  if (receiver) {
-    if (gpt2_state_check(&head, &r->model, &r->ddp) != 0) {
-      fprintf(r->errf, "cohort-gpt2: rank %d: the state received does not fit this model\n",
-              r->rank);
-      return RUN_FAIL;
-    }
-    /* This rank's own part: as the failed step left it when another rank completed that step,
-     * else none. */
-    gpt2_ddp_own_state_set(
-        &r->ddp, mine >= 0 && mine + 1 == v->max && r->own_after_valid ? r->own_after : NULL);
-    r->done = head.step;
-    r->pos = head.data_pos;
-  }
-  r->start_step = r->done;
-  r->stateful = 1;
-  r->own_after_valid = 0;
-  return RUN_OK;
-}
-
-/* Joins the current membership: agree on the step, hand the state to the ranks without it, check
- * that every rank holds the same parameters. With no state anywhere: the checkpoint. */
-static int train_join(train_run *r, int old_world, double t0) {
-  int64_t mine = r->stateful && !cohort_comm_is_new(r->comm, r->rank) ? (int64_t)r->done : -1;
-  join_view v;
-  int st = agree(r, mine, old_world, &v);
-  if (st != RUN_OK) return st;
-  if (v.max < 0) {
-    if (r->rank == 0)
-      fprintf(r->out, "cohort-gpt2: no rank of the job has its state: resuming from %s\n",
-              r->o->ckpt_dir ? r->o->ckpt_dir : "the start (no --ckpt-dir)");
-    st = train_resume(r);
-    r->stateful = st == RUN_OK;
-    return st;
-  }
-  if (v.catch_up) return start_catch_up(r, mine, &v, t0);
-  double xfer_s = 0.0, t1 = now_s();
-  size_t bytes = 0;
-  int first = r->newcomer && !r->stateful; /* a newcomer receiving its first state */
-  st = receive_state(r, mine, &v, &xfer_s, &bytes);
-  double t2 = now_s();
-  int same = 0;
-  if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
-  if (st == RUN_OK && !same) {
-    fprintf(r->errf,
-            "cohort-gpt2: rank %d: parameters differ between ranks after the state "
-            "transfer\n",
-            r->rank);
-    st = RUN_FAIL;
-  }
-  if (st != RUN_OK) return st;
-  if (first) { /* where a newcomer's time went (docs/gpt2.md "Re-form") */
-    fprintf(r->out,
-            "cohort-gpt2: rank %d (newcomer%s): set up %.3f s, joined the membership %.3f s "
-            "later, exchange set up %.3f s, state %zu bytes in %.3f s (%.2f GB/s), checked "
-            "%.3f s: %.3f s in all\n",
-            r->rank, r->ahead ? ", started ahead" : "", r->t_setup - r->t_start,
-            r->t_member - r->t_setup, t1 - r->t_member, bytes, xfer_s,
-            xfer_s > 0 ? (double)bytes / xfer_s * 1e-9 : 0.0, now_s() - t2, now_s() - r->t_start);
-    fflush(r->out);
-  }
-  /* Rank 0 may be a newcomer (a replacement takes its predecessor's place): the line comes from
-   * what the ranks agreed on. */
-  if (r->rank == 0 && v.old_world > 0) {
-    fprintf(r->out,
-            "cohort-gpt2: re-formed (epoch %d): world %d -> %d at step %lld (step in flight %s), "
-            "%d rank(s) received %zu bytes of state in %.3f s, %.3f s in all\n",
-            cohort_comm_epoch(r->comm), v.old_world, r->world, (long long)v.max,
-            v.dropped  ? "dropped"
-            : v.behind ? "kept"
-                       : "none",
-            v.nnew, v.nnew ? bytes : 0, xfer_s, now_s() - t0);
-    fflush(r->out);
-  }
-  r->in_step = 0;
-  st = open_outputs(r);
-  /* Every step has its line once: a rank 0 that received the step it goes on from (it was behind,
-   * or is new) writes its line from the report that came with the state, unless its metrics have
-   * it (a lost rank 0 wrote it). */
-  if (st == RUN_OK && r->rank == 0 && v.max > 0 && r->last.step == (uint64_t)v.max &&
-      r->reported < r->last.step) {
-    step_stats late = r->last;
-    late.late = 1;
-    st = report_step(r, &late);
-  }
-  return st;
-}
-
-/* The membership ended (COHORT_ERESHAPED): keep the state of the last completed step, re-form the
- * communicator, set the exchange up for the new world and join it. Bounded: the agent stops a job
- * that keeps losing ranks (cohort_comm_reform then fails). */
-static int train_reform(train_run *r) {
-  double t0 = now_s();
-  int old_world = r->world;
-  catch_up_drop(r); /* a rank still catching up receives the state of the new membership */
-  for (int round = 0; round < 64; round++) {
-    int rc = cohort_comm_reform(r->comm);
-    if (rc == COHORT_ERESHAPED) continue; /* it ended again while connecting: the next one */
-    if (rc != 0) {
-      fprintf(r->errf, "cohort-gpt2: rank %d: re-form failed: %s\n", r->rank,
-              cohort_comm_error_message(r->comm)[0] ? cohort_comm_error_message(r->comm)
-                                                    : cohort_strerror(rc));
-      return RUN_FAIL;
-    }
-    if (gpt2_model_own_grads(&r->model) != 0) return RUN_FAIL;
-    /* The state stays where it is: the new exchange takes over the old one's buffers. */
-    gpt2_ddp old = r->ddp;
-    memset(&r->ddp, 0, sizeof r->ddp);
-    r->rank = cohort_comm_rank(r->comm);
-    r->world = cohort_comm_size(r->comm);
-    int st = setup_exchange(r, &old);
-    if (st == RUN_OK) st = train_join(r, old_world, t0);
-    if (st != RUN_COMM || r->ddp.err != COHORT_ERESHAPED) return st;
-  }
-  fprintf(r->errf, "cohort-gpt2: rank %d: 64 re-forms in a row without a step: giving up\n",
-          r->rank);
-  return RUN_FAIL;
-}
-
-/* A step failed after its exchange: keeps this rank's own state as the exchange left it. */
-static void keep_own_after(train_run *r) {
-  size_t n = gpt2_ddp_own_state_floats(&r->ddp);
-  if (!r->exchanged || n == 0 || !r->ddp.kept_valid) return;
-  if (r->own_after == NULL) r->own_after = malloc(n * sizeof(float));
-  if (r->own_after == NULL) return; /* then it starts from zero, as a newcomer's */
-  gpt2_ddp_own_state_get(&r->ddp, r->own_after);
-  r->own_after_valid = 1;
-}
-
-/* Tests (COHORT_GPT2_TEST_FAIL=K:PATH): this rank's step K completed all its collectives; once
- * PATH exists (the test made it when the other ranks completed K too: 60 s at most) it fails
- * as if the last had not, once. So this survivor is behind the others at the re-form it starts
- * (docs/gpt2.md "Re-form"): it must receive step K's state, and compute nothing again. */
-static int test_fail(train_run *r) {
-  r->test_fail_step = 0;
-  for (int i = 0; i < 60000 && access(r->test_fail_path, F_OK) != 0; i++) usleep(1000);
-  gpt2_ddp_fail(&r->ddp, COHORT_ERESHAPED, "test: a completed step made to fail");
-  return RUN_COMM;
-}
-
 /* One step, its report and checkpoint. Re-forming, what a failing exchange would change is kept
  * first and put back when it fails: the state is then the last completed step's. */
 static int train_one(train_run *r) {
@@ -1128,9 +610,9 @@ static int train_one(train_run *r) {
   r->in_step = 1;
   r->exchanged = r->own_after_valid = 0;
   int rc = train_step(r, step, &st);
-  if (rc == RUN_OK && r->test_fail_step == step + 1) rc = test_fail(r);
+  if (rc == RUN_OK && r->test_fail_step == step + 1) rc = gpt2_run_test_fail(r);
   if (rc != RUN_OK) {
-    if (r->reform) keep_own_after(r);
+    if (r->reform) gpt2_run_keep_own_after(r);
     if (r->reform) gpt2_ddp_rollback(&r->ddp);
     return rc;
   }
@@ -1139,9 +621,9 @@ static int train_one(train_run *r) {
   r->last = st;
   if (r->comm != NULL && r->reform) cohort_comm_set_step(r->comm, (int64_t)r->done);
   cohort_progress((int64_t)step + 1); /* the step, for cohort run's --hang-timeout */
-  rc = report_step(r, &st);
+  rc = gpt2_run_report_step(r, &st);
   if (rc == RUN_OK) rc = maybe_checkpoint(r, step + 1);
-  if (rc == RUN_OK && r->ready) rc = catch_up_finish(r);
+  if (rc == RUN_OK && r->ready) rc = gpt2_catch_up_finish(r);
   return rc;
 }
 
@@ -1151,7 +633,7 @@ static int reshaped(const train_run *r, int rc) {
 
 /* After the last step: every rank holds the same parameters. */
 static int final_check(train_run *r, int *finished) {
-  int st = r->contrib < r->world ? catch_up_drain(r) : RUN_OK;
+  int st = r->contrib < r->world ? gpt2_catch_up_drain(r) : RUN_OK;
   if (st != RUN_OK) return st;
   int same = 0;
   if (gpt2_ddp_check_params(&r->ddp, &same) != 0) return RUN_COMM;
@@ -1167,7 +649,7 @@ static int train_loop(train_run *r) {
   r->done = r->start_step;
   for (int finished = 0; !finished;) {
     int rc = r->done < (uint64_t)r->o->steps ? train_one(r) : final_check(r, &finished);
-    if (reshaped(r, rc)) rc = train_reform(r);
+    if (reshaped(r, rc)) rc = gpt2_run_reform(r);
     if (rc != RUN_OK) return rc;
   }
   if (r->rank == 0) print_summary(r);
@@ -1178,10 +660,10 @@ int gpt2_train(const gpt2_train_opts *o) {
   train_run r = {.o = o, .out = o->out, .errf = o->err};
   int rc = train_setup(&r);
   /* A newcomer receives the state from the running job; the others start or resume. */
-  if (rc == RUN_OK) rc = r.newcomer ? train_join(&r, 0, now_s()) : train_resume(&r);
-  if (r.newcomer && reshaped(&r, rc)) rc = train_reform(&r);
+  if (rc == RUN_OK) rc = r.newcomer ? gpt2_run_join(&r, 0, gpt2_now_s()) : gpt2_run_resume(&r);
+  if (r.newcomer && reshaped(&r, rc)) rc = gpt2_run_reform(&r);
   r.stateful = rc == RUN_OK && !r.catching; /* a rank catching up: once it has replayed */
-  if (rc == RUN_OK) rc = open_outputs(&r);
+  if (rc == RUN_OK) rc = gpt2_run_open_outputs(&r);
   if (rc == RUN_OK) rc = train_loop(&r);
   if (rc == RUN_COMM)
     fprintf(r.errf, "cohort-gpt2: rank %d: %s\n", r.rank,
