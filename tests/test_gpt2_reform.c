@@ -368,6 +368,24 @@ static int join_catches_up(const proc *r0) {
   return -1;
 }
 
+/* A try that did not catch up (join_catches_up 0): it is run again. */
+static void say_again(const reform_case *c) {
+  fprintf(stderr, "%s: the join took the blocking transfer (a survivor a step behind?): again\n",
+          c->name);
+}
+
+/* Try i (0-3) of case c, for a race the test cannot steer: c itself, then copies named NAME.i,
+ * each with files of its own. */
+static const reform_case *try_of(const reform_case *c, int i) {
+  static char names[4][48];
+  static reform_case t[4];
+  if (i == 0) return c;
+  t[i] = *c;
+  snprintf(names[i], sizeof names[i], "%s.%d", c->name, i);
+  t[i].name = names[i];
+  return &t[i];
+}
+
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
  * re-form. Sets N and M, the steps the re-forms went on from. -1: a case that is to catch up
  * (streamed slowly) took the blocking transfer (a survivor a step behind at the grow, a race the
@@ -401,8 +419,7 @@ static int live(const reform_case *c, long *N, long *M) {
   /* Caught up in the background (the plain exchange), or received at the re-form (else). */
   int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, "caught up") != NULL;
   if (c->rate > 0 && !streamed && join_catches_up(&s[0]) == 0) {
-    fprintf(stderr, "%s: the join took the blocking transfer (a survivor a step behind?): again\n",
-            c->name);
+    say_again(c);
     free(out);
     return -1;
   }
@@ -450,17 +467,9 @@ static long last_of_two(const reform_case *c, long M) {
 
 static void run_case(const reform_case *c0) {
   long N = -1, M = -1;
-  static char names[4][40];
-  static reform_case t;
   const reform_case *c = c0;
   int ok = -1;
-  for (int i = 0; i < 4 && ok < 0; i++) {
-    t = *c0;
-    snprintf(names[i], sizeof names[i], i == 0 ? "%s" : "%s.%d", c0->name, i);
-    t.name = names[i];
-    c = &t;
-    ok = live(c, &N, &M);
-  }
+  for (int i = 0; i < 4 && ok < 0; i++) ok = live(c = try_of(c0, i), &N, &M);
   CHECK(ok >= 0);
   if (ok <= 0) return;
   long K = last_of_two(c, M);
@@ -571,8 +580,7 @@ static int donor_lost_once(const reform_case *c) {
   unsetenv("COHORT_STREAM_RATE");
   int way = ok ? join_catches_up(&p[0]) : -1;
   if (way == 0) {
-    fprintf(stderr, "%s: the join took the blocking transfer (a survivor a step behind?): again\n",
-            c->name);
+    say_again(c);
     for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&p[i], 120), 0);
     return 0;
   }
@@ -612,14 +620,8 @@ static int donor_lost_once(const reform_case *c) {
 /* The donor-lost case until a join catches up: 4 tries at most (a survivor a step behind at
  * the grow is a race the test cannot steer; a try without it tests nothing). */
 static void run_donor_lost(const reform_case *c) {
-  static char names[4][32];
   int tested = 0;
-  for (int i = 0; i < 4 && !tested; i++) {
-    reform_case t = *c;
-    snprintf(names[i], sizeof names[i], "%s.%d", c->name, i);
-    t.name = names[i];
-    tested = donor_lost_once(&t);
-  }
+  for (int i = 0; i < 4 && !tested; i++) tested = donor_lost_once(try_of(c, i));
   CHECK(tested);
 }
 
