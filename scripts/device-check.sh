@@ -51,6 +51,8 @@
 #        COLL_RANKS "2 4 8", COLL_BYTES "4194304 67108864" (8: the latency row),
 #        GPT2_THREADS "1 2 4 8 16", TORCH_THREADS "1 4 16";
 #        RECOVERY_MODEL 124M|small, RECOVERY_STEPS 10, RECOVERY_KILL 4,
+#        RECOVERY_ROWS (bench/recovery --rows; default the four rows), RECOVERY_RATE
+#        (--rate, e.g. 1gbit; default unshaped),
 #        RECOVERY_NEED_S 200 (not started with less budget left), RECOVERY_RUN_S
 #        (a run's limit; default: bench/recovery's, from the model, steps and link);
 #        SHAPED_NEED_S 120, SHAPED_ARGS (more bench/train/run.py options))
@@ -720,8 +722,8 @@ recovery_run() {
   timeout -s INT -k 15 "$1" "$PY" "$SRC/bench/recovery/run.py" --cohort "$COHORT" --gpt2 "$BUILD/cohort-gpt2" \
     --python "$PY" --model "${RECOVERY_MODEL:-124M}" --reps 1 --steps "${RECOVERY_STEPS:-10}" \
     --kill-step "${RECOVERY_KILL:-4}" --ckpt-every 3 --logs "$WORK/recovery-logs" \
-    --rows "cohort reform,cohort restart,torchrun restart,torch reform" \
-    ${RECOVERY_RUN_S:+--row-limit "$RECOVERY_RUN_S"}
+    --rows "${RECOVERY_ROWS:-cohort reform,cohort restart,torchrun restart,torch reform}" \
+    ${RECOVERY_RATE:+--rate "$RECOVERY_RATE"} ${RECOVERY_RUN_S:+--row-limit "$RECOVERY_RUN_S"}
 }
 # bench/recovery: 3 namespaces x 1 rank x 1 thread, node 2 killed at
 # RECOVERY_KILL of RECOVERY_STEPS; the torch rows with PY and its torchrun.
@@ -732,7 +734,7 @@ recovery_section() {
   mkdir -p "$WORK/recovery-logs"
   logged recovery 0 recovery_run "$(budget_left)"
   rc=$?
-  result "bench/recovery, GPT-2 ${RECOVERY_MODEL:-124M}, 4 rows" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
+  result "bench/recovery, GPT-2 ${RECOVERY_MODEL:-124M}${RECOVERY_RATE:+ at $RECOVERY_RATE}" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
     "exit $rc; $(grep -c '| fail' "$WORK/recovery.log") rows failed; table below"
   { echo "## bench/recovery (one lost node of 3)"; echo; grep -E '^(#|\||time lost|newcomer)' "$WORK/recovery.log"; echo; } >>"$SECTIONS"
 }
