@@ -36,8 +36,8 @@ Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
 plain DDP set-up and training_step() only counts steps.
 """
 import gc
-import io
 import os
+import pickle
 import socket
 import threading
 import time
@@ -427,31 +427,120 @@ class Job:
         self.has_state = True
 
     def _transfer(self, donor, behind):
-        """The donor sends its state to every rank behind it; (sent, received) bytes."""
+        """The donor sends its state to every rank behind it; (sent, received) bytes.
+
+        The tensors go as they are, each straight from the donor's own
+        tensor into one the receiver allocates, with a small pickled outline
+        of the rest (step, position, hyper-parameters, where each tensor
+        belongs) ahead of them: no serialized copy of the state on either
+        side."""
         dev, me = self._device(), self.rank
         if me == donor and behind:
-            buf = io.BytesIO()
-            torch.save(self.state_dict(), buf)
-            data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8).to(dev)
-            size = torch.tensor([data.numel()], dtype=torch.int64, device=dev)
+            tensors = []
+            outline = _outline(self.state_dict(), tensors, {})
+            head = _as_bytes(pickle.dumps(outline, protocol=pickle.HIGHEST_PROTOCOL), dev)
+            size = torch.tensor([head.numel()], dtype=torch.int64, device=dev)
+            data = [t.to(dev).contiguous() for t in tensors]
             works = []
             for r in behind:
-                works += [dist.isend(size, r), dist.isend(data, r)]
+                works += [dist.isend(size, r), dist.isend(head, r)]
+                works += [dist.isend(_bytes_of(t), r) for t in data if t.numel()]
             for w in works:
                 w.wait()
-            return data.numel() * len(behind), 0
+            return (head.numel() + sum(t.numel() * t.element_size() for t in data)) \
+                * len(behind), 0
         if me in behind:
             size = torch.zeros(1, dtype=torch.int64, device=dev)
             dist.recv(size, donor)
-            data = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
-            dist.recv(data, donor)
-            # A peer of this job sent it; torch 2.6 on would refuse an
-            # `extra` object's state that is not plain tensors and numbers.
-            state = torch.load(io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu",
-                               weights_only=False)
-            self.load_state_dict(state)
-            return 0, data.numel()
+            head = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
+            dist.recv(head, donor)
+            # A peer of this job sent it, as torch.load(weights_only=False) would trust it.
+            outline = pickle.loads(head.cpu().numpy().tobytes())
+            got = [torch.empty(s.shape, dtype=s.dtype, device=dev) for s in _slots(outline)]
+            for t in got:
+                if t.numel():
+                    dist.recv(_bytes_of(t), donor)
+            tensors = [t.cpu() for t in got]
+            self.load_state_dict(_fill(outline, tensors))
+            return 0, head.numel() + sum(t.numel() * t.element_size() for t in got)
         return 0, 0
+
+
+class _Slot:
+    """Where a tensor of the state goes, in the outline the donor sends."""
+    __slots__ = ("index", "shape", "dtype")
+
+    def __init__(self, index, shape, dtype):
+        self.index, self.shape, self.dtype = index, shape, dtype
+
+    def __getstate__(self):
+        return (self.index, self.shape, self.dtype)
+
+    def __setstate__(self, st):
+        self.index, self.shape, self.dtype = st
+
+
+def _outline(obj, tensors, seen):
+    """obj with every tensor replaced by a _Slot, the tensors appended to tensors in order
+    (a tensor that two entries share, such as tied weights, once)."""
+    if torch.is_tensor(obj):
+        t = obj.detach()
+        key = (str(t.device), t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+        if t.numel() and key in seen:
+            return seen[key]
+        slot = _Slot(len(tensors), tuple(t.shape), t.dtype)
+        tensors.append(t)
+        if t.numel():
+            seen[key] = slot
+        return slot
+    if isinstance(obj, dict):
+        out = type(obj)((k, _outline(v, tensors, seen)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state_dict: load_state_dict reads it
+            out._metadata = obj._metadata
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(_outline(v, tensors, seen) for v in obj)
+    return obj
+
+
+def _slots(outline):
+    """The outline's slots, one per tensor sent, in the order they were sent."""
+    found = {}
+
+    def walk(o):
+        if isinstance(o, _Slot):
+            found[o.index] = o
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif type(o) in (list, tuple):
+            for v in o:
+                walk(v)
+    walk(outline)
+    return [found[i] for i in range(len(found))]
+
+
+def _fill(outline, tensors):
+    """The outline with each slot replaced by its tensor."""
+    if isinstance(outline, _Slot):
+        return tensors[outline.index]
+    if isinstance(outline, dict):
+        out = type(outline)((k, _fill(v, tensors)) for k, v in outline.items())
+        if hasattr(outline, "_metadata"):
+            out._metadata = outline._metadata
+        return out
+    if type(outline) in (list, tuple):
+        return type(outline)(_fill(v, tensors) for v in outline)
+    return outline
+
+
+def _bytes_of(t):
+    """A contiguous tensor's memory as bytes (a view: a receive fills the tensor)."""
+    return t.reshape(-1).view(torch.uint8)
+
+
+def _as_bytes(b, dev):
+    return torch.frombuffer(bytearray(b), dtype=torch.uint8).to(dev)
 
 
 def _nccl_env():
