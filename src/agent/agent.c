@@ -40,12 +40,20 @@ void agent_job_error_file(const job *j, int rank, char *out, size_t outlen) {
 
 /* ---- stopping the workers together ---- */
 
+/* Whether the worker has already ended (not yet reaped): then nothing cohort sends stopped it. */
+static int already_ended(const worker *w) {
+  siginfo_t si = {0};
+  return waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0;
+}
+
 static void signal_groups(job *j, int sig, int mark) {
   for (int i = 0; i < j->nworkers; i++) {
     worker *w = &j->workers[i];
     if (w->pid <= 0) continue;
+    int ended = mark && w->running && already_ended(w);
     kill(-w->pid, sig);
-    if (mark && w->running && (w->stopped_by == 0 || sig == SIGKILL)) w->stopped_by = sig;
+    if (mark && w->running && !ended && (w->stopped_by == 0 || sig == SIGKILL))
+      w->stopped_by = sig;
   }
 }
 
