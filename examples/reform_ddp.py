@@ -64,9 +64,9 @@ def main():
         if len(job.reforms) > seen:
             seen = len(job.reforms)
             r = job.reforms[-1]
-            print("reformed epoch=%d rank=%d world=%d pid=%d step=%d sent=%d received=%d"
-                  % (r["epoch"], job.rank, job.world_size, os.getpid(), job.step,
-                     r["sent"], r["received"]), flush=True)
+            print("reformed epoch=%d rank=%d world=%d pid=%d step=%d sent=%d received=%d "
+                  "dropped=%d" % (r["epoch"], job.rank, job.world_size, os.getpid(), job.step,
+                                  r["sent"], r["received"], job.dropped), flush=True)
         if done:  # world: the step's; rank: the next one's
             print("step=%d rank=%d world=%d pid=%d position=%d loss=%.6f params=%.12g time=%.3f"
                   % (job.step, job.rank, world, os.getpid(), job.position, loss.item(),

@@ -6,12 +6,15 @@ This script plays the agent's side of the control channel of docs/reform.md
 (one SOCK_SEQPACKET socketpair per worker, COHORT_CONTROL_FD): it forks three
 workers running examples/reform_ddp.py, then
   1. kill -9 of rank 2 mid-step; `reshape`, `form` with 2 ranks;
-  2. a newcomer (COHORT_NEWCOMER=1) joins: `reshape`, `form` with 3 ranks;
-     it must receive the survivors' parameters, optimizer state, step and
-     data position;
+  2. a newcomer (COHORT_NEWCOMER=1) joins: `reshape grow=1` to one survivor
+     only, `form` with 3 ranks; the survivors complete their step, agree on
+     its end and answer `ready` at the same step, dropping none; the
+     newcomer must receive the survivors' parameters, optimizer state, step
+     and data position;
   3. SIGSTOP of a rank (its sockets stay open, gloo alone would wait out the
-     process group's timeout): `reshape` must break the survivors'
-     collective at once; `form` with 2 ranks;
+     process group's timeout): a `reshape grow=1 defer_ms=1000` must break
+     the survivors' collective once the deferral runs out; `form` with 2
+     ranks;
   4. four re-forms in a row leave the survivors' descriptor and thread
      counts as they were;
   5. a survivor behind: one survivor's step fails after its all_reduce
@@ -153,13 +156,16 @@ def last_step(w):
     return int(steps[-1]["step"]) if steps else 0
 
 
-def reform(survivors, ended, epoch, port, size, why, ahead=()):
+def reform(survivors, ended, epoch, port, size, why, ahead=(), grow=None, told=None):
     """reshape -> ready (each survivor) -> form -> formed; returns the time
     the reshape was sent and the agreed step. ahead: workers started ahead,
-    given `form` after the survivors (the next ranks) and answering `formed`."""
+    given `form` after the survivors (the next ranks) and answering `formed`.
+    grow: a node's joining, deferred at most grow ms (`grow=1 defer_ms=`);
+    told: the survivors the reshape is sent to (default all)."""
     t = time.time()
-    for w in survivors:
-        w.send("reshape epoch=%d why=%s" % (ended, why))
+    extra = "" if grow is None else "grow=1 defer_ms=%d " % grow
+    for w in (survivors if told is None else told):
+        w.send("reshape epoch=%d %swhy=%s" % (ended, extra, why))
     readies = [int(w.expect("ready", epoch=str(ended))["step"]) for w in survivors]
     for rank, w in enumerate(list(survivors) + list(ahead)):
         w.send("form epoch=%d rank=%d size=%d local_rank=0 local_size=1 node_rank=%d "
@@ -183,6 +189,17 @@ def check_after(survivors, t, world, what):
         worst = max(worst, float(s["time"]) - t)
     print("%s: every member's first step with world=%d %.2f s after it" % (what, world, worst),
           flush=True)
+
+
+def dropped(w, epoch):
+    """The steps w had dropped when it re-formed into `epoch` (its `reformed` line)."""
+    end = time.monotonic() + LONG
+    while time.monotonic() < end:
+        got = [r for r in w.lines("reformed") if r["epoch"] == str(epoch)]
+        if got:
+            return int(got[0]["dropped"])
+        time.sleep(0.05)
+    fail("pid %d: no `reformed epoch=%d` line\n%s" % (w.pid, epoch, w.tail()))
 
 
 def check_history(w):
@@ -285,14 +302,26 @@ def run(tmp, ws):
     reform(survivors, 0, 1, free_port(), 2, "rank 2 lost (kill -9)")
     check_after(survivors, t_kill, 2, "kill -9")
 
-    # 2. A newcomer joins: it receives the state.
+    # 2. A newcomer joins: it receives the state. The agent's reshape says grow=1 and
+    # reaches survivors[0] only: every survivor completes the step in flight, they agree
+    # at that step's end (survivors[1] too, which was told nothing) and re-form there,
+    # dropping no step.
     at = max(last_step(w) for w in survivors) + 3
     for w in survivors:
         w.wait_step(lambda s: int(s["step"]) >= at, "step %d" % at)
     port = free_port()
     new = Worker(tmp, "new", 2, 3, 2, port, newcomer=True)
     run.extra.append(new)
-    t_grow, agreed = reform(survivors, 1, 2, port, 3, "a node joins")
+    before = [dropped(w, 1) for w in survivors]
+    t_grow, agreed = reform(survivors, 1, 2, port, 3, "a node joins", grow=60000,
+                            told=survivors[:1])
+    if len(set(reform.readies)) != 1:
+        fail("a deferred grow: the survivors answered `ready` at steps %s, not at one "
+             "boundary" % reform.readies)
+    after = [dropped(w, 2) for w in survivors]
+    if after != before:
+        fail("a deferred grow: the survivors' dropped steps went from %s to %s"
+             % (before, after))
     new.expect("formed", epoch="2", step=str(agreed))
     joined = None
     end = time.monotonic() + LONG
@@ -309,13 +338,15 @@ def run(tmp, ws):
                if r["epoch"] == "2")
     print("grow: %d bytes of state sent to the newcomer" % sent, flush=True)
 
-    # 3. A stalled rank (SIGSTOP): only `reshape` ends the survivors' wait.
+    # 3. A stalled rank (SIGSTOP): only `reshape` ends the survivors' wait. It comes as a
+    # grow deferred 1 s at most: no step boundary comes while the collective waits for
+    # the stalled rank, so the deferral runs out and ends the membership then.
     stalled = members[1]
     t_stop = time.time()
     os.kill(stalled.pid, signal.SIGSTOP)
     time.sleep(1.0)  # the others are now blocked in a collective with it
     survivors = [members[0], members[2]]
-    reform(survivors, 2, 3, free_port(), 2, "rank 1 silent (SIGSTOP)")
+    reform(survivors, 2, 3, free_port(), 2, "rank 1 silent (SIGSTOP)", grow=1000)
     check_after(survivors, t_stop + 1.0, 2, "SIGSTOP")
     stalled.proc.kill()
     stalled.proc.wait()

@@ -19,7 +19,9 @@ Job joins the process group (rank 0 hosts a TCPStore at MASTER_ADDR:
 MASTER_PORT, as env:// does) and wraps the model in DistributedDataParallel.
 When the agent announces `reshape`, a thread of this module makes the
 collective in flight fail at once (gloo: it shuts the process group's own
-sockets down; NCCL: it aborts the communicators); training_step() then, in the
+sockets down; NCCL: it aborts the communicators), except for a node joining
+(`grow=1`), which ends the membership at the next step boundary the ranks
+agree on (COHORT_GROW_DEFER_MS at most); training_step() then, in the
 same process, destroys the process group, answers `ready`, waits for `form`,
 joins the new membership, answers `formed`, and has the lowest-ranked rank
 holding the most advanced state send model, optimizer, step and data position
@@ -77,6 +79,15 @@ _COMM_ERRORS = ("gloo", "nccl", "connection", "closed", "reset by peer",
                 "broken pipe", "timed out", "timeout", "aborted")
 
 
+def _grow_defer_s():
+    """COHORT_GROW_DEFER_MS in seconds (default 20 s; 0: a node's joining ends the
+    membership at once, as a loss does)."""
+    raw = os.environ.get("COHORT_GROW_DEFER_MS", "20000")
+    if not raw.isdigit() or int(raw) > 3600000:
+        raise ValueError("COHORT_GROW_DEFER_MS=%r: expected milliseconds, 0 to 3600000" % raw)
+    return int(raw) / 1000.0
+
+
 def _parse(data):
     """`VERB key=value ... why=rest of the text` -> (verb, {key: value})."""
     text = data.decode("ascii", "replace")
@@ -102,6 +113,8 @@ class _Channel:
         self.on_reshape = on_reshape
         self.cond = threading.Condition()
         self.reshape_epoch = -1  # the newest membership announced as ended
+        self.grow_epoch = -1     # the newest membership a node's joining will end (deferred)
+        self.defer_s = _grow_defer_s()
         self.forms = []          # `form` messages not yet taken
         self.stop_why = None     # set by `stop` or the channel closing
         self.send_lock = threading.Lock()
@@ -124,6 +137,8 @@ class _Channel:
                 self._stopped(why)
                 return
             verb, f = _parse(data)
+            if verb == "reshape" and "epoch" in f and self._defer(f):
+                continue
             if verb == "reshape" and "epoch" in f:
                 with self.cond:
                     self.reshape_epoch = max(self.reshape_epoch, int(f["epoch"]))
@@ -135,6 +150,32 @@ class _Channel:
                     self.cond.notify_all()
             elif verb == "stop":
                 self._stopped("the agent stopped the job: %s" % f.get("why", "no reason given"))
+
+    def _defer(self, f):
+        """A node joining (grow=1: every member lives): True when its reshape is deferred to
+        the script's next step boundary (Job's training_step), for defer_ms at most; then
+        it ends the membership as any reshape would."""
+        if f.get("grow") != "1" or self.defer_s <= 0:
+            return False
+        limit = self.defer_s
+        if f.get("defer_ms", "").isdigit():
+            limit = min(limit, int(f["defer_ms"]) / 1000.0)
+        epoch = int(f["epoch"])
+        with self.cond:
+            self.grow_epoch = max(self.grow_epoch, epoch)
+        timer = threading.Timer(limit, self.end_membership, args=(epoch,))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def end_membership(self, epoch):
+        """Membership `epoch` ends now: a reshape, or a deferred one taken (or expired)."""
+        with self.cond:
+            if self.reshape_epoch >= epoch:
+                return
+            self.reshape_epoch = epoch
+            self.cond.notify_all()
+        self.on_reshape(epoch)
 
     def _stopped(self, why):
         with self.cond:
@@ -222,6 +263,7 @@ class Job:
         env = os.environ  # the membership: the agent's round
         self.epoch = int(env.get("COHORT_ROUND", env.get("TORCHELASTIC_RESTART_COUNT", "0")))
         self.reforms = []    # per re-form: {"epoch", "world_size", "sent", "received"}
+        self.dropped = 0     # steps begun here that a membership's end left incomplete
         self.ddp = None
         self._store = None
         self._lock = threading.Lock()  # the breaker against the teardown
@@ -268,6 +310,38 @@ class Job:
         """Context manager around one step: counts it when it completes; on
         a lost peer re-forms and swallows the error (the step is dropped)."""
         return _Step(self)
+
+    def _grow_agreed(self):
+        """At a step boundary: whether a node's joining is pending on any rank (one small
+        all_reduce, so every rank answers alike at the same step). When it is, the
+        membership ends here, with no step in flight."""
+        c = self.channel
+        if c is None or c.defer_s <= 0:
+            return False
+        flag = torch.tensor([1 if c.grow_epoch >= self.epoch else 0], dtype=torch.int32,
+                            device=self._device())
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if not flag.item():
+            return False
+        c.end_membership(self.epoch)
+        return True
+
+    def _recover(self, exc):
+        """A step's collective failed: True once re-formed (the step is dropped), False
+        when it is an ordinary failure, the script's own."""
+        if self.channel is None or not isinstance(exc, (RuntimeError, Reshaped)):
+            return False
+        if not self.reshaped():
+            if not (isinstance(exc, Reshaped) or _is_comm_error(exc)):
+                return False  # the script's own error
+            # Tell the agent now: a node killed whole closes its connections at once, but its
+            # heartbeat stops only after the timeout.
+            why = "".join(c if " " <= c <= "~" else "?" for c in (str(exc) + "\n").split("\n")[0])
+            self.channel.send("broken", epoch=self.epoch, why=why[:200] or "a collective failed")
+            if not self.channel.wait_reshape(self.epoch, self.wait):
+                return False  # no loss announced: an ordinary failure
+        self.reform()
+        return True
 
     # ---- the breaker: runs on the channel's thread ----
 
@@ -590,19 +664,16 @@ class _Step:
             # A collective that completed gave every rank's sum: the step counts.
             job.step += 1
             job.position += job.world_size * job.batch_size
-            if job.reshaped():
+            try:
+                grow = job._grow_agreed()
+            except RuntimeError as e:  # a loss after the step: it still counts
+                if job._recover(e):
+                    return False
+                raise
+            if grow or job.reshaped():
                 job.reform()
             return False
-        if job.channel is None or not isinstance(exc, (RuntimeError, Reshaped)):
+        if not job._recover(exc):
             return False
-        if not job.reshaped():
-            if not (isinstance(exc, Reshaped) or _is_comm_error(exc)):
-                return False  # the script's own error
-            # Tell the agent now: a node killed whole closes its connections at once, but its
-            # heartbeat stops only after the timeout.
-            why = "".join(c if " " <= c <= "~" else "?" for c in (str(exc) + "\n").split("\n")[0])
-            job.channel.send("broken", epoch=job.epoch, why=why[:200] or "a collective failed")
-            if not job.channel.wait_reshape(job.epoch, job.wait):
-                return False  # no loss announced: an ordinary failure
-        job.reform()
+        job.dropped += 1
         return True
