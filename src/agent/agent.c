@@ -52,8 +52,7 @@ static void signal_groups(job *j, int sig, int mark) {
     if (w->pid <= 0) continue;
     int ended = mark && w->running && already_ended(w);
     kill(-w->pid, sig);
-    if (mark && w->running && !ended && (w->stopped_by == 0 || sig == SIGKILL))
-      w->stopped_by = sig;
+    if (mark && w->running && !ended && (w->stopped_by == 0 || sig == SIGKILL)) w->stopped_by = sig;
   }
 }
 
