@@ -22,7 +22,9 @@
  * ranks keeps the first ones', so with PowerSGD the last rank is lost). And
  * --zero 1 under re-form is refused with one line. And a survivor a step behind
  * (run_behind): it receives the step the others completed and writes its metrics
- * line; nothing is computed again.
+ * line; nothing is computed again. A newcomer that catches up in the background
+ * (catchup-*): each donor streams from a copy of its share only (rank 0's line
+ * says ceil(B/2) bytes of the B).
  *
  * usage: test_gpt2_reform PATH/TO/cohort-gpt2 [NAME]   (NAME: only the cases named so, a prefix)
  */
@@ -386,6 +388,19 @@ static const reform_case *try_of(const reform_case *c, int i) {
   return &t[i];
 }
 
+/* Rank 0's catch-up lines: of the state's B bytes, rank 0 (donor 0 of the 2 survivors) held a
+ * copy of its share only, ceil(B/2) bytes, not a snapshot of the whole state. */
+static void check_share_copy(const char *out) {
+  const char *b = strstr(out, "1 rank(s) catching up: ");
+  const char *h = strstr(out, "a copy of its share only: ");
+  CHECK(b != NULL && h != NULL);
+  if (b == NULL || h == NULL) return;
+  unsigned long long bytes = strtoull(b + strlen("1 rank(s) catching up: "), NULL, 10);
+  unsigned long long held = strtoull(h + strlen("a copy of its share only: "), NULL, 10);
+  if (held != bytes / 2 + bytes % 2) fprintf(stderr, "copy of %llu of %llu bytes\n", held, bytes);
+  CHECK(bytes > 0 && held == bytes / 2 + bytes % 2);
+}
+
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
  * re-form. Sets N and M, the steps the re-forms went on from. -1: a case that is to catch up
  * (streamed slowly) took the blocking transfer (a survivor a step behind at the grow, a race the
@@ -425,6 +440,7 @@ static int live(const reform_case *c, long *N, long *M) {
   }
   if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(c->rate == 0 || streamed);
+  if (streamed) check_share_copy(out);
   CHECK(strcmp(c->compress, "none") == 0 || !streamed);
   free(out);
   /* The new memberships' gradient buffers are shared again (cohort_mem_alloc after each re-form:

@@ -15,12 +15,18 @@
  *       byte; the receivers are no longer new afterwards;
  *     - 2 donors and shares that end inside pieces, empty pieces, an empty
  *       share (1 byte over 2 donors), no bytes at all; 1 donor and 2 new ranks;
+ *     - the same with COHORT_STREAM_COPY: each donor's bytes outside its share
+ *       are poison from the start and all of them once wait_copy returned
+ *       (which gives the copy's size: the share's), so a byte read outside
+ *       the share, or from the pieces instead of the copy, shows at the
+ *       receiver; without the flag a donor's wait_copy is refused;
  *     - pieces of other sizes: COHORT_EMISMATCH on every rank;
  *     - no new rank: it has ended at once;
  *     - either donor killed mid-stream: the receiver's poll gives COHORT_EPEER
  *       (not a hang, not the timeout) and end returns it; the other donor's
  *       stream fails too.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -112,9 +118,45 @@ static int sender(size_t i, size_t bytes, unsigned newmask) {
   return -1;
 }
 
+/* A byte no receiver may get from donor `rank` at offset i: never held(i, rank). */
+static unsigned char poison(size_t i, int rank) {
+  return (unsigned char)(held(i, rank) ^ 0xa5);
+}
+
+/* Fills the pieces: zeros on a new rank; held(., rank) on a donor, poison outside [lo, hi) when
+ * `outside` (a donor that reads beyond its share sends poison). */
+static void fill(cohort_iov *iov, int n, int newcomer, int rank, int outside, size_t lo,
+                 size_t hi) {
+  for (size_t i = 0, off = 0; i < (size_t)n; i++)
+    for (size_t k = 0; k < iov[i].len; k++, off++)
+      ((unsigned char *)iov[i].base)[k] = newcomer                             ? 0
+                                          : outside && (off < lo || off >= hi) ? poison(off, rank)
+                                                                               : held(off, rank);
+}
+
+/* A donor begun with COHORT_STREAM_COPY: once wait_copy says its share is copied (the copy's size
+ * that share's, no more), every byte of its pieces turns to poison, so that a byte sent from them
+ * rather than from the copy shows at the receiver. Without the flag wait_copy is refused. */
+static void after_begin(cohort_stream *s, cohort_iov *iov, int n, int rank, unsigned flags,
+                        size_t share) {
+  size_t copied = 1;
+  int rc = cohort_comm_state_stream_wait_copy(s, &copied);
+  if (!(flags & COHORT_STREAM_COPY)) {
+    CHECK_EQ_INT(rc, share > 0 ? -EINVAL : 0);
+    return;
+  }
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_INT(copied, share);
+  for (size_t i = 0, off = 0; i < (size_t)n; i++)
+    for (size_t k = 0; k < iov[i].len; k++, off++)
+      ((unsigned char *)iov[i].base)[k] = poison(off, rank);
+}
+
 /* One stream: the ranks in newmask are new; pieces of the given sizes (a size of 0 has a NULL
- * base when odd-numbered). Each donor holds held(., rank); each receiver ends with the sender's. */
-static void stream_case(cohort_comm *c, int rank, unsigned newmask, const size_t *len, int n) {
+ * base when odd-numbered). Each donor holds held(., rank) (with COHORT_STREAM_COPY only in its
+ * share: poison outside it, and everywhere once copied); each receiver ends with the sender's. */
+static void stream_case(cohort_comm *c, int rank, unsigned newmask, const size_t *len, int n,
+                        unsigned flags) {
   int newcomer = newmask >> rank & 1, d = 0, j = -1;
   for (int r = 0; r < NRANKS; r++) {
     if (newmask >> r & 1) continue;
@@ -126,41 +168,43 @@ static void stream_case(cohort_comm *c, int rank, unsigned newmask, const size_t
   for (int i = 0; i < n; i++) {
     iov[i].len = len[i];
     iov[i].base = len[i] > 0 || i % 2 == 0 ? malloc(len[i] > 0 ? len[i] : 1) : NULL;
-    for (size_t k = 0; k < len[i]; k++)
-      ((unsigned char *)iov[i].base)[k] = newcomer ? 0 : held(bytes + k, rank);
     bytes += len[i];
   }
+  size_t lo = newcomer ? 0 : share_at(bytes, j, d), hi = newcomer ? 0 : share_at(bytes, j + 1, d);
+  fill(iov, n, newcomer, rank, (flags & COHORT_STREAM_COPY) != 0, lo, hi);
   if (newcomer) CHECK_EQ_INT(cohort_comm_mark_new(c), 0);
   cohort_stream *s = NULL;
-  CHECK_EQ_INT(cohort_comm_state_stream_begin(c, iov, n, &s), 0);
+  CHECK_EQ_INT(cohort_comm_state_stream_begin_flags(c, iov, n, flags, &s), 0);
   if (s == NULL) return;
+  if (!newcomer) after_begin(s, iov, n, rank, flags, hi - lo);
   CHECK_EQ_INT(run_during(c, s), 1);
   size_t moved = 0;
   CHECK_EQ_INT(cohort_comm_state_stream_poll(s, &moved), 1);
-  CHECK_EQ_INT(moved, newcomer ? bytes : share_at(bytes, j + 1, d) - share_at(bytes, j, d));
+  CHECK_EQ_INT(moved, newcomer ? bytes : hi - lo);
   CHECK_EQ_INT(cohort_comm_state_stream_end(c, s), 0);
   size_t bad = 0, off = 0;
   for (int i = 0; i < n; i++) {
     for (size_t k = 0; k < len[i]; k++, off++)
-      bad += ((unsigned char *)iov[i].base)[k] !=
-             held(off, newcomer ? sender(off, bytes, newmask) : rank);
+      bad += ((unsigned char *)iov[i].base)[k] != (newcomer ? held(off, sender(off, bytes, newmask))
+                                                   : flags & COHORT_STREAM_COPY ? poison(off, rank)
+                                                                                : held(off, rank));
     free(iov[i].base);
   }
   CHECK_EQ_INT(bad, 0);
   CHECK_EQ_INT(cohort_comm_is_new(c, rank), 0);
 }
 
-static void case_pieces(cohort_comm *c, int rank) {
+static void case_pieces(cohort_comm *c, int rank, unsigned flags) {
   size_t big[3] = {999, 0, BIG}; /* 2 donors: the shares meet inside the big piece */
-  stream_case(c, rank, 1u << 2, big, 3);
+  stream_case(c, rank, 1u << 2, big, 3, flags);
   size_t odd[6] = {0, 7, 0, 3, 1, 0}; /* 11 bytes: 6 + 5, share 0 ends inside the 7 */
-  stream_case(c, rank, 1u << 0, odd, 6);
+  stream_case(c, rank, 1u << 0, odd, 6, flags);
   size_t one = 1; /* 1 byte over 2 donors: the second's share is empty */
-  stream_case(c, rank, 1u << 1, &one, 1);
+  stream_case(c, rank, 1u << 1, &one, 1, flags);
   size_t none[2] = {0, 0};
-  stream_case(c, rank, 1u << 2, none, 2);
+  stream_case(c, rank, 1u << 2, none, 2, flags);
   size_t two[3] = {12345, 0, ((size_t)1 << 20) + 3}; /* 1 donor, 2 new ranks */
-  stream_case(c, rank, 1u << 1 | 1u << 2, two, 3);
+  stream_case(c, rank, 1u << 1 | 1u << 2, two, 3, flags);
   /* Pieces of other sizes, the same total: refused on every rank. */
   unsigned char *a = malloc(BIG);
   int newcomer = rank == NRANKS - 1;
@@ -180,6 +224,7 @@ static void case_none(cohort_comm *c) {
   cohort_stream *s = NULL;
   CHECK_EQ_INT(cohort_comm_state_stream_begin(c, &iov, 1, &s), 0);
   CHECK_EQ_INT(cohort_comm_state_stream_poll(s, NULL), 1);
+  CHECK_EQ_INT(cohort_comm_state_stream_wait_copy(s, NULL), 0); /* nothing is read */
   CHECK_EQ_INT(cohort_comm_state_stream_end(c, s), 0);
 }
 
@@ -188,7 +233,8 @@ static int rank_main(int rank) {
   if (c == NULL) return 1;
   /* Nobody new yet: the first case; then the ranks each case names count themselves new. */
   case_none(c);
-  case_pieces(c, rank);
+  case_pieces(c, rank, 0);
+  case_pieces(c, rank, COHORT_STREAM_COPY);
   cohort_comm_destroy(c);
   return check_report();
 }

@@ -296,6 +296,23 @@ COHORT_API int cohort_comm_state_transferv(cohort_comm *comm, const cohort_iov *
 typedef struct cohort_stream cohort_stream;
 COHORT_API int cohort_comm_state_stream_begin(cohort_comm *comm, const cohort_iov *iov, int n,
                                               cohort_stream **out);
+/*
+ * cohort_comm_state_stream_begin with flags. COHORT_STREAM_COPY: each donor's
+ * thread first copies its share of the pieces, and only its share (B/d bytes
+ * of B with d donors), into memory of the stream's own, and sends from that
+ * copy: the donor's pieces must stay unchanged only until
+ * cohort_comm_state_stream_wait_copy has returned, not until the stream has
+ * ended, and no donor needs a snapshot of the whole state. Ignored on the new
+ * ranks. Other bits: -EINVAL.
+ */
+#define COHORT_STREAM_COPY 1u
+COHORT_API int cohort_comm_state_stream_begin_flags(cohort_comm *comm, const cohort_iov *iov, int n,
+                                                    unsigned flags, cohort_stream **out);
+/* A donor begun with COHORT_STREAM_COPY: blocks until its thread has copied its share (a fraction
+ * of a second per GB), then returns 0 with *bytes (may be NULL) the copy's size, or the error that
+ * ended the stream first; its pieces may change from then on. 0 (*bytes 0) at once on a rank that
+ * does not donate or whose share is empty; -EINVAL on a donor begun without the flag. */
+COHORT_API int cohort_comm_state_stream_wait_copy(cohort_stream *s, size_t *bytes);
 /* Never blocks: 0 while the stream runs, 1 once it has ended well on this rank (a receiver: every
  * byte from every donor in; a donor: every receiver said so; all at once when nobody is new), else
  * the error that ended it (COHORT_EPEER: a process or connection at the other end is gone, any

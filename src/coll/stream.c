@@ -11,7 +11,9 @@
  * proves each cookie and receives the shares in parallel into its pieces; the last byte of each
  * share is answered with one byte, so that both ends know it arrived. A thread that fails shuts
  * its connections down, so that the other ends fail at once. The communicator itself is not used
- * by the threads: its collectives go on meanwhile. */
+ * by the threads: its collectives go on meanwhile. With COHORT_STREAM_COPY a donor's thread first
+ * copies its share, and only its share, into memory of the stream's own and sends from there: the
+ * caller's pieces are free once that copy is taken (cohort_comm_state_stream_wait_copy). */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +31,7 @@
 
 #define STREAM_SLICE ((size_t)1 << 20) /* bytes sent to one receiver before the next's turn */
 #define STREAM_COOKIE 16
+#define STREAM_COPY_SLICE ((size_t)64 << 20) /* bytes copied between two looks at stop */
 
 enum { ROLE_NONE, ROLE_DONOR, ROLE_RECEIVER };
 
@@ -54,7 +58,14 @@ struct cohort_stream {
   int n;
   size_t bytes;
   size_t lo, hi; /* the donor's share */
-  int lfd;       /* the donor's listening socket */
+  /* COHORT_STREAM_COPY: a donor's copy of its share (bytes [lo, hi) at copy), once `copied`;
+   * `ended` once its thread has returned. Both under mu, signalled on cv. */
+  char *copy;
+  size_t copy_len; /* the memory mapped for it */
+  int copied, ended;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int lfd; /* the donor's listening socket */
   stream_peer *peer;
   int npeer, nwant; /* connections made, and wanted (a donor: the new ranks; a receiver: donors) */
   struct pollfd *pfd;
@@ -119,6 +130,43 @@ static char *locate(const cohort_stream *s, size_t off, size_t *avail) {
   return NULL;
 }
 
+/* The donor's byte at offset off (in its share), from its copy if it took one, and how many of
+ * its share follow it there. */
+static char *share_byte(const cohort_stream *s, size_t off, size_t *avail) {
+  if (s->copy == NULL) {
+    char *p = locate(s, off, avail);
+    if (*avail > s->hi - off) *avail = s->hi - off;
+    return p;
+  }
+  *avail = s->hi - off;
+  return s->copy + (off - s->lo);
+}
+
+/* Sets one of the flags the caller waits on (copied, ended) and wakes it. */
+static void stream_signal(cohort_stream *s, int *flag) {
+  pthread_mutex_lock(&s->mu);
+  *flag = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* COHORT_STREAM_COPY: the donor copies bytes [lo, hi) of the pieces, and no other, then says so;
+ * the pieces are not read again. */
+static int take_copy(cohort_stream *s) {
+  if (s->copy == NULL) return 0;
+  for (size_t off = s->lo; off < s->hi;) {
+    if (atomic_load(&s->stop)) return -ECANCELED;
+    size_t len = 0;
+    const char *p = locate(s, off, &len);
+    if (len > s->hi - off) len = s->hi - off;
+    if (len > STREAM_COPY_SLICE) len = STREAM_COPY_SLICE;
+    memcpy(s->copy + (off - s->lo), p, len);
+    off += len;
+  }
+  stream_signal(s, &s->copied);
+  return 0;
+}
+
 /* Holds the donor back to s->rate: sleeps until `sent` bytes are due since t0. */
 static void pace(cohort_stream *s, int64_t t0, size_t sent) {
   if (s->rate == 0) return;
@@ -132,6 +180,8 @@ static void pace(cohort_stream *s, int64_t t0, size_t sent) {
 /* The donor: accepts every receiver (its cookie checked), sends its share to each in turn, then
  * waits for their answers. */
 static int donor_run(cohort_stream *s) {
+  int crc = take_copy(s);
+  if (crc != 0) return crc;
   while (s->npeer < s->nwant) {
     int rc = wait_fd(s, s->lfd, POLLIN);
     if (rc != 0) return rc;
@@ -145,12 +195,15 @@ static int donor_run(cohort_stream *s) {
     }
     s->peer[s->npeer++] = (stream_peer){.fd = fd, .at = s->lo, .end = s->hi};
   }
+  /* Paced: slices of a tenth of a second's bytes at most, so that the rate holds from the start
+   * (a share sent from one copy is one run of bytes, not pieces). */
+  size_t slice = STREAM_SLICE;
+  if (s->rate > 0 && s->rate / 10 < slice) slice = s->rate / 10 > 4096 ? s->rate / 10 : 4096;
   int64_t t0 = base_now_ms();
   for (size_t off = s->lo; off < s->hi;) {
     size_t len = 0;
-    char *p = locate(s, off, &len);
-    if (len > s->hi - off) len = s->hi - off;
-    if (len > STREAM_SLICE) len = STREAM_SLICE;
+    char *p = share_byte(s, off, &len);
+    if (len > slice) len = slice;
     for (int r = 0; r < s->npeer; r++) {
       int rc = move_bytes(s, s->peer[r].fd, p, len, 1);
       if (rc != 0) return rc;
@@ -234,6 +287,7 @@ static void *stream_thread(void *arg) {
              s->role == ROLE_DONOR ? "to the new ranks" : "from the donors", cohort_strerror(rc));
   }
   atomic_store(&s->result, rc);
+  stream_signal(s, &s->ended);
   return NULL;
 }
 
@@ -246,6 +300,9 @@ static void stream_free(cohort_stream *s) {
   for (int k = 0; k < s->nwant; k++)
     if (s->peer[k].fd >= 0) close(s->peer[k].fd);
   if (s->lfd >= 0) close(s->lfd);
+  if (s->copy != NULL) munmap(s->copy, s->copy_len);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
   free(s->peer);
   free(s->pfd);
   free(s->iov);
@@ -270,13 +327,30 @@ static size_t share_at(size_t bytes, int j, int d) {
   return (size_t)j * q + ((size_t)j < rem ? (size_t)j : rem);
 }
 
+/* A donor's own share, and with COHORT_STREAM_COPY the memory for its copy (untouched until the
+ * thread copies into it). Returns 0 or -ENOMEM. */
+static int own_share(cohort_comm *c, cohort_stream *s, int ndonor, int copy) {
+  int j = 0;
+  for (int i = 0; i < c->rank; i++) j += !c->newbits[i];
+  s->lo = share_at(s->bytes, j, ndonor);
+  s->hi = share_at(s->bytes, j + 1, ndonor);
+  if (!copy || s->hi == s->lo) return 0;
+  size_t len = s->hi - s->lo;
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -ENOMEM;
+  s->copy = p;
+  s->copy_len = len;
+  return 0;
+}
+
 /* Every donor listens and the cards are allgathered: a receiver learns every donor's, in rank
  * order (donor j sends share j). Returns 0 with the role set, or an error (then on every rank). */
-static int stream_cards(cohort_comm *c, cohort_stream *s, int ndonor) {
+static int stream_cards(cohort_comm *c, cohort_stream *s, int ndonor, int copy) {
   stream_card *all = calloc((size_t)c->size, sizeof *all);
   if (all == NULL) return -ENOMEM;
   if (!c->self_new) {
-    int port = 0, lrc = base_tcp_listen(c->host, 0, s->nwant + 4, &s->lfd, &port);
+    int port = 0, lrc = own_share(c, s, ndonor, copy);
+    if (lrc == 0) lrc = base_tcp_listen(c->host, 0, s->nwant + 4, &s->lfd, &port);
     if (lrc == 0) lrc = base_random_bytes(s->card.cookie, sizeof s->card.cookie);
     s->card.port = lrc != 0 ? lrc : port;
     snprintf(s->card.host, sizeof s->card.host, "%s", c->host);
@@ -286,10 +360,6 @@ static int stream_cards(cohort_comm *c, cohort_stream *s, int ndonor) {
     if (c->newbits[i]) continue;
     if (all[i].port <= 0) rc = all[i].port < 0 ? (int)all[i].port : COHORT_EPROTO;
     size_t at = share_at(s->bytes, j, ndonor), end = share_at(s->bytes, j + 1, ndonor);
-    if (i == c->rank) {
-      s->lo = at;
-      s->hi = end;
-    }
     if (c->self_new) s->peer[j] = (stream_peer){.fd = -1, .at = at, .end = end, .card = all[i]};
     j++;
   }
@@ -301,7 +371,7 @@ static int stream_cards(cohort_comm *c, cohort_stream *s, int ndonor) {
 
 /* Agrees on the bits and the layout (an allgather), then on the donors' cards. Returns 0 with
  * s->role set (ROLE_NONE: nobody new), or an error (then on every rank). */
-static int stream_agree(cohort_comm *c, cohort_stream *s, uint64_t layout) {
+static int stream_agree(cohort_comm *c, cohort_stream *s, uint64_t layout, int copy) {
   int n = c->size, nrecv = 0;
   int64_t *all = malloc((size_t)n * 3 * sizeof *all);
   if (all == NULL) return -ENOMEM;
@@ -317,17 +387,20 @@ static int stream_agree(cohort_comm *c, cohort_stream *s, uint64_t layout) {
   if (rc == 0 && nrecv == n) rc = COHORT_ENOSTATE;
   if (rc != 0 || nrecv == 0) return rc; /* nothing to stream: no donor either */
   s->nwant = nrecv;                     /* a donor's; a receiver's is the donors' */
-  return stream_cards(c, s, n - nrecv);
+  return stream_cards(c, s, n - nrecv, copy);
 }
 
-COHORT_API int cohort_comm_state_stream_begin(cohort_comm *c, const cohort_iov *iov, int n,
-                                              cohort_stream **out) {
+COHORT_API int cohort_comm_state_stream_begin_flags(cohort_comm *c, const cohort_iov *iov, int n,
+                                                    unsigned flags, cohort_stream **out) {
   if (out != NULL) *out = NULL;
-  if (c == NULL || out == NULL || n < 0 || (iov == NULL && n > 0)) return -EINVAL;
+  if (c == NULL || out == NULL || n < 0 || (iov == NULL && n > 0) || (flags & ~COHORT_STREAM_COPY))
+    return -EINVAL;
   for (int i = 0; i < n; i++)
     if (iov[i].base == NULL && iov[i].len > 0) return -EINVAL;
   cohort_stream *s = calloc(1, sizeof *s);
   if (s == NULL) return -ENOMEM;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
   s->lfd = -1;
   s->rank = c->rank;
   s->n = n;
@@ -344,7 +417,7 @@ COHORT_API int cohort_comm_state_stream_begin(cohort_comm *c, const cohort_iov *
   if (rc == 0 && c->size == 1)
     rc = c->self_new ? COHORT_ENOSTATE : 0;
   else if (rc == 0)
-    rc = stream_agree(c, s, layout);
+    rc = stream_agree(c, s, layout, (flags & COHORT_STREAM_COPY) != 0);
   if (rc == 0 && s->role != ROLE_NONE) {
     atomic_store(&s->result, 1);
     rc = -pthread_create(&s->thread, NULL, stream_thread, s);
@@ -356,6 +429,24 @@ COHORT_API int cohort_comm_state_stream_begin(cohort_comm *c, const cohort_iov *
   }
   *out = s;
   return 0;
+}
+
+COHORT_API int cohort_comm_state_stream_begin(cohort_comm *c, const cohort_iov *iov, int n,
+                                              cohort_stream **out) {
+  return cohort_comm_state_stream_begin_flags(c, iov, n, 0, out);
+}
+
+COHORT_API int cohort_comm_state_stream_wait_copy(cohort_stream *s, size_t *bytes) {
+  if (bytes != NULL) *bytes = 0;
+  if (s == NULL) return -EINVAL;
+  if (s->role != ROLE_DONOR) return 0;                  /* nothing of the caller's is read */
+  if (s->copy == NULL && s->hi > s->lo) return -EINVAL; /* read until the stream has ended */
+  pthread_mutex_lock(&s->mu);
+  while (s->copy != NULL && !s->copied && !s->ended) pthread_cond_wait(&s->cv, &s->mu);
+  int rc = s->copy == NULL || s->copied ? 0 : atomic_load(&s->result);
+  pthread_mutex_unlock(&s->mu);
+  if (bytes != NULL && rc == 0) *bytes = s->copy_len;
+  return rc;
 }
 
 COHORT_API int cohort_comm_state_stream_poll(const cohort_stream *s, size_t *bytes) {

@@ -110,8 +110,7 @@ static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
 void gpt2_catch_up_drop(train_run *r) {
   if (r->stream != NULL) cohort_comm_state_stream_end(r->comm, r->stream);
   r->stream = NULL;
-  gpt2_big_free(r->snap, r->snap_bytes);
-  r->snap = NULL;
+  r->snap_copied = 0;
   for (size_t i = 0; i < r->nreplay; i++)
     gpt2_big_free(r->replay[i].g, r->model.nparams * sizeof(float));
   free(r->replay);
@@ -122,9 +121,26 @@ void gpt2_catch_up_drop(train_run *r) {
   r->zero_tok = NULL;
 }
 
+/* A donor, before it changes its state (the update): waits until the stream has copied its
+ * share (its thread does, in the background), once per stream. */
+int gpt2_catch_up_release(train_run *r) {
+  if (r->stream == NULL || r->catching || r->snap_copied) return RUN_OK;
+  double t = gpt2_now_s();
+  int rc = cohort_comm_state_stream_wait_copy(r->stream, &r->snap_held);
+  if (rc != 0) {
+    fprintf(r->errf, "cohort-gpt2: rank %d: the copy of the state streamed: %s\n", r->rank,
+            cohort_strerror(rc));
+    return RUN_FAIL;
+  }
+  r->snap_copied = 1;
+  r->snap_wait_s = gpt2_now_s() - t;
+  return RUN_OK;
+}
+
 /* The ranks without state (the highest: nnew of them) catch up: every rank with state (a donor)
- * copies it into a snapshot and streams its share of it to them in the background; they take part
- * in every step's reductions from here on without training (train_step). */
+ * streams its share of it to them in the background, from a copy of that share the stream takes
+ * (COHORT_STREAM_COPY) before this rank's next update; they take part in every step's reductions
+ * from here on without training (train_step). */
 static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double t0) {
   r->catching = mine < 0;
   gpt2_run_set_contrib(r, r->world - v->nnew);
@@ -139,16 +155,9 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
   }
   r->snap_bytes = 0;
   for (int i = 0; i < n; i++) r->snap_bytes += iov[i].len;
-  if (!r->catching) { /* a donor: every rank not new */
-    char *p = r->snap = gpt2_big_alloc(r->snap_bytes);
-    for (int i = 0; i < n && p != NULL; p += iov[i++].len) {
-      memcpy(p, iov[i].base, iov[i].len);
-      iov[i].base = p;
-    }
-  }
-  int rc = !r->catching && r->snap == NULL
-               ? -ENOMEM
-               : cohort_comm_state_stream_begin(r->comm, iov, n, &r->stream);
+  r->snap_copied = 0;
+  r->snap_held = 0;
+  int rc = cohort_comm_state_stream_begin_flags(r->comm, iov, n, COHORT_STREAM_COPY, &r->stream);
   free(iov);
   if (rc != 0) {
     gpt2_ddp_fail(&r->ddp, rc, "state stream");
@@ -163,9 +172,12 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
     fprintf(r->out,
             "cohort-gpt2: re-formed (epoch %d): world %d -> %d at step %lld (step in flight %s), "
             "%d rank(s) catching up: %zu bytes of state streaming from %d rank(s) while they "
-            "train, %.3f s in all\n",
+            "train, %.3f s in all (membership %.3f s, exchange set up %.3f s, agreed %.3f s, "
+            "stream begun %.3f s)\n",
             cohort_comm_epoch(r->comm), v->old_world, r->world, (long long)v->max,
-            v->dropped ? "dropped" : "none", v->nnew, r->snap_bytes, r->contrib, gpt2_now_s() - t0);
+            v->dropped ? "dropped" : "none", v->nnew, r->snap_bytes, r->contrib, gpt2_now_s() - t0,
+            r->t_formed - t0, r->t_exchange - r->t_formed, r->t_agreed - r->t_exchange,
+            r->catch_t0 - r->t_agreed);
     fflush(r->out);
   }
   return gpt2_run_open_outputs(r);
@@ -203,6 +215,7 @@ static int replay(train_run *r) {
  * they replay, and every rank trains from the next step on; the parameters are checked. */
 int gpt2_catch_up_finish(train_run *r) {
   /* A donor's thread has the receivers' answers a moment after they said so. */
+  if (gpt2_catch_up_release(r) != RUN_OK) return RUN_FAIL; /* a run that ends before an update */
   for (int i = 0; i < 60000 && cohort_comm_state_stream_poll(r->stream, NULL) == 0; i++)
     usleep(1000);
   double stream_s = gpt2_now_s() - r->catch_t0;
@@ -213,7 +226,8 @@ int gpt2_catch_up_finish(train_run *r) {
     return RUN_FAIL;
   }
   int st = r->catching ? replay(r) : RUN_OK;
-  size_t replayed = (size_t)(r->done - r->catch_step);
+  size_t replayed = (size_t)(r->done - r->catch_step), held = r->snap_held;
+  double wait_s = r->snap_wait_s;
   int first = r->contrib;
   gpt2_catch_up_drop(r);
   gpt2_run_set_contrib(r, r->world);
@@ -227,10 +241,11 @@ int gpt2_catch_up_finish(train_run *r) {
   if (st == RUN_OK && r->rank == 0) {
     fprintf(r->out,
             "cohort-gpt2: rank(s) %d-%d caught up: received %zu bytes of state in the background "
-            "from %d rank(s) (the snapshot of step %llu, in at most %.3f s), replayed %zu "
+            "from %d rank(s) (the snapshot of step %llu, in at most %.3f s; each donor a copy of "
+            "its share only: %zu bytes on rank 0, its update waited %.3f s for it), replayed %zu "
             "step(s), contribute from step %llu\n",
             first, r->world - 1, r->snap_bytes, first, (unsigned long long)r->catch_step, stream_s,
-            replayed, (unsigned long long)r->done + 1);
+            held, wait_s, replayed, (unsigned long long)r->done + 1);
     fflush(r->out);
   }
   return st;
@@ -306,6 +321,7 @@ int gpt2_run_join(train_run *r, int old_world, double t0) {
   int64_t mine = r->stateful && !cohort_comm_is_new(r->comm, r->rank) ? (int64_t)r->done : -1;
   join_view v;
   int st = agree(r, mine, old_world, &v);
+  r->t_agreed = gpt2_now_s();
   if (st != RUN_OK) return st;
   if (v.max < 0) {
     if (r->rank == 0)
@@ -387,11 +403,13 @@ int gpt2_run_reform(train_run *r) {
     }
     if (gpt2_model_own_grads(&r->model) != 0) return RUN_FAIL;
     /* The state stays where it is: the new exchange takes over the old one's buffers. */
+    r->t_formed = gpt2_now_s();
     gpt2_ddp old = r->ddp;
     memset(&r->ddp, 0, sizeof r->ddp);
     r->rank = cohort_comm_rank(r->comm);
     r->world = cohort_comm_size(r->comm);
     int st = gpt2_run_setup_exchange(r, &old);
+    r->t_exchange = gpt2_now_s();
     if (st == RUN_OK) st = gpt2_run_join(r, old_world, t0);
     if (st != RUN_COMM || r->ddp.err != COHORT_ERESHAPED) return st;
   }

@@ -73,8 +73,16 @@ typedef struct train_run {
   int catching; /* this rank catches up */
   int ready;    /* every catching-up rank has the state (the step's agreed flag) */
   cohort_stream *stream;
-  void *snap;        /* a donor's snapshot (every rank not new) */
+  /* A donor (every rank not new) streams from the stream's copy of its share only
+   * (COHORT_STREAM_COPY), taken in the background: its next update waits for it (snap_copied,
+   * snap_held bytes; snap_wait_s: how long that update waited). */
+  int snap_copied;
+  size_t snap_held;
+  double snap_wait_s;
   size_t snap_bytes; /* the state's bytes, every piece */
+  /* Where the last re-form's time went: the membership formed, the exchange set up, the ranks
+   * agreed on the step (gpt2_now_s). */
+  double t_formed, t_exchange, t_agreed;
   gpt2_state_head snap_head;
   step_stats snap_last;
   struct replay_step *replay;
@@ -150,5 +158,8 @@ int gpt2_catch_up_finish(train_run *r);
 int gpt2_catch_up_drain(train_run *r);
 /* Ends the stream, frees the snapshot and the steps kept. */
 void gpt2_catch_up_drop(train_run *r);
+/* A donor, before it changes its state (the update): waits until the stream has its share's copy.
+ */
+int gpt2_catch_up_release(train_run *r);
 
 #endif

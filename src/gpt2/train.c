@@ -445,6 +445,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   if (r->catching) {
     if ((rc = gpt2_catch_up_keep(r, gscale, lr, (int64_t)step + 1)) != RUN_OK) return rc;
   } else {
+    if ((rc = gpt2_catch_up_release(r)) != RUN_OK) return rc; /* a donor's share copied */
     if (gpt2_ddp_step(&r->ddp, gscale, lr, (int64_t)step + 1) != 0) return RUN_COMM;
     /* Re-forming, the step is complete (all of its update applied) or not at all. */
     if (r->reform && gpt2_ddp_commit(&r->ddp) != 0) return RUN_COMM;
