@@ -357,6 +357,7 @@ put("fuzz_coll_control", "form", "form epoch=3 rank=1 size=4 local_rank=1 local_
     "nnodes=2 store=10.0.0.1:29400 job=j1 master_addr=10.0.0.1 master_port=29500")
 put("fuzz_coll_control", "form_v6", "form epoch=1 rank=0 size=1 store=[::1]:29400 job=x extra=1")
 put("fuzz_coll_control", "reshape", "reshape epoch=2 why=node 3 lost: heartbeat stale for 5 s")
+put("fuzz_coll_control", "reshape_grow", "reshape grow=1 defer_ms=20000 epoch=3 why=node 3 joins")
 put("fuzz_coll_control", "stop", "stop why=fewer than 2 nodes left\n")
 put("fuzz_coll_control", "bad_form", "form epoch=1 rank=2 size=2 store=h:1 job=j")
 put("fuzz_coll_control", "unknown", "hello pid=42")

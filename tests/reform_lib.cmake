@@ -15,6 +15,9 @@ foreach(t tcp shm)
   set_tests_properties(reform_coll_idle_${t} PROPERTIES TIMEOUT 120 LABELS "unit")
   add_test(NAME reform_coll_reshape_${t} COMMAND test_reform_coll reshape ${t})
   set_tests_properties(reform_coll_reshape_${t} PROPERTIES TIMEOUT 300 LABELS "unit")
+  # A node joining deferred to a boundary the ranks agree on (cohort_comm_defer_grow).
+  add_test(NAME reform_coll_grow_${t} COMMAND test_reform_coll grow ${t})
+  set_tests_properties(reform_coll_grow_${t} PROPERTIES TIMEOUT 120 LABELS "unit")
 endforeach()
 # libcohort workers under the real agent: kill -9 of a rank, the survivors re-form in their own
 # processes, a newcomer receives the state, the job ends well (TCP and shared memory).

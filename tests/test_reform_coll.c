@@ -35,6 +35,13 @@
  *                               `broken` before they call a collective
  *                               (the peer watch); after the re-form a
  *                               peer's destroy is a goodbye, not a loss.
+ *   test_reform_coll grow T     (T: tcp, shm) grows deferred
+ *                               (cohort_comm_defer_grow): a grow reshape during
+ *                               an allreduce ends no collective; the ranks agree
+ *                               on a boundary and re-form there with a newcomer;
+ *                               a loss while a grow is pending, a grow past
+ *                               COHORT_GROW_DEFER_MS, and one not deferred end
+ *                               the membership (ERESHAPED) as today.
  *   test_reform_coll reshape T  a rank stopped (SIGSTOP): the agent's reshape
  *                               makes the survivors' allreduce return
  *                               ERESHAPED within a second of the message;
@@ -375,6 +382,14 @@ static void test_parser(void) {
   CHECK_EQ_INT(m.verb, COLL_CTL_RESHAPE);
   CHECK_EQ_INT(m.epoch, 2);
   CHECK_STREQ(m.why, "node 3 lost:  heartbeat?stale");
+  CHECK_EQ_INT(m.grow, -1);
+  CHECK_EQ_INT(m.defer_ms, -1);
+  const char *grow = "reshape grow=1 defer_ms=20000 epoch=4 why=node 3 joins";
+  CHECK_EQ_INT(coll_ctl_parse(grow, strlen(grow), &m, err, sizeof err), 0);
+  CHECK_EQ_INT(m.verb, COLL_CTL_RESHAPE);
+  CHECK_EQ_INT(m.epoch, 4);
+  CHECK_EQ_INT(m.grow, 1);
+  CHECK_EQ_INT(m.defer_ms, 20000);
   parse_ok("stop why=too few nodes\n", COLL_CTL_STOP);
   parse_ok("stop", COLL_CTL_STOP);
   parse_ok("reshape", COLL_CTL_RESHAPE);
@@ -387,6 +402,8 @@ static void test_parser(void) {
   parse_bad("form epoch=x rank=0 size=1 store=h:1 job=j", 42);
   parse_bad("form epoch=1 rank=0 size=1 store=nohostport job=j", 49);
   parse_bad("reshape epoch=-1", 16);
+  parse_bad("reshape grow=2", 14);
+  parse_bad("reshape grow=1 defer_ms=-1", 26);
   parse_bad("reshape epoch", 13);
   parse_bad("reshape epoch=1\x01", 16);
   parse_bad("reshape epoch=1\0 rank=0", 23);
@@ -1407,6 +1424,154 @@ static void test_idle(const char *tname) {
   store_fork_stop(&g_sf);
 }
 
+/* ---- grow: a node joining, deferred to a boundary the ranks agree on ---- */
+
+#define WHY_GROW "a node joins"
+#define WHY_LOSS "node 7 lost while a node joins"
+
+/* Allreduces until one fails; phase `seen` once a grow is pending here. Records the failure. */
+static int w_loop_grow(int w, cohort_comm *c, int seen) {
+  size_t count = 1u << 16;
+  float *buf = calloc(count, sizeof *buf);
+  int rc = buf == NULL ? -ENOMEM : 0;
+  int64_t end = base_now_ms() + 120000;
+  while (rc == 0 && base_now_ms() < end) {
+    rc = cohort_allreduce(c, buf, buf, count, COHORT_F32, COHORT_SUM);
+    if (rc == 0 && cohort_comm_grow_pending(c) == 1 && atomic_load(&g_sh->s[w].phase) < seen)
+      atomic_store(&g_sh->s[w].phase, seen);
+  }
+  w_record(w, c, rc);
+  free(buf);
+  return rc;
+}
+
+/* Membership 1 of 3 (the newcomer, rank 2, joined), and what follows on every rank: a loss while
+ * a grow is pending ends the membership at once; a grow not re-formed within the deferral ends
+ * it after it; without the deferral a grow ends it at once. */
+static int w_grown(int w, cohort_comm *c) {
+  CHECK_EQ_INT(cohort_comm_grow_pending(c), 0);
+  w_sum_check(c, 100000);
+  atomic_store(&g_sh->s[w].phase, 2);
+  CHECK_EQ_INT(w_loop_grow(w, c, 3), COHORT_ERESHAPED);
+  CHECK(names_why(w, g_sh->s[w].errmsg, WHY_LOSS));
+  if (w_reform(w, c) != 0) return 1;
+  w_sum_check(c, 1000);
+  setenv("COHORT_GROW_DEFER_MS", "500", 1);
+  CHECK_EQ_INT(cohort_comm_defer_grow(c, 1), 0);
+  atomic_store(&g_sh->s[w].phase, 4);
+  CHECK_EQ_INT(w_loop_grow(w, c, 5), COHORT_ERESHAPED);
+  CHECK(names_why(w, g_sh->s[w].errmsg, "COHORT_GROW_DEFER_MS"));
+  if (w_reform(w, c) != 0) return 1;
+  CHECK_EQ_INT(cohort_comm_defer_grow(c, 0), 0);
+  w_sum_check(c, 1000);
+  atomic_store(&g_sh->s[w].phase, 6);
+  CHECK_EQ_INT(w_loop_grow(w, c, 7), COHORT_ERESHAPED);
+  CHECK(names_why(w, g_sh->s[w].errmsg, WHY_GROW));
+  CHECK(strstr(g_sh->s[w].errmsg, "COHORT_GROW_DEFER_MS") == NULL);
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+/* Membership 0 of 2, grows deferred: allreduces, each followed by the agreement a program makes
+ * (the pending flags' maximum), until the ranks agree that a grow is pending; every collective
+ * completes. Then a barrier and cohort_comm_reform at that boundary, on a healthy communicator. */
+static int w_grow(int w) {
+  cohort_comm *c = w_create(w, 2, 0);
+  if (c == NULL) return 1;
+  CHECK_EQ_INT(cohort_comm_defer_grow(c, 1), 0);
+  size_t count = 1u << 18;
+  float *buf = calloc(count, sizeof *buf);
+  int rc = 0, agreed = 0;
+  int64_t end = base_now_ms() + 120000;
+  for (long it = 0; rc == 0 && !agreed && base_now_ms() < end; it++) {
+    rc = cohort_allreduce(c, buf, buf, count, COHORT_F32, COHORT_SUM);
+    if (rc == 0 && it == 0) atomic_store(&g_sh->s[w].phase, 1);
+    cohort_comm_set_step(c, it);
+    int32_t f = cohort_comm_grow_pending(c);
+    if (rc == 0) rc = cohort_allreduce(c, &f, &f, 1, COHORT_I32, COHORT_MAX);
+    agreed = rc == 0 && f == 1;
+  }
+  free(buf);
+  w_record(w, c, rc);
+  CHECK_EQ_INT(rc, 0);
+  CHECK(agreed);
+  CHECK_EQ_INT(cohort_comm_failed(c), 0);
+  /* This rank's own message may come a moment after a peer's flag said so. */
+  for (int i = 0; i < FAST_MS && cohort_comm_grow_pending(c) != 1; i++) base_sleep_ms(1);
+  CHECK_EQ_INT(cohort_comm_grow_pending(c), 1);
+  cohort_barrier(c); /* no rank closes its connections before every rank is through the flags */
+  if (!agreed || w_reform(w, c) != 0) return 1;
+  return w_grown(w, c);
+}
+
+static int w_grow_new(int w) {
+  cohort_comm *c = w_create(2, 3, 1);
+  if (c == NULL) return 1;
+  CHECK_EQ_INT(cohort_comm_defer_grow(c, 1), 0);
+  return w_grown(w, c);
+}
+
+/* Sends a reshape to workers 0-2 once each reached `phase`; the time it was sent. */
+static long long reshape_at(int phase, const char *msg) {
+  for (int w = 0; w < 3; w++) CHECK_EQ_INT(wait_phase(w, phase, 60000), 0);
+  long long t = base_now_ms();
+  for (int w = 0; w < 3; w++) agent_send(w, "%s", msg);
+  return t;
+}
+
+/* Every worker said ready (within `ms` of t when ms > 0), and gets membership `epoch` of 3. */
+static void reform_all(int epoch, long long t, int ms, const char *what) {
+  const int ws[] = {0, 1, 2};
+  for (int w = 0; w < 3; w++) CHECK_EQ_INT(agent_expect(w, "ready", 30000, NULL, 0), 0);
+  if (ms > 0) check_survivors(ws, 3, t, ms, what);
+  for (int w = 0; w < 3; w++) agent_form(w, epoch, w, 3);
+  for (int w = 0; w < 3; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, NULL, 0), 0);
+}
+
+/*
+ * A grow reshape reaches rank 0 while it waits in an allreduce for rank 1 (stopped): the
+ * allreduce completes once rank 1 goes on, both ranks agree on the boundary and re-form there
+ * with a newcomer as rank 2; the membership of 3 works. Then, with a grow pending, a loss's
+ * reshape ends the membership at once; a grow not re-formed within COHORT_GROW_DEFER_MS ends it
+ * after that; with the deferral off, a grow ends it at once as a loss does.
+ */
+static void test_grow(const char *tname) {
+  char name[32];
+  snprintf(name, sizeof name, "grow-%s", tname);
+  if (start_world(name) != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 2; w++) spawn(w, 0, w_grow);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
+  int st = 0;
+  kill(g_pid[1], SIGSTOP);
+  CHECK(waitpid(g_pid[1], &st, WUNTRACED) == g_pid[1] && WIFSTOPPED(st));
+  base_sleep_ms(200); /* rank 0 now waits for it inside an allreduce */
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 grow=1 defer_ms=600000 why=" WHY_GROW);
+  base_sleep_ms(300);
+  CHECK_EQ_INT(atomic_load(&g_sh->s[0].t_err), 0); /* no collective of rank 0 failed */
+  kill(g_pid[1], SIGCONT);
+  char msg[200] = "";
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 30000, msg, sizeof msg), 0);
+  printf("deferred grow: %s\n", msg);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(atomic_load(&g_sh->s[w].err), 0);
+  spawn(2, 1, w_grow_new);
+  for (int w = 0; w < 2; w++) agent_form(w, 1, w, 3);
+  CHECK_EQ_INT(agent_expect(2, "hello", 20000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, NULL, 0), 0);
+  reshape_at(2, "reshape epoch=1 grow=1 why=" WHY_GROW);
+  long long t = reshape_at(3, "reshape epoch=1 why=" WHY_LOSS);
+  reform_all(2, t, MSG_FAST_MS, "a loss while a grow is pending");
+  t = reshape_at(4, "reshape epoch=2 grow=1 why=" WHY_GROW);
+  reform_all(3, t, OP_TIMEOUT_MS, "a grow past COHORT_GROW_DEFER_MS=500");
+  t = reshape_at(6, "reshape epoch=3 grow=1 why=" WHY_GROW);
+  for (int w = 0; w < 3; w++) CHECK(reap(w, 30000));
+  const int ws[] = {0, 1, 2};
+  check_survivors(ws, 3, t, MSG_FAST_MS, "a grow not deferred");
+  store_fork_stop(&g_sf);
+}
+
 /* tcp, shm, or single (shared memory with cohort_mem_alloc buffers). */
 static int set_transport(const char *t) {
   g_single = strcmp(t, "single") == 0;
@@ -1446,11 +1611,16 @@ int main(int argc, char **argv) {
     test_idle(argv[2]);
     return check_report();
   }
+  if (argc >= 3 && strcmp(argv[1], "grow") == 0 && set_transport(argv[2]) == 0) {
+    test_grow(argv[2]);
+    return check_report();
+  }
   if (argc >= 3 && strcmp(argv[1], "reshape") == 0 && set_transport(argv[2]) == 0) {
     test_reshape(argv[2]);
     return check_report();
   }
   fprintf(stderr,
-          "usage: test_reform_coll unit | kill tcp|shm|single | idle tcp|shm | reshape tcp|shm\n");
+          "usage: test_reform_coll unit | kill tcp|shm|single | idle tcp|shm | reshape tcp|shm | "
+          "grow tcp|shm\n");
   return 2;
 }

@@ -227,6 +227,34 @@ COHORT_API int cohort_comm_failed(const cohort_comm *comm);
  */
 COHORT_API int cohort_comm_reform(cohort_comm *comm);
 
+/*
+ * Defers the end of a membership when a node joins (on: 1; 0: off, the
+ * default). A reshape for a loss ends a membership at once (as above); the
+ * agent's reshape for a node joining (grow=1 in docs/reform.md) ends a
+ * membership whose members all live, so its collectives could go on. With
+ * the deferral on, such a reshape does not fail the communicator: its
+ * collectives complete as usual, cohort_comm_grow_pending() says 1, and the
+ * program agrees with its peers on a step boundary (e.g. a flag in a
+ * reduction every rank makes) and re-forms there, every rank after the same
+ * collectives: a cohort_barrier() first (its result aside: a peer through it
+ * may have closed its connections already), so that no rank closes a
+ * connection a peer still needs, then cohort_comm_reform(). Bounded: a
+ * communicator not
+ * re-formed within COHORT_GROW_DEFER_MS (default 20000; 0: no deferral), or
+ * within the limit the agent gives (defer_ms=, a third of
+ * --reform-timeout) when that is lower, fails with COHORT_ERESHAPED as for
+ * any reshape; so does a loss (a reshape without grow=1, a peer's
+ * connection breaking) or the agent's stop while a grow is pending. Turned
+ * off with a grow pending, the membership ends at once. Returns 0,
+ * COHORT_ENOENV for a malformed COHORT_GROW_DEFER_MS, -ENOTSUP without a
+ * control channel.
+ */
+COHORT_API int cohort_comm_defer_grow(cohort_comm *comm, int on);
+
+/* 1 while a node's joining is deferred (cohort_comm_defer_grow): re-form at the next boundary the
+ * ranks agree on; else 0 (or -EINVAL). Cheap, from any thread. */
+COHORT_API int cohort_comm_grow_pending(const cohort_comm *comm);
+
 /* The number of the current membership: the agent's rendezvous round
  * (TORCHELASTIC_RESTART_COUNT at create, the form's epoch after a re-form). */
 COHORT_API int cohort_comm_epoch(const cohort_comm *comm);

@@ -392,7 +392,13 @@ static int reform_round(job *j, const char *report, const char *part_why) {
   if (part_why == NULL) {
     fprintf(stderr, "cohort: re-forming without stopping the survivors: %.*s\n",
             (int)strcspn(report, "\n"), report);
-    send_all(j, "reshape", report);
+    /* A node joining: every member lives, so a worker may finish its step first (grow=1), for a
+     * third of --reform-timeout at most (the rendezvous and the connecting take the rest). */
+    char verb[64] = "reshape";
+    if (strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) == 0)
+      snprintf(verb, sizeof verb, "reshape grow=1 defer_ms=%lld",
+               (long long)(j->cfg->reform_timeout_ms / 3));
+    send_all(j, verb, report);
   }
   begin_record(j);
   if (join_next(j, part_why != NULL, why, sizeof why, report) != 0) {

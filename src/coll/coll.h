@@ -146,6 +146,11 @@ struct cohort_comm {
   /* What the next bootstrap reuses (copies: the caller's configuration is gone by then). */
   char *job_id, *token;
   cohort_transport transport;
+  /* A node's joining deferred (cohort_comm_defer_grow): the most it may wait (0: not deferred);
+   * under ctl.mu the membership a deferred grow ended (-1: none; its limit is ctl's deadline). */
+  int grow_defer_ms;
+  int grow_epoch;
+  atomic_int grow_pending; /* cohort_comm_grow_pending: 1 while grow_epoch >= 0 */
 
   /* Queue executed in order by the progress thread (or the caller when idle). */
   pthread_mutex_t mu;

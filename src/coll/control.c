@@ -1,9 +1,10 @@
 /*
  * control.c - the worker's end of the agent's control channel (control.h):
  * parsing the agent's messages, sending the worker's, and the thread that
- * listens (poll() on the channel and on an eventfd that stops it; it never
- * spins) and hands reshape and stop to the communicator at once, so that a
- * collective blocked on a peer that will never answer returns.
+ * listens (poll() on the channel and on an eventfd that stops it, with a
+ * timeout only while a timed wake is set; it never spins) and hands reshape
+ * and stop to the communicator at once, so that a collective blocked on a
+ * peer that will never answer returns.
  */
 #include <errno.h>
 #include <limits.h>
@@ -45,7 +46,8 @@ typedef struct int_field {
 static const int_field int_fields[] = {
     F(epoch, 0, 1 << 30),      F(rank, 0, 1 << 20),       F(size, 1, 1 << 20),
     F(local_rank, 0, 1 << 20), F(local_size, 1, 1 << 20), F(node_rank, 0, 1 << 20),
-    F(nnodes, 1, 1 << 20),     F(master_port, 1, 65535),
+    F(nnodes, 1, 1 << 20),     F(master_port, 1, 65535),  F(grow, 0, 1),
+    F(defer_ms, 0, 1 << 30),
 };
 #undef F
 
@@ -96,7 +98,7 @@ static int check_form(const coll_ctl_msg *m, char *err, size_t errlen) {
 static void init_msg(coll_ctl_msg *m) {
   memset(m, 0, sizeof *m);
   m->epoch = m->rank = m->size = m->local_rank = m->local_size = -1;
-  m->node_rank = m->nnodes = m->master_port = -1;
+  m->node_rank = m->nnodes = m->master_port = m->grow = m->defer_ms = -1;
 }
 
 int coll_ctl_parse(const char *buf, size_t len, coll_ctl_msg *m, char *err, size_t errlen) {
@@ -177,14 +179,28 @@ static void ctl_handle(coll_ctl *ctl, const char *buf, size_t len) {
   pthread_mutex_unlock(&ctl->mu);
 }
 
+/* The poll timeout until the timed wake (-1: none); once it passed, calls expire (under mu). */
+static int ctl_tick(coll_ctl *ctl) {
+  pthread_mutex_lock(&ctl->mu);
+  int64_t left = ctl->deadline_ms > 0 ? ctl->deadline_ms - base_now_ms() : -1;
+  if (ctl->deadline_ms > 0 && left <= 0) {
+    ctl->deadline_ms = 0;
+    left = -1;
+    if (ctl->expire != NULL) ctl->expire(ctl->notify_arg);
+    pthread_cond_broadcast(&ctl->cv);
+  }
+  pthread_mutex_unlock(&ctl->mu);
+  return left > INT_MAX ? INT_MAX : (int)left;
+}
+
 static void *ctl_main(void *arg) {
   coll_ctl *ctl = arg;
   char buf[COLL_CTL_MAX + 1];
   for (;;) {
     struct pollfd p[2] = {{.fd = ctl->fd, .events = POLLIN},
                           {.fd = ctl->wake_fd, .events = POLLIN}};
-    int n = poll(p, 2, -1);
-    if (n < 0 && errno == EINTR) continue;
+    int n = poll(p, 2, ctl_tick(ctl));
+    if (n == 0 || (n < 0 && errno == EINTR)) continue;
     if (n < 0 || p[1].revents != 0) break;
     ssize_t r = recv(ctl->fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;

@@ -27,6 +27,8 @@ typedef struct coll_ctl_msg {
   int verb;
   int epoch;
   int rank, size, local_rank, local_size, node_rank, nnodes, master_port;
+  int grow;     /* reshape: 1 when a node joins (every member lives), else -1 */
+  int defer_ms; /* reshape with grow=1: the most the agent lets a program defer it, else -1 */
   char store[280];
   char job[201];
   char master_addr[256];
@@ -57,9 +59,14 @@ typedef struct coll_ctl {
   int bad;                    /* a malformed message came since the last reform */
   coll_ctl_msg form;          /* the newest form (form.verb == 0: none) */
   char why[COLL_CTL_MAX + 1]; /* the stop's why, or the malformed message's reason */
-  /* Called by the thread, under mu, with the message (reshape, stop): fails the communicator. */
+  /* Called by the thread, under mu, with the message (reshape, stop): it may fail the
+   * communicator. */
   void (*notify)(void *arg, const coll_ctl_msg *m);
   void *notify_arg;
+  /* A timed wake (base_now_ms(); 0: none), set under mu by notify: once it passes, the thread
+   * clears it and calls expire under mu. */
+  int64_t deadline_ms;
+  void (*expire)(void *arg);
 } coll_ctl;
 
 /* Takes the channel named by COHORT_CONTROL_FD (when set and no other communicator of this

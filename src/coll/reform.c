@@ -21,11 +21,45 @@
 #include "coll/coll.h"
 
 #define DEFAULT_REFORM_TIMEOUT_MS 600000
+#define DEFAULT_GROW_DEFER_MS 20000
+
+/* A reshape for a node joining (grow=1: every member lives) that the program defers
+ * (cohort_comm_defer_grow): the membership stays up, its end pending until the program re-forms
+ * at a step boundary or the limit passes (the control thread's timed wake: on_grow_late). Under
+ * ctl.mu; 1 when deferred. */
+static int defer_grow(cohort_comm *c, const coll_ctl_msg *m) {
+  int e = m->epoch < 0 ? c->epoch : m->epoch;
+  if (m->grow != 1 || c->grow_defer_ms <= 0 || !c->live || e < c->epoch ||
+      atomic_load(&c->eng.failed))
+    return 0;
+  if (c->grow_epoch < 0) { /* the first: the limit counts from it */
+    int ms = m->defer_ms >= 0 && m->defer_ms < c->grow_defer_ms ? m->defer_ms : c->grow_defer_ms;
+    if (ms <= 0) return 0;
+    c->ctl.deadline_ms = base_now_ms() + ms;
+    base_log(BASE_LOG_INFO,
+             "rank %d: a node joins (membership %d ends): deferred until the "
+             "program re-forms, %d ms at most",
+             c->rank, e, ms);
+  }
+  if (e > c->grow_epoch) c->grow_epoch = e;
+  atomic_store(&c->grow_pending, 1);
+  return 1;
+}
+
+/* The deferral's limit passed (the control thread) or the program turned it off, under ctl.mu:
+ * the pending grow ends the membership as any reshape does. */
+static void on_grow_late(void *arg) {
+  cohort_comm *c = arg;
+  if (c->grow_epoch >= 0)
+    coll_reshape(c, c->grow_epoch,
+                 "a node joins, and the program did not re-form within the grow's deferral "
+                 "(COHORT_GROW_DEFER_MS), or turned it off");
+}
 
 /* The control thread's messages that concern the running membership (called under ctl.mu). */
 static void on_control(void *arg, const coll_ctl_msg *m) {
   cohort_comm *c = arg;
-  if (m->verb == COLL_CTL_RESHAPE)
+  if (m->verb == COLL_CTL_RESHAPE && !defer_grow(c, m))
     coll_reshape(c, m->epoch, m->why);
   else if (m->verb == COLL_CTL_STOP && c->live)
     coll_fail(&c->eng, COHORT_EABORTED, "rank %d: the agent stopped the job: %s", c->rank,
@@ -70,8 +104,11 @@ int coll_reform_init(cohort_comm *c, const cohort_comm_config *cfg) {
   c->job_id = strdup(ahead || cfg->job_id == NULL ? "" : cfg->job_id); /* ahead: the form's */
   c->token = cfg->token != NULL ? strdup(cfg->token) : NULL;
   if (c->job_id == NULL || (cfg->token != NULL && c->token == NULL)) return -ENOMEM;
+  c->grow_epoch = -1;
+  atomic_init(&c->grow_pending, 0);
   c->ctl.notify = on_control;
   c->ctl.notify_arg = c;
+  c->ctl.expire = on_grow_late;
   int rc = coll_ctl_open(&c->ctl, cfg->await_form != 0);
   c->eng.reshape_on_loss = c->ctl.fd >= 0;
   c->eng.lost = on_lost;
@@ -116,6 +153,9 @@ static void end_membership(cohort_comm *c) {
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_lock(&c->ctl.mu);
   c->live = 0;
+  c->grow_epoch = -1; /* a grow deferred: this re-form is its end */
+  c->ctl.deadline_ms = 0;
+  atomic_store(&c->grow_pending, 0);
   pthread_mutex_unlock(&c->ctl.mu);
   coll_watch_stop(&c->eng); /* nothing in flight now; before its fds close */
   c->eng.ntports = 0;
@@ -312,6 +352,26 @@ COHORT_API int cohort_comm_reform(cohort_comm *c) {
   if (rc != 0) return rc;
   say_formed(c);
   return 0;
+}
+
+COHORT_API int cohort_comm_defer_grow(cohort_comm *c, int on) {
+  if (c == NULL) return -EINVAL;
+  if (c->ctl.fd < 0) return -ENOTSUP;
+  int ms = DEFAULT_GROW_DEFER_MS;
+  const char *v = getenv("COHORT_GROW_DEFER_MS");
+  if (on && v != NULL && v[0] != '\0' && base_parse_int(v, 0, 1 << 30, &ms) != 0) {
+    base_log(BASE_LOG_ERROR, "COHORT_GROW_DEFER_MS=%.20s is not a number of milliseconds", v);
+    return COHORT_ENOENV;
+  }
+  pthread_mutex_lock(&c->ctl.mu);
+  c->grow_defer_ms = on ? ms : 0;
+  if (!on && c->grow_epoch >= 0) on_grow_late(c); /* pending: it ends the membership now */
+  pthread_mutex_unlock(&c->ctl.mu);
+  return 0;
+}
+
+COHORT_API int cohort_comm_grow_pending(const cohort_comm *c) {
+  return c == NULL ? -EINVAL : atomic_load(&((cohort_comm *)c)->grow_pending);
 }
 
 COHORT_API int cohort_comm_epoch(const cohort_comm *c) {
