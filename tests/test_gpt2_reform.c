@@ -8,8 +8,10 @@
  * (COHORT_CONTROL_FD), and when a rank's progress file says it completed step K
  * it kills it with SIGKILL, tells the survivors `reshape`, waits for their
  * `ready` and sends each its place in the new membership of 2 (`form`). A
- * few steps later it ends that membership too (`reshape`, as a joining node
- * does) and starts a newcomer (COHORT_NEWCOMER=1) as rank 2 of 3. The run
+ * few steps later it ends that membership too (`reshape grow=1`, as for a
+ * joining node) and starts a newcomer (COHORT_NEWCOMER=1) as rank 2 of 3:
+ * the survivors finish the step in flight and re-form after it (the line says
+ * "step in flight none", and only the newcomer gets the state). The run
  * prints one line per re-form naming the step it went on from; the test
  * then runs the same schedule as runs chained by checkpoints (3 ranks to N,
  * 2 ranks resumed to M, 3 ranks resumed to the end) and compares the final
@@ -341,7 +343,7 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
   /* Held while it is sent: a tiny step takes milliseconds, and this process, descheduled under
    * load, once let them train to the end before the reshape came. */
   for (int i = 0; i < 2; i++) kill(s[i].pid, SIGSTOP);
-  for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 why=a node joins") == 0;
+  for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 grow=1 why=a node joins") == 0;
   for (int i = 0; i < 2; i++) kill(s[i].pid, SIGCONT);
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
   snprintf(tag, sizeof tag, "%s.live.new", c->name);
@@ -351,41 +353,26 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
   return ok;
 }
 
-/* Which way the join of the newcomer went, from rank 0's epoch-2 line (60 s at most): 1 catching
- * up, 0 the blocking transfer (a survivor a step behind: docs/gpt2.md "Catching up"), -1 neither.
- */
-static int join_catches_up(const proc *r0) {
+/* How the join of the newcomer went, from rank 0's epoch-2 line (60 s at most; the ranks may still
+ * run): 1 when the grow dropped no step (deferred to a step boundary every rank agreed on, so no
+ * survivor is behind) and the newcomer alone gets the state, in the background with the plain
+ * exchange; else 0 (the line on stderr). */
+static int grow_join_ok(const reform_case *c, const proc *r0) {
+  int plain = strcmp(c->compress, "none") == 0;
   for (int i = 0; i < 600; i++) {
     char *out = out_of(r0->tag), *at = strstr(out, "re-formed (epoch 2)");
     char *end = at != NULL ? strchr(at, '\n') : NULL;
     if (end != NULL) *end = '\0';
-    int k = end == NULL                         ? -1
-            : strstr(at, "rank(s) catching up") ? 1
-            : strstr(at, "rank(s) received")    ? 0
-                                                : -1;
+    int ok = end != NULL && strstr(at, "(step in flight none)") != NULL &&
+             (strstr(at, "), 1 rank(s) catching up: ") != NULL ||
+              (!plain && strstr(at, "), 1 rank(s) received ") != NULL));
+    if (end != NULL && !ok) fprintf(stderr, "%s: the grow's line: %s\n", c->name, at);
     free(out);
-    if (k >= 0) return k;
+    if (end != NULL) return ok;
     usleep(100000);
   }
-  return -1;
-}
-
-/* A try that did not catch up (join_catches_up 0): it is run again. */
-static void say_again(const reform_case *c) {
-  fprintf(stderr, "%s: the join took the blocking transfer (a survivor a step behind?): again\n",
-          c->name);
-}
-
-/* Try i (0-3) of case c, for a race the test cannot steer: c itself, then copies named NAME.i,
- * each with files of its own. */
-static const reform_case *try_of(const reform_case *c, int i) {
-  static char names[4][48];
-  static reform_case t[4];
-  if (i == 0) return c;
-  t[i] = *c;
-  snprintf(names[i], sizeof names[i], "%s.%d", c->name, i);
-  t[i].name = names[i];
-  return &t[i];
+  fprintf(stderr, "%s: no re-form line for the grow\n", c->name);
+  return 0;
 }
 
 /* Rank 0's catch-up lines: of the state's B bytes, rank 0 (donor 0 of the 2 survivors) held a
@@ -402,9 +389,7 @@ static void check_share_copy(const char *out) {
 }
 
 /* The live run: 3 ranks, the victim lost at kill_at, a newcomer a few steps after the first
- * re-form. Sets N and M, the steps the re-forms went on from. -1: a case that is to catch up
- * (streamed slowly) took the blocking transfer (a survivor a step behind at the grow, a race the
- * test cannot steer): the caller runs it again. */
+ * re-form. Sets N and M, the steps the re-forms went on from. */
 static int live(const reform_case *c, long *N, long *M) {
   char rate[32];
   run_setup u;
@@ -431,13 +416,9 @@ static int live(const reform_case *c, long *N, long *M) {
   if (*N < c->kill_at || *M <= *N || *M >= STEPS) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(*N >= c->kill_at && *M > *N && *M < STEPS);
   CHECK(strstr(out, "summary: ") != NULL);
+  CHECK(grow_join_ok(c, &s[0]));
   /* Caught up in the background (the plain exchange), or received at the re-form (else). */
   int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, "caught up") != NULL;
-  if (c->rate > 0 && !streamed && join_catches_up(&s[0]) == 0) {
-    say_again(c);
-    free(out);
-    return -1;
-  }
   if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(c->rate == 0 || streamed);
   if (streamed) check_share_copy(out);
@@ -481,13 +462,11 @@ static long last_of_two(const reform_case *c, long M) {
   return K;
 }
 
-static void run_case(const reform_case *c0) {
+static void run_case(const reform_case *c) {
   long N = -1, M = -1;
-  const reform_case *c = c0;
-  int ok = -1;
-  for (int i = 0; i < 4 && ok < 0; i++) ok = live(c = try_of(c0, i), &N, &M);
-  CHECK(ok >= 0);
-  if (ok <= 0) return;
+  int ok = live(c, &N, &M);
+  CHECK(ok);
+  if (!ok) return;
   long K = last_of_two(c, M);
   /* Slowly streamed, the survivors train at least one step before the newcomer contributes. */
   if (c->rate > 0) CHECK(K > M);
@@ -576,11 +555,10 @@ static void run_behind(const reform_case *c) {
  * the 2 survivors and its state streams slowly from rank 0; a second into it, rank 0 is killed
  * too. The newcomer's stream fails (no hang), the two left re-form
  * (the survivor as rank 0, the newcomer as rank 1), the newcomer catches up from the new rank 0,
- * and the run ends well with its last step's line. Returns 0 when the join took the blocking
- * transfer instead (the grow caught a survivor a step behind, which needs the state at once):
- * nothing streams then, so the run is let finish and the case is run again.
+ * and the run ends well with its last step's line. The grow, deferred to a step boundary, catches
+ * no survivor a step behind: the newcomer always catches up in the background.
  */
-static int donor_lost_once(const reform_case *c) {
+static void run_donor_lost(const reform_case *c) {
   char msg[1024], rate[32];
   run_setup u;
   setup_run(&u, c, "live", -1, STEPS);
@@ -594,13 +572,11 @@ static int donor_lost_once(const reform_case *c) {
   CHECK_EQ_INT(reap(&p[2], 10), 128 + SIGKILL);
   ok = ok && shrink_grow(c, &u, 2, 1, p);
   unsetenv("COHORT_STREAM_RATE");
-  int way = ok ? join_catches_up(&p[0]) : -1;
-  if (way == 0) {
-    say_again(c);
-    for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&p[i], 120), 0);
-    return 0;
+  if (!ok || !grow_join_ok(c, &p[0])) {
+    CHECK(!"the grow's join caught up in the background");
+    for (int i = 0; i < 3; i++) reap(&p[i], 120);
+    return;
   }
-  CHECK_EQ_INT(way, 1);
   /* The survivors train at world 2 while the state streams (the tiny model's steps to the end,
    * where they wait for it); a second into the stream's 4 the donor is lost. */
   usleep(1000000);
@@ -630,15 +606,6 @@ static int donor_lost_once(const reform_case *c) {
   snprintf(path, sizeof path, "%s/%s.live.jsonl", tmp, c->name);
   lv.lines = metrics_of(path, lv.loss, lv.world);
   CHECK(lv.lines >= STEPS && lv.loss[STEPS] != 0.0);
-  return 1;
-}
-
-/* The donor-lost case until a join catches up: 4 tries at most (a survivor a step behind at
- * the grow is a race the test cannot steer; a try without it tests nothing). */
-static void run_donor_lost(const reform_case *c) {
-  int tested = 0;
-  for (int i = 0; i < 4 && !tested; i++) tested = donor_lost_once(try_of(c, i));
-  CHECK(tested);
 }
 
 /* ZeRO-1 shards the optimiser state: under re-form it is refused at start with one line. */

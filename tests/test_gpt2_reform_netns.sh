@@ -7,7 +7,8 @@
 # keep their processes (the same PIDs before and after, and until the end);
 # the replacement's worker is started ahead of its membership (COHORT_AWAIT_FORM:
 # its model and data set up before its agent joins the job) and is a newcomer
-# that receives the state (in the background while the survivors train); rank 0's metrics have every step exactly once
+# that joins by a grow, which drops no step, and receives the state in the
+# background while the survivors train; rank 0's metrics have every step exactly once
 # (none recomputed, none skipped), the last ones at world 3; every agent
 # exits 0. Then the same membership schedule (the worlds of the live run's
 # metrics) runs in advance, as runs chained by checkpoints: the final
@@ -80,10 +81,21 @@ check "node 0's worker kept its process" [ "$(worker_of "${agent[0]}")" = "$w0" 
 check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
 wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
 check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
-# At the re-form (with a survivor a step behind when the grow caught one: 2 ranks), or in the
+# At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the
 # background while the survivors train (docs/gpt2.md "Catching up").
 check "rank 0 says a new rank received the state" \
   grep -qE "cohort-gpt2: re-formed \(epoch [0-9]*\): world [23] -> 3 .* [12] rank\(s\) received [1-9][0-9]* bytes|cohort-gpt2: rank\(s\) 2-2 caught up: received [1-9][0-9]* bytes" "$tmp/n0"
+# The replacement joins by a grow (world 2 -> 3) unless the loss's re-form took it in already
+# (world 3 -> 3): then the survivors finish the step in flight and re-form after it (none is a step
+# behind), and the newcomer alone catches up in the background (docs/gpt2.md "Re-form", item 3).
+grow='cohort-gpt2: re-formed \(epoch [0-9]*\): world 2 -> 3 '
+if grep -E "$grow" "$tmp/n0"; then
+  check "the grow dropped no step and the newcomer alone catches up" \
+    grep -qE "$grow""at step [0-9]* \(step in flight none\), 1 rank\(s\) catching up: " "$tmp/n0"
+else
+  grep -E "cohort-gpt2: re-formed" "$tmp/n0"
+  echo "(the loss's re-form took the replacement in: no grow this time)"
+fi
 check "rank 0's summary (the process that started)" contains "$tmp/n0" "summary: "
 check "the replacement's worker started ahead, then its agent joined" /usr/bin/python3 - "$tmp/n2" <<'PY'
 import sys

@@ -72,6 +72,7 @@ typedef struct train_run {
   int contrib;
   int catching; /* this rank catches up */
   int ready;    /* every catching-up rank has the state (the step's agreed flag) */
+  int grow;     /* a node joins: every rank re-forms after this step (the step's agreed flag) */
   cohort_stream *stream;
   /* A donor (every rank not new) streams from the stream's copy of its share only
    * (COHORT_STREAM_COPY), taken in the background: its next update waits for it (snap_copied,

@@ -244,6 +244,11 @@ static int train_setup(train_run *r) {
     r->world = cohort_comm_size(r->comm);
   }
   r->reform = r->reform && r->comm != NULL;
+  /* A node joining ends no step: the ranks re-form after the step they agree on (sum_loss). */
+  if (r->reform && (rc = cohort_comm_defer_grow(r->comm, 1)) != 0) {
+    fprintf(r->errf, "cohort-gpt2: %s\n", cohort_strerror(rc));
+    return RUN_USAGE;
+  }
   r->newcomer = r->reform && nc != NULL && strcmp(nc, "1") == 0;
   r->ahead = r->reform && started_ahead();
   if (r->reform) test_fail_from_env(r);
@@ -399,18 +404,20 @@ static int micro_steps(train_run *r, uint64_t step, double *loss_sum) {
   return RUN_OK;
 }
 
-/* The step's loss summed over the ranks, and while ranks catch up whether every one of them has
- * its state (a second element of the same reduction: every rank sees the same answer). */
+/* The step's loss summed over the ranks and, re-forming, whether every catching-up rank has its
+ * state and whether a node's joining is pending on some rank (more elements of the same
+ * reduction: every rank sees the same answers, at the same step). */
 static int sum_loss(train_run *r, double *loss) {
   int polled = r->catching ? cohort_comm_state_stream_poll(r->stream, NULL) : 1;
-  double x[2] = {*loss, polled != 1};
-  if (gpt2_ddp_sum(&r->ddp, x, r->contrib < r->world ? 2 : 1) != 0) return RUN_COMM;
+  double x[3] = {*loss, polled != 1, r->reform && cohort_comm_grow_pending(r->comm) == 1};
+  if (gpt2_ddp_sum(&r->ddp, x, r->reform ? 3 : 1) != 0) return RUN_COMM;
   if (polled < 0) {
     fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donors failed: %s\n", r->rank,
             cohort_strerror(polled));
     return RUN_FAIL;
   }
   r->ready = r->contrib < r->world && x[1] == 0.0;
+  r->grow = x[2] != 0.0;
   *loss = x[0] / r->contrib;
   return RUN_OK;
 }
@@ -650,7 +657,13 @@ static int train_loop(train_run *r) {
   r->done = r->start_step;
   for (int finished = 0; !finished;) {
     int rc = r->done < (uint64_t)r->o->steps ? train_one(r) : final_check(r, &finished);
-    if (reshaped(r, rc)) rc = gpt2_run_reform(r);
+    /* A node joins: every rank completed this step and re-forms after it (none is behind), once
+     * every rank is through the step's collectives (the barrier's result aside: a rank through it
+     * may have closed its connections already). */
+    int grow = rc == RUN_OK && r->grow;
+    r->grow = 0;
+    if (grow && r->world > 1) cohort_barrier(r->comm);
+    if (grow || reshaped(r, rc)) rc = gpt2_run_reform(r);
     if (rc != RUN_OK) return rc;
   }
   if (r->rank == 0) print_summary(r);
