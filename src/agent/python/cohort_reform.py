@@ -114,6 +114,7 @@ class _Channel:
         self.cond = threading.Condition()
         self.reshape_epoch = -1  # the newest membership announced as ended
         self.grow_epoch = -1     # the newest membership a node's joining will end (deferred)
+        self.grow_timer = None   # ends it when the deferral runs out
         self.defer_s = _grow_defer_s()
         self.forms = []          # `form` messages not yet taken
         self.stop_why = None     # set by `stop` or the channel closing
@@ -143,6 +144,7 @@ class _Channel:
                 with self.cond:
                     self.reshape_epoch = max(self.reshape_epoch, int(f["epoch"]))
                     self.cond.notify_all()
+                self._cancel_grow()
                 self.on_reshape(int(f["epoch"]))
             elif verb == "form" and "epoch" in f:
                 with self.cond:
@@ -163,10 +165,19 @@ class _Channel:
         epoch = int(f["epoch"])
         with self.cond:
             self.grow_epoch = max(self.grow_epoch, epoch)
-        timer = threading.Timer(limit, self.end_membership, args=(epoch,))
-        timer.daemon = True
-        timer.start()
+            if self.grow_timer is not None:  # one pending already: its deadline is earlier
+                return True
+            self.grow_timer = threading.Timer(limit, self.end_membership, args=(epoch,))
+            self.grow_timer.daemon = True
+            self.grow_timer.start()
         return True
+
+    def _cancel_grow(self):
+        """The membership ended: a deferral's timer has nothing left to end (its thread goes)."""
+        with self.cond:
+            timer, self.grow_timer = self.grow_timer, None
+        if timer is not None:
+            timer.cancel()
 
     def end_membership(self, epoch):
         """Membership `epoch` ends now: a reshape, or a deferred one taken (or expired)."""
@@ -175,6 +186,7 @@ class _Channel:
                 return
             self.reshape_epoch = epoch
             self.cond.notify_all()
+        self._cancel_grow()
         self.on_reshape(epoch)
 
     def _stopped(self, why):
