@@ -3,9 +3,10 @@
  * stream (cohort_comm_state_stream_begin) alone, nothing else on the links.
  * Not a test.
  *
- * usage: bench_state_stream STORE JOB RANK SIZE NEWMASK MIB
+ * usage: bench_state_stream STORE JOB RANK SIZE NEWMASK MIB [copy]
  * The ranks in NEWMASK (bit r: rank r) are new, the others donors; the
- * donors fill MIB MiB with a pattern, the new ranks receive it. Prints, on
+ * donors fill MIB MiB with a pattern, the new ranks receive it (copy: the
+ * donors stream from a copy of their share, COHORT_STREAM_COPY). Prints, on
  * rank 0: "stream <seconds> <bad>" where seconds is the slowest new rank's,
  * from the begin to its poll saying 1, and bad counts wrong bytes and failed
  * calls over all ranks; exits 1 when bad is not 0.
@@ -24,12 +25,13 @@ static unsigned char pat(size_t i) {
 }
 
 /* The stream on this rank: its seconds (a new rank's; 0 on a donor) and the wrong bytes. */
-static int stream_once(cohort_comm *c, unsigned char *buf, size_t bytes, int isnew, double *sec) {
+static int stream_once(cohort_comm *c, unsigned char *buf, size_t bytes, int isnew, unsigned flags,
+                       double *sec) {
   int bad = 0;
   cohort_iov iov = {buf, bytes};
   cohort_stream *s = NULL;
   int64_t t0 = base_now_ms();
-  int rc = cohort_comm_state_stream_begin(c, &iov, 1, &s);
+  int rc = cohort_comm_state_stream_begin_flags(c, &iov, 1, flags, &s);
   if (rc != 0) {
     fprintf(stderr, "bench_state_stream: begin: %s\n", cohort_strerror(rc));
     return 1;
@@ -48,8 +50,8 @@ static int stream_once(cohort_comm *c, unsigned char *buf, size_t bytes, int isn
 }
 
 int main(int argc, char **argv) {
-  if (argc != 7) {
-    fprintf(stderr, "usage: bench_state_stream STORE JOB RANK SIZE NEWMASK MIB\n");
+  if (argc != 7 && !(argc == 8 && strcmp(argv[7], "copy") == 0)) {
+    fprintf(stderr, "usage: bench_state_stream STORE JOB RANK SIZE NEWMASK MIB [copy]\n");
     return 2;
   }
   int rank = atoi(argv[3]), size = atoi(argv[4]);
@@ -77,7 +79,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < bytes; i++) buf[i] = isnew ? 0 : pat(i);
   if (isnew) cohort_comm_mark_new(c);
   double fig[2] = {0, 0};
-  fig[1] = stream_once(c, buf, bytes, isnew, &fig[0]);
+  fig[1] = stream_once(c, buf, bytes, isnew, argc == 8 ? COHORT_STREAM_COPY : 0, &fig[0]);
   double all[2] = {fig[0], fig[1]};
   rc = cohort_allreduce(c, &all[0], &all[0], 1, COHORT_F64, COHORT_MAX);
   if (rc == 0) rc = cohort_allreduce(c, &all[1], &all[1], 1, COHORT_F64, COHORT_SUM);

@@ -10,7 +10,10 @@ bench/recovery does); a store in node 0. Rows, alternating per rep:
   1 donor -> 1 new    ranks 0, 1 on nodes 0, 2; rank 1 new
 Each run starts bench_state_stream (bench/reform/state_stream.c) in the
 nodes; its figure is the seconds from the begin to the newcomer's poll
-saying 1. Prints the median of --reps runs per row, each run beside it, the
+saying 1. With --copy the rows are instead 2 donors -> 1 new sending from
+their pieces in place, and the same with each donor sending from a copy of
+its share (COHORT_STREAM_COPY: its thread copies the share into fresh
+memory first). Prints the median of --reps runs per row, each run beside it, the
 rate it reached and the ratio; a run whose bytes arrived wrong or whose
 ranks failed prints no figure ("fail") and the script exits 1.
 Run as root (namespaces, tc).
@@ -27,15 +30,17 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from netns import Netns  # noqa: E402
 
-ROWS = [("2 donors -> 1 new", [0, 1, 2], 0b100), ("1 donor -> 1 new", [0, 2], 0b10)]
+ROWS = [("2 donors -> 1 new", [0, 1, 2], 0b100, []), ("1 donor -> 1 new", [0, 2], 0b10, [])]
+COPY_ROWS = [("2 donors, from the pieces", [0, 1, 2], 0b100, []),
+             ("2 donors, each from a copy of its share", [0, 1, 2], 0b100, ["copy"])]
 
 
-def one_run(a, ns, store, nodes, newmask, tag):
+def one_run(a, ns, store, nodes, newmask, extra, tag):
     """One stream: its seconds, or None and why."""
     procs = []
     for rank, node in enumerate(nodes):
         cmd = ns.exec(node) + [a.bin, store, tag, str(rank), str(len(nodes)), str(newmask),
-                               str(a.mib)]
+                               str(a.mib)] + extra
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     outs = []
@@ -65,7 +70,10 @@ def main():
     ap.add_argument("--rate", default="1gbit", help="every node's link (tc tbf; default 1gbit)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--limit", type=int, default=300, help="seconds a run may take")
+    ap.add_argument("--copy", action="store_true",
+                    help="rows: 2 donors from their pieces against 2 from a copy of their share")
     a = ap.parse_args()
+    rows = COPY_ROWS if a.copy else ROWS
     if a.reps < 1 or a.mib < 1:
         ap.error("--reps and --mib must be at least 1")
     if os.geteuid() != 0:
@@ -74,7 +82,7 @@ def main():
           "%d cores, load %.1f %.1f %.1f" % ((a.mib, a.rate, a.reps, os.cpu_count()) +
                                              os.getloadavg()))
     ns = Netns(3, subnet="10.203.0")
-    store_proc, figs, fails = None, {r[0]: [] for r in ROWS}, {}
+    store_proc, figs, fails = None, {r[0]: [] for r in rows}, {}
     try:
         ns.up()
         for node in ns.nodes:
@@ -86,11 +94,11 @@ def main():
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         for rep in range(a.reps):
-            for name, nodes, mask in ROWS:
+            for k, (name, nodes, mask, extra) in enumerate(rows):
                 if name in fails:
                     continue
-                sec, why = one_run(a, ns, store, nodes, mask, "bs-%d-%d-%d" % (
-                    os.getpid(), rep, len(nodes)))
+                sec, why = one_run(a, ns, store, nodes, mask, extra, "bs-%d-%d-%d" % (
+                    os.getpid(), rep, k))
                 if sec is None:
                     fails[name] = "run %d: %s" % (rep + 1, why)
                 else:
@@ -103,7 +111,7 @@ def main():
     print("| row | stream s, median (each run) | Gbit/s into the newcomer |")
     print("|---|---|---|")
     med = {}
-    for name, _, _ in ROWS:
+    for name, _, _, _ in rows:
         if name in fails:
             print("| %s | fail: %s | |" % (name, fails[name]))
             continue
@@ -111,7 +119,9 @@ def main():
         print("| %s | %.2f (%s) | %.2f |" % (name, med[name], ", ".join(
             "%.2f" % x for x in figs[name]), a.mib * 8 * 1.048576e-3 / med[name]))
     if len(med) == 2:
-        print("# 1 donor / 2 donors: %.2fx" % (med[ROWS[1][0]] / med[ROWS[0][0]]))
+        print("# %s / %s: %.2fx" % ("from a copy" if a.copy else "1 donor",
+                                    "from the pieces" if a.copy else "2 donors",
+                                    med[rows[1][0]] / med[rows[0][0]]))
     print("# load at the end: %.1f %.1f %.1f" % os.getloadavg())
     sys.exit(1 if fails else 0)
 

@@ -338,6 +338,7 @@ static int own_share(cohort_comm *c, cohort_stream *s, int ndonor, int copy) {
   size_t len = s->hi - s->lo;
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -ENOMEM;
+  (void)madvise(p, len, MADV_HUGEPAGE); /* advisory: half the first touches' cost where granted */
   s->copy = p;
   s->copy_len = len;
   return 0;
