@@ -5,7 +5,8 @@ Three emulated nodes (network namespaces on a bridge, created and removed
 here) x 1 rank x 1 thread train a small GPT-2 (the sizes below; --model 124M
 for GPT-2 124M). When rank 0 has completed step --kill-step, every process
 of node 2 (agent and worker) gets SIGKILL, and a replacement is started at
-once in the same namespace with the same command line. Rows:
+once (or --replace-after S seconds later: then it joins by a grow, after the
+loss's re-form) in the same namespace with the same command line. Rows:
 
   cohort reform    cohort run --on-failure reform, cohort-gpt2 (survivors go on)
   cohort restart   cohort run --max-restarts, cohort-gpt2 --ckpt-dir/--ckpt-every
@@ -15,6 +16,9 @@ once in the same namespace with the same command line. Rows:
   cohort reform (before)  the cohort reform row with another cohort-gpt2
                    (--gpt2-before: e.g. one built before a change), run
                    alternately with the cohort reform row
+  cohort reform (grow not deferred)  the cohort reform row with
+                   COHORT_GROW_DEFER_MS=0: a node joining ends the step in
+                   flight, as a loss does (not among the default rows)
 
 Figures per row: the median of --reps runs, each run's figure beside it in
 brackets; all from rank 0's step lines as they arrive, in seconds after the kill:
@@ -27,7 +31,13 @@ brackets; all from rank 0's step lines as they arrive, in seconds after the kill
             of 3, shrunk or while a newcomer catches up, trains 2/3 of a full step)
   state     bytes the replacement received (reform) or the checkpoint loaded (restart)
   blocked   reform rows: the seconds node 0's agent reports its survivors spent in
-            re-forms after the kill (its "re-formed in T s" lines, summed)
+            re-forms after the kill (its "re-formed in T s" lines, summed; for a grow
+            deferred to a step boundary this includes the step the survivors finished)
+  dropped   cohort reform rows: re-forms after the kill that dropped a step in flight
+            (rank 0's "step in flight dropped")
+  stalled   cohort reform rows: rank 0's seconds in the re-forms that took a node in (the
+            world grew) after the kill, from its re-form to going on ("T s in all" of
+            its re-form lines, summed)
 Runs alternate between the rows (rep 1 of every row, then rep 2, ...), so the
 rows see the same load.
 A run in which a process failed, the job did not finish every step, the
@@ -76,6 +86,9 @@ REFORMED = re.compile(r"cohort: re-formed in ([0-9.]+) s")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
 # cohort-gpt2's newcomer that caught up in the background: the first step it trained.
 CAUGHT = re.compile(r"caught up: .*contribute from step (\d+)")
+# cohort-gpt2's re-form line (rank 0): whether it dropped a step in flight, its seconds in all.
+GPT2_REFORMED = re.compile(r"cohort-gpt2: re-formed \(epoch \d+\): world (\d+) -> (\d+) .*"
+                           r"\(step in flight (\w+)\).* ([0-9.]+) s in all")
 # The world of the job before the kill: 3 nodes x 1 rank.
 FULL_WORLD = 3
 
@@ -268,6 +281,13 @@ def figures(node0, everyone, t_kill, total):
         m = REFORMED.search(line)
         if t >= t_kill and m:
             blocked = (blocked or 0.0) + float(m.group(1))
+    dropped = stalled = None
+    for t, line in node0.lines:
+        m = GPT2_REFORMED.search(line)
+        if t >= t_kill and m:
+            dropped = (dropped or 0) + (m.group(3) == "dropped")
+            if int(m.group(2)) > int(m.group(1)):
+                stalled = (stalled or 0.0) + float(m.group(4))
     state = None
     for _, line in (l for n in everyone for l in n.lines):
         m = STATE.search(line)
@@ -277,7 +297,7 @@ def figures(node0, everyone, t_kill, total):
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
                 joined=joined, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
                 lostw=(after[-1][0] - t_kill) - share * step_s,
-                step=step_s, state=state, blocked=blocked)
+                step=step_s, state=state, blocked=blocked, dropped=dropped, stalled=stalled)
 
 
 def trained_share(node0, after, t_kill, done):
@@ -328,6 +348,8 @@ def one_run(row, a, port):
         if a.rate:
             shape(ns, a.rate)
         env = dict(os.environ, OMP_NUM_THREADS="1")
+        if row == "cohort reform (grow not deferred)":
+            env["COHORT_GROW_DEFER_MS"] = "0"
         for i in (2, 1, 0):
             nodes.insert(0, Node(in_node(ns, i, row_cmd(row, a, tmp, i, port, ns)), env))
         limit, source = run_limit(a)
@@ -345,6 +367,7 @@ def one_run(row, a, port):
         if kill_node(ns, 2) == 0:
             return None, "nothing to kill on node 2"
         t_kill = time.monotonic()
+        time.sleep(a.replace_after)
         repl = Node(in_node(ns, 2, row_cmd(row, a, tmp, 2, port, ns)), env)
         nodes.append(repl)
         for i, n in enumerate(nodes):
@@ -397,6 +420,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--kill-step", type=int, default=6)
+    ap.add_argument("--replace-after", type=float, default=0,
+                    help="seconds from the kill to the replacement's start (default 0)")
     ap.add_argument("--ckpt-every", type=int, default=5,
                     help="restart rows: a checkpoint every N steps (default 5)")
     ap.add_argument("--heartbeat", type=float, default=2,
@@ -423,6 +448,8 @@ def main():
     a.layers, a.heads, a.channels, a.vocab = sizes
     if a.reps < 1:
         ap.error("--reps must be at least 1")
+    if not 0 <= a.replace_after <= 3600:
+        ap.error("--replace-after must be 0 to 3600 seconds")
     try:
         limit, source = run_limit(a)
     except ValueError as e:
@@ -434,10 +461,12 @@ def main():
                                             ("model name\t", "cpu family\t", "model\t\t"))
     print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d (B=%d "
           "T=%d), %d steps, "
-          "node 2 killed after step %d, replacement started at once; heartbeat timeout %g s; "
+          "node 2 killed after step %d, replacement started %s; heartbeat timeout %g s; "
           "link %s; %s, %d cores, load %.1f" % (a.layers, a.heads, a.channels, a.vocab, a.batch,
-                                                a.seq_len, a.steps,
-                                                a.kill_step, a.heartbeat, a.rate or "unshaped",
+                                                a.seq_len, a.steps, a.kill_step,
+                                                "%g s later" % a.replace_after
+                                                if a.replace_after else "at once",
+                                                a.heartbeat, a.rate or "unshaped",
                                                 cpu, os.cpu_count(), os.getloadavg()[0]))
     print("# each run ends at %d s (%s); %d rep(s), the rows alternating; load %s" % (
         limit, source, a.reps, "%.1f %.1f %.1f" % os.getloadavg()))
@@ -494,7 +523,7 @@ def run_rows(a, rows):
     return results, runs, None
 
 
-KEYS = ("step", "next", "redone", "joined", "blocked", "lost", "lostw")
+KEYS = ("step", "next", "redone", "joined", "blocked", "dropped", "stalled", "lost", "lostw")
 
 
 def cell(rs, k):
@@ -513,9 +542,9 @@ def cell(rs, k):
 
 def print_table(rows, results, runs):
     """The table: a row that failed or did not run says so and has no figure."""
-    print("| row | step s | next s | redone | joined s | blocked s | lost s | lost+ s | "
-          "state bytes |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| row | step s | next s | redone | joined s | blocked s | dropped | stalled s | lost s "
+          "| lost+ s | state bytes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     med = {}
     for row in rows:
         if row in results:
@@ -529,6 +558,10 @@ def print_table(rows, results, runs):
     before, after = med.get("cohort reform (before)"), med.get("cohort reform")
     if before and after and before["joined"] and after["joined"]:
         print("newcomer joined, before / after: %.2fx" % (before["joined"] / after["joined"]))
+    eager = med.get("cohort reform (grow not deferred)")
+    for k, what in (("lost", "time lost"), ("stalled", "rank 0 stalled in grows")):
+        if eager and after and eager[k] and after[k] and after[k] > 0:
+            print("%s, grow not deferred / deferred: %.2fx" % (what, eager[k] / after[k]))
     for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
                        ("torch reform", "torchrun restart")):
         for k, what in (("lost", "time lost"), ("lostw", "time lost with the samples")):
