@@ -22,6 +22,9 @@
  *       receiver; without the flag a donor's wait_copy is refused;
  *     - pieces of other sizes: COHORT_EMISMATCH on every rank;
  *     - no new rank: it has ended at once;
+ *     - COHORT_STREAM_IDLE: while the donors have a collective in flight
+ *       (an allreduce the receiver joins a second later) they send at their
+ *       floor rate only; all of it arrives once it is done;
  *     - either donor killed mid-stream: the receiver's poll gives COHORT_EPEER
  *       (not a hang, not the timeout) and end returns it; the other donor's
  *       stream fails too.
@@ -44,6 +47,7 @@
 
 typedef struct shared {
   atomic_int phase[NRANKS]; /* the kill case: 1 once the receiver has bytes */
+  atomic_llong held_back;   /* the idle case: bytes in while the donors' collective was in flight */
   atomic_llong during;      /* allreduces the ranks completed while the stream ran */
 } shared;
 
@@ -278,6 +282,44 @@ static int kill_main(int rank) {
   return check_report();
 }
 
+/* COHORT_STREAM_IDLE (a floor of 16 kB/s): 8 MiB from 2 donors, while each donor has an
+ * allreduce in flight that the receiver joins only after a second. Meanwhile the donors send at
+ * their floor: the receiver has at most 2 x (16 kB + a 256 KiB slice) of the 8 MiB then (the
+ * check allows 10 times that), and all of it once the collective is done. */
+static int idle_main(int rank) {
+  cohort_comm *c = create(rank);
+  if (c == NULL) return 1;
+  int newcomer = rank == NRANKS - 1;
+  unsigned char *a = malloc(BIG);
+  if (a == NULL) return 1;
+  for (size_t i = 0; i < BIG; i++) a[i] = newcomer ? 0 : held(i, 0);
+  if (newcomer) CHECK_EQ_INT(cohort_comm_mark_new(c), 0);
+  cohort_iov iov = {a, BIG};
+  cohort_stream *s = NULL;
+  CHECK_EQ_INT(cohort_comm_state_stream_begin(c, &iov, 1, &s), 0);
+  if (s == NULL) return 1;
+  int32_t v = 1;
+  cohort_request *req = NULL;
+  if (newcomer) {
+    usleep(1000000);
+    size_t got = 0;
+    CHECK_EQ_INT(cohort_comm_state_stream_poll(s, &got), 0);
+    atomic_store(&g_sh->held_back, (long long)got);
+    CHECK(got < 10 * 2 * (16384 + (256 << 10)));
+  }
+  CHECK_EQ_INT(cohort_iallreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM, &req), 0);
+  CHECK_EQ_INT(cohort_request_wait(req), 0);
+  CHECK_EQ_INT(v, NRANKS);
+  CHECK_EQ_INT(run_during(c, s), 1);
+  CHECK_EQ_INT(cohort_comm_state_stream_end(c, s), 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < BIG; i++) bad += a[i] != held(i, 0);
+  CHECK_EQ_INT(bad, 0);
+  free(a);
+  cohort_comm_destroy(c);
+  return check_report();
+}
+
 static pid_t fork_rank(int rank, int (*fn)(int)) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -295,14 +337,15 @@ static int exit_ok(pid_t pid) {
   return 0;
 }
 
-/* victim < 0: every rank runs rank_main; else kill_main, and the parent kills the victim once
- * the receiver has bytes. */
+/* victim -1: every rank runs rank_main; -2: idle_main; else kill_main, and the parent kills the
+ * victim once the receiver has bytes. */
 static void run_case(const char *name, int victim) {
   snprintf(g_job, sizeof g_job, "tstream-%s-%d", name, (int)getpid());
   g_victim = victim;
   atomic_store(&g_sh->phase[NRANKS - 1], 0);
   pid_t pid[NRANKS];
-  for (int r = 0; r < NRANKS; r++) pid[r] = fork_rank(r, victim < 0 ? rank_main : kill_main);
+  for (int r = 0; r < NRANKS; r++)
+    pid[r] = fork_rank(r, victim == -2 ? idle_main : victim < 0 ? rank_main : kill_main);
   if (victim >= 0) {
     for (int i = 0; i < 60000 && !atomic_load(&g_sh->phase[NRANKS - 1]); i++) usleep(1000);
     CHECK_EQ_INT(atomic_load(&g_sh->phase[NRANKS - 1]), 1);
@@ -332,6 +375,12 @@ int main(int argc, char **argv) {
   printf("allreduces completed while the stream ran: %lld\n",
          (long long)atomic_load(&g_sh->during));
   CHECK(atomic_load(&g_sh->during) >= NRANKS);
+  unsetenv("COHORT_STREAM_RATE");
+  setenv("COHORT_STREAM_IDLE", "16384", 1);
+  run_case("idle", -2);
+  printf("bytes in while the donors' collective was in flight: %lld of %zu\n",
+         (long long)atomic_load(&g_sh->held_back), BIG);
+  unsetenv("COHORT_STREAM_IDLE");
   setenv("COHORT_STREAM_RATE", "1000000", 1);
   run_case("kill1", 1); /* not the lowest donor */
   run_case("kill0", 0);

@@ -152,7 +152,9 @@ struct cohort_comm {
   int grow_epoch;
   atomic_int grow_pending; /* cohort_comm_grow_pending: 1 while grow_epoch >= 0 */
 
-  /* Queue executed in order by the progress thread (or the caller when idle). */
+  /* Queue executed in order by the progress thread (or the caller when idle). inflight: the
+   * collectives queued or executing (a state stream with COHORT_STREAM_IDLE reads it). */
+  atomic_int inflight;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   cohort_request *head, *tail;

@@ -373,6 +373,7 @@ static void *progress_main(void *arg) {
     int rc = execute(c, &r->op);
     pthread_mutex_lock(&c->mu);
     c->busy = 0;
+    atomic_fetch_sub(&c->inflight, 1);
     r->result = rc;
     r->done = 1;
     pthread_cond_broadcast(&c->cv);
@@ -421,12 +422,14 @@ int coll_start(cohort_comm *c, coll_op *op, cohort_request **req) {
   if (atomic_load(&c->eng.failed)) return coll_later_err(&c->eng);
   pthread_mutex_lock(&c->mu);
   op->timeout_ms = c->timeout_ms;
+  atomic_fetch_add(&c->inflight, 1);
   if (req == NULL && c->head == NULL && !c->busy) {
     c->busy = 1;
     pthread_mutex_unlock(&c->mu);
     rc = execute(c, op);
     pthread_mutex_lock(&c->mu);
     c->busy = 0;
+    atomic_fetch_sub(&c->inflight, 1);
     /* Only the progress thread waits for `busy` to clear, and only with work queued: waking it
      * for nothing would cost a context switch per blocking call. */
     if (c->head != NULL) pthread_cond_broadcast(&c->cv);
@@ -437,6 +440,7 @@ int coll_start(cohort_comm *c, coll_op *op, cohort_request **req) {
   if (req != NULL) {
     r = calloc(1, sizeof *r);
     if (r == NULL) {
+      atomic_fetch_sub(&c->inflight, 1);
       pthread_mutex_unlock(&c->mu);
       return -ENOMEM;
     }

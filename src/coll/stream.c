@@ -31,7 +31,9 @@
 
 #define STREAM_SLICE ((size_t)1 << 20) /* bytes sent to one receiver before the next's turn */
 #define STREAM_COOKIE 16
-#define STREAM_COPY_SLICE ((size_t)64 << 20) /* bytes copied between two looks at stop */
+#define STREAM_IDLE_SLICE ((size_t)256 << 10) /* COHORT_STREAM_IDLE: a collective waits this */
+#define STREAM_IDLE_SNDBUF (256 << 10)        /* at most, besides the socket's queue */
+#define STREAM_COPY_SLICE ((size_t)64 << 20)  /* bytes copied between two looks at stop */
 
 enum { ROLE_NONE, ROLE_DONOR, ROLE_RECEIVER };
 
@@ -72,6 +74,10 @@ struct cohort_stream {
   stream_card card; /* the donor's own address and cookie */
   int timeout_ms;   /* at most this long without progress */
   size_t rate;      /* COHORT_STREAM_RATE: bytes per second each donor sends at most (0: any) */
+  /* COHORT_STREAM_IDLE: a donor sends while its communicator has no collective in flight
+   * (*inflight 0), and at least `floor` bytes per second whatever it has (0: off). */
+  size_t floor;
+  atomic_int *inflight;
   pthread_t thread;
   int started;
   atomic_int stop;
@@ -177,6 +183,15 @@ static void pace(cohort_stream *s, int64_t t0, size_t sent) {
   }
 }
 
+/* COHORT_STREAM_IDLE: holds the donor back while the communicator has a collective in flight,
+ * unless it is behind its floor rate (`sent` bytes due since t0). */
+static void yield_to_collectives(cohort_stream *s, int64_t t0, size_t sent) {
+  if (s->floor == 0) return;
+  int64_t due = t0 + (int64_t)((double)sent / (double)s->floor * 1e3);
+  while (!atomic_load(&s->stop) && atomic_load(s->inflight) > 0 && base_now_ms() < due)
+    base_sleep_ms(1);
+}
+
 /* The donor: accepts every receiver (its cookie checked), sends its share to each in turn, then
  * waits for their answers. */
 static int donor_run(cohort_stream *s) {
@@ -193,17 +208,22 @@ static int donor_run(cohort_stream *s) {
       close(fd); /* not one of ours: the receivers' deadline bounds the wait */
       continue;
     }
+    /* Yielding to the collectives: little queued in the kernel ahead of theirs. */
+    if (s->floor > 0)
+      (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){STREAM_IDLE_SNDBUF}, sizeof(int));
     s->peer[s->npeer++] = (stream_peer){.fd = fd, .at = s->lo, .end = s->hi};
   }
   /* Paced: slices of a tenth of a second's bytes at most, so that the rate holds from the start
    * (a share sent from one copy is one run of bytes, not pieces). */
   size_t slice = STREAM_SLICE;
   if (s->rate > 0 && s->rate / 10 < slice) slice = s->rate / 10 > 4096 ? s->rate / 10 : 4096;
+  if (s->floor > 0 && slice > STREAM_IDLE_SLICE) slice = STREAM_IDLE_SLICE;
   int64_t t0 = base_now_ms();
   for (size_t off = s->lo; off < s->hi;) {
     size_t len = 0;
     char *p = share_byte(s, off, &len);
     if (len > slice) len = slice;
+    yield_to_collectives(s, t0, off - s->lo);
     for (int r = 0; r < s->npeer; r++) {
       int rc = move_bytes(s, s->peer[r].fd, p, len, 1);
       if (rc != 0) return rc;
@@ -414,6 +434,8 @@ COHORT_API int cohort_comm_state_stream_begin_flags(cohort_comm *c, const cohort
   for (int k = 0; k < c->size && s->peer != NULL; k++) s->peer[k] = (stream_peer){.fd = -1};
   if (rc == 0 && n > 0) memcpy(s->iov, iov, (size_t)n * sizeof *iov);
   if (rc == 0) rc = coll_env_size("COHORT_STREAM_RATE", 0, (size_t)1 << 40, &s->rate);
+  if (rc == 0) rc = coll_env_size("COHORT_STREAM_IDLE", 0, (size_t)1 << 40, &s->floor);
+  s->inflight = &c->inflight;
   uint64_t layout = stream_layout(iov, n, &s->bytes);
   if (rc == 0 && c->size == 1)
     rc = c->self_new ? COHORT_ENOSTATE : 0;
