@@ -25,6 +25,8 @@ brackets; all from rank 0's step lines as they arrive, in seconds after the kill
   next      the survivors' next completed step
   redone    completed steps computed again
   joined    the first step the replacement contributes to (world back at 3)
+  trains    the start of that step: the replacement trains from then (rank 0's last
+            step, re-form or catch-up line before it)
   lost      time lost to the failure: (end - kill) - (steps left x step time)
   lost+     the same, counting the samples a smaller world did not train: (end - kill)
             - (each step left x its world / the full world) x step time (a step of 2 ranks
@@ -276,6 +278,13 @@ def figures(node0, everyone, t_kill, total):
         if t >= t_kill and m:
             at = [ts for ts, s in after if s >= int(m.group(1))]
             joined = at[0] - t_kill if at else None
+    trains = None
+    if joined is not None:  # the step `joined` ends began at rank 0's line before it
+        t_joined = joined + t_kill
+        marks = [t for t, _ in steps if t < t_joined]
+        marks += [t for t, line in node0.lines if t_kill <= t < t_joined and
+                  (WORLD.search(line) or CAUGHT.search(line))]
+        trains = max(0.0, max(marks) - t_kill) if marks else None
     blocked = None
     for t, line in node0.lines:
         m = REFORMED.search(line)
@@ -295,7 +304,7 @@ def figures(node0, everyone, t_kill, total):
             state = max(state or 0, int(m.group(1) or m.group(2)))
     share = trained_share(node0, after, t_kill, done)
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
-                joined=joined, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
+                joined=joined, trains=trains, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
                 lostw=(after[-1][0] - t_kill) - share * step_s,
                 step=step_s, state=state, blocked=blocked, dropped=dropped, stalled=stalled)
 
@@ -523,7 +532,7 @@ def run_rows(a, rows):
     return results, runs, None
 
 
-KEYS = ("step", "next", "redone", "joined", "blocked", "dropped", "stalled", "lost", "lostw")
+KEYS = ("step", "next", "redone", "joined", "trains", "blocked", "dropped", "stalled", "lost", "lostw")
 
 
 def cell(rs, k):
@@ -542,9 +551,9 @@ def cell(rs, k):
 
 def print_table(rows, results, runs):
     """The table: a row that failed or did not run says so and has no figure."""
-    print("| row | step s | next s | redone | joined s | blocked s | dropped | stalled s | lost s "
-          "| lost+ s | state bytes |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| row | step s | next s | redone | joined s | trains s | blocked s | dropped | stalled s "
+          "| lost s | lost+ s | state bytes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     med = {}
     for row in rows:
         if row in results:
