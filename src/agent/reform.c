@@ -345,8 +345,18 @@ static int join_next(job *j, int cannot, char *why, size_t len, const char *repo
   j->round++;
   int status = join_relayed(j);
   c->reform_expect = 0;
-  if (status == AGENT_EXIT_OK) return 0;
-  snprintf(why, len, "the re-form's rendezvous (round %d) failed", j->round);
+  /* The round may have filled with the others and a replacement before this survivor joined
+   * it (a race under load): then it has no place in the plan, and fails cleanly. */
+  const rdzv_plan *p = &c->plan;
+  int placed = p->nodes != NULL && p->my_index >= 0 && p->my_index < p->nnodes;
+  if (status == AGENT_EXIT_OK && placed) return 0;
+  if (status == AGENT_EXIT_OK)
+    snprintf(why, len,
+             "node %s was left out of the re-form's round %d: the round had its %d nodes "
+             "before this survivor joined it",
+             c->hostname, j->round, p->nnodes);
+  else
+    snprintf(why, len, "the re-form's rendezvous (round %d) failed", j->round);
   return -1;
 }
 
