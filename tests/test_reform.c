@@ -5,6 +5,9 @@
  * counted pending (rdzv_mark_pending, a store on loopback).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -145,9 +148,106 @@ static void test_pending(void) {
   store_server_stop(srv);
 }
 
+/* A node joining round `round` of job as a re-form member (prev >= 0) or as a new node (prev -1:
+ * a replacement, whose record has no prev), as rdzv_join writes them. */
+static void joins(store_client *c, const char *job, int round, int prev, uint64_t uid) {
+  rdzv_join_opts o = {.job_id = job,
+                      .round = round,
+                      .claimed_rank = -1,
+                      .nproc = 1,
+                      .nnodes_min = 2,
+                      .nnodes_max = 3,
+                      .my_host = "127.0.0.3",
+                      .master_host = "127.0.0.1",
+                      .expect = prev >= 0 ? 2 : 0,
+                      .prev_rank = prev};
+  char rec[1024], key[STORE_KEY_MAX];
+  int64_t seq = 0;
+  rdzv_key(key, sizeof key, job, round, "joined");
+  CHECK_EQ_INT(store_add(c, key, 1, &seq, base_deadline_in(2000)), 0);
+  rdzv_record_format(rec, sizeof rec, uid, &o, prev >= 0 ? "survivor" : "replacement");
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, "node/%lld", (long long)seq);
+  rdzv_key(key, sizeof key, job, round, suffix);
+  CHECK_EQ_INT(store_set(c, key, rec, strlen(rec), base_deadline_in(2000)), 0);
+  rdzv_key(key, sizeof key, job, round, "back");
+  if (prev >= 0) CHECK_EQ_INT(store_add(c, key, 1, NULL, base_deadline_in(2000)), 0);
+}
+
+typedef struct {
+  store_client *c;
+  rdzv_plan plan;
+  int rc;
+} host_run;
+
+/* Node 0 of a loss's re-form round: 2 nodes expected, both members (expect_back 2). */
+static void *host_plans(void *arg) {
+  host_run *h = arg;
+  rdzv_join_opts o = {.job_id = "sf",
+                      .round = 1,
+                      .claimed_rank = -1,
+                      .nproc = 1,
+                      .nnodes_min = 2,
+                      .nnodes_max = 3,
+                      .my_host = "127.0.0.1",
+                      .is_host = 1,
+                      .expect = 2,
+                      .expect_back = 2,
+                      .settle_ms = 30000,
+                      .prev_rank = 0,
+                      .deadline_ms = base_deadline_in(60000)};
+  char err[256];
+  h->rc = rdzv_join(h->c, &o, &h->plan, err, sizeof err);
+  return NULL;
+}
+
+/*
+ * A replacement that joins the loss's re-form round before a slow survivor does: the round waits
+ * for the survivor (it does not plan with node 0 and the replacement, leaving the survivor out,
+ * whose agent then had no place in the plan), and takes all three.
+ */
+static void test_members_first(void) {
+  store_server *srv = NULL;
+  store_client *c = NULL, *hc = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  CHECK_EQ_INT(store_server_start(&so, &srv), 0);
+  if (srv == NULL) return;
+  char err[256];
+  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
+                                    base_deadline_in(5000), &c, err, sizeof err),
+               0);
+  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
+                                    base_deadline_in(5000), &hc, err, sizeof err),
+               0);
+  if (c == NULL || hc == NULL) return;
+  host_run h = {.c = hc};
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, host_plans, &h), 0);
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, "sf", 1, "back");
+  const char *k = key;
+  CHECK_EQ_INT(store_wait(c, &k, 1, base_deadline_in(10000)), 0); /* node 0 joined */
+  joins(c, "sf", 1, -1, 0x2222);                                    /* the replacement */
+  usleep(500000);
+  rdzv_key(key, sizeof key, "sf", 1, "plan");
+  void *val = NULL;
+  size_t len = 0;
+  CHECK_EQ_INT(store_get(c, key, &val, &len, base_deadline_in(2000)), -ENOENT);
+  free(val);
+  joins(c, "sf", 1, 1, 0x3333); /* the survivor, late */
+  CHECK_EQ_INT(pthread_join(t, NULL), 0);
+  CHECK_EQ_INT(h.rc, 0);
+  CHECK_EQ_INT(h.plan.nnodes, 3);
+  rdzv_plan_free(&h.plan);
+  store_client_close(hc);
+  store_client_close(c);
+  store_server_stop(srv);
+}
+
 int main(void) {
   test_parse();
   test_channel();
   test_pending();
+  test_members_first();
   return check_report();
 }

@@ -344,6 +344,7 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
       .deadline_ms =
           base_deadline_in(c->reform_expect > 0 ? cfg->reform_timeout_ms : cfg->join_timeout_ms),
       .expect = c->reform_expect,
+      .expect_back = c->reform_back,
       .settle_ms = cfg->lost_after_ms,
       .prev_rank = c->reform_prev,
       .cannot_reform = c->reform_cannot,

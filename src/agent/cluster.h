@@ -54,8 +54,9 @@ typedef struct cluster {
   rdzv_plan plan;                     /* this round's nodes and ranks */
   unsigned char
       *lost; /* plan.nnodes flags: node k is known lost (it leaves no exit key), or NULL */
-  /* The next join is a re-form round (rdzv_join_opts) when reform_expect > 0. */
-  int reform_expect, reform_prev, reform_cannot;
+  /* The next join is a re-form round (rdzv_join_opts) when reform_expect > 0; reform_back of
+   * the nodes expected were members before. */
+  int reform_expect, reform_back, reform_prev, reform_cannot;
   int newcomer; /* this node came late to a running job (the grow path) */
   /* --on-failure reform: a late node may start its workers ahead of the round that takes it
    * in (ahead_ok); ahead: 1 while they start (the join waits for their hellos), 2 once they

@@ -208,7 +208,16 @@ static void report_with_losses(job *j, const char *why) {
     snprintf(out + off, cap - off, " and %d more", j->rf.nlosses - REFORM_LOSSES_MAX);
 }
 
-/* How many nodes the re-form round expects: the round's, less a lost one, plus a newcomer. */
+/* How many members of the last round the re-form round expects back: all of them for a grow,
+ * else all but one, whether the report names the lost node or not (a worker's lost peer: the
+ * node it was on, or its replacement, may be the one missing). */
+static int expected_members(const job *j, const char *report) {
+  int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
+  return strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) == 0 ? n : n - 1;
+}
+
+/* How many nodes it expects: every member but a lost one it knows (a worker's lost peer names
+ * none: its node, or that node's replacement, may come), and a newcomer that asks to join. */
 static int expected_nodes(const job *j, const char *report) {
   int n = j->cl.multinode ? j->cl.plan.nnodes : 1;
   if (strncmp(report, RDZV_GROW_PREFIX, strlen(RDZV_GROW_PREFIX)) == 0)
@@ -339,12 +348,13 @@ static int join_relayed(job *j) {
 static int join_next(job *j, int cannot, char *why, size_t len, const char *report) {
   cluster *c = &j->cl;
   c->reform_expect = expected_nodes(j, report);
+  c->reform_back = expected_members(j, report);
   c->reform_prev = c->plan.my_index;
   c->reform_cannot = cannot;
   agent_cluster_unwatch(c);
   j->round++;
   int status = join_relayed(j);
-  c->reform_expect = 0;
+  c->reform_expect = c->reform_back = 0;
   /* The round may have filled with the others and a replacement before this survivor joined
    * it (a race under load): then it has no place in the plan, and fails cleanly. */
   const rdzv_plan *p = &c->plan;

@@ -309,17 +309,21 @@ done:
  */
 static int await_reform(store_client *c, const rdzv_join_opts *o, char (*keybuf)[STORE_KEY_MAX],
                         int64_t *n, char *errbuf, size_t errlen) {
-  char key[STORE_KEY_MAX], pkey[STORE_KEY_MAX];
+  char key[STORE_KEY_MAX], pkey[STORE_KEY_MAX], bkey[STORE_KEY_MAX];
   rdzv_key(key, sizeof key, o->job_id, o->round, "joined");
   rdzv_key(pkey, sizeof pkey, o->job_id, o->round, "pending");
-  int64_t settle = base_now_ms() + o->settle_ms, joined = 0, pending = 0;
+  rdzv_key(bkey, sizeof bkey, o->job_id, o->round, "back");
+  int64_t settle = base_now_ms() + o->settle_ms, joined = 0, pending = 0, back = 0;
   for (;;) {
     int rc = store_add(c, key, 0, &joined, base_deadline_in(1000));
+    if (rc == 0 && o->expect_back > 0) rc = store_add(c, bkey, 0, &back, base_deadline_in(1000));
     if (rc == 0 && joined < o->expect) rc = store_add(c, pkey, 0, &pending, base_deadline_in(1000));
     if (rc != 0) return rc;
     int64_t now = base_now_ms();
-    int enough = now >= settle || joined + pending >= o->expect;
-    if (joined >= o->expect || (enough && joined >= o->nnodes_min)) break;
+    /* A replacement joining first must not take a member's place in the round. */
+    int members = back >= o->expect_back;
+    int enough = now >= settle || (members && joined + pending >= o->expect);
+    if ((members && joined >= o->expect) || (enough && joined >= o->nnodes_min)) break;
     if (now >= o->deadline_ms) {
       snprintf(errbuf, errlen, "only %lld of the %d nodes expected came back (at least %d needed)",
                (long long)joined, o->expect, o->nnodes_min);
@@ -628,6 +632,10 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   snprintf(suffix, sizeof suffix, "node/%lld", (long long)seq);
   rdzv_key(key, sizeof key, o->job_id, o->round, suffix);
   rc = store_set(c, key, record, strlen(record), o->deadline_ms);
+  if (rc == 0 && o->expect > 0 && o->prev_rank >= 0) { /* a member back, its record there */
+    rdzv_key(key, sizeof key, o->job_id, o->round, "back");
+    rc = store_add(c, key, 1, NULL, o->deadline_ms);
+  }
   if (rc != 0) {
     snprintf(errbuf, errlen, "cannot register with the store: %s", why(c, rc));
     return rc;

@@ -73,8 +73,13 @@ typedef struct rdzv_join_opts {
    * rank in the last round, -1 for a new node: after the others, in join
    * order), claims are ignored; with first_plans the caller's is_host says
    * who plans. cannot_reform: the plan says restart (rdzv_plan.restart).
+   * expect_back (> 0): how many of the expected nodes were members before
+   * (prev_rank >= 0, counted as they join): until they are all back, nodes
+   * new to the job (a replacement) do not fill the round, which then waits
+   * for the members up to settle_ms; 0: every node counts alike.
    */
   int expect;
+  int expect_back;
   int64_t settle_ms;
   int prev_rank;
   int cannot_reform;
