@@ -110,6 +110,16 @@ static int plan_round(store_client *c, const char *job, int round, int min, int6
   return rdzv_join(c, &o, plan, err, sizeof err);
 }
 
+/* A client of the store server srv (NULL when it cannot connect: the check says so). */
+static store_client *client_of(store_server *srv) {
+  store_client *c = NULL;
+  char err[256];
+  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
+                                    base_deadline_in(5000), &c, err, sizeof err),
+               0);
+  return c;
+}
+
 /*
  * A replacement counted pending in the survivors' re-form round (its workers start ahead):
  * the round plans at once with the survivors instead of waiting out the settle time for the
@@ -117,14 +127,11 @@ static int plan_round(store_client *c, const char *job, int round, int min, int6
  */
 static void test_pending(void) {
   store_server *srv = NULL;
-  store_client *c = NULL;
   store_server_opts so = {.bind_host = "127.0.0.1"};
   CHECK_EQ_INT(store_server_start(&so, &srv), 0);
   if (srv == NULL) return;
-  char err[256];
-  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
-                                    base_deadline_in(5000), &c, err, sizeof err),
-               0);
+  store_client *c = client_of(srv);
+  if (c == NULL) return;
   rdzv_plan plan = {0};
   /* Pending: planned at once with the two survivors (settle 30 s: ms expected, 15 s bound). */
   CHECK_EQ_INT(rdzv_mark_pending(c, "pj", 1, base_deadline_in(2000)), 0);
@@ -208,17 +215,10 @@ static void *host_plans(void *arg) {
  */
 static void test_members_first(void) {
   store_server *srv = NULL;
-  store_client *c = NULL, *hc = NULL;
   store_server_opts so = {.bind_host = "127.0.0.1"};
   CHECK_EQ_INT(store_server_start(&so, &srv), 0);
   if (srv == NULL) return;
-  char err[256];
-  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
-                                    base_deadline_in(5000), &c, err, sizeof err),
-               0);
-  CHECK_EQ_INT(store_client_connect("127.0.0.1", store_server_port(srv), NULL,
-                                    base_deadline_in(5000), &hc, err, sizeof err),
-               0);
+  store_client *c = client_of(srv), *hc = client_of(srv);
   if (c == NULL || hc == NULL) return;
   host_run h = {.c = hc};
   pthread_t t;
@@ -227,7 +227,7 @@ static void test_members_first(void) {
   rdzv_key(key, sizeof key, "sf", 1, "back");
   const char *k = key;
   CHECK_EQ_INT(store_wait(c, &k, 1, base_deadline_in(10000)), 0); /* node 0 joined */
-  joins(c, "sf", 1, -1, 0x2222);                                    /* the replacement */
+  joins(c, "sf", 1, -1, 0x2222);                                  /* the replacement */
   usleep(500000);
   rdzv_key(key, sizeof key, "sf", 1, "plan");
   void *val = NULL;
