@@ -165,6 +165,7 @@ class _Channel:
         epoch = int(f["epoch"])
         with self.cond:
             self.grow_epoch = max(self.grow_epoch, epoch)
+            self.cond.notify_all()  # a failed collective's wait (Job._recover) ends
             if self.grow_timer is not None:  # one pending already: its deadline is earlier
                 return True
             self.grow_timer = threading.Timer(limit, self.end_membership, args=(epoch,))
@@ -197,10 +198,12 @@ class _Channel:
         self.on_reshape(None)
 
     def wait_reshape(self, epoch, timeout):
-        """True once membership `epoch` is announced ended (or the job stops)."""
+        """True once membership `epoch` is announced ended, a node's joining deferred
+        included (or the job stops)."""
         with self.cond:
             return self.cond.wait_for(
-                lambda: self.reshape_epoch >= epoch or self.stop_why is not None, timeout)
+                lambda: max(self.reshape_epoch, self.grow_epoch) >= epoch
+                or self.stop_why is not None, timeout)
 
     def wait_form(self, after):
         """The first `form` of a membership newer than `after`; Stopped on stop."""
@@ -352,6 +355,9 @@ class Job:
             self.channel.send("broken", epoch=self.epoch, why=why[:200] or "a collective failed")
             if not self.channel.wait_reshape(self.epoch, self.wait):
                 return False  # no loss announced: an ordinary failure
+            # A node's joining, deferred here while a peer that agreed on it already left
+            # (its flag all_reduce done first): it ends the membership now.
+            self.channel.end_membership(self.epoch)
         self.reform()
         return True
 
