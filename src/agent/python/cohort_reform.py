@@ -529,7 +529,7 @@ class Job:
         dev, me = self._device(), self.rank
         if me == donor and behind:
             tensors = []
-            outline = _outline(self.state_dict(), tensors, {})
+            outline = _outline(self.state_dict(), tensors)
             head = _as_bytes(pickle.dumps(outline, protocol=pickle.HIGHEST_PROTOCOL), dev)
             size = torch.tensor([head.numel()], dtype=torch.int64, device=dev)
             data = [t.to(dev).contiguous() for t in tensors]
@@ -572,11 +572,29 @@ class _Slot:
         self.index, self.shape, self.dtype = st
 
 
-def _outline(obj, tensors, seen):
+def _map(obj, leaf):
+    """obj rebuilt with leaf(x) for each x that is not a dict, list or tuple (the state
+    dicts' containers; a module's state_dict keeps its _metadata, which
+    load_state_dict reads)."""
+    if isinstance(obj, dict):
+        out = type(obj)((k, _map(v, leaf)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = obj._metadata
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(_map(v, leaf) for v in obj)
+    return leaf(obj)
+
+
+def _outline(obj, tensors):
     """obj with every tensor replaced by a _Slot, the tensors appended to tensors in order
     (a tensor that two entries share, such as tied weights, once)."""
-    if torch.is_tensor(obj):
-        t = obj.detach()
+    seen = {}
+
+    def slot_of(x):
+        if not torch.is_tensor(x):
+            return x
+        t = x.detach()
         key = (str(t.device), t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
         if t.numel() and key in seen:
             return seen[key]
@@ -585,45 +603,19 @@ def _outline(obj, tensors, seen):
         if t.numel():
             seen[key] = slot
         return slot
-    if isinstance(obj, dict):
-        out = type(obj)((k, _outline(v, tensors, seen)) for k, v in obj.items())
-        if hasattr(obj, "_metadata"):  # a module's state_dict: load_state_dict reads it
-            out._metadata = obj._metadata
-        return out
-    if type(obj) in (list, tuple):
-        return type(obj)(_outline(v, tensors, seen) for v in obj)
-    return obj
+    return _map(obj, slot_of)
 
 
 def _slots(outline):
     """The outline's slots, one per tensor sent, in the order they were sent."""
     found = {}
-
-    def walk(o):
-        if isinstance(o, _Slot):
-            found[o.index] = o
-        elif isinstance(o, dict):
-            for v in o.values():
-                walk(v)
-        elif type(o) in (list, tuple):
-            for v in o:
-                walk(v)
-    walk(outline)
+    _map(outline, lambda x: found.setdefault(x.index, x) if isinstance(x, _Slot) else x)
     return [found[i] for i in range(len(found))]
 
 
 def _fill(outline, tensors):
     """The outline with each slot replaced by its tensor."""
-    if isinstance(outline, _Slot):
-        return tensors[outline.index]
-    if isinstance(outline, dict):
-        out = type(outline)((k, _fill(v, tensors)) for k, v in outline.items())
-        if hasattr(outline, "_metadata"):
-            out._metadata = outline._metadata
-        return out
-    if type(outline) in (list, tuple):
-        return type(outline)(_fill(v, tensors) for v in outline)
-    return outline
+    return _map(outline, lambda x: tensors[x.index] if isinstance(x, _Slot) else x)
 
 
 def _bytes_of(t):
