@@ -53,6 +53,8 @@ the feature says "not run" and why. A run's limit (printed at the start) is
 torchrun is set up as a careful user of PyTorch's elastic tutorial would
 (torchrun_opts; docs/reform.md has the reasons).
 Run as root (namespaces, tc). --rate shapes every node's link with tc (tbf).
+--grad-compress bf16|powersgd[:RANK] gives the cohort-gpt2 rows that exchange (PowerSGD from
+step 2): on a slow link the exchange then leaves most of the link to the state transfer.
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
 another launcher (or COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN).
@@ -126,7 +128,17 @@ def gpt2_cmd(a, tmp, binary=None):
     m = model_args(a)
     return [binary or a.gpt2, "--layers", str(m["layers"]), "--heads", str(m["heads"]), "--channels",
             str(m["channels"]), "--vocab", str(m["vocab"]), "--positions", "64", "--seq-len",
-            str(a.seq_len), "--batch", str(a.batch), "--steps", str(a.steps), "--threads", "1", "--warmup", "0"]
+            str(a.seq_len), "--batch", str(a.batch), "--steps", str(a.steps), "--threads", "1",
+            "--warmup", "0"] + compress_args(a)
+
+
+def compress_args(a):
+    """cohort-gpt2's exchange: --grad-compress, PowerSGD from its second step (so the kill
+    lands well after its warm-up)."""
+    if a.grad_compress == "none":
+        return []
+    args = ["--grad-compress", a.grad_compress]
+    return args + (["--powersgd-start", "2"] if a.grad_compress.startswith("powersgd") else [])
 
 
 def torch_cmd(a, tmp, script_args):
@@ -207,6 +219,8 @@ def row_missing(row, a):
         h = subprocess.run([a.cohort, "run", "--help"], capture_output=True, text=True)
         if "--on-failure" not in h.stdout:
             return "this cohort has no --on-failure reform"
+    if "torch" in row and a.grad_compress != "none":
+        return "--grad-compress applies to the cohort-gpt2 rows only"
     if "torch" in row and subprocess.run([a.python, "-c", "import torch"],
                                          capture_output=True).returncode != 0:
         return "no PyTorch at " + a.python
@@ -439,6 +453,9 @@ def main():
     ap.add_argument("--batch", type=int, default=4, help="every row's --batch (default 4)")
     ap.add_argument("--seq-len", type=int, default=64,
                     help="every row's --seq-len (default 64, at most 64)")
+    ap.add_argument("--grad-compress", default="none",
+                    help="the cohort-gpt2 rows' --grad-compress (none, bf16, powersgd[:RANK]; "
+                    "PowerSGD from step 2); the torch rows then do not run")
     ap.add_argument("--rate", default="", help="shape every link with tc, e.g. 1gbit")
     ap.add_argument("--rows", default="cohort reform,cohort reform (before),cohort restart,"
                     "torchrun restart,torch reform")
@@ -457,6 +474,8 @@ def main():
     a.layers, a.heads, a.channels, a.vocab = sizes
     if a.reps < 1:
         ap.error("--reps must be at least 1")
+    if not re.fullmatch(r"none|bf16|powersgd(:[1-9][0-9]?)?", a.grad_compress):
+        ap.error("--grad-compress must be none, bf16 or powersgd[:RANK]")
     if not 0 <= a.replace_after <= 3600:
         ap.error("--replace-after must be 0 to 3600 seconds")
     try:
@@ -469,10 +488,10 @@ def main():
     cpu = "%s (family %s model %s)" % tuple(info.get(k, "?").strip() for k in
                                             ("model name\t", "cpu family\t", "model\t\t"))
     print("# bench/recovery: 3 nodes x 1 rank x 1 thread, GPT-2 L=%d H=%d C=%d V=%d (B=%d "
-          "T=%d), %d steps, "
+          "T=%d, --grad-compress %s), %d steps, "
           "node 2 killed after step %d, replacement started %s; heartbeat timeout %g s; "
           "link %s; %s, %d cores, load %.1f" % (a.layers, a.heads, a.channels, a.vocab, a.batch,
-                                                a.seq_len, a.steps, a.kill_step,
+                                                a.seq_len, a.grad_compress, a.steps, a.kill_step,
                                                 "%g s later" % a.replace_after
                                                 if a.replace_after else "at once",
                                                 a.heartbeat, a.rate or "unshaped",
