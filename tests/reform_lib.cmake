@@ -18,6 +18,9 @@ foreach(t tcp shm)
   # A node joining deferred to a boundary the ranks agree on (cohort_comm_defer_grow).
   add_test(NAME reform_coll_grow_${t} COMMAND test_reform_coll grow ${t})
   set_tests_properties(reform_coll_grow_${t} PROPERTIES TIMEOUT 120 LABELS "unit")
+  # A grow early in a step breaks it (cohort_comm_grow_break_for); a later one is deferred.
+  add_test(NAME reform_coll_break_${t} COMMAND test_reform_coll break ${t})
+  set_tests_properties(reform_coll_break_${t} PROPERTIES TIMEOUT 120 LABELS "unit")
 endforeach()
 # libcohort workers under the real agent: kill -9 of a rank, the survivors re-form in their own
 # processes, a newcomer receives the state, the job ends well (TCP and shared memory).

@@ -42,6 +42,12 @@
  *                               a loss while a grow is pending, a grow past
  *                               COHORT_GROW_DEFER_MS, and one not deferred end
  *                               the membership (ERESHAPED) as today.
+ *   test_reform_coll break T    (T: tcp, shm) a grow within the program's break
+ *                               window (cohort_comm_grow_break_for) ends the
+ *                               allreduce in flight at once (ERESHAPED, its
+ *                               peer stopped); one after the window is
+ *                               deferred; opening a window with a grow
+ *                               pending ends the membership then.
  *   test_reform_coll reshape T  a rank stopped (SIGSTOP): the agent's reshape
  *                               makes the survivors' allreduce return
  *                               ERESHAPED within a second of the message;
@@ -427,6 +433,7 @@ static void test_no_channel(void) {
   CHECK(c != NULL);
   if (c == NULL) return;
   CHECK_EQ_INT(cohort_comm_reform(c), -ENOTSUP);
+  CHECK_EQ_INT(cohort_comm_grow_break_for(c, 10), -ENOTSUP);
   CHECK_EQ_INT(cohort_comm_epoch(c), 5);
   CHECK_EQ_INT(cohort_comm_is_new(c, 0), 0);
   CHECK_EQ_INT(cohort_comm_is_new(c, 1), -EINVAL);
@@ -1472,20 +1479,18 @@ static int w_grown(int w, cohort_comm *c) {
   return check_report() != 0;
 }
 
-/* Membership 0 of 2, grows deferred: allreduces, each followed by the agreement a program makes
- * (the pending flags' maximum), until the ranks agree that a grow is pending; every collective
- * completes. Then a barrier and cohort_comm_reform at that boundary, on a healthy communicator. */
-static int w_grow(int w) {
-  cohort_comm *c = w_create(w, 2, 0);
-  if (c == NULL) return 1;
-  CHECK_EQ_INT(cohort_comm_defer_grow(c, 1), 0);
+/* Allreduces, each followed by the agreement a program makes (the pending flags' maximum), until
+ * the ranks agree that a grow is pending (phase `phase` after the first); every collective
+ * completes. Then a barrier, so that the caller may re-form at that boundary on a healthy
+ * communicator. 1 when all of it held. */
+static int w_until_agreed(int w, cohort_comm *c, int phase) {
   size_t count = 1u << 18;
   float *buf = calloc(count, sizeof *buf);
-  int rc = 0, agreed = 0;
+  int rc = buf == NULL ? -ENOMEM : 0, agreed = 0;
   int64_t end = base_now_ms() + 120000;
   for (long it = 0; rc == 0 && !agreed && base_now_ms() < end; it++) {
     rc = cohort_allreduce(c, buf, buf, count, COHORT_F32, COHORT_SUM);
-    if (rc == 0 && it == 0) atomic_store(&g_sh->s[w].phase, 1);
+    if (rc == 0 && it == 0) atomic_store(&g_sh->s[w].phase, phase);
     cohort_comm_set_step(c, it);
     int32_t f = cohort_comm_grow_pending(c);
     if (rc == 0) rc = cohort_allreduce(c, &f, &f, 1, COHORT_I32, COHORT_MAX);
@@ -1500,7 +1505,16 @@ static int w_grow(int w) {
   for (int i = 0; i < FAST_MS && cohort_comm_grow_pending(c) != 1; i++) base_sleep_ms(1);
   CHECK_EQ_INT(cohort_comm_grow_pending(c), 1);
   cohort_barrier(c); /* no rank closes its connections before every rank is through the flags */
-  if (!agreed || w_reform(w, c) != 0) return 1;
+  return agreed;
+}
+
+/* Membership 0 of 2, grows deferred: the ranks agree on a boundary after the grow and re-form
+ * there. */
+static int w_grow(int w) {
+  cohort_comm *c = w_create(w, 2, 0);
+  if (c == NULL) return 1;
+  CHECK_EQ_INT(cohort_comm_defer_grow(c, 1), 0);
+  if (!w_until_agreed(w, c, 1) || w_reform(w, c) != 0) return 1;
   return w_grown(w, c);
 }
 
@@ -1572,6 +1586,100 @@ static void test_grow(const char *tname) {
   store_fork_stop(&g_sf);
 }
 
+/* ---- grow-break: a grow early in a step ends it at once, a later one is deferred ---- */
+
+#define BREAK_CALL "cohort_comm_grow_break_for"
+
+/*
+ * Membership 0 of 2, grows deferred, a break window of 10 minutes open: allreduces until one
+ * fails, which the grow does (ERESHAPED naming the call, nothing pending). Membership 1: a window
+ * of 100 ms that passed before the grow came: it is deferred, the ranks agree on it and re-form
+ * at that boundary. Membership 2, no window: a grow comes and is pending; opening a window then
+ * ends the membership at once (1), and the next collective returns ERESHAPED (worker 0 opens its
+ * window once worker 1 saw the grow pending, worker 1 once worker 0's collective failed).
+ */
+static int w_break(int w) {
+  cohort_comm *c = w_create(w, 2, 0);
+  if (c == NULL) return 1;
+  CHECK_EQ_INT(cohort_comm_defer_grow(c, 1), 0);
+  CHECK_EQ_INT(cohort_comm_grow_break_for(c, -1), -EINVAL);
+  CHECK_EQ_INT(cohort_comm_grow_break_for(c, 600000), 0);
+  size_t count = 1u << 18;
+  float *buf = calloc(count, sizeof *buf);
+  CHECK_EQ_INT(w_loop_until_error(w, c, buf, count), COHORT_ERESHAPED);
+  free(buf);
+  if (w == 0) CHECK(names_why(w, g_sh->s[w].errmsg, BREAK_CALL)); /* 1's: either's reason */
+  CHECK_EQ_INT(cohort_comm_grow_pending(c), 0);
+  if (w_reform(w, c) != 0) return 1;
+  CHECK_EQ_INT(cohort_comm_grow_break_for(c, 100), 0);
+  base_sleep_ms(300);
+  if (!w_until_agreed(w, c, 3) || w_reform(w, c) != 0) return 1;
+  w_sum_check(c, 1000);
+  atomic_store(&g_sh->s[w].phase, 5);
+  for (int i = 0; i < FAST_MS && cohort_comm_grow_pending(c) != 1; i++) base_sleep_ms(1);
+  CHECK_EQ_INT(cohort_comm_grow_pending(c), 1);
+  CHECK_EQ_INT(cohort_comm_grow_break_for(c, 0), 0); /* no window: still deferred */
+  CHECK_EQ_INT(cohort_comm_failed(c), 0);
+  atomic_store(&g_sh->s[w].phase, 6);
+  CHECK_EQ_INT(w == 0 ? wait_phase(1, 6, 60000) : wait_phase(0, 7, 60000), 0);
+  CHECK_EQ_INT(cohort_comm_grow_break_for(c, 1000), 1);
+  int32_t v = 1;
+  int rc = cohort_allreduce(c, &v, &v, 1, COHORT_I32, COHORT_SUM);
+  w_record(w, c, rc);
+  atomic_store(&g_sh->s[w].phase, 7);
+  CHECK_EQ_INT(rc, COHORT_ERESHAPED);
+  if (w == 0) CHECK(names_why(w, g_sh->s[w].errmsg, BREAK_CALL));
+  cohort_comm_destroy(c);
+  return check_report() != 0;
+}
+
+/* Both workers ready for membership e-1's end, then given membership e of 2 (the same ranks). */
+static void reform_two(int e) {
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "ready", 30000, NULL, 0), 0);
+  for (int w = 0; w < 2; w++) agent_form(w, e, w, 2);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, NULL, 0), 0);
+}
+
+/*
+ * A grow reaches rank 0 within its break window while it waits in an allreduce for rank 1
+ * (stopped): the allreduce returns ERESHAPED before rank 1 goes on (deferred, it would wait for
+ * it), and rank 1's too once it does. A grow after the window is deferred to the boundary the
+ * ranks agree on; a grow pending when a window opens ends the membership then.
+ */
+static void test_grow_break(const char *tname) {
+  char name[32];
+  snprintf(name, sizeof name, "break-%s", tname);
+  if (start_world(name) != 0) {
+    CHECK(!"store");
+    return;
+  }
+  for (int w = 0; w < 2; w++) spawn(w, 0, w_break);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
+  int st = 0;
+  kill(g_pid[1], SIGSTOP);
+  CHECK(waitpid(g_pid[1], &st, WUNTRACED) == g_pid[1] && WIFSTOPPED(st));
+  base_sleep_ms(200); /* rank 0 now waits for it inside an allreduce */
+  long long t = base_now_ms();
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 grow=1 defer_ms=600000 why=" WHY_GROW);
+  for (int i = 0; i < MSG_FAST_MS && atomic_load(&g_sh->s[0].t_err) == 0; i++) base_sleep_ms(1);
+  const int w0[] = {0};
+  check_survivors(w0, 1, t, MSG_FAST_MS, "grow within the break window, its peer stopped,");
+  kill(g_pid[1], SIGCONT);
+  for (int i = 0; i < OP_TIMEOUT_MS && atomic_load(&g_sh->s[1].t_err) == 0; i++) base_sleep_ms(1);
+  const int ws[] = {0, 1};
+  check_survivors(ws, 2, t, OP_TIMEOUT_MS, "grow within the break window");
+  reform_two(1);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 3, 60000), 0);
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=1 grow=1 defer_ms=600000 why=" WHY_GROW);
+  reform_two(2);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(atomic_load(&g_sh->s[w].err), 0); /* deferred */
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 5, 60000), 0);
+  for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=2 grow=1 defer_ms=600000 why=" WHY_GROW);
+  for (int w = 0; w < 2; w++) CHECK(reap(w, 60000));
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(atomic_load(&g_sh->s[w].err), COHORT_ERESHAPED);
+  store_fork_stop(&g_sf);
+}
+
 /* tcp, shm, or single (shared memory with cohort_mem_alloc buffers). */
 static int set_transport(const char *t) {
   g_single = strcmp(t, "single") == 0;
@@ -1615,12 +1723,16 @@ int main(int argc, char **argv) {
     test_grow(argv[2]);
     return check_report();
   }
+  if (argc >= 3 && strcmp(argv[1], "break") == 0 && set_transport(argv[2]) == 0) {
+    test_grow_break(argv[2]);
+    return check_report();
+  }
   if (argc >= 3 && strcmp(argv[1], "reshape") == 0 && set_transport(argv[2]) == 0) {
     test_reshape(argv[2]);
     return check_report();
   }
   fprintf(stderr,
           "usage: test_reform_coll unit | kill tcp|shm|single | idle tcp|shm | reshape tcp|shm | "
-          "grow tcp|shm\n");
+          "grow tcp|shm | break tcp|shm\n");
   return 2;
 }

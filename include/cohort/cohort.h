@@ -251,6 +251,23 @@ COHORT_API int cohort_comm_reform(cohort_comm *comm);
  */
 COHORT_API int cohort_comm_defer_grow(cohort_comm *comm, int on);
 
+/*
+ * Breaks a step that has barely begun rather than defer a node's joining to
+ * its end (with cohort_comm_defer_grow on). Called as each step begins with
+ * the part of a step's time within which breaking it is the cheaper choice
+ * (deferring saves the ranks the part of the step already done and costs
+ * the newcomer the part still to do): a grow that comes within the next `ms`
+ * milliseconds is not deferred but ends the membership at once, as a loss
+ * does (the collective in flight returns COHORT_ERESHAPED, its message naming
+ * this call; every peer's then fails too, so every rank drops the step); one
+ * that comes later is deferred as before. A grow already pending (it came
+ * after the last boundary's agreement) ends the membership now when ms > 0:
+ * returns 1 then, so the program need not start the step. ms 0 (the default)
+ * defers every grow; a re-form clears it. Returns 0 or 1, -EINVAL for ms < 0,
+ * -ENOTSUP without a control channel.
+ */
+COHORT_API int cohort_comm_grow_break_for(cohort_comm *comm, int ms);
+
 /* 1 while a node's joining is deferred (cohort_comm_defer_grow): re-form at the next boundary the
  * ranks agree on; else 0 (or -EINVAL). Cheap, from any thread. */
 COHORT_API int cohort_comm_grow_pending(const cohort_comm *comm);

@@ -150,6 +150,9 @@ struct cohort_comm {
    * under ctl.mu the membership a deferred grow ended (-1: none; its limit is ctl's deadline). */
   int grow_defer_ms;
   int grow_epoch;
+  /* cohort_comm_grow_break_for, under ctl.mu: until this base_now_ms() a grow is not deferred but
+   * ends the membership at once (0: never). */
+  int64_t grow_break_until_ms;
   atomic_int grow_pending; /* cohort_comm_grow_pending: 1 while grow_epoch >= 0 */
 
   /* Queue executed in order by the progress thread (or the caller when idle). inflight: the

@@ -26,12 +26,20 @@
 /* A reshape for a node joining (grow=1: every member lives) that the program defers
  * (cohort_comm_defer_grow): the membership stays up, its end pending until the program re-forms
  * at a step boundary or the limit passes (the control thread's timed wake: on_grow_late). Under
- * ctl.mu; 1 when deferred. */
+ * ctl.mu; 1 when deferred, -1 when it came within the program's break window
+ * (cohort_comm_grow_break_for: the step in flight has barely begun, so it ends now), else 0. */
 static int defer_grow(cohort_comm *c, const coll_ctl_msg *m) {
   int e = m->epoch < 0 ? c->epoch : m->epoch;
   if (m->grow != 1 || c->grow_defer_ms <= 0 || !c->live || e < c->epoch ||
       atomic_load(&c->eng.failed))
     return 0;
+  if (c->grow_epoch < 0 && base_now_ms() < c->grow_break_until_ms) {
+    base_log(BASE_LOG_INFO,
+             "rank %d: a node joins (membership %d ends) %lld ms before the program's break "
+             "limit: not deferred, the step in flight ends",
+             c->rank, e, (long long)(c->grow_break_until_ms - base_now_ms()));
+    return -1;
+  }
   if (c->grow_epoch < 0) { /* the first: the limit counts from it */
     int ms = m->defer_ms >= 0 && m->defer_ms < c->grow_defer_ms ? m->defer_ms : c->grow_defer_ms;
     if (ms <= 0) return 0;
@@ -59,11 +67,17 @@ static void on_grow_late(void *arg) {
 /* The control thread's messages that concern the running membership (called under ctl.mu). */
 static void on_control(void *arg, const coll_ctl_msg *m) {
   cohort_comm *c = arg;
-  if (m->verb == COLL_CTL_RESHAPE && !defer_grow(c, m))
+  int d = m->verb == COLL_CTL_RESHAPE ? defer_grow(c, m) : 1;
+  char why[COLL_CTL_MAX + 100];
+  if (d < 0) {
+    snprintf(why, sizeof why, "%s; it came early in the step (cohort_comm_grow_break_for)", m->why);
+    coll_reshape(c, m->epoch, why);
+  } else if (d == 0) {
     coll_reshape(c, m->epoch, m->why);
-  else if (m->verb == COLL_CTL_STOP && c->live)
+  } else if (m->verb == COLL_CTL_STOP && c->live) {
     coll_fail(&c->eng, COHORT_EABORTED, "rank %d: the agent stopped the job: %s", c->rank,
               m->why[0] ? m->why : "(no reason given)");
+  }
 }
 
 /* The engine found a peer gone (its connection closed, its process gone): the agent learns it now
@@ -155,6 +169,7 @@ static void end_membership(cohort_comm *c) {
   c->live = 0;
   c->grow_epoch = -1; /* a grow deferred: this re-form is its end */
   c->ctl.deadline_ms = 0;
+  c->grow_break_until_ms = 0; /* the step it was set for ended too */
   atomic_store(&c->grow_pending, 0);
   pthread_mutex_unlock(&c->ctl.mu);
   coll_watch_stop(&c->eng); /* nothing in flight now; before its fds close */
@@ -368,6 +383,22 @@ COHORT_API int cohort_comm_defer_grow(cohort_comm *c, int on) {
   if (!on && c->grow_epoch >= 0) on_grow_late(c); /* pending: it ends the membership now */
   pthread_mutex_unlock(&c->ctl.mu);
   return 0;
+}
+
+COHORT_API int cohort_comm_grow_break_for(cohort_comm *c, int ms) {
+  if (c == NULL || ms < 0) return -EINVAL;
+  if (c->ctl.fd < 0) return -ENOTSUP;
+  pthread_mutex_lock(&c->ctl.mu);
+  c->grow_break_until_ms = ms > 0 ? base_now_ms() + ms : 0;
+  /* A grow came after the last boundary's agreement: nothing of this step has run yet (a peer
+   * that broke first may have ended the membership already: it ends all the same). */
+  int now = ms > 0 && c->grow_epoch >= 0;
+  if (now)
+    coll_reshape(c, c->grow_epoch,
+                 "a node joins, pending as a step begins: it ends the step "
+                 "(cohort_comm_grow_break_for)");
+  pthread_mutex_unlock(&c->ctl.mu);
+  return now;
 }
 
 COHORT_API int cohort_comm_grow_pending(const cohort_comm *c) {
