@@ -11,7 +11,9 @@
  * few steps later it ends that membership too (`reshape grow=1`, as for a
  * joining node) and starts a newcomer (COHORT_NEWCOMER=1) as rank 2 of 3:
  * the survivors finish the step in flight and re-form after it (the line says
- * "step in flight none", and only the newcomer gets the state). The run
+ * "step in flight none", and only the newcomer gets the state; COHORT_GROW_BREAK=0:
+ * case break-tcp instead sends it as a slow step begins, which it breaks, and the
+ * line says "step in flight dropped"). The run
  * prints one line per re-form naming the step it went on from; the test
  * then runs the same schedule as runs chained by checkpoints (3 ranks to N,
  * 2 ranks resumed to M, 3 ranks resumed to the end) and compares the final
@@ -232,6 +234,12 @@ typedef struct reform_case {
   long rate;
 } reform_case;
 
+/* The case that runs (run_case's): > 0, every step takes this many ms more
+ * (COHORT_GPT2_TEST_STEP_MS) and the grow comes as one begins, within the share of it that
+ * breaks it (COHORT_GROW_BREAK=0.9): the step is dropped. 0: grows are deferred
+ * (COHORT_GROW_BREAK=0). */
+static int break_ms;
+
 /* One run of a case: its job, its files (named by `kind`: live, or chain for the runs chained by
  * checkpoints, which share them) and the trainer's arguments, which point into the rest. */
 typedef struct run_setup {
@@ -341,10 +349,11 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
   ok = ok && wait_progress(&s[0], progress(&s[0]) + on, 60) == 0;
   /* Held while it is sent: a tiny step takes milliseconds, and this process, descheduled under
-   * load, once let them train to the end before the reshape came. */
-  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGSTOP);
+   * load, once let them train to the end before the reshape came. Breaking, sent as a slow step
+   * begins (its progress just written), unheld: a stop would spend its window. */
+  for (int i = 0; i < 2 && !break_ms; i++) kill(s[i].pid, SIGSTOP);
   for (int i = 0; i < 2; i++) ok = ok && say(&s[i], "reshape epoch=1 grow=1 why=a node joins") == 0;
-  for (int i = 0; i < 2; i++) kill(s[i].pid, SIGCONT);
+  for (int i = 0; i < 2 && !break_ms; i++) kill(s[i].pid, SIGCONT);
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
   snprintf(tag, sizeof tag, "%s.live.new", c->name);
   s[2] = spawn_rank(tag, 2, 3, u->job, 2, 1, 1, c->transport, u->args);
@@ -363,7 +372,8 @@ static int grow_join_ok(const reform_case *c, const proc *r0) {
     char *out = out_of(r0->tag), *at = strstr(out, "re-formed (epoch 2)");
     char *end = at != NULL ? strchr(at, '\n') : NULL;
     if (end != NULL) *end = '\0';
-    int ok = end != NULL && strstr(at, "(step in flight none)") != NULL &&
+    const char *step = break_ms ? "(step in flight dropped)" : "(step in flight none)";
+    int ok = end != NULL && strstr(at, step) != NULL &&
              (strstr(at, "), 1 rank(s) catching up: ") != NULL ||
               (!plain && strstr(at, "), 1 rank(s) received ") != NULL));
     if (end != NULL && !ok) fprintf(stderr, "%s: the grow's line: %s\n", c->name, at);
@@ -397,6 +407,10 @@ static int live(const reform_case *c, long *N, long *M) {
   proc p[3];
   snprintf(rate, sizeof rate, "%ld", c->rate);
   if (c->rate > 0) setenv("COHORT_STREAM_RATE", rate, 1);
+  char slow[16];
+  snprintf(slow, sizeof slow, "%d", break_ms);
+  if (break_ms) setenv("COHORT_GPT2_TEST_STEP_MS", slow, 1);
+  if (break_ms) setenv("COHORT_GROW_BREAK", "0.9", 1);
   int ok = start_live(c, &u, NULL, p);
   unsetenv("COHORT_STREAM_RATE");
   /* The loss: the victim killed as soon as it completed step kill_at. */
@@ -408,6 +422,8 @@ static int live(const reform_case *c, long *N, long *M) {
   for (int r = 0; r < 3; r++)
     if (r != c->victim) s[ns++] = p[r];
   ok = ok && shrink_grow(c, &u, c->victim, 2, s);
+  unsetenv("COHORT_GPT2_TEST_STEP_MS");
+  setenv("COHORT_GROW_BREAK", "0", 1);
   for (int i = 0; i < 3; i++) CHECK_EQ_INT(reap(&s[i], 120), 0);
   CHECK(ok);
   char *out = out_of(s[0].tag);
@@ -640,6 +656,7 @@ int main(int argc, char **argv) {
   store_port = store_server_port(srv);
   snprintf(store_addr, sizeof store_addr, "127.0.0.1:%d", store_port);
   if (only[0] == '\0') zero_refused();
+  setenv("COHORT_GROW_BREAK", "0", 1); /* grows deferred, but where a case says otherwise */
   static const reform_case cases[] = {
       {"none-shm", "none", "shm", 1, 3, 10, 0},
       {"none-tcp", "none", "tcp", 0, 3, 10, 0},
@@ -655,6 +672,11 @@ int main(int argc, char **argv) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (strncmp(cases[i].name, only, strlen(only)) == 0) run_case(&cases[i]);
+  /* The grow comes early in a slow step, which it breaks. */
+  static const reform_case brk = {"break-tcp", "none", "tcp", 1, 3, 10, 0};
+  break_ms = 400;
+  if (strncmp(brk.name, only, strlen(only)) == 0) run_case(&brk);
+  break_ms = 0;
   /* A survivor behind: PowerSGD (its error as the completed step left it) and the plain exchange.
    */
   static const reform_case behind[] = {

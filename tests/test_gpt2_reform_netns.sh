@@ -37,10 +37,12 @@ agent=()
 train=(--model tiny --seq-len 32 --batch 2 --data /usr/share/common-licenses/GPL-3 --quiet
   --schedule const --warmup 2 --ckpt-every 100000)
 # agent_on I: node I's agent (node 0 hosts the store), output in $tmp/n<I>; rank 0's metrics.
+# COHORT_GROW_BREAK=0: a grow is always deferred (else one early in a step breaks it).
 agent_on() {
   local rank=()
   [ "$1" -eq 0 ] && rank=(--node-rank 0)
-  OMP_NUM_THREADS=1 netns_agent "$1" "$tmp/n$1" --nnodes 2:3 "${rank[@]}" --master "$M:29500" \
+  COHORT_GROW_BREAK=0 OMP_NUM_THREADS=1 \
+    netns_agent "$1" "$tmp/n$1" --nnodes 2:3 "${rank[@]}" --master "$M:29500" \
     --job g --heartbeat-timeout 2 --on-failure reform -- "$gpt2" "${train[@]}" --steps $STEPS \
     --metrics "$tmp/m.jsonl" --ckpt-dir "$tmp/live"
   agent[$1]=$!

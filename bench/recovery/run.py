@@ -19,6 +19,10 @@ loss's re-form) in the same namespace with the same command line. Rows:
   cohort reform (grow not deferred)  the cohort reform row with
                    COHORT_GROW_DEFER_MS=0: a node joining ends the step in
                    flight, as a loss does (not among the default rows)
+  cohort reform (grow always deferred)  the cohort reform row with
+                   COHORT_GROW_BREAK=0: a node joining never breaks a step
+                   (cohort-gpt2 breaks one that has barely begun; not among the
+                   default rows)
 
 Figures per row: the median of --reps runs, each run's figure beside it in
 brackets; all from rank 0's step lines as they arrive, in seconds after the kill:
@@ -373,6 +377,8 @@ def one_run(row, a, port):
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if row == "cohort reform (grow not deferred)":
             env["COHORT_GROW_DEFER_MS"] = "0"
+        if row == "cohort reform (grow always deferred)":
+            env["COHORT_GROW_BREAK"] = "0"
         for i in (2, 1, 0):
             nodes.insert(0, Node(in_node(ns, i, row_cmd(row, a, tmp, i, port, ns)), env))
         limit, source = run_limit(a)
@@ -590,6 +596,11 @@ def print_table(rows, results, runs):
     for k, what in (("lost", "time lost"), ("stalled", "rank 0 stalled in grows")):
         if eager and after and eager[k] and after[k] and after[k] > 0:
             print("%s, grow not deferred / deferred: %.2fx" % (what, eager[k] / after[k]))
+    waits = med.get("cohort reform (grow always deferred)")
+    for k, what in (("trains", "the newcomer trains from"), ("joined", "the newcomer joined"),
+                    ("lost", "time lost"), ("lostw", "time lost with the samples")):
+        if waits and after and waits[k] is not None and after[k] and after[k] > 0:
+            print("%s, always deferred / break early: %.2fx" % (what, waits[k] / after[k]))
     for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
                        ("torch reform", "torchrun restart")):
         for k, what in (("lost", "time lost"), ("lostw", "time lost with the samples")):

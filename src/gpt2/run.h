@@ -73,6 +73,11 @@ typedef struct train_run {
   int catching; /* this rank catches up */
   int ready;    /* every catching-up rank has the state (the step's agreed flag) */
   int grow;     /* a node joins: every rank re-forms after this step (the step's agreed flag) */
+  /* A node joining breaks a step that has barely begun (docs/gpt2.md "Re-form", item 3): one that
+   * comes while less than this share of a step has run (COHORT_GROW_BREAK; 0: every grow deferred;
+   * -1, unset: node_ranks / (contrib + node_ranks), one node of LOCAL_WORLD_SIZE ranks joining). */
+  double grow_break;
+  int node_ranks;
   cohort_stream *stream;
   /* A donor (every rank not new) streams from the stream's copy of its share only
    * (COHORT_STREAM_COPY), taken in the background: its next update waits for it (snap_copied,
@@ -100,6 +105,7 @@ typedef struct train_run {
    * fails as if its last collective had (0: none). */
   uint64_t test_fail_step;
   const char *test_fail_path;
+  int test_step_ms; /* tests only (COHORT_GPT2_TEST_STEP_MS): each step first sleeps so long */
   /* When this process began, had its model and data set up, and joined its first membership. */
   double t_start, t_setup, t_member;
   int outputs_open;

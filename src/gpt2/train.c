@@ -194,6 +194,34 @@ static void test_fail_from_env(train_run *r) {
   r->test_fail_path = end + 1;
 }
 
+/* Tests only: COHORT_GPT2_TEST_STEP_MS=N, each step sleeps N ms first (a slow step, so that a
+ * test can reach one early). */
+static void test_step_from_env(train_run *r) {
+  const char *v = getenv("COHORT_GPT2_TEST_STEP_MS");
+  long ms = v != NULL ? strtol(v, NULL, 10) : 0;
+  r->test_step_ms = ms > 0 && ms <= 60000 ? (int)ms : 0;
+}
+
+/* COHORT_GROW_BREAK: the share of a step within which a node joining breaks it, 0 to 1; unset or
+ * empty: derived from the world (grow_break -1). A malformed value: RUN_USAGE. */
+static int grow_break_from_env(train_run *r) {
+  const char *l = getenv("LOCAL_WORLD_SIZE");
+  long n = l != NULL ? strtol(l, NULL, 10) : 1;
+  r->node_ranks = n >= 1 && n <= 1 << 20 ? (int)n : 1;
+  r->grow_break = -1.0;
+  const char *v = getenv("COHORT_GROW_BREAK");
+  if (v == NULL || v[0] == '\0') return RUN_OK;
+  char *end = NULL;
+  double f = strtod(v, &end);
+  if (end == v || *end != '\0' || !(f >= 0.0 && f <= 1.0)) {
+    fprintf(r->errf, "cohort-gpt2: COHORT_GROW_BREAK=%.40s is not a share of a step from 0 to 1\n",
+            v);
+    return RUN_USAGE;
+  }
+  r->grow_break = f;
+  return RUN_OK;
+}
+
 /* The model, data and batch buffers: nothing of them depends on the membership, so a worker
  * started ahead has them ready before it joins. */
 static int setup_local(train_run *r) {
@@ -249,9 +277,11 @@ static int train_setup(train_run *r) {
     fprintf(r->errf, "cohort-gpt2: %s\n", cohort_strerror(rc));
     return RUN_USAGE;
   }
+  if (r->reform && (rc = grow_break_from_env(r)) != RUN_OK) return rc;
   r->newcomer = r->reform && nc != NULL && strcmp(nc, "1") == 0;
   r->ahead = r->reform && started_ahead();
   if (r->reform) test_fail_from_env(r);
+  if (r->reform) test_step_from_env(r);
   int psgd = o->grad_compress == GPT2_COMPRESS_POWERSGD;
   r->dopts = (gpt2_ddp_opts){
       .bucket_bytes = o->bucket_bytes,
@@ -429,6 +459,7 @@ static int train_step(train_run *r, uint64_t step, step_stats *st) {
   const int K = o->grad_accum;
   double t0 = gpt2_now_s();
   int64_t c0 = gpt2_cpu_us();
+  if (r->test_step_ms > 0) usleep((useconds_t)r->test_step_ms * 1000u);
   double loss = 0.0;
   int rc = r->catching ? gpt2_catch_up_steps(r, step) : micro_steps(r, step, &loss);
   if (rc != RUN_OK) return rc;
@@ -598,6 +629,23 @@ static void print_summary(train_run *r) {
           rss / est);
 }
 
+/* As a step begins, the window within which a node joining breaks it rather than waits for its
+ * end (docs/gpt2.md "Re-form", item 3): a share of the last step's time. Breaking costs the ranks
+ * that train (contrib) the part of the step done, deferring costs each newcomer the part still to
+ * do (its state streams only once it is in): for a share f of the step done, contrib * f against
+ * newcomers * (1 - f), so breaking is cheaper while f < newcomers / (contrib + newcomers). RUN_COMM
+ * when a grow pending since the last boundary ends the membership now. */
+static int open_break_window(train_run *r) {
+  if (!r->reform || r->ntimes == 0) return RUN_OK;
+  double f = r->grow_break >= 0.0 ? r->grow_break
+                                  : (double)r->node_ranks / (double)(r->contrib + r->node_ranks);
+  double ms = f >= 1.0 ? 1e9 : f * r->step_times[r->ntimes - 1] * 1e3; /* 1: every grow */
+  int rc = cohort_comm_grow_break_for(r->comm, ms < 1e9 ? (int)ms : 1000000000);
+  if (rc != 1) return RUN_OK;
+  gpt2_ddp_fail(&r->ddp, COHORT_ERESHAPED, "a node joins as the step begins");
+  return RUN_COMM;
+}
+
 /* One step, its report and checkpoint. Re-forming, what a failing exchange would change is kept
  * first and put back when it fails: the state is then the last completed step's. */
 static int train_one(train_run *r) {
@@ -617,7 +665,8 @@ static int train_one(train_run *r) {
   }
   r->in_step = 1;
   r->exchanged = r->own_after_valid = 0;
-  int rc = train_step(r, step, &st);
+  int rc = open_break_window(r);
+  if (rc == RUN_OK) rc = train_step(r, step, &st);
   if (rc == RUN_OK && r->test_fail_step == step + 1) rc = gpt2_run_test_fail(r);
   if (rc != RUN_OK) {
     if (r->reform) gpt2_run_keep_own_after(r);
