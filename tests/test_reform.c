@@ -244,10 +244,62 @@ static void test_members_first(void) {
   store_server_stop(srv);
 }
 
+/* A node joining round `round` of job "lc" with etcd's rule (the first to join plans), MIN 1. */
+static int first_joins(store_client *c, int round, rdzv_plan *plan) {
+  rdzv_join_opts o = {.job_id = "lc",
+                      .round = round,
+                      .claimed_rank = -1,
+                      .nproc = 1,
+                      .nnodes_min = 1,
+                      .nnodes_max = 1,
+                      .first_plans = 1,
+                      .my_host = "127.0.0.1",
+                      .deadline_ms = base_deadline_in(10000)};
+  char err[256];
+  return rdzv_join(c, &o, plan, err, sizeof err);
+}
+
+/*
+ * With etcd a round's keys die with the node that wrote them last, its join counter among them:
+ * a late node must not count 1 in a round planned long ago and plan it again (it planned round
+ * 0 alone, beside the survivors' round 1). It is told the round was planned without it.
+ */
+static void test_late_counts_first(void) {
+  store_server *srv = NULL;
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  CHECK_EQ_INT(store_server_start(&so, &srv), 0);
+  if (srv == NULL) return;
+  store_client *c = client_of(srv);
+  if (c == NULL) return;
+  rdzv_plan plan;
+  CHECK_EQ_INT(first_joins(c, 0, &plan), 0); /* round 0 planned, node 0 the first to join */
+  CHECK_EQ_INT(plan.nnodes, 1);
+  rdzv_plan_free(&plan);
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, "lc", 0, "joined");
+  CHECK_EQ_INT(store_delete(c, key, base_deadline_in(2000)), 0); /* its counter's lease ended */
+  CHECK_EQ_INT(first_joins(c, 0, &plan), -EAGAIN);
+  CHECK_EQ_INT(plan.nnodes, 1); /* the plan it read, without it */
+  rdzv_plan_free(&plan);
+  /* A round whose keys are all gone, a later one the latest: told at once. */
+  CHECK_EQ_INT(store_set(c, "lc/latest", "5", 1, base_deadline_in(2000)), 0);
+  CHECK_EQ_INT(first_joins(c, 3, &plan), -EAGAIN);
+  rdzv_plan_free(&plan);
+  /* Counted second there, it waits for a plan that will not come: told within a second or so
+   * (before, it waited out its deadline). */
+  int64_t t0 = base_now_ms();
+  CHECK_EQ_INT(first_joins(c, 3, &plan), -EAGAIN);
+  CHECK(base_now_ms() - t0 < 9000);
+  rdzv_plan_free(&plan);
+  store_client_close(c);
+  store_server_stop(srv);
+}
+
 int main(void) {
   test_parse();
   test_channel();
   test_pending();
   test_members_first();
+  test_late_counts_first();
   return check_report();
 }

@@ -287,6 +287,7 @@ static int await_nodes(store_client *c, const rdzv_join_opts *o, char (*keybuf)[
     rc = store_add(c, key, 0, &joined, base_deadline_in(1000));
     if (rc != 0) goto done;
     *n = joined < o->nnodes_max ? joined : o->nnodes_max;
+    if (*n < o->nnodes_min) *n = o->nnodes_min; /* the count lost (etcd), the MIN records there */
     for (int64_t i = o->nnodes_min; i < *n; i++) {
       const char *k = keybuf[i];
       rc = store_wait(c, &k, 1, o->deadline_ms);
@@ -566,6 +567,21 @@ int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms) 
 }
 
 /*
+ * Waits for the plan's head. With etcd (first_plans) the planner's keys die with it, so the wait
+ * looks each second whether a later round is the latest: then the head will not come, -ESRCH.
+ */
+static int await_head(store_client *c, const rdzv_join_opts *o, const char *head) {
+  const char *keys[1] = {head};
+  if (!o->first_plans) return store_wait(c, keys, 1, o->deadline_ms);
+  for (;;) {
+    int64_t slice = base_deadline_in(1000);
+    int rc = store_wait(c, keys, 1, slice < o->deadline_ms ? slice : o->deadline_ms);
+    if (rc != -ETIMEDOUT || base_now_ms() >= o->deadline_ms) return rc;
+    if (rdzv_latest_round(c, o->job_id, base_deadline_in(2000)) > o->round) return -ESRCH;
+  }
+}
+
+/*
  * A node other than node 0 waits for the plan's head, then reads it and the
  * page of its join order seq in one round trip.
  */
@@ -576,7 +592,8 @@ static int read_plan(store_client *c, const rdzv_join_opts *o, int64_t seq, uint
   snprintf(suffix, sizeof suffix, "plan/%lld", (long long)((seq - 1) / RDZV_PLAN_PAGE));
   rdzv_key(page, sizeof page, o->job_id, o->round, suffix);
   const char *keys[2] = {head, page};
-  int rc = store_wait(c, keys, 1, o->deadline_ms);
+  int rc = await_head(c, o, head);
+  if (rc == -ESRCH) return rc; /* planned without this node: a later round runs */
   if (rc != 0) {
     snprintf(errbuf, errlen, "no rendezvous plan from node 0 before the deadline (%s)", why(c, rc));
     return rc;
@@ -599,6 +616,23 @@ static int read_plan(store_client *c, const rdzv_join_opts *o, int64_t seq, uint
     free(text[i]);
   }
   return rc;
+}
+
+/*
+ * Whether round o->round has been planned already: 1 its plan's head is there, 2 only a later
+ * round is the latest, else 0. With etcd a round's keys die with the lease of the node that wrote
+ * them last, its join counter among them: a node that comes late may count 1 in a round planned
+ * long ago (first_plans would make it the planner of that round again).
+ */
+static int round_planned(store_client *c, const rdzv_join_opts *o) {
+  char head[STORE_KEY_MAX];
+  rdzv_key(head, sizeof head, o->job_id, o->round, "plan");
+  void *val = NULL;
+  size_t len = 0;
+  int rc = store_get(c, head, &val, &len, base_deadline_in(2000));
+  free(val);
+  if (rc == 0) return 1;
+  return rdzv_latest_round(c, o->job_id, base_deadline_in(2000)) > o->round ? 2 : 0;
 }
 
 int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *errbuf,
@@ -624,7 +658,12 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
   gethostname(hostname, sizeof hostname - 1);
   /* No host (etcd): the first node to join plans the round and is node 0. */
   rdzv_join_opts me = *o;
-  if (o->first_plans) me.is_host = seq == 1;
+  int planned = o->first_plans && seq == 1 ? round_planned(c, o) : 0;
+  if (planned == 2) {
+    snprintf(errbuf, errlen, "round %d was planned before this node came", o->round);
+    return -EAGAIN; /* its plan is gone with its planner: the latest round is the one to join */
+  }
+  if (o->first_plans) me.is_host = seq == 1 && !planned;
   o = &me;
   char record[1024];
   rdzv_record_format(record, sizeof record, uid, o, hostname);
