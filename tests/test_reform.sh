@@ -506,6 +506,44 @@ etcd_tests() {
   check "etcd: the survivors end well ($codes)" [ "$codes" = "0 0" ] ||
     agents_said "$tmp/e.${others[0]}" "$tmp/e.${others[1]}"
 
+  # The replacement asks the job to take it in and joins that round first, so it plans it (etcd:
+  # the first node to join plans): it waits for the members. Before, it planned as a first
+  # start (MIN, then the last call) and a survivor later than that was left out; here one
+  # survivor's agent is stopped for 2.5 s while the replacement asks, past --last-call 0.5.
+  for i in 0 1 2; do
+    REFORM_DONE="$tmp/eg.done" netns_agent "$i" "$tmp/eg.$i" --rdzv-backend etcd \
+      --rdzv-endpoint "$a3:2379" --rdzv-id "eg$$" --nnodes 2:3 --heartbeat-timeout $HB \
+      --last-call 0.5 --on-failure reform -- "$worker"
+    agent[$i]=$!
+  done
+  started eg 3 || return
+  sleep 1
+  kill_node 2
+  for i in 0 1; do
+    check "etcd grow: node $i re-forms without node 2" wait_for "$tmp/eg.$i" "world=2 at=" 1 30
+  done
+  local slow=0
+  grep -q "cohort: node 0 of 2 " "$tmp/eg.0" && slow=1 # not the workers' store
+  kill -STOP "${agent[$slow]}"
+  REFORM_DONE="$tmp/eg.done" netns_agent 2 "$tmp/eg.2b" --rdzv-backend etcd \
+    --rdzv-endpoint "$a3:2379" --rdzv-id "eg$$" --nnodes 2:3 --heartbeat-timeout $HB \
+    --last-call 0.5 --on-failure reform -- "$worker"
+  agent[2]=$!
+  sleep 2.5
+  kill -CONT "${agent[$slow]}"
+  for i in 0 1; do
+    check "etcd grow: node $i re-forms with the replacement" \
+      wait_for "$tmp/eg.$i" "world=3 at=" 1 60
+  done
+  check "etcd grow: the stopped survivor was not left out" \
+    not_contains "$tmp/eg.$slow" "was left out of the re-form"
+  check "etcd grow: the survivors kept their processes" unchanged "$tmp/eg.0" &&
+    check "etcd grow: ... node 1 too" unchanged "$tmp/eg.1"
+  touch "$tmp/eg.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "etcd grow: the job ends well ($codes)" [ "$codes" = "0 0 0" ] ||
+    agents_said "$tmp/eg.0" "$tmp/eg.1" "$tmp/eg.2b"
+
   # A node stopped (SIGSTOP) past its lease, then continued: the others re-formed without it;
   # it finds itself named lost and ends alone saying so (before, it re-formed as a survivor:
   # `reshape` to its worker, then a join that etcd refused, "requested lease not found").

@@ -309,9 +309,13 @@ static int start_ahead(cluster *c) {
  * full job is waited on for its next round (wait_next_round). When this
  * node starts its workers ahead (start_ahead) it asks only once they are
  * ready: the round it returns then is the one to join after (a full job's
- * next, where it counts as pending).
+ * next, where it counts as pending). Under --on-failure reform (reform) the
+ * round it asks for is a re-form round: should this node plan it (etcd: the
+ * first node to join plans), it waits for the members first, as a survivor
+ * planning it would.
  */
-static int late_round(cluster *c, int round, int nnodes_max, int64_t timeout_ms, const char *why) {
+static int late_round(cluster *c, int round, int reform, int64_t timeout_ms, const char *why) {
+  int nnodes_max = c->nnodes_max;
   int latest = rdzv_latest_round(c->client, c->run_id, base_deadline_in(5000));
   c->newcomer = 1; /* the job went on without this node: it joins a running round */
   if (latest > round) return latest;
@@ -322,6 +326,12 @@ static int late_round(cluster *c, int round, int nnodes_max, int64_t timeout_ms,
     return next;
   }
   if (start_ahead(c)) return round;
+  if (reform) { /* the round it asks for re-forms the members and this node (expect_back) */
+    c->reform_expect = c->plan.nnodes + 1;
+    c->reform_back = c->plan.nnodes;
+    c->reform_prev = -1;
+    c->reform_cannot = 0;
+  }
   char report[BASE_HOST_MAX + 64], winner[WATCH_REPORT_MAX];
   snprintf(report, sizeof report, "%snode %s joins the job", RDZV_GROW_PREFIX, c->hostname);
   fprintf(stderr, "cohort: the job runs with fewer nodes than it may have: asking it to re-form\n");
@@ -342,7 +352,8 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
       .nnodes_max = c->nnodes_max,
       .last_call_ms = cfg->last_call_ms,
       .deadline_ms =
-          base_deadline_in(c->reform_expect > 0 ? cfg->reform_timeout_ms : cfg->join_timeout_ms),
+          base_deadline_in(c->reform_expect > 0 && c->reform_prev >= 0 ? cfg->reform_timeout_ms
+                                                                       : cfg->join_timeout_ms),
       .expect = c->reform_expect,
       .expect_back = c->reform_back,
       .settle_ms = cfg->lost_after_ms,
@@ -390,8 +401,9 @@ static int join_multi(cluster *c, const agent_config *cfg, int *round) {
   for (int tries = 0; tries < GROW_TRIES; tries++) {
     char err[512] = "";
     int rc = join_round(c, cfg, *round, err, sizeof err);
+    if (c->reform_prev < 0) c->reform_expect = c->reform_back = 0; /* a late node's, used */
     if (rc != -EAGAIN) return rc;
-    int next = late_round(c, *round, c->nnodes_max, cfg->join_timeout_ms, err);
+    int next = late_round(c, *round, cfg->reform, cfg->join_timeout_ms, err);
     if (next < 0) return -EINVAL;
     *round = next;
     if (c->ahead == 1) return -EINPROGRESS; /* its workers first */
