@@ -27,8 +27,11 @@
  * --zero 1 under re-form is refused with one line. And a survivor a step behind
  * (run_behind): it receives the step the others completed and writes its metrics
  * line; nothing is computed again. A newcomer that catches up in the background
- * (catchup-*): each donor streams from a copy of its share only (rank 0's line
- * says ceil(B/2) bytes of the B).
+ * (catchup-*, the plain exchange and PowerSGD): each donor streams from a copy of
+ * its share only (rank 0's line says ceil(B/2) bytes of the B); with PowerSGD it
+ * contributes a fixed number of steps after its join (COHORT_GPT2_TEST_HOLD), so
+ * it replays several compressing steps, and in catchup-psgd-cross warm-up steps
+ * then compressing ones.
  *
  * usage: test_gpt2_reform PATH/TO/cohort-gpt2 [NAME]   (NAME: only the cases named so, a prefix)
  */
@@ -232,6 +235,12 @@ typedef struct reform_case {
    * streamed at this many bytes per second (COHORT_STREAM_RATE): slow, so that the survivors
    * train steps before it contributes. */
   long rate;
+  /* > 0: the newcomer contributes no sooner than this many steps after its join, however soon its
+   * state is in (COHORT_GPT2_TEST_HOLD). */
+  int hold;
+  /* 1: the newcomer catches up across PowerSGD's start step (joins in the warm-up, contributes
+   * after a compressing step). */
+  int cross;
 } reform_case;
 
 /* The case that runs (run_case's): > 0, every step takes this many ms more
@@ -356,7 +365,11 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
   for (int i = 0; i < 2 && !break_ms; i++) kill(s[i].pid, SIGCONT);
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "ready", msg, sizeof msg, 60) == 0;
   snprintf(tag, sizeof tag, "%s.live.new", c->name);
+  char hold[32];
+  snprintf(hold, sizeof hold, "%d", c->hold);
+  if (c->hold > 0) setenv("COHORT_GPT2_TEST_HOLD", hold, 1);
   s[2] = spawn_rank(tag, 2, 3, u->job, 2, 1, 1, c->transport, u->args);
+  unsetenv("COHORT_GPT2_TEST_HOLD");
   for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i, 3, u->job) == 0;
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
   return ok;
@@ -365,9 +378,9 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
 /* How the join of the newcomer went, from rank 0's epoch-2 line (60 s at most; the ranks may still
  * run): 1 when the grow dropped no step (deferred to a step boundary every rank agreed on, so no
  * survivor is behind) and the newcomer alone gets the state, in the background with the plain
- * exchange; else 0 (the line on stderr). */
+ * exchange and PowerSGD; else 0 (the line on stderr). */
 static int grow_join_ok(const reform_case *c, const proc *r0) {
-  int plain = strcmp(c->compress, "none") == 0;
+  int plain = strcmp(c->compress, "bf16") != 0; /* the exchanges that catch up */
   for (int i = 0; i < 600; i++) {
     char *out = out_of(r0->tag), *at = strstr(out, "re-formed (epoch 2)");
     char *end = at != NULL ? strchr(at, '\n') : NULL;
@@ -433,12 +446,13 @@ static int live(const reform_case *c, long *N, long *M) {
   CHECK(*N >= c->kill_at && *M > *N && *M < STEPS);
   CHECK(strstr(out, "summary: ") != NULL);
   CHECK(grow_join_ok(c, &s[0]));
-  /* Caught up in the background (the plain exchange), or received at the re-form (else). */
+  /* Caught up in the background (the plain exchange, PowerSGD), or received at the re-form
+   * (bf16). */
   int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, "caught up") != NULL;
   if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(c->rate == 0 || streamed);
   if (streamed) check_share_copy(out);
-  CHECK(strcmp(c->compress, "none") == 0 || !streamed);
+  CHECK(strcmp(c->compress, "bf16") != 0 || !streamed);
   free(out);
   /* The new memberships' gradient buffers are shared again (cohort_mem_alloc after each re-form:
    * the single-copy path over shared memory). */
@@ -486,6 +500,14 @@ static void run_case(const reform_case *c) {
   long K = last_of_two(c, M);
   /* Slowly streamed, the survivors train at least one step before the newcomer contributes. */
   if (c->rate > 0) CHECK(K > M);
+  if (c->hold > 0 && K < M + c->hold)
+    fprintf(stderr, "%s: caught up over steps %ld-%ld, held %d\n", c->name, M + 1, K, c->hold);
+  if (c->hold > 0) CHECK(K >= M + c->hold);
+  /* Its steps at world 2 (0-based M to K - 1) run the warm-up's plain exchange, then compress. */
+  if (c->cross && !(M < c->psgd_start && K > c->psgd_start))
+    fprintf(stderr, "%s: caught up over steps %ld-%ld, PowerSGD from %d\n", c->name, M + 1, K,
+            c->psgd_start + 1);
+  if (c->cross) CHECK(M < c->psgd_start && K > c->psgd_start);
   CHECK(chain_run(c, 3, N, 0));
   CHECK(chain_run(c, 2, K, 1));
   CHECK(chain_run(c, 3, STEPS, 2));
@@ -658,35 +680,42 @@ int main(int argc, char **argv) {
   if (only[0] == '\0') zero_refused();
   setenv("COHORT_GROW_BREAK", "0", 1); /* grows deferred, but where a case says otherwise */
   static const reform_case cases[] = {
-      {"none-shm", "none", "shm", 1, 3, 10, 0},
-      {"none-tcp", "none", "tcp", 0, 3, 10, 0},
-      {"bf16-shm", "bf16", "shm", 0, 3, 10, 0},
-      {"bf16-tcp", "bf16", "tcp", 1, 3, 10, 0},
-      {"psgd-shm", "powersgd", "shm", 2, 4, 2, 0},
-      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2, 0},
+      {"none-shm", "none", "shm", 1, 3, 10, 0, 0, 0},
+      {"none-tcp", "none", "tcp", 0, 3, 10, 0, 0, 0},
+      {"bf16-shm", "bf16", "shm", 0, 3, 10, 0, 0, 0},
+      {"bf16-tcp", "bf16", "tcp", 1, 3, 10, 0, 0, 0},
+      {"psgd-shm", "powersgd", "shm", 2, 4, 2, 0, 0, 0},
+      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2, 0, 0, 0},
       /* Lost during PowerSGD's warm-up (plain exchange to step 8), compressing after. */
-      {"psgd-warmup", "powersgd", "shm", 2, 2, 8, 0},
+      {"psgd-warmup", "powersgd", "shm", 2, 2, 8, 0, 0, 0},
       /* The newcomer catches up while the survivors train: its state streamed slowly. */
-      {"catchup-tcp", "none", "tcp", 1, 3, 10, 30000000},
-      {"catchup-shm", "none", "shm", 2, 3, 10, 30000000},
+      {"catchup-tcp", "none", "tcp", 1, 3, 10, 30000000, 0, 0},
+      {"catchup-shm", "none", "shm", 2, 3, 10, 30000000, 0, 0},
+      /* The same with PowerSGD: the newcomer's factors -0.0, its replay from the kept factors; it
+       * contributes 6 steps after its join (a test's hold), so it replays 6 compressing steps. */
+      {"catchup-psgd-tcp", "powersgd", "tcp", 2, 2, 2, 30000000, 6, 0},
+      {"catchup-psgd-shm", "powersgd", "shm", 2, 2, 2, 30000000, 6, 0},
+      /* It joins in the warm-up (after step 4) and catches up across the start step (7): 2
+       * steps of the plain exchange, 2 compressing. */
+      {"catchup-psgd-cross", "powersgd", "tcp", 2, 1, 6, 30000000, 4, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (strncmp(cases[i].name, only, strlen(only)) == 0) run_case(&cases[i]);
   /* The grow comes early in a slow step, which it breaks. */
-  static const reform_case brk = {"break-tcp", "none", "tcp", 1, 3, 10, 0};
+  static const reform_case brk = {"break-tcp", "none", "tcp", 1, 3, 10, 0, 0, 0};
   break_ms = 400;
   if (strncmp(brk.name, only, strlen(only)) == 0) run_case(&brk);
   break_ms = 0;
   /* A survivor behind: PowerSGD (its error as the completed step left it) and the plain exchange.
    */
   static const reform_case behind[] = {
-      {"behind-psgd", "powersgd", "tcp", 0, 5, 2, 0},
-      {"behind-none", "none", "shm", 0, 5, 10, 0},
+      {"behind-psgd", "powersgd", "tcp", 0, 5, 2, 0, 0, 0},
+      {"behind-none", "none", "shm", 0, 5, 10, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof behind / sizeof behind[0]; i++)
     if (strncmp(behind[i].name, only, strlen(only)) == 0) run_behind(&behind[i]);
   /* The donor lost mid-stream: 1.6 MB at 400 kB/s, about 4 s. */
-  static const reform_case donor = {"donor-lost", "none", "tcp", 2, 3, 10, 400000};
+  static const reform_case donor = {"donor-lost", "none", "tcp", 2, 3, 10, 400000, 0, 0};
   if (strncmp(donor.name, only, strlen(only)) == 0) run_donor_lost(&donor);
   store_server_stop(srv);
   char cmd[300];

@@ -393,10 +393,10 @@ int gpt2_ddp_commit(gpt2_ddp *d) {
   return d->ops->commit ? d->ops->commit(d) : d->err;
 }
 
-/* PowerSGD's state while it compresses (its step reached, several ranks), else NULL. */
-static gpt2_psgd *psgd_running(gpt2_ddp *d, int64_t step) {
+/* PowerSGD's state while it compresses (its step reached, several ranks training), else NULL. */
+static gpt2_psgd *psgd_running(const gpt2_ddp *d, int64_t step) {
   gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
-  return p != NULL && step >= p->start && d->world > 1 ? &p->s : NULL;
+  return p != NULL && gpt2_ddp_powersgd_compresses(d, p, step) ? &p->s : NULL;
 }
 
 int gpt2_ddp_keep(gpt2_ddp *d, int64_t step) {
@@ -456,6 +456,40 @@ void gpt2_ddp_own_state_set(gpt2_ddp *d, const float *own) {
   else
     memset(p->s.err, 0, p->s.nerr * sizeof(float));
   for (int g = 0; g < p->s.ngroups; g++) p->s.groups[g].share = 0.0f; /* err is the error itself */
+}
+
+void gpt2_ddp_set_contrib(gpt2_ddp *d, int contrib) {
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  if (p != NULL) gpt2_psgd_set_contrib(&p->s, contrib, d->rank >= contrib);
+}
+
+float *gpt2_ddp_exchange_state(gpt2_ddp *d, size_t *n) {
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  *n = p != NULL ? p->s.nq : 0;
+  return p != NULL ? p->s.Q : NULL;
+}
+
+size_t gpt2_ddp_replay_floats(const gpt2_ddp *d, int64_t step) {
+  const gpt2_psgd *s = psgd_running(d, step);
+  return s != NULL ? gpt2_psgd_result_floats(s) : d->m->nparams;
+}
+
+void gpt2_ddp_replay_get(gpt2_ddp *d, int64_t step, float *out) {
+  const gpt2_psgd *s = psgd_running(d, step);
+  if (s != NULL)
+    gpt2_psgd_result_get(s, out);
+  else
+    memcpy(out, d->m->grads, d->m->nparams * sizeof(float));
+}
+
+void gpt2_ddp_replay_set(gpt2_ddp *d, int64_t step, const float *in) {
+  gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
+  gpt2_psgd *s = psgd_running(d, step);
+  if (p != NULL) p->now = s != NULL; /* the update gpt2_ddp_step makes: this step's */
+  if (s != NULL)
+    gpt2_psgd_result_set(s, d->m->grads, in);
+  else
+    memcpy(d->m->grads, in, d->m->nparams * sizeof(float));
 }
 
 /* [lo, hi) of o's m and v from the shards of old that hold it. */

@@ -230,6 +230,20 @@ int gpt2_ddp_state_pieces(gpt2_ddp *d, cohort_iov *iov, int max);
 void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own);
 /* Sets the own part from own (NULL: zero, a newcomer's). */
 void gpt2_ddp_own_state_set(gpt2_ddp *d, const float *own);
+/* Catching up (docs/gpt2.md "Catching up"): the lowest contrib ranks train, the others take part
+ * in every sum with -0.0 (PowerSGD: their factors too, and the errors of the ranks that train keep
+ * 1/contrib of each step's approximation). A new exchange has contrib = world. */
+void gpt2_ddp_set_contrib(gpt2_ddp *d, int contrib);
+/* The part of the shared state that a step's exchange writes before the step's update (PowerSGD's
+ * Q), *n floats of it; NULL when none. */
+float *gpt2_ddp_exchange_state(gpt2_ddp *d, size_t *n);
+/* What a catching-up rank keeps of 0-based step `step` after its exchange, to replay the step's
+ * update once its state is in (gpt2_ddp_step after replay_set: the bits of the others' update):
+ * the summed gradients, or a compressing PowerSGD step's factors and uncompressed sums. Not with
+ * the split exchange or ZeRO. */
+size_t gpt2_ddp_replay_floats(const gpt2_ddp *d, int64_t step);
+void gpt2_ddp_replay_get(gpt2_ddp *d, int64_t step, float *out);
+void gpt2_ddp_replay_set(gpt2_ddp *d, int64_t step, const float *in);
 /* A re-form: d, just set up for the new membership, takes over old's optimiser and PowerSGD state
  * (the same model's exchange over the membership that ended, nothing pending): the buffers
  * themselves where the shards are the same, else copied. Then free old. */

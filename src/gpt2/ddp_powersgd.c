@@ -35,7 +35,7 @@ static void psgd_destroy(gpt2_ddp *d) {
 /* A compressing step communicates after its last micro-step's backward, the buckets idle. */
 static int psgd_begin(gpt2_ddp *d, int64_t step, int last) {
   gpt2_ddp_powersgd *p = d->x;
-  p->now = step >= p->start && d->world > 1;
+  p->now = gpt2_ddp_powersgd_compresses(d, p, step);
   p->live = p->now && last && !p->after_backward;
   if (!p->now) return gpt2_ddp_plain_begin(d, step, last);
   if (last) gpt2_psgd_begin(&p->s);

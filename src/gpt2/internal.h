@@ -121,6 +121,14 @@ typedef struct gpt2_ddp_powersgd {
   int now, live;
 } gpt2_ddp_powersgd;
 
+/* Whether PowerSGD compresses 0-based step `step`: from its start step on, when more than one rank
+ * trains (a rank alone, also beside ranks that catch up, sums as the plain exchange does). */
+static inline int gpt2_ddp_powersgd_compresses(const gpt2_ddp *d, const gpt2_ddp_powersgd *p,
+                                               int64_t step) {
+  int trainers = p->s.contrib > 0 ? p->s.contrib : d->world;
+  return step >= p->start && trainers > 1;
+}
+
 static inline gpt2_ddp_split *gpt2_ddp_split_of(const gpt2_ddp *d) {
   return d->ops == &gpt2_ddp_split_ops ? d->x : NULL;
 }

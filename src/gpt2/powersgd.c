@@ -506,8 +506,9 @@ void gpt2_psgd_complete(gpt2_psgd *s, int grp, int world) {
     s->mat_sq[i] = lowrank_sumsq(s->packed + x->p, s->Q + x->q, (size_t)x->rows, (size_t)x->cols,
                                  s->rank, s->gram);
   }
-  /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. */
-  gr->share = 1.0f / (float)world;
+  /* This rank's share of the sum is 1/world of the approximation; the rest of its M is kept. An
+   * identity rank sent nothing: its error stays zero. */
+  gr->share = s->identity ? 0.0f : 1.0f / (float)world;
 }
 
 /* Each matrix of group grp in g replaced by its P Q^T. */
@@ -569,6 +570,26 @@ static void pack(gpt2_psgd *s, float *g, int grp, int out) {
 
 /* ---- the stages ---- */
 
+/* An identity rank's factors of group grp, -0.0 each: P (which, from stage 1), or Q. */
+static void identity_factors(gpt2_psgd *s, int grp, int which_p) {
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  for (int i = gr->m0; i < gr->m1; i++) {
+    const gpt2_psgd_mat *x = &s->mats[i];
+    float *f = which_p ? s->packed + x->p : s->Q + x->q;
+    size_t n = (size_t)(which_p ? x->rows : x->cols) * (size_t)s->rank;
+    for (size_t j = 0; j < n; j++) f[j] = -0.0f;
+  }
+}
+
+/* An identity rank's stage 2: the summed P orthonormalised (the result every rank uses), its Q
+ * -0.0. */
+static void identity_q(gpt2_psgd *s, int grp) {
+  const gpt2_psgd_group *gr = &s->groups[grp];
+  for (int i = gr->m0; i < gr->m1; i++)
+    gpt2_psgd_orthonormalize(s->packed + s->mats[i].p, s->mats[i].rows, s->rank);
+  identity_factors(s, grp, 0);
+}
+
 static int wait_group(gpt2_psgd *s, gpt2_psgd_group *gr) {
   int64_t t0 = gpt2_now_us();
   int rc = cohort_request_wait(gr->req);
@@ -587,8 +608,11 @@ int gpt2_psgd_launch(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
   if (gr->stage != 0) return -EINVAL;
   s->order[s->nlaunched++] = grp;
   int64_t c0 = gpt2_cpu_us();
-  pack(s, g, grp, 1);
-  gpt2_psgd_compute_p(s, g, grp);
+  pack(s, g, grp, 1); /* an identity rank's gradients are -0.0 */
+  if (s->identity)
+    identity_factors(s, grp, 1);
+  else
+    gpt2_psgd_compute_p(s, g, grp);
   s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 1;
   return sum_async(s, comm, s->packed + gr->pk, gr->npk, &gr->req);
@@ -601,7 +625,10 @@ static int to_stage2(gpt2_psgd *s, cohort_comm *comm, float *g, int grp) {
   if (rc != 0) return rc;
   int64_t c0 = gpt2_cpu_us();
   pack(s, g, grp, 0);
-  gpt2_psgd_compute_q(s, g, grp);
+  if (s->identity)
+    identity_q(s, grp);
+  else
+    gpt2_psgd_compute_q(s, g, grp);
   s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 2;
   return gr->nq > 0 ? sum_async(s, comm, s->Q + gr->q, gr->nq, &gr->req) : 0;
@@ -614,7 +641,7 @@ static int to_stage3(gpt2_psgd *s, cohort_comm *comm, int grp) {
   int rc = wait_group(s, gr);
   if (rc != 0) return rc;
   int64_t c0 = gpt2_cpu_us();
-  gpt2_psgd_complete(s, grp, cohort_comm_size(comm));
+  gpt2_psgd_complete(s, grp, s->contrib > 0 ? s->contrib : cohort_comm_size(comm));
   s->cpu_us += gpt2_cpu_us() - c0;
   gr->stage = 3;
   return 0;
@@ -664,6 +691,28 @@ int gpt2_psgd_allreduce(gpt2_psgd *s, cohort_comm *comm, float *g) {
   int rc = gpt2_psgd_finish(s, comm, g);
   for (int grp = 0; grp < s->ngroups && rc == 0; grp++) expand_group(s, g, grp);
   return rc;
+}
+
+/* ---- catching up ---- */
+
+void gpt2_psgd_set_contrib(gpt2_psgd *s, int contrib, int identity) {
+  s->contrib = contrib;
+  s->identity = identity;
+}
+
+size_t gpt2_psgd_result_floats(const gpt2_psgd *s) {
+  return s->npacked + s->np + s->nq;
+}
+
+void gpt2_psgd_result_get(const gpt2_psgd *s, float *out) {
+  memcpy(out, s->packed, (s->npacked + s->np) * sizeof(float));
+  memcpy(out + s->npacked + s->np, s->Q, s->nq * sizeof(float));
+}
+
+void gpt2_psgd_result_set(gpt2_psgd *s, float *g, const float *in) {
+  memcpy(s->packed, in, (s->npacked + s->np) * sizeof(float));
+  memcpy(s->Q, in + s->npacked + s->np, s->nq * sizeof(float));
+  for (int grp = 0; grp < s->ngroups; grp++) pack(s, g, grp, 0);
 }
 
 /* ---- state ---- */

@@ -96,6 +96,12 @@ typedef struct gpt2_psgd {
   /* The current step: groups in the order they were launched. */
   int *order;
   int nlaunched;
+  /* Catching up (docs/gpt2.md "Catching up"): the sums hold the gradients of the lowest contrib
+   * ranks only (0: of every rank of the communicator), whose errors keep 1/contrib of each P Q^T;
+   * an identity rank (one of the others) adds -0.0 to every sum (x + -0.0 == x for every x),
+   * written as such, never computed (0 x a negative q is +0.0): it computes no factor of its own,
+   * orthonormalises the summed P as every rank does, and its error stays zero. */
+  int contrib, identity;
   int64_t wait_us;   /* time spent blocked on requests this step */
   int64_t cpu_us;    /* CPU time of this step's compression (its kernels and packing) */
   double wire_bytes; /* bytes handed to the collectives this step */
@@ -162,6 +168,17 @@ void gpt2_psgd_error(gpt2_psgd *s, float *out);
  * (a column that is numerically zero, or dependent on the earlier ones to within 1e-5 of its
  * length, becomes zero). */
 void gpt2_psgd_orthonormalize(float *a, int rows, int cols);
+
+/* Catching up: the lowest contrib ranks train (0: all); identity: this rank is not one of them. */
+void gpt2_psgd_set_contrib(gpt2_psgd *s, int contrib, int identity);
+/* A step's result after its exchange, what its update reads besides the optimiser state: the
+ * packed block (every group's summed uncompressed floats and orthonormal summed P) and the summed
+ * Q, result_floats of them. result_set puts it back (the uncompressed sums into g too), so that
+ * gpt2_psgd_update makes the update of that step again, bit for bit (a catching-up rank's replay).
+ */
+size_t gpt2_psgd_result_floats(const gpt2_psgd *s);
+void gpt2_psgd_result_get(const gpt2_psgd *s, float *out);
+void gpt2_psgd_result_set(gpt2_psgd *s, float *g, const float *in);
 
 /* Floats of the checkpointed state for `world` ranks: Q, then the error of each rank. */
 size_t gpt2_psgd_state_floats(const gpt2_psgd *s, int world);

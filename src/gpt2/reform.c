@@ -31,19 +31,20 @@ int gpt2_catch_up_steps(train_run *r, uint64_t step) {
   return RUN_OK;
 }
 
-/* A catching-up rank keeps the step's averaged gradients and the update's figures, to replay
- * them once its state is in. */
+/* A catching-up rank keeps what the step's update reads (the averaged gradients, or a compressing
+ * PowerSGD step's factors and uncompressed sums) and the update's figures, to replay them once its
+ * state is in. */
 int gpt2_catch_up_keep(train_run *r, float gscale, float lr, int64_t t) {
   replay_step *n = realloc(r->replay, (r->nreplay + 1) * sizeof *n);
   if (n != NULL) r->replay = n;
-  size_t bytes = r->model.nparams * sizeof(float);
-  float *g = n != NULL ? gpt2_big_alloc(bytes) : NULL;
-  if (g == NULL) {
+  size_t nf = gpt2_ddp_replay_floats(&r->ddp, t - 1);
+  float *rec = n != NULL ? gpt2_big_alloc(nf * sizeof(float)) : NULL;
+  if (rec == NULL) {
     fprintf(r->errf, "cohort-gpt2: rank %d: out of memory keeping a step to replay\n", r->rank);
     return RUN_FAIL;
   }
-  memcpy(g, r->model.grads, bytes);
-  r->replay[r->nreplay++] = (replay_step){.g = g, .gscale = gscale, .lr = lr, .t = t};
+  gpt2_ddp_replay_get(&r->ddp, t - 1, rec);
+  r->replay[r->nreplay++] = (replay_step){.rec = rec, .n = nf, .gscale = gscale, .lr = lr, .t = t};
   return RUN_OK;
 }
 
@@ -61,12 +62,13 @@ typedef struct join_view {
   int catch_up;
 } join_view;
 
-/* Whether this rank may catch up a newcomer in the background: the plain exchange (the others'
- * sums are not bit for bit those of the ranks that train with -0.0 added: docs/gpt2.md), unless
- * COHORT_GPT2_CATCH_UP=0 (the state transfer that blocks every rank). */
+/* Whether this rank may catch up a newcomer in the background: the plain exchange or PowerSGD
+ * (the split exchange's update is not bit for bit that of the ranks that train: docs/gpt2.md),
+ * unless COHORT_GPT2_CATCH_UP=0 (the state transfer that blocks every rank). */
 static int may_catch_up(const train_run *r) {
-  const char *e = getenv("COHORT_GPT2_CATCH_UP");
-  return strcmp(gpt2_ddp_mode(&r->ddp), "plain") == 0 && (e == NULL || strcmp(e, "0") != 0);
+  const char *e = getenv("COHORT_GPT2_CATCH_UP"), *mode = gpt2_ddp_mode(&r->ddp);
+  return (strcmp(mode, "plain") == 0 || strcmp(mode, "powersgd") == 0) &&
+         (e == NULL || strcmp(e, "0") != 0);
 }
 
 static void view_of(const int64_t *all, int world, join_view *v) {
@@ -112,10 +114,12 @@ void gpt2_catch_up_drop(train_run *r) {
   r->stream = NULL;
   r->snap_copied = 0;
   for (size_t i = 0; i < r->nreplay; i++)
-    gpt2_big_free(r->replay[i].g, r->model.nparams * sizeof(float));
+    gpt2_big_free(r->replay[i].rec, r->replay[i].n * sizeof(float));
   free(r->replay);
   r->replay = NULL;
   r->nreplay = 0;
+  free(r->snap_q);
+  r->snap_q = NULL;
   r->catching = r->ready = 0;
   free(r->zero_tok);
   r->zero_tok = NULL;
@@ -144,6 +148,7 @@ int gpt2_catch_up_release(train_run *r) {
 static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double t0) {
   r->catching = mine < 0;
   gpt2_run_set_contrib(r, r->world - v->nnew);
+  gpt2_ddp_set_contrib(&r->ddp, r->world - v->nnew);
   if (!r->catching) r->snap_last = r->last;
   cohort_iov last = {&r->snap_last, sizeof r->snap_last};
   int n;
@@ -153,6 +158,17 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
     fprintf(r->errf, "cohort-gpt2: rank %d: the state: %s\n", r->rank, strerror(-n));
     return RUN_FAIL;
   }
+  size_t nq = 0;
+  float *q = gpt2_ddp_exchange_state(&r->ddp, &nq);
+  r->snap_q = nq > 0 ? malloc(nq * sizeof(float)) : NULL;
+  if (nq > 0 && r->snap_q == NULL) {
+    free(iov);
+    fprintf(r->errf, "cohort-gpt2: rank %d: out of memory\n", r->rank);
+    return RUN_FAIL;
+  }
+  if (nq > 0 && !r->catching) memcpy(r->snap_q, q, nq * sizeof(float)); /* the step's own Q */
+  for (int i = 0; i < n && nq > 0; i++)
+    if (iov[i].base == q) iov[i].base = r->snap_q;
   r->snap_bytes = 0;
   for (int i = 0; i < n; i++) r->snap_bytes += iov[i].len;
   r->snap_copied = 0;
@@ -165,6 +181,8 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
   }
   r->catch_step = (uint64_t)v->max;
   r->catch_t0 = gpt2_now_s();
+  const char *hold = getenv("COHORT_GPT2_TEST_HOLD");
+  r->catch_hold = hold != NULL ? strtoull(hold, NULL, 10) : 0;
   if (r->catching) r->done = r->catch_step;
   r->start_step = r->done;
   r->in_step = 0;
@@ -183,6 +201,10 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
   return gpt2_run_open_outputs(r);
 }
 
+int gpt2_catch_up_pending(const train_run *r, int polled) {
+  return r->catching && (polled != 1 || r->done + 1 < r->catch_step + r->catch_hold);
+}
+
 /* A catching-up rank whose state is in: replays the steps it kept through the optimiser's own
  * code (the bits of the others' updates), from the snapshot's data position. */
 static int replay(train_run *r) {
@@ -192,13 +214,18 @@ static int replay(train_run *r) {
     return RUN_FAIL;
   }
   uint64_t pos = r->snap_head.data_pos;
+  size_t nq = 0;
+  float *q = gpt2_ddp_exchange_state(&r->ddp, &nq);
+  /* The snapshot's Q; a compressing step's replay sets that step's. */
+  if (nq > 0) memcpy(q, r->snap_q, nq * sizeof(float));
   for (size_t i = 0; i < r->nreplay; i++) {
     const replay_step *k = &r->replay[i];
-    memcpy(r->model.grads, k->g, r->model.nparams * sizeof(float));
+    gpt2_ddp_replay_set(&r->ddp, k->t - 1, k->rec);
     if (gpt2_ddp_step(&r->ddp, k->gscale, k->lr, k->t) != 0 || gpt2_ddp_commit(&r->ddp) != 0)
       return RUN_COMM;
     pos = gpt2_data_advance(pos, r->contrib, r->o->grad_accum, r->o->B);
   }
+  gpt2_ddp_own_state_set(&r->ddp, NULL); /* a newcomer's error feedback: zero */
   r->pos = pos;
   r->stateful = 1;
   cohort_comm_set_step(r->comm, (int64_t)r->done);
@@ -231,6 +258,7 @@ int gpt2_catch_up_finish(train_run *r) {
   int first = r->contrib;
   gpt2_catch_up_drop(r);
   gpt2_run_set_contrib(r, r->world);
+  gpt2_ddp_set_contrib(&r->ddp, r->world);
   int same = 0;
   if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
   if (st == RUN_OK && !same) {

@@ -91,11 +91,18 @@ typedef struct train_run {
   double t_formed, t_exchange, t_agreed;
   gpt2_state_head snap_head;
   step_stats snap_last;
+  /* The piece that a step's exchange writes before its update (PowerSGD's Q): streamed from a copy
+   * a donor takes at the join, and received into one (the catching-up rank's exchange writes its
+   * own), which the replay starts from. */
+  float *snap_q;
   struct replay_step *replay;
   size_t nreplay;
   int32_t *zero_tok; /* a catching-up rank's tokens: row 0, each adding -0.0 */
   uint64_t catch_step;
   double catch_t0;
+  /* Tests only (COHORT_GPT2_TEST_HOLD=N): a catching-up rank contributes no sooner than N steps
+   * after the join, however soon its state is in (0: as soon as it is). */
+  uint64_t catch_hold;
   /* The last completed step's report (every rank keeps it; it travels with the state, so that
    * a rank 0 that receives a step writes its line), and the last step this process reported as
    * rank 0, or its metrics file had when it opened it. */
@@ -120,9 +127,11 @@ typedef struct train_run {
   char err[512];
 } train_run;
 
-/* A step a catching-up rank took part in: its averaged gradients and the update's figures. */
+/* A step a catching-up rank took part in: what its update reads (gpt2_ddp_replay_get: n floats)
+ * and the update's figures. */
 typedef struct replay_step {
-  float *g;
+  float *rec;
+  size_t n;
   float gscale, lr;
   int64_t t;
 } replay_step;
@@ -163,6 +172,9 @@ int gpt2_catch_up_keep(train_run *r, float gscale, float lr, int64_t t);
 int gpt2_catch_up_finish(train_run *r);
 /* The last step is done while ranks catch up: wait for the state together, then finish. */
 int gpt2_catch_up_drain(train_run *r);
+/* Whether this rank's state is not in yet at the step in flight (0 when it does not catch up):
+ * polled, its stream's poll, not 1 (or, tests only, the hold not over). */
+int gpt2_catch_up_pending(const train_run *r, int polled);
 /* Ends the stream, frees the snapshot and the steps kept. */
 void gpt2_catch_up_drop(train_run *r);
 /* A donor, before it changes its state (the update): waits until the stream has its share's copy.

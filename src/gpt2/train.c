@@ -439,7 +439,8 @@ static int micro_steps(train_run *r, uint64_t step, double *loss_sum) {
  * reduction: every rank sees the same answers, at the same step). */
 static int sum_loss(train_run *r, double *loss) {
   int polled = r->catching ? cohort_comm_state_stream_poll(r->stream, NULL) : 1;
-  double x[3] = {*loss, polled != 1, r->reform && cohort_comm_grow_pending(r->comm) == 1};
+  double x[3] = {*loss, gpt2_catch_up_pending(r, polled),
+                 r->reform && cohort_comm_grow_pending(r->comm) == 1};
   if (gpt2_ddp_sum(&r->ddp, x, r->reform ? 3 : 1) != 0) return RUN_COMM;
   if (polled < 0) {
     fprintf(r->errf, "cohort-gpt2: rank %d: the state stream from the donors failed: %s\n", r->rank,
