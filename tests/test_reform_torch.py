@@ -26,7 +26,12 @@ workers running examples/reform_ddp.py, then
      for its first `form`, joins, answers `formed` and receives the state;
   7. a newcomer started with its membership's variables whose membership
      ends before it formed: it answers `ready`, joins the next `form` and
-     receives the state.
+     receives the state;
+  8. a grow breaks the step in flight: COHORT_GROW_BREAK=1 on the workers
+     that joined (0, every grow deferred, on the first three, which 2 and 3
+     need), the first stalled (SIGSTOP) and `reshape grow=1
+     defer_ms=60000` to the others (COHORT_GROW_DEFER_MS=120000 on all):
+     they re-form within 20 s, not after the deferral's 60 s.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
@@ -66,12 +71,14 @@ def fail(msg):
 
 
 class Worker:
-    def __init__(self, tmp, name, rank, size, epoch, port, newcomer=False, ahead=False):
+    def __init__(self, tmp, name, rank, size, epoch, port, newcomer=False, ahead=False,
+                 grow_break="0"):
         self.agent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.agent_end.settimeout(LONG)
         self.log = os.path.join(tmp, name + ".log")
         env = dict(os.environ, LOCAL_RANK="0", COHORT_CONTROL_FD=str(child_end.fileno()),
-                   OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(SRC, "src/agent/python"))
+                   OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(SRC, "src/agent/python"),
+                   COHORT_GROW_BREAK=grow_break, COHORT_GROW_DEFER_MS="120000")
         if ahead:  # no membership yet: its first `form` gives it
             env["COHORT_AWAIT_FORM"] = "1"
         else:
@@ -310,7 +317,7 @@ def run(tmp, ws):
     for w in survivors:
         w.wait_step(lambda s: int(s["step"]) >= at, "step %d" % at)
     port = free_port()
-    new = Worker(tmp, "new", 2, 3, 2, port, newcomer=True)
+    new = Worker(tmp, "new", 2, 3, 2, port, newcomer=True, grow_break="1")
     run.extra.append(new)
     before = [dropped(w, 1) for w in survivors]
     t_grow, agreed = reform(survivors, 1, 2, port, 3, "a node joins", grow=60000,
@@ -392,7 +399,8 @@ def run(tmp, ws):
           % (s_behind, got[0]["received"], s_ahead), flush=True)
 
     # 6. A newcomer started ahead: it waits for its first `form` (saying nothing meanwhile).
-    late = Worker(tmp, "ahead", None, None, None, None, newcomer=True, ahead=True)
+    late = Worker(tmp, "ahead", None, None, None, None, newcomer=True, ahead=True,
+                  grow_break="1")
     run.extra.append(late)
     late.agent_end.settimeout(1.0)
     try:
@@ -417,7 +425,7 @@ def run(tmp, ws):
 
     # 7. A replacement started with its membership's variables (not ahead) whose membership
     # ends before it formed (a further loss): it answers `ready` and joins the next `form`.
-    heir = Worker(tmp, "heir", 3, 4, 10, free_port(), newcomer=True)
+    heir = Worker(tmp, "heir", 3, 4, 10, free_port(), newcomer=True, grow_break="1")
     run.extra.append(heir)
     heir.send("reshape epoch=10 why=a further loss")
     heir.expect("ready", epoch="10", step="-1")
@@ -434,6 +442,25 @@ def run(tmp, ws):
     survivors = survivors + [heir]
     check_after(survivors, t_heir, 4, "membership ended before the replacement formed")
     same_params(survivors, agreed + 1, "the replacement's first step")
+
+    # 8. A grow breaks the step in flight (COHORT_GROW_BREAK=1 on the workers that joined):
+    # the first worker stalls (SIGSTOP), the others wait for it in a collective, and a grow
+    # deferred up to 60 s comes; they break at once, so all three answer `ready` long
+    # before the deferral would have run out.
+    stalled = survivors[0]
+    os.kill(stalled.pid, signal.SIGSTOP)
+    time.sleep(1.0)
+    survivors = survivors[1:]
+    t_break = time.time()
+    reform(survivors, 11, 12, free_port(), 3, "a node joins", grow=60000)
+    took = time.time() - t_break
+    if took > 20.0:
+        fail("a grow with COHORT_GROW_BREAK=1 re-formed %.1f s after it came: it waited for "
+             "its deferral (60 s) instead of breaking the step" % took)
+    print("grow breaking the step: re-formed %.2f s after it came" % took, flush=True)
+    stalled.proc.kill()
+    stalled.proc.wait()
+    check_after(survivors, t_break, 3, "grow breaking the step")
 
     # Training goes on; the survivors agree bit for bit and kept their history.
     at = max(last_step(w) for w in survivors) + 10

@@ -88,6 +88,22 @@ def _grow_defer_s():
     return int(raw) / 1000.0
 
 
+def _grow_break():
+    """COHORT_GROW_BREAK: the share of a step within which a node joining breaks it, 0 to 1
+    (0: every grow deferred; 1: every grow that comes during a step breaks it); unset: -1,
+    derived from the world at each step (Job._open_window)."""
+    raw = os.environ.get("COHORT_GROW_BREAK", "")
+    if raw == "":
+        return -1.0
+    try:
+        f = float(raw)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise ValueError("COHORT_GROW_BREAK=%r: expected a share of a step, 0 to 1" % raw)
+    return f
+
+
 def _parse(data):
     """`VERB key=value ... why=rest of the text` -> (verb, {key: value})."""
     text = data.decode("ascii", "replace")
@@ -116,6 +132,7 @@ class _Channel:
         self.grow_epoch = -1     # the newest membership a node's joining will end (deferred)
         self.grow_timer = None   # ends it when the deferral runs out
         self.defer_s = _grow_defer_s()
+        self.break_until = 0.0   # time.monotonic() until which a grow breaks the step
         self.forms = []          # `form` messages not yet taken
         self.stop_why = None     # set by `stop` or the channel closing
         self.send_lock = threading.Lock()
@@ -164,6 +181,8 @@ class _Channel:
             limit = min(limit, int(f["defer_ms"]) / 1000.0)
         epoch = int(f["epoch"])
         with self.cond:
+            if self.grow_timer is None and time.monotonic() < self.break_until:
+                return False  # early in the step: breaking it is cheaper (Job._open_window)
             self.grow_epoch = max(self.grow_epoch, epoch)
             self.cond.notify_all()  # a failed collective's wait (Job._recover) ends
             if self.grow_timer is not None:  # one pending already: its deadline is earlier
@@ -172,6 +191,16 @@ class _Channel:
             self.grow_timer.daemon = True
             self.grow_timer.start()
         return True
+
+    def open_window(self, seconds, epoch):
+        """As a step of membership `epoch` begins: a grow within `seconds` (<= 0: none) ends
+        the membership at once. One pending already ends it now: True then."""
+        with self.cond:
+            self.break_until = time.monotonic() + seconds if seconds > 0 else 0.0
+            now = seconds > 0 and self.grow_epoch >= epoch
+        if now:
+            self.end_membership(epoch)
+        return now
 
     def _cancel_grow(self):
         """The membership ended: a deferral's timer has nothing left to end (its thread goes)."""
@@ -279,6 +308,8 @@ class Job:
         self.epoch = int(env.get("COHORT_ROUND", env.get("TORCHELASTIC_RESTART_COUNT", "0")))
         self.reforms = []    # per re-form: {"epoch", "world_size", "sent", "received"}
         self.dropped = 0     # steps begun here that a membership's end left incomplete
+        self.grow_break = _grow_break()
+        self._step_t0 = self._last_step_s = None  # the step's start, the last one's seconds
         self.ddp = None
         self._store = None
         self._lock = threading.Lock()  # the breaker against the teardown
@@ -341,6 +372,22 @@ class Job:
         c.end_membership(self.epoch)
         return True
 
+    def _open_window(self):
+        """As a step begins: the time within which a node joining breaks it rather than wait
+        for its end (docs/reform.md "PyTorch workers"). Breaking costs the ranks the share f
+        of the step done, deferring costs the newcomer the rest: with W ranks and N
+        newcomers, W*f against N*(1-f), so f up to N/(W+N), N one node's ranks
+        (LOCAL_WORLD_SIZE); COHORT_GROW_BREAK sets f. True when a grow pending since the
+        last boundary ended the membership now."""
+        c, last = self.channel, self._last_step_s
+        if c is None or last is None:
+            return False
+        f = self.grow_break
+        if f < 0:
+            n = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or "1"))
+            f = n / float(self.world_size + n)
+        return c.open_window(3600.0 * 24 if f >= 1.0 else f * last, self.epoch)
+
     def _recover(self, exc):
         """A step's collective failed: True once re-formed (the step is dropped), False
         when it is an ordinary failure, the script's own."""
@@ -391,6 +438,7 @@ class Job:
         """Leaves the ended membership and joins the next (blocks until formed)."""
         if self.channel is None:
             raise Stopped("no control channel (COHORT_CONTROL_FD): cannot re-form")
+        self.channel.break_until = 0.0  # the step the window was for is over
         for _ in range(100):  # every round a new membership; the agent bounds them
             ended = max(self.epoch, self.channel.reshape_epoch)
             self._release()
@@ -664,13 +712,16 @@ class _Step:
         self.job = job
 
     def __enter__(self):
-        if self.job.reshaped():
-            self.job.reform()
-        return self.job
+        job = self.job
+        if job.reshaped() or job._open_window():
+            job.reform()
+        job._step_t0 = time.monotonic()
+        return job
 
     def __exit__(self, kind, exc, tb):
         job = self.job
         if kind is None:
+            job._last_step_s = time.monotonic() - job._step_t0
             # A collective that completed gave every rank's sum: the step counts.
             job.step += 1
             job.position += job.world_size * job.batch_size
