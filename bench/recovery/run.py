@@ -44,6 +44,10 @@ brackets; all from rank 0's step lines as they arrive, in seconds after the kill
   stalled   cohort reform rows: rank 0's seconds in the re-forms that took a node in (the
             world grew) after the kill, from its re-form to going on ("T s in all" of
             its re-form lines, summed)
+  grow at   reform rows: how far rank 0's step in flight had got when node 0's agent
+            announced the replacement's grow, as a share of the step time (from rank 0's
+            last step or re-form line before it; "-": no grow, the loss's re-form took
+            the replacement in)
 Runs alternate between the rows (rep 1 of every row, then rep 2, ...), so the
 rows see the same load.
 A run in which a process failed, the job did not finish every step, the
@@ -97,6 +101,8 @@ CAUGHT = re.compile(r"caught up: .*contribute from step (\d+)")
 # cohort-gpt2's re-form line (rank 0): whether it dropped a step in flight, its seconds in all.
 GPT2_REFORMED = re.compile(r"cohort-gpt2: re-formed \(epoch \d+\): world (\d+) -> (\d+) .*"
                            r"\(step in flight (\w+)\).* ([0-9.]+) s in all")
+# Node 0's agent announcing a node's joining (it sends the grow's reshape next).
+GROW = re.compile(r"cohort: re-forming without stopping the survivors: grow")
 # The world of the job before the kill: 3 nodes x 1 rank.
 FULL_WORLD = 3
 
@@ -320,11 +326,18 @@ def figures(node0, everyone, t_kill, total):
         m = STATE.search(line)
         if m:
             state = max(state or 0, int(m.group(1) or m.group(2)))
+    grow_at = None
+    grows = [t for t, line in node0.lines if t >= t_kill and GROW.search(line)]
+    if grows:
+        marks = [t for t, line in node0.lines if t < grows[0] and (
+            STEP.search(line) or GPT2_REFORMED.search(line))]
+        grow_at = (grows[0] - max(marks)) / step_s if marks else None
     share = trained_share(node0, after, t_kill, done)
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
                 joined=joined, trains=trains, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
                 lostw=(after[-1][0] - t_kill) - share * step_s,
-                step=step_s, state=state, blocked=blocked, dropped=dropped, stalled=stalled)
+                step=step_s, state=state, blocked=blocked, dropped=dropped, stalled=stalled,
+                growat=grow_at)
 
 
 def trained_share(node0, after, t_kill, done):
@@ -557,7 +570,8 @@ def run_rows(a, rows):
     return results, runs, None
 
 
-KEYS = ("step", "next", "redone", "joined", "trains", "blocked", "dropped", "stalled", "lost", "lostw")
+KEYS = ("step", "next", "redone", "joined", "trains", "blocked", "dropped", "stalled", "growat",
+        "lost", "lostw")
 
 
 def cell(rs, k):
@@ -577,8 +591,8 @@ def cell(rs, k):
 def print_table(rows, results, runs):
     """The table: a row that failed or did not run says so and has no figure."""
     print("| row | step s | next s | redone | joined s | trains s | blocked s | dropped | stalled s "
-          "| lost s | lost+ s | state bytes |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| grow at | lost s | lost+ s | state bytes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     med = {}
     for row in rows:
         if row in results:
