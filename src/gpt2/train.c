@@ -272,7 +272,8 @@ static int train_setup(train_run *r) {
     r->world = cohort_comm_size(r->comm);
   }
   r->reform = r->reform && r->comm != NULL;
-  /* A node joining ends no step: the ranks re-form after the step they agree on (sum_loss). */
+  /* A node joining ends no step but one barely begun (open_break_window): the ranks re-form after
+   * the step they agree on (sum_loss). */
   if (r->reform && (rc = cohort_comm_defer_grow(r->comm, 1)) != 0) {
     fprintf(r->errf, "cohort-gpt2: %s\n", cohort_strerror(rc));
     return RUN_USAGE;
