@@ -120,17 +120,23 @@ static store_client *client_of(store_server *srv) {
   return c;
 }
 
+/* A store of the test's own on loopback and a client of it (NULL, checks failed, if either
+ * could not be had). */
+static store_client *served(store_server **srv) {
+  store_server_opts so = {.bind_host = "127.0.0.1"};
+  *srv = NULL;
+  CHECK_EQ_INT(store_server_start(&so, srv), 0);
+  return *srv != NULL ? client_of(*srv) : NULL;
+}
+
 /*
  * A replacement counted pending in the survivors' re-form round (its workers start ahead):
  * the round plans at once with the survivors instead of waiting out the settle time for the
  * node it replaces; never below MIN.
  */
 static void test_pending(void) {
-  store_server *srv = NULL;
-  store_server_opts so = {.bind_host = "127.0.0.1"};
-  CHECK_EQ_INT(store_server_start(&so, &srv), 0);
-  if (srv == NULL) return;
-  store_client *c = client_of(srv);
+  store_server *srv;
+  store_client *c = served(&srv);
   if (c == NULL) return;
   rdzv_plan plan = {0};
   /* Pending: planned at once with the two survivors (settle 30 s: ms expected, 15 s bound). */
@@ -214,11 +220,8 @@ static void *host_plans(void *arg) {
  * whose agent then had no place in the plan), and takes all three.
  */
 static void test_members_first(void) {
-  store_server *srv = NULL;
-  store_server_opts so = {.bind_host = "127.0.0.1"};
-  CHECK_EQ_INT(store_server_start(&so, &srv), 0);
-  if (srv == NULL) return;
-  store_client *c = client_of(srv), *hc = client_of(srv);
+  store_server *srv;
+  store_client *c = served(&srv), *hc = c != NULL ? client_of(srv) : NULL;
   if (c == NULL || hc == NULL) return;
   host_run h = {.c = hc};
   pthread_t t;
@@ -265,11 +268,8 @@ static int first_joins(store_client *c, int round, rdzv_plan *plan) {
  * 0 alone, beside the survivors' round 1). It is told the round was planned without it.
  */
 static void test_late_counts_first(void) {
-  store_server *srv = NULL;
-  store_server_opts so = {.bind_host = "127.0.0.1"};
-  CHECK_EQ_INT(store_server_start(&so, &srv), 0);
-  if (srv == NULL) return;
-  store_client *c = client_of(srv);
+  store_server *srv;
+  store_client *c = served(&srv);
   if (c == NULL) return;
   rdzv_plan plan;
   CHECK_EQ_INT(first_joins(c, 0, &plan), 0); /* round 0 planned, node 0 the first to join */
