@@ -1542,6 +1542,22 @@ static void reform_all(int epoch, long long t, int ms, const char *what) {
   for (int w = 0; w < 3; w++) CHECK_EQ_INT(agent_expect(w, "formed", 30000, NULL, 0), 0);
 }
 
+/* Two workers running fn reach their phase 1, then rank 1 is stopped: rank 0 waits for it
+ * inside an allreduce. 0, or -1 (a check failed). */
+static int rank1_stopped(const char *name, int (*fn)(int w)) {
+  if (start_world(name) != 0) {
+    CHECK(!"store");
+    return -1;
+  }
+  for (int w = 0; w < 2; w++) spawn(w, 0, fn);
+  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
+  int st = 0;
+  kill(g_pid[1], SIGSTOP);
+  CHECK(waitpid(g_pid[1], &st, WUNTRACED) == g_pid[1] && WIFSTOPPED(st));
+  base_sleep_ms(200);
+  return 0;
+}
+
 /*
  * A grow reshape reaches rank 0 while it waits in an allreduce for rank 1 (stopped): the
  * allreduce completes once rank 1 goes on, both ranks agree on the boundary and re-form there
@@ -1552,16 +1568,7 @@ static void reform_all(int epoch, long long t, int ms, const char *what) {
 static void test_grow(const char *tname) {
   char name[32];
   snprintf(name, sizeof name, "grow-%s", tname);
-  if (start_world(name) != 0) {
-    CHECK(!"store");
-    return;
-  }
-  for (int w = 0; w < 2; w++) spawn(w, 0, w_grow);
-  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
-  int st = 0;
-  kill(g_pid[1], SIGSTOP);
-  CHECK(waitpid(g_pid[1], &st, WUNTRACED) == g_pid[1] && WIFSTOPPED(st));
-  base_sleep_ms(200); /* rank 0 now waits for it inside an allreduce */
+  if (rank1_stopped(name, w_grow) != 0) return;
   for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 grow=1 defer_ms=600000 why=" WHY_GROW);
   base_sleep_ms(300);
   CHECK_EQ_INT(atomic_load(&g_sh->s[0].t_err), 0); /* no collective of rank 0 failed */
@@ -1649,16 +1656,7 @@ static void reform_two(int e) {
 static void test_grow_break(const char *tname) {
   char name[32];
   snprintf(name, sizeof name, "break-%s", tname);
-  if (start_world(name) != 0) {
-    CHECK(!"store");
-    return;
-  }
-  for (int w = 0; w < 2; w++) spawn(w, 0, w_break);
-  for (int w = 0; w < 2; w++) CHECK_EQ_INT(wait_phase(w, 1, 60000), 0);
-  int st = 0;
-  kill(g_pid[1], SIGSTOP);
-  CHECK(waitpid(g_pid[1], &st, WUNTRACED) == g_pid[1] && WIFSTOPPED(st));
-  base_sleep_ms(200); /* rank 0 now waits for it inside an allreduce */
+  if (rank1_stopped(name, w_break) != 0) return;
   long long t = base_now_ms();
   for (int w = 0; w < 2; w++) agent_send(w, "reshape epoch=0 grow=1 defer_ms=600000 why=" WHY_GROW);
   for (int i = 0; i < MSG_FAST_MS && atomic_load(&g_sh->s[0].t_err) == 0; i++) base_sleep_ms(1);
