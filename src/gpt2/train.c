@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -641,8 +642,8 @@ static int open_break_window(train_run *r) {
   if (!r->reform || r->ntimes == 0) return RUN_OK;
   double f = r->grow_break >= 0.0 ? r->grow_break
                                   : (double)r->node_ranks / (double)(r->contrib + r->node_ranks);
-  double ms = f >= 1.0 ? 1e9 : f * r->step_times[r->ntimes - 1] * 1e3; /* 1: every grow */
-  int rc = cohort_comm_grow_break_for(r->comm, ms < 1e9 ? (int)ms : 1000000000);
+  int ms = f >= 1.0 ? INT_MAX : (int)(f * r->step_times[r->ntimes - 1] * 1e3); /* 1: every grow */
+  int rc = cohort_comm_grow_break_for(r->comm, ms);
   if (rc != 1) return RUN_OK;
   gpt2_ddp_fail(&r->ddp, COHORT_ERESHAPED, "a node joins as the step begins");
   return RUN_COMM;
