@@ -46,7 +46,7 @@
 #        PY, the Python with torch, default python3 on PATH; DEBS;
 #        BUDGET_S, the seconds after which sections are not started, 420;
 #        ONLY, the sections to run, default "doctor place torch reform torchrun coll blas gpt2 netns";
-#        also netns, recovery (needs netns before it) and shaped;
+#        also netns, recovery (needs netns before it), shaped and extra;
 #        BUILD, the build directory (default under the work directory);
 #        COLL_RANKS "2 4 8", COLL_BYTES "4194304 67108864" (8: the latency row),
 #        GPT2_THREADS "1 2 4 8 16", TORCH_THREADS "1 4 16";
@@ -55,7 +55,11 @@
 #        (--rate, e.g. 1gbit; default unshaped),
 #        RECOVERY_NEED_S 200 (not started with less budget left), RECOVERY_RUN_S
 #        (a run's limit; default: bench/recovery's, from the model, steps and link);
-#        SHAPED_NEED_S 120, SHAPED_ARGS (more bench/train/run.py options))
+#        RECOVERY_VARIANTS (bench/recovery options per run, quoted as in a shell,
+#        ';' between runs, e.g. "--replace-after 8;--rows 'cohort reform' --rate
+#        1gbit"; a later option overrides the defaults; default one run),
+#        SHAPED_NEED_S 120, SHAPED_ARGS (more bench/train/run.py options);
+#        EXTRA, a shell command for the section extra (SRC, BUILD, COHORT, PY set))
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/cohort-devcheck}
@@ -719,24 +723,44 @@ budget_left() { echo $((BUDGET_S - $(elapsed))); }
 # and it prints the rows done, the others "stopped by SIGINT"). A run's own
 # limit is the bench's (it scales with the model) unless RECOVERY_RUN_S.
 recovery_run() {
-  timeout -s INT -k 15 "$1" "$PY" "$SRC/bench/recovery/run.py" --cohort "$COHORT" --gpt2 "$BUILD/cohort-gpt2" \
+  local limit=$1 logs=$2
+  shift 2
+  timeout -s INT -k 15 "$limit" "$PY" "$SRC/bench/recovery/run.py" --cohort "$COHORT" --gpt2 "$BUILD/cohort-gpt2" \
     --python "$PY" --model "${RECOVERY_MODEL:-124M}" --reps 1 --steps "${RECOVERY_STEPS:-10}" \
-    --kill-step "${RECOVERY_KILL:-4}" --ckpt-every 3 --logs "$WORK/recovery-logs" \
+    --kill-step "${RECOVERY_KILL:-4}" --ckpt-every 3 --logs "$logs" \
     --rows "${RECOVERY_ROWS:-cohort reform,cohort restart,torchrun restart,torch reform}" \
-    ${RECOVERY_RATE:+--rate "$RECOVERY_RATE"} ${RECOVERY_RUN_S:+--row-limit "$RECOVERY_RUN_S"}
+    ${RECOVERY_RATE:+--rate "$RECOVERY_RATE"} ${RECOVERY_RUN_S:+--row-limit "$RECOVERY_RUN_S"} "$@"
 }
 # bench/recovery: 3 namespaces x 1 rank x 1 thread, node 2 killed at
 # RECOVERY_KILL of RECOVERY_STEPS; the torch rows with PY and its torchrun.
 recovery_section() {
-  local rc need=${RECOVERY_NEED_S:-200}
+  local rc n=0 v vs=() args need=${RECOVERY_NEED_S:-200}
   [ $NETNS_OK = 1 ] || { result "bench/recovery" "NOT RUN" "network namespaces did not work (or the netns section did not run)"; return; }
-  time_left "$need" || { not_run "bench/recovery (needs ${need}s)"; return; }
-  mkdir -p "$WORK/recovery-logs"
-  logged recovery 0 recovery_run "$(budget_left)"
+  IFS=';' read -r -a vs <<<"${RECOVERY_VARIANTS-}"
+  [ ${#vs[@]} -gt 0 ] || vs=("")
+  for v in "${vs[@]}"; do
+    n=$((n + 1))
+    time_left "$need" || { not_run "bench/recovery $v (needs ${need}s)"; continue; }
+    mkdir -p "$WORK/recovery-logs-$n"
+    eval "args=($v)" # a variant is bench/recovery's options, quoted as in a shell
+    logged "recovery-$n" 0 recovery_run "$(budget_left)" "$WORK/recovery-logs-$n" "${args[@]}"
+    rc=$?
+    result "bench/recovery, GPT-2 ${RECOVERY_MODEL:-124M}${RECOVERY_RATE:+ at $RECOVERY_RATE}${v:+ ($v)}" \
+      "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
+      "exit $rc; $(grep -c '| fail' "$WORK/recovery-$n.log") rows failed; table below"
+    { echo "## bench/recovery (one lost node of 3)${v:+: $v}"; echo; grep -E '^(#|\||time lost|newcomer)' "$WORK/recovery-$n.log"; echo; } >>"$SECTIONS"
+  done
+}
+
+# EXTRA: one more command (a diagnosis prepared for this run), with SRC, BUILD,
+# COHORT and PY in its environment; its output is in the report.
+extra_section() {
+  [ -n "${EXTRA-}" ] || { result "extra" "NOT RUN" "EXTRA is empty"; return; }
+  local rc
+  logged extra "$(budget_left)" env SRC="$SRC" BUILD="$BUILD" COHORT="$COHORT" PY="$PY" bash -c "$EXTRA"
   rc=$?
-  result "bench/recovery, GPT-2 ${RECOVERY_MODEL:-124M}${RECOVERY_RATE:+ at $RECOVERY_RATE}" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
-    "exit $rc; $(grep -c '| fail' "$WORK/recovery.log") rows failed; table below"
-  { echo "## bench/recovery (one lost node of 3)"; echo; grep -E '^(#|\||time lost|newcomer)' "$WORK/recovery.log"; echo; } >>"$SECTIONS"
+  result "extra: $(echo "$EXTRA" | cut -c1-80)" "exit $rc" "output below"
+  { echo "## extra"; echo; echo '```'; tail -c 6000 "$WORK/extra.log"; echo '```'; echo; } >>"$SECTIONS"
 }
 
 # bench/train's shaped links, cohort-gpt2 only (--skip-torch: no PyTorch).

@@ -31,10 +31,14 @@ brackets; all from rank 0's step lines as they arrive, in seconds after the kill
   joined    the first step the replacement contributes to (world back at 3)
   trains    the start of that step: the replacement trains from then (rank 0's last
             step, re-form or catch-up line before it)
-  lost      time lost to the failure: (end - kill) - (steps left x step time)
+  lost      time lost to the failure: (end - kill) - (steps left x step time) - the
+            periodic checkpoints (restart rows) a run without the failure writes too,
+            those of the steps beyond the ones done at the kill (rank 0's "checkpoint:
+            step N written in T s" lines; the step time leaves checkpoints out as well)
   lost+     the same, counting the samples a smaller world did not train: (end - kill)
-            - (each step left x its world / the full world) x step time (a step of 2 ranks
-            of 3, shrunk or while a newcomer catches up, trains 2/3 of a full step)
+            - checkpoints - (each step left x its world / the full world) x step time (a
+            step of 2 ranks of 3, shrunk or while a newcomer catches up, trains 2/3 of a
+            full step)
   state     bytes the replacement received (reform) or the checkpoint loaded (restart)
   blocked   reform rows: the seconds node 0's agent reports its survivors spent in
             re-forms after the kill (its "re-formed in T s" lines, summed; for a grow
@@ -94,6 +98,7 @@ STEP = re.compile(r"^(?:\[\w+\]:?\s*)?step\s+(\d+)\s*/\s*(\d+)")
 # "world A -> B" (the agent's and cohort-gpt2's re-form lines) is B, the world after.
 WORLD = re.compile(r"\bworld\s+\d+\s*->\s*(\d+)|\bworld[= ](\d+)|(\d+)\s*->\s*(\d+)\s*ranks?|"
                    r"->\s*world\s*(\d+)")
+CKPT = re.compile(r"checkpoint: step (\d+) written in ([0-9.]+) s")
 REFORMED = re.compile(r"cohort: re-formed in ([0-9.]+) s")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
 # cohort-gpt2's newcomer that caught up in the background: the first step it trained.
@@ -277,13 +282,23 @@ def figures(node0, everyone, t_kill, total):
     after = [(t, s) for t, s in steps if t >= t_kill]
     if len(before) < 3 or not after or after[-1][1] != total:
         return None
-    # The step time: consecutive steps on the same side of the kill, the first two left out.
-    gaps = [b[0] - a[0] for a, b in zip(before[2:], before[3:])]
-    gaps += [b[0] - a[0] for a, b in zip(after[2:], after[3:])]
+    # Periodic checkpoints (restart rows): (time of the line, step, seconds gathering and writing).
+    ckpts = [(t, int(m.group(1)), float(m.group(2))) for t, m in
+             ((t, CKPT.search(line)) for t, line in node0.lines) if m]
+
+    def written(t0, t1):
+        return sum(d for t, _, d in ckpts if t0 < t <= t1)
+    # The step time: consecutive steps on the same side of the kill, the first two left out,
+    # less the checkpoints written between them.
+    gaps = [b[0] - a[0] - written(a[0], b[0]) for a, b in zip(before[2:], before[3:])]
+    gaps += [b[0] - a[0] - written(a[0], b[0]) for a, b in zip(after[2:], after[3:])]
     if not gaps:
         return None
     step_s = statistics.median(gaps)
     done = max(s for _, s in before)
+    # After the kill, the checkpoints of steps beyond those done a run without the failure also
+    # writes: not time lost to the failure (those of steps computed again are).
+    periodic = sum(d for t, s, d in ckpts if t_kill <= t <= after[-1][0] and s > done)
     joined = None
     world_back = None
     for t, line in node0.lines:
@@ -334,8 +349,9 @@ def figures(node0, everyone, t_kill, total):
         grow_at = (grows[0] - max(marks)) / step_s if marks else None
     share = trained_share(node0, after, t_kill, done)
     return dict(next=after[0][0] - t_kill, redone=sum(1 for _, s in after if s <= done),
-                joined=joined, trains=trains, lost=(after[-1][0] - t_kill) - (total - done) * step_s,
-                lostw=(after[-1][0] - t_kill) - share * step_s,
+                joined=joined, trains=trains,
+                lost=(after[-1][0] - t_kill) - periodic - (total - done) * step_s,
+                lostw=(after[-1][0] - t_kill) - periodic - share * step_s,
                 step=step_s, state=state, blocked=blocked, dropped=dropped, stalled=stalled,
                 growat=grow_at)
 

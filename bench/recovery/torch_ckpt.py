@@ -12,6 +12,7 @@ bench/recovery/run.py times.
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -73,7 +74,10 @@ def main():
         if rank == 0:
             print("step %d/%d loss %.4f" % (step, a.steps, loss.item()), flush=True)
             if step % a.ckpt_every == 0:
+                t0 = time.monotonic()
                 snapshot_save(a.ckpt, model, opt, step)
+                print("checkpoint: step %d written in %.3f s" % (step, time.monotonic() - t0),
+                      flush=True)
     dist.barrier()
 
 

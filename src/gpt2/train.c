@@ -580,12 +580,13 @@ int gpt2_run_report_step(train_run *r, const step_stats *st) {
 }
 
 /* Every ckpt_every steps and at the last: the whole state is gathered on every rank (ZeRO), rank 0
- * writes it. */
+ * writes it and says how long the gather and the write took (time the steps' lines leave out). */
 static int maybe_checkpoint(train_run *r, uint64_t done) {
   const gpt2_train_opts *o = r->o;
   if (o->ckpt_dir == NULL || o->ckpt_every <= 0 ||
       (done % (uint64_t)o->ckpt_every != 0 && done != (uint64_t)o->steps))
     return RUN_OK;
+  double t0 = gpt2_now_s();
   if (r->state == r->full_state && gpt2_ddp_state_get(&r->ddp, r->full_state) != 0) return RUN_COMM;
   if (r->rank != 0) return RUN_OK;
   gpt2_ckpt_header h = r->want;
@@ -596,6 +597,11 @@ static int maybe_checkpoint(train_run *r, uint64_t done) {
                      sizeof r->err) != 0) {
     fprintf(r->errf, "cohort-gpt2: %s\n", r->err);
     return RUN_FAIL;
+  }
+  if (!o->quiet) {
+    fprintf(r->out, "checkpoint: step %llu written in %.3f s\n", (unsigned long long)done,
+            gpt2_now_s() - t0);
+    fflush(r->out);
   }
   return RUN_OK;
 }
