@@ -63,7 +63,8 @@ the feature says "not run" and why. A run's limit (printed at the start) is
 --row-limit, or twice a slow estimate from the model size, the steps and
 --rate (run_limit).
 torchrun is set up as a careful user of PyTorch's elastic tutorial would
-(torchrun_opts; docs/reform.md has the reasons).
+(torchrun_opts, and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, without which torch
+2.4 and later cannot take a replacement in; docs/reform.md has the reasons).
 Run as root (namespaces, tc). --rate shapes every node's link with tc (tbf).
 --grad-compress bf16|powersgd[:RANK] gives the cohort-gpt2 rows that exchange (PowerSGD from
 step 2): on a slow link the exchange then leaves most of the link to the state transfer.
@@ -408,6 +409,11 @@ def one_run(row, a, port):
             env["COHORT_GROW_DEFER_MS"] = "0"
         if row == "cohort reform (grow always deferred)":
             env["COHORT_GROW_BREAK"] = "0"
+        if row == "torchrun restart":
+            # torch >= 2.4 shares the rendezvous's TCP store with the workers and keeps the
+            # address it bootstrapped in the first round: a replacement then waits for a
+            # MASTER_ADDR that no agent writes again (docs/reform.md). 1.13 ignores it.
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         for i in (2, 1, 0):
             nodes.insert(0, Node(in_node(ns, i, row_cmd(row, a, tmp, i, port, ns)), env))
         limit, source = run_limit(a)
