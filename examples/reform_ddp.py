@@ -1,7 +1,10 @@
 """A small DDP training run (gloo) that survives a lost node.
 
-    cohort run --nnodes 2:3 --nproc-per-node 1 --on-failure reform \\
-        python3 examples/reform_ddp.py --steps 200
+On each node (node 0 at HOST; to try it on one machine: docs/reform.md,
+"Try it on one machine"), with a Python that has torch:
+
+    cohort run --nnodes 2:3 --master HOST:29400 --on-failure reform \\
+        -- /usr/bin/python3 examples/reform_ddp.py --steps 200
 
 The lines marked "# cohort" are all it takes to take part in re-forms
 (docs/reform.md, "PyTorch workers"): survivors keep their process and state,

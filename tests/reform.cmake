@@ -5,7 +5,9 @@ add_test(NAME reform_control COMMAND test_reform)
 set_tests_properties(reform_control PROPERTIES TIMEOUT 60 LABELS "unit")
 
 # One node: a killed rank replaced while the survivors keep their processes; a
-# worker that says no hello restarted with one line (tests/reform_worker.py).
+# worker that says no hello restarted with one line (tests/reform_worker.py);
+# the option's spellings, a re-form past --reform-timeout, a slot lost three
+# times, and an agent on one machine that cannot host the store.
 add_test(NAME reform_local COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} local)
 set_tests_properties(reform_local PROPERTIES TIMEOUT 180 LABELS "unit")
@@ -13,7 +15,7 @@ set_tests_properties(reform_local PROPERTIES TIMEOUT 180 LABELS "unit")
 # Real agents in network namespaces the test creates and removes (root): a
 # node killed (and its replacement joining), a worker killed on another node,
 # two nodes lost a second apart, fewer than MIN left, the store's node lost, a
-# node stopped with SIGSTOP, a partition.
+# node stopped with SIGSTOP, a partition, an agent killed alone.
 add_test(NAME reform_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR} nodes)
 set_tests_properties(reform_nodes PROPERTIES TIMEOUT 600 COST 60 LABELS "slow")

@@ -5,7 +5,8 @@
 # that takes no part is restarted with one line; across real agents in
 # network namespaces this test creates and removes, a killed node, a
 # replacement node, fewer than MIN nodes left and the store's node lost.
-# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|relay|etcd|torch|coll WORKER]
+# usage: test_reform.sh COHORT_BINARY SOURCE_DIR [local|nodes|agent|relay|etcd|torch|coll WORKER]
+# (agent: the kill of an agent alone, which nodes runs too)
 set -u
 cohort=$(readlink -f "$1")
 src=$(readlink -f "$2")
@@ -79,6 +80,27 @@ first_pid() { sed -n 's/.*\] start pid=\([0-9]*\) .*/\1/p' "$1" | head -1; }
 formed_pids() { sed -n 's/.*formed pid=\([0-9]*\) .*/\1/p' "$1" | sort -n | tr '\n' ' '; }
 
 local_tests() {
+  # 0. The option's spellings (issue 28: torchrun-style, and PET_ON_FAILURE as for the others):
+  # under reform each worker gets its control channel; a bad value is one line and status 2.
+  local has_fd='test -n "$COHORT_CONTROL_FD"' how
+  for how in "--on-failure reform" "--on_failure=reform" "PET_ON_FAILURE=reform"; do
+    if [ "${how%%=*}" = PET_ON_FAILURE ]; then
+      PET_ON_FAILURE=reform "$cohort" run -- sh -c "$has_fd" >/dev/null 2>&1
+    else
+      # shellcheck disable=SC2086 # the option and its value as two words, or one
+      "$cohort" run $how -- sh -c "$has_fd" >/dev/null 2>&1
+    fi
+    check "option: $how gives the workers a control channel ($?)" [ $? = 0 ]
+  done
+  "$cohort" run -- sh -c "$has_fd" >/dev/null 2>&1
+  check "option: restart (the default) gives none ($?)" [ $? = 1 ]
+  PET_ON_FAILURE=restart "$cohort" run --on-failure reform -- sh -c "$has_fd" >/dev/null 2>&1
+  check "option: the flag wins over PET_ON_FAILURE ($?)" [ $? = 0 ]
+  PET_ON_FAILURE=bogus "$cohort" run -- true >"$tmp/l0" 2>&1
+  check "option: a bad PET_ON_FAILURE is a usage error ($?)" [ $? = 2 ]
+  check "option: ... in one line naming the variable" grep -qx \
+    "cohort run: --on-failure (from PET_ON_FAILURE) takes restart or reform, not 'bogus'; see 'cohort run --help'" "$tmp/l0"
+
   # 1. One node, three ranks: kill -9 of rank 1. Ranks 0 and 2 keep their
   # processes; a newcomer takes rank 1; the job then ends well.
   local out="$tmp/l1" done="$tmp/l1.done"
@@ -128,6 +150,18 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   wait_all 30 $agent
   check "silent: the job fails once the restarts are spent ($codes)" [ "$codes" = "1" ]
   check "silent: no re-form" not_contains "$out" "re-formed"
+
+  # 2b. The same without --max-restarts: the one line says the job fails, not "restarting".
+  out="$tmp/l2b"
+  "$cohort" run --nproc-per-node 2 --on-failure reform -- "$worker" silent >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 2
+  kill -9 "$(pid_of "$out" 0)"
+  wait_all 30 $agent
+  check "silent, no restart left: the job fails ($codes)" [ "$codes" = "1" ]
+  check "silent, no restart left: one line says the job fails" contains "$out" \
+    "rank 1 does not take part in re-forms (no hello on COHORT_CONTROL_FD): the job fails together (no restart left: --max-restarts)"
+  check "silent, no restart left: no line promises a restart" not_contains "$out" "restarting"
 
   # 3. The PyTorch module is on the workers' path without progress files too
   # (--straggler-factor 0 and no --hang-timeout): its hooks' directory comes with re-forms.
@@ -210,6 +244,75 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   wait_all 30 $agent
   check "slow start: the job ends well ($codes)" [ "$codes" = "0" ]
   check "slow start: nobody was restarted" not_contains "$out" "restarting"
+
+  # 7. A node whose only worker is lost: no worker here said its step, so the steps lost are
+  # unknown: the agent's line says "?", as cohort status does (it said -1).
+  out="$tmp/l7" done="$tmp/l7.done"
+  REFORM_DONE=$done "$cohort" run --on-failure reform -- "$worker" >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 1
+  sleep 0.5
+  kill -9 "$(pid_of "$out" 0)"
+  check "alone: the newcomer re-forms" wait_for "$out" "cohort: re-formed in"
+  check "alone: the steps lost are unknown" contains "$out" "world 1 -> 1, steps lost ?"
+  touch "$done"
+  wait_all 30 $agent
+  check "alone: the job ends well ($codes)" [ "$codes" = "0" ]
+
+  # 8. A re-form that does not finish within --reform-timeout: the survivors answer `formed` 5 s
+  # late, the limit is 2 s. The job fails together, the report naming the limit and the loss.
+  out="$tmp/l8" done="$tmp/l8.done"
+  REFORM_DONE=$done REFORM_FORM_DELAY=5 "$cohort" run --nproc-per-node 2 --on-failure reform \
+    --reform-timeout 2 -- "$worker" >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 2
+  sleep 0.5
+  p1=$(pid_of "$out" 1)
+  kill -9 "$p1"
+  wait_all 30 $agent
+  touch "$done"
+  check "re-form deadline: the job fails ($codes)" [ "$codes" = "1" ]
+  check "re-form deadline: the report names the limit and the loss" grep -q \
+    "the re-form did not finish within 2 s (--reform-timeout); losses in order: 1) rank 1 (local rank 1, pid $p1) was killed by SIGKILL" "$out"
+  check "re-form deadline: no re-form completed" not_contains "$out" "re-formed in"
+
+  # 9. A rank slot lost again and again: the third loss of local rank 1 ends the re-forms, and
+  # (no restart left) the job fails, its report naming each loss in order.
+  out="$tmp/l9" done="$tmp/l9.done"
+  REFORM_DONE=$done "$cohort" run --nproc-per-node 2 --on-failure reform -- "$worker" >"$out" 2>&1 &
+  agent=$!
+  wait_for "$out" "] start pid=" 2
+  local k
+  for k in 1 2 3; do
+    sleep 0.5
+    kill -9 "$(pid_of "$out" 1)"
+    [ "$k" = 3 ] || wait_for "$out" "cohort: re-formed in" "$k" 30
+  done
+  wait_all 30 $agent
+  touch "$done"
+  check "lost again: the job fails ($codes)" [ "$codes" = "1" ]
+  check "lost again: one line says why" contains "$out" \
+    "local rank 1 was lost 3 times: the job fails together (no restart left: --max-restarts)"
+  check "lost again: two re-forms before" [ "$(grep -c "cohort: re-formed in" "$out")" = 2 ]
+  check "lost again: the report names the three losses in order" grep -q \
+    "losses in order: 1) rank 1 (local rank 1, pid [0-9]*) was killed by SIGKILL (signal 9); 2) rank 1 .*; 3) rank 1 " "$out"
+
+  # 10. Several agents on one machine (docs/reform.md, "Try it on one machine"): an agent given
+  # --master on this machine and no --node-rank takes itself for node 0; when the port is taken
+  # (node 0's agent is there already) it says how the others join.
+  out="$tmp/l10"
+  /usr/bin/python3 -c '
+import socket, subprocess, sys
+s = socket.socket()
+s.bind(("0.0.0.0", 0))
+s.listen()
+port = s.getsockname()[1]
+r = subprocess.run([sys.argv[1], "run", "--nnodes", "2", "--master", "127.0.0.1:%d" % port,
+                    "--join-timeout", "5", "--", "true"], stderr=subprocess.PIPE, text=True)
+sys.stdout.write(r.stderr)' "$cohort" >"$out" 2>&1
+  check "one machine: the port is taken" contains "$out" "cannot host the rendezvous store on port"
+  check "one machine: the line says how the other agents join" contains "$out" \
+    "give the other agents --node-rank 1, 2, ... and they join it"
 }
 
 if [ "$part" = local ] || [ "$part" = all ]; then local_tests; fi
@@ -430,6 +533,58 @@ node_tests() {
   check "node lost again: the report says so" grep -q \
     "node [0-9] (node2) was lost 3 times; losses in order: 1) node [0-9] (node2).*; 2) node [0-9] (node2).*; 3) node [0-9] (node2)" \
     "$tmp/g.0"
+}
+
+# agent_pid I: node I's agent (the cohort process whose parent is no cohort: not its guard).
+agent_pid() {
+  local p
+  for p in $(ip netns pids "$(netns_node "$1")"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = cohort ] || continue
+    [ "$(cat "/proc/$(ps -o ppid= -p "$p" | tr -d ' ')/comm" 2>/dev/null)" = cohort ] && continue
+    echo "$p"
+    return 0
+  done
+  return 1
+}
+
+# kill -9 of node 2's agent alone (issue 28: "kill -9 ... of an agent"): its worker goes with it
+# (its guard kills it, else its parent-death signal), the loss is named at once (by the guard,
+# or by a survivor whose connection to the worker closed), and the survivors re-form without
+# node 2 in their own processes; a replacement then joins.
+agent_lost_tests() {
+  netns_down
+  netns_up 3 || { echo "cannot create network namespaces"; exit 1; }
+  M=$(netns_addr 0)
+  agents 3 0 a 2:3
+  started a 3 || return
+  sleep 1
+  local victim w2
+  victim=$(agent_pid 2)
+  w2=$(first_pid "$tmp/a.2")
+  check "agent lost: node 2's agent found ($victim)" [ -n "$victim" ]
+  kill -9 "$victim"
+  check "agent lost: the loss is named" wait_re "$tmp/a.0" \
+    "re-forming without stopping the survivors: \(node [12] (node2): its agent died\|node [01] (node[01]): rank [01] lost a peer\)" 15
+  check "agent lost: node 0 re-forms at world 2" wait_for "$tmp/a.0" "rank=0 world=2 at=" 1 30
+  check "agent lost: node 1 re-forms at world 2" wait_for "$tmp/a.1" "rank=1 world=2 at=" 1 30
+  check "agent lost: node 0's worker kept its process" unchanged "$tmp/a.0"
+  check "agent lost: node 1's worker kept its process" unchanged "$tmp/a.1"
+  check "agent lost: node 2's worker went with its agent" wait_gone "$w2"
+  agents 3 2 a 2:3
+  check "agent lost: the replacement joins" wait_for "$tmp/a.0" "re-formed in" 2 60
+  check "agent lost: ... as a newcomer, rank 2" wait_for "$tmp/a.2" "rank=2 world=3 newcomer=1"
+  touch "$tmp/a.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "agent lost: the job ends well ($codes)" [ "$codes" = "0 0 0" ]
+}
+
+# wait_gone PID: until PID is gone (10 s).
+wait_gone() {
+  local end=$((SECONDS + 10))
+  while kill -0 "$1" 2>/dev/null; do
+    [ $SECONDS -lt $end ] || return 1
+    sleep 0.1
+  done
 }
 
 # The agent's loop while it joins a re-form round: a node crashes whole and
@@ -794,6 +949,7 @@ etcd_partition_tests() {
 }
 
 if [ "$part" = nodes ] || [ "$part" = all ]; then node_tests; fi
+if [ "$part" = nodes ] || [ "$part" = all ] || [ "$part" = agent ]; then agent_lost_tests; fi
 if [ "$part" = coll ]; then coll_tests "$4"; fi
 if [ "$part" = relay ] || [ "$part" = all ]; then relay_tests; fi
 if [ "$part" = torch ] || [ "$part" = all ]; then torch_tests; fi

@@ -108,6 +108,11 @@ static int open_multi(cluster *c, const agent_config *cfg, const rdzv_target *t)
   c->node_rank = cfg->rdzv.node_rank;
   if (c->node_rank < 0 && t->node_rank >= 0) c->node_rank = t->node_rank;
   if (t->host_store) rc = host_store(c, strchr(t->host, ':') ? "::" : "0.0.0.0", t->port);
+  if (rc == -EADDRINUSE && c->node_rank < 0)
+    fprintf(stderr, "cohort:   --master names this machine, so this agent took itself for node "
+                    "0: if node 0's agent\n"
+                    "cohort:   runs here already, give the other agents --node-rank 1, 2, ... and "
+                    "they join it\n");
   if (rc != 0) return rc;
   if (!t->host_store) {
     base_strlcpy(c->store_host, t->host, sizeof c->store_host);

@@ -104,11 +104,13 @@ static void formed_all(job *j) {
     return;
   }
   rf->count++;
-  fprintf(
-      stderr,
-      "cohort: re-formed in %.2f s: round %d, nodes %d -> %d, world %d -> %d, steps lost %lld\n",
-      (double)r->duration_ms / 1000, r->round, r->nodes_before, r->nodes_after, r->world_before,
-      r->world_after, (long long)r->steps_lost);
+  char lost[32] = "?"; /* unknown, as in cohort status: no worker here said its step */
+  if (r->steps_lost >= 0) snprintf(lost, sizeof lost, "%lld", (long long)r->steps_lost);
+  fprintf(stderr,
+          "cohort: re-formed in %.2f s: round %d, nodes %d -> %d, world %d -> %d, "
+          "steps lost %s\n",
+          (double)r->duration_ms / 1000, r->round, r->nodes_before, r->nodes_after, r->world_before,
+          r->world_after, lost);
 }
 
 static void check_formed(job *j) {
@@ -196,6 +198,16 @@ static void note_loss(job *j, const char *text) {
   rf->nlosses++;
 }
 
+void agent_reform_print_losses(const job *j, FILE *f) {
+  const reform *rf = &j->rf;
+  if (rf->slot == NULL || rf->nlosses < 2 || strstr(j->report, "losses in order:") != NULL) return;
+  fprintf(f, "cohort: losses in order:");
+  for (int k = 0; k < rf->nlosses && k < REFORM_LOSSES_MAX; k++)
+    fprintf(f, "%s %d) %s", k ? ";" : "", k + 1, rf->losses[k]);
+  if (rf->nlosses > REFORM_LOSSES_MAX) fprintf(f, " and %d more", rf->nlosses - REFORM_LOSSES_MAX);
+  fprintf(f, "\n");
+}
+
 /* report plus "; losses in order: 1) ...; 2) ..." into j->report. */
 static void report_with_losses(job *j, const char *why) {
   char *out = j->report;
@@ -233,6 +245,14 @@ static void learn_spoke(job *j) {
   if (silent && !j->rf.spoke) j->rf.spoke = agent_cluster_job_spoke(&j->cl);
 }
 
+/* What stopping every worker leads to, for the line that says why: a restart while
+ * --max-restarts allows one, else the job's end. */
+static const char *then_what(const job *j) {
+  return j->restart < j->cfg->max_restarts ? "restarting"
+                                           : "the job fails together (no restart left: "
+                                             "--max-restarts)";
+}
+
 /* Why this node's workers cannot re-form, or NULL: each must take part and still run. */
 static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
   learn_spoke(j);
@@ -241,20 +261,21 @@ static const char *not_taking_part(job *j, int lost, char *why, size_t len) {
     if (i == lost) continue;
     if (!w->running && w->pid > 0 && !agent_worker_succeeded(w)) continue; /* lost too */
     if (!w->running) {
-      snprintf(why, len, "rank %d has finished and cannot re-form: restarting", w->rank);
+      snprintf(why, len, "rank %d has finished and cannot re-form: %s", w->rank, then_what(j));
       return why;
     }
     const reform_slot *s = &j->rf.slot[i];
     if (!takes_part(&j->rf, s)) {
-      snprintf(why, len, "rank %d does not take part in re-forms (%s): restarting", w->rank,
+      snprintf(why, len, "rank %d does not take part in re-forms (%s): %s", w->rank,
                s->fd < 0 ? "its control channel closed without hello"
-                         : "no hello on COHORT_CONTROL_FD");
+                         : "no hello on COHORT_CONTROL_FD",
+               then_what(j));
       return why;
     }
   }
   if (lost >= 0 && j->rf.slot[lost].losses >= REFORM_SLOT_LOSSES) {
-    snprintf(why, len, "local rank %d was lost %d times: restarting", lost,
-             j->rf.slot[lost].losses);
+    snprintf(why, len, "local rank %d was lost %d times: %s", lost, j->rf.slot[lost].losses,
+             then_what(j));
     return why;
   }
   return NULL;
@@ -426,8 +447,13 @@ static int reform_round(job *j, const char *report, const char *part_why) {
     return -1;
   }
   if (part_why != NULL || j->cl.plan.restart) {
-    fprintf(stderr, "cohort: %s\n",
-            part_why ? part_why : "a node cannot re-form (a worker takes no part): restarting");
+    if (part_why != NULL)
+      fprintf(stderr, "cohort: %s\n", part_why);
+    else
+      fprintf(stderr,
+              "cohort: another node cannot re-form (a worker there takes no part; its "
+              "agent says which): %s\n",
+              then_what(j));
     base_strlcpy(j->report, report, sizeof j->report);
     send_all(j, "stop", "the job restarts");
     return 0;

@@ -33,6 +33,7 @@
 #define COHORT_AGENT_REFORM_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* A local rank slot whose worker is lost this many times restarts the job; a node (by its
  * host name) lost this many times fails it. */
@@ -102,6 +103,12 @@ int agent_reform_channel(struct job *j, int i, int *child);
  * when it said `ready` (it waits for the next membership), 0 for `broken`.
  */
 int agent_reform_take_broken(struct job *j, int *asks);
+
+/*
+ * The report's line naming every loss this agent saw, in order, when there were several and
+ * the report's root cause does not name them already (a rank slot lost again and again).
+ */
+void agent_reform_print_losses(const struct job *j, FILE *f);
 
 /* Closes every channel (the attempt is over). */
 void agent_reform_close(struct job *j);

@@ -142,6 +142,7 @@ void agent_report_print(const job *j, attempt_outcome o) {
     fprintf(stderr, "cohort: %s\n", j->report);
   } else {
     print_cause(j, o, stderr);
+    agent_reform_print_losses(j, stderr);
     print_workers(j);
   }
   fflush(stderr);
