@@ -2,7 +2,8 @@
 # The benchmarks print no figure for a run whose workers did not start or did
 # not do their work. Each is given a "cohort" that is not cohort (/bin/true:
 # exits 0 at once, starts nothing) and must exit non-zero with every figure
-# replaced by "fail"; bench_store given a Python that fails prints no peer
+# replaced by "fail" (bench/recovery's torchrun row also with --grad-compress,
+# which it passes on); bench_store given a Python that fails prints no peer
 # figure; the reliability figures refuse a build without its programs and
 # leave docs/reliability.md alone; bench/train/compress_curve.sh runs small
 # and refuses a failed run or a PowerSGD run without compression. (Root:
@@ -65,6 +66,30 @@ check "bench/recovery: ... the row says SIGINT ended it" \
   grep -qE '^\| cohort restart \| fail: SIGINT ended run 1 of 1' "$tmp/recovery_int"
 check "bench/recovery: ... no figure" not grep -qE '^\|.*[0-9]\.[0-9]' "$tmp/recovery_int"
 check "bench/recovery: ... its namespaces removed" not sh -c "ip netns list | grep -q '^cm${pid}'"
+
+# --grad-compress reaches the torchrun restart row (torch_ckpt.py gets the cohort-gpt2 rows'
+# flags, for DDP's powerSGD_hook; a torchrun that exits at once: the row fails, no figure); the
+# torch reform row says why it does not run; with torch 1.13, bf16's row says why not either.
+printf '#!/bin/sh\necho "$@" >>"%s/torchrun_argv"\n' "$tmp" >"$tmp/fake_torchrun"
+chmod +x "$tmp/fake_torchrun"
+/usr/bin/python3 "$src/bench/recovery/run.py" --cohort "$(dirname "$bench_store")/cohort" \
+  --gpt2 /bin/true --reps 1 --rows "torchrun restart,torch reform" --grad-compress powersgd:2 \
+  --torchrun "$tmp/fake_torchrun" --row-limit 30 >"$tmp/recovery_psgd" 2>&1
+rc=$?
+check "bench/recovery --grad-compress powersgd:2: torchrun given torch_ckpt.py's PowerSGD flags" \
+  grep -qE 'torch_ckpt\.py .*--grad-compress powersgd:2 --powersgd-start 2' "$tmp/torchrun_argv"
+check "bench/recovery: ... its row ran (fail: the fake torchrun trained nothing; exit $rc)" \
+  [ $rc != 0 -a "$(grep -cE '^\| torchrun restart \| fail: run 1 of 1' "$tmp/recovery_psgd")" = 1 ]
+check "bench/recovery: ... the torch reform row: not run, and why" \
+  grep -qE '^\| torch reform \| not run: torch_reform.py has no --grad-compress' "$tmp/recovery_psgd"
+check "bench/recovery: ... no figure" not grep -qE '^\|.*[0-9]\.[0-9]' "$tmp/recovery_psgd"
+if /usr/bin/python3 -c 'import torch, sys; sys.exit(not torch.__version__.startswith("1.13"))' 2>/dev/null; then
+  /usr/bin/python3 "$src/bench/recovery/run.py" --cohort /bin/true --gpt2 /bin/true --reps 1 \
+    --rows "torchrun restart" --grad-compress bf16 --row-limit 30 >"$tmp/recovery_bf16" 2>&1
+  check "bench/recovery --grad-compress bf16, torch 1.13: the torchrun row says why not (CUDA, NCCL)" \
+    grep -qE "^\| torchrun restart \| not run: DDP's bf16 hook does not run here: .*NCCL" \
+    "$tmp/recovery_bf16"
+fi
 
 COHORT_BENCH_PYTHON=/bin/false "$bench_store" 1 20 >"$tmp/store" 2>&1
 rc=$?

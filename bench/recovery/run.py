@@ -39,7 +39,8 @@ brackets; all from rank 0's step lines as they arrive, in seconds after the kill
             - checkpoints - (each step left x its world / the full world) x step time (a
             step of 2 ranks of 3, shrunk or while a newcomer catches up, trains 2/3 of a
             full step)
-  state     bytes the replacement received (reform) or the checkpoint loaded (restart)
+  state     bytes the replacement received (reform) or the checkpoint loaded (restart; with
+            PowerSGD every rank's error feedback in it, for torchrun beside the snapshot)
   blocked   reform rows: the seconds node 0's agent reports its survivors spent in
             re-forms after the kill (its "re-formed in T s" lines, summed; for a grow
             deferred to a step boundary this includes the step the survivors finished)
@@ -68,6 +69,15 @@ torchrun is set up as a careful user of PyTorch's elastic tutorial would
 Run as root (namespaces, tc). --rate shapes every node's link with tc (tbf).
 --grad-compress bf16|powersgd[:RANK] gives the cohort-gpt2 rows that exchange (PowerSGD from
 step 2): on a slow link the exchange then leaves most of the link to the state transfer.
+The torchrun restart row then runs DDP's own hook (torch_ckpt.py): powerSGD_hook of the
+same rank (4 by default, as cohort-gpt2), start_powerSGD_iter 2, the whole model in one DDP
+bucket (with several, torch 1.13 over gloo aborts at the first compressed step: the ranks
+start the buckets' chained allreduces in different orders), each rank's PowerSGDState
+(error feedback, P, Q) checkpointed with the snapshot and loaded on a restart, whose first
+step runs uncompressed (DDP rebuilds its bucket after it); bf16 asks for
+bf16_compress_hook, which torch 1.13 refuses without CUDA and NCCL, so the row says "not
+run" and why. The torch reform row does not run with --grad-compress (torch_reform.py has
+no comm hook). docs/reform.md, "PowerSGD in the torchrun restart row", has the evidence.
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
 another launcher (or COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN).
@@ -149,8 +159,8 @@ def gpt2_cmd(a, tmp, binary=None):
 
 
 def compress_args(a):
-    """cohort-gpt2's exchange: --grad-compress, PowerSGD from its second step (so the kill
-    lands well after its warm-up)."""
+    """cohort-gpt2's exchange (and torch_ckpt.py's, the same flags): --grad-compress,
+    PowerSGD from its second step (so the kill lands well after its warm-up)."""
     if a.grad_compress == "none":
         return []
     args = ["--grad-compress", a.grad_compress]
@@ -198,7 +208,7 @@ def row_cmd(row, a, tmp, i, port, ns):
             "--max_restarts", "3", "--redirects", "2", "--tee", "1"] + torchrun_opts(a) + [
             os.path.join(HERE, "torch_ckpt.py")] + torch_cmd(
                 a, tmp, ["--ckpt", os.path.join(tmp, "snapshot.pt"), "--ckpt-every",
-                         str(a.ckpt_every)])
+                         str(a.ckpt_every)] + compress_args(a))
 
 
 def run_limit(a):
@@ -235,12 +245,25 @@ def row_missing(row, a):
         h = subprocess.run([a.cohort, "run", "--help"], capture_output=True, text=True)
         if "--on-failure" not in h.stdout:
             return "this cohort has no --on-failure reform"
-    if "torch" in row and a.grad_compress != "none":
-        return "--grad-compress applies to the cohort-gpt2 rows only"
     if "torch" in row and subprocess.run([a.python, "-c", "import torch"],
                                          capture_output=True).returncode != 0:
         return "no PyTorch at " + a.python
+    if row == "torch reform" and a.grad_compress != "none":
+        return "torch_reform.py has no --grad-compress (no comm hook across its re-forms)"
+    if row == "torchrun restart" and a.grad_compress != "none":
+        return torch_compress_missing(a)
     return None
+
+
+def torch_compress_missing(a):
+    """Why torch_ckpt.py cannot set up --grad-compress with this torch (its --probe), or None."""
+    p = subprocess.run([a.python, os.path.join(HERE, "torch_ckpt.py"), "--probe"] + torch_cmd(
+        a, None, ["--ckpt", os.devnull, "--ckpt-every", "1"] + compress_args(a)),
+        capture_output=True, text=True, timeout=300)
+    if p.returncode == 0:
+        return None
+    why = (p.stdout.strip().splitlines() or p.stderr.strip().splitlines() or ["?"])[-1]
+    return "DDP's %s hook does not run here: %s" % (a.grad_compress, why[:200])
 
 
 def shape(ns, rate):
@@ -448,9 +471,7 @@ def one_run(row, a, port):
         if fig is None:
             return None, "rank 0's steps do not add up"
         if fig["state"] is None and "restart" in row:
-            ck = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp) for f in fs
-                  if f.endswith((".pt", ".bin", ".ckpt"))]
-            fig["state"] = max((os.path.getsize(p) for p in ck), default=None)
+            fig["state"] = checkpoint_bytes(tmp)
         return fig, None
     finally:
         if a.logs:
@@ -464,6 +485,16 @@ def one_run(row, a, port):
                 n.proc.kill()
         ns.down()
         subprocess.run(["rm", "-rf", tmp])
+
+
+def checkpoint_bytes(tmp):
+    """A restart row's checkpoint: its largest file (cohort-gpt2's ckpt_<step>.bin, which holds
+    every rank's PowerSGD state; torch_ckpt.py's snapshot) plus torch_ckpt.py's per-rank
+    PowerSGD states beside the snapshot (snapshot.pt.psgd<rank>), or None."""
+    files = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp) for f in fs]
+    ck = [os.path.getsize(p) for p in files if p.endswith((".pt", ".bin", ".ckpt"))]
+    psgd = [os.path.getsize(p) for p in files if re.search(r"\.psgd\d+$", p)]
+    return max(ck) + sum(psgd) if ck else None
 
 
 def fmt(x, unit=""):
@@ -496,7 +527,9 @@ def main():
                     help="every row's --seq-len (default 64, at most 64)")
     ap.add_argument("--grad-compress", default="none",
                     help="the cohort-gpt2 rows' --grad-compress (none, bf16, powersgd[:RANK]; "
-                    "PowerSGD from step 2); the torch rows then do not run")
+                    "PowerSGD from step 2), and the torchrun restart row's DDP comm hook "
+                    "(powerSGD_hook of that rank from step 2, one bucket; bf16_compress_hook "
+                    "where torch allows it); the torch reform row then does not run")
     ap.add_argument("--rate", default="", help="shape every link with tc, e.g. 1gbit")
     ap.add_argument("--rows", default="cohort reform,cohort reform (before),cohort restart,"
                     "torchrun restart,torch reform")
