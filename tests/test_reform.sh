@@ -451,9 +451,20 @@ node_tests() {
     python3 -c "import sys; sys.exit(not $gap < 1.5)"
   wait_all 60 "${agent[0]}" "${agent[1]}"
   check "fewer than MIN: both fail ($codes)" [ "$codes" = "1 1" ]
+  # --nnodes 3 (no MIN:MAX, as a newcomer may give it): the report says how to go on with fewer.
   check "fewer than MIN: the report says why" grep -q \
-    "fewer than MIN nodes left (2 of at least 3); losses in order: 1) node [0-9] (node2)" "$tmp/f.0"
+    "fewer than MIN nodes left (2 of 3: --nnodes 3 keeps no fewer; --nnodes MIN:3 lets the job go on with MIN); losses in order: 1) node [0-9] (node2)" "$tmp/f.0"
   check "fewer than MIN: no re-form" not_contains "$tmp/f.1" "re-formed"
+
+  # 4b. The same with --nnodes 2:3, one node of two lost: the elastic range's words.
+  agents 2 0 g 2:3
+  started g 2 || return
+  sleep 1
+  kill_node 1
+  wait_all 60 "${agent[0]}"
+  check "fewer than MIN, elastic: node 0 fails ($codes)" [ "$codes" = "1" ]
+  check "fewer than MIN, elastic: the report says why" grep -q \
+    "fewer than MIN nodes left (1 of at least 2); losses in order: 1) node 1 (node1)" "$tmp/g.0"
 
   # 5. The store's node lost (built-in store): the others fail together and say why.
   agents 2 0 s 1:2

@@ -312,6 +312,13 @@ static const char *cannot_reform(job *j, const char *report, char *why, size_t l
              "(use --rdzv-backend etcd to survive any node)");
     return why;
   }
+  if (j->cl.multinode && expect < j->cl.nnodes_min && j->cl.nnodes_min == j->cl.nnodes_max) {
+    snprintf(why, len,
+             "fewer than MIN nodes left (%d of %d: --nnodes %d keeps no fewer; --nnodes MIN:%d "
+             "lets the job go on with MIN)",
+             expect, j->cl.nnodes_min, j->cl.nnodes_min, j->cl.nnodes_max);
+    return why;
+  }
   if (j->cl.multinode && expect < j->cl.nnodes_min) {
     snprintf(why, len, "fewer than MIN nodes left (%d of at least %d)", expect, j->cl.nnodes_min);
     return why;
