@@ -113,6 +113,10 @@ def main():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         dist.init_process_group("gloo")
+        if a.ddp_hook == "powersgd":
+            # One bucket (docs/gpt2.md): DDP's rebuild after the first step keeps a first bucket
+            # of this size whatever bucket_cap_mb says.
+            dist._DEFAULT_FIRST_BUCKET_BYTES = int(a.bucket_cap_mb * 2**20)
         model = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
         if a.ddp_hook == "fp16":
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)

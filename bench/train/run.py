@@ -357,10 +357,11 @@ def run_torch_ns(a, world, hook):
            "--batch", str(a.batch), "--seq-len", str(a.seq_len), "--steps", str(a.steps),
            "--threads", "1", "--ddp-hook", hook.split(":")[0]]
     if psgd_rank(hook):
-        # One bucket for the whole model: with several, Debian's torch 1.13 and gloo end the
-        # powerSGD_hook run at its first compressed step (gloo pair.cc "op.preamble.length <=
-        # op.nbytes": the buckets' chained allreduces are started in different orders on the
-        # two ranks). It leaves PyTorch no overlap of PowerSGD with backward.
+        # One bucket for the whole model (gpt2_torch.py also raises DDP's first bucket to it):
+        # with several, Debian's torch 1.13 and gloo end the powerSGD_hook run at its first
+        # compressed step (gloo pair.cc "op.preamble.length <= op.nbytes": the buckets' chained
+        # allreduces are started in different orders on the ranks). It leaves PyTorch no
+        # overlap of PowerSGD with backward.
         cmd += ["--powersgd-rank", str(psgd_rank(hook)), "--powersgd-start", str(PSGD_START),
                 "--bucket-cap-mb", "1024"]
     env = dict(os.environ, MASTER_ADDR=ns_addr(0), MASTER_PORT=str(29500 + os.getpid() % 1000),
