@@ -163,6 +163,28 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
     "rank 1 does not take part in re-forms (no hello on COHORT_CONTROL_FD): the job fails together (no restart left: --max-restarts)"
   check "silent, no restart left: no line promises a restart" not_contains "$out" "restarting"
 
+  # 2c. Across nodes (two agents on loopback): node 1's worker killed while node 0's says no
+  # hello. Node 0 cannot re-form and says why; its record in the re-form round tells node 1,
+  # which says another node cannot; both stop (no restart left) with the same root cause.
+  local mport two=() k
+  mport=$(free_port)
+  for k in 0 1; do
+    "$cohort" run --nnodes 2 --master "127.0.0.1:$mport" --node-rank "$k" --on-failure reform \
+      --run-id "rfs$$" -- "$worker" silent >"$tmp/l2c.$k" 2>&1 &
+    two+=($!)
+  done
+  wait_for "$tmp/l2c.1" "] start pid=" 1
+  wait_for "$tmp/l2c.0" "] start pid=" 1
+  kill -9 "$(first_pid "$tmp/l2c.1")"
+  wait_all 30 "${two[@]}"
+  check "silent, two nodes: both fail ($codes)" [ "$codes" = "1 1" ]
+  check "silent, two nodes: node 0 says which rank takes no part" contains "$tmp/l2c.0" \
+    "rank 0 does not take part in re-forms (no hello on COHORT_CONTROL_FD): the job fails together"
+  check "silent, two nodes: node 1 says another node cannot re-form" contains "$tmp/l2c.1" \
+    "another node cannot re-form (its agent says why): the job fails together"
+  check "silent, two nodes: node 1 names its lost rank as the root cause" grep -q \
+    "job failed: node 1 (.*): rank 1 (local rank 0, pid [0-9]*) was killed by SIGKILL" "$tmp/l2c.1"
+
   # 3. The PyTorch module is on the workers' path without progress files too
   # (--straggler-factor 0 and no --hang-timeout): its hooks' directory comes with re-forms.
   "$cohort" run --on-failure reform --straggler-factor 0 -- /usr/bin/python3 -c \
@@ -282,7 +304,6 @@ assert r["duration_ms"] is not None and r["duration_ms"] >= 0, r' "$tmp/l1.json"
   REFORM_DONE=$done "$cohort" run --nproc-per-node 2 --on-failure reform -- "$worker" >"$out" 2>&1 &
   agent=$!
   wait_for "$out" "] start pid=" 2
-  local k
   for k in 1 2 3; do
     sleep 0.5
     kill -9 "$(pid_of "$out" 1)"

@@ -457,9 +457,7 @@ static int reform_round(job *j, const char *report, const char *part_why) {
     if (part_why != NULL)
       fprintf(stderr, "cohort: %s\n", part_why);
     else
-      fprintf(stderr,
-              "cohort: another node cannot re-form (a worker there takes no part; its "
-              "agent says which): %s\n",
+      fprintf(stderr, "cohort: another node cannot re-form (its agent says why): %s\n",
               then_what(j));
     base_strlcpy(j->report, report, sizeof j->report);
     send_all(j, "stop", "the job restarts");
