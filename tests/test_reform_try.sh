@@ -34,7 +34,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 sec = text.split("## Try it on one machine", 1)[1].split("\n## ", 1)[0]
 code = re.findall(r"```sh\n(.*?)```", sec, re.S)[int(sys.argv[2])]
-code = code.replace("127.0.0.1:29400", "127.0.0.1:" + sys.argv[3])
+code = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:" + sys.argv[3], code)
 print(re.sub(r"--steps \d+", "--steps 300", code))
 EOF
 }
