@@ -83,6 +83,7 @@ torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
 another launcher (or COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN).
 """
 import argparse
+import functools
 import math
 import os
 import re
@@ -186,6 +187,23 @@ def torchrun_opts(a):
             "keep_alive_interval=1,keep_alive_max_attempt=%d" % max(1, math.ceil(a.heartbeat))]
 
 
+@functools.lru_cache(maxsize=None)
+def torch_major(python):
+    """The major version of the torch that PYTHON imports (0 when it cannot tell)."""
+    p = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True, timeout=120)
+    m = re.match(r"(\d+)\.", p.stdout.strip())
+    return int(m.group(1)) if p.returncode == 0 and m else 0
+
+
+def torchrun_output(a):
+    """torchrun's redirects: torch 1.13 on Python 3.11 takes only --redirects 2 --tee 1 (an enum
+    bug), so its workers' stderr stays in torchrun's log files; torch 2.x tees both streams, so
+    that a worker's dying words reach the row's log."""
+    return ["--redirects", "3", "--tee", "3"] if torch_major(a.python) >= 2 else \
+        ["--redirects", "2", "--tee", "1"]
+
+
 def row_cmd(row, a, tmp, i, port, ns):
     """The command line of node i for a row (the replacement uses node 2's)."""
     master = "%s:%d" % (ns.addr(0), port)
@@ -205,7 +223,7 @@ def row_cmd(row, a, tmp, i, port, ns):
             torch_cmd(a, tmp, [])
     return a.torchrun + ["--nnodes", "3", "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", master, "--rdzv_id", "recovery",
-            "--max_restarts", "3", "--redirects", "2", "--tee", "1"] + torchrun_opts(a) + [
+            "--max_restarts", "3"] + torchrun_output(a) + torchrun_opts(a) + [
             os.path.join(HERE, "torch_ckpt.py")] + torch_cmd(
                 a, tmp, ["--ckpt", os.path.join(tmp, "snapshot.pt"), "--ckpt-every",
                          str(a.ckpt_every)] + compress_args(a))
