@@ -693,8 +693,8 @@ etcd_tests() {
   check "etcd: the survivors end well ($codes)" [ "$codes" = "0 0" ] ||
     agents_said "$tmp/e.${others[0]}" "$tmp/e.${others[1]}"
 
-  # The replacement asks the job to take it in and joins that round first, so it plans it (etcd:
-  # the first node to join plans): it waits for the members. Before, it planned as a first
+  # The replacement asks the job to take it in; should it join that round first it would plan it
+  # (etcd: the first node to join plans) and wait for the members. Before, it planned as a first
   # start (MIN, then the last call) and a survivor later than that was left out; here one
   # survivor's agent is stopped for 2.5 s while the replacement asks, past --last-call 0.5.
   for i in 0 1 2; do
@@ -724,6 +724,9 @@ etcd_tests() {
   done
   check "etcd grow: the stopped survivor was not left out" \
     not_contains "$tmp/eg.$slow" "was left out of the re-form"
+  # A member plans the round (the replacement let one join first), so the newcomer comes last
+  # and a libcohort worker catches up rather than taking a blocking transfer as rank 0.
+  check "etcd grow: the replacement is the last node" contains "$tmp/eg.2b" "cohort: node 2 of 3 "
   check "etcd grow: the survivors kept their processes" unchanged "$tmp/eg.0" &&
     check "etcd grow: ... node 1 too" unchanged "$tmp/eg.1"
   touch "$tmp/eg.done"

@@ -374,6 +374,11 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
   }
   /* --local-addr: this node's address for the others (MASTER_ADDR when it is node 0). */
   if (cfg->rdzv.local_addr != NULL) jo.my_host = cfg->rdzv.local_addr;
+  /* A newcomer to a re-form round with etcd lets a member join first and plan it, so that
+   * the members keep the low ranks and the newcomer catches up (docs/reform.md); after a
+   * heartbeat timeout with no member it joins (and plans) anyway. */
+  if (c->etcd && c->reform_expect > 0 && c->reform_prev < 0)
+    (void)rdzv_wait_first_joined(c->client, c->run_id, round, base_deadline_in(cfg->lost_after_ms));
   rdzv_plan_free(&c->plan);
   free(c->lost); /* the last plan's */
   c->lost = NULL;

@@ -554,6 +554,13 @@ int rdzv_mark_pending(store_client *c, const char *job_id, int round, int64_t de
   return store_add(c, key, 1, NULL, deadline_ms);
 }
 
+int rdzv_wait_first_joined(store_client *c, const char *job_id, int round, int64_t deadline_ms) {
+  char key[STORE_KEY_MAX];
+  rdzv_key(key, sizeof key, job_id, round, "joined");
+  const char *keys[] = {key};
+  return store_wait(c, keys, 1, deadline_ms);
+}
+
 int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms) {
   char key[STORE_KEY_MAX];
   snprintf(key, sizeof key, "%s/latest", job_id);

@@ -112,6 +112,14 @@ int rdzv_join(store_client *c, const rdzv_join_opts *o, rdzv_plan *plan, char *e
  */
 int rdzv_mark_pending(store_client *c, const char *job_id, int round, int64_t deadline_ms);
 
+/*
+ * Waits until a node has joined round `round` (its join count exists), until
+ * deadline_ms at most: 0, or -ETIMEDOUT. With etcd the first node to join a
+ * round plans it and is node 0; a newcomer to a re-form round waits so that
+ * a member plans it and the newcomers come last (docs/reform.md).
+ */
+int rdzv_wait_first_joined(store_client *c, const char *job_id, int round, int64_t deadline_ms);
+
 /* The last round node 0 planned (the job's "J/latest"), or -ENOENT before any. */
 int rdzv_latest_round(store_client *c, const char *job_id, int64_t deadline_ms);
 
