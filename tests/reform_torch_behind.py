@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""examples/reform_ddp.py with one test hook, for tests/test_reform_torch.py.
+"""examples/reform_ddp.py with two test hooks, for tests/test_reform_torch.py.
 
 Once the file named by $REFORM_TEST_FAIL exists, this worker's next step
 that completes (its all_reduce gave the full sum, its optimizer stepped) is
@@ -8,11 +8,18 @@ step is not counted here while the other ranks count it. So this survivor
 is behind the others at the re-form, deterministically (docs/reform.md,
 "Steps": the highest completed step wins, a survivor behind it receives
 the state).
+
+While the file named by $REFORM_TEST_SLOW exists, a step's forward waits
+after the model's first layer (having made SLOW.in), as a large model's
+would compute; a backward of that step that runs all the same makes
+SLOW.backward (the module should end the step at its next layer once the
+membership ended).
 Usage: reform_torch_behind.py ARGS OF reform_ddp.py
 """
 import os
 import runpy
 import sys
+import time
 
 import cohort_reform
 
@@ -21,8 +28,38 @@ trigger = os.environ.get("REFORM_TEST_FAIL", "")
 original = cohort_reform._Step.__exit__
 
 
+slow = os.environ.get("REFORM_TEST_SLOW", "")
+slow_step = {"on": False}  # in a step whose forward waited
+
+
+def slow_forward(module, inputs, output):
+    if not (slow and os.path.exists(slow)):
+        return
+    open(slow + ".in", "w").close()
+    end = time.monotonic() + 60
+    while os.path.exists(slow) and time.monotonic() < end:
+        time.sleep(0.01)
+    slow_step["on"] = True
+
+
+def slow_backward(grad):
+    if slow_step["on"]:
+        open(slow + ".backward", "w").close()
+
+
+original_init = cohort_reform.Job.__init__
+
+
+def hooked_init(self, model, *args, **kwargs):
+    first = next(m for m in model.modules() if not list(m.children()))
+    first.register_forward_hook(slow_forward)
+    list(model.parameters())[-1].register_hook(slow_backward)
+    original_init(self, model, *args, **kwargs)
+
+
 def failing_exit(self, kind, exc, tb):
     global trigger
+    slow_step["on"] = False
     if kind is None and trigger and os.path.exists(trigger):
         trigger = ""
         print("failing step=%d pid=%d" % (self.job.step + 1, os.getpid()), flush=True)
@@ -36,6 +73,7 @@ def _raise(exc):
 
 
 cohort_reform._Step.__exit__ = failing_exit
+cohort_reform.Job.__init__ = hooked_init
 example = os.path.join(here, "..", "examples", "reform_ddp.py")
 sys.argv = [example] + sys.argv[1:]
 runpy.run_path(example, run_name="__main__")

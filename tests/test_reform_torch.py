@@ -31,7 +31,9 @@ workers running examples/reform_ddp.py, then
      that joined (0, every grow deferred, on the first three, which 2 and 3
      need), the first stalled (SIGSTOP) and `reshape grow=1
      defer_ms=60000` to the others (COHORT_GROW_DEFER_MS=120000 on all):
-     they re-form within 20 s, not after the deferral's 60 s.
+     they re-form within 20 s, not after the deferral's 60 s;
+  9. a reshape while a rank computes its step's forward (held after the
+     first layer): the step ends at the next layer, its backward never runs.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
@@ -88,6 +90,8 @@ class Worker:
             env["COHORT_NEWCOMER"] = "1"
         self.fail_file = os.path.join(tmp, name + ".fail")
         env["REFORM_TEST_FAIL"] = self.fail_file
+        self.slow_file = os.path.join(tmp, name + ".slow")
+        env["REFORM_TEST_SLOW"] = self.slow_file
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 [PY, os.path.join(SRC, "tests/reform_torch_behind.py"), "--steps", str(STEPS),
@@ -461,6 +465,23 @@ def run(tmp, ws):
     stalled.proc.kill()
     stalled.proc.wait()
     check_after(survivors, t_break, 3, "grow breaking the step")
+
+    # 9. A reshape while a rank is inside its step's forward (held after its first layer, as a
+    # large model's would compute): the step ends at the next layer; its backward never runs.
+    w = survivors[0]
+    open(w.slow_file, "w").close()
+    end = time.monotonic() + LONG
+    while not os.path.exists(w.slow_file + ".in") and time.monotonic() < end:
+        time.sleep(0.01)
+    for v in survivors:
+        v.send("reshape epoch=12 why=a loss while rank 0 computes")
+    time.sleep(0.5)  # the reshape reaches its channel thread while the forward is held
+    os.unlink(w.slow_file)
+    t_mid, agreed = reform(survivors, 12, 13, free_port(), 3, "", told=[])
+    if os.path.exists(w.slow_file + ".backward"):
+        fail("the step whose membership ended during its forward ran its backward")
+    check_after(survivors, t_mid, 3, "a loss during the forward")
+    same_params(survivors, agreed + 1, "the step after a loss during the forward")
 
     # Training goes on; the survivors agree bit for bit and kept their history.
     at = max(last_step(w) for w in survivors) + 10

@@ -149,5 +149,32 @@ check "survivors kept their processes, no completed step recomputed" \
   analyse "$t0" "$t_new" "$tmp/n0" "$tmp/n1" "$tmp/n2"
 echo "state sent to the replacement: $received bytes"
 
+# A node killed while the survivors compute (a long step with no collective left in it): each
+# survivor's cohort_reform watches its process group's connections and tells its agent at once,
+# so the agents re-form within seconds, not at the step's end (STEP2) nor at the heartbeat
+# timeout (HB2). The bound of WATCH_S only tells the watch from those two.
+HB2=14 STEP2=20 WATCH_S=8
+watch_on() {
+  local rank=()
+  [ "$1" -eq 0 ] && rank=(--node-rank 0)
+  netns_agent "$1" "$tmp/w$1" --nnodes 2:3 "${rank[@]}" --master "$M:29501" --job pw \
+    --heartbeat-timeout $HB2 --on-failure reform --no-python /usr/bin/python3 \
+    "$src/examples/reform_ddp.py" --steps 2 --step-time $STEP2
+  agent[$1]=$!
+}
+for i in 0 1 2; do watch_on "$i"; done
+for i in 0 1 2; do check "watch: node $i trains" wait_re "$tmp/w$i" "\] step=1 " 120 || exit 1; done
+sleep 2 # well inside step 2's body: its collectives are done, the sleep is not
+for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
+wait "${agent[2]}" 2>/dev/null
+check "watch: the agents re-form within $WATCH_S s (step $STEP2 s, heartbeat timeout $HB2 s)" \
+  wait_re "$tmp/w0" "re-forming without stopping the survivors: node [0-9] .*lost a peer" $WATCH_S
+told=$(cat "$tmp/w0" "$tmp/w1" | grep -c "a peer's connection closed during the step")
+check "watch: a survivor's worker told its agent that a peer's connection closed ($told)" \
+  [ "$told" -ge 1 ]
+wait_all 120 "${agent[0]}" "${agent[1]}"
+check "watch: the two survivors finish ($codes)" [ "$codes" = "0 0" ]
+check "watch: node 0's worker ends at world 2" contains "$tmp/w0" "] done step=2 rank=0 world=2 "
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -38,9 +38,12 @@ Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
 plain DDP set-up and training_step() only counts steps.
 """
 import gc
+import inspect
 import os
 import pickle
+import select
 import socket
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -278,6 +281,107 @@ def _shut_reading(fd, name):
     s.close()
 
 
+def _peer_socket(fd, store_port):
+    """Whether fd is a connection of the group to a peer rank: a connected TCP socket, not
+    the store's (its port at either end: a store client's probe may close any time)."""
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return False
+    try:
+        if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+            return False
+        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            return False
+        return store_port not in (s.getsockname()[1], s.getpeername()[1])
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class _PeerWatch:
+    """Tells the agent at once when a peer rank's connection closes while this rank is in a
+    step's body (Job._Step): a node killed whole closes its connections at once, but gloo
+    notices only at the next collective and the agent only when the heartbeat times out.
+    Armed in the step's body only: a peer that finished its last step closes after the
+    boundary's all_reduce, outside it. A peer that took a reshape a moment before this rank
+    closes too: the watch waits GRACE_S for this rank's own before it tells. One thread per
+    membership, which ends once it told, at stop(), or when the membership ended."""
+
+    GRACE_S = 0.3
+
+    def __init__(self, job, socks, store_port):
+        self.job, self.epoch, self.rank = job, job.epoch, job.rank
+        self.lock = threading.Lock()
+        self.armed = self.pending = False  # pending: a peer closed, not told yet
+        self.poll = select.poll()
+        for fd in [fd for fd in socks if _peer_socket(fd, store_port)]:
+            self.poll.register(fd, select.POLLRDHUP)
+        self.rd, self.wr = os.pipe()
+        self.poll.register(self.rd, select.POLLIN)
+        threading.Thread(target=self._run, name="cohort-reform-watch", daemon=True).start()
+
+    def arm(self, on):
+        """In a step's body (on) or out of it; a close seen out of it is told on arming."""
+        with self.lock:
+            self.armed = on
+            wake = on and self.pending
+        if wake:
+            self._wake(b"a")
+
+    def stop(self):
+        self._wake(b"x")
+        if self.wr >= 0:
+            os.close(self.wr)
+            self.wr = -1
+
+    def _wake(self, byte):
+        if self.wr >= 0:
+            try:
+                os.write(self.wr, byte)
+            except OSError:
+                pass
+
+    def _run(self):
+        try:
+            while self._watch_once():
+                pass
+        finally:
+            os.close(self.rd)
+
+    def _watch_once(self):
+        """One poll: False once the thread is done."""
+        for fd, ev in self.poll.poll():
+            if fd == self.rd:
+                if os.read(self.rd, 1) == b"x":
+                    return False
+            else:
+                self._closed(fd)
+            if self.job.epoch != self.epoch or self.job.reshaped():
+                return False
+            with self.lock:
+                tell = self.armed and self.pending
+            if tell:
+                self._tell()
+                return False
+        return True
+
+    def _closed(self, fd):
+        """fd's event: its peer closed it, or gloo closed it already on finding that (the
+        number may even be another file's by now): no longer watched, pending."""
+        self.poll.unregister(fd)
+        with self.lock:
+            self.pending = True
+
+    def _tell(self):
+        if self.job.channel.wait_reshape(self.epoch, self.GRACE_S):
+            return  # the membership ended: the peer closed for that
+        print("cohort_reform: rank %d: a peer's connection closed during the step (membership "
+              "%d): told the agent" % (self.rank, self.epoch), file=sys.stderr, flush=True)
+        self.job.channel.send("broken", epoch=self.epoch, why="a peer's connection closed")
+
+
 class Job:
     """A DDP training job that takes part in cohort's re-forms.
 
@@ -314,6 +418,8 @@ class Job:
         self._store = None
         self._lock = threading.Lock()  # the breaker against the teardown
         self._socks = {}               # the process group's own sockets
+        self._watch = None             # _PeerWatch of the membership (gloo)
+        self._in_body = False          # inside a step's body (_Step)
         self._pg = None
         self.channel = None
         if backend == "nccl":
@@ -323,6 +429,7 @@ class Job:
             self.channel = _Channel(int(fd), self._break)
             # await_form=1: this module can be started ahead of its membership.
             self.channel.send("hello", pid=os.getpid(), await_form=1)
+            self._hook_model()
         if self.channel is not None and env.get("COHORT_AWAIT_FORM") == "1":
             self._first_form()  # started ahead: the survivors went on without waiting
             return
@@ -388,6 +495,26 @@ class Job:
             f = n / float(self.world_size + n)
         return c.open_window(3600.0 * 24 if f >= 1.0 else f * last, self.epoch)
 
+    def _arm(self, on):
+        """Entering (on) or leaving a step's body: the peer watch and the step's abort."""
+        self._in_body = on
+        if self._watch is not None:
+            self._watch.arm(on)
+
+    def _hook_model(self):
+        """Ends a step's forward or backward as soon as its membership ended, rather than at
+        DDP's next collective after the rest of the computation: a forward pre-hook on every
+        submodule and a hook on every parameter's gradient raise Reshaped (the step is
+        dropped as it would be at that collective)."""
+        def check(*_):
+            if self._in_body and self.reshaped():
+                raise Reshaped("membership %d ended during the step" % self.epoch)
+        for m in self.module.modules():
+            m.register_forward_pre_hook(check)
+        for p in self.module.parameters():
+            if p.requires_grad:
+                p.register_hook(check)
+
     def _recover(self, exc):
         """A step's collective failed: True once re-formed (the step is dropped), False
         when it is an ordinary failure, the script's own."""
@@ -425,6 +552,9 @@ class Job:
 
     def _release(self):
         """Everything of the current membership: DDP, process group, store."""
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         self._break(self.epoch)
         with self._lock:
             self._socks, self._pg = {}, None
@@ -513,7 +643,9 @@ class Job:
         if self.channel is not None and announce:
             self.channel.send("formed", epoch=epoch, step=top)
         sent, received = self._transfer(donor, behind)
-        self.ddp = DistributedDataParallel(self.module, **self.ddp_args)
+        self.ddp = _ddp(self.module, self.ddp_args, in_sync=top > 0)
+        if self.channel is not None and self.backend == "gloo":
+            self._watch = _PeerWatch(self, self._socks, int(f["master_port"]))
         self.reforms.append(dict(epoch=epoch, world_size=size, donor=donor,
                                  behind=behind, sent=sent, received=received))
 
@@ -604,6 +736,28 @@ class Job:
             self.load_state_dict(_fill(outline, tensors))
             return 0, head.numel() + sum(t.numel() * t.element_size() for t in got)
         return 0, 0
+
+
+def _ddp(module, ddp_args, in_sync):
+    """DistributedDataParallel around module. in_sync: every rank holds the same parameters
+    bit for bit already (a re-form after a completed step: the ranks trained together, and
+    those behind received the state), so DDP's own broadcast of them from rank 0 at
+    construction, the whole model once more over the group's links, is left out (torch >= 2.1:
+    init_sync=False; 1.13: its module's _sync_module_states skipped for this call). Every rank
+    decides alike (the agreed step)."""
+    if not in_sync or "init_sync" in ddp_args:
+        return DistributedDataParallel(module, **ddp_args)
+    if "init_sync" in inspect.signature(DistributedDataParallel.__init__).parameters:
+        return DistributedDataParallel(module, init_sync=False, **ddp_args)
+    import torch.nn.parallel.distributed as ddp_module
+    sync = getattr(ddp_module, "_sync_module_states", None)
+    if sync is None:
+        return DistributedDataParallel(module, **ddp_args)
+    ddp_module._sync_module_states = lambda *args, **kwargs: None
+    try:
+        return DistributedDataParallel(module, **ddp_args)
+    finally:
+        ddp_module._sync_module_states = sync
 
 
 class _Slot:
@@ -716,10 +870,12 @@ class _Step:
         if job.reshaped() or job._open_window():
             job.reform()
         job._step_t0 = time.monotonic()
+        job._arm(True)
         return job
 
     def __exit__(self, kind, exc, tb):
         job = self.job
+        job._arm(False)
         if kind is None:
             job._last_step_s = time.monotonic() - job._step_t0
             # A collective that completed gave every rank's sum: the step counts.
