@@ -31,7 +31,9 @@
  * its share only (rank 0's line says ceil(B/2) bytes of the B); with PowerSGD it
  * contributes a fixed number of steps after its join (COHORT_GPT2_TEST_HOLD), so
  * it replays several compressing steps, and in catchup-psgd-cross warm-up steps
- * then compressing ones.
+ * then compressing ones. In catchup-r0-* the newcomer joins as rank 0 (the survivors
+ * ranks 1 and 2), in catchup-mid-tcp as rank 1: it catches up all the same, and rank 0
+ * writes every step's line once.
  *
  * usage: test_gpt2_reform PATH/TO/cohort-gpt2 [NAME]   (NAME: only the cases named so, a prefix)
  */
@@ -241,6 +243,9 @@ typedef struct reform_case {
   /* 1: the newcomer catches up across PowerSGD's start step (joins in the warm-up, contributes
    * after a compressing step). */
   int cross;
+  /* The newcomer's rank at the grow (the survivors keep their order around it): 2, the last, or
+   * below the survivors' ranks, 0 or 1. */
+  int newrank;
 } reform_case;
 
 /* The case that runs (run_case's): > 0, every step takes this many ms more
@@ -347,7 +352,8 @@ static long reform_step(const char *out, int epoch, int from, int to) {
 }
 
 /* The survivors s[0..1] (the victim lost) re-form as 2; `on` steps later the membership of 2
- * ends and a newcomer, started here as s[2], joins as rank 2. 1 when every message came. */
+ * ends and a newcomer, started here as s[2], joins as rank c->newrank (the survivors in their
+ * order around it). 1 when every message came. */
 static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, proc *s) {
   char tag[80], msg[1024];
   int ok = 1;
@@ -368,9 +374,9 @@ static int shrink_grow(const reform_case *c, run_setup *u, int victim, int on, p
   char hold[32];
   snprintf(hold, sizeof hold, "%d", c->hold);
   if (c->hold > 0) setenv("COHORT_GPT2_TEST_HOLD", hold, 1);
-  s[2] = spawn_rank(tag, 2, 3, u->job, 2, 1, 1, c->transport, u->args);
+  s[2] = spawn_rank(tag, c->newrank, 3, u->job, 2, 1, 1, c->transport, u->args);
   unsetenv("COHORT_GPT2_TEST_HOLD");
-  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i, 3, u->job) == 0;
+  for (int i = 0; i < 2; i++) ok = ok && form(&s[i], 2, i < c->newrank ? i : i + 1, 3, u->job) == 0;
   for (int i = 0; i < 2; i++) ok = ok && expect(&s[i], "formed", msg, sizeof msg, 60) == 0;
   return ok;
 }
@@ -399,11 +405,12 @@ static int grow_join_ok(const reform_case *c, const proc *r0) {
 }
 
 /* Rank 0's catch-up lines: of the state's B bytes, rank 0 (donor 0 of the 2 survivors) held a
- * copy of its share only, ceil(B/2) bytes, not a snapshot of the whole state. */
-static void check_share_copy(const char *out) {
+ * copy of its share only, ceil(B/2) bytes, not a snapshot of the whole state. A rank 0 that caught
+ * up itself held none and says nothing of it. */
+static void check_share_copy(const char *out, int donor) {
   const char *b = strstr(out, "1 rank(s) catching up: ");
   const char *h = strstr(out, "a copy of its share only: ");
-  CHECK(b != NULL && h != NULL);
+  CHECK(b != NULL && (h != NULL) == donor);
   if (b == NULL || h == NULL) return;
   unsigned long long bytes = strtoull(b + strlen("1 rank(s) catching up: "), NULL, 10);
   unsigned long long held = strtoull(h + strlen("a copy of its share only: "), NULL, 10);
@@ -441,23 +448,33 @@ static int live(const reform_case *c, long *N, long *M) {
   CHECK(ok);
   char *out = out_of(s[0].tag);
   *N = reform_step(out, 1, 3, 2);
+  /* From the grow on, rank 0 is the newcomer when it joined as rank 0. */
+  const proc *r0 = c->newrank == 0 ? &s[2] : &s[0];
+  if (c->newrank == 0) {
+    free(out);
+    out = out_of(r0->tag);
+  }
   *M = reform_step(out, 2, 2, 3);
   if (*N < c->kill_at || *M <= *N || *M >= STEPS) fprintf(stderr, "%s: %s\n", c->name, out);
   CHECK(*N >= c->kill_at && *M > *N && *M < STEPS);
   CHECK(strstr(out, "summary: ") != NULL);
-  CHECK(grow_join_ok(c, &s[0]));
+  CHECK(grow_join_ok(c, r0));
   /* Caught up in the background (the plain exchange, PowerSGD), or received at the re-form
-   * (bf16). */
-  int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, "caught up") != NULL;
-  if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n", c->name, out);
+   * (bf16): rank 0 names the ranks that caught up, and the newcomer says it replayed. */
+  char who[64], *nout = out_of(s[2].tag);
+  snprintf(who, sizeof who, "rank(s) %d-%d caught up: ", c->newrank, c->newrank);
+  int streamed = strstr(out, "1 rank(s) catching up: ") != NULL && strstr(out, who) != NULL &&
+                 strstr(nout, "(newcomer): caught up: snapshot of step ") != NULL;
+  if (c->rate > 0 && !streamed) fprintf(stderr, "%s: %s\n%s\n", c->name, out, nout);
   CHECK(c->rate == 0 || streamed);
-  if (streamed) check_share_copy(out);
+  if (streamed) check_share_copy(out, c->newrank != 0);
   CHECK(strcmp(c->compress, "bf16") != 0 || !streamed);
+  free(nout);
   free(out);
   /* The new memberships' gradient buffers are shared again (cohort_mem_alloc after each re-form:
    * the single-copy path over shared memory). */
   char path[600];
-  snprintf(path, sizeof path, "%s/%s.err", tmp, s[0].tag);
+  snprintf(path, sizeof path, "%s/%s.err", tmp, r0->tag);
   char *err = spawn_slurp(path);
   CHECK(strstr(err, "gradients in private memory") == NULL);
   free(err);
@@ -492,6 +509,34 @@ static long last_of_two(const reform_case *c, long M) {
   return K;
 }
 
+/* PowerSGD with the newcomer below the survivors' ranks: its error feedback (zero) sits at its
+ * rank, the survivors' at theirs, where a checkpoint resumed on more ranks gives the first ranks
+ * the errors and the last a zero one; so from its first step the run is not the chained one (a
+ * run of its own, with each rank's error where it is). Up to then (the steps at world 2 while it
+ * caught up, step K the last) every loss equals the chain's bit for bit, and its replay gave it
+ * the donors' parameters (the trainer checks them and fails otherwise); after K all three train,
+ * every step's line once. */
+static void caught_up_below(const reform_case *c, long N, long K) {
+  static run_metrics lv, ch;
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.live.jsonl", tmp, c->name);
+  lv.lines = metrics_of(path, lv.loss, lv.world);
+  snprintf(path, sizeof path, "%s/%s.chain.jsonl", tmp, c->name);
+  ch.lines = metrics_of(path, ch.loss, ch.world);
+  CHECK_EQ_INT(ch.lines, K);
+  CHECK_EQ_INT(lv.lines, STEPS);
+  int losses = 1, worlds = 1;
+  for (int st = 1; st <= STEPS; st++) {
+    losses &= st > K || lv.loss[st] == ch.loss[st];
+    worlds &= lv.world[st] == (st <= N || st > K ? 3 : 2);
+  }
+  if (!losses || !worlds)
+    fprintf(stderr, "%s: re-forms at %ld, world 3 again after %ld\n", c->name, N, K);
+  CHECK(losses);
+  CHECK(worlds);
+  CHECK(K < STEPS && lv.loss[1] != lv.loss[STEPS]);
+}
+
 static void run_case(const reform_case *c) {
   long N = -1, M = -1;
   int ok = live(c, &N, &M);
@@ -510,6 +555,10 @@ static void run_case(const reform_case *c) {
   if (c->cross) CHECK(M < c->psgd_start && K > c->psgd_start);
   CHECK(chain_run(c, 3, N, 0));
   CHECK(chain_run(c, 2, K, 1));
+  if (strcmp(c->compress, "powersgd") == 0 && c->newrank != 2) {
+    caught_up_below(c, N, K);
+    return;
+  }
   CHECK(chain_run(c, 3, STEPS, 2));
   static run_metrics lv, ch;
   int same = compare_runs(c, &lv, &ch);
@@ -524,6 +573,9 @@ static void run_case(const reform_case *c) {
   }
   CHECK(losses);
   CHECK(worlds);
+  /* Caught up in the background, rank 0 (a survivor, or the newcomer from its join on: the line of
+   * the join's step from the report the lowest donor hands it) wrote every step's line once. */
+  if (c->rate > 0) CHECK_EQ_INT(lv.lines, STEPS);
   /* Training moved. */
   CHECK(lv.loss[1] != lv.loss[STEPS]);
 }
@@ -680,42 +732,49 @@ int main(int argc, char **argv) {
   if (only[0] == '\0') zero_refused();
   setenv("COHORT_GROW_BREAK", "0", 1); /* grows deferred, but where a case says otherwise */
   static const reform_case cases[] = {
-      {"none-shm", "none", "shm", 1, 3, 10, 0, 0, 0},
-      {"none-tcp", "none", "tcp", 0, 3, 10, 0, 0, 0},
-      {"bf16-shm", "bf16", "shm", 0, 3, 10, 0, 0, 0},
-      {"bf16-tcp", "bf16", "tcp", 1, 3, 10, 0, 0, 0},
-      {"psgd-shm", "powersgd", "shm", 2, 4, 2, 0, 0, 0},
-      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2, 0, 0, 0},
+      {"none-shm", "none", "shm", 1, 3, 10, 0, 0, 0, 2},
+      {"none-tcp", "none", "tcp", 0, 3, 10, 0, 0, 0, 2},
+      {"bf16-shm", "bf16", "shm", 0, 3, 10, 0, 0, 0, 2},
+      {"bf16-tcp", "bf16", "tcp", 1, 3, 10, 0, 0, 0, 2},
+      {"psgd-shm", "powersgd", "shm", 2, 4, 2, 0, 0, 0, 2},
+      {"psgd-tcp", "powersgd", "tcp", 2, 4, 2, 0, 0, 0, 2},
       /* Lost during PowerSGD's warm-up (plain exchange to step 8), compressing after. */
-      {"psgd-warmup", "powersgd", "shm", 2, 2, 8, 0, 0, 0},
+      {"psgd-warmup", "powersgd", "shm", 2, 2, 8, 0, 0, 0, 2},
       /* The newcomer catches up while the survivors train: its state streamed slowly. */
-      {"catchup-tcp", "none", "tcp", 1, 3, 10, 30000000, 0, 0},
-      {"catchup-shm", "none", "shm", 2, 3, 10, 30000000, 0, 0},
+      {"catchup-tcp", "none", "tcp", 1, 3, 10, 30000000, 0, 0, 2},
+      {"catchup-shm", "none", "shm", 2, 3, 10, 30000000, 0, 0, 2},
       /* The same with PowerSGD: the newcomer's factors -0.0, its replay from the kept factors; it
        * contributes 6 steps after its join (a test's hold), so it replays 6 compressing steps. */
-      {"catchup-psgd-tcp", "powersgd", "tcp", 2, 2, 2, 30000000, 6, 0},
-      {"catchup-psgd-shm", "powersgd", "shm", 2, 2, 2, 30000000, 6, 0},
+      {"catchup-psgd-tcp", "powersgd", "tcp", 2, 2, 2, 30000000, 6, 0, 2},
+      {"catchup-psgd-shm", "powersgd", "shm", 2, 2, 2, 30000000, 6, 0, 2},
       /* It joins in the warm-up (after step 4) and catches up across the start step (7): 2
        * steps of the plain exchange, 2 compressing. */
-      {"catchup-psgd-cross", "powersgd", "tcp", 2, 1, 6, 30000000, 4, 1},
+      {"catchup-psgd-cross", "powersgd", "tcp", 2, 1, 6, 30000000, 4, 1, 2},
+      /* The newcomer below the survivors' ranks (a replacement for a lost rank 0, or a node that
+       * planned the round first): rank 0, or rank 1 between them. */
+      {"catchup-r0-tcp", "none", "tcp", 1, 3, 10, 30000000, 0, 0, 0},
+      {"catchup-r0-shm", "none", "shm", 2, 3, 10, 30000000, 0, 0, 0},
+      {"catchup-mid-tcp", "none", "tcp", 2, 3, 10, 30000000, 0, 0, 1},
+      /* PowerSGD, the newcomer rank 0: bit for bit up to its first step (caught_up_below). */
+      {"catchup-r0-psgd", "powersgd", "tcp", 2, 2, 2, 30000000, 6, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (strncmp(cases[i].name, only, strlen(only)) == 0) run_case(&cases[i]);
   /* The grow comes early in a slow step, which it breaks. */
-  static const reform_case brk = {"break-tcp", "none", "tcp", 1, 3, 10, 0, 0, 0};
+  static const reform_case brk = {"break-tcp", "none", "tcp", 1, 3, 10, 0, 0, 0, 2};
   break_ms = 400;
   if (strncmp(brk.name, only, strlen(only)) == 0) run_case(&brk);
   break_ms = 0;
   /* A survivor behind: PowerSGD (its error as the completed step left it) and the plain exchange.
    */
   static const reform_case behind[] = {
-      {"behind-psgd", "powersgd", "tcp", 0, 5, 2, 0, 0, 0},
-      {"behind-none", "none", "shm", 0, 5, 10, 0, 0, 0},
+      {"behind-psgd", "powersgd", "tcp", 0, 5, 2, 0, 0, 0, 2},
+      {"behind-none", "none", "shm", 0, 5, 10, 0, 0, 0, 2},
   };
   for (size_t i = 0; i < sizeof behind / sizeof behind[0]; i++)
     if (strncmp(behind[i].name, only, strlen(only)) == 0) run_behind(&behind[i]);
   /* The donor lost mid-stream: 1.6 MB at 400 kB/s, about 4 s. */
-  static const reform_case donor = {"donor-lost", "none", "tcp", 2, 3, 10, 400000, 0, 0};
+  static const reform_case donor = {"donor-lost", "none", "tcp", 2, 3, 10, 400000, 0, 0, 2};
   if (strncmp(donor.name, only, strlen(only)) == 0) run_donor_lost(&donor);
   store_server_stop(srv);
   char cmd[300];

@@ -458,9 +458,9 @@ void gpt2_ddp_own_state_set(gpt2_ddp *d, const float *own) {
   for (int g = 0; g < p->s.ngroups; g++) p->s.groups[g].share = 0.0f; /* err is the error itself */
 }
 
-void gpt2_ddp_set_contrib(gpt2_ddp *d, int contrib) {
+void gpt2_ddp_set_contrib(gpt2_ddp *d, int contrib, int identity) {
   gpt2_ddp_powersgd *p = gpt2_ddp_powersgd_of(d);
-  if (p != NULL) gpt2_psgd_set_contrib(&p->s, contrib, d->rank >= contrib);
+  if (p != NULL) gpt2_psgd_set_contrib(&p->s, contrib, identity);
 }
 
 float *gpt2_ddp_exchange_state(gpt2_ddp *d, size_t *n) {

@@ -230,10 +230,11 @@ int gpt2_ddp_state_pieces(gpt2_ddp *d, cohort_iov *iov, int max);
 void gpt2_ddp_own_state_get(gpt2_ddp *d, float *own);
 /* Sets the own part from own (NULL: zero, a newcomer's). */
 void gpt2_ddp_own_state_set(gpt2_ddp *d, const float *own);
-/* Catching up (docs/gpt2.md "Catching up"): the lowest contrib ranks train, the others take part
- * in every sum with -0.0 (PowerSGD: their factors too, and the errors of the ranks that train keep
- * 1/contrib of each step's approximation). A new exchange has contrib = world. */
-void gpt2_ddp_set_contrib(gpt2_ddp *d, int contrib);
+/* Catching up (docs/gpt2.md "Catching up"): contrib ranks train, the others (identity: this rank
+ * is one of them) take part in every sum with -0.0 (PowerSGD: their factors too, and the errors of
+ * the ranks that train keep 1/contrib of each step's approximation). A new exchange has
+ * contrib = world. */
+void gpt2_ddp_set_contrib(gpt2_ddp *d, int contrib, int identity);
 /* The part of the shared state that a step's exchange writes before the step's update (PowerSGD's
  * Q), *n floats of it; NULL when none. */
 float *gpt2_ddp_exchange_state(gpt2_ddp *d, size_t *n);

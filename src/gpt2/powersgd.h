@@ -96,8 +96,9 @@ typedef struct gpt2_psgd {
   /* The current step: groups in the order they were launched. */
   int *order;
   int nlaunched;
-  /* Catching up (docs/gpt2.md "Catching up"): the sums hold the gradients of the lowest contrib
-   * ranks only (0: of every rank of the communicator), whose errors keep 1/contrib of each P Q^T;
+  /* Catching up (docs/gpt2.md "Catching up"): the sums hold the gradients of the contrib ranks
+   * that train only (0: of every rank of the communicator), whose errors keep 1/contrib of each
+   * P Q^T;
    * an identity rank (one of the others) adds -0.0 to every sum (x + -0.0 == x for every x),
    * written as such, never computed (0 x a negative q is +0.0): it computes no factor of its own,
    * orthonormalises the summed P as every rank does, and its error stays zero. */
@@ -169,7 +170,7 @@ void gpt2_psgd_error(gpt2_psgd *s, float *out);
  * length, becomes zero). */
 void gpt2_psgd_orthonormalize(float *a, int rows, int cols);
 
-/* Catching up: the lowest contrib ranks train (0: all); identity: this rank is not one of them. */
+/* Catching up: contrib ranks train (0: all); identity: this rank is not one of them. */
 void gpt2_psgd_set_contrib(gpt2_psgd *s, int contrib, int identity);
 /* A step's result after its exchange, what its update reads besides the optimiser state: the
  * packed block (every group's summed uncompressed floats and orthonormal summed P) and the summed

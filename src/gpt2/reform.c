@@ -57,9 +57,12 @@ typedef struct join_view {
   int old_world;       /* the world of the membership that ended (0: none, a first start) */
   int behind, dropped; /* survivors behind it (they receive the state); a step in flight lost */
   int nnew;            /* ranks that receive the state */
-  /* The ranks without state catch up while the others train (start_catch_up): every rank may,
-   * none is behind, and those with state are the lowest. */
+  /* The ranks without state catch up while the others train (start_catch_up): every rank may and
+   * none is behind; they may be any ranks, rank 0 included. */
   int catch_up;
+  int slot;     /* this rank's place among the ranks at the highest step (-1: not one) */
+  int first;    /* the lowest rank at the highest step */
+  char who[96]; /* the ranks behind it, as ranges ("0-0", "1-2,4-4"; "..." when longer) */
 } join_view;
 
 /* Whether this rank may catch up a newcomer in the background: the plain exchange or PowerSGD
@@ -71,20 +74,33 @@ static int may_catch_up(const train_run *r) {
          (e == NULL || strcmp(e, "0") != 0);
 }
 
-static void view_of(const int64_t *all, int world, join_view *v) {
-  *v = (join_view){.max = -1, .catch_up = 1};
+/* Appends the range lo-hi of the ranks behind to v->who (cut with "..." where it is long). */
+static void add_range(join_view *v, int lo, int hi) {
+  size_t at = strlen(v->who); /* a range takes 24 characters at most */
+  if (at >= sizeof v->who - 32 && v->who[at - 1] != '.') strcat(v->who, ",...");
+  if (at >= sizeof v->who - 32) return;
+  snprintf(v->who + at, sizeof v->who - at, "%s%d-%d", at > 0 ? "," : "", lo, hi);
+}
+
+static void view_of(const int64_t *all, int world, int rank, join_view *v) {
+  *v = (join_view){.max = -1, .catch_up = 1, .slot = -1, .first = -1};
   for (int i = 0; i < world; i++) {
     if (all[4 * i] > v->max) v->max = all[4 * i];
     if (all[4 * i + 2] > v->old_world) v->old_world = (int)all[4 * i + 2];
     v->catch_up &= all[4 * i + 3] != 0;
   }
-  int first_new = world;
-  for (int i = 0; i < world; i++) {
+  int run = -1; /* the first rank of the current range of ranks behind */
+  for (int i = 0; i <= world; i++) {
+    int behind = i < world && all[4 * i] < v->max;
+    if (behind && run < 0) run = i;
+    if (!behind && run >= 0) add_range(v, run, i - 1);
+    if (!behind) run = -1;
+    if (i == world) break;
     v->behind += all[4 * i] >= 0 && all[4 * i] < v->max;
-    v->nnew += all[4 * i] < v->max;
+    v->nnew += behind;
     v->dropped |= all[4 * i] == v->max && all[4 * i + 1] != 0;
-    if (all[4 * i] < v->max && first_new == world) first_new = i;
-    if (all[4 * i] == v->max && i > first_new) v->catch_up = 0;
+    if (!behind && v->first < 0) v->first = i;
+    if (!behind && i == rank) v->slot = i - v->nnew;
   }
   v->catch_up &= v->max >= 0 && v->behind == 0 && v->nnew > 0 && v->nnew < world;
 }
@@ -100,7 +116,7 @@ static int agree(train_run *r, int64_t mine, int old_world, join_view *v) {
     gpt2_ddp_fail(&r->ddp, rc, "allgather of the completed steps");
     return RUN_COMM;
   }
-  view_of(all, r->world, v);
+  view_of(all, r->world, r->rank, v);
   free(all);
   return RUN_OK;
 }
@@ -141,14 +157,33 @@ int gpt2_catch_up_release(train_run *r) {
   return RUN_OK;
 }
 
-/* The ranks without state (the highest: nnew of them) catch up: every rank with state (a donor)
+/* A rank 0 that receives the step the job goes on from (it was behind, or is new) writes that
+ * step's line from the report that came with it, unless its metrics have it (a lost rank 0 wrote
+ * it): every step has its line once. */
+static int report_received(train_run *r, int64_t max) {
+  if (r->rank != 0 || max <= 0 || r->last.step != (uint64_t)max || r->reported >= r->last.step)
+    return RUN_OK;
+  step_stats late = r->last;
+  late.late = 1;
+  return gpt2_run_report_step(r, &late);
+}
+
+/* The ranks without state (nnew of them, any ranks) catch up: every rank with state (a donor)
  * streams its share of it to them in the background, from a copy of that share the stream takes
  * (COHORT_STREAM_COPY) before this rank's next update; they take part in every step's reductions
- * from here on without training (train_step). */
+ * from here on without training (train_step). A rank 0 among them has the last step's report at
+ * once, from the lowest donor, for its line. */
 static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double t0) {
   r->catching = mine < 0;
-  gpt2_run_set_contrib(r, r->world - v->nnew);
-  gpt2_ddp_set_contrib(&r->ddp, r->world - v->nnew);
+  gpt2_run_set_contrib(r, r->world - v->nnew, v->slot, v->first);
+  gpt2_ddp_set_contrib(&r->ddp, r->world - v->nnew, r->catching);
+  snprintf(r->catch_who, sizeof r->catch_who, "%s", v->who);
+  int rc =
+      v->first > 0 ? cohort_broadcast(r->comm, &r->last, sizeof r->last, COHORT_U8, v->first) : 0;
+  if (rc != 0) {
+    gpt2_ddp_fail(&r->ddp, rc, "broadcast of the last step's report");
+    return RUN_COMM;
+  }
   if (!r->catching) r->snap_last = r->last;
   cohort_iov last = {&r->snap_last, sizeof r->snap_last};
   int n;
@@ -173,7 +208,7 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
   for (int i = 0; i < n; i++) r->snap_bytes += iov[i].len;
   r->snap_copied = 0;
   r->snap_held = 0;
-  int rc = cohort_comm_state_stream_begin_flags(r->comm, iov, n, COHORT_STREAM_COPY, &r->stream);
+  rc = cohort_comm_state_stream_begin_flags(r->comm, iov, n, COHORT_STREAM_COPY, &r->stream);
   free(iov);
   if (rc != 0) {
     gpt2_ddp_fail(&r->ddp, rc, "state stream");
@@ -198,7 +233,8 @@ static int start_catch_up(train_run *r, int64_t mine, const join_view *v, double
             r->catch_t0 - r->t_agreed);
     fflush(r->out);
   }
-  return gpt2_run_open_outputs(r);
+  rc = gpt2_run_open_outputs(r);
+  return rc == RUN_OK ? report_received(r, v->max) : rc;
 }
 
 int gpt2_catch_up_pending(const train_run *r, int polled) {
@@ -255,10 +291,10 @@ int gpt2_catch_up_finish(train_run *r) {
   int st = r->catching ? replay(r) : RUN_OK;
   size_t replayed = (size_t)(r->done - r->catch_step), held = r->snap_held;
   double wait_s = r->snap_wait_s;
-  int first = r->contrib;
+  int donors = r->contrib, donor0 = !r->catching;
   gpt2_catch_up_drop(r);
-  gpt2_run_set_contrib(r, r->world);
-  gpt2_ddp_set_contrib(&r->ddp, r->world);
+  gpt2_run_set_contrib(r, r->world, r->rank, 0);
+  gpt2_ddp_set_contrib(&r->ddp, r->world, 0);
   int same = 0;
   if (st == RUN_OK && gpt2_ddp_check_params(&r->ddp, &same) != 0) st = RUN_COMM;
   if (st == RUN_OK && !same) {
@@ -267,13 +303,19 @@ int gpt2_catch_up_finish(train_run *r) {
     st = RUN_FAIL;
   }
   if (st == RUN_OK && r->rank == 0) {
+    /* What rank 0 held as a donor (none when it caught up itself). */
+    char copy[160] = "";
+    if (donor0)
+      snprintf(copy, sizeof copy,
+               "; each donor a copy of its share only: %zu bytes on rank 0, its update waited "
+               "%.3f s for it",
+               held, wait_s);
     fprintf(r->out,
-            "cohort-gpt2: rank(s) %d-%d caught up: received %zu bytes of state in the background "
-            "from %d rank(s) (the snapshot of step %llu, in at most %.3f s; each donor a copy of "
-            "its share only: %zu bytes on rank 0, its update waited %.3f s for it), replayed %zu "
+            "cohort-gpt2: rank(s) %s caught up: received %zu bytes of state in the background "
+            "from %d rank(s) (the snapshot of step %llu, in at most %.3f s%s), replayed %zu "
             "step(s), contribute from step %llu\n",
-            first, r->world - 1, r->snap_bytes, first, (unsigned long long)r->catch_step, stream_s,
-            held, wait_s, replayed, (unsigned long long)r->done + 1);
+            r->catch_who, r->snap_bytes, donors, (unsigned long long)r->catch_step, stream_s, copy,
+            replayed, (unsigned long long)r->done + 1);
     fflush(r->out);
   }
   return st;
@@ -401,16 +443,7 @@ int gpt2_run_join(train_run *r, int old_world, double t0) {
   }
   r->in_step = 0;
   st = gpt2_run_open_outputs(r);
-  /* Every step has its line once: a rank 0 that received the step it goes on from (it was behind,
-   * or is new) writes its line from the report that came with the state, unless its metrics have
-   * it (a lost rank 0 wrote it). */
-  if (st == RUN_OK && r->rank == 0 && v.max > 0 && r->last.step == (uint64_t)v.max &&
-      r->reported < r->last.step) {
-    step_stats late = r->last;
-    late.late = 1;
-    st = gpt2_run_report_step(r, &late);
-  }
-  return st;
+  return st == RUN_OK ? report_received(r, v.max) : st;
 }
 
 /* The membership ended (COHORT_ERESHAPED): keep the state of the last completed step, re-form the

@@ -65,11 +65,14 @@ typedef struct train_run {
   float *own_after;
   int own_after_valid;
   int stateful; /* this process holds the run's state (a newcomer: once it has received it) */
-  /* Catching up (docs/gpt2.md "Re-form"): the ranks from contrib on joined without state; they
-   * take part in every reduction with -0.0 while the state streams to them from the donors (a
-   * snapshot of step catch_step), keep each step's averaged gradients, and replay them once it is
-   * in. contrib: the ranks that train a step (the lowest; world when nobody catches up). */
-  int contrib;
+  /* Catching up (docs/gpt2.md "Re-form"): the ranks that joined without state (any ranks: their
+   * list in catch_who) take part in every reduction with -0.0 while the state streams to them from
+   * the donors (a snapshot of step catch_step), keep each step's averaged gradients, and replay
+   * them once it is in. contrib: the ranks that train a step (world when nobody catches up); slot:
+   * this rank's place among them, which gives its data (its rank when all train); writer: the
+   * rank that writes checkpoints, 0 or, while rank 0 catches up, the lowest rank that trains. */
+  int contrib, slot, writer;
+  char catch_who[96];
   int catching; /* this rank catches up */
   int ready;    /* every catching-up rank has the state (the step's agreed flag) */
   int grow;     /* a node joins: every rank re-forms after this step (the step's agreed flag) */
@@ -142,8 +145,9 @@ static inline double gpt2_now_s(void) {
 
 /* ---- train.c ---- */
 
-/* The ranks that train a step (the lowest contrib; world when nobody catches up). */
-void gpt2_run_set_contrib(train_run *r, int contrib);
+/* The ranks that train a step (contrib of them; world when nobody catches up), this rank's place
+ * among them (its data) and the rank that writes checkpoints. */
+void gpt2_run_set_contrib(train_run *r, int contrib, int slot, int writer);
 /* Rank 0's metrics file, TensorBoard events and banner, once. */
 int gpt2_run_open_outputs(train_run *r);
 /* The state from the checkpoint (or the start). */

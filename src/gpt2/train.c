@@ -140,9 +140,12 @@ static void set_want(train_run *r) {
                                .nstate = r->nfull};
 }
 
-/* The ranks that train a step (the lowest), and what depends on them: the global batch. */
-void gpt2_run_set_contrib(train_run *r, int contrib) {
+/* The ranks that train a step, and what depends on them: the global batch, this rank's data, the
+ * rank that writes checkpoints. */
+void gpt2_run_set_contrib(train_run *r, int contrib, int slot, int writer) {
   r->contrib = contrib;
+  r->slot = slot;
+  r->writer = writer;
   r->global_batch = (uint64_t)r->o->B * (uint64_t)r->o->grad_accum * (uint64_t)contrib;
   r->tokens_per_step = (double)r->global_batch * r->o->T;
 }
@@ -168,7 +171,7 @@ int gpt2_run_setup_exchange(train_run *r, gpt2_ddp *old) {
             "cohort-gpt2: gradients in private memory (cohort_mem_alloc: %s): no single-copy "
             "allreduce between this host's ranks\n",
             cohort_strerror(r->ddp.shared_rc));
-  gpt2_run_set_contrib(r, r->world);
+  gpt2_run_set_contrib(r, r->world, r->rank, 0);
   gpt2_big_free(r->full_state, r->nfull * sizeof(float));
   r->full_state = NULL;
   r->nfull = gpt2_ddp_full_state_floats(&r->ddp);
@@ -419,7 +422,7 @@ static int micro_steps(train_run *r, uint64_t step, double *loss_sum) {
   const int K = o->grad_accum;
   for (int k = 0; k < K; k++) {
     gpt2_batch batch;
-    uint64_t g0 = gpt2_data_first(r->pos, r->rank, K, o->B, k);
+    uint64_t g0 = gpt2_data_first(r->pos, r->slot, K, o->B, k);
     gpt2_data_fill(&r->data, g0, &r->bb, &batch);
     /* The first forward finishes the last update (split exchange) as it reads the parameters;
      * what it did not read (the token embedding without the LM head) is settled as the
@@ -580,7 +583,8 @@ int gpt2_run_report_step(train_run *r, const step_stats *st) {
 }
 
 /* Every ckpt_every steps and at the last: the whole state is gathered on every rank (ZeRO), rank 0
- * writes it and says how long the gather and the write took (time the steps' lines leave out). */
+ * writes it and says how long the gather and the write took (time the steps' lines leave out).
+ * While rank 0 catches up (it has no state yet) the lowest rank with the state writes it. */
 static int maybe_checkpoint(train_run *r, uint64_t done) {
   const gpt2_train_opts *o = r->o;
   if (o->ckpt_dir == NULL || o->ckpt_every <= 0 ||
@@ -588,7 +592,7 @@ static int maybe_checkpoint(train_run *r, uint64_t done) {
     return RUN_OK;
   double t0 = gpt2_now_s();
   if (r->state == r->full_state && gpt2_ddp_state_get(&r->ddp, r->full_state) != 0) return RUN_COMM;
-  if (r->rank != 0) return RUN_OK;
+  if (r->rank != r->writer) return RUN_OK;
   gpt2_ckpt_header h = r->want;
   h.step = done;
   h.data_pos = r->pos;
@@ -731,8 +735,10 @@ static int train_loop(train_run *r) {
 int gpt2_train(const gpt2_train_opts *o) {
   train_run r = {.o = o, .out = o->out, .errf = o->err};
   int rc = train_setup(&r);
-  /* A newcomer receives the state from the running job; the others start or resume. */
-  if (rc == RUN_OK) rc = r.newcomer ? gpt2_run_join(&r, 0, gpt2_now_s()) : gpt2_run_resume(&r);
+  /* A newcomer receives the state from the running job (its membership and exchange were set up
+   * with the rest: its join's line, as rank 0, counts from here); the others start or resume. */
+  r.t_formed = r.t_exchange = gpt2_now_s();
+  if (rc == RUN_OK) rc = r.newcomer ? gpt2_run_join(&r, 0, r.t_formed) : gpt2_run_resume(&r);
   if (r.newcomer && reshaped(&r, rc)) rc = gpt2_run_reform(&r);
   r.stateful = rc == RUN_OK && !r.catching; /* a rank catching up: once it has replayed */
   if (rc == RUN_OK) rc = gpt2_run_open_outputs(&r);
