@@ -53,6 +53,11 @@ set_tests_properties(reform_agent_coll PROPERTIES TIMEOUT 300 COST 20 LABELS "sl
 add_test(NAME reform_gpt2_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_reform_netns.sh
   $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2> ${CMAKE_SOURCE_DIR})
 set_tests_properties(reform_gpt2_nodes PROPERTIES TIMEOUT 300 COST 10 LABELS "slow" PROCESSORS 2)
+# The same with node 0's worker killed alone (its agent hosts the store and starts a new one): the
+# newcomer is rank 0, below the survivors, and catches up in the background all the same.
+add_test(NAME reform_gpt2_worker0 COMMAND ${CMAKE_SOURCE_DIR}/tests/test_gpt2_reform_netns.sh
+  $<TARGET_FILE:cohort> $<TARGET_FILE:cohort-gpt2> ${CMAKE_SOURCE_DIR} worker0)
+set_tests_properties(reform_gpt2_worker0 PROPERTIES TIMEOUT 300 COST 10 LABELS "slow" PROCESSORS 2)
 
 # docs/reform.md's "Try it on one machine" as written (loopback, no root):
 # its blocks run for cohort-gpt2 and the PyTorch example, node 2 killed by

@@ -13,11 +13,18 @@
 # exits 0. Then the same membership schedule (the worlds of the live run's
 # metrics) runs in advance, as runs chained by checkpoints: the final
 # checkpoints are the same bytes and every step's loss the same.
-# usage: test_gpt2_reform_netns.sh COHORT COHORT-GPT2 SOURCE_DIR
+# With `worker0` the loss is node 0's worker alone (kill -9; its agent, which
+# hosts the store, lives): node 0's agent starts a new worker, which is rank 0
+# and a newcomer below the survivors' ranks. It catches up in the background
+# as a replacement in the last place does (rank 0's line says `catching up`,
+# then `rank(s) 0-0 caught up`), the workers of nodes 1 and 2 keep their
+# processes, and the run equals the schedule run in advance as above.
+# usage: test_gpt2_reform_netns.sh COHORT COHORT-GPT2 SOURCE_DIR [worker0]
 set -u
 cohort=$(readlink -f "$1")
 gpt2=$(readlink -f "$2")
 src=$(readlink -f "$3")
+mode=${4:-node2}
 tmp=$(mktemp -d /tmp/cohort-gpt2-reform-netns-XXXXXX)
 chmod 755 "$tmp"
 pids=()
@@ -68,38 +75,42 @@ done
 check "20 steps before the kill" [ "$(steps_done)" -ge 20 ]
 w0=$(worker_of "${agent[0]}")
 w1=$(worker_of "${agent[1]}")
-check "the workers of nodes 0 and 1 found ($w0, $w1)" [ -n "$w0" ] && [ -n "$w1" ]
+w2=$(worker_of "${agent[2]}")
+check "the workers of nodes 0, 1 and 2 found ($w0, $w1, $w2)" [ -n "$w0" ] && [ -n "$w1" ] && [ -n "$w2" ]
 
-for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
-wait "${agent[2]}" 2>/dev/null
-mv "$tmp/n2" "$tmp/n2.lost"
-agent_on 2
-for _ in $(seq 1200); do
-  grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
-  sleep 0.1
-done
-check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
-check "node 0's worker kept its process" [ "$(worker_of "${agent[0]}")" = "$w0" ]
-check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
-wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
-check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
-# At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the
-# background while the survivors train (docs/gpt2.md "Catching up").
-check "rank 0 says a new rank received the state" \
-  grep -qE "cohort-gpt2: re-formed \(epoch [0-9]*\): world [23] -> 3 .* [12] rank\(s\) received [1-9][0-9]* bytes|cohort-gpt2: rank\(s\) 2-2 caught up: received [1-9][0-9]* bytes" "$tmp/n0"
-# The replacement joins by a grow (world 2 -> 3) unless the loss's re-form took it in already
-# (world 3 -> 3): then the survivors finish the step in flight and re-form after it (none is a step
-# behind), and the newcomer alone catches up in the background (docs/gpt2.md "Re-form", item 3).
-grow='cohort-gpt2: re-formed \(epoch [0-9]*\): world 2 -> 3 '
-if grep -E "$grow" "$tmp/n0"; then
-  check "the grow dropped no step and the newcomer alone catches up" \
-    grep -qE "$grow""at step [0-9]* \(step in flight none\), 1 rank\(s\) catching up: " "$tmp/n0"
-else
-  grep -E "cohort-gpt2: re-formed" "$tmp/n0"
-  echo "(the loss's re-form took the replacement in: no grow this time)"
-fi
-check "rank 0's summary (the process that started)" contains "$tmp/n0" "summary: "
-check "the replacement's worker started ahead, then its agent joined" /usr/bin/python3 - "$tmp/n2" <<'PY'
+# Node 2 lost whole (agent and worker) and a replacement node started at once.
+lose_node2() {
+  for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
+  wait "${agent[2]}" 2>/dev/null
+  mv "$tmp/n2" "$tmp/n2.lost"
+  agent_on 2
+  for _ in $(seq 1200); do
+    grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
+    sleep 0.1
+  done
+  check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
+  check "node 0's worker kept its process" [ "$(worker_of "${agent[0]}")" = "$w0" ]
+  check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
+  wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+  # At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the
+  # background while the survivors train (docs/gpt2.md "Catching up").
+  check "rank 0 says a new rank received the state" \
+    grep -qE "cohort-gpt2: re-formed \(epoch [0-9]*\): world [23] -> 3 .* [12] rank\(s\) received [1-9][0-9]* bytes|cohort-gpt2: rank\(s\) 2-2 caught up: received [1-9][0-9]* bytes" "$tmp/n0"
+  # The replacement joins by a grow (world 2 -> 3) unless the loss's re-form took it in already
+  # (world 3 -> 3): then the survivors finish the step in flight and re-form after it (none is a
+  # step behind), and the newcomer alone catches up in the background (docs/gpt2.md "Re-form",
+  # item 3).
+  grow='cohort-gpt2: re-formed \(epoch [0-9]*\): world 2 -> 3 '
+  if grep -E "$grow" "$tmp/n0"; then
+    check "the grow dropped no step and the newcomer alone catches up" \
+      grep -qE "$grow""at step [0-9]* \(step in flight none\), 1 rank\(s\) catching up: " "$tmp/n0"
+  else
+    grep -E "cohort-gpt2: re-formed" "$tmp/n0"
+    echo "(the loss's re-form took the replacement in: no grow this time)"
+  fi
+  check "rank 0's summary (the process that started)" contains "$tmp/n0" "summary: "
+  check "the replacement's worker started ahead, then its agent joined" /usr/bin/python3 - "$tmp/n2" <<'PY'
 import sys
 text = open(sys.argv[1]).read()
 marks = ["cohort: starting the workers ahead", "the workers started ahead said hello: joining",
@@ -108,6 +119,35 @@ at = [text.find(m) for m in marks]
 print(dict(zip(marks, at)))
 sys.exit(0 if -1 not in at and at == sorted(at) else 1)
 PY
+}
+
+# Node 0's worker lost alone: its agent starts a new one, rank 0 and new.
+lose_worker0() {
+  kill -9 "$w0"
+  for _ in $(seq 1200); do
+    grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
+    sleep 0.1
+  done
+  check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
+  check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
+  check "node 2's worker kept its process" [ "$(worker_of "${agent[2]}")" = "$w2" ]
+  wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+  # Node 0's new worker is rank 0 and new: it catches up while the others train (before, it took
+  # the blocking transfer: `1 rank(s) received`), unless the loss caught a survivor a step behind,
+  # which needs the state at once (`2 rank(s) received`: docs/gpt2.md "Catching up", item 1).
+  grep -E "cohort-gpt2: re-formed|caught up" "$tmp/n0"
+  check "rank 0, the new worker, catches up in the background" \
+    grep -qE "cohort-gpt2: re-formed \(epoch [0-9]*\): world [23] -> 3 at step [0-9]* \(step in flight [a-z]*\), (1 rank\(s\) catching up: [1-9][0-9]* bytes|2 rank\(s\) received)" "$tmp/n0"
+  if grep -q "1 rank(s) catching up" "$tmp/n0"; then
+    check "rank 0 says it caught up" \
+      grep -qE "cohort-gpt2: rank\(s\) 0-0 caught up: received [1-9][0-9]* bytes .* from 2 rank\(s\)" "$tmp/n0"
+    check "... and it is the new worker" grep -qE "cohort-gpt2: rank 0 \(newcomer(, started ahead)?\): caught up: snapshot of step [0-9]*" "$tmp/n0"
+  fi
+  check "rank 0's summary (the new worker)" contains "$tmp/n0" "summary: "
+}
+
+if [ "$mode" = worker0 ]; then lose_worker0; else lose_node2; fi
 check "every step once, the last ones at world 3" /usr/bin/python3 - "$tmp/m.jsonl" $STEPS <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
