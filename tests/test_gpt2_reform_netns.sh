@@ -78,21 +78,30 @@ w1=$(worker_of "${agent[1]}")
 w2=$(worker_of "${agent[2]}")
 check "the workers of nodes 0, 1 and 2 found ($w0, $w1, $w2)" [ -n "$w0" ] && [ -n "$w1" ] && [ -n "$w2" ]
 
+# reformed_keeping I J: node 0's agent re-forms (120 s at most), the workers of nodes I and J
+# keep their processes (w0, w1, w2 as started), and every agent exits 0 at the job's end.
+reformed_keeping() {
+  local i
+  for _ in $(seq 1200); do
+    grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
+    sleep 0.1
+  done
+  check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
+  for i in "$@"; do
+    local was="w$i"
+    check "node $i's worker kept its process" [ "$(worker_of "${agent[$i]}")" = "${!was}" ]
+  done
+  wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+}
+
 # Node 2 lost whole (agent and worker) and a replacement node started at once.
 lose_node2() {
   for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
   wait "${agent[2]}" 2>/dev/null
   mv "$tmp/n2" "$tmp/n2.lost"
   agent_on 2
-  for _ in $(seq 1200); do
-    grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
-    sleep 0.1
-  done
-  check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
-  check "node 0's worker kept its process" [ "$(worker_of "${agent[0]}")" = "$w0" ]
-  check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
-  wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
-  check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+  reformed_keeping 0 1
   # At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the
   # background while the survivors train (docs/gpt2.md "Catching up").
   check "rank 0 says a new rank received the state" \
@@ -124,15 +133,7 @@ PY
 # Node 0's worker lost alone: its agent starts a new one, rank 0 and new.
 lose_worker0() {
   kill -9 "$w0"
-  for _ in $(seq 1200); do
-    grep -q "cohort: re-formed in" "$tmp/n0" 2>/dev/null && break
-    sleep 0.1
-  done
-  check "node 0's agent re-formed" contains "$tmp/n0" "cohort: re-formed in"
-  check "node 1's worker kept its process" [ "$(worker_of "${agent[1]}")" = "$w1" ]
-  check "node 2's worker kept its process" [ "$(worker_of "${agent[2]}")" = "$w2" ]
-  wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
-  check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
+  reformed_keeping 1 2
   # Node 0's new worker is rank 0 and new: it catches up while the others train (before, it took
   # the blocking transfer: `1 rank(s) received`), unless the loss caught a survivor a step behind,
   # which needs the state at once (`2 rank(s) received`: docs/gpt2.md "Catching up", item 1).
