@@ -10,7 +10,8 @@ workers running examples/reform_ddp.py, then
      only, `form` with 3 ranks; the survivors complete their step, agree on
      its end and answer `ready` at the same step, dropping none; the
      newcomer must receive the survivors' parameters, optimizer state, step
-     and data position;
+     and data position, each survivor sending a share of it (both send, and
+     together exactly what the newcomer received);
   3. SIGSTOP of a rank (its sockets stay open, gloo alone would wait out the
      process group's timeout): a `reshape grow=1 defer_ms=1000` must break
      the survivors' collective once the deferral runs out; `form` with 2
@@ -34,14 +35,19 @@ workers running examples/reform_ddp.py, then
      they re-form within 20 s, not after the deferral's 60 s;
   9. a reshape while a rank computes its step's forward (held after the
      first layer): the step ends at the next layer, its backward never runs.
+Wherever state is handed over (2, 5, 6, 7), every survivor at the agreed step
+sends a share and the survivors send exactly the bytes the ranks behind receive.
 It checks every time that the survivors keep their PIDs, answer `ready` and
 `formed`, go on training with the new world size, never recompute a
 completed step, advance the data position by world * batch per step, and
-end with identical parameters. With the cohort binary as second argument
-it first checks that `cohort run` ships this module to Python workers.
+end with identical parameters. First, in its own process: a rank that
+loaded the state handed over has the donor's layout (cohort_reform._layout:
+both may donate later; a tied weight sent once); with the cohort binary as
+second argument, `cohort run` ships this module to Python workers.
 Usage: test_reform_torch.py SOURCE_DIR [COHORT]
 """
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -202,15 +208,38 @@ def check_after(survivors, t, world, what):
           flush=True)
 
 
-def dropped(w, epoch):
-    """The steps w had dropped when it re-formed into `epoch` (its `reformed` line)."""
+def reformed(w, epoch):
+    """w's `reformed` line for membership `epoch`, within LONG seconds."""
     end = time.monotonic() + LONG
     while time.monotonic() < end:
         got = [r for r in w.lines("reformed") if r["epoch"] == str(epoch)]
         if got:
-            return int(got[0]["dropped"])
+            return got[0]
         time.sleep(0.05)
     fail("pid %d: no `reformed epoch=%d` line\n%s" % (w.pid, epoch, w.tail()))
+
+
+def dropped(w, epoch):
+    """The steps w had dropped when it re-formed into `epoch` (its `reformed` line)."""
+    return int(reformed(w, epoch)["dropped"])
+
+
+def split(survivors, epoch, agreed, received, what):
+    """Every survivor at the agreed step (its `ready`: reform.readies) sent a share of the
+    state, and the survivors sent exactly what the ranks behind received (received: the
+    newcomers' counts; a survivor behind's from its line): the outline once, from the
+    lowest donor, and each tensor from one donor only, to each rank behind."""
+    lines = [reformed(w, epoch) for w in survivors]
+    shares = [int(r["sent"]) for r, s in zip(lines, reform.readies) if s == agreed]
+    sent = sum(int(r["sent"]) for r in lines)
+    got = sum(received) + sum(int(r["received"]) for r in lines)
+    if not shares or min(shares) <= 0 or sent != got:
+        fail("%s: the survivors at step %d sent %s bytes (%d in all), the ranks behind "
+             "received %d: not every survivor at the step sent its share"
+             % (what, agreed, shares, sent, got))
+    print("%s: %d survivors at step %d sent %s bytes of state, %d received"
+          % (what, len(shares), agreed, shares, got), flush=True)
+    return shares
 
 
 def check_history(w):
@@ -281,8 +310,40 @@ def breaker_spares_listeners(src):
             s.close()
 
 
+def layouts_agree():
+    """A rank that loaded the state a donor handed over (its outline through pickle, its
+    tensors) has the donor's layout (cohort_reform._layout), so both may donate next time:
+    with tied weights (one tensor in two entries) and Adam's state after a step."""
+    import torch
+    import cohort_reform
+
+    def job(seed):
+        torch.manual_seed(seed)
+        emb, head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+        head.weight = emb.weight
+        j = cohort_reform.Job.__new__(cohort_reform.Job)  # the state's parts only
+        j.module = torch.nn.Sequential(emb, torch.nn.Tanh(), head)
+        j.optimizer = torch.optim.Adam(j.module.parameters())
+        j.extra, j.step, j.position = {}, 3, 12
+        return j
+    donor, heir = job(0), job(1)
+    donor.module(torch.tensor([1, 2])).sum().backward()
+    donor.optimizer.step()
+    tensors = []
+    outline = pickle.loads(pickle.dumps(cohort_reform._outline(donor.state_dict(), tensors)))
+    heir.load_state_dict(cohort_reform._fill(outline, [t.clone() for t in tensors]))
+    tied = [outline["model"][k].index for k in ("0.weight", "2.weight")]
+    if tied[0] != tied[1]:
+        fail("the tied weight has two places in the outline: %s" % tied)
+    got = [cohort_reform._layout(j.state_dict()) for j in (donor, heir)]
+    if got[0] != got[1]:
+        fail("a rank that loaded the handed-over state has layout %x, the donor's %x"
+             % (got[1], got[0]))
+
+
 def main():
     breaker_spares_listeners(sys.argv[1])
+    layouts_agree()
     if len(sys.argv) > 2:
         shipped(sys.argv[2])
     tmp = tempfile.mkdtemp(prefix="reform-torch-%d-" % os.getpid())
@@ -345,9 +406,7 @@ def run(tmp, ws):
     members = survivors + [new]
     check_after(members, t_grow, 3, "grow")
     same_params(members, agreed + 1, "the newcomer's first step")
-    sent = sum(int(r["sent"]) for w in survivors for r in w.lines("reformed")
-               if r["epoch"] == "2")
-    print("grow: %d bytes of state sent to the newcomer" % sent, flush=True)
+    split(survivors, 2, agreed, [int(joined["received"])], "grow")
 
     # 3. A stalled rank (SIGSTOP): only `reshape` ends the survivors' wait. It comes as a
     # grow deferred 1 s at most: no step boundary comes while the collective waits for
@@ -387,20 +446,14 @@ def run(tmp, ws):
     s_ahead, s_behind = reform.readies
     if s_ahead != s_behind + 1:
         fail("ready steps %d and %d: not one survivor a step behind" % (s_ahead, s_behind))
-    done = [r for r in ahead.lines("reformed") if r["epoch"] == "8"]
-    got = [r for r in behind.lines("reformed") if r["epoch"] == "8"]
-    end = time.monotonic() + LONG
-    while not (done and got) and time.monotonic() < end:
-        time.sleep(0.05)
-        done = [r for r in ahead.lines("reformed") if r["epoch"] == "8"]
-        got = [r for r in behind.lines("reformed") if r["epoch"] == "8"]
-    if not (done and got) or int(done[0]["sent"]) <= 0 or int(got[0]["received"]) <= 0 \
-            or int(got[0]["step"]) != s_ahead:
+    done, got = reformed(ahead, 8), reformed(behind, 8)
+    if int(done["sent"]) <= 0 or int(got["received"]) <= 0 or int(got["step"]) != s_ahead:
         fail("the survivor behind did not receive the state of step %d: %s %s"
              % (s_ahead, done, got))
+    split(survivors, 8, s_ahead, [], "behind")
     same_params(survivors, s_ahead + 1, "the survivor behind's next step")
     print("behind: the survivor at step %d received %s bytes of step %d's state"
-          % (s_behind, got[0]["received"], s_ahead), flush=True)
+          % (s_behind, got["received"], s_ahead), flush=True)
 
     # 6. A newcomer started ahead: it waits for its first `form` (saying nothing meanwhile).
     late = Worker(tmp, "ahead", None, None, None, None, newcomer=True, ahead=True,
@@ -423,6 +476,7 @@ def run(tmp, ws):
             or joined["rank"] != "2" or joined["epoch"] != "9":
         fail("the worker started ahead did not join as rank 2 of epoch 9 with the state of "
              "step %d: %s\n%s" % (agreed, joined, late.tail()))
+    split(survivors, 9, agreed, [int(joined["received"])], "started ahead")
     survivors = survivors + [late]
     check_after(survivors, t_late, 3, "started ahead")
     same_params(survivors, agreed + 1, "the worker started ahead's first step")
@@ -443,6 +497,7 @@ def run(tmp, ws):
             or joined["rank"] != "3":
         fail("the replacement whose membership ended did not join epoch 11 as rank 3 with "
              "the state of step %d: %s\n%s" % (agreed, joined, heir.tail()))
+    split(survivors, 11, agreed, [int(joined["received"])], "replacement")
     survivors = survivors + [heir]
     check_after(survivors, t_heir, 4, "membership ended before the replacement formed")
     same_params(survivors, agreed + 1, "the replacement's first step")

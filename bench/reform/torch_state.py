@@ -111,7 +111,7 @@ def worker(a):
             dist.barrier()
             t0 = time.monotonic()
             if row == 0:
-                sent, got = job._transfer(0, [1])
+                sent, got = job._transfer([0], [1])
             else:
                 sent, got = serialized(job, 0, [1])
             dist.barrier()

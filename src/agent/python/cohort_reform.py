@@ -23,11 +23,12 @@ sockets down; NCCL: it aborts the communicators), except for a node joining
 (`grow=1`), which ends the membership at the next step boundary the ranks
 agree on (COHORT_GROW_DEFER_MS at most); training_step() then, in the
 same process, destroys the process group, answers `ready`, waits for `form`,
-joins the new membership, answers `formed`, and has the lowest-ranked rank
-holding the most advanced state send model, optimizer, step and data position
-to every rank behind it (newcomers, COHORT_NEWCOMER=1, and survivors whose
-step in flight failed). The step in flight is kept when any rank completed
-it, else dropped: no completed step is recomputed.
+joins the new membership, answers `formed`, and has every rank holding the
+most advanced state send its share of model, optimizer, step and data
+position to every rank behind it (newcomers, COHORT_NEWCOMER=1, and
+survivors whose step in flight failed), the shares at once. The step in
+flight is kept when any rank completed it, else dropped: no completed step
+is recomputed.
 
 A late node's agent may start this worker ahead of its membership
 (COHORT_AWAIT_FORM=1, which hello's await_form=1 allows): Job then waits for
@@ -38,6 +39,7 @@ Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
 plain DDP set-up and training_step() only counts steps.
 """
 import gc
+import hashlib
 import inspect
 import os
 import pickle
@@ -410,7 +412,8 @@ class Job:
         self.has_state = os.environ.get("COHORT_NEWCOMER") != "1"
         env = os.environ  # the membership: the agent's round
         self.epoch = int(env.get("COHORT_ROUND", env.get("TORCHELASTIC_RESTART_COUNT", "0")))
-        self.reforms = []    # per re-form: {"epoch", "world_size", "sent", "received"}
+        self.reforms = []    # per membership joined: {"epoch", "world_size", "donor" (the
+        #                      lowest of "donors"), "donors", "behind", "sent", "received"}
         self.dropped = 0     # steps begun here that a membership's end left incomplete
         self.grow_break = _grow_break()
         self._step_t0 = self._last_step_s = None  # the step's start, the last one's seconds
@@ -639,14 +642,14 @@ class Job:
             self._socks = {fd: n for fd, n in _sockets().items() if before.get(fd) != n}
         if self.reshaped():  # announced while we bootstrapped
             raise RuntimeError("membership %d ended while it formed" % epoch)
-        top, donor, behind = self._agree()
+        top, donors, behind = self._agree()
         if self.channel is not None and announce:
             self.channel.send("formed", epoch=epoch, step=top)
-        sent, received = self._transfer(donor, behind)
+        sent, received = self._transfer(donors, behind)
         self.ddp = _ddp(self.module, self.ddp_args, in_sync=top > 0)
         if self.channel is not None and self.backend == "gloo":
             self._watch = _PeerWatch(self, self._socks, int(f["master_port"]))
-        self.reforms.append(dict(epoch=epoch, world_size=size, donor=donor,
+        self.reforms.append(dict(epoch=epoch, world_size=size, donor=donors[0], donors=donors,
                                  behind=behind, sent=sent, received=received))
 
     def _await_store(self, addr, port):
@@ -673,17 +676,24 @@ class Job:
         return torch.device("cpu")
 
     def _agree(self):
-        """(highest completed step, its lowest rank, the ranks behind it)."""
-        mine = torch.tensor([self.step if self.has_state else -1], dtype=torch.int64,
-                            device=self._device())
-        steps = [torch.zeros_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(steps, mine)
-        steps = [int(s.item()) for s in steps]
+        """(highest completed step, the ranks that send it, the ranks behind it). The
+        senders: the ranks at that step whose layout (_layout) is the lowest one's, so each
+        receiver's shares (_shares of the lowest's outline) are what they send. The ranks
+        at the top step trained together: their layouts are alike, barring a state_dict
+        whose order or tied tensors differ between processes (such a rank sends nothing)."""
+        mine = torch.tensor([self.step, _layout(self.state_dict())] if self.has_state
+                            else [-1, 0], dtype=torch.int64, device=self._device())
+        got = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(got, mine)
+        got = [tuple(int(v) for v in g.tolist()) for g in got]
+        steps = [s for s, _ in got]
         top = max(steps)
         if top < 0:
             raise NoState("no rank of membership %d holds training state: "
                           "load a checkpoint" % self.epoch)
-        return top, steps.index(top), [r for r, s in enumerate(steps) if s < top]
+        lowest = got[steps.index(top)]
+        return (top, [r for r, g in enumerate(got) if g == lowest],
+                [r for r, s in enumerate(steps) if s < top])
 
     def state_dict(self):
         return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -698,44 +708,58 @@ class Job:
         self.step, self.position = state["step"], state["position"]
         self.has_state = True
 
-    def _transfer(self, donor, behind):
-        """The donor sends its state to every rank behind it; (sent, received) bytes.
+    def _transfer(self, donors, behind):
+        """Every donor (the ranks at the top step, _agree) sends its share of the state to
+        every rank behind it, the donors at once; (sent, received) bytes on this rank.
 
-        The tensors go as they are, each straight from the donor's own
-        tensor into one the receiver allocates, with a small pickled outline
-        of the rest (step, position, hyper-parameters, where each tensor
-        belongs) ahead of them: no serialized copy of the state on either
-        side."""
-        dev, me = self._device(), self.rank
-        if me == donor and behind:
-            tensors = []
-            outline = _outline(self.state_dict(), tensors)
-            head = _as_bytes(pickle.dumps(outline, protocol=pickle.HIGHEST_PROTOCOL), dev)
-            size = torch.tensor([head.numel()], dtype=torch.int64, device=dev)
-            data = [t.to(dev).contiguous() for t in tensors]
-            works = []
-            for r in behind:
-                works += [dist.isend(size, r), dist.isend(head, r)]
-                works += [dist.isend(_bytes_of(t), r) for t in data if t.numel()]
-            for w in works:
-                w.wait()
-            return (head.numel() + sum(t.numel() * t.element_size() for t in data)) \
-                * len(behind), 0
-        if me in behind:
-            size = torch.zeros(1, dtype=torch.int64, device=dev)
-            dist.recv(size, donor)
-            head = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
-            dist.recv(head, donor)
-            # A peer of this job sent it, as torch.load(weights_only=False) would trust it.
-            outline = pickle.loads(head.cpu().numpy().tobytes())
-            got = [torch.empty(s.shape, dtype=s.dtype, device=dev) for s in _slots(outline)]
-            for t in got:
-                if t.numel():
-                    dist.recv(_bytes_of(t), donor)
-            tensors = [t.cpu() for t in got]
-            self.load_state_dict(_fill(outline, tensors))
-            return 0, head.numel() + sum(t.numel() * t.element_size() for t in got)
+        The tensors go as they are, each straight from a donor's own tensor into one the
+        receiver allocates, with a small pickled outline of the rest (step, position,
+        hyper-parameters, where each tensor belongs) from the lowest donor ahead of them:
+        no serialized copy of the state on either side. The donors hold the same state bit
+        for bit (they trained together), so which one sends a tensor does not matter:
+        _shares divides them by bytes, so each donor's link carries about 1/n of it."""
+        if self.rank in donors and behind:
+            return self._send(donors, behind), 0
+        if self.rank in behind:
+            return 0, self._receive(donors)
         return 0, 0
+
+    def _send(self, donors, behind):
+        """This donor's part: the outline (the lowest donor only) and its share, to every
+        rank behind; the bytes sent."""
+        dev, me, tensors = self._device(), donors.index(self.rank), []
+        outline = _outline(self.state_dict(), tensors)
+        owner = _shares([_nbytes(t) for t in tensors], len(donors))
+        data = [t.to(dev).contiguous() for t, o in zip(tensors, owner) if o == me and t.numel()]
+        head = []
+        if me == 0:
+            blob = _as_bytes(pickle.dumps(outline, protocol=pickle.HIGHEST_PROTOCOL), dev)
+            head = [torch.tensor([blob.numel()], dtype=torch.int64, device=dev), blob]
+        works = []
+        for r in behind:
+            works += [dist.isend(t, r) for t in head]
+            works += [dist.isend(_bytes_of(t), r) for t in data]
+        for w in works:
+            w.wait()
+        return sum(_nbytes(t) for t in head[1:] + data) * len(behind)
+
+    def _receive(self, donors):
+        """The outline from the lowest donor, then every tensor from the donor whose share it
+        is, all received at once; loads the state; the bytes received."""
+        dev = self._device()
+        size = torch.zeros(1, dtype=torch.int64, device=dev)
+        dist.recv(size, donors[0])
+        head = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
+        dist.recv(head, donors[0])
+        # A peer of this job sent it, as torch.load(weights_only=False) would trust it.
+        outline = pickle.loads(head.cpu().numpy().tobytes())
+        got = [torch.empty(s.shape, dtype=s.dtype, device=dev) for s in _slots(outline)]
+        owner = _shares([_nbytes(t) for t in got], len(donors))
+        works = [dist.irecv(_bytes_of(t), donors[o]) for t, o in zip(got, owner) if t.numel()]
+        for w in works:
+            w.wait()
+        self.load_state_dict(_fill(outline, [t.cpu() for t in got]))
+        return head.numel() + sum(_nbytes(t) for t in got)
 
 
 def _ddp(module, ddp_args, in_sync):
@@ -818,6 +842,30 @@ def _slots(outline):
 def _fill(outline, tensors):
     """The outline with each slot replaced by its tensor."""
     return _map(outline, lambda x: tensors[x.index] if isinstance(x, _Slot) else x)
+
+
+def _layout(state):
+    """A digest of where state's tensors go, in _outline's order (each place's slot, shape
+    and dtype; the rest left out), below 2**56: ranks whose digests are equal send
+    the same tensor list."""
+    places = _map(_outline(state, []),
+                  lambda x: (x.index, x.shape, str(x.dtype)) if isinstance(x, _Slot) else None)
+    return int.from_bytes(hashlib.sha256(repr(places).encode()).digest()[:7], "big")
+
+
+def _shares(nbytes, n):
+    """Which of n donors sends each tensor (nbytes: each one's bytes, in the outline's
+    order): the largest first, each to the donor with the fewest bytes so far (the lowest
+    on a tie). Every rank computes it alike from the same sizes."""
+    load, owner = [0] * n, [0] * len(nbytes)
+    for i in sorted(range(len(nbytes)), key=lambda i: (-nbytes[i], i)):
+        owner[i] = load.index(min(load))
+        load[owner[i]] += nbytes[i]
+    return owner
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
 
 
 def _bytes_of(t):
