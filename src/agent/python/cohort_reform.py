@@ -766,8 +766,9 @@ def _ddp(module, ddp_args, in_sync):
     """DistributedDataParallel around module. in_sync: every rank holds the same parameters
     bit for bit already (a re-form after a completed step: the ranks trained together, and
     those behind received the state), so DDP's own broadcast of them from rank 0 at
-    construction, the whole model once more over the group's links, is left out (torch >= 2.1:
-    init_sync=False; 1.13: its module's _sync_module_states skipped for this call). Every rank
+    construction, the whole model once more over the group's links, is left out (a DDP that
+    takes init_sync: init_sync=False; 1.13: its module's _sync_module_states skipped for this
+    call). Every rank
     decides alike (the agreed step)."""
     if not in_sync or "init_sync" in ddp_args:
         return DistributedDataParallel(module, **ddp_args)
