@@ -285,6 +285,29 @@ static void test_fail_together(void) {
   proc_result_free(&r);
 }
 
+/* A worker the agent stops with SIGTERM that dies of another signal first (its own handler, a
+ * crash, an outside SIGKILL) is reported as such, not as stopped by cohort. */
+static void test_stopped_otherwise(void) {
+  char *argv[] = {(char *)cohort,
+                  "run",
+                  "--nproc-per-node",
+                  "3",
+                  "--",
+                  "sh",
+                  "-c",
+                  "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; "
+                  "if [ $RANK = 0 ]; then trap 'kill -KILL $$' TERM; fi; sleep 60 & wait",
+                  NULL};
+  proc_result r;
+  if (run(argv, 30000, &r) != 0) return;
+  CHECK_EQ_INT(proc_exit_code(&r), 1);
+  CHECK(strstr(r.err, "job failed: rank 1 (local rank 1") != NULL);
+  CHECK(strstr(r.err, "rank 0: also was killed by SIGKILL (signal 9), not by cohort's SIGTERM") !=
+        NULL);
+  CHECK(strstr(r.err, "rank 2: stopped by cohort (SIGTERM) after rank 1 failed") != NULL);
+  proc_result_free(&r);
+}
+
 static void test_restarts(void) {
   char *argv[] = {(char *)cohort,
                   "run",
@@ -609,6 +632,7 @@ int main(int argc, char **argv) {
   test_relay();
   test_log_dir();
   test_fail_together();
+  test_stopped_otherwise();
   test_restarts();
   test_nested_after_restart();
   test_signals();

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent/dirs.h"
@@ -91,6 +92,12 @@ static void print_cause(const job *j, attempt_outcome o, FILE *f) {
   }
 }
 
+/* Whether a worker the agent signalled died of another signal than the one it sent (a crash
+ * or an outside SIGKILL that came first): a failure of its own, not the agent's stop. */
+static int stopped_otherwise(const worker *w) {
+  return WIFSIGNALED(w->status) && WTERMSIG(w->status) != w->stopped_by;
+}
+
 /* What this node did about it: one line per worker that did not just succeed. */
 static void print_workers(const job *j) {
   char node[32] = "", cause[256];
@@ -106,10 +113,13 @@ static void print_workers(const job *j) {
           stderr,
           "cohort: %srank %d: was stopped (SIGSTOP or traced) when the job failed: a hung worker\n",
           node, w->rank);
-    if (w->stopped_by != 0) {
-      const char *sn = sigabbrev_np(w->stopped_by);
+    const char *sn = w->stopped_by != 0 ? sigabbrev_np(w->stopped_by) : NULL;
+    if (w->stopped_by != 0 && !stopped_otherwise(w)) {
       fprintf(stderr, "cohort: %srank %d: stopped by cohort (SIG%s) after %s; %s\n", node, w->rank,
               sn ? sn : "?", cause, st);
+    } else if (w->stopped_by != 0) {
+      fprintf(stderr, "cohort: %srank %d: also %s, not by cohort's SIG%s\n", node, w->rank, st,
+              sn ? sn : "?");
     } else if (!agent_worker_succeeded(w)) {
       fprintf(stderr, "cohort: %srank %d: also %s\n", node, w->rank, st);
     }
