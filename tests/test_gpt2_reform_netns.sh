@@ -102,6 +102,10 @@ lose_node2() {
   mv "$tmp/n2" "$tmp/n2.lost"
   agent_on 2
   reformed_keeping 0 1
+  # A survivor's word that its peer's connection closed needs no finisher's word: the store
+  # said at once that node 2's agent went (its will).
+  check "the agents knew node 2's agent gone from the store" \
+    contains "$tmp/n0" "an agent of the job left the store without finishing"
   # At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the
   # background while the survivors train (docs/gpt2.md "Catching up").
   check "rank 0 says a new rank received the state" \

@@ -608,6 +608,79 @@ static void test_wait(void) {
   store_server_stop(s);
 }
 
+/* A forked client that leaves WILL key=val (then, with `replace`, key2=val2), then dies by SIGKILL
+ * (kill) or closes its connection (close): 0 when its calls succeeded. */
+static int will_child(int port, const char *key, const char *key2, int how_kill) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    store_client *w = NULL;
+    if (store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &w, NULL, 0) != 0) _exit(1);
+    int rc = store_will(w, key, "gone", 4, in_ms(5000));
+    if (key2 != NULL) rc |= store_will(w, key2, "went", 4, in_ms(5000));
+    if (rc != 0) _exit(1);
+    if (how_kill) raise(SIGKILL);
+    store_client_close(w);
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return how_kill ? !(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+                  : !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* WILL: the key is set when its client goes away (killed, or closing), waking a waiter at once; a
+ * later WILL replaces it; not when the server ends the connection (idle) or stops; values over
+ * the limit are refused. */
+static void test_will(void) {
+  store_server_opts o = {.bind_host = "127.0.0.1", .idle_timeout_ms = 300};
+  store_server *s = start(&o);
+  if (s == NULL) return;
+  int port = store_server_port(s);
+  store_client *c = client(port, NULL);
+  char v[16];
+  CHECK_EQ_INT(will_child(port, "left/1", NULL, 1), 0);
+  const char *k1[] = {"left/1"};
+  CHECK_EQ_INT(store_wait(c, k1, 1, in_ms(5000)), 0); /* not at the deadline: 5 s */
+  CHECK_EQ_INT(get_str(c, "left/1", v, sizeof v), 0);
+  CHECK_STREQ(v, "gone");
+  /* Closing is going away too; the second WILL replaced the first. */
+  CHECK_EQ_INT(will_child(port, "left/2", "left/3", 0), 0);
+  const char *k3[] = {"left/3"};
+  CHECK_EQ_INT(store_wait(c, k3, 1, in_ms(5000)), 0);
+  CHECK_EQ_INT(get_str(c, "left/3", v, sizeof v), 0);
+  CHECK_STREQ(v, "went");
+  CHECK_EQ_INT(get_str(c, "left/2", v, sizeof v), -ENOENT);
+  /* A waiter parked before the client goes is woken by the will. */
+  pid_t waiter = fork();
+  if (waiter == 0) {
+    store_client *w = NULL;
+    if (store_client_connect("127.0.0.1", port, NULL, in_ms(5000), &w, NULL, 0) != 0) _exit(1);
+    const char *k4[] = {"left/4"};
+    _exit(store_wait(w, k4, 1, in_ms(10000)) == 0 ? 0 : 1);
+  }
+  base_sleep_ms(100);
+  CHECK_EQ_INT(will_child(port, "left/4", NULL, 1), 0);
+  int st = 0;
+  CHECK_EQ_INT(waitpid(waiter, &st, 0), waiter);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* The server ending an idle connection leaves no key: the client did not go. */
+  store_client *idle = client(port, NULL);
+  CHECK_EQ_INT(store_will(idle, "left/5", "x", 1, in_ms(5000)), 0);
+  base_sleep_ms(1000); /* the server closes it after 300 ms */
+  CHECK_EQ_INT(get_str(c, "left/5", v, sizeof v), -ENOENT);
+  store_client_close(idle);
+  base_sleep_ms(100);
+  CHECK_EQ_INT(get_str(c, "left/5", v, sizeof v), -ENOENT);
+  /* Over 4096 bytes of value: LIMIT, and the client stays usable. */
+  static char big[4097];
+  CHECK_EQ_INT(store_will(c, "left/6", big, sizeof big, in_ms(5000)), COHORT_ELIMIT);
+  CHECK_EQ_INT(store_will(c, "left/6", big, 4096, in_ms(5000)), 0);
+  CHECK_EQ_INT(store_will(c, "", "x", 1, in_ms(5000)), -EINVAL);
+  /* Stopping the server leaves no will behind (nothing to see after; it must not crash). */
+  store_server_stop(s);
+  store_client_close(c);
+}
+
 static void *interrupt_later(void *arg) {
   base_sleep_ms(100);
   store_client_interrupt(arg);
@@ -1617,6 +1690,7 @@ int main(int argc, char **argv) {
   test_operations();
   test_cas();
   test_wait();
+  test_will();
   test_interrupt();
   test_get_many();
   test_many_waiters();

@@ -218,17 +218,17 @@ static void on_remote_failure(job *j) {
 }
 
 /* How long a rank's word that a peer's connection closed waits for the word that the peer
- * finished (its agent's, through the store) before it counts as a loss. */
+ * finished or went (its agent's, or the store's for an agent gone) before it counts as a loss. */
 #define FINISHED_WAIT_MS 300
 
-/* Whether a worker of the round finished (exited 0): here, or on another node as the store says
- * within FINISHED_WAIT_MS. */
-static int peer_finished(job *j) {
+/* Whether a worker of the round finished (exited 0), here or on another node, or a node went
+ * (agent_cluster_left), as the store says within FINISHED_WAIT_MS. */
+static int peer_left(job *j) {
   for (int i = 0; i < j->nworkers; i++) {
     const worker *w = &j->workers[i];
-    if (!w->running && w->pid > 0 && agent_worker_succeeded(w)) return 1;
+    if (!w->running && w->pid > 0 && agent_worker_succeeded(w)) return AGENT_LEFT_FINISHED;
   }
-  return agent_cluster_finished(&j->cl, j->round, FINISHED_WAIT_MS);
+  return agent_cluster_left(&j->cl, j->round, FINISHED_WAIT_MS);
 }
 
 /*
@@ -240,11 +240,14 @@ static int peer_finished(job *j) {
  * ending, or, when the rank asks for a next membership (asks), the job
  * fails together naming it (a rank that ended well is not replaced). Its
  * word waits FINISHED_WAIT_MS for the finisher's, which also gives a lost
- * worker's own agent the time to publish the loss in its words.
+ * worker's own agent the time to publish the loss in its words; a node
+ * killed whole ends the wait at once (its agent's will: the store says it
+ * went, and no agent of its is there to speak).
  */
 static void on_broken(job *j, int rank, int asks) {
   if (j->stopping || j->remote_failed || j->first_failed >= 0) return;
-  if (peer_finished(j)) {
+  int left = peer_left(j);
+  if (left == AGENT_LEFT_FINISHED) {
     if (!asks) {
       base_log(BASE_LOG_INFO, "rank %d: a peer's connection closed: it finished (exit 0), no loss",
                rank);
@@ -258,8 +261,10 @@ static void on_broken(job *j, int rank, int asks) {
     return;
   }
   if (!j->cl.multinode) return;
-  snprintf(j->report, sizeof j->report, "node %d (%s): rank %d lost a peer (its connection closed)",
-           j->cl.plan.my_index, j->cl.hostname, rank);
+  snprintf(
+      j->report, sizeof j->report, "node %d (%s): rank %d lost a peer (its connection closed)%s",
+      j->cl.plan.my_index, j->cl.hostname, rank,
+      left == AGENT_LEFT_GONE ? ", and an agent of the job left the store without finishing" : "");
   char winner[WATCH_REPORT_MAX];
   agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
   base_strlcpy(j->report, winner, sizeof j->report);

@@ -270,19 +270,48 @@ static void finished_key(const cluster *c, int round, char *key, size_t len) {
   rdzv_key(key, len, c->run_id, round, "finished");
 }
 
+/* The round's key that says a node of it finished or went: set after "finished" by a finishing
+ * node's agent, and by the store for an agent whose connection closed (its will, left in
+ * join_round; not with etcd, whose lease keeps a dead agent's keys until its TTL). */
+static void left_key(const cluster *c, int round, char *key, size_t len) {
+  rdzv_key(key, len, c->run_id, round, "left");
+}
+
+/* The built-in store sets the round's "left" key when this agent's connection ends unasked. */
+static void leave_will(cluster *c, int round) {
+  if (c->etcd) return;
+  char key[STORE_KEY_MAX];
+  left_key(c, round, key, sizeof key);
+  int rc = store_will(c->client, key, "1", 1, base_deadline_in(2000));
+  if (rc != 0)
+    base_log(BASE_LOG_INFO, "no will with the store (%s): a lost peer is waited for %s",
+             cohort_strerror(rc), "as long as a finisher's word");
+}
+
 void agent_cluster_note_finished(cluster *c, int round) {
   if (c->client == NULL || !c->multinode || c->store_lost) return;
   char key[STORE_KEY_MAX];
   finished_key(c, round, key, sizeof key);
   store_set(c->client, key, "1", 1, base_deadline_in(STATUS_WRITE_MS));
+  left_key(c, round, key, sizeof key);
+  store_set(c->client, key, "1", 1, base_deadline_in(STATUS_WRITE_MS));
 }
 
-int agent_cluster_finished(cluster *c, int round, int64_t wait_ms) {
+/* Waits for a node of the round to finish or go ("left"), then tells which: a node killed whole
+ * is known at once by its will, a finisher by its word (same connection, in order: its "finished"
+ * is in before its "left"). */
+int agent_cluster_left(cluster *c, int round, int64_t wait_ms) {
   if (c->client == NULL || !c->multinode || c->store_lost) return 0;
-  char key[STORE_KEY_MAX];
-  finished_key(c, round, key, sizeof key);
-  const char *keys[1] = {key};
-  return store_wait(c->client, keys, 1, base_deadline_in(wait_ms)) == 0;
+  char left[STORE_KEY_MAX], fin[STORE_KEY_MAX];
+  left_key(c, round, left, sizeof left);
+  finished_key(c, round, fin, sizeof fin);
+  const char *keys[1] = {left};
+  if (store_wait(c->client, keys, 1, base_deadline_in(wait_ms)) != 0) return 0;
+  void *v = NULL;
+  size_t n = 0;
+  int rc = store_get(c->client, fin, &v, &n, base_deadline_in(STATUS_WRITE_MS));
+  free(v);
+  return rc == 0 ? AGENT_LEFT_FINISHED : AGENT_LEFT_GONE;
 }
 
 int agent_cluster_job_spoke(cluster *c) {
@@ -393,6 +422,7 @@ static int join_round(cluster *c, const agent_config *cfg, int round, char *err,
     return rc;
   }
   locate_master(c, local, remote);
+  leave_will(c, round);
   const rdzv_plan *p = &c->plan;
   const rdzv_node *me = &p->nodes[p->my_index];
   fprintf(stderr,

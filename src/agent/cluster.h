@@ -109,9 +109,12 @@ void agent_cluster_note_lost(cluster *c, const char *report);
  * then knows it for no loss. */
 void agent_cluster_note_finished(cluster *c, int round);
 
-/* Whether a worker of round finished (agent_cluster_note_finished), waiting for the word at
- * most wait_ms; 0 alone. */
-int agent_cluster_finished(cluster *c, int round, int64_t wait_ms);
+/* Whether a node of round finished or went, waiting for the word at most wait_ms:
+ * AGENT_LEFT_FINISHED (a worker of it finished: agent_cluster_note_finished), AGENT_LEFT_GONE (an
+ * agent's connection to the built-in store ended unasked: its node killed whole, or cut off), 0
+ * neither (and alone). */
+enum { AGENT_LEFT_FINISHED = 1, AGENT_LEFT_GONE = 2 };
+int agent_cluster_left(cluster *c, int round, int64_t wait_ms);
 
 /* Whether the job's program takes part in re-forms: some node's workers all said hello (it or
  * another node said so through agent_cluster_note_ahead). One store read; 0 when unknown. */

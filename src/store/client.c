@@ -427,6 +427,20 @@ int store_set(store_client *c, const char *key, const void *val, size_t len, int
   return rc != 0 ? rc : store_proto_status_err(r.status);
 }
 
+int store_will(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms) {
+  int rc = check_key(key);
+  if (rc == 0) rc = check_value(val, len);
+  if (rc != 0) return rc;
+  if (c->ops != NULL) return -ENOTSUP; /* etcd: a lease's keys go with it, at its TTL */
+  begin(c, STORE_OP_WILL);
+  store_buf_key(&c->req, key, strlen(key));
+  store_buf_value(&c->req, val, len);
+  store_buf_end_frame(&c->req, 0);
+  store_response r;
+  rc = call(c, STORE_OP_WILL, deadline_ms, deadline_ms, &r);
+  return rc != 0 ? rc : store_proto_status_err(r.status);
+}
+
 int store_get(store_client *c, const char *key, void **val, size_t *len, int64_t deadline_ms) {
   *val = NULL;
   if (len != NULL) *len = 0;

@@ -151,6 +151,7 @@ int store_proto_parse_request(const uint8_t *body, size_t len, store_request *re
   case STORE_OP_PING:
     break;
   case STORE_OP_SET:
+  case STORE_OP_WILL:
     rd_key(&r, &req->key);
     rd_value(&r, &req->value);
     break;
@@ -257,6 +258,7 @@ int store_proto_parse_response(uint8_t op, const uint8_t *body, size_t len, stor
   case STORE_OP_SET:
   case STORE_OP_DELETE:
   case STORE_OP_WAIT:
+  case STORE_OP_WILL:
     break;
   default:
     return fail(why, whylen, "response to unknown request type 0x%02x", op);

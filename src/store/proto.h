@@ -37,6 +37,7 @@ enum {
   STORE_OP_CAS = 0x14,
   STORE_OP_DELETE = 0x15,
   STORE_OP_WAIT = 0x16,
+  STORE_OP_WILL = 0x17,
 };
 
 /* Response status (first byte of a response body). */

@@ -48,6 +48,7 @@
 #define DEFAULT_MAX_CONNS 65536
 #define DEFAULT_IDLE_MS (600 * 1000)
 #define DEFAULT_IO_MS (10 * 1000)
+#define WILL_VALUE_MAX 4096
 #define DEFAULT_MAX_BYTES ((size_t)256 << 20)
 #define LISTEN_BACKLOG 4096
 /* The shared read buffer; a connection reads at most this much per turn. */
@@ -91,6 +92,11 @@ typedef struct conn {
   int64_t last_active_ms; /* last byte read or response completed */
   int64_t frame_start_ms; /* first byte of an incomplete frame; 0: none */
   int64_t write_stall_ms; /* since output has been pending without progress */
+  /* WILL: set key to value when the client goes away (gone: it closed or reset the connection,
+   * rather than the server closing it for a limit); the key's bytes, then the value's. */
+  uint8_t *will;
+  size_t will_key_len, will_len;
+  int gone;
   uint8_t cnonce[STORE_NONCE_LEN];
   uint8_t snonce[STORE_NONCE_LEN];
   /* A parked WAIT: its key fields, and the first not yet seen. */
@@ -116,6 +122,7 @@ struct store_server {
   char *token;
   size_t token_len;
   int max_conns;
+  int stopping; /* store_server_stop: connections end without their wills */
   int idle_ms, io_ms;
   store_table table;
   size_t buf_bytes; /* charged input and output buffers, parked WAIT keys */
@@ -235,12 +242,24 @@ static void end_wait(store_server *s, conn *c) {
   c->waiting = 0;
 }
 
+static void key_created(store_server *s, store_bytes key);
+
+/* A client that went away leaves its WILL's key behind (the agents' sign of a node lost). */
+static void apply_will(store_server *s, conn *c) {
+  if (c->will == NULL || !c->gone || s->stopping) return;
+  store_bytes key = {.p = c->will, .len = c->will_key_len};
+  if (store_table_put(&s->table, key, c->will + c->will_key_len, c->will_len) == 1)
+    key_created(s, key);
+}
+
 static void conn_free(store_server *s, conn *c) {
   /* Explicitly: a forked child holding a copy of the socket would keep it in the set. */
   epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   heap_remove(s, c);
   if (c->waiting) end_wait(s, c);
+  apply_will(s, c);
+  free(c->will);
   free_input(s, c);
   for (size_t i = 0; i < c->nsegs; i++) store_blob_unref(&s->table, c->segs[i].blob);
   free(c->segs);
@@ -475,6 +494,22 @@ static void handle_cas(store_server *s, conn *c, const store_request *r) {
   store_buf_end_frame(&c->out, f);
 }
 
+/* WILL: replaces the connection's will (a copy; WILL_VALUE_MAX bytes of value at most). */
+static void handle_will(conn *c, const store_request *r) {
+  uint8_t *w = r->value.len <= WILL_VALUE_MAX ? malloc(r->key.len + r->value.len + 1) : NULL;
+  if (w == NULL) {
+    reply_status(c, STORE_ST_LIMIT);
+    return;
+  }
+  memcpy(w, r->key.p, r->key.len);
+  if (r->value.len > 0) memcpy(w + r->key.len, r->value.p, r->value.len);
+  free(c->will);
+  c->will = w;
+  c->will_key_len = r->key.len;
+  c->will_len = r->value.len;
+  reply_status(c, STORE_ST_OK);
+}
+
 static void handle_request(store_server *s, conn *c, const store_request *r) {
   switch (r->op) {
   case STORE_OP_PING:
@@ -497,6 +532,9 @@ static void handle_request(store_server *s, conn *c, const store_request *r) {
     return;
   case STORE_OP_WAIT:
     handle_wait(s, c, r);
+    return;
+  case STORE_OP_WILL:
+    handle_will(c, r);
     return;
   default:
     reject(c, STORE_ST_PROTO, "unexpected request type");
@@ -654,9 +692,11 @@ static int conn_read(store_server *s, conn *c, int64_t now) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
       base_log(BASE_LOG_INFO, "store: connection from %s: %s", c->peer, cohort_strerror(-errno));
+      c->gone = 1;
       return -1;
     }
     if (n == 0) {
+      c->gone = 1;
       if (c->in_len > 0)
         base_log(BASE_LOG_INFO, "store: %s closed the connection mid-frame", c->peer);
       return -1;
@@ -855,6 +895,7 @@ static void conn_event(store_server *s, conn *c, uint32_t ev, int64_t now) {
     } else if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
       /* Not reading (parked, or closing): the peer is gone, answer what can be. */
       if (unsent(c) > 0) conn_write(s, c, now);
+      c->gone = 1;
       c->closing = 2;
     }
   }
@@ -1065,6 +1106,7 @@ void store_server_stop(store_server *s) {
     (void)w;
     pthread_join(s->thread, NULL);
   }
+  s->stopping = 1;
   while (s->nconns > 0) conn_free(s, s->conns[s->nconns - 1]);
   free(s->conns);
   free(s->heap);

@@ -86,6 +86,14 @@ const char *store_client_error(store_client *c);
 
 /* Per-call deadline (absolute, ms). Operations fail with -ETIMEDOUT after it. */
 int store_set(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms);
+/*
+ * This connection's will: when its client goes away (closes or resets the
+ * connection, or dies) the server sets key to val (4096 bytes at most), as
+ * SET would, waking its waiters; not when the server closes the connection
+ * itself (a limit, a malformed request) or stops. A later call replaces the
+ * will. -ENOTSUP on a client of another backend (etcd).
+ */
+int store_will(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms);
 /* *val is malloc'ed (caller frees); -ENOENT when the key is absent. */
 int store_get(store_client *c, const char *key, void **val, size_t *len, int64_t deadline_ms);
 /*
