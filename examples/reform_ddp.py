@@ -8,9 +8,12 @@ On each node (node 0 at HOST; to try it on one machine: docs/reform.md,
 
 The lines marked "# cohort" are all it takes to take part in re-forms
 (docs/reform.md, "PyTorch workers"): survivors keep their process and state,
-newcomers receive the state from a survivor. Each completed step prints one
-line: step, rank, world size, pid, data position, loss, a digest of the
-parameters (the same on every rank), wall time.
+newcomers receive the state from the survivors while these train. Each
+completed step prints one line: step, rank, world size, pid, the ranks
+that trained it, whether this rank was catching up (then it trained
+nothing: its loss is "-"), data position after the step, the samples it took, loss, a
+digest of the parameters (the same on every rank that trains), wall time. A
+rank that caught up prints "caught ..." once, with the bytes it received.
 """
 import argparse
 import os
@@ -53,27 +56,36 @@ def main():
     print("joined epoch=%d rank=%d world=%d pid=%d step=%d received=%d"
           % (r["epoch"], job.rank, job.world_size, os.getpid(), job.step, r["received"]),
           flush=True)
-    seen = len(job.reforms)
+    seen, caught = len(job.reforms), None
     while job.step < args.steps:
         done = False
         with job.training_step():  # cohort
-            x, y = samples(job.position + job.rank * args.batch, args.batch)
+            lo = job.position + job.slot * args.batch  # cohort: this rank's samples
+            x, y = samples(lo, args.batch)
             loss = F.mse_loss(job.ddp(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             time.sleep(args.step_time)
-            done, world = True, job.world_size
+            done, world, trainers, junk = True, job.world_size, job.trainers, job.catching_up
         if len(job.reforms) > seen:
             seen = len(job.reforms)
             r = job.reforms[-1]
             print("reformed epoch=%d rank=%d world=%d pid=%d step=%d sent=%d received=%d "
                   "dropped=%d" % (r["epoch"], job.rank, job.world_size, os.getpid(), job.step,
                                   r["sent"], r["received"], job.dropped), flush=True)
-        if done:  # world: the step's; rank: the next one's
-            print("step=%d rank=%d world=%d pid=%d position=%d loss=%.6f params=%.12g time=%.3f"
-                  % (job.step, job.rank, world, os.getpid(), job.position, loss.item(),
-                     digest(model), time.time()), flush=True)
+        r = job.reforms[-1]
+        if "caught" in r and r is not caught and job.rank in r["catching_up"]:
+            caught = r
+            print("caught epoch=%d rank=%d world=%d pid=%d step=%d received=%d replayed=%d"
+                  % (r["epoch"], job.rank, job.world_size, os.getpid(), job.step, r["received"],
+                     r["replayed"]), flush=True)
+        if done:  # world, trainers, catching: the step's; rank: the next one's
+            print("step=%d rank=%d world=%d pid=%d trainers=%d catching=%d position=%d "
+                  "samples=%d:%d loss=%s params=%.12g time=%.3f"
+                  % (job.step, job.rank, world, os.getpid(), trainers, junk, job.position, lo,
+                     lo + args.batch, "-" if junk else "%.6f" % loss.item(), digest(model),
+                     time.time()), flush=True)
     print("done step=%d rank=%d world=%d pid=%d position=%d params=%.12g"
           % (job.step, job.rank, job.world_size, os.getpid(), job.position, digest(model)),
           flush=True)

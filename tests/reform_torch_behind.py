@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""examples/reform_ddp.py with two test hooks, for tests/test_reform_torch.py.
+"""examples/reform_ddp.py with test hooks, for tests/test_reform_torch.py.
 
 Once the file named by $REFORM_TEST_FAIL exists, this worker's next step
 that completes (its all_reduce gave the full sum, its optimizer stepped) is
@@ -14,12 +14,25 @@ after the model's first layer (having made SLOW.in), as a large model's
 would compute; a backward of that step that runs all the same makes
 SLOW.backward (the module should end the step at its next layer once the
 membership ended).
+
+While the file named by $REFORM_TEST_HOLD exists, every torch.distributed.isend
+of this worker waits before it begins: a donor's stream of the state to a
+newcomer is held (in the background) while the others train; the old blocking
+hand-over held the whole step with it.
+
+After each completed step it prints "state step=N rank=R catching=C sha=H":
+a SHA-256 of the model's state_dict and the optimizer's state (every tensor's
+bytes, the hyper-parameters), the same on every rank that holds the model.
 Usage: reform_torch_behind.py ARGS OF reform_ddp.py
 """
+import hashlib
 import os
 import runpy
 import sys
 import time
+
+import torch
+import torch.distributed as dist
 
 import cohort_reform
 
@@ -57,15 +70,54 @@ def hooked_init(self, model, *args, **kwargs):
     original_init(self, model, *args, **kwargs)
 
 
+hold = os.environ.get("REFORM_TEST_HOLD", "")
+original_isend = dist.isend
+
+
+def held_isend(*args, **kwargs):
+    while hold and os.path.exists(hold):
+        time.sleep(0.01)
+    return original_isend(*args, **kwargs)
+
+
+def state_sha(job):
+    """A SHA-256 of the model's and the optimizer's state, bit for bit."""
+    h = hashlib.sha256()
+
+    def add(v):
+        if torch.is_tensor(v):
+            h.update(str((v.dtype, tuple(v.shape))).encode())
+            h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(v).encode())
+    for k, v in job.module.state_dict().items():
+        add(k)
+        add(v)
+    opt = job.optimizer.state_dict()
+    for i in sorted(opt["state"]):
+        for k in sorted(opt["state"][i]):
+            add((i, k))
+            add(opt["state"][i][k])
+    add(opt["param_groups"])
+    return h.hexdigest()
+
+
 def failing_exit(self, kind, exc, tb):
     global trigger
     slow_step["on"] = False
+    step = self.job.step
     if kind is None and trigger and os.path.exists(trigger):
         trigger = ""
         print("failing step=%d pid=%d" % (self.job.step + 1, os.getpid()), flush=True)
         exc = RuntimeError("Connection closed by peer (test: this rank's step failed)")
         return original(self, RuntimeError, exc, None) or _raise(exc)
-    return original(self, kind, exc, tb)
+    catching = getattr(self.job, "catching_up", False)
+    out = original(self, kind, exc, tb)
+    if kind is None and self.job.step == step + 1:
+        print("state step=%d rank=%d catching=%d sha=%s" % (
+            self.job.step, self.job.rank if dist.is_initialized() else -1, catching,
+            state_sha(self.job)), flush=True)
+    return out
 
 
 def _raise(exc):
@@ -73,6 +125,7 @@ def _raise(exc):
 
 
 cohort_reform._Step.__exit__ = failing_exit
+dist.isend = held_isend
 cohort_reform.Job.__init__ = hooked_init
 example = os.path.join(here, "..", "examples", "reform_ddp.py")
 sys.argv = [example] + sys.argv[1:]

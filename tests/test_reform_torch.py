@@ -9,9 +9,15 @@ workers running examples/reform_ddp.py, then
   2. a newcomer (COHORT_NEWCOMER=1) joins: `reshape grow=1` to one survivor
      only, `form` with 3 ranks; the survivors complete their step, agree on
      its end and answer `ready` at the same step, dropping none; the
-     newcomer must receive the survivors' parameters, optimizer state, step
-     and data position, each survivor sending a share of it (both send, and
-     together exactly what the newcomer received);
+     newcomer catches up in the background: with the survivors' streams
+     held (tests/reform_torch_behind.py, REFORM_TEST_HOLD) the survivors
+     must complete steps at world 3 with 2 ranks training; once let go, the
+     newcomer receives the survivors' parameters, optimizer state, step and
+     data position, each survivor sending a share of it (both send, and
+     together exactly what the newcomer received), replays the steps it
+     kept, and then holds the survivors' model and optimizer state bit for
+     bit (a SHA-256 of both); the samples of the ranks that train tile the
+     data, none trained twice or skipped;
   3. SIGSTOP of a rank (its sockets stay open, gloo alone would wait out the
      process group's timeout): a `reshape grow=1 defer_ms=1000` must break
      the survivors' collective once the deferral runs out; `form` with 2
@@ -24,17 +30,21 @@ workers running examples/reform_ddp.py, then
      from the other, and they go on with identical parameters;
   6. a newcomer started ahead of its membership (COHORT_AWAIT_FORM=1, no
      RANK, WORLD_SIZE or MASTER_*): it says hello with await_form=1, waits
-     for its first `form`, joins, answers `formed` and receives the state;
+     for its first `form`, joins, answers `formed` and catches up;
   7. a newcomer started with its membership's variables whose membership
      ends before it formed: it answers `ready`, joins the next `form` and
-     receives the state;
+     receives the state at the join, every rank waiting (it has
+     COHORT_REFORM_CATCHUP=0: the blocking hand-over);
   8. a grow breaks the step in flight: COHORT_GROW_BREAK=1 on the workers
      that joined (0, every grow deferred, on the first three, which 2 and 3
      need), the first stalled (SIGSTOP) and `reshape grow=1
      defer_ms=60000` to the others (COHORT_GROW_DEFER_MS=120000 on all):
      they re-form within 20 s, not after the deferral's 60 s;
   9. a reshape while a rank computes its step's forward (held after the
-     first layer): the step ends at the next layer, its backward never runs.
+     first layer): the step ends at the next layer, its backward never runs;
+ 10. a donor lost while it streams (held) to a newcomer catching up: the
+     newcomer says that it takes the state in the next membership, and does
+     (catching up again from the donor left), ending with the same state.
 Wherever state is handed over (2, 5, 6, 7), every survivor at the agreed step
 sends a share and the survivors send exactly the bytes the ranks behind receive.
 It checks every time that the survivors keep their PIDs, answer `ready` and
@@ -80,7 +90,7 @@ def fail(msg):
 
 class Worker:
     def __init__(self, tmp, name, rank, size, epoch, port, newcomer=False, ahead=False,
-                 grow_break="0"):
+                 grow_break="0", catchup=None):
         self.agent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.agent_end.settimeout(LONG)
         self.log = os.path.join(tmp, name + ".log")
@@ -94,6 +104,10 @@ class Worker:
                        MASTER_PORT=str(port), COHORT_ROUND=str(epoch))
         if newcomer:
             env["COHORT_NEWCOMER"] = "1"
+        if catchup is not None:
+            env["COHORT_REFORM_CATCHUP"] = catchup
+        self.hold_file = os.path.join(tmp, name + ".hold")
+        env["REFORM_TEST_HOLD"] = self.hold_file
         self.fail_file = os.path.join(tmp, name + ".fail")
         env["REFORM_TEST_FAIL"] = self.fail_file
         self.slow_file = os.path.join(tmp, name + ".slow")
@@ -148,18 +162,18 @@ class Worker:
                 continue  # a line cut short by kill -9
         return out
 
-    def wait_step(self, pred, what):
-        """The first step line matching pred, within LONG seconds."""
-        end = time.monotonic() + LONG
+    def wait_step(self, pred, what, within=LONG, kind="step"):
+        """The first `kind` line matching pred, within `within` seconds."""
+        end = time.monotonic() + within
         while time.monotonic() < end:
-            for s in self.lines("step"):
+            for s in self.lines(kind):
                 if pred(s):
                     return s
             if self.proc.poll() is not None:
                 fail("pid %d ended (%s) waiting for %s\n%s"
                      % (self.pid, self.proc.returncode, what, self.tail()))
             time.sleep(0.05)
-        fail("pid %d: no %s within %.0f s\n%s" % (self.pid, what, LONG, self.tail()))
+        fail("pid %d: no %s within %.0f s\n%s" % (self.pid, what, within, self.tail()))
 
     def end(self):
         if self.proc.poll() is None:
@@ -243,18 +257,67 @@ def split(survivors, epoch, agreed, received, what):
 
 
 def check_history(w):
-    """Steps strictly increase by one; position += world * batch per step."""
+    """Steps strictly increase by one; position += trainers * batch per step (the ranks that
+    trained it: the world less the ranks catching up)."""
     prev = None
     for s in w.lines("step"):
-        step, pos, world = int(s["step"]), int(s["position"]), int(s["world"])
+        step, pos, trainers = int(s["step"]), int(s["position"]), int(s["trainers"])
         if prev is not None:
             if step <= prev[0]:
                 fail("pid %d: step %d after step %d: a completed step recomputed"
                      % (w.pid, step, prev[0]))
-            if step == prev[0] + 1 and pos - prev[1] != world * BATCH:
-                fail("pid %d: step %d moved the position %d -> %d with world %d"
-                     % (w.pid, step, prev[1], pos, world))
+            if step == prev[0] + 1 and pos - prev[1] != trainers * BATCH:
+                fail("pid %d: step %d moved the position %d -> %d with %d ranks training"
+                     % (w.pid, step, prev[1], pos, trainers))
         prev = (step, pos)
+
+
+def caught(w, epoch):
+    """w's `caught` line for membership `epoch` (it caught up in the background)."""
+    return w.wait_step(lambda c: c["epoch"] == str(epoch),
+                       "`caught epoch=%d` (the state in, the kept steps replayed)" % epoch,
+                       kind="caught")
+
+
+def same_state(ws, step, what):
+    """After `step` every rank of ws holds the same model and optimizer state, bit for bit
+    (reform_torch_behind.py's SHA-256 of both)."""
+    got = {w.pid: w.wait_step(lambda s: int(s["step"]) == step, "state after step %d" % step,
+                              kind="state")["sha"] for w in ws}
+    if len(set(got.values())) != 1:
+        fail("%s: the model and optimizer state after step %d differ between ranks: %s"
+             % (what, step, got))
+    print("%s: %d ranks hold the same model and optimizer state after step %d"
+          % (what, len(ws), step), flush=True)
+
+
+def check_slices(ws, first, last, what):
+    """Steps first..last: the samples of the ranks that trained each step (catching=0) tile the
+    data from the position before the step to the position after it, one after another,
+    across the steps: none trained twice, none skipped."""
+    prev = None
+    for step in range(first, last + 1):
+        lines = [w.wait_step(lambda s: int(s["step"]) == step, "step %d" % step) for w in ws]
+        trained = sorted(tuple(int(x) for x in s["samples"].split(":")) for s in lines
+                         if s["catching"] == "0")
+        ends = {int(s["position"]) for s in lines}
+        trainers = {int(s["trainers"]) for s in lines}
+        if len(ends) != 1 or trainers != {len(trained)}:
+            fail("%s: step %d: positions %s, %s ranks training by their lines, %d trained"
+                 % (what, step, sorted(ends), sorted(trainers), len(trained)))
+        end = ends.pop()
+        cur = end - BATCH * len(trained) if prev is None else prev
+        for lo, hi in trained:
+            if lo != cur:
+                fail("%s: step %d: the trained samples %s do not follow on from %d: some "
+                     "trained twice or skipped" % (what, step, trained, cur))
+            cur = hi
+        if cur != end:
+            fail("%s: step %d ends the samples at %d, its position says %d"
+                 % (what, step, cur, end))
+        prev = end
+    print("%s: the trained samples of steps %d-%d tile the data, none twice, none skipped"
+          % (what, first, last), flush=True)
 
 
 def same_params(ws, step, what):
@@ -374,39 +437,58 @@ def run(tmp, ws):
     reform(survivors, 0, 1, free_port(), 2, "rank 2 lost (kill -9)")
     check_after(survivors, t_kill, 2, "kill -9")
 
-    # 2. A newcomer joins: it receives the state. The agent's reshape says grow=1 and
-    # reaches survivors[0] only: every survivor completes the step in flight, they agree
+    # 2. A newcomer joins and catches up in the background. The agent's reshape says grow=1
+    # and reaches survivors[0] only: every survivor completes the step in flight, they agree
     # at that step's end (survivors[1] too, which was told nothing) and re-form there,
-    # dropping no step.
+    # dropping no step. The survivors' streams of the state are held: they must go on
+    # training meanwhile (the blocking hand-over held them in the join).
     at = max(last_step(w) for w in survivors) + 3
     for w in survivors:
         w.wait_step(lambda s: int(s["step"]) >= at, "step %d" % at)
     port = free_port()
     new = Worker(tmp, "new", 2, 3, 2, port, newcomer=True, grow_break="1")
     run.extra.append(new)
+    for w in survivors:
+        open(w.hold_file, "w").close()
     before = [dropped(w, 1) for w in survivors]
     t_grow, agreed = reform(survivors, 1, 2, port, 3, "a node joins", grow=60000,
                             told=survivors[:1])
     if len(set(reform.readies)) != 1:
         fail("a deferred grow: the survivors answered `ready` at steps %s, not at one "
              "boundary" % reform.readies)
+    new.expect("formed", epoch="2", step=str(agreed))
+    for w in survivors:
+        w.wait_step(lambda s: int(s["step"]) >= agreed + 2 and s["world"] == "3"
+                    and s["trainers"] == "2" and s["catching"] == "0",
+                    "2 steps trained while the newcomer catches up (its stream held)", within=30)
+    joined = new.wait_step(lambda j: True, "the newcomer's `joined` line", kind="joined")
+    if int(joined["received"]) != 0 or int(joined["step"]) != agreed:
+        fail("the newcomer did not join catching up at step %d: %s\n%s"
+             % (agreed, joined, new.tail()))
+    if new.lines("caught"):
+        fail("the newcomer caught up while the survivors' streams were held")
     after = [dropped(w, 2) for w in survivors]
     if after != before:
         fail("a deferred grow: the survivors' dropped steps went from %s to %s"
              % (before, after))
-    new.expect("formed", epoch="2", step=str(agreed))
-    joined = None
-    end = time.monotonic() + LONG
-    while joined is None and time.monotonic() < end:
-        joined = (new.lines("joined") or [None])[0]
-        time.sleep(0.05)
-    if joined is None or int(joined["received"]) <= 0 or int(joined["step"]) != agreed:
-        fail("the newcomer did not receive the state at step %d: %s\n%s"
-             % (agreed, joined, new.tail()))
+    for w in survivors:
+        os.unlink(w.hold_file)
+    got = caught(new, 2)
+    t = int(got["step"])
+    during = [s for s in survivors[0].lines("step") if agreed < int(s["step"]) <= t]
+    if int(got["received"]) <= 0 or int(got["replayed"]) != t - agreed or len(during) < 2:
+        fail("the newcomer's catch-up: %s, the survivors trained %d steps meanwhile"
+             % (got, len(during)))
+    print("grow: the survivors trained steps %d-%d while the newcomer caught up (%s bytes, "
+          "%s steps replayed)" % (agreed + 1, t, got["received"], got["replayed"]), flush=True)
     members = survivors + [new]
+    same_state(members, t, "the newcomer caught up")
     check_after(members, t_grow, 3, "grow")
-    same_params(members, agreed + 1, "the newcomer's first step")
-    split(survivors, 2, agreed, [int(joined["received"])], "grow")
+    same_params(members, t + 1, "the newcomer's first step training")
+    split(survivors, 2, agreed, [int(got["received"])], "grow")
+    if not all(s["catching"] == "1" for s in new.lines("step") if int(s["step"]) <= t):
+        fail("the newcomer's steps up to %d did not say it was catching up" % t)
+    check_slices(members, agreed + 1, t + 2, "grow")
 
     # 3. A stalled rank (SIGSTOP): only `reshape` ends the survivors' wait. It comes as a
     # grow deferred 1 s at most: no step boundary comes while the collective waits for
@@ -466,41 +548,94 @@ def run(tmp, ws):
     except socket.timeout:
         pass
     late.agent_end.settimeout(LONG)
-    t_late, agreed = reform(survivors, 8, 9, free_port(), 3, "a node joins", ahead=[late])
-    joined = None
-    end = time.monotonic() + LONG
-    while joined is None and time.monotonic() < end:
-        joined = (late.lines("joined") or [None])[0]
-        time.sleep(0.05)
-    if joined is None or int(joined["received"]) <= 0 or int(joined["step"]) != agreed \
-            or joined["rank"] != "2" or joined["epoch"] != "9":
-        fail("the worker started ahead did not join as rank 2 of epoch 9 with the state of "
+    # A grow, told to survivors[0] only (the newcomer of section 2 breaks a step on a grow):
+    # the survivors re-form at one step boundary, so the worker started ahead catches up.
+    t_late, agreed = reform(survivors, 8, 9, free_port(), 3, "a node joins", ahead=[late],
+                            grow=60000, told=survivors[:1])
+    joined = late.wait_step(lambda j: j["epoch"] == "9", "`joined epoch=9`", kind="joined")
+    if int(joined["received"]) != 0 or int(joined["step"]) != agreed or joined["rank"] != "2":
+        fail("the worker started ahead did not join as rank 2 of epoch 9 catching up from "
              "step %d: %s\n%s" % (agreed, joined, late.tail()))
-    split(survivors, 9, agreed, [int(joined["received"])], "started ahead")
+    got = caught(late, 9)
+    split(survivors, 9, agreed, [int(got["received"])], "started ahead")
     survivors = survivors + [late]
     check_after(survivors, t_late, 3, "started ahead")
-    same_params(survivors, agreed + 1, "the worker started ahead's first step")
+    same_state(survivors, int(got["step"]), "the worker started ahead caught up")
+    same_params(survivors, int(got["step"]) + 1, "the worker started ahead's first step training")
+    check_slices(survivors, agreed + 1, int(got["step"]) + 1, "started ahead")
+
+    # 10 (before 7). A donor lost while it streams to a newcomer catching up (the streams
+    # held): the membership ends, the newcomer says it takes the state in the next one, and does.
+    for w in survivors:
+        open(w.hold_file, "w").close()
+    port = free_port()
+    # The grow goes to survivors[0] (COHORT_GROW_BREAK=0: deferred), so that they re-form at
+    # one step boundary and the newcomer catches up; survivors[2], a donor, is then killed.
+    late2 = Worker(tmp, "late2", 3, 4, 10, port, newcomer=True, grow_break="1")
+    run.extra.append(late2)
+    _, agreed = reform(survivors, 9, 10, port, 4, "a node joins", grow=60000,
+                       told=survivors[:1])
+    late2.expect("formed", epoch="10", step=str(agreed))
+    joined = late2.wait_step(lambda j: True, "`joined epoch=10`", kind="joined")
+    if int(joined["received"]) != 0:
+        fail("the newcomer did not join catching up: %s" % joined)
+    for w in survivors:
+        w.wait_step(lambda s: int(s["step"]) > agreed and s["trainers"] == "3", "a step with "
+                    "3 ranks training while the newcomer catches up", within=30)
+    lost = survivors.pop(2)
+    lost.proc.kill()
+    lost.proc.wait()
+    for w in survivors:
+        os.unlink(w.hold_file)
+    t_lost, agreed = reform(survivors + [late2], 10, 11, free_port(), 3,
+                            "a donor lost while it streams")
+    if reform.readies[-1] != -1:
+        fail("the newcomer answered `ready` with step %d, not -1 (no state)" % reform.readies[-1])
+    if "membership 10 ended while it caught up" not in late2.text():
+        fail("the newcomer did not say that it takes the state in the next membership\n%s"
+             % late2.tail())
+    # It catches up again, unless a survivor's step in flight failed while another's completed
+    # (that survivor is behind too: the blocking hand-over for both).
+    if len(set(reform.readies[:-1])) == 1:
+        got = caught(late2, 11)
+        t = int(got["step"])
+    else:
+        got = reformed(late2, 11)
+        t = agreed + 1
+    if int(got["received"]) <= 0:
+        fail("the newcomer did not receive the state in membership 11: %s" % got)
+    survivors = survivors + [late2]
+    same_state(survivors, t, "a donor lost while it streamed")
+    check_after(survivors, t_lost, 3, "a donor lost while it streamed")
+    print("donor lost: the newcomer took the state of step %d in the next membership (%s bytes)"
+          % (agreed, got["received"]), flush=True)
 
     # 7. A replacement started with its membership's variables (not ahead) whose membership
     # ends before it formed (a further loss): it answers `ready` and joins the next `form`.
-    heir = Worker(tmp, "heir", 3, 4, 10, free_port(), newcomer=True, grow_break="1")
+    # It has COHORT_REFORM_CATCHUP=0: the blocking hand-over, every rank waiting for it.
+    heir = Worker(tmp, "heir", 3, 4, 12, free_port(), newcomer=True, grow_break="1",
+                  catchup="0")
     run.extra.append(heir)
-    heir.send("reshape epoch=10 why=a further loss")
-    heir.expect("ready", epoch="10", step="-1")
-    t_heir, agreed = reform(survivors, 9, 11, free_port(), 4, "a node joins", ahead=[heir])
+    heir.send("reshape epoch=12 why=a further loss")
+    heir.expect("ready", epoch="12", step="-1")
+    t_heir, agreed = reform(survivors, 11, 13, free_port(), 4, "a node joins", ahead=[heir])
     joined = None
     end = time.monotonic() + LONG
     while joined is None and time.monotonic() < end:
-        joined = ([j for j in heir.lines("joined") if j["epoch"] == "11"] or [None])[0]
+        joined = ([j for j in heir.lines("joined") if j["epoch"] == "13"] or [None])[0]
         time.sleep(0.05)
     if joined is None or int(joined["received"]) <= 0 or int(joined["step"]) != agreed \
             or joined["rank"] != "3":
-        fail("the replacement whose membership ended did not join epoch 11 as rank 3 with "
+        fail("the replacement whose membership ended did not join epoch 13 as rank 3 with "
              "the state of step %d: %s\n%s" % (agreed, joined, heir.tail()))
-    split(survivors, 11, agreed, [int(joined["received"])], "replacement")
+    split(survivors, 13, agreed, [int(joined["received"])], "replacement")
     survivors = survivors + [heir]
     check_after(survivors, t_heir, 4, "membership ended before the replacement formed")
     same_params(survivors, agreed + 1, "the replacement's first step")
+    same_state(survivors, agreed + 1, "the replacement given the state at its join")
+    if heir.lines("caught") or any(s["trainers"] != "4" for s in heir.lines("step")):
+        fail("COHORT_REFORM_CATCHUP=0: the replacement caught up in the background\n%s"
+             % heir.tail())
 
     # 8. A grow breaks the step in flight (COHORT_GROW_BREAK=1 on the workers that joined):
     # the first worker stalls (SIGSTOP), the others wait for it in a collective, and a grow
@@ -511,7 +646,7 @@ def run(tmp, ws):
     time.sleep(1.0)
     survivors = survivors[1:]
     t_break = time.time()
-    reform(survivors, 11, 12, free_port(), 3, "a node joins", grow=60000)
+    reform(survivors, 13, 14, free_port(), 3, "a node joins", grow=60000)
     took = time.time() - t_break
     if took > 20.0:
         fail("a grow with COHORT_GROW_BREAK=1 re-formed %.1f s after it came: it waited for "
@@ -529,10 +664,10 @@ def run(tmp, ws):
     while not os.path.exists(w.slow_file + ".in") and time.monotonic() < end:
         time.sleep(0.01)
     for v in survivors:
-        v.send("reshape epoch=12 why=a loss while rank 0 computes")
+        v.send("reshape epoch=14 why=a loss while rank 0 computes")
     time.sleep(0.5)  # the reshape reaches its channel thread while the forward is held
     os.unlink(w.slow_file)
-    t_mid, agreed = reform(survivors, 12, 13, free_port(), 3, "", told=[])
+    t_mid, agreed = reform(survivors, 14, 15, free_port(), 3, "", told=[])
     if os.path.exists(w.slow_file + ".backward"):
         fail("the step whose membership ended during its forward ran its backward")
     check_after(survivors, t_mid, 3, "a loss during the forward")

@@ -6,7 +6,10 @@
 # the workers of nodes 0 and 1 keep their PIDs and go on with world size 2,
 # no completed step recomputed; a replacement node started with the same
 # command line joins: its worker receives the state and the three finish with
-# the same parameters; every agent exits 0. Then node 2 is killed again and
+# the same parameters; every agent exits 0 (it catches up in the background while
+# the survivors train, or takes the state at its join when a survivor was a step
+# behind: docs/reform.md; the trained samples follow on, none twice, none skipped).
+# Then node 2 is killed again and
 # its replacement started at once: it starts its worker ahead (counted
 # pending), so the survivors re-form without it at once and take it in with a
 # second re-form once its worker said hello. Prints the seconds from the kill
@@ -64,12 +67,12 @@ t0, t_new, files = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 def steps(f):
     out = []
     for line in open(f):
-        m = re.search(r"\] (step=\d+ .*)", line)
-        if m:
-            out.append(dict(w.split("=", 1) for w in m.group(1).split()))
+        m = re.search(r"\] (step=\d+ .* time=\S+)$", line.rstrip("\n"))
+        if m:  # a line whole (kill -9 may cut a line short)
+            out.append(dict(w.split("=", 1) for w in m.group(1).split() if "=" in w))
     return out
 bad = []
-for f in files[:2]:
+for f in files[:2]:  # the survivors'; files[2]: the last replacement's; then the killed ones'
     s = steps(f)
     pids = {x["pid"] for x in s}
     if len(pids) != 1:
@@ -78,15 +81,46 @@ for f in files[:2]:
         if int(b["step"]) <= int(a["step"]):
             bad.append("%s: step %s after step %s (recomputed)" % (f, b["step"], a["step"]))
         elif int(b["step"]) == int(a["step"]) + 1 and \
-                int(b["position"]) - int(a["position"]) != 4 * int(b["world"]):
-            bad.append("%s: step %s moved the position by %d with world %s"
-                       % (f, b["step"], int(b["position"]) - int(a["position"]), b["world"]))
+                int(b["position"]) - int(a["position"]) != 4 * int(b["trainers"]):
+            bad.append("%s: step %s moved the position by %d with %s ranks training"
+                       % (f, b["step"], int(b["position"]) - int(a["position"]), b["trainers"]))
     after = [float(x["time"]) for x in s if x["world"] == "2" and float(x["time"]) > t0]
     print("%s: kill -9 of node 2 -> this survivor's next step: %.2f s"
           % (f.split("/")[-1], min(after) - t0) if after else "%s: no step with world 2" % f)
 new = [float(x["time"]) for x in steps(files[2]) if float(x["time"]) > t_new]
 if new:
     print("replacement started -> its first step: %.2f s" % (min(new) - t_new))
+# The samples each step's training ranks took (catching=0), over every worker's lines (the
+# killed ones' too): one after another from the position before the step, none twice, none
+# skipped. A step whose lines are not all there (a worker killed before it printed) is left out.
+by_step, ends, trainers = {}, {}, {}
+for f in files:
+    for x in steps(f):
+        ends.setdefault(int(x["step"]), set()).add(int(x["position"]))
+        trainers.setdefault(int(x["step"]), set()).add(int(x["trainers"]))
+        if x["catching"] == "0":
+            lo, hi = (int(v) for v in x["samples"].split(":"))
+            by_step.setdefault(int(x["step"]), []).append((lo, hi))
+checked = 0
+for s in sorted(by_step):
+    if len(ends[s]) != 1 or len(trainers[s]) != 1:
+        bad.append("step %d: positions %s, ranks training %s: not one each"
+                   % (s, sorted(ends[s]), sorted(trainers[s])))
+        continue
+    if s - 1 not in ends or len(by_step[s]) != min(trainers[s]):
+        continue
+    checked += 1
+    cur, end = min(ends[s - 1]), min(ends[s])
+    for lo, hi in sorted(by_step[s]):
+        if lo != cur:
+            bad.append("step %d: trained samples %s do not follow on from %d"
+                       % (s, sorted(by_step[s]), cur))
+            break
+        cur = hi
+    else:
+        if cur != end:
+            bad.append("step %d: trained samples end at %d, the position says %d" % (s, cur, end))
+print("the trained samples of %d steps follow on, none twice, none skipped" % checked)
 for b in bad[:10]:
     print("BAD: " + b)
 sys.exit(1 if bad else 0)
@@ -116,8 +150,16 @@ t_new=$(date +%s.%N)
 agent_on 2
 check "the replacement's worker joins as rank 2 of 3" \
   wait_re "$tmp/n2" "\] joined epoch=[0-9]+ rank=2 world=3 " 120
-received=$(field "$tmp/n2" joined received)
-check "the replacement received the state ($received bytes)" [ "${received:-0}" -gt 0 ]
+# given_state FILE: "caught" (it caught up in the background) or "joined" (given the state at its
+# join: a survivor was a step behind), and the bytes, from FILE's first line of either with bytes.
+given_state() {
+  wait_re "$1" "\] (caught|joined) epoch=[0-9]+ rank=2 world=3 .*received=[1-9]" 120 >/dev/null
+  sed -En 's/.*\] (caught|joined) epoch=[0-9]+ rank=2 world=3 .* received=([1-9][0-9]*).*/\1 \2/p' \
+    "$1" | head -1
+}
+read -r how received <<<"$(given_state "$tmp/n2")"
+check "the replacement received the state ($how, $received bytes)" [ "${received:-0}" -gt 0 ]
+echo "the replacement: $how ($received bytes; caught: in the background, joined: at its join)"
 check "node 0's worker goes on with world 3 in its process" \
   wait_re "$tmp/n0" "\] step=[0-9]+ rank=0 world=3 pid=$pid0 " 60
 check "the replacement started its worker ahead of its membership" \
@@ -135,8 +177,9 @@ agent_on 2
 check "the second replacement joins as rank 2 of 3" \
   wait_re "$tmp/n2" "\] joined epoch=[0-9]+ rank=2 world=3 " 120
 check "it started its worker ahead" contains "$tmp/n2" "cohort: starting the workers ahead"
-received=$(field "$tmp/n2" joined received)
-check "it received the state ($received bytes)" [ "${received:-0}" -gt 0 ]
+read -r how received <<<"$(given_state "$tmp/n2")"
+check "it received the state ($how, $received bytes)" [ "${received:-0}" -gt 0 ]
+echo "the second replacement: $how ($received bytes)"
 wait_all 300 "${agent[0]}" "${agent[1]}" "${agent[2]}"
 forms=$(grep -o "re-formed in .* nodes [0-9] -> [0-9]" "$tmp/n0" | sed 's/.*nodes //' | tr '\n' ,)
 check "node 0's re-forms: without each lost node first, then with its replacement ($forms)" \
@@ -145,8 +188,8 @@ check "the job ends well on every node ($codes)" [ "$codes" = "0 0 0" ]
 for i in 0 1 2; do check "node $i finished $STEPS steps" contains "$tmp/n$i" "] done step=$STEPS "; done
 params=$(for i in 0 1 2; do field "$tmp/n$i" done params; echo; done | sort -u | grep -c .)
 check "the three ranks end with the same parameters" [ "$params" = 1 ]
-check "survivors kept their processes, no completed step recomputed" \
-  analyse "$t0" "$t_new" "$tmp/n0" "$tmp/n1" "$tmp/n2"
+check "survivors kept their processes, no completed step recomputed, no sample twice or skipped" \
+  analyse "$t0" "$t_new" "$tmp/n0" "$tmp/n1" "$tmp/n2" "$tmp/n2.lost" "$tmp/n2.lost2"
 echo "state sent to the replacement: $received bytes"
 
 # A node killed while the survivors compute (a long step with no collective left in it): each

@@ -12,7 +12,11 @@ loss's re-form) in the same namespace with the same command line. Rows:
   cohort restart   cohort run --max-restarts, cohort-gpt2 --ckpt-dir/--ckpt-every
   torchrun restart torchrun --max_restarts, PyTorch DDP (gloo) with the elastic
                    tutorial's snapshot every --ckpt-every steps (torch_ckpt.py)
-  torch reform     cohort run --on-failure reform, torch_reform.py (cohort_reform)
+  torch reform     cohort run --on-failure reform, torch_reform.py (cohort_reform): the
+                   replacement catches up in the background while the survivors train
+  torch reform (blocking hand-over)  the torch reform row with COHORT_REFORM_CATCHUP=0:
+                   every rank waits while the survivors hand the state to the replacement
+                   (not among the default rows)
   cohort reform (before)  the cohort reform row with another cohort-gpt2
                    (--gpt2-before: e.g. one built before a change), run
                    alternately with the cohort reform row
@@ -76,7 +80,7 @@ start the buckets' chained allreduces in different orders), each rank's PowerSGD
 (error feedback, P, Q) checkpointed with the snapshot and loaded on a restart, whose first
 step runs uncompressed (DDP rebuilds its bucket after it); bf16 asks for
 bf16_compress_hook, which torch 1.13 refuses without CUDA and NCCL, so the row says "not
-run" and why. The torch reform row does not run with --grad-compress (torch_reform.py has
+run" and why. The torch reform rows do not run with --grad-compress (torch_reform.py has
 no comm hook). docs/reform.md, "PowerSGD in the torchrun restart row", has the evidence.
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
@@ -113,7 +117,8 @@ WORLD = re.compile(r"\bworld\s+\d+\s*->\s*(\d+)|\bworld[= ](\d+)|(\d+)\s*->\s*(\
 CKPT = re.compile(r"checkpoint: step (\d+) written in ([0-9.]+) s")
 REFORMED = re.compile(r"cohort: re-formed in ([0-9.]+) s")
 STATE = re.compile(r"received\s+(\d+)\s*bytes|(\d+)\s*bytes\s+received")
-# cohort-gpt2's newcomer that caught up in the background: the first step it trained.
+# A newcomer that caught up in the background (cohort-gpt2's line, or cohort_reform's on rank
+# 0): the first step it trained.
 CAUGHT = re.compile(r"caught up: .*contribute from step (\d+)")
 # cohort-gpt2's re-form line (rank 0): whether it dropped a step in flight, its seconds in all.
 GPT2_REFORMED = re.compile(r"cohort-gpt2: re-formed \(epoch \d+\): world (\d+) -> (\d+) .*"
@@ -216,7 +221,7 @@ def row_cmd(row, a, tmp, i, port, ns):
     if row == "cohort restart":
         return base + ["--max-restarts", "3", "--"] + gpt2_cmd(a, tmp) + [
             "--ckpt-dir", os.path.join(tmp, "ckpt"), "--ckpt-every", str(a.ckpt_every)]
-    if row == "torch reform":
+    if row.startswith("torch reform"):
         return base[:2] + ["--nnodes", "2:3"] + base[4:] + ["--on-failure", "reform", "--", a.python,
                                                             os.path.join(HERE,
                                                                          "torch_reform.py")] + \
@@ -266,7 +271,7 @@ def row_missing(row, a):
     if "torch" in row and subprocess.run([a.python, "-c", "import torch"],
                                          capture_output=True).returncode != 0:
         return "no PyTorch at " + a.python
-    if row == "torch reform" and a.grad_compress != "none":
+    if row.startswith("torch reform") and a.grad_compress != "none":
         return "torch_reform.py has no --grad-compress (no comm hook across its re-forms)"
     if row == "torchrun restart" and a.grad_compress != "none":
         return torch_compress_missing(a)
@@ -450,6 +455,8 @@ def one_run(row, a, port):
             env["COHORT_GROW_DEFER_MS"] = "0"
         if row == "cohort reform (grow always deferred)":
             env["COHORT_GROW_BREAK"] = "0"
+        if row == "torch reform (blocking hand-over)":
+            env["COHORT_REFORM_CATCHUP"] = "0"
         if row == "torchrun restart":
             # torch >= 2.4 shares the rendezvous's TCP store with the workers and keeps the
             # address it bootstrapped in the first round: a replacement then waits for a
@@ -689,7 +696,8 @@ def print_table(rows, results, runs):
         if waits and after and waits[k] is not None and after[k] and after[k] > 0:
             print("%s, always deferred / break early: %.2fx" % (what, waits[k] / after[k]))
     for fast, slow in (("cohort reform", "cohort restart"), ("cohort reform", "torchrun restart"),
-                       ("torch reform", "torchrun restart")):
+                       ("torch reform", "torchrun restart"),
+                       ("torch reform", "torch reform (blocking hand-over)")):
         for k, what in (("lost", "time lost"), ("lostw", "time lost with the samples")):
             if fast in med and slow in med and med[fast][k] and med[fast][k] > 0:
                 print("%s, %s / %s: %.1fx" % (what, slow, fast, med[slow][k] / med[fast][k]))

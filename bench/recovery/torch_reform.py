@@ -4,9 +4,12 @@
 (cohort_reform, on the workers' path): survivors keep their process and
 state, a newcomer receives the state from a survivor. No checkpoint.
 
-Prints, on rank 0, "world=W" at start and after every re-form, and one
-"step N/TOTAL" line per completed step (flushed); the newcomer prints
-"received N bytes".
+Prints, on rank 0, "world=W" at start and after every re-form; one "step
+N/TOTAL" line per completed step (flushed) on the lowest rank that trains
+(rank 0 unless it catches up: job.slot 0); a newcomer given the state at its
+join prints "received N bytes" (with COHORT_REFORM_CATCHUP=0; one that catches
+up in the background has rank 0's "cohort_reform: rank(s) ... caught up:
+received N bytes ..." line instead).
 """
 import argparse
 import os
@@ -43,7 +46,8 @@ def main():
     B, T, V = a.batch, a.seq_len, a.vocab
     while job.step < a.steps:
         with job.training_step():
-            first = job.position + job.rank * B
+            first = job.position + job.slot * B
+            report = job.slot == 0 and not job.catching_up
             rows = [torch.randint(0, V, (T + 1,), generator=torch.Generator().manual_seed(first + i))
                     for i in range(B)]
             tokens = torch.stack(rows)
@@ -55,7 +59,7 @@ def main():
             seen = len(job.reforms)
             if job.rank == 0:
                 print("world=%d" % job.world_size, flush=True)
-        elif job.rank == 0:
+        elif report:
             print("step %d/%d loss %.4f" % (job.step, a.steps, loss.item()), flush=True)
 
 

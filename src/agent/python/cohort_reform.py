@@ -9,7 +9,7 @@ module's directory first on PYTHONPATH. A script takes part with a few lines
     job = cohort_reform.Job(model, optimizer, batch_size=B)
     while job.step < steps:
         with job.training_step():
-            lo = job.position + job.rank * B    # this rank's samples
+            lo = job.position + job.slot * B    # this rank's samples
             loss = loss_fn(job.ddp(x[lo:lo + B]), y[lo:lo + B])
             optimizer.zero_grad()
             loss.backward()
@@ -30,6 +30,19 @@ survivors whose step in flight failed), the shares at once. The step in
 flight is kept when any rank completed it, else dropped: no completed step
 is recomputed.
 
+When every rank behind is new (and no rank sets COHORT_REFORM_CATCHUP=0;
+docs/reform.md, "Catching up in the background"), those ranks instead catch
+up while the others train: the donors stream their shares of the
+state of the agreed step, each from a copy taken before its next update, over
+a process group of their own; a rank catching up takes part in every step's
+gradient exchange with -0.0 through a DDP comm hook (the others divide by the
+number of ranks that train, job.trainers), and its optimizer.step() keeps the
+averaged gradients and hyper-parameters instead of updating. One more flag in
+the boundary's all_reduce says when every rank's state is in; there the ranks
+catching up load it, replay the kept steps, and from the next step every rank
+trains. Meanwhile job.catching_up is True on them (their loss is not the
+model's) and job.slot gives each rank that trains its samples.
+
 A late node's agent may start this worker ahead of its membership
 (COHORT_AWAIT_FORM=1, which hello's await_form=1 allows): Job then waits for
 the first `form`, so the interpreter's start and the imports run while the
@@ -48,13 +61,14 @@ import socket
 import sys
 import threading
 import time
+import types
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["Job", "Reshaped", "Stopped", "NoState"]
+__all__ = ["Job", "Reshaped", "Stopped", "NoState", "StreamFailed"]
 
 
 class Reshaped(Exception):
@@ -67,6 +81,11 @@ class Stopped(RuntimeError):
 
 class NoState(RuntimeError):
     """No rank of the new membership holds training state: load a checkpoint."""
+
+
+class StreamFailed(RuntimeError):
+    """A rank catching up lost its state stream while the membership held: it asks the
+    agent for a re-form (as for a failed collective), in which it receives the state."""
 
 
 # The gloo group's timeout (torch's default: 30 minutes). A reshape ends a
@@ -107,6 +126,16 @@ def _grow_break():
     if not 0.0 <= f <= 1.0:
         raise ValueError("COHORT_GROW_BREAK=%r: expected a share of a step, 0 to 1" % raw)
     return f
+
+
+def _catch_up_on():
+    """COHORT_REFORM_CATCHUP: 1 (default), a newcomer catches up in the background while the
+    others train; 0, the blocking hand-over (every rank waits for the state's transfer). A rank
+    with 0 makes the whole membership take the blocking one."""
+    raw = os.environ.get("COHORT_REFORM_CATCHUP", "1")
+    if raw not in ("0", "1"):
+        raise ValueError("COHORT_REFORM_CATCHUP=%r: expected 0 or 1" % raw)
+    return raw == "1"
 
 
 def _parse(data):
@@ -387,9 +416,12 @@ class _PeerWatch:
 class Job:
     """A DDP training job that takes part in cohort's re-forms.
 
-    model, optimizer: the user's module (not yet wrapped) and its optimizer.
+    model, optimizer: the user's module (not yet wrapped) and its optimizer
+    (under the agent, Job wraps this instance's optimizer.step: a rank
+    catching up keeps the step's gradients instead of updating).
     batch_size: samples per rank per step (position advances by
-    world_size * batch_size per completed step). extra: {name: object with
+    trainers * batch_size per completed step: the world, less the ranks
+    catching up; each rank that trains takes the samples of its slot). extra: {name: object with
     state_dict()/load_state_dict()} also handed to newcomers (an LR
     scheduler). backend: "gloo" (default) or "nccl". timeout: the process
     group's, 60 s (a stalled peer is ended by the agent's `reshape`, not by
@@ -416,14 +448,17 @@ class Job:
         #                      lowest of "donors"), "donors", "behind", "sent", "received"}
         self.dropped = 0     # steps begun here that a membership's end left incomplete
         self.grow_break = _grow_break()
+        self.catch_up = _catch_up_on()
         self._step_t0 = self._last_step_s = None  # the step's start, the last one's seconds
         self.ddp = None
         self._store = None
         self._lock = threading.Lock()  # the breaker against the teardown
-        self._socks = {}               # the process group's own sockets
+        self._socks = {}               # the process groups' own sockets
         self._watch = None             # _PeerWatch of the membership (gloo)
         self._in_body = False          # inside a step's body (_Step)
         self._pg = None
+        self._stream_pg = None         # the catch-up's own group (_CatchUp)
+        self._catch = None             # _CatchUp while ranks of the membership catch up
         self.channel = None
         if backend == "nccl":
             _nccl_env()
@@ -433,6 +468,7 @@ class Job:
             # await_form=1: this module can be started ahead of its membership.
             self.channel.send("hello", pid=os.getpid(), await_form=1)
             self._hook_model()
+            self._hook_optimizer()
         if self.channel is not None and env.get("COHORT_AWAIT_FORM") == "1":
             self._first_form()  # started ahead: the survivors went on without waiting
             return
@@ -452,6 +488,27 @@ class Job:
     def world_size(self):
         return dist.get_world_size()
 
+    @property
+    def catching_up(self):
+        """True while this rank receives the state in the background: its steps train
+        nothing (its loss and parameters are not the model's); it trains once caught up."""
+        c = self._catch
+        return c is not None and c.catching
+
+    @property
+    def trainers(self):
+        """The ranks that train this step: world_size, less the ranks catching up."""
+        c = self._catch
+        return c.trainers if c is not None else self.world_size
+
+    @property
+    def slot(self):
+        """This rank's place among the ranks that train, 0 to trainers - 1 (its rank when
+        every rank trains): its samples this step are [position + slot * B, + B). A rank
+        catching up is given a trainer's slot (its gradients count for nothing)."""
+        c = self._catch
+        return c.slot if c is not None else self.rank
+
     def reshaped(self):
         """True when the agent announced the end of the current membership."""
         c = self.channel
@@ -467,17 +524,26 @@ class Job:
         a lost peer re-forms and swallows the error (the step is dropped)."""
         return _Step(self)
 
-    def _grow_agreed(self):
-        """At a step boundary: whether a node's joining is pending on any rank (one small
-        all_reduce, so every rank answers alike at the same step). When it is, the
-        membership ends here, with no step in flight."""
-        c = self.channel
-        if c is None or c.defer_s <= 0:
+    def _boundary(self):
+        """At a step boundary: one small all_reduce (MAX) that every rank makes at the same
+        step: whether a node's joining is pending on some rank (the grow deferral), and while
+        ranks catch up whether some rank's state is not in yet. When every rank's state is
+        in, the ranks catching up replay and every rank trains from the next step
+        (_caught_up). True when a node's joining ends the membership here, with no step in
+        flight."""
+        c, cu = self.channel, self._catch
+        grow_on = c is not None and c.defer_s > 0
+        if not grow_on and cu is None:
             return False
-        flag = torch.tensor([1 if c.grow_epoch >= self.epoch else 0], dtype=torch.int32,
-                            device=self._device())
+        flags = [1 if grow_on and c.grow_epoch >= self.epoch else 0]
+        if cu is not None:
+            flags.append(cu.pending())
+        flag = torch.tensor(flags, dtype=torch.int32, device=self._device())
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if not flag.item():
+        got = flag.tolist()
+        if cu is not None and not got[1]:
+            self._caught_up(cu)
+        if not got[0]:
             return False
         c.end_membership(self.epoch)
         return True
@@ -518,13 +584,32 @@ class Job:
             if p.requires_grad:
                 p.register_hook(check)
 
+    def _hook_optimizer(self):
+        """optimizer.step, on this instance: on a rank catching up it keeps the step's
+        averaged gradients and hyper-parameters instead of updating (_CatchUp.keep); on a
+        donor its first update after the join waits until its share of the state is copied.
+        A bound method, as LR schedulers expect (they wrap it to count steps)."""
+        opt, orig = self.optimizer, self.optimizer.step
+        job = self
+
+        def step(_opt, *args, **kwargs):
+            c = job._catch
+            if c is not None and c.catching:
+                return c.keep(_opt, orig, *args, **kwargs)
+            if c is not None:
+                c.copied.wait()
+            return orig(*args, **kwargs)
+        if getattr(orig, "_with_counter", False):
+            step._with_counter = True  # a scheduler's counter inside: not wrapped again
+        opt.step = types.MethodType(step, opt)
+
     def _recover(self, exc):
         """A step's collective failed: True once re-formed (the step is dropped), False
         when it is an ordinary failure, the script's own."""
         if self.channel is None or not isinstance(exc, (RuntimeError, Reshaped)):
             return False
         if not self.reshaped():
-            if not (isinstance(exc, Reshaped) or _is_comm_error(exc)):
+            if not (isinstance(exc, (Reshaped, StreamFailed)) or _is_comm_error(exc)):
                 return False  # the script's own error
             # Tell the agent now: a node killed whole closes its connections at once, but its
             # heartbeat stops only after the timeout.
@@ -547,6 +632,7 @@ class Job:
         with self._lock:
             if self.backend == "nccl":
                 _abort_nccl(self._pg)
+                _abort_nccl(self._stream_pg)
                 return
             for fd, name in self._socks.items():
                 _shut_reading(fd, name)
@@ -558,9 +644,14 @@ class Job:
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
+        catch, self._catch = self._catch, None
+        if catch is not None:
+            catch.abandon()
         self._break(self.epoch)
+        if catch is not None:
+            catch.join(1.0)  # its waits fail once broken; a send a dead peer left waits on
         with self._lock:
-            self._socks, self._pg = {}, None
+            self._socks, self._pg, self._stream_pg = {}, None, None
         self.ddp = None
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -642,15 +733,23 @@ class Job:
             self._socks = {fd: n for fd, n in _sockets().items() if before.get(fd) != n}
         if self.reshaped():  # announced while we bootstrapped
             raise RuntimeError("membership %d ended while it formed" % epoch)
-        top, donors, behind = self._agree()
+        top, donors, behind, catch = self._agree()
         if self.channel is not None and announce:
             self.channel.send("formed", epoch=epoch, step=top)
-        sent, received = self._transfer(donors, behind)
-        self.ddp = _ddp(self.module, self.ddp_args, in_sync=top > 0)
+        train_socks = dict(self._socks)
+        if catch:
+            sent, received = self._begin_catch_up(top, donors, behind), 0
+        else:
+            sent, received = self._transfer(donors, behind)
+        # Catching up: every rank's parameters are replaced (the ranks behind) or the same.
+        self.ddp = _ddp(self.module, self.ddp_args, in_sync=top > 0 or catch)
+        if catch:
+            self.ddp.register_comm_hook(self._catch, _catch_up_hook)
         if self.channel is not None and self.backend == "gloo":
-            self._watch = _PeerWatch(self, self._socks, int(f["master_port"]))
+            self._watch = _PeerWatch(self, train_socks, int(f["master_port"]))
         self.reforms.append(dict(epoch=epoch, world_size=size, donor=donors[0], donors=donors,
-                                 behind=behind, sent=sent, received=received))
+                                 behind=behind, sent=sent, received=received,
+                                 catching_up=behind if catch else []))
 
     def _await_store(self, addr, port):
         """Until rank 0's TCPStore listens: torch's client, refused, retries only after
@@ -676,24 +775,46 @@ class Job:
         return torch.device("cpu")
 
     def _agree(self):
-        """(highest completed step, the ranks that send it, the ranks behind it). The
-        senders: the ranks at that step whose layout (_layout) is the lowest one's, so each
-        receiver's shares (_shares of the lowest's outline) are what they send. The ranks
-        at the top step trained together: their layouts are alike, barring a state_dict
-        whose order or tied tensors differ between processes (such a rank sends nothing)."""
-        mine = torch.tensor([self.step, _layout(self.state_dict())] if self.has_state
-                            else [-1, 0], dtype=torch.int64, device=self._device())
+        """(highest completed step, the ranks that send it, the ranks behind it, whether those
+        catch up in the background). The senders: the ranks at that step whose layout
+        (_layout) is the lowest one's, so each receiver's shares (_shares of the lowest's
+        outline) are what they send. The ranks at the top step trained together: their
+        layouts are alike, barring a state_dict whose order or tied tensors differ between
+        processes (such a rank sends nothing). The ranks behind catch up when every one of
+        them is new (no state: a survivor a step behind takes the blocking hand-over) and
+        every rank allows it (COHORT_REFORM_CATCHUP not 0, under the agent, _catchable)."""
+        ok = int(self.catch_up and self.channel is not None and self._catchable())
+        mine = torch.tensor([self.step, _layout(self.state_dict()), ok] if self.has_state
+                            else [-1, 0, ok], dtype=torch.int64, device=self._device())
         got = [torch.zeros_like(mine) for _ in range(self.world_size)]
         dist.all_gather(got, mine)
         got = [tuple(int(v) for v in g.tolist()) for g in got]
-        steps = [s for s, _ in got]
+        steps = [g[0] for g in got]
         top = max(steps)
         if top < 0:
             raise NoState("no rank of membership %d holds training state: "
                           "load a checkpoint" % self.epoch)
-        lowest = got[steps.index(top)]
-        return (top, [r for r, g in enumerate(got) if g == lowest],
-                [r for r, s in enumerate(steps) if s < top])
+        lowest = got[steps.index(top)][:2]
+        behind = [r for r, s in enumerate(steps) if s < top]
+        catch = (bool(behind) and all(g[2] for g in got) and all(steps[r] < 0 for r in behind)
+                 and not self._buffers_from(behind))
+        return top, [r for r, g in enumerate(got) if g[:2] == lowest], behind, catch
+
+    def _catchable(self):
+        """Whether this rank's state lets ranks behind catch up: the optimizer's
+        hyper-parameters and the extra objects' state hold no tensor, so that a
+        rank catching up takes them from the outline at the join (_take_outline)."""
+        tensors = []
+        _outline({"groups": self.optimizer.state_dict()["param_groups"],
+                  "extra": {k: v.state_dict() for k, v in self.extra.items()}}, tensors)
+        return not tensors
+
+    def _buffers_from(self, behind):
+        """True when DDP would broadcast the module's buffers from a rank 0 catching up
+        (broadcast_buffers, its default, before every forward): its buffers are not the
+        model's, so such a membership takes the blocking hand-over."""
+        return (0 in behind and self.ddp_args.get("broadcast_buffers", True)
+                and any(True for _ in self.module.buffers()))
 
     def state_dict(self):
         return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -747,19 +868,308 @@ class Job:
         """The outline from the lowest donor, then every tensor from the donor whose share it
         is, all received at once; loads the state; the bytes received."""
         dev = self._device()
-        size = torch.zeros(1, dtype=torch.int64, device=dev)
-        dist.recv(size, donors[0])
-        head = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
-        dist.recv(head, donors[0])
-        # A peer of this job sent it, as torch.load(weights_only=False) would trust it.
-        outline = pickle.loads(head.cpu().numpy().tobytes())
+        outline, head = self._receive_outline(donors[0])
         got = [torch.empty(s.shape, dtype=s.dtype, device=dev) for s in _slots(outline)]
         owner = _shares([_nbytes(t) for t in got], len(donors))
         works = [dist.irecv(_bytes_of(t), donors[o]) for t, o in zip(got, owner) if t.numel()]
         for w in works:
             w.wait()
         self.load_state_dict(_fill(outline, [t.cpu() for t in got]))
-        return head.numel() + sum(_nbytes(t) for t in got)
+        return head + sum(_nbytes(t) for t in got)
+
+    def _receive_outline(self, src):
+        """The outline (the state with each tensor replaced by its slot) from rank src, and
+        its bytes."""
+        dev = self._device()
+        size = torch.zeros(1, dtype=torch.int64, device=dev)
+        dist.recv(size, src)
+        head = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
+        dist.recv(head, src)
+        # A peer of this job sent it, as torch.load(weights_only=False) would trust it.
+        return pickle.loads(head.cpu().numpy().tobytes()), head.numel()
+
+    # ---- catching up in the background (_CatchUp) ----
+
+    def _begin_catch_up(self, top, donors, behind):
+        """The join of a membership whose ranks behind catch up: the lowest donor sends each
+        of them the outline, from which they take the step, the data position, the
+        optimizer's hyper-parameters and the extra objects' state (_take_outline); every rank
+        joins the stream's own process group (its sockets broken with the others' on a
+        reshape, not watched: _PeerWatch); the donors' threads copy their shares and stream
+        them while they train. The bytes this rank sends."""
+        me, dev, tensors, outline, head = self.rank, self._device(), [], None, 0
+        if me in donors:
+            outline = _outline(self.state_dict(), tensors)
+        if me == donors[0]:  # a few kB: sent before the stream, the ranks behind wait for it
+            blob = _as_bytes(pickle.dumps(outline, protocol=pickle.HIGHEST_PROTOCOL), dev)
+            size = torch.tensor([blob.numel()], dtype=torch.int64, device=dev)
+            for r in behind:
+                dist.send(size, r)
+                dist.send(blob, r)
+            head = blob.numel()
+        if me in behind:
+            outline, head = self._receive_outline(donors[0])
+            self._take_outline(outline)
+        before = _sockets()
+        pg = dist.new_group(backend=self.backend, timeout=self.timeout)
+        with self._lock:
+            self._stream_pg = pg
+            self._socks.update({fd: n for fd, n in _sockets().items() if before.get(fd) != n})
+        self._catch = _CatchUp(self, pg, top, donors, behind, outline, tensors, head)
+        self._catch.start()
+        return self._catch.sent
+
+    def _take_outline(self, outline):
+        """A rank catching up takes from the outline what its steps need before the state is
+        in, so that they follow the trainers': the step, the data position, the optimizer's
+        hyper-parameters and the extra objects' state (an LR scheduler's)."""
+        for g, h in zip(self.optimizer.param_groups, outline["optimizer"]["param_groups"]):
+            g.update({k: v for k, v in h.items() if k != "params"})
+        for k, v in self.extra.items():
+            v.load_state_dict(outline["extra"][k])
+        self.step, self.position = outline["step"], outline["position"]
+
+    def _caught_up(self, cu):
+        """Every rank's state is in (the boundary's flags, the same step on every rank): the
+        ranks catching up load it and replay the kept steps (_CatchUp.finish), and from the
+        next step every rank trains, under a DDP without the comm hook (made again: a hook
+        cannot be taken off). Rank 0 says so in one line."""
+        replayed = cu.finish() if cu.catching else self.step - cu.top
+        cu.join(self.timeout.total_seconds())  # a donor's: its ranks behind have it all
+        self._catch = None
+        self.ddp = None
+        gc.collect()  # the hooked DDP's buckets
+        self.ddp = _ddp(self.module, self.ddp_args, in_sync=True)
+        r = self.reforms[-1]
+        r.update(caught=self.step + 1, replayed=replayed, received=r["received"] + cu.received)
+        if self.rank != 0:
+            return
+        took = cu.seconds if cu.catching else time.monotonic() - cu.t0
+        print("cohort_reform: rank(s) %s caught up: received %d bytes of state in the background "
+              "from %d rank(s) (the snapshot of step %d, in %.3f s), replayed %d step(s), "
+              "contribute from step %d" % (",".join(str(b) for b in cu.behind), cu.state_bytes(),
+                                           len(cu.donors), cu.top, took, replayed, self.step + 1),
+              file=sys.stderr, flush=True)
+
+
+class _CatchUp:
+    """One membership's catch-up in the background (docs/reform.md "PyTorch workers", "A node
+    joining"). The ranks behind (newcomers) take part in every step's gradient exchange with
+    -0.0 (_catch_up_hook) while the donors stream them their shares of the state of the
+    agreed step (top) over a process group of its own, each from a copy it takes before its
+    next update; a rank catching up keeps each step's averaged gradients and
+    hyper-parameters (keep) and, once every rank's state is in (Job._boundary), loads it and
+    replays them (finish)."""
+
+    def __init__(self, job, pg, top, donors, behind, outline, tensors, head):
+        self.job, self.pg, self.top, self.donors, self.behind = job, pg, top, donors, behind
+        self.rank, self.dev = job.rank, job._device()
+        trainers = [r for r in range(job.world_size) if r not in behind]
+        self.trainers, self.catching = len(trainers), self.rank in behind
+        self.slot = (behind.index(self.rank) % len(trainers) if self.catching
+                     else trainers.index(self.rank))
+        self.outline = outline if self.catching else None
+        self.head = head
+        self.nbytes = head + sum(_nbytes(t) for t in tensors) if tensors else None
+        self.kept = []        # per step while catching up: (hyper-parameters, gradients)
+        self.got = None       # the tensors received, in the outline's order
+        self.error = None     # what ended the stream, when it failed
+        self.copied = threading.Event()  # this donor's copy of its share is taken
+        self.done = threading.Event()    # the stream ended here
+        self.t0, self.seconds = time.monotonic(), None
+        self.sent = self.received = 0
+        self.share, target = [], None
+        if self.rank in donors:
+            me = donors.index(self.rank)
+            owner = _shares([_nbytes(t) for t in tensors], len(donors))
+            owned = [t for t, o in zip(tensors, owner) if o == me and t.numel()]
+            self.sent = (sum(_nbytes(t) for t in owned) + head) * len(behind)
+            self.share = self._copy_written(owned)
+            target = self._send
+        elif self.catching:
+            target = self._receive
+        self.thread = None
+        if target is None:
+            self.copied.set()
+            self.done.set()
+        else:
+            self.thread = threading.Thread(target=target, name="cohort-reform-stream",
+                                           daemon=True)
+
+    def start(self):
+        if self.thread is not None:
+            self.thread.start()
+
+    def join(self, timeout):
+        if self.thread is not None and self.thread.ident is not None:
+            self.thread.join(timeout)
+
+    def _copy_written(self, owned):
+        """This donor's share as (tensor, copied later): the parameters and the optimizer's
+        state change only in the optimizer's update, so the stream's thread copies them
+        before the next one (Job._hook_optimizer waits for it); the rest (buffers, which a
+        forward may write) is copied now."""
+        opt = self.job.optimizer
+        later = {p.data_ptr() for p in self.job.module.parameters()}
+        later |= {v.data_ptr() for st in opt.state.values() for v in st.values()
+                  if torch.is_tensor(v)}
+        return [(t, True) if t.data_ptr() in later else (_copy(t, self.dev), False)
+                for t in owned]
+
+    def _send(self):
+        """The donor's thread: copies its share, then streams it to every rank behind."""
+        try:
+            try:
+                share = [_copy(t, self.dev) if later else t for t, later in self.share]
+                _sync(self.dev)
+            finally:
+                self.share = None
+                self.copied.set()
+            _wait_all([dist.isend(_bytes_of(t), r, group=self.pg) for t in share
+                       for r in self.behind])
+        except Exception as e:  # the membership ends: the ranks behind take the next one's
+            self.error = e
+        finally:
+            self.done.set()
+
+    def _receive(self):
+        """The thread of a rank catching up: every tensor from the donor whose share it is,
+        all at once."""
+        try:
+            got = [torch.empty(s.shape, dtype=s.dtype, device=self.dev)
+                   for s in _slots(self.outline)]
+            owner = _shares([_nbytes(t) for t in got], len(self.donors))
+            _wait_all([dist.irecv(_bytes_of(t), self.donors[o], group=self.pg)
+                       for t, o in zip(got, owner) if t.numel()])
+            _sync(self.dev)
+            self.got = got
+            self.received = self.head + sum(_nbytes(t) for t in got)
+            self.seconds = time.monotonic() - self.t0
+        except Exception as e:
+            self.error = e
+        finally:
+            self.done.set()
+
+    def pending(self):
+        """This rank's flag at a step boundary: 1 while its state is not in. StreamFailed
+        when its stream failed (a reshape that broke it is seen by the boundary's
+        all_reduce as well)."""
+        if not self.catching or not self.done.is_set():
+            return int(self.catching)
+        if self.error is not None:
+            raise StreamFailed("rank %d: the state stream failed: %s"
+                               % (self.rank, str(self.error).split("\n")[0]))
+        return 0
+
+    def keep(self, opt, orig, *args, **kwargs):
+        """optimizer.step() on a rank catching up: keeps the gradients the step would apply
+        (the trainers' average, after any clipping) and the hyper-parameters, and leaves the
+        parameters alone. A closure, if given, runs once as the optimizers' own step runs
+        it."""
+        closure = args[0] if args else kwargs.get("closure")
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        hp = [{k: v.clone() if torch.is_tensor(v) else v for k, v in g.items() if k != "params"}
+              for g in opt.param_groups]
+        grads = [[None if p.grad is None else p.grad.detach().clone() for p in g["params"]]
+                 for g in opt.param_groups]
+        self.kept.append((hp, grads))
+        if getattr(orig, "_with_counter", False):
+            opt._step_count += 1  # as the LR scheduler's counter in orig would have
+        return loss
+
+    def finish(self):
+        """Loads the state received and replays the kept steps through the optimizer's own
+        step, each with its gradients and hyper-parameters: this rank then holds the
+        trainers' parameters and optimizer state, bit for bit. The step, the data position,
+        the hyper-parameters and the extra objects stay the live ones (they followed the
+        trainers' since the join). The steps replayed."""
+        job, opt = self.job, self.job.optimizer
+        live = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        step, position = job.step, job.position
+        state = _fill(self.outline, self.got)
+        job.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        for hp, grads in self.kept:
+            for g, h, gs in zip(opt.param_groups, hp, grads):
+                g.update(h)
+                for p, grad in zip(g["params"], gs):
+                    p.grad = grad
+            type(opt).step(opt)  # the optimizer's own, not Job._hook_optimizer's
+        for g, h in zip(opt.param_groups, live):
+            g.update(h)
+        replayed, self.kept, self.got, self.outline = len(self.kept), [], None, None
+        job.step, job.position, job.has_state = step, position, True
+        return replayed
+
+    def state_bytes(self):
+        """The state's bytes as a rank behind receives them (on a trainer that is no donor:
+        its own state's tensors)."""
+        if self.catching:
+            return self.received
+        if self.nbytes is None:
+            tensors = []
+            _outline(self.job.state_dict(), tensors)
+            self.nbytes = sum(_nbytes(t) for t in tensors)
+        return self.nbytes
+
+    def abandon(self):
+        """The membership ends before every rank's state is in: the ranks behind take the
+        state in the next one (as newcomers: ready step=-1). One line on each, and on rank
+        0."""
+        if self.catching:
+            print("cohort_reform: rank %d: membership %d ended while it caught up (the state of "
+                  "step %d %s, %d step(s) kept): it takes the state in the next membership"
+                  % (self.rank, self.job.epoch, self.top,
+                     "in" if self.got is not None else "not in yet", len(self.kept)),
+                  file=sys.stderr, flush=True)
+        elif self.rank == 0:
+            print("cohort_reform: membership %d ended while rank(s) %s caught up: they take the "
+                  "state in the next membership" % (self.job.epoch,
+                                                    ",".join(str(b) for b in self.behind)),
+                  file=sys.stderr, flush=True)
+        self.kept, self.got = [], None
+
+
+def _catch_up_hook(state, bucket):
+    """DDP's comm hook while ranks catch up (state: the _CatchUp). A rank that trains adds its
+    gradients times 1/trainers (as DDP's own reducer scales by 1/world), a rank catching up
+    adds -0.0 (x + -0.0 == x for every float, -0.0 and +0.0 included): every rank receives
+    the trainers' average, the same bits on each."""
+    buf = bucket.buffer()
+    if state.catching:
+        buf.fill_(-0.0)
+    else:
+        buf.mul_(1.0 / state.trainers)
+    fut = dist.all_reduce(buf, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def _wait_all(works):
+    """Waits for every one of works, the failed ones too (an operation still pending is not
+    let go of while its transfer may run: it ends, done or failed, once the membership's
+    sockets are broken); raises the first failure."""
+    first = None
+    for w in works:
+        try:
+            w.wait()
+        except RuntimeError as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def _copy(t, dev):
+    """A contiguous copy of t on dev."""
+    return torch.empty(t.shape, dtype=t.dtype, device=dev).copy_(t.detach())
+
+
+def _sync(dev):
+    """Waits for the device's work queued so far (a GPU's copies and transfers)."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
 
 
 def _ddp(module, ddp_args, in_sync):
@@ -929,9 +1339,9 @@ class _Step:
             job._last_step_s = time.monotonic() - job._step_t0
             # A collective that completed gave every rank's sum: the step counts.
             job.step += 1
-            job.position += job.world_size * job.batch_size
+            job.position += job.trainers * job.batch_size
             try:
-                grow = job._grow_agreed()
+                grow = job._boundary()
             except RuntimeError as e:  # a loss after the step: it still counts
                 if job._recover(e):
                     return False
