@@ -17,6 +17,10 @@ slow bootstrap); REFORM_TICKS=1 prints "between pid=P n=K" each step
 between `reshape` and `form`; once the file named by $REFORM_BROKEN exists
 it says `broken` once (its collectives found a peer gone).
 
+With REFORM_AWAIT=1 its hello says await_form=1 (it may be started ahead of
+its membership, as cohort_reform allows: the agent then sends its first
+`form` when the node joins).
+
 A replacement still starting (PyTorch's import takes seconds): with
 REFORM_HELLO_AFTER=FILE a newcomer (COHORT_NEWCOMER=1) says hello only once
 FILE exists (at most 120 s), then prints "hello pid=P". With
@@ -45,9 +49,10 @@ def fields(msg):
 
 
 def main():
-    pid, rank, world = os.getpid(), os.environ["RANK"], os.environ["WORLD_SIZE"]
+    # Started ahead (COHORT_AWAIT_FORM=1), it learns its rank and world from its first `form`.
+    pid, rank, world = os.getpid(), os.environ.get("RANK", "-"), os.environ.get("WORLD_SIZE", "-")
     say("start pid=%d rank=%s world=%s newcomer=%s store=%s" %
-        (pid, rank, world, os.environ.get("COHORT_NEWCOMER", "0"), os.environ["COHORT_STORE"]))
+        (pid, rank, world, os.environ.get("COHORT_NEWCOMER", "0"), os.environ.get("COHORT_STORE", "-")))
     done = os.environ.get("REFORM_DONE", "")
     fd = os.environ.get("COHORT_CONTROL_FD")
     silent = len(sys.argv) > 1 and sys.argv[1] == "silent"
@@ -64,7 +69,8 @@ def main():
             time.sleep(0.05)
     if fd is not None and not silent:
         ch = socket.socket(fileno=int(fd))
-        ch.send(b"hello pid=%d" % pid)
+        ahead = b" await_form=1" if os.environ.get("REFORM_AWAIT") == "1" else b""
+        ch.send(b"hello pid=%d%s" % (pid, ahead))
         if gate:
             say("hello pid=%d" % pid)
     step = 0

@@ -565,6 +565,25 @@ node_tests() {
   check "node lost again: the report says so" grep -q \
     "node [0-9] (node2) was lost 3 times; losses in order: 1) node [0-9] (node2).*; 2) node [0-9] (node2).*; 3) node [0-9] (node2)" \
     "$tmp/g.0"
+
+  # 9. A replacement admitted as the job ends: its worker, started ahead, is still joining
+  # (REFORM_FORM_DELAY: as torch's process group waits for peers) when the members' workers
+  # finish. It is stopped as not needed and every node ends 0, before --reform-timeout (40 s)
+  # would have failed the job.
+  REFORM_AWAIT=1 agents 3 0 e 2:3 --reform-timeout 40
+  started e 3 || return
+  kill_node 2
+  wait_for "$tmp/e.0" "re-formed in" 1 30 || return
+  REFORM_AWAIT=1 REFORM_FORM_DELAY=120 agents 3 2 e 2:3 --reform-timeout 40
+  wait_for "$tmp/e.2" "the workers started ahead said hello" 1 30 || return
+  wait_for "$tmp/e.2" ", round " 1 30 || return # joined: its worker has `form`, and waits
+  touch "$tmp/e.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "late at the end: every node ends 0 ($codes)" [ "$codes" = "0 0 0" ]
+  check "late at the end: the replacement says its workers were not needed" \
+    contains "$tmp/e.2" "the job finished as this node joined it"
+  check "late at the end: no node reports a failure" \
+    not grep -q "job failed" "$tmp/e.0" "$tmp/e.1" "$tmp/e.2"
 }
 
 # agent_pid I: node I's agent (the cohort process whose parent is no cohort: not its guard).

@@ -91,6 +91,10 @@ static void adopt_report(job *j, const char *report) {
   j->publish_at = 0;
 }
 
+void agent_job_stop_unneeded(job *j) {
+  begin_stop(j);
+}
+
 void agent_job_fail(job *j) {
   char winner[WATCH_REPORT_MAX];
   agent_cluster_publish_failure(&j->cl, j->round, j->report, winner, sizeof winner);
@@ -331,6 +335,7 @@ static void attempt_reset(job *j) {
   j->publish_at = 0;
   j->report[0] = '\0';
   j->exec_errno = 0;
+  j->rf.unneeded = 0;
 }
 
 /* The sooner of two poll timeouts (-1: none). */
@@ -468,6 +473,7 @@ static attempt_outcome attempt_finish(job *j, attempt_outcome outcome) {
   agent_dirs_clear_shm(j->cl.run_id);
   agent_signals_set_workers(0);
   if (outcome != ATTEMPT_OK) return outcome;
+  if (j->rf.unneeded && !j->remote_failed && j->stop_signal == 0) return ATTEMPT_OK;
   if (j->hung) return ATTEMPT_HUNG;
   if (j->remote_failed) return ATTEMPT_FAILED;
   if (j->stop_signal != 0) return ATTEMPT_SIGNALED;

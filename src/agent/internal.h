@@ -82,4 +82,8 @@ int agent_job_begin_round(job *j);
  * worker stopped. */
 void agent_job_fail(job *j);
 
+/* This node's workers are stopped as they are not needed (agent_reform_tick: the job finished
+ * as this late node joined it); its attempt ends well. */
+void agent_job_stop_unneeded(job *j);
+
 #endif

@@ -553,9 +553,34 @@ int agent_reform_take_broken(job *j, int *asks) {
   return rank;
 }
 
+/* How often a late node being admitted looks for the word that the job finished. */
+#define FINISH_CHECK_MS 200
+
+/* A late node admitted as the job ends (a replacement that came within its last step): the
+ * members' workers finish and never form with it, and its own workers, which never trained,
+ * would wait for them until --reform-timeout failed the job. Once a worker of the round exited 0
+ * they are stopped instead, and this node ends well. */
+static int ended_while_admitting(job *j, int64_t now) {
+  reform *rf = &j->rf;
+  if (!rf->admitting || now < rf->finish_check_ms) return 0;
+  rf->finish_check_ms = now + FINISH_CHECK_MS;
+  if (agent_cluster_left(&j->cl, j->round, 0) != AGENT_LEFT_FINISHED) return 0;
+  fprintf(stderr,
+          "cohort: the job finished as this node joined it (a worker of round %d exited 0): its "
+          "workers are not needed; this node ends well\n",
+          j->round);
+  rf->forming = rf->admitting = 0;
+  rf->unneeded = 1;
+  agent_job_stop_unneeded(j);
+  return 1;
+}
+
 int agent_reform_tick(job *j, int64_t now) {
-  if (!j->rf.forming) return -1;
-  if (now < j->rf.deadline_ms) return base_deadline_left(j->rf.deadline_ms);
+  if (!j->rf.forming || ended_while_admitting(j, now)) return -1;
+  if (now < j->rf.deadline_ms) {
+    int left = base_deadline_left(j->rf.deadline_ms);
+    return j->rf.admitting && left > FINISH_CHECK_MS ? FINISH_CHECK_MS : left;
+  }
   j->rf.forming = 0;
   char why[256];
   snprintf(why, sizeof why, "the re-form did not finish within %.0f s (--reform-timeout)",

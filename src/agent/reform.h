@@ -69,6 +69,9 @@ typedef struct reform {
   reform_slot *slot; /* nworkers of them, NULL off */
   int forming;       /* `form` sent, waiting for `formed` */
   int admitting;     /* ... by workers started ahead (a late node's first membership) */
+  int unneeded;      /* the job finished while this late node was admitted: its workers stopped,
+                        the attempt ends well */
+  int64_t finish_check_ms; /* admitting: when the round's "finished" is next looked for */
   int64_t deadline_ms;
   int64_t step_before; /* the highest step seen before the loss, -1 unknown */
   int count;           /* re-forms completed */
