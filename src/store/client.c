@@ -413,18 +413,24 @@ static int copy_out(const store_bytes *b, void **val, size_t *len) {
   return 0;
 }
 
+/* A request of a key and a value answered by a status alone (SET, WILL). */
+static int key_value_call(store_client *c, uint8_t op, const char *key, const void *val, size_t len,
+                          int64_t deadline_ms) {
+  begin(c, op);
+  store_buf_key(&c->req, key, strlen(key));
+  store_buf_value(&c->req, val, len);
+  store_buf_end_frame(&c->req, 0);
+  store_response r;
+  int rc = call(c, op, deadline_ms, deadline_ms, &r);
+  return rc != 0 ? rc : store_proto_status_err(r.status);
+}
+
 int store_set(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms) {
   int rc = check_key(key);
   if (rc == 0) rc = check_value(val, len);
   if (rc != 0) return rc;
   if (c->ops != NULL) return c->ops->set(c->impl, key, val, len, deadline_ms);
-  begin(c, STORE_OP_SET);
-  store_buf_key(&c->req, key, strlen(key));
-  store_buf_value(&c->req, val, len);
-  store_buf_end_frame(&c->req, 0);
-  store_response r;
-  rc = call(c, STORE_OP_SET, deadline_ms, deadline_ms, &r);
-  return rc != 0 ? rc : store_proto_status_err(r.status);
+  return key_value_call(c, STORE_OP_SET, key, val, len, deadline_ms);
 }
 
 int store_will(store_client *c, const char *key, const void *val, size_t len, int64_t deadline_ms) {
@@ -432,13 +438,7 @@ int store_will(store_client *c, const char *key, const void *val, size_t len, in
   if (rc == 0) rc = check_value(val, len);
   if (rc != 0) return rc;
   if (c->ops != NULL) return -ENOTSUP; /* etcd: a lease's keys go with it, at its TTL */
-  begin(c, STORE_OP_WILL);
-  store_buf_key(&c->req, key, strlen(key));
-  store_buf_value(&c->req, val, len);
-  store_buf_end_frame(&c->req, 0);
-  store_response r;
-  rc = call(c, STORE_OP_WILL, deadline_ms, deadline_ms, &r);
-  return rc != 0 ? rc : store_proto_status_err(r.status);
+  return key_value_call(c, STORE_OP_WILL, key, val, len, deadline_ms);
 }
 
 int store_get(store_client *c, const char *key, void **val, size_t *len, int64_t deadline_ms) {
