@@ -95,15 +95,22 @@ reformed_keeping() {
   check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
 }
 
-# Node 2 lost whole (agent and worker) and a replacement node started at once.
+# Node 2 lost whole (agent and worker) and a replacement node started at once. Every process is
+# stopped before any is killed, as a machine dies: its agent's guard cannot name the loss first.
 lose_node2() {
-  for p in $(ip netns pids "$(netns_node 2)"); do kill -9 "$p" 2>/dev/null; done
+  local pids
+  pids=$(ip netns pids "$(netns_node 2)")
+  # shellcheck disable=SC2086 # one word per PID
+  kill -STOP $pids 2>/dev/null
+  # shellcheck disable=SC2086
+  kill -9 $pids 2>/dev/null
   wait "${agent[2]}" 2>/dev/null
   mv "$tmp/n2" "$tmp/n2.lost"
   agent_on 2
   reformed_keeping 0 1
   # A survivor's word that its peer's connection closed needs no finisher's word: the store
-  # said at once that node 2's agent went (its will).
+  # said at once that node 2's agent went (its will). (Killed one by one, its guard could name
+  # the loss first: lose_node2 stops them all first.)
   check "the agents knew node 2's agent gone from the store" \
     contains "$tmp/n0" "an agent of the job left the store without finishing"
   # At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the
