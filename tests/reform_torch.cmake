@@ -12,3 +12,10 @@ set_tests_properties(reform_torch_fake PROPERTIES TIMEOUT 600 COST 20 LABELS "sl
 add_test(NAME reform_torch_nodes COMMAND ${CMAKE_SOURCE_DIR}/tests/test_reform_torch_netns.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(reform_torch_nodes PROPERTIES TIMEOUT 600 COST 40 LABELS "slow" PROCESSORS 2)
+
+# A worker that finished its training exits 0, never dies of SIGABRT at the
+# interpreter's exit with a gloo collective still being freed (cohort_reform
+# ends its process groups at exit).
+add_test(NAME reform_torch_exit COMMAND /usr/bin/python3
+  ${CMAKE_SOURCE_DIR}/tests/test_reform_torch_exit.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(reform_torch_exit PROPERTIES TIMEOUT 300 LABELS "slow" PROCESSORS 2)

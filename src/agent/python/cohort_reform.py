@@ -51,6 +51,7 @@ survivors train.
 Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
 plain DDP set-up and training_step() only counts steps.
 """
+import atexit
 import gc
 import hashlib
 import inspect
@@ -460,6 +461,8 @@ class Job:
         self._stream_pg = None         # the catch-up's own group (_CatchUp)
         self._catch = None             # _CatchUp while ranks of the membership catch up
         self.channel = None
+        self._closed = False
+        atexit.register(self.close)  # before the interpreter finalises: see close()
         if backend == "nccl":
             _nccl_env()
         fd = os.environ.get("COHORT_CONTROL_FD")
@@ -639,15 +642,31 @@ class Job:
 
     # ---- leaving one membership, joining the next ----
 
-    def _release(self):
-        """Everything of the current membership: DDP, process group, store."""
+    def close(self):
+        """Leaves the job's process groups for good; called at exit (atexit), harmless twice or
+        after the script destroyed the group itself. Their threads must end before the
+        interpreter finalises: a gloo thread of torch 1.13 that frees a collective's tensors
+        once it completed takes the GIL, and a thread that takes it while the interpreter
+        finalises is ended by pthread_exit, which C++ turns into std::terminate: the worker
+        died of SIGABRT after its last line, which the agent took for a loss. A step or a
+        catch-up left in flight is broken first, so that nothing waits for peers."""
+        if self._closed:
+            return
+        self._closed = True
+        clean = not self._in_body and self._catch is None and not self.reshaped()
+        self._release(brk=not clean)
+
+    def _release(self, brk=True):
+        """Everything of the current membership: DDP, process group, store; brk: its
+        collectives in flight fail first."""
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
         catch, self._catch = self._catch, None
         if catch is not None:
             catch.abandon()
-        self._break(self.epoch)
+        if brk:
+            self._break(self.epoch)
         if catch is not None:
             catch.join(1.0)  # its waits fail once broken; a send a dead peer left waits on
         with self._lock:
