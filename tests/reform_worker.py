@@ -8,7 +8,8 @@ COHORT_CONTROL_FD (not with `silent`: a worker that takes no part); a
 `ready`; on `form` it prints "formed pid=P rank=R world=W at=T store=S" (the new
 ones, the wall clock and the new COHORT_STORE)
 and answers `formed`; on `stop` it exits 1. It exits 0 once the file named
-by $REFORM_DONE exists, and 3 when the agent's end closes.
+by $REFORM_DONE exists (with REFORM_DONE_ABORT=1 it dies of SIGABRT 1 s
+later instead: a crash at exit), and 3 when the agent's end closes.
 
 For the agent's loop during a re-form: with REFORM_BEAT=1 it writes its
 step to COHORT_PROGRESS each step, except between `reshape` and `formed`;
@@ -110,6 +111,10 @@ def main():
         elif verb == "stop":
             say("stop pid=%d" % pid)
             return 1
+    if env.get("REFORM_DONE_ABORT") == "1":
+        time.sleep(1.0)
+        say("abort pid=%d" % pid)
+        os.abort()
     return 0
 
 

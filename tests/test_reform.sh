@@ -584,6 +584,22 @@ node_tests() {
     contains "$tmp/e.2" "the job finished as this node joined it"
   check "late at the end: no node reports a failure" \
     not grep -q "job failed" "$tmp/e.0" "$tmp/e.1" "$tmp/e.2"
+
+  # 10. A worker that dies after the job's training ended (SIGABRT 1 s after the others exited
+  # 0, as a crash at exit): there is nothing to re-form around. Its agent says so instead of
+  # re-forming, and every node fails together, naming that death (as torchrun's would).
+  agents 2 0 f 2:3
+  REFORM_DONE_ABORT=1 agents 3 2 f 2:3
+  started f 3 || return
+  touch "$tmp/f.done"
+  wait_all 30 "${agent[0]}" "${agent[1]}" "${agent[2]}"
+  check "crash after the end: every node fails ($codes)" [ "$codes" = "1 1 1" ]
+  check "crash after the end: node 2 says the training had ended" \
+    contains "$tmp/f.2" "after the job's training ended"
+  check "crash after the end: node 2 does not re-form" \
+    not_contains "$tmp/f.2" "re-forming without stopping"
+  check "crash after the end: node 0's report names the SIGABRT" \
+    grep -q "job failed: node [0-9] (node2): rank [0-9] .*SIGABRT" "$tmp/f.0"
 }
 
 # agent_pid I: node I's agent (the cohort process whose parent is no cohort: not its guard).

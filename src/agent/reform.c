@@ -515,6 +515,18 @@ int agent_reform_admit(job *j) {
   return 0;
 }
 
+/* A worker here failed after the job's training ended (a worker of the round exited 0, on some
+ * node): there is nothing to re-form around; the job fails together, as torchrun's would. */
+static const char *lost_after_end(job *j, char *why, size_t len) {
+  if (!j->cl.multinode || agent_cluster_left(&j->cl, j->round, 0) != AGENT_LEFT_FINISHED)
+    return NULL;
+  snprintf(why, len,
+           "it failed after the job's training ended (a worker of round %d exited 0): there is "
+           "nothing to re-form",
+           j->round);
+  return why;
+}
+
 int agent_reform_on_loss(job *j, int index) {
   if (j->rf.slot == NULL || j->stopping || j->stop_signal != 0) return 0;
   char report[WATCH_REPORT_MAX], why[512];
@@ -529,6 +541,7 @@ int agent_reform_on_loss(job *j, int index) {
     note_loss(j, index >= 0 ? j->report : report);
   if (index >= 0) j->rf.slot[index].losses++;
   const char *fatal = self_lost(j, report, why, sizeof why);
+  if (fatal == NULL && index >= 0) fatal = lost_after_end(j, why, sizeof why);
   if (fatal == NULL) fatal = cannot_reform(j, report, why, sizeof why);
   if (fatal != NULL) {
     report_with_losses(j, fatal);
