@@ -284,8 +284,9 @@ static void leave_will(cluster *c, int round) {
   left_key(c, round, key, sizeof key);
   int rc = store_will(c->client, key, "1", 1, base_deadline_in(2000));
   if (rc != 0)
-    base_log(BASE_LOG_INFO, "no will with the store (%s): a lost peer is waited for %s",
-             cohort_strerror(rc), "as long as a finisher's word");
+    base_log(BASE_LOG_INFO,
+             "no will with the store (%s): a lost peer is waited for as long as a finisher's word",
+             cohort_strerror(rc));
 }
 
 void agent_cluster_note_finished(cluster *c, int round) {
