@@ -1061,6 +1061,84 @@ static void test_bf16_kernels(void) {
   free(x), free(y), free(z), free(f);
 }
 
+static uint32_t f32_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  return x;
+}
+
+/* Every bf16 pattern as the top half of a float, with the low halves that decide the rounding:
+ * exact (0), just above and below a tie, the ties themselves (0x8000, to the odd and the even
+ * neighbour), the largest carry; so subnormals, zeros, infinities, the carry into infinity, and
+ * signalling and quiet NaNs of either sign all appear, in the vector loops and their tails. */
+static const uint16_t sweep_lo[] = {0x0000, 0x0001, 0x4000, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+#define SWEEP_N (65536u * (uint32_t)BASE_ARRAY_LEN(sweep_lo))
+
+static float sweep_f32(uint32_t i) {
+  return bits_f32((i / (uint32_t)BASE_ARRAY_LEN(sweep_lo)) << 16 |
+                  sweep_lo[i % BASE_ARRAY_LEN(sweep_lo)]);
+}
+
+/* The wire kernels the engine runs (whichever version the loader picked for this CPU) against
+ * ref_bf16, bit for bit, over the sweep: rounding, the rounding that reports a change (piece by
+ * piece), and the receiving sum (local rounded, plus a wire value, rounded, widened), in place
+ * and not. A vectorised version that flushes subnormals (VCVTNEPS2BF16 does) or rounds a tie
+ * the wrong way fails here. */
+static void test_wire_kernel_sweep(void) {
+  const uint32_t n = SWEEP_N, piece = 8192;
+  float *f = malloc(n * sizeof *f), *g = malloc(n * sizeof *g), *h = malloc(n * sizeof *h);
+  uint16_t *w = malloc(n * sizeof *w), *in = malloc(n * sizeof *in);
+  for (uint32_t i = 0; i < n; i++) {
+    f[i] = sweep_f32(i);
+    in[i] = (uint16_t)(i * 40503u + 7u);
+  }
+  size_t bad = 0, flags = 0;
+  coll_to_wire(COHORT_BF16, w + 1, f + 1, n - 2);
+  for (uint32_t i = 1; i < n - 1; i++)
+    if (w[i] != ref_bf16(f[i])) bad++;
+  CHECK_EQ_INT(bad, 0);
+  /* Each piece's flag: 1 exactly when some element is not its rounded value widened back. */
+  for (uint32_t lo = 0; lo < n; lo += piece) {
+    int want = 0;
+    for (uint32_t i = lo; i < lo + piece; i++)
+      want |= f32_bits(f[i]) != (uint32_t)ref_bf16(f[i]) << 16;
+    memset(w, 0, piece * sizeof *w);
+    if (coll_to_wire_changes(COHORT_BF16, w, f + lo, piece) != want) bad++;
+    for (uint32_t i = lo; i < lo + piece; i++) bad += w[i - lo] != ref_bf16(f[i]);
+    flags += (size_t)want;
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(flags > 0);
+  /* Already wire values: no change reported, whichever single element (first, in the middle,
+   * in the tail) is then made to need rounding. */
+  for (uint32_t i = 0; i < n; i++) g[i] = coll_bf16_to_f32(ref_bf16(f[i]));
+  CHECK_EQ_INT(coll_to_wire_changes(COHORT_BF16, w, g + 3, n - 7), 0);
+  uint32_t at[] = {3, 4, 17, 64, 1000, n / 2 + 5, n - 5};
+  for (size_t k = 0; k < BASE_ARRAY_LEN(at); k++) {
+    float keep = g[at[k]];
+    g[at[k]] = bits_f32(f32_bits(keep) | 1u);
+    bad += coll_to_wire_changes(COHORT_BF16, w, g + 3, n - 7) != 1;
+    g[at[k]] = bits_f32(0x7f800001u); /* a signalling NaN: made quiet, a change */
+    bad += coll_to_wire_changes(COHORT_BF16, w, g + 3, n - 7) != 1;
+    g[at[k]] = keep;
+  }
+  CHECK_EQ_INT(bad, 0);
+  /* The receiving sum, into another buffer and in place. */
+  coll_sum_from_wire(COHORT_BF16, h + 1, f + 1, in + 1, n - 2);
+  memcpy(g, f, n * sizeof *g);
+  coll_sum_from_wire(COHORT_BF16, g + 1, g + 1, in + 1, n - 2);
+  for (uint32_t i = 1; i < n - 1; i++) {
+    float a = coll_bf16_to_f32(ref_bf16(f[i])), b = coll_bf16_to_f32(in[i]);
+    uint32_t want = (uint32_t)ref_bf16(a + b) << 16;
+    if (isnan(a) && isnan(b)) /* two NaNs: the arriving one, made quiet, as the kernel has it */
+      want = (uint32_t)(in[i] | 0x40u) << 16;
+    bad += f32_bits(h[i]) != want;
+    bad += f32_bits(g[i]) != want;
+  }
+  CHECK_EQ_INT(bad, 0);
+  free(f), free(g), free(h), free(w), free(in);
+}
+
 /* The 16-bit pattern collbench_put stores for v. */
 static uint16_t ref_bits(cohort_dtype dt, double v) {
   uint16_t h;
@@ -1153,6 +1231,7 @@ static void test_conversions(void) {
   CHECK_EQ_INT(coll_f32_to_bf16(259.0f), 0x4382); /* tie to even: 260 */
   CHECK(coll_bf16_to_f32(0xc040) == -3.0f);
   test_bf16_kernels();
+  test_wire_kernel_sweep();
   test_reference_rounding();
   uint16_t a[3] = {coll_f32_to_f16(1.5f), coll_f32_to_f16(-4), coll_f32_to_f16(7)};
   uint16_t b[3] = {coll_f32_to_f16(2.5f), coll_f32_to_f16(3), coll_f32_to_f16(-7)};
