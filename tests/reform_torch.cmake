@@ -19,3 +19,10 @@ set_tests_properties(reform_torch_nodes PROPERTIES TIMEOUT 600 COST 40 LABELS "s
 add_test(NAME reform_torch_exit COMMAND /usr/bin/python3
   ${CMAKE_SOURCE_DIR}/tests/test_reform_torch_exit.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(reform_torch_exit PROPERTIES TIMEOUT 300 LABELS "slow" PROCESSORS 2)
+
+# A donor's stream of the state in the background sends from its live tensors: the next
+# update moves those not sent yet to new memory, with the same result (no GPU, no agent).
+add_test(NAME reform_torch_catchup_live COMMAND /usr/bin/python3
+  ${CMAKE_SOURCE_DIR}/tests/test_reform_catchup_live.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(reform_torch_catchup_live PROPERTIES TIMEOUT 60 LABELS "unit"
+  SKIP_RETURN_CODE 77)

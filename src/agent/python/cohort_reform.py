@@ -32,16 +32,17 @@ is recomputed.
 
 When every rank behind is new (and no rank sets COHORT_REFORM_CATCHUP=0;
 docs/reform.md, "Catching up in the background"), those ranks instead catch
-up while the others train: the donors stream their shares of the
-state of the agreed step, each from a copy taken before its next update, over
-a process group of their own; a rank catching up takes part in every step's
-gradient exchange with -0.0 through a DDP comm hook (the others divide by the
-number of ranks that train, job.trainers), and its optimizer.step() keeps the
-averaged gradients and hyper-parameters instead of updating. One more flag in
-the boundary's all_reduce says when every rank's state is in; there the ranks
-catching up load it, replay the kept steps, and from the next step every rank
-trains. Meanwhile job.catching_up is True on them (their loss is not the
-model's) and job.slot gives each rank that trains its samples.
+up while the others train: the donors stream their shares of the state of the
+agreed step from its own memory (what is not sent by their next update moves
+to new memory there) over a process group of their own; a rank catching up
+takes part in every step's gradient exchange with -0.0 through a DDP comm hook
+(the others divide by the number of ranks that train, job.trainers), and its
+optimizer.step() keeps the averaged gradients and hyper-parameters instead of
+updating. One more flag in the boundary's all_reduce says when every rank's
+state is in; there the ranks catching up load it, replay the kept steps, and
+from the next step every rank trains. Meanwhile job.catching_up is True on
+them (their loss is not the model's) and job.slot gives each rank that trains
+its samples.
 
 A late node's agent may start this worker ahead of its membership
 (COHORT_AWAIT_FORM=1, which hello's await_form=1 allows): Job then waits for
@@ -137,6 +138,33 @@ def _catch_up_on():
     if raw not in ("0", "1"):
         raise ValueError("COHORT_REFORM_CATCHUP=%r: expected 0 or 1" % raw)
     return raw == "1"
+
+
+# COHORT_REFORM_TRACE=1: each step's time, CPU and page faults and the catch-up's events, one
+# line each on stderr ("cohort_reform trace: PID T ...", T: CLOCK_MONOTONIC, the same on every
+# process of the machine), printed by the training thread at the step's end (docs/reform.md).
+_TRACE = os.environ.get("COHORT_REFORM_TRACE") == "1"
+_EVENTS = []  # (time, text): appended from any thread, printed by the training thread
+
+
+def _trace(fmt, *args):
+    if _TRACE:
+        _EVENTS.append((time.monotonic(), fmt % args))
+
+
+def _flush_trace():
+    while _EVENTS:
+        t, text = _EVENTS.pop(0)
+        print("cohort_reform trace: %d %.3f %s" % (os.getpid(), t, text), file=sys.stderr,
+              flush=True)
+
+
+def _usage():
+    """This process's (user s, system s, minor page faults) so far."""
+    with open("/proc/self/stat") as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    hz = os.sysconf("SC_CLK_TCK")
+    return int(st[11]) / hz, int(st[12]) / hz, int(st[7])
 
 
 def _parse(data):
@@ -451,6 +479,7 @@ class Job:
         self.grow_break = _grow_break()
         self.catch_up = _catch_up_on()
         self._step_t0 = self._last_step_s = None  # the step's start, the last one's seconds
+        self._step_usage = None  # _usage() at the step's start (COHORT_REFORM_TRACE)
         self.ddp = None
         self._store = None
         self._lock = threading.Lock()  # the breaker against the teardown
@@ -542,8 +571,10 @@ class Job:
         if cu is not None:
             flags.append(cu.pending())
         flag = torch.tensor(flags, dtype=torch.int32, device=self._device())
+        t0 = time.monotonic()
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         got = flag.tolist()
+        _trace("boundary: flags %s, %s in all, in %.3f s", flags, got, time.monotonic() - t0)
         if cu is not None and not got[1]:
             self._caught_up(cu)
         if not got[0]:
@@ -590,7 +621,8 @@ class Job:
     def _hook_optimizer(self):
         """optimizer.step, on this instance: on a rank catching up it keeps the step's
         averaged gradients and hyper-parameters instead of updating (_CatchUp.keep); on a
-        donor its first update after the join waits until its share of the state is copied.
+        donor its first update after the join first moves what its stream has not sent yet
+        to new memory (_CatchUp.release_live).
         A bound method, as LR schedulers expect (they wrap it to count steps)."""
         opt, orig = self.optimizer, self.optimizer.step
         job = self
@@ -600,7 +632,7 @@ class Job:
             if c is not None and c.catching:
                 return c.keep(_opt, orig, *args, **kwargs)
             if c is not None:
-                c.copied.wait()
+                c.release_live()
             return orig(*args, **kwargs)
         if getattr(orig, "_with_counter", False):
             step._with_counter = True  # a scheduler's counter inside: not wrapped again
@@ -843,6 +875,10 @@ class Job:
     def load_state_dict(self, state):
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._load_rest(state)
+
+    def _load_rest(self, state):
+        """state's extra objects, step and data position."""
         for k, v in self.extra.items():
             v.load_state_dict(state["extra"][k])
         self.step, self.position = state["step"], state["position"]
@@ -893,7 +929,10 @@ class Job:
         works = [dist.irecv(_bytes_of(t), donors[o]) for t, o in zip(got, owner) if t.numel()]
         for w in works:
             w.wait()
-        self.load_state_dict(_fill(outline, [t.cpu() for t in got]))
+        state = _fill(outline, [t.cpu() for t in got])
+        self.module.load_state_dict(state["model"])
+        _load_optimizer(self.optimizer, state["optimizer"])
+        self._load_rest(state)
         return head + sum(_nbytes(t) for t in got)
 
     def _receive_outline(self, src):
@@ -963,9 +1002,9 @@ class Job:
         r.update(caught=self.step + 1, replayed=replayed, received=r["received"] + cu.received)
         if self.rank != 0:
             return
-        took = cu.seconds if cu.catching else time.monotonic() - cu.t0
+        took = cu.seconds if cu.seconds is not None else time.monotonic() - cu.t0
         print("cohort_reform: rank(s) %s caught up: received %d bytes of state in the background "
-              "from %d rank(s) (the snapshot of step %d, in %.3f s), replayed %d step(s), "
+              "from %d rank(s) (the snapshot of step %d, streamed in %.3f s), replayed %d step(s), "
               "contribute from step %d" % (",".join(str(b) for b in cu.behind), cu.state_bytes(),
                                            len(cu.donors), cu.top, took, replayed, self.step + 1),
               file=sys.stderr, flush=True)
@@ -975,8 +1014,9 @@ class _CatchUp:
     """One membership's catch-up in the background (docs/reform.md "PyTorch workers", "A node
     joining"). The ranks behind (newcomers) take part in every step's gradient exchange with
     -0.0 (_catch_up_hook) while the donors stream them their shares of the state of the
-    agreed step (top) over a process group of its own, each from a copy it takes before its
-    next update; a rank catching up keeps each step's averaged gradients and
+    agreed step (top) over a process group of its own, from the tensors' own memory (what is
+    not sent by the donor's next update moves to new memory there: release_live); a rank
+    catching up keeps each step's averaged gradients and
     hyper-parameters (keep) and, once every rank's state is in (Job._boundary), loads it and
     replays them (finish)."""
 
@@ -993,7 +1033,8 @@ class _CatchUp:
         self.kept = []        # per step while catching up: (hyper-parameters, gradients)
         self.got = None       # the tensors received, in the outline's order
         self.error = None     # what ended the stream, when it failed
-        self.copied = threading.Event()  # this donor's copy of its share is taken
+        self.live = []        # per tensor of this donor's share: its holders (_live_share)
+        self.progress = 0     # the share's first tensors whose sends ended
         self.done = threading.Event()    # the stream ended here
         self.t0, self.seconds = time.monotonic(), None
         self.sent = self.received = 0
@@ -1003,13 +1044,12 @@ class _CatchUp:
             owner = _shares([_nbytes(t) for t in tensors], len(donors))
             owned = [t for t, o in zip(tensors, owner) if o == me and t.numel()]
             self.sent = (sum(_nbytes(t) for t in owned) + head) * len(behind)
-            self.share = self._copy_written(owned)
+            self.share = self._live_share(owned)
             target = self._send
         elif self.catching:
             target = self._receive
         self.thread = None
         if target is None:
-            self.copied.set()
             self.done.set()
         else:
             self.thread = threading.Thread(target=target, name="cohort-reform-stream",
@@ -1023,29 +1063,69 @@ class _CatchUp:
         if self.thread is not None and self.thread.ident is not None:
             self.thread.join(timeout)
 
-    def _copy_written(self, owned):
-        """This donor's share as (tensor, copied later): the parameters and the optimizer's
-        state change only in the optimizer's update, so the stream's thread copies them
-        before the next one (Job._hook_optimizer waits for it); the rest (buffers, which a
-        forward may write) is copied now."""
-        opt = self.job.optimizer
-        later = {p.data_ptr() for p in self.job.module.parameters()}
-        later |= {v.data_ptr() for st in opt.state.values() for v in st.values()
-                  if torch.is_tensor(v)}
-        return [(t, True) if t.data_ptr() in later else (_copy(t, self.dev), False)
-                for t in owned]
+    def _live_share(self, owned):
+        """This donor's share, self.live beside it: the parameters and the optimizer's state
+        change only in the optimizer's update, so the stream sends them from their own memory
+        and the next update first moves those not sent by then (release_live); the rest
+        (buffers, which a forward may write, and memory that holders share otherwise than as
+        the same tensor) is copied now."""
+        opt, holders = self.job.optimizer, {}
+        for p in self.job.module.parameters():
+            holders.setdefault(_storage_of(p), []).append((p, None, p))
+        for st in opt.state.values():
+            for k, v in st.items():
+                if torch.is_tensor(v):
+                    holders.setdefault(_storage_of(v), []).append((st, k, v))
+        share, self.live = [], []
+        for t in owned:
+            hs = holders.get(_storage_of(t))
+            same = hs and all(h[2].data_ptr() == t.data_ptr() and h[2].shape == t.shape
+                              and h[2].stride() == t.stride() for h in hs)
+            share.append(t if same else _copy(t, self.dev))
+            self.live.append(hs if same else None)
+        return share
+
+    def release_live(self):
+        """At this donor's first update after the join (Job._hook_optimizer): each tensor of
+        its share whose sends have not ended gets new memory, a copy, in every holder
+        (parameter or optimizer state), which the update then writes; the stream goes on
+        from the old memory, the state of the agreed step. Without a wait on the stream."""
+        live, self.live = self.live, []
+        if not live:
+            return
+        moved = 0
+        for hs in live[self.progress:]:
+            if hs:
+                moved += 1
+                new = hs[0][2].detach().clone()
+                for holder, key, _ in hs:
+                    if key is None:
+                        holder.data = new
+                    else:
+                        holder[key] = new
+        _trace("stream: %d of %d tensors not sent yet at the update, moved", moved, len(live))
 
     def _send(self):
-        """The donor's thread: copies its share, then streams it to every rank behind."""
+        """The donor's thread: streams its share to every rank behind, all at once, in the
+        outline's order; self.progress counts the tensors whose sends ended (release_live)."""
+        share, self.share = self.share, None
         try:
-            try:
-                share = [_copy(t, self.dev) if later else t for t, later in self.share]
-                _sync(self.dev)
-            finally:
-                self.share = None
-                self.copied.set()
-            _wait_all([dist.isend(_bytes_of(t), r, group=self.pg) for t in share
-                       for r in self.behind])
+            works = [[dist.isend(_bytes_of(t), r, group=self.pg) for r in self.behind]
+                     for t in share]
+            first = None
+            for i, ws in enumerate(works):
+                try:
+                    _wait_all(ws)
+                except RuntimeError as e:
+                    first = first or e
+                if first is None and self.dev.type != "cuda":  # a GPU's: at the end, synced
+                    self.progress = i + 1
+            if first is not None:
+                raise first
+            _sync(self.dev)
+            self.progress = len(share)
+            self.seconds = time.monotonic() - self.t0
+            _trace("stream: sent in %.3f s", self.seconds)
         except Exception as e:  # the membership ends: the ranks behind take the next one's
             self.error = e
         finally:
@@ -1064,6 +1144,7 @@ class _CatchUp:
             self.got = got
             self.received = self.head + sum(_nbytes(t) for t in got)
             self.seconds = time.monotonic() - self.t0
+            _trace("stream: received in %.3f s", self.seconds)
         except Exception as e:
             self.error = e
         finally:
@@ -1110,7 +1191,7 @@ class _CatchUp:
         step, position = job.step, job.position
         state = _fill(self.outline, self.got)
         job.module.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        _load_optimizer(opt, state["optimizer"])
         for hp, grads in self.kept:
             for g, h, gs in zip(opt.param_groups, hp, grads):
                 g.update(h)
@@ -1178,6 +1259,27 @@ def _wait_all(works):
             first = first or e
     if first is not None:
         raise first
+
+
+def _load_optimizer(opt, state):
+    """opt.load_state_dict(state), state's tensors received for it: without the deep copy of
+    them that load_state_dict takes first (torch 1.13: the optimizer state's memory once more,
+    and the time to fill it), which returns each of them as it is."""
+    tensors = []
+    _map(state, lambda x: tensors.append(x) if torch.is_tensor(x) else x)
+    for t in tensors:
+        t.__deepcopy__ = (lambda t: lambda memo: t)(t)  # an instance's, found before Tensor's
+    try:
+        opt.load_state_dict(state)
+    finally:
+        for t in tensors:
+            del t.__deepcopy__
+
+
+def _storage_of(t):
+    """(device, address) of the memory t is a view of."""
+    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return str(t.device), st.data_ptr()
 
 
 def _copy(t, dev):
@@ -1348,6 +1450,8 @@ class _Step:
         if job.reshaped() or job._open_window():
             job.reform()
         job._step_t0 = time.monotonic()
+        if _TRACE:
+            job._step_usage = _usage()
         job._arm(True)
         return job
 
@@ -1356,6 +1460,11 @@ class _Step:
         job._arm(False)
         if kind is None:
             job._last_step_s = time.monotonic() - job._step_t0
+            if _TRACE:
+                u = [b - a for a, b in zip(job._step_usage, _usage())]
+                _trace("step %d: %.3f s, cpu user %.2f s sys %.2f s, %d page faults, catching=%d",
+                       job.step + 1, job._last_step_s, u[0], u[1], u[2], int(job.catching_up))
+                _flush_trace()
             # A collective that completed gave every rank's sum: the step counts.
             job.step += 1
             job.position += job.trainers * job.batch_size
