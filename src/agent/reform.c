@@ -515,11 +515,15 @@ int agent_reform_admit(job *j) {
   return 0;
 }
 
-/* A worker here failed after the job's training ended (a worker of the round exited 0, on some
- * node): there is nothing to re-form around; the job fails together, as torchrun's would. */
+/* Whether the job's training ended: a worker of this round exited 0, on some node (no wait). */
+static int round_finished(job *j) {
+  return j->cl.multinode && agent_cluster_left(&j->cl, j->round, 0) == AGENT_LEFT_FINISHED;
+}
+
+/* A worker here failed after the job's training ended: there is nothing to re-form around; the
+ * job fails together, as torchrun's would. */
 static const char *lost_after_end(job *j, char *why, size_t len) {
-  if (!j->cl.multinode || agent_cluster_left(&j->cl, j->round, 0) != AGENT_LEFT_FINISHED)
-    return NULL;
+  if (!round_finished(j)) return NULL;
   snprintf(why, len,
            "it failed after the job's training ended (a worker of round %d exited 0): there is "
            "nothing to re-form",
@@ -577,7 +581,7 @@ static int ended_while_admitting(job *j, int64_t now) {
   reform *rf = &j->rf;
   if (!rf->admitting || now < rf->finish_check_ms) return 0;
   rf->finish_check_ms = now + FINISH_CHECK_MS;
-  if (agent_cluster_left(&j->cl, j->round, 0) != AGENT_LEFT_FINISHED) return 0;
+  if (!round_finished(j)) return 0;
   fprintf(stderr,
           "cohort: the job finished as this node joined it (a worker of round %d exited 0): its "
           "workers are not needed; this node ends well\n",
