@@ -26,3 +26,10 @@ add_test(NAME reform_torch_catchup_live COMMAND /usr/bin/python3
   ${CMAKE_SOURCE_DIR}/tests/test_reform_catchup_live.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(reform_torch_catchup_live PROPERTIES TIMEOUT 60 LABELS "unit"
   SKIP_RETURN_CODE 77)
+
+# A rank catching up with gloo computes nothing for the model: job.ddp gives the forward's
+# outputs as leaves, the script's backward ends there (no GPU, no agent).
+add_test(NAME reform_torch_idle COMMAND /usr/bin/python3
+  ${CMAKE_SOURCE_DIR}/tests/test_reform_idle.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(reform_torch_idle PROPERTIES TIMEOUT 60 LABELS "unit"
+  SKIP_RETURN_CODE 77)

@@ -16,9 +16,17 @@ SLOW.backward (the module should end the step at its next layer once the
 membership ended).
 
 While the file named by $REFORM_TEST_HOLD exists, every torch.distributed.isend
-of this worker waits before it begins: a donor's stream of the state to a
-newcomer is held (in the background) while the others train; the old blocking
-hand-over held the whole step with it.
+of this worker on a group of its own (the catch-up's stream; not the training
+group's sends, such as each step's gradients to a rank catching up) waits
+before it begins: a donor's stream of the state to a newcomer is held (in the
+background) while the others train; the old blocking hand-over held the whole
+step with it.
+
+While the file named by $REFORM_TEST_COMPUTE exists, a membership whose newcomer
+catches up takes the path of NCCL and of sparse gradients (the newcomer computes
+its steps and takes part in the exchange) rather than gloo's, in which it
+computes nothing. A backward that reaches the model's parameters while this
+rank catches up prints "backward while catching up pid=P step=N".
 
 After each completed step it prints "state step=N rank=R catching=C sha=H":
 a SHA-256 of the model's state_dict and the optimizer's state (every tensor's
@@ -67,7 +75,21 @@ def hooked_init(self, model, *args, **kwargs):
     first = next(m for m in model.modules() if not list(m.children()))
     first.register_forward_hook(slow_forward)
     list(model.parameters())[-1].register_hook(slow_backward)
+
+    def note_backward(grad):
+        if getattr(self, "_catch", None) is not None and self.catching_up:
+            print("backward while catching up pid=%d step=%d" % (os.getpid(), self.step + 1),
+                  flush=True)
+    list(model.parameters())[0].register_hook(note_backward)
     original_init(self, model, *args, **kwargs)
+
+
+compute = os.environ.get("REFORM_TEST_COMPUTE", "")
+original_sparse = cohort_reform._sparse_gradients
+
+
+def forced_compute(module):
+    return bool(compute and os.path.exists(compute)) or original_sparse(module)
 
 
 hold = os.environ.get("REFORM_TEST_HOLD", "")
@@ -75,7 +97,7 @@ original_isend = dist.isend
 
 
 def held_isend(*args, **kwargs):
-    while hold and os.path.exists(hold):
+    while hold and kwargs.get("group") is not None and os.path.exists(hold):
         time.sleep(0.01)
     return original_isend(*args, **kwargs)
 
@@ -127,6 +149,7 @@ def _raise(exc):
 cohort_reform._Step.__exit__ = failing_exit
 dist.isend = held_isend
 cohort_reform.Job.__init__ = hooked_init
+cohort_reform._sparse_gradients = forced_compute
 example = os.path.join(here, "..", "examples", "reform_ddp.py")
 sys.argv = [example] + sys.argv[1:]
 runpy.run_path(example, run_name="__main__")

@@ -30,7 +30,9 @@ workers running examples/reform_ddp.py, then
      from the other, and they go on with identical parameters;
   6. a newcomer started ahead of its membership (COHORT_AWAIT_FORM=1, no
      RANK, WORLD_SIZE or MASTER_*): it says hello with await_form=1, waits
-     for its first `form`, joins, answers `formed` and catches up;
+     for its first `form`, joins, answers `formed` and catches up (by the
+     path of NCCL: it computes its steps and adds -0.0 in the exchange; in
+     section 2 it computes nothing and the trainers exchange alone);
   7. a newcomer started with its membership's variables whose membership
      ends before it formed: it answers `ready`, joins the next `form` and
      receives the state at the join, every rank waiting (it has
@@ -112,6 +114,8 @@ class Worker:
         env["REFORM_TEST_FAIL"] = self.fail_file
         self.slow_file = os.path.join(tmp, name + ".slow")
         env["REFORM_TEST_SLOW"] = self.slow_file
+        self.compute_file = os.path.join(tmp, name + ".compute")
+        env["REFORM_TEST_COMPUTE"] = self.compute_file
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 [PY, os.path.join(SRC, "tests/reform_torch_behind.py"), "--steps", str(STEPS),
@@ -488,6 +492,11 @@ def run(tmp, ws):
     split(survivors, 2, agreed, [int(got["received"])], "grow")
     if not all(s["catching"] == "1" for s in new.lines("step") if int(s["step"]) <= t):
         fail("the newcomer's steps up to %d did not say it was catching up" % t)
+    if "backward while catching up" in new.text():
+        fail("gloo: the newcomer's backward reached the model while it caught up\n%s"
+             % new.tail())
+    print("grow: the newcomer's %d steps catching up ran no backward through the model"
+          % (t - agreed), flush=True)
     check_slices(members, agreed + 1, t + 2, "grow")
 
     # 3. A stalled rank (SIGSTOP): only `reshape` ends the survivors' wait. It comes as a
@@ -549,7 +558,10 @@ def run(tmp, ws):
         pass
     late.agent_end.settimeout(LONG)
     # A grow, told to survivors[0] only (the newcomer of section 2 breaks a step on a grow):
-    # the survivors re-form at one step boundary, so the worker started ahead catches up.
+    # the survivors re-form at one step boundary, so the worker started ahead catches up,
+    # by NCCL's path (it computes its steps, its part of the exchange -0.0).
+    for w in survivors + [late]:
+        open(w.compute_file, "w").close()
     t_late, agreed = reform(survivors, 8, 9, free_port(), 3, "a node joins", ahead=[late],
                             grow=60000, told=survivors[:1])
     joined = late.wait_step(lambda j: j["epoch"] == "9", "`joined epoch=9`", kind="joined")
@@ -557,6 +569,11 @@ def run(tmp, ws):
         fail("the worker started ahead did not join as rank 2 of epoch 9 catching up from "
              "step %d: %s\n%s" % (agreed, joined, late.tail()))
     got = caught(late, 9)
+    for w in survivors + [late]:
+        os.unlink(w.compute_file)
+    if "backward while catching up" not in late.text():
+        fail("NCCL's path: the worker started ahead ran no backward while it caught up\n%s"
+             % late.tail())
     split(survivors, 9, agreed, [int(got["received"])], "started ahead")
     survivors = survivors + [late]
     check_after(survivors, t_late, 3, "started ahead")

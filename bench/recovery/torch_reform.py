@@ -42,9 +42,10 @@ def main():
         print("received %d bytes" % r["received"], flush=True)
     if job.rank == 0:
         print("world=%d" % job.world_size, flush=True)
-    seen = len(job.reforms)
+    seen, report = len(job.reforms), False
     B, T, V = a.batch, a.seq_len, a.vocab
     while job.step < a.steps:
+        before = job.step
         with job.training_step():
             first = job.position + job.slot * B
             report = job.slot == 0 and not job.catching_up
@@ -55,12 +56,14 @@ def main():
             loss = job.ddp(tokens[:, :T], None, tokens[:, 1:], None, None)
             loss.backward()
             opt.step()
+        # A step completed before a re-form at its boundary (a node joining) counts: its
+        # line first, then the new world's.
+        if job.step > before and report:
+            print("step %d/%d loss %.4f" % (job.step, a.steps, loss.item()), flush=True)
         if len(job.reforms) > seen:
             seen = len(job.reforms)
             if job.rank == 0:
                 print("world=%d" % job.world_size, flush=True)
-        elif report:
-            print("step %d/%d loss %.4f" % (job.step, a.steps, loss.item()), flush=True)
 
 
 if __name__ == "__main__":

@@ -34,11 +34,15 @@ When every rank behind is new (and no rank sets COHORT_REFORM_CATCHUP=0;
 docs/reform.md, "Catching up in the background"), those ranks instead catch
 up while the others train: the donors stream their shares of the state of the
 agreed step from its own memory (what is not sent by their next update moves
-to new memory there) over a process group of their own; a rank catching up
-takes part in every step's gradient exchange with -0.0 through a DDP comm hook
-(the others divide by the number of ranks that train, job.trainers), and its
-optimizer.step() keeps the averaged gradients and hyper-parameters instead of
-updating. One more flag in the boundary's all_reduce says when every rank's
+to new memory there) over a process group of their own. With gloo the ranks
+that train exchange gradients in a group of their own (job.trainers of them),
+a rank catching up runs its forward without autograd (job.ddp gives leaf
+outputs: the script's backward ends there), and its optimizer.step() receives
+the step's averaged gradients and hyper-parameters from the lowest rank that
+trains, as that rank's update applies them, and keeps them instead of
+updating. (With NCCL it computes its step and takes part in every step's
+gradient exchange with -0.0 through a DDP comm hook, and keeps what the
+exchange gave.) One more flag in the boundary's all_reduce says when every rank's
 state is in; there the ranks catching up load it, replay the kept steps, and
 from the next step every rank trains. Meanwhile job.catching_up is True on
 them (their loss is not the model's) and job.slot gives each rank that trains
@@ -53,6 +57,7 @@ Without COHORT_CONTROL_FD (torchrun, `cohort run` without reform) Job is a
 plain DDP set-up and training_step() only counts steps.
 """
 import atexit
+import contextlib
 import gc
 import hashlib
 import inspect
@@ -569,6 +574,7 @@ class Job:
             return False
         flags = [1 if grow_on and c.grow_epoch >= self.epoch else 0]
         if cu is not None:
+            cu.end_gradients()
             flags.append(cu.pending())
         flag = torch.tensor(flags, dtype=torch.int32, device=self._device())
         t0 = time.monotonic()
@@ -633,6 +639,7 @@ class Job:
                 return c.keep(_opt, orig, *args, **kwargs)
             if c is not None:
                 c.release_live()
+                return c.update(orig, *args, **kwargs)
             return orig(*args, **kwargs)
         if getattr(orig, "_with_counter", False):
             step._with_counter = True  # a scheduler's counter inside: not wrapped again
@@ -792,10 +799,10 @@ class Job:
             sent, received = self._begin_catch_up(top, donors, behind), 0
         else:
             sent, received = self._transfer(donors, behind)
-        # Catching up: every rank's parameters are replaced (the ranks behind) or the same.
-        self.ddp = _ddp(self.module, self.ddp_args, in_sync=top > 0 or catch)
         if catch:
-            self.ddp.register_comm_hook(self._catch, _catch_up_hook)
+            self.ddp = self._catch.make_ddp()
+        else:
+            self.ddp = _ddp(self.module, self.ddp_args, in_sync=top > 0)
         if self.channel is not None and self.backend == "gloo":
             self._watch = _PeerWatch(self, train_socks, int(f["master_port"]))
         self.reforms.append(dict(epoch=epoch, world_size=size, donor=donors[0], donors=donors,
@@ -970,10 +977,14 @@ class Job:
             self._take_outline(outline)
         before = _sockets()
         pg = dist.new_group(backend=self.backend, timeout=self.timeout)
+        idle = self.backend == "gloo" and not _sparse_gradients(self.module)
+        trainers = [r for r in range(self.world_size) if r not in behind]
+        train_pg = (dist.new_group(ranks=trainers, backend=self.backend, timeout=self.timeout)
+                    if idle else None)
         with self._lock:
             self._stream_pg = pg
             self._socks.update({fd: n for fd, n in _sockets().items() if before.get(fd) != n})
-        self._catch = _CatchUp(self, pg, top, donors, behind, outline, tensors, head)
+        self._catch = _CatchUp(self, pg, top, donors, behind, outline, tensors, head, train_pg)
         self._catch.start()
         return self._catch.sent
 
@@ -1012,19 +1023,26 @@ class Job:
 
 class _CatchUp:
     """One membership's catch-up in the background (docs/reform.md "PyTorch workers", "A node
-    joining"). The ranks behind (newcomers) take part in every step's gradient exchange with
-    -0.0 (_catch_up_hook) while the donors stream them their shares of the state of the
-    agreed step (top) over a process group of its own, from the tensors' own memory (what is
-    not sent by the donor's next update moves to new memory there: release_live); a rank
-    catching up keeps each step's averaged gradients and
-    hyper-parameters (keep) and, once every rank's state is in (Job._boundary), loads it and
-    replays them (finish)."""
+    joining"). The donors stream the ranks behind (newcomers) their shares of the state of
+    the agreed step (top) over a process group of its own, from the tensors' own memory (what
+    is not sent by the donor's next update moves to new memory there: release_live). Each
+    step's averaged gradients and hyper-parameters reach a rank catching up, which keeps
+    them and, once every rank's state is in (Job._boundary), loads the state and replays
+    them (finish). How they reach it: with gloo (idle), the trainers exchange gradients in a
+    group of their own (train_pg) while a rank catching up runs its forward without autograd
+    (_Idle) and takes the lowest trainer's gradients in its optimizer.step() (update,
+    keep, end_gradients); otherwise (NCCL, sparse gradients) it computes its step and takes part in
+    the exchange with -0.0 (_catch_up_hook), and keeps what the exchange gave (keep)."""
 
-    def __init__(self, job, pg, top, donors, behind, outline, tensors, head):
+    def __init__(self, job, pg, top, donors, behind, outline, tensors, head, train_pg=None):
         self.job, self.pg, self.top, self.donors, self.behind = job, pg, top, donors, behind
         self.rank, self.dev = job.rank, job._device()
         trainers = [r for r in range(job.world_size) if r not in behind]
         self.trainers, self.catching = len(trainers), self.rank in behind
+        self.train_pg, self.idle = train_pg, train_pg is not None
+        self.grad_src = trainers[0]  # idle: the trainer that hands each step's gradients
+        self.outgoing = []           # idle, on grad_src: the step's gradient sends in flight
+        self.ended = False           # idle, catching: this step's messages ended
         self.slot = (behind.index(self.rank) % len(trainers) if self.catching
                      else trainers.index(self.rank))
         self.outline = outline if self.catching else None
@@ -1150,6 +1168,91 @@ class _CatchUp:
         finally:
             self.done.set()
 
+    def make_ddp(self):
+        """The membership's DDP while ranks catch up. Idle: the trainers' over their own group
+        (its own 1/world is 1/trainers), a rank catching up an _Idle; else every rank's, with
+        _catch_up_hook. Every rank's parameters are the same or replaced (those behind), so
+        DDP does not broadcast them."""
+        job = self.job
+        if not self.idle:
+            ddp = _ddp(job.module, job.ddp_args, in_sync=True)
+            ddp.register_comm_hook(self, _catch_up_hook)
+            return ddp
+        if self.catching:
+            return _Idle(job.module)
+        return _ddp(job.module, dict(job.ddp_args, process_group=self.train_pg), in_sync=True)
+
+    def update(self, orig, *args, **kwargs):
+        """optimizer.step() on a trainer (Job._hook_optimizer). Idle, on grad_src: the step's
+        hyper-parameters and gradients as the update applies them start on their way to every
+        rank catching up (before the update, which does not write them; with a closure, which
+        computes them, after), and the update waits for those sends to end (the script may
+        zero the gradients in place right after it)."""
+        if not self.idle or self.rank != self.grad_src:
+            return orig(*args, **kwargs)
+        closure = args[0] if args else kwargs.get("closure")
+        if closure is None:
+            self._send_gradients()
+        loss = orig(*args, **kwargs)
+        if closure is not None:
+            self._send_gradients()
+        works, self.outgoing = self.outgoing, []
+        try:
+            _wait_all(works)
+        except RuntimeError as e:  # a peer lost: the update is done, the boundary fails too
+            _trace("gradients: a send failed: %s", str(e).split("\n")[0])
+        return loss
+
+    def _send_gradients(self):
+        """Idle, on grad_src: one step's message to every rank catching up: [1, n], n bytes of
+        pickled (hyper-parameters, which parameters have a gradient), then those gradients in
+        the param groups' order, straight from their own memory."""
+        opt = self.job.optimizer
+        hp = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        grads = [p.grad for g in opt.param_groups for p in g["params"]]
+        blob = _as_bytes(pickle.dumps((hp, [g is not None for g in grads]),
+                                      protocol=pickle.HIGHEST_PROTOCOL), self.dev)
+        head = torch.tensor([1, blob.numel()], dtype=torch.int64, device=self.dev)
+        data = [_bytes_of(g.detach().contiguous()) for g in grads if g is not None]
+        for r in self.behind:
+            self.outgoing += [dist.isend(t, r) for t in [head, blob] + data]
+        _trace("gradients: %d tensors on their way to %d rank(s)", len(data), len(self.behind))
+
+    def end_gradients(self):
+        """Idle, at a step boundary (Job._boundary; a failure here counts the step, as the
+        boundary's all_reduce does): grad_src ends the step's messages with [0, 0] to every
+        rank catching up; such a rank takes the messages its optimizer.step() did not take
+        (a script that stepped twice or not at all), up to that end."""
+        if not self.idle:
+            return
+        if self.rank == self.grad_src:
+            end = torch.zeros(2, dtype=torch.int64, device=self.dev)
+            _wait_all([dist.isend(end, r) for r in self.behind])
+        elif self.catching:
+            while not self.ended:
+                self._take_gradients()
+            self.ended = False
+
+    def _take_gradients(self):
+        """Idle, on a rank catching up: the next message from grad_src (update): a step's
+        hyper-parameters and gradients, kept (finish replays them), or the end of the step's
+        messages (self.ended)."""
+        head = torch.zeros(2, dtype=torch.int64, device=self.dev)
+        dist.recv(head, self.grad_src)
+        if int(head[0]) == 0:
+            self.ended = True
+            return
+        blob = torch.empty(int(head[1]), dtype=torch.uint8, device=self.dev)
+        dist.recv(blob, self.grad_src)
+        hp, has = pickle.loads(blob.cpu().numpy().tobytes())  # a peer of this job sent it
+        params = [g["params"] for g in self.job.optimizer.param_groups]
+        got = [torch.empty(p.shape, dtype=p.dtype, device=self.dev) if h else None
+               for p, h in zip((p for ps in params for p in ps), has)]
+        _wait_all([dist.irecv(_bytes_of(t), self.grad_src) for t in got if t is not None])
+        it = iter(got)
+        self.kept.append((hp, [[next(it) for _ in ps] for ps in params]))
+        _trace("gradients: step %d's received", len(self.kept))
+
     def pending(self):
         """This rank's flag at a step boundary: 1 while its state is not in. StreamFailed
         when its stream failed (a reshape that broke it is seen by the boundary's
@@ -1164,18 +1267,23 @@ class _CatchUp:
     def keep(self, opt, orig, *args, **kwargs):
         """optimizer.step() on a rank catching up: keeps the gradients the step would apply
         (the trainers' average, after any clipping) and the hyper-parameters, and leaves the
-        parameters alone. A closure, if given, runs once as the optimizers' own step runs
-        it."""
+        parameters alone. Idle, those are grad_src's, received here (its update sends them);
+        else this rank's own, from the exchange. A closure, if given, runs once as the
+        optimizers' own step runs it."""
         closure = args[0] if args else kwargs.get("closure")
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        hp = [{k: v.clone() if torch.is_tensor(v) else v for k, v in g.items() if k != "params"}
-              for g in opt.param_groups]
-        grads = [[None if p.grad is None else p.grad.detach().clone() for p in g["params"]]
-                 for g in opt.param_groups]
-        self.kept.append((hp, grads))
+        if self.idle:  # the trainers' own, from grad_src; a failure ends the step here
+            if not self.ended:
+                self._take_gradients()
+        else:
+            hp = [{k: v.clone() if torch.is_tensor(v) else v for k, v in g.items()
+                   if k != "params"} for g in opt.param_groups]
+            grads = [[None if p.grad is None else p.grad.detach().clone() for p in g["params"]]
+                     for g in opt.param_groups]
+            self.kept.append((hp, grads))
         if getattr(orig, "_with_counter", False):
             opt._step_count += 1  # as the LR scheduler's counter in orig would have
         return loss
@@ -1231,6 +1339,48 @@ class _CatchUp:
                                                     ",".join(str(b) for b in self.behind)),
                   file=sys.stderr, flush=True)
         self.kept, self.got = [], None
+
+
+class _Idle:
+    """job.ddp on a rank catching up in an idle membership (_CatchUp): its steps train nothing,
+    so its forward runs without autograd and gives its floating-point outputs as leaves that
+    require a gradient, on which the script's loss and backward run as usual and end there
+    (no parameter gets a gradient, no exchange takes place). Other attributes are the
+    module's; no_sync() does nothing."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, *args, **kwargs):
+        with torch.no_grad():
+            return _as_leaves(self.module(*args, **kwargs))
+
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+def _as_leaves(x):
+    """x (a forward's output) with each floating-point tensor made a leaf that requires a
+    gradient, in the same containers (dicts, lists, tuples, named tuples)."""
+    if torch.is_tensor(x):
+        return x.detach().requires_grad_() if x.is_floating_point() else x
+    if isinstance(x, dict):
+        return type(x)((k, _as_leaves(v)) for k, v in x.items())
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_as_leaves(v) for v in x))
+    if isinstance(x, (list, tuple)):
+        return type(x)(_as_leaves(v) for v in x)
+    return x
+
+
+def _sparse_gradients(module):
+    """Whether a submodule makes sparse gradients (an embedding with sparse=True): the idle
+    catch-up hands dense ones only."""
+    kinds = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+    return any(isinstance(m, kinds) and m.sparse for m in module.modules())
 
 
 def _catch_up_hook(state, bucket):
