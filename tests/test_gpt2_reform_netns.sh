@@ -97,13 +97,23 @@ reformed_keeping() {
 
 # Node 2 lost whole (agent and worker) and a replacement node started at once. Every process is
 # stopped before any is killed, as a machine dies: its agent's guard cannot name the loss first.
+# Children die before their parents: a stopped process whose parent dies first is, alone in
+# its process group (the agent's guard), woken by the kernel (SIGHUP and SIGCONT to a newly
+# orphaned group with a stopped member), and the guard then named the loss.
 lose_node2() {
-  local pids
+  local pids p first=() last=()
   pids=$(ip netns pids "$(netns_node 2)")
   # shellcheck disable=SC2086 # one word per PID
   kill -STOP $pids 2>/dev/null
-  # shellcheck disable=SC2086
-  kill -9 $pids 2>/dev/null
+  for p in $pids; do
+    if grep -qxF "$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null)" <<<"$pids"; then
+      first+=("$p")
+    else
+      last+=("$p")
+    fi
+  done
+  kill -9 "${first[@]}" 2>/dev/null
+  kill -9 "${last[@]}" 2>/dev/null
   wait "${agent[2]}" 2>/dev/null
   mv "$tmp/n2" "$tmp/n2.lost"
   agent_on 2
