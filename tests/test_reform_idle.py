@@ -4,7 +4,7 @@
 
 1. its forward gives the module's outputs, the same values, each floating-point tensor a
    leaf that requires a gradient, in the same containers (tensor, tuple, named tuple,
-   list, dict); integer tensors and other values as they are;
+   list, dict, a dict class that takes no pairs); integer tensors and other values as they are;
 2. the script's loss and backward run on those outputs and end there: no parameter gets a
    gradient, and no autograd graph through the model is kept;
 3. the module's attributes are its own; no_sync() is a context that does nothing;
@@ -29,6 +29,20 @@ import cohort_reform as cr  # noqa: E402
 Out = collections.namedtuple("Out", "logits loss")
 
 
+class Record(collections.OrderedDict):
+    """A model output class that keeps its fields as attributes too and, as some libraries'
+    do, cannot be made from (key, value) pairs."""
+
+    def __init__(self, **fields):
+        super().__init__(**fields)
+        for k, v in fields.items():
+            super().__setattr__(k, v)
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v)
+        super().__setattr__(k, v)
+
+
 def fail(msg):
     print("FAIL: " + msg)
     sys.exit(1)
@@ -47,7 +61,8 @@ class Net(torch.nn.Module):
         loss = y.square().mean()
         ids = torch.arange(3)
         return {"tensor": y, "tuple": (y, ids), "named": Out(y, loss), "list": [y, "tag"],
-                "dict": {"logits": y, "ids": ids, "n": 3}}[self.shape]
+                "dict": {"logits": y, "ids": ids, "n": 3},
+                "record": Record(logits=y, loss=loss)}[self.shape]
 
 
 def leaves(x, found):
@@ -76,6 +91,8 @@ def check(shape):
         fail("named tuple: fields %s" % (got._fields,))
     if shape == "dict" and (sorted(got) != sorted(want) or got["n"] != 3):
         fail("dict: keys or values %s" % got)
+    if shape == "record" and (got.loss is not got["loss"] or not got.loss.requires_grad):
+        fail("a dict class with attributes: its attributes are not its leaves")
     g, w = leaves(got, []), leaves(want, [])
     if len(g) != len(w) or any(not torch.equal(a, b) for a, b in zip(g, w)):
         fail("%s: the values differ from the module's forward" % shape)
@@ -95,10 +112,10 @@ def check(shape):
 
 
 def main():
-    for shape in ("tensor", "tuple", "named", "list", "dict"):
+    for shape in ("tensor", "tuple", "named", "list", "dict", "record"):
         idle, net = check(shape)
-    print("the forward: the module's values as leaves, in tensor, tuple, named tuple, list "
-          "and dict; the backward ends there")
+    print("the forward: the module's values as leaves, in tensor, tuple, named tuple, list, "
+          "dict and a dict class; the backward ends there")
     # 3. The module's attributes; no_sync.
     if idle.lin is not net.lin or idle.module is not net or idle.calls != 2:
         fail("the module's attributes are not the module's")

@@ -58,6 +58,7 @@ plain DDP set-up and training_step() only counts steps.
 """
 import atexit
 import contextlib
+import copy
 import gc
 import hashlib
 import inspect
@@ -1367,8 +1368,11 @@ def _as_leaves(x):
     gradient, in the same containers (dicts, lists, tuples, named tuples)."""
     if torch.is_tensor(x):
         return x.detach().requires_grad_() if x.is_floating_point() else x
-    if isinstance(x, dict):
-        return type(x)((k, _as_leaves(v)) for k, v in x.items())
+    if isinstance(x, dict):  # a copy, item by item: a dict class may not take pairs
+        out = copy.copy(x)
+        for k, v in x.items():
+            out[k] = _as_leaves(v)
+        return out
     if isinstance(x, tuple) and hasattr(x, "_fields"):
         return type(x)(*(_as_leaves(v) for v in x))
     if isinstance(x, (list, tuple)):
