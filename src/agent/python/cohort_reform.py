@@ -543,7 +543,7 @@ class Job:
     def slot(self):
         """This rank's place among the ranks that train, 0 to trainers - 1 (its rank when
         every rank trains): its samples this step are [position + slot * B, + B). A rank
-        catching up is given a trainer's slot (its gradients count for nothing)."""
+        catching up is given a trainer's slot (its step trains nothing)."""
         c = self._catch
         return c.slot if c is not None else self.rank
 
