@@ -1031,8 +1031,8 @@ class _CatchUp:
     them and, once every rank's state is in (Job._boundary), loads the state and replays
     them (finish). How they reach it: with gloo (idle), the trainers exchange gradients in a
     group of their own (train_pg) while a rank catching up runs its forward without autograd
-    (_Idle) and takes the lowest trainer's gradients in its optimizer.step() (update,
-    keep, end_gradients); otherwise (NCCL, sparse gradients) it computes its step and takes part in
+    (_Idle) and takes the gradients in its optimizer.step(), each trainer sending a share of
+    them (update, keep, end_gradients); otherwise (NCCL, sparse gradients) it computes its step and takes part in
     the exchange with -0.0 (_catch_up_hook), and keeps what the exchange gave (keep)."""
 
     def __init__(self, job, pg, top, donors, behind, outline, tensors, head, train_pg=None):
@@ -1041,8 +1041,9 @@ class _CatchUp:
         trainers = [r for r in range(job.world_size) if r not in behind]
         self.trainers, self.catching = len(trainers), self.rank in behind
         self.train_pg, self.idle = train_pg, train_pg is not None
-        self.grad_src = trainers[0]  # idle: the trainer that hands each step's gradients
-        self.outgoing = []           # idle, on grad_src: the step's gradient sends in flight
+        self.grad_src = trainers[0]  # idle: the trainer that begins and ends each step's message
+        self.grad_from = None        # idle: the trainer that sends each parameter's gradient
+        self.outgoing = []           # idle, on a trainer: the step's gradient sends in flight
         self.ended = False           # idle, catching: this step's messages ended
         self.slot = (behind.index(self.rank) % len(trainers) if self.catching
                      else trainers.index(self.rank))
@@ -1067,6 +1068,10 @@ class _CatchUp:
             target = self._send
         elif self.catching:
             target = self._receive
+        if self.idle:
+            params = [p for g in job.optimizer.param_groups for p in g["params"]]
+            owner = _shares([_nbytes(p) for p in params], len(trainers))
+            self.grad_from = [trainers[o] for o in owner]
         self.thread = None
         if target is None:
             self.done.set()
@@ -1184,12 +1189,12 @@ class _CatchUp:
         return _ddp(job.module, dict(job.ddp_args, process_group=self.train_pg), in_sync=True)
 
     def update(self, orig, *args, **kwargs):
-        """optimizer.step() on a trainer (Job._hook_optimizer). Idle, on grad_src: the step's
-        hyper-parameters and gradients as the update applies them start on their way to every
-        rank catching up (before the update, which does not write them; with a closure, which
-        computes them, after), and the update waits for those sends to end (the script may
-        zero the gradients in place right after it)."""
-        if not self.idle or self.rank != self.grad_src:
+        """optimizer.step() on a trainer (Job._hook_optimizer). Idle: this trainer's part of
+        the step's message to every rank catching up (_send_gradients) starts on its way as
+        the update applies the gradients (before the update, which does not write them; with
+        a closure, which computes them, after), and the update waits for those sends to end
+        (the script may zero the gradients in place right after it)."""
+        if not self.idle:
             return orig(*args, **kwargs)
         closure = args[0] if args else kwargs.get("closure")
         if closure is None:
@@ -1205,16 +1210,23 @@ class _CatchUp:
         return loss
 
     def _send_gradients(self):
-        """Idle, on grad_src: one step's message to every rank catching up: [1, n], n bytes of
-        pickled (hyper-parameters, which parameters have a gradient), then those gradients in
-        the param groups' order, straight from their own memory."""
+        """Idle, on a trainer: its part of one step's message to every rank catching up: [1,
+        n], n bytes of pickled (the hyper-parameters from grad_src, else None; which of the
+        parameters whose gradient it sends (grad_from) have one), then those gradients in the
+        param groups' order, straight from their own memory. The trainers hold the same
+        averaged gradients, so each sends the share _shares gives it: no trainer's link
+        carries them all."""
         opt = self.job.optimizer
-        hp = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        hp = ([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+              if self.rank == self.grad_src else None)
         grads = [p.grad for g in opt.param_groups for p in g["params"]]
-        blob = _as_bytes(pickle.dumps((hp, [g is not None for g in grads]),
+        mine = [g for g, r in zip(grads, self.grad_from) if r == self.rank]
+        if not mine and self.rank != self.grad_src:
+            return  # a share of nothing (fewer parameters than trainers): no part to send
+        blob = _as_bytes(pickle.dumps((hp, [g is not None for g in mine]),
                                       protocol=pickle.HIGHEST_PROTOCOL), self.dev)
         head = torch.tensor([1, blob.numel()], dtype=torch.int64, device=self.dev)
-        data = [_bytes_of(g.detach().contiguous()) for g in grads if g is not None]
+        data = [_bytes_of(g.detach().contiguous()) for g in mine if g is not None]
         for r in self.behind:
             self.outgoing += [dist.isend(t, r) for t in [head, blob] + data]
         _trace("gradients: %d tensors on their way to %d rank(s)", len(data), len(self.behind))
@@ -1235,24 +1247,42 @@ class _CatchUp:
             self.ended = False
 
     def _take_gradients(self):
-        """Idle, on a rank catching up: the next message from grad_src (update): a step's
-        hyper-parameters and gradients, kept (finish replays them), or the end of the step's
-        messages (self.ended)."""
-        head = torch.zeros(2, dtype=torch.int64, device=self.dev)
-        dist.recv(head, self.grad_src)
-        if int(head[0]) == 0:
-            self.ended = True
+        """Idle, on a rank catching up: the next message of the trainers (update): a step's
+        hyper-parameters and gradients, each from the trainer that sends it, kept (finish
+        replays them), or grad_src's end of the step's messages (self.ended)."""
+        hp, has = self._take_head(self.grad_src)
+        if self.ended:
             return
-        blob = torch.empty(int(head[1]), dtype=torch.uint8, device=self.dev)
-        dist.recv(blob, self.grad_src)
-        hp, has = pickle.loads(blob.cpu().numpy().tobytes())  # a peer of this job sent it
+        for r in sorted(set(self.grad_from) - {self.grad_src}):
+            has.update(self._take_head(r)[1])
         params = [g["params"] for g in self.job.optimizer.param_groups]
-        got = [torch.empty(p.shape, dtype=p.dtype, device=self.dev) if h else None
-               for p, h in zip((p for ps in params for p in ps), has)]
-        _wait_all([dist.irecv(_bytes_of(t), self.grad_src) for t in got if t is not None])
+        got = [torch.empty(p.shape, dtype=p.dtype, device=self.dev) if has.get(i) else None
+               for i, p in enumerate(p for ps in params for p in ps)]
+        _wait_all([dist.irecv(_bytes_of(t), r) for t, r in zip(got, self.grad_from)
+                   if t is not None])
         it = iter(got)
         self.kept.append((hp, [[next(it) for _ in ps] for ps in params]))
         _trace("gradients: step %d's received", len(self.kept))
+
+    def _take_head(self, src):
+        """The head of trainer src's part of a step's message: (its hyper-parameters or None,
+        {index of a parameter whose gradient src sends: whether it has one}); at grad_src's
+        end of the step's messages, self.ended and (None, {})."""
+        head = torch.zeros(2, dtype=torch.int64, device=self.dev)
+        dist.recv(head, src)
+        if int(head[0]) == 0:
+            if src != self.grad_src:
+                raise RuntimeError("rank %d ended a step's gradients out of turn" % src)
+            self.ended = True
+            return None, {}
+        blob = torch.empty(int(head[1]), dtype=torch.uint8, device=self.dev)
+        dist.recv(blob, src)
+        hp, flags = pickle.loads(blob.cpu().numpy().tobytes())  # a peer of this job sent it
+        sent = [i for i, r in enumerate(self.grad_from) if r == src]
+        if len(flags) != len(sent):
+            raise RuntimeError("rank %d sent gradients for %d parameters, not %d"
+                               % (src, len(flags), len(sent)))
+        return hp, dict(zip(sent, flags))
 
     def pending(self):
         """This rank's flag at a step boundary: 1 while its state is not in. StreamFailed
@@ -1268,15 +1298,15 @@ class _CatchUp:
     def keep(self, opt, orig, *args, **kwargs):
         """optimizer.step() on a rank catching up: keeps the gradients the step would apply
         (the trainers' average, after any clipping) and the hyper-parameters, and leaves the
-        parameters alone. Idle, those are grad_src's, received here (its update sends them);
-        else this rank's own, from the exchange. A closure, if given, runs once as the
+        parameters alone. Idle, those are the trainers', received here (their updates send
+        them); else this rank's own, from the exchange. A closure, if given, runs once as the
         optimizers' own step runs it."""
         closure = args[0] if args else kwargs.get("closure")
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self.idle:  # the trainers' own, from grad_src; a failure ends the step here
+        if self.idle:  # the trainers' own, from them; a failure ends the step here
             if not self.ended:
                 self._take_gradients()
         else:
