@@ -14,22 +14,11 @@
 
 Usage: test_reform_catchup_live.py SRC_DIR (exits 77 without torch)
 """
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: no torch")
-    sys.exit(77)
+from checks import fail, torch_and_reform
 
-sys.path.insert(0, os.path.join(sys.argv[1], "src", "agent", "python"))
-import cohort_reform as cr  # noqa: E402
-
-
-def fail(msg):
-    print("FAIL: " + msg)
-    sys.exit(1)
+torch, cr = torch_and_reform(sys.argv[1])
 
 
 class Net(torch.nn.Module):

@@ -14,17 +14,11 @@
 Usage: test_reform_idle.py SRC_DIR (exits 77 without torch)
 """
 import collections
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: no torch")
-    sys.exit(77)
+from checks import fail, torch_and_reform
 
-sys.path.insert(0, os.path.join(sys.argv[1], "src", "agent", "python"))
-import cohort_reform as cr  # noqa: E402
+torch, cr = torch_and_reform(sys.argv[1])
 
 Out = collections.namedtuple("Out", "logits loss")
 
@@ -41,11 +35,6 @@ class Record(collections.OrderedDict):
     def __setitem__(self, k, v):
         super().__setitem__(k, v)
         super().__setattr__(k, v)
-
-
-def fail(msg):
-    print("FAIL: " + msg)
-    sys.exit(1)
 
 
 class Net(torch.nn.Module):
