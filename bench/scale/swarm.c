@@ -112,6 +112,7 @@ typedef struct sconn {
   uint8_t op;   /* the request in flight */
   size_t frame; /* where its frame starts in out */
   uint8_t cnonce[STORE_NONCE_LEN];
+  int64_t opened_us; /* when connect() was called */
 } sconn;
 
 struct node {
@@ -154,6 +155,7 @@ static int open_conn(swarm *w, node *nd, sconn *c, int watch) {
   c->nd = nd;
   c->watch = watch;
   c->state = ST_CONNECTING;
+  c->opened_us = base_now_us();
   c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (c->fd < 0) return -errno;
   int one = 1;
@@ -447,6 +449,15 @@ static void plan_read(swarm *w, node *nd, const store_response *r) {
     free(page);
 }
 
+/* Names a connection the store ended: which one, in which step, how and when. */
+static void conn_lost(swarm *w, sconn *c, int err, int64_t now) {
+  char what[160];
+  snprintf(what, sizeof what, "%s connection lost in step %d, %.1f ms after connect(): %s",
+           c->watch ? "watch" : "join", c->state, (double)(now - c->opened_us) / 1000,
+           err == 0 ? "end of stream" : strerror(err));
+  fail_node(w, c->nd, what);
+}
+
 /* Reads what arrived and hands complete frames to on_response. */
 static void conn_input(swarm *w, sconn *c, int64_t now) {
   for (;;) {
@@ -460,7 +471,7 @@ static void conn_input(swarm *w, sconn *c, int64_t now) {
     ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
     if (n <= 0) {
       if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        if (c->state != W_DONE && c->state != J_DONE) fail_node(w, c->nd, "connection lost");
+        if (c->state != W_DONE && c->state != J_DONE) conn_lost(w, c, n == 0 ? 0 : errno, now);
         epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
       }
       return;
