@@ -98,6 +98,13 @@ enum {
   W_DONE,
 };
 
+/* The steps' names, for a failure's message. */
+static const char *const step_names[] = {
+    "connecting", "hello", "auth", "ADD joined", "SET record", "WAIT plan", "GET plan", "joined",
+    "WAIT fail", "ADD heartbeat", "sweep", "GET fail", "done",
+};
+_Static_assert(sizeof step_names / sizeof *step_names == W_DONE + 1, "a name for every step");
+
 typedef struct node node;
 
 typedef struct sconn {
@@ -452,8 +459,8 @@ static void plan_read(swarm *w, node *nd, const store_response *r) {
 /* Names a connection the store ended: which one, in which step, how and when. */
 static void conn_lost(swarm *w, sconn *c, int err, int64_t now) {
   char what[160];
-  snprintf(what, sizeof what, "%s connection lost in step %d, %.1f ms after connect(): %s",
-           c->watch ? "watch" : "join", c->state, (double)(now - c->opened_us) / 1000,
+  snprintf(what, sizeof what, "%s connection lost at %s, %.1f ms after connect(): %s",
+           c->watch ? "watch" : "join", step_names[c->state], (double)(now - c->opened_us) / 1000,
            err == 0 ? "end of stream" : strerror(err));
   fail_node(w, c->nd, what);
 }
