@@ -100,8 +100,8 @@ enum {
 
 /* The steps' names, for a failure's message. */
 static const char *const step_names[] = {
-    "connecting", "hello", "auth", "ADD joined", "SET record", "WAIT plan", "GET plan", "joined",
-    "WAIT fail", "ADD heartbeat", "sweep", "GET fail", "done",
+    "connecting", "hello",     "auth",          "ADD joined", "SET record", "WAIT plan", "GET plan",
+    "joined",     "WAIT fail", "ADD heartbeat", "sweep",      "GET fail",   "done",
 };
 _Static_assert(sizeof step_names / sizeof *step_names == W_DONE + 1, "a name for every step");
 
