@@ -1069,8 +1069,7 @@ class _CatchUp:
         elif self.catching:
             target = self._receive
         if self.idle:
-            params = [p for g in job.optimizer.param_groups for p in g["params"]]
-            owner = _shares([_nbytes(p) for p in params], len(trainers))
+            owner = _shares([_nbytes(p) for p in _parameters(job.optimizer)], len(trainers))
             self.grad_from = [trainers[o] for o in owner]
         self.thread = None
         if target is None:
@@ -1217,10 +1216,8 @@ class _CatchUp:
         averaged gradients, so each sends the share _shares gives it: no trainer's link
         carries them all."""
         opt = self.job.optimizer
-        hp = ([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
-              if self.rank == self.grad_src else None)
-        grads = [p.grad for g in opt.param_groups for p in g["params"]]
-        mine = [g for g, r in zip(grads, self.grad_from) if r == self.rank]
+        hp = _hyper_parameters(opt) if self.rank == self.grad_src else None
+        mine = [p.grad for p, r in zip(_parameters(opt), self.grad_from) if r == self.rank]
         if not mine and self.rank != self.grad_src:
             return  # a share of nothing (fewer parameters than trainers): no part to send
         blob = _as_bytes(pickle.dumps((hp, [g is not None for g in mine]),
@@ -1255,13 +1252,13 @@ class _CatchUp:
             return
         for r in sorted(set(self.grad_from) - {self.grad_src}):
             has.update(self._take_head(r)[1])
-        params = [g["params"] for g in self.job.optimizer.param_groups]
+        opt = self.job.optimizer
         got = [torch.empty(p.shape, dtype=p.dtype, device=self.dev) if has.get(i) else None
-               for i, p in enumerate(p for ps in params for p in ps)]
+               for i, p in enumerate(_parameters(opt))]
         _wait_all([dist.irecv(_bytes_of(t), r) for t, r in zip(got, self.grad_from)
                    if t is not None])
         it = iter(got)
-        self.kept.append((hp, [[next(it) for _ in ps] for ps in params]))
+        self.kept.append((hp, [[next(it) for _ in g["params"]] for g in opt.param_groups]))
         _trace("gradients: step %d's received", len(self.kept))
 
     def _take_head(self, src):
@@ -1326,7 +1323,7 @@ class _CatchUp:
         the hyper-parameters and the extra objects stay the live ones (they followed the
         trainers' since the join). The steps replayed."""
         job, opt = self.job, self.job.optimizer
-        live = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        live = _hyper_parameters(opt)
         step, position = job.step, job.position
         state = _fill(self.outline, self.got)
         job.module.load_state_dict(state["model"])
@@ -1567,6 +1564,16 @@ def _layout(state):
     places = _map(_outline(state, []),
                   lambda x: (x.index, x.shape, str(x.dtype)) if isinstance(x, _Slot) else None)
     return int.from_bytes(hashlib.sha256(repr(places).encode()).digest()[:7], "big")
+
+
+def _parameters(opt):
+    """The optimizer's parameters, group after group: the order every rank numbers them in."""
+    return [p for g in opt.param_groups for p in g["params"]]
+
+
+def _hyper_parameters(opt):
+    """Each param group's settings (lr, betas, ...), without its parameters."""
+    return [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
 
 
 def _shares(nbytes, n):
