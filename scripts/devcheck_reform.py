@@ -103,8 +103,8 @@ def steps(log):
     out = []
     with open(log) as f:
         for line in f:
-            if line.startswith("step="):
-                out.append(dict(w.split("=", 1) for w in line.split()))
+            if line.startswith("step="):  # another thread's output may share the line
+                out.append(dict(w.split("=", 1) for w in line.split() if "=" in w))
     return out
 
 

@@ -80,7 +80,8 @@ start the buckets' chained allreduces in different orders), each rank's PowerSGD
 (error feedback, P, Q) checkpointed with the snapshot and loaded on a restart, whose first
 step runs uncompressed (DDP rebuilds its bucket after it); bf16 asks for
 bf16_compress_hook, which torch 1.13 refuses without CUDA and NCCL, so the row says "not
-run" and why. The torch reform rows do not run with --grad-compress (torch_reform.py has
+run" and why (so does powersgd on torch 2.11 where CUDA is present: its hook fails at the
+first compressed step on CPU tensors; torch_ckpt.py --probe trains past it to find out). The torch reform rows do not run with --grad-compress (torch_reform.py has
 no comm hook). docs/reform.md, "PowerSGD in the torchrun restart row", has the evidence.
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
