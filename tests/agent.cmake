@@ -44,3 +44,9 @@ set_tests_properties(place_run PROPERTIES TIMEOUT 300 LABELS "unit")
 add_test(NAME agent_orphans COMMAND ${CMAKE_SOURCE_DIR}/tests/test_orphans.sh
   $<TARGET_FILE:cohort> ${CMAKE_SOURCE_DIR})
 set_tests_properties(agent_orphans PROPERTIES TIMEOUT 120 LABELS "slow")
+
+# NCCL variables under the names the worker's PyTorch reads (the start-up
+# hook and cohort_reform; fake torch 2.11 packages, Debian's 1.13).
+add_test(NAME agent_torch_env_names COMMAND /usr/bin/python3
+  ${CMAKE_SOURCE_DIR}/tests/test_torch_env_names.py ${CMAKE_SOURCE_DIR} $<TARGET_FILE:cohort>)
+set_tests_properties(agent_torch_env_names PROPERTIES TIMEOUT 120 LABELS "unit")

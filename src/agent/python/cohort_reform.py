@@ -64,6 +64,7 @@ import hashlib
 import inspect
 import os
 import pickle
+import re
 import select
 import socket
 import sys
@@ -1601,15 +1602,22 @@ def _as_bytes(b, dev):
 
 
 def _nccl_env():
-    """NCCL settings a re-form needs, read when the process group is made."""
-    for prefix in ("TORCH_", ""):
-        # Blocking wait: an aborted communicator raises in DDP's wait, before
-        # the optimizer step, instead of passing partial gradients on.
-        os.environ.setdefault(prefix + "NCCL_BLOCKING_WAIT", "1")
-        # 1 (torchrun's and cohort's default) ends the process on an aborted
-        # collective: the survivor would be lost. 0: the abort is ours.
-        if os.environ.get(prefix + "NCCL_ASYNC_ERROR_HANDLING") == "1":
-            os.environ[prefix + "NCCL_ASYNC_ERROR_HANDLING"] = "0"
+    """NCCL settings a re-form needs, read when the process group is made, under
+    the names this torch reads: TORCH_NCCL_... from 2.2 (which reads them first
+    and warns where an old name is set: one set moves to its new name), the old
+    ones before."""
+    new = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups()) >= (2, 2)
+    prefix = "TORCH_" if new else ""
+    for name in ("NCCL_BLOCKING_WAIT", "NCCL_ASYNC_ERROR_HANDLING"):
+        if new and name in os.environ:
+            os.environ.setdefault(prefix + name, os.environ.pop(name))
+    # Blocking wait: an aborted communicator raises in DDP's wait, before
+    # the optimizer step, instead of passing partial gradients on.
+    os.environ.setdefault(prefix + "NCCL_BLOCKING_WAIT", "1")
+    # 1 (torchrun's and cohort's default) ends the process on an aborted
+    # collective: the survivor would be lost. 0: the abort is ours.
+    if os.environ.get(prefix + "NCCL_ASYNC_ERROR_HANDLING") == "1":
+        os.environ[prefix + "NCCL_ASYNC_ERROR_HANDLING"] = "0"
 
 
 def _abort_nccl(pg):

@@ -9,6 +9,11 @@ every thread without stopping it and without any change to the script.
 faulthandler writes from its C signal handler, so a rank blocked in a system
 call or spinning in C code answers as well as one running Python code.
 
+Where the worker's PyTorch is 2.2 or later, the pre-2.2 name of a variable
+cohort run sets for both (NCCL_ASYNC_ERROR_HANDLING) moves to the TORCH_
+name that PyTorch reads, so PyTorch prints no deprecation warning, as under
+its own torchrun.
+
 Then it runs the sitecustomize that would have been imported without us
 (Debian's, a virtualenv's), so nothing the user had changes.
 """
@@ -210,6 +215,46 @@ def _progress():
                      daemon=True).start()
 
 
+# Variables cohort run sets under their pre-2.2 names, for PyTorch before 2.2
+# (which reads only those; torchrun 1.13 set them) beside the TORCH_ ones.
+# PyTorch 2.2 and later read the TORCH_ name first and warn on every process
+# where the old one is set.
+_RENAMED_IN_TORCH_2_2 = ("NCCL_ASYNC_ERROR_HANDLING",)
+
+
+def _torch_version():
+    """(major, minor) of the torch this Python would import, read from its
+    version.py without importing it; None when there is none or no version."""
+    import importlib.util  # as _chain; not re, which costs a worker 3 ms
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    for where in (spec and spec.submodule_search_locations) or ():
+        try:
+            with open(os.path.join(where, "version.py")) as f:
+                line = next((x for x in f if x.startswith("__version__")), "")
+        except OSError:
+            continue
+        major, _, rest = line.partition("=")[2].strip(" '\"\n").partition(".")
+        minor = rest.partition(".")[0]
+        if major.isdigit() and minor.isdigit():
+            return int(major), int(minor)
+    return None
+
+
+def _torch_env():
+    """Where torch reads the TORCH_ names (2.2 on), an old name moves to its
+    new one (kept where that is set: torch reads it first), so that torch has
+    no deprecation warning to print and every value it reads is the same."""
+    old = [n for n in _RENAMED_IN_TORCH_2_2 if n in os.environ]
+    if not old or (_torch_version() or (0, 0)) < (2, 2):
+        return
+    for name in old:
+        os.environ.setdefault("TORCH_" + name, os.environ.pop(name))
+
+
 def _chain():
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
@@ -226,4 +271,5 @@ def _chain():
 
 _register()
 _progress()
+_torch_env()
 _chain()
