@@ -10,7 +10,9 @@ abort its NCCL communicator from the module's thread (ProcessGroupNCCL's
 abort), the worker must answer `ready` with its last completed step, join the
 new membership that `form` names (a new store port, in the same process),
 answer `formed` with the same step, and go on training: same PID, steps
-strictly increasing, none recomputed. Twice, then `stop`.
+strictly increasing, none recomputed. Twice, then `stop`. And torch prints
+no warning of a variable under its pre-2.2 name (cohort run sets both names
+of NCCL_ASYNC_ERROR_HANDLING, as here; the start-up hook keeps torch's).
 
 usage: devcheck_reform.py SOURCE_DIR [BACKEND]     (BACKEND: nccl, or gloo
 to try the script on a machine without a GPU). Prints PASS/FAIL lines and
@@ -149,7 +151,9 @@ def main():
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), COHORT_ROUND="0",
                COHORT_CONTROL_FD=str(child.fileno()), OMP_NUM_THREADS="1",
-               TORCH_NCCL_ASYNC_ERROR_HANDLING="1",  # what cohort run sets; the module lowers it
+               # What cohort run sets (both names; the start-up hook on PYTHONPATH keeps
+               # the one this torch reads); the module lowers it.
+               NCCL_ASYNC_ERROR_HANDLING="1", TORCH_NCCL_ASYNC_ERROR_HANDLING="1",
                PYTHONPATH=os.path.join(SRC, "src/agent/python"))
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-c", WORKER, BACKEND], env=env, stdout=out,
@@ -178,6 +182,10 @@ def main():
         check("reshape aborted the NCCL communicator",
               len(aborts) >= 2 and all(a[1].endswith((".abort", "._abort")) for a in aborts),
               " ".join(a[1] for a in aborts) or "no abort")
+    with open(log) as f:
+        renamed = [line.strip() for line in f if "is deprecated; use TORCH_" in line]
+    check("torch warned of no variable under its old name", not renamed,
+          renamed[0] if renamed else "")
     s = steps(log)
     nums = [int(x["step"]) for x in s]
     with open(log) as f:
