@@ -70,7 +70,8 @@ check "bench/recovery: ... its namespaces removed" not sh -c "ip netns list | gr
 # --grad-compress reaches the torchrun restart row (torch_ckpt.py gets the cohort-gpt2 rows'
 # flags, for DDP's powerSGD_hook; a torchrun that exits at once: the row fails, no figure); the
 # torch reform row says why it does not run; with torch 1.13, bf16's row says why not either.
-printf '#!/bin/sh\necho "$@" >>"%s/torchrun_argv"\n' "$tmp" >"$tmp/fake_torchrun"
+printf '#!/bin/sh\necho "cuda=[${CUDA_VISIBLE_DEVICES-unset}] $*" >>"%s/torchrun_argv"\n' "$tmp" \
+  >"$tmp/fake_torchrun"
 chmod +x "$tmp/fake_torchrun"
 /usr/bin/python3 "$src/bench/recovery/run.py" --cohort "$(dirname "$bench_store")/cohort" \
   --gpt2 /bin/true --reps 1 --rows "torchrun restart,torch reform" --grad-compress powersgd:2 \
@@ -78,6 +79,8 @@ chmod +x "$tmp/fake_torchrun"
 rc=$?
 check "bench/recovery --grad-compress powersgd:2: torchrun given torch_ckpt.py's PowerSGD flags" \
   grep -qE 'torch_ckpt\.py .*--grad-compress powersgd:2 --powersgd-start 2' "$tmp/torchrun_argv"
+check "bench/recovery: ... its workers see no GPU (CUDA_VISIBLE_DEVICES empty: the hook's synchronize)" \
+  grep -qE '^cuda=\[\] ' "$tmp/torchrun_argv"
 check "bench/recovery: ... its row ran (fail: the fake torchrun trained nothing; exit $rc)" \
   [ $rc != 0 -a "$(grep -cE '^\| torchrun restart \| fail: run 1 of 1' "$tmp/recovery_psgd")" = 1 ]
 check "bench/recovery: ... the torch reform row: not run, and why" \

@@ -80,8 +80,9 @@ start the buckets' chained allreduces in different orders), each rank's PowerSGD
 (error feedback, P, Q) checkpointed with the snapshot and loaded on a restart, whose first
 step runs uncompressed (DDP rebuilds its bucket after it); bf16 asks for
 bf16_compress_hook, which torch 1.13 refuses without CUDA and NCCL, so the row says "not
-run" and why (so does powersgd on torch 2.11 where CUDA is present: its hook fails at the
-first compressed step on CPU tensors; torch_ckpt.py --probe trains past it to find out). The torch reform rows do not run with --grad-compress (torch_reform.py has
+run" and why. The torch rows' workers see no GPU (CPU_ONLY): powerSGD_hook synchronizes
+the bucket's device wherever CUDA is available, which on CPU tensors fails (torch 2.11 on a
+GPU machine); torch_ckpt.py --probe trains past the hook's warm-up to find out. The torch reform rows do not run with --grad-compress (torch_reform.py has
 no comm hook). docs/reform.md, "PowerSGD in the torchrun restart row", has the evidence.
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
@@ -128,6 +129,9 @@ GPT2_REFORMED = re.compile(r"cohort-gpt2: re-formed \(epoch \d+\): world (\d+) -
 GROW = re.compile(r"cohort: re-forming without stopping the survivors: grow")
 # The world of the job before the kill: 3 nodes x 1 rank.
 FULL_WORLD = 3
+# The torch rows train on CPUs (gloo) and their workers see no GPU: DDP's powerSGD_hook calls
+# torch.cuda.synchronize(device) wherever CUDA is available, and on CPU tensors that raises.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 class Node:
@@ -283,7 +287,7 @@ def torch_compress_missing(a):
     """Why torch_ckpt.py cannot set up --grad-compress with this torch (its --probe), or None."""
     p = subprocess.run([a.python, os.path.join(HERE, "torch_ckpt.py"), "--probe"] + torch_cmd(
         a, None, ["--ckpt", os.devnull, "--ckpt-every", "1"] + compress_args(a)),
-        capture_output=True, text=True, timeout=300)
+        env=dict(os.environ, **CPU_ONLY), capture_output=True, text=True, timeout=300)
     if p.returncode == 0:
         return None
     why = (p.stdout.strip().splitlines() or p.stderr.strip().splitlines() or ["?"])[-1]
@@ -458,6 +462,8 @@ def one_run(row, a, port):
             env["COHORT_GROW_BREAK"] = "0"
         if row == "torch reform (blocking hand-over)":
             env["COHORT_REFORM_CATCHUP"] = "0"
+        if "torch" in row:
+            env.update(CPU_ONLY)
         if row == "torchrun restart":
             # torch >= 2.4 shares the rendezvous's TCP store with the workers and keeps the
             # address it bootstrapped in the first round: a replacement then waits for a

@@ -23,10 +23,11 @@ RNG, iteration) beside the snapshot at the same step, and a restart loads it
 when every rank has one of the snapshot's step; its first step runs
 uncompressed (DDP rebuilds its bucket after it, in the order the saved state
 was laid out in). --grad-compress bf16 asks for bf16_compress_hook, which
-torch 1.13 refuses without CUDA and NCCL; torch 2.11's powerSGD_hook calls
-torch.cuda.synchronize on the CPU tensors' device wherever CUDA is present, and
-fails at its first compressed step. --probe says whether this torch can train
-with the compression (exit 0) or why not (exit 2), without a job.
+torch 1.13 refuses without CUDA and NCCL. powerSGD_hook calls
+torch.cuda.synchronize on the bucket's device wherever CUDA is available, which
+fails at the first compressed step on CPU tensors (bench/recovery hides the GPUs
+from these workers). --probe says whether this torch can train with the
+compression (exit 0) or why not (exit 2), without a job.
 """
 import argparse
 import os
@@ -123,8 +124,8 @@ def compression(a, model, rank, start):
 
 def probe(a):
     """Sets the compression up on a 1-rank gloo group and trains a layer past the hook's
-    warm-up (torch 2.11's powerSGD_hook fails only there, on CPU tensors where CUDA is
-    present): exit 0, or print why not and exit 2."""
+    warm-up (powerSGD_hook on CPU tensors where CUDA is available fails only there): exit
+    0, or print why not and exit 2."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         ddp = compression(a, torch.nn.Linear(64, 64), 0, 0)[0]
