@@ -82,8 +82,9 @@ step runs uncompressed (DDP rebuilds its bucket after it); bf16 asks for
 bf16_compress_hook, which torch 1.13 refuses without CUDA and NCCL, so the row says "not
 run" and why. The torch rows' workers see no GPU (CPU_ONLY): powerSGD_hook synchronizes
 the bucket's device wherever CUDA is available, which on CPU tensors fails (torch 2.11 on a
-GPU machine); torch_ckpt.py --probe trains past the hook's warm-up to find out. The torch reform rows do not run with --grad-compress (torch_reform.py has
-no comm hook). docs/reform.md, "PowerSGD in the torchrun restart row", has the evidence.
+GPU machine); torch_ckpt.py --probe trains past the hook's warm-up to find out. The torch
+reform rows do not run with --grad-compress (torch_reform.py has no comm hook).
+docs/reform.md, "PowerSGD in the torchrun restart row", has the evidence.
 The torch rows run --python (default Debian's /usr/bin/python3) and the
 torchrun row `PYTHON -m torch.distributed.run` unless --torchrun names
 another launcher (or COHORT_BENCH_PYTHON, COHORT_BENCH_TORCHRUN).

@@ -1604,13 +1604,10 @@ def _as_bytes(b, dev):
 def _nccl_env():
     """NCCL settings a re-form needs, read when the process group is made, under
     the names this torch reads: TORCH_NCCL_... from 2.2 (which reads them first
-    and warns where an old name is set: one set moves to its new name), the old
-    ones before."""
-    new = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups()) >= (2, 2)
-    prefix = "TORCH_" if new else ""
-    for name in ("NCCL_BLOCKING_WAIT", "NCCL_ASYNC_ERROR_HANDLING"):
-        if new and name in os.environ:
-            os.environ.setdefault(prefix + name, os.environ.pop(name))
+    and warns where an old name is set; cohort's start-up hook has moved the
+    agent's), the old ones before."""
+    version = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
+    prefix = "TORCH_" if version >= (2, 2) else ""
     # Blocking wait: an aborted communicator raises in DDP's wait, before
     # the optimizer step, instead of passing partial gradients on.
     os.environ.setdefault(prefix + "NCCL_BLOCKING_WAIT", "1")
