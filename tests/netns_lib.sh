@@ -109,6 +109,29 @@ netns_pid() {
   return 1
 }
 
+# netns_crash I: node i dies whole, as a machine does: every process in its namespace is stopped,
+# then killed, children before their parents, so that none of them (the agent's guard) names the
+# others' deaths first. Stopping alone is not enough: a stopped process whose parent dies first
+# is, alone in its process group as the guard is, woken by the kernel (SIGHUP and SIGCONT to a
+# newly orphaned group with a stopped member).
+netns_crash() {
+  local pids p first=() last=()
+  pids=$(ip netns pids "$(netns_node "$1")")
+  [ -n "$pids" ] || return 0
+  # shellcheck disable=SC2086 # one word per PID
+  kill -STOP $pids 2>/dev/null
+  for p in $pids; do
+    if grep -qxF "$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null)" <<<"$pids"; then
+      first+=("$p")
+    else
+      last+=("$p")
+    fi
+  done
+  kill -9 ${first[@]+"${first[@]}"} 2>/dev/null
+  kill -9 ${last[@]+"${last[@]}"} 2>/dev/null
+  return 0
+}
+
 # Takes node i's link down or up (from the bridge side).
 netns_link() { ip -n "$NETNS_BR" link set "br$1-$$" "$2"; }
 

@@ -95,32 +95,17 @@ reformed_keeping() {
   check "every agent exits 0 ($codes)" [ "$codes" = "0 0 0" ]
 }
 
-# Node 2 lost whole (agent and worker) and a replacement node started at once. Every process is
-# stopped before any is killed, as a machine dies: its agent's guard cannot name the loss first.
-# Children die before their parents: a stopped process whose parent dies first is, alone in
-# its process group (the agent's guard), woken by the kernel (SIGHUP and SIGCONT to a newly
-# orphaned group with a stopped member), and the guard then named the loss.
+# Node 2 lost whole (agent and worker) as a machine dies (netns_crash: its agent's guard cannot
+# name the loss first), and a replacement node started at once.
 lose_node2() {
-  local pids p first=() last=()
-  pids=$(ip netns pids "$(netns_node 2)")
-  # shellcheck disable=SC2086 # one word per PID
-  kill -STOP $pids 2>/dev/null
-  for p in $pids; do
-    if grep -qxF "$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null)" <<<"$pids"; then
-      first+=("$p")
-    else
-      last+=("$p")
-    fi
-  done
-  kill -9 "${first[@]}" 2>/dev/null
-  kill -9 "${last[@]}" 2>/dev/null
+  netns_crash 2
   wait "${agent[2]}" 2>/dev/null
   mv "$tmp/n2" "$tmp/n2.lost"
   agent_on 2
   reformed_keeping 0 1
   # A survivor's word that its peer's connection closed needs no finisher's word: the store
   # said at once that node 2's agent went (its will). (Killed one by one, its guard could name
-  # the loss first: lose_node2 stops them all first.)
+  # the loss first: netns_crash stops them all first.)
   check "the agents knew node 2's agent gone from the store" \
     contains "$tmp/n0" "an agent of the job left the store without finishing"
   # At the re-form (with a survivor a step behind when the loss caught one: 2 ranks), or in the

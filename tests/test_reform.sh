@@ -368,15 +368,6 @@ kill_node() {
   for p in $(ip netns pids "$(netns_node "$1")"); do kill -9 "$p" 2>/dev/null; done
 }
 
-# crash_node I: node I dies at once as a whole machine would: every process stopped first, then
-# killed, so that none of them (the agent's guard) can report the others' deaths.
-crash_node() {
-  local pids
-  pids=$(ip netns pids "$(netns_node "$1")")
-  [ -n "$pids" ] || return 0
-  kill -STOP $pids 2>/dev/null
-  kill -9 $pids 2>/dev/null
-}
 
 # since FILE T0: seconds from T0 (date +%s.%N) to the first "formed ... at=" line of FILE.
 since() {
@@ -674,7 +665,7 @@ relay_tests() {
   # Its link goes first, so that no FIN of its dying sockets reaches node 0 (which
   # can end the round at once): the round must wait the heartbeat timeout.
   netns_link 1 down
-  crash_node 1
+  netns_crash 1
   touch "$tmp/r.broken0"
   check "relay: node 0 re-forms alone" wait_for "$tmp/r.0" "re-formed in" 1 60
   local first_tick new_round
@@ -912,7 +903,7 @@ coll_tests() {
   done
   started cr 2 || return
   sleep 1
-  crash_node 1
+  netns_crash 1
   netns_bg 1 "$tmp/cr.1b" "$cohort" run --nnodes 1:2 --nproc-per-node 2 --master "$M:29501" \
     --job cr --heartbeat-timeout 30 --on-failure reform -- "$bin" 150
   agent[1]=$!

@@ -208,11 +208,9 @@ watch_on() {
 for i in 0 1 2; do watch_on "$i"; done
 for i in 0 1 2; do check "watch: node $i trains" wait_re "$tmp/w$i" "\] step=1 " 120 || exit 1; done
 sleep 2 # well inside step 2's body: its collectives are done, the sleep is not
-# Every process of the node stopped before any is killed: its agent's guard, killed a moment
-# after the agent, could otherwise publish "its agent died" first, a fast path of its own.
-pids=$(ip netns pids "$(netns_node 2)")
-for p in $pids; do kill -STOP "$p" 2>/dev/null; done
-for p in $pids; do kill -9 "$p" 2>/dev/null; done
+# The node dies whole: killed one by one, its agent's guard could publish "its agent died"
+# first, a fast path of its own, and the re-form would not go through the watch.
+netns_crash 2
 wait "${agent[2]}" 2>/dev/null
 check "watch: the agents re-form within $WATCH_S s (step $STEP2 s, heartbeat timeout $HB2 s)" \
   wait_re "$tmp/w0" "re-forming without stopping the survivors: node [0-9] .*lost a peer" $WATCH_S
