@@ -269,7 +269,7 @@ build() {
   # Not the prefix's pkgconf itself: it needs the prefix's libpkgconf.
   pc=$(command -v pkg-config)
   cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_WERROR=OFF \
-    -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DOPENSSL_ROOT_DIR="$PREFIX/usr" -DPKG_CONFIG_EXECUTABLE="$pc" \
+    -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DPKG_CONFIG_EXECUTABLE="$pc" \
     -DCMAKE_BUILD_RPATH="$RT" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags "${blas[@]}" || return 1
   grep -E '^(OPENSSL_CRYPTO_LIBRARY|JANSSON_LINK_LIBRARIES|CURL_LINK_LIBRARIES|GPT2_OPENBLAS)' "$BUILD/CMakeCache.txt"
   cmake --build "$BUILD" -j "$JOBS" --target cohort cohort-gpt2 cohort_shared gpt2-sgemm-rate || return 1
