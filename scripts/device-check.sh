@@ -271,7 +271,7 @@ build() {
   cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DPKG_CONFIG_EXECUTABLE="$pc" \
     -DCMAKE_BUILD_RPATH="$RT" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags "${blas[@]}" || return 1
-  grep -E '^(OPENSSL_CRYPTO_LIBRARY|JANSSON_LINK_LIBRARIES|CURL_LINK_LIBRARIES|GPT2_OPENBLAS)' "$BUILD/CMakeCache.txt"
+  grep -E '^(pkgcfg_lib_(NETTLE|JANSSON|CURL)_[a-z]+:|GPT2_OPENBLAS:)' "$BUILD/CMakeCache.txt"
   cmake --build "$BUILD" -j "$JOBS" --target cohort cohort-gpt2 cohort_shared gpt2-sgemm-rate || return 1
   runtime_libs "$BUILD/cohort" "$BUILD/cohort-gpt2"
 }
