@@ -368,7 +368,6 @@ kill_node() {
   for p in $(ip netns pids "$(netns_node "$1")"); do kill -9 "$p" 2>/dev/null; done
 }
 
-
 # since FILE T0: seconds from T0 (date +%s.%N) to the first "formed ... at=" line of FILE.
 since() {
   local at
